@@ -1,0 +1,1 @@
+"""Store: SQLAlchemy models, sessions, alembic migrations, CSV/JSONL import."""

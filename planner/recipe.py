@@ -1,0 +1,110 @@
+"""The recipe: every knob of one RL job, with ScaleRL's values as defaults.
+
+This is the one definition of a recipe; the planner, the runner, the store (as JSON) and the
+exporter all use it. Keys are the study-file keys (see DESIGN.md section 4).
+"""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Loss = Literal["cispo", "gspo", "dapo", "grpo"]
+LossAgg = Literal["prompt", "token", "sample"]
+AdvNorm = Literal["batch", "group", "none"]
+AsyncMode = Literal["pipeline", "ppo_off_policy", "sync"]
+LengthControl = Literal["interrupt", "truncate"]
+
+# Clip ranges per loss, as (low, high) on the importance ratio r: PPO-style losses clip r to
+# [1 - low, 1 + high]; CISPO truncates the stop-gradient weight at high (TRL's ScaleRL mapping: 5)
+# and has no lower clip. GSPO's ranges are on the sequence-level ratio (GSPO paper: 3e-4 / 4e-4).
+CLIP_DEFAULTS: dict[str, tuple[float, float]] = {
+    "grpo": (0.2, 0.2),
+    "dapo": (0.2, 0.28),
+    "gspo": (3e-4, 4e-4),
+    "cispo": (0.0, 4.0),
+}
+
+
+class Recipe(BaseModel):
+    """One RL job's configuration. Unknown keys are errors (a typo must never run the default)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    # what is trained, on what
+    model: str = Field("tiny", description="'tiny' (the embedded CPU policy) or a HF model directory")
+    task: str = Field("arithmetic", description="'arithmetic', 'arithmetic_hard' or a JSONL file of {prompt, answer}")
+    verifier: str | None = Field(None, description="custom verifier as 'module:function'; None = the task's own")
+
+    # batch geometry (B_p, n, M)
+    prompts_per_batch: int = Field(48, ge=1)
+    rollouts: int = Field(16, ge=1)
+    steps: int = Field(400, ge=1)
+
+    # the loss and its knobs
+    loss: Loss = "cispo"
+    loss_agg: LossAgg = "prompt"
+    adv_norm: AdvNorm = "batch"
+    clip_low: float | None = Field(None, ge=0, description="None = the loss's default (CLIP_DEFAULTS)")
+    clip_high: float | None = Field(None, ge=0, description="None = the loss's default (CLIP_DEFAULTS)")
+    zero_variance_filter: bool = True
+    no_positive_resampling: float | None = Field(0.9, gt=0, le=1, description="retire prompts above this pass rate; None = off")
+    fp32_head: bool = True
+    kl_coef: float = Field(0.0, ge=0)
+    entropy_coef: float = Field(0.0, ge=0)
+
+    # optimisation
+    lr: float = Field(1e-4, gt=0)
+    lr_scaling: Literal["sqrt", "none"] = "sqrt"
+    lr_reference_batch: int = Field(768, ge=1, description="B_p x n at which `lr` applies unscaled (ScaleRL: 48 x 16)")
+    grad_clip: float = Field(1.0, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+
+    # off-policy machinery
+    async_mode: AsyncMode = Field("pipeline", alias="async")
+    max_staleness: int = Field(8, ge=0, description="pipeline: trainer at most k steps ahead of the generating weights")
+    ppo_minibatches: int = Field(4, ge=1, description="ppo_off_policy: minibatch updates per generated batch")
+    recompute_logprobs: bool = False
+
+    # generation
+    temperature: float = Field(1.0, gt=0)
+    max_new_tokens: int = Field(16, ge=1)
+    length_control: LengthControl = "interrupt"
+
+    # evaluation and bookkeeping
+    eval_every: int = Field(10, ge=1)
+    eval_prompts: int = Field(128, ge=1)
+    eval_samples: int = Field(4, ge=1, description="k samples per held-out prompt; reward = mean pass rate")
+    checkpoint_every: int = Field(50, ge=1)
+    seed: int = 0
+
+    # devices each actor holds (num_gpus on a cluster, CPU cores here)
+    generator_devices: int = Field(1, ge=1)
+    trainer_devices: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _clip_order(self) -> "Recipe":
+        if self.loss != "cispo" and self.clip_range[0] >= 1:
+            raise ValueError(f"clip_low must be < 1 for loss {self.loss}")
+        return self
+
+    @property
+    def clip_range(self) -> tuple[float, float]:
+        """(low, high) clip for this loss, falling back to CLIP_DEFAULTS."""
+        low, high = CLIP_DEFAULTS[self.loss]
+        return (low if self.clip_low is None else self.clip_low, high if self.clip_high is None else self.clip_high)
+
+    @property
+    def total_batch(self) -> int:
+        """Rollouts per step, B_p x n."""
+        return self.prompts_per_batch * self.rollouts
+
+    @property
+    def scaled_lr(self) -> float:
+        """Learning rate after sqrt(total batch / reference batch) scaling."""
+        if self.lr_scaling == "none":
+            return self.lr
+        return self.lr * (self.total_batch / self.lr_reference_batch) ** 0.5
+
+    def to_json(self) -> dict:
+        """Study-file keys (`async`, not `async_mode`), every field explicit."""
+        return self.model_dump(by_alias=True)

@@ -1,0 +1,3 @@
+from rlscale.cli import main
+
+main()

@@ -1,0 +1,16 @@
+"""Errors a user can cause. The CLI prints them as one line and exits 2."""
+
+
+class UserError(Exception):
+    """Bad input: names the file, the field (or line/column) and what was expected.
+
+    `str(err)` is the one-line message printed by the CLI, e.g.
+    `studies/x.yaml: recipe.loss: expected one of cispo, gspo, dapo, grpo, got 'ppo'`.
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, field: str | None = None):
+        self.file = file
+        self.field = field
+        self.detail = message
+        where = ": ".join(part for part in (file, field) if part)
+        super().__init__(f"{where}: {message}" if where else message)

