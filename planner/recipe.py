@@ -15,13 +15,13 @@ AsyncMode = Literal["pipeline", "ppo_off_policy", "sync"]
 LengthControl = Literal["interrupt", "truncate"]
 
 # Clip ranges per loss, as (low, high) on the importance ratio r: PPO-style losses clip r to
-# [1 - low, 1 + high]; CISPO truncates the stop-gradient weight at high (TRL's ScaleRL mapping: 5)
-# and has no lower clip. GSPO's ranges are on the sequence-level ratio (GSPO paper: 3e-4 / 4e-4).
+# [1 - low, 1 + high]; CISPO truncates its stop-gradient weight to the same range, and low = 1 (a
+# lower bound of 0) means no lower truncation, as in ScaleRL (upper bound 5 as in TRL's ScaleRL mapping). GSPO's ranges are on the sequence-level ratio (GSPO paper: 3e-4 / 4e-4).
 CLIP_DEFAULTS: dict[str, tuple[float, float]] = {
     "grpo": (0.2, 0.2),
     "dapo": (0.2, 0.28),
     "gspo": (3e-4, 4e-4),
-    "cispo": (0.0, 4.0),
+    "cispo": (1.0, 4.0),
 }
 
 

@@ -1,0 +1,402 @@
+"""The study file (studies/*.yaml): a base recipe, the axes to vary, the compute each run gets.
+
+One schema for the planner, the sweep driver, the store (as the study's spec) and the exporter.
+Unknown keys are errors at every level, and every axis value is checked against the Recipe, so a
+typo fails at load time with the file and field path instead of silently running the default.
+"""
+
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
+
+from planner.cost import DEFAULT_PROFILE, TINY_CPU, Profile, run_gpu_hours, step_gpu_hours
+from planner.grid import allocate
+from planner.loading import load_yaml_mapping, user_error_from_validation
+from planner.recipe import Recipe
+from rlscale.errors import UserError
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# a custom verifier/task is named, never evaluated: dotted module path, a colon, a function name
+MODULE_FUNCTION_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+# study-file key -> canonical key (the alias where there is one, as Recipe.to_json writes it)
+RECIPE_KEYS: dict[str, str] = {
+    key: (info.alias or name) for name, info in Recipe.model_fields.items() for key in {name, info.alias or name}
+}
+# short names for run labels: "bp16,n8" reads better than "prompts_per_batch=16,rollouts=8"
+SHORT_KEYS = {"prompts_per_batch": "bp", "rollouts": "n", "steps": "m"}
+
+
+class FieldProblem(ValueError):
+    """A cross-field check that failed at `path` (relative to the model that raised it)."""
+
+    def __init__(self, path: tuple, message: str):
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Compute(_Strict):
+    """What each run may spend: `budget` in `unit`, for one run (per_run) or the whole study (total)."""
+
+    unit: Literal["gpu_hours", "rollouts", "tokens"] = "gpu_hours"
+    budget: float = Field(gt=0, allow_inf_nan=False)
+    scope: Literal["per_run", "total"] = "per_run"
+    profile: str | None = Field(None, pattern=NAME_PATTERN, description="cost profile; None = by the recipe's model")
+    min_steps: int = Field(1, ge=1, description="points that cannot reach this many steps are dropped")
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _not_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("expected a positive number")
+        return value
+
+
+class Axis(_Strict):
+    """One swept key: `values` (grid, isocompute, bayes categorical) or `min`/`max`/`distribution` (bayes)."""
+
+    values: list[Any] | None = Field(None, min_length=1)
+    min: float | None = Field(None, allow_inf_nan=False)
+    max: float | None = Field(None, allow_inf_nan=False)
+    distribution: Literal["uniform", "log_uniform", "int_uniform"] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "Axis":
+        ranged = [k for k in ("min", "max", "distribution") if getattr(self, k) is not None]
+        if self.values is not None and ranged:
+            raise FieldProblem((ranged[0],), "give either `values` or `min`/`max`/`distribution`, not both")
+        if self.values is None:
+            for key in ("min", "max"):
+                if getattr(self, key) is None:
+                    raise FieldProblem((key,), "required key is missing (expected `values: [...]` or `min` and `max`)")
+            if self.min >= self.max:
+                raise FieldProblem(("max",), f"expected max > min ({self.min}), got {self.max}")
+            if self.distribution == "log_uniform" and self.min <= 0:
+                raise FieldProblem(("min",), f"log_uniform needs min > 0, got {self.min}")
+            if self.distribution == "int_uniform" and not (self.min.is_integer() and self.max.is_integer()):
+                raise FieldProblem(("min",), "int_uniform needs integer min and max")
+        return self
+
+    @property
+    def sampling(self) -> str:
+        """The distribution Optuna samples a min/max axis from (uniform unless set)."""
+        return self.distribution or "uniform"
+
+    @property
+    def is_range(self) -> bool:
+        """True for a min/max axis (bayes), False for a list of values."""
+        return self.values is None
+
+
+class Revert(_Strict):
+    """One leave-one-out run: the base recipe with `overrides` applied (e.g. ScaleRL's loss cispo -> dapo)."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    overrides: dict[str, Any] = Field(min_length=1)
+
+
+class EarlyTerminate(_Strict):
+    """When the sweep may stop a run before its last step."""
+
+    type: Literal["asymptote", "hyperband", "none"] = "none"
+    min_fraction: float = Field(0.5, gt=0, le=1, description="fraction of its steps a run always gets")
+    margin: float = Field(0.02, ge=0, description="asymptote: stop if A's upper bound < best A - margin (reward)")
+    eta: int = Field(3, ge=2, description="hyperband: keep 1/eta of the runs at each rung")
+
+
+class Study(_Strict):
+    """A study file. `recipe` is the base every run starts from; `parameters` are the axes."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = ""
+    method: Literal["grid", "isocompute", "loo", "bayes"]
+    metric: str = Field("val_reward", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    compute: Compute | None = None
+    seeds: list[StrictInt] = Field(default_factory=lambda: [0], min_length=1)
+    recipe: Recipe = Field(default_factory=Recipe)
+    parameters: dict[str, Axis] = Field(default_factory=dict)
+    max_batch: int | None = Field(None, ge=1, description="grid/isocompute: leave out points with B_p * n above this")
+    leave_one_out: list[Revert] = Field(default_factory=list)
+    n_trials: int | None = Field(None, ge=1)
+    early_terminate: EarlyTerminate = Field(default_factory=EarlyTerminate)
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seed_count(cls, value: Any) -> Any:
+        # `seeds: 3` means seeds 0, 1, 2
+        if isinstance(value, bool):
+            raise ValueError("expected a count or a list of integers")
+        if isinstance(value, int):
+            if value < 1:
+                raise ValueError(f"expected a count >= 1, got {value}")
+            return list(range(value))
+        return value
+
+    @field_validator("seeds")
+    @classmethod
+    def _unique_seeds(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value):
+            raise ValueError("seeds must be distinct")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Study":
+        for path, message in _problems(self):
+            raise FieldProblem(path, message)
+        return self
+
+    def to_spec(self) -> dict:
+        """The study as plain JSON (study-file keys, what the file set), as stored with the study.
+
+        Unset keys stay out so the spec re-validates (e.g. recipe.steps beside compute); each planned
+        run's recipe is stored in full with the run.
+        """
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def _problems(study: Study):
+    """Yield (field path, message) for every cross-field rule the study breaks."""
+    method = study.method
+    if method in ("grid", "isocompute", "bayes") and not study.parameters:
+        yield ("parameters",), f"method {method} needs at least one axis"
+    if method != "loo" and study.leave_one_out:
+        yield ("leave_one_out",), f"only for method loo, not {method}"
+    if method == "loo":
+        if not study.leave_one_out:
+            yield ("leave_one_out",), "method loo needs at least one {name, overrides} entry"
+        if study.parameters:
+            yield ("parameters",), "method loo takes its runs from leave_one_out; remove parameters"
+    if method == "bayes" and study.n_trials is None:
+        yield ("n_trials",), "method bayes needs n_trials (a positive integer)"
+    if method != "bayes" and study.n_trials is not None:
+        yield ("n_trials",), f"only for method bayes, not {method}"
+    if method == "isocompute":
+        if study.compute is None:
+            yield ("compute",), "method isocompute needs compute {unit, budget, scope}"
+        if not {"prompts_per_batch", "rollouts"} & set(study.parameters):
+            yield ("parameters",), "method isocompute needs a prompts_per_batch or rollouts axis"
+    if study.max_batch is not None and method not in ("grid", "isocompute"):
+        yield ("max_batch",), f"only for methods grid and isocompute, not {method}"
+    if study.compute is not None and "steps" in study.recipe.model_fields_set:
+        yield ("recipe", "steps"), "steps are set by compute.budget; remove one of the two"
+    yield from _recipe_problems(study.recipe.verifier, ("recipe", "verifier"))
+    base = study.recipe.to_json()
+    for key, axis in study.parameters.items():
+        yield from _key_problems(key, ("parameters", key), study)
+        if key not in RECIPE_KEYS:
+            continue
+        if axis.is_range:
+            if method != "bayes":
+                yield ("parameters", key), f"min/max axes are for method bayes; {method} needs `values: [...]`"
+            for bound in ("min", "max"):
+                value = getattr(axis, bound)
+                if axis.distribution == "int_uniform" or isinstance(base[RECIPE_KEYS[key]], int):
+                    value = int(value) if float(value).is_integer() else value
+                yield from _value_problems(base, key, value, ("parameters", key, bound))
+            continue
+        seen = []
+        for i, value in enumerate(axis.values):
+            if value in seen:
+                yield ("parameters", key, "values", i), f"duplicate value {value!r}"
+            seen.append(value)
+            yield from _value_problems(base, key, value, ("parameters", key, "values", i))
+    names = set()
+    for i, revert in enumerate(study.leave_one_out):
+        if revert.name in names or revert.name == "baseline":
+            yield ("leave_one_out", i, "name"), f"run name {revert.name!r} is already taken"
+        names.add(revert.name)
+        for key, value in revert.overrides.items():
+            path = ("leave_one_out", i, "overrides", key)
+            yield from _key_problems(key, path, study)
+            if key in RECIPE_KEYS:
+                yield from _value_problems(base, key, value, path)
+                if value == base[RECIPE_KEYS[key]]:
+                    yield path, f"{value!r} is already the base recipe's value; this run would change nothing"
+
+
+def _key_problems(key: str, path: tuple, study: Study):
+    if key not in RECIPE_KEYS:
+        yield path, "not a recipe key (typo?)"
+    elif RECIPE_KEYS[key] == "seed":
+        yield path, "seeds are set by the study's `seeds`, not per run"
+    elif RECIPE_KEYS[key] == "steps" and study.compute is not None:
+        yield path, "steps are set by compute.budget; remove compute or this axis"
+
+
+def _value_problems(base: dict, key: str, value: Any, path: tuple):
+    """Problems with setting recipe key `key` to `value` on top of `base`."""
+    try:
+        recipe = Recipe.model_validate({**base, RECIPE_KEYS[key]: value})
+    except ValidationError as err:
+        first = err.errors()[0]
+        message = first["msg"]
+        if not isinstance(value, (dict, list)):
+            message += f" (got {value!r})"
+        yield path, message
+        return
+    if RECIPE_KEYS[key] == "verifier":
+        yield from _recipe_problems(recipe.verifier, path)
+
+
+def _recipe_problems(verifier: str | None, path: tuple):
+    if verifier is not None and not re.match(MODULE_FUNCTION_PATTERN, verifier):
+        yield path, f"expected 'package.module:function', got {verifier!r}"
+
+
+def load_study(path: str | Path) -> Study:
+    """The study in a YAML file; UserError naming the file and dotted field path on any problem."""
+    data = load_yaml_mapping(path)
+    data.setdefault("name", Path(path).stem)
+    study = parse_study(data, file=str(path))
+    if study.compute is not None and study.compute.profile is not None:
+        from planner.profiles import load_profile
+
+        load_profile(study.compute.profile, field="compute.profile", file=str(path))
+    return study
+
+
+def parse_study(data: dict, *, file: str) -> Study:
+    """Validate a study mapping; UserError with the field path of the first problem."""
+    try:
+        return Study.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        problem = first.get("ctx", {}).get("error")
+        if isinstance(problem, FieldProblem):
+            where = ".".join(str(part) for part in (*first["loc"], *problem.path))
+            raise UserError(problem.message, file=file, field=where or None) from None
+        raise user_error_from_validation(err, file=file) from None
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of a study: its name (without the seed), full recipe, seed and estimated GPU-hours."""
+
+    name: str
+    recipe: Recipe
+    seed: int
+    gpu_hours: float
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """A study's runs and the points dropped (name, reason); per-run budget in compute.unit."""
+
+    runs: list[PlannedRun]
+    dropped: list[tuple[str, str]]
+    profile: Profile
+    per_run_budget: float | None
+    unit: str
+
+    @property
+    def gpu_hours(self) -> float:
+        """Estimated GPU-hours of all runs."""
+        return sum(run.gpu_hours for run in self.runs)
+
+
+def study_points(study: Study) -> list[tuple[str, dict]]:
+    """(run name, recipe overrides) for each point of a grid, isocompute or loo study; [] for bayes."""
+    if study.method == "bayes":
+        return []  # the sweep driver samples `parameters` with Optuna, n_trials times
+    if study.method == "loo":
+        return [("baseline", {}), *((r.name, {RECIPE_KEYS[k]: v for k, v in r.overrides.items()})
+                                    for r in study.leave_one_out)]
+    keys = list(study.parameters)
+    points = []
+    for combo in itertools.product(*(study.parameters[k].values for k in keys)):
+        overrides = {RECIPE_KEYS[k]: v for k, v in zip(keys, combo)}
+        points.append((",".join(f"{SHORT_KEYS.get(k, k)}{'' if k in SHORT_KEYS else '='}{v}"
+                                for k, v in overrides.items()), overrides))
+    return points
+
+
+def default_profile(study: Study) -> Profile:
+    """The study's cost profile: compute.profile, else tiny-cpu for the tiny policy, else ScaleRL's 8B."""
+    from planner.profiles import load_profile
+
+    if study.compute is not None and study.compute.profile is not None:
+        return load_profile(study.compute.profile, field="compute.profile")
+    return TINY_CPU if study.recipe.model == "tiny" else load_profile(DEFAULT_PROFILE)
+
+
+def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPlan:
+    """Every run of the study (points x seeds) with steps set by the compute budget, if there is one."""
+    from planner.profiles import load_profile
+
+    if isinstance(profile, str):
+        profile = load_profile(profile)
+    profile = profile or default_profile(study)
+    base = study.recipe.to_json()
+    recipes, dropped = [], []
+    for name, overrides in study_points(study):
+        try:
+            recipe = Recipe.model_validate({**base, **overrides})
+        except ValidationError as err:
+            raise UserError(f"run {name}: {err.errors()[0]['msg']}", field="parameters") from None
+        if study.max_batch is not None and recipe.total_batch > study.max_batch:
+            dropped.append((name, f"B_p * n = {recipe.total_batch} exceeds max_batch {study.max_batch}"))
+        else:
+            recipes.append((name, recipe))
+    compute = study.compute
+    per_run, steps = None, [r.steps for _, r in recipes]
+    if compute is not None and recipes:
+        costs = [_step_cost(r, compute.unit, profile) for _, r in recipes]
+        startup = profile.startup_gpu_hours if compute.unit == "gpu_hours" else 0.0
+        per_run, steps = allocate(costs, compute.budget, per_run=compute.scope == "per_run",
+                                  min_steps=compute.min_steps, startup=startup, replicas=len(study.seeds))
+    runs = []
+    for (name, recipe), m in zip(recipes, steps):
+        if m is None:
+            dropped.append((name, f"cannot reach {compute.min_steps} step(s) with {per_run:.4g} {compute.unit} per run"))
+            continue
+        for seed in study.seeds:
+            final = Recipe.model_validate({**recipe.to_json(), "steps": m, "seed": seed})
+            hours = run_gpu_hours(profile, final.prompts_per_batch, final.rollouts, m)
+            runs.append(PlannedRun(name, final, seed, hours))
+    if not runs and study.method != "bayes":
+        reasons = "; ".join(f"{name}: {why}" for name, why in dropped[:3])
+        raise UserError(f"no run is left to plan ({reasons})", field="compute.budget" if compute else "max_batch")
+    return StudyPlan(runs, dropped, profile, per_run, compute.unit if compute else "gpu_hours")
+
+
+def planned_runs(study: Study, *, profile: Profile | str | None = None) -> list[PlannedRun]:
+    """The study's runs (points x seeds); [] for bayes (Optuna samples `parameters` later)."""
+    return plan_study(study, profile=profile).runs
+
+
+def _step_cost(recipe: Recipe, unit: str, profile: Profile) -> float:
+    """Cost of one step in `unit`; tokens count max_new_tokens per rollout (an upper bound)."""
+    if unit == "gpu_hours":
+        return step_gpu_hours(profile, recipe.prompts_per_batch, recipe.rollouts)
+    if unit == "rollouts":
+        return float(recipe.total_batch)
+    return float(recipe.total_batch * recipe.max_new_tokens)
+
+
+
+def trial_recipe(study: Study, recipe_keys: dict) -> tuple[Recipe, float]:
+    """A bayes trial's recipe (steps from the per-run compute budget, if any) and its estimated GPU-hours."""
+    try:
+        recipe = Recipe.model_validate(recipe_keys)
+    except ValidationError as err:
+        raise UserError(f"trial recipe: {err.errors()[0]['msg']}", field="parameters") from None
+    profile = default_profile(study)
+    compute = study.compute
+    if compute is not None:
+        startup = profile.startup_gpu_hours if compute.unit == "gpu_hours" else 0.0
+        budget = compute.budget if compute.scope == "per_run" else compute.budget / (study.n_trials or 1)
+        _, (steps,) = allocate([_step_cost(recipe, compute.unit, profile)], budget, per_run=True,
+                               min_steps=compute.min_steps, startup=startup)
+        if steps is None:
+            raise UserError(f"a trial with B_p={recipe.prompts_per_batch}, n={recipe.rollouts} cannot reach "
+                            f"{compute.min_steps} step(s) within {budget:.4g} {compute.unit}", field="compute.budget")
+        recipe = Recipe.model_validate({**recipe.to_json(), "steps": steps})
+    return recipe, run_gpu_hours(profile, recipe.prompts_per_batch, recipe.rollouts, recipe.steps)
