@@ -1,5 +1,5 @@
 # The two commands of the README. Both set up .venv on first use (scripts/setup.sh).
-.PHONY: setup demo test test-fast bench
+.PHONY: setup demo test test-fast ci example bench
 
 setup:
 	@bash scripts/setup.sh
@@ -12,3 +12,11 @@ test: setup
 
 test-fast: setup
 	.venv/bin/python -m pytest -q -m "not slow"
+
+# CI on a fresh machine (as root): PostgreSQL + `make test` (see .ci/run)
+ci:
+	bash .ci/run
+
+# Regenerate the bundled example run logs (deterministic)
+example: setup
+	.venv/bin/python examples/make_example.py

@@ -1,0 +1,237 @@
+"""Run logs from trackers (CSV or JSONL) -> validated rows -> the store.
+
+`read_run_log` is the one parser for user data files: `rlscale import` and `rlscale fit FILE.csv` both
+use it, so a file that imports also fits, and a bad cell is reported the same way by both.
+"""
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from rlscale.errors import UserError
+
+if TYPE_CHECKING:
+    from db.store import Store
+
+EXTENSIONS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+COMPUTE_COLUMNS = ("compute", "gpu_hours")  # either names the compute axis; gpu_hours is what sweeps record
+HEALTH_METRICS = ("train_reward", "entropy", "kl", "grad_norm", "truncation_rate", "clip_fraction", "staleness")
+EXPECTED = "columns run (optional), compute or gpu_hours, reward, and optional step, rollouts, tokens"
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    """What `import_run_log` did: runs in the file, runs new to the study, records inserted and skipped."""
+
+    file: str
+    study: str
+    runs: int
+    runs_created: int
+    records_added: int
+    records_skipped: int
+
+
+def read_run_log(path: str | Path) -> pd.DataFrame:
+    """The run log at `path` as rows (run, step, compute, reward, rollouts, tokens, health metrics...).
+
+    The whole file is checked first; the first bad cell raises a UserError naming file, line and column.
+    `run` defaults to the file stem and `step` to the row order within each run (from 0). Blank lines and
+lines starting with # are skipped; columns other than the known ones are ignored.
+    """
+    path = Path(path)
+    kind = EXTENSIONS.get(path.suffix.lower())
+    if kind is None:
+        raise UserError(f"unknown file type {path.suffix or '(none)'!r}: expected .csv or .jsonl", file=str(path))
+    if not path.is_file():
+        raise UserError("no such file", file=str(path))
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # -sig: spreadsheet exports often start with a BOM
+    except UnicodeDecodeError as err:
+        raise UserError(f"expected UTF-8 text, found byte 0x{err.object[err.start]:02x} at offset {err.start}", file=str(path)) from None
+    lines = _csv_rows(path, text) if kind == "csv" else _jsonl_rows(path, text)
+    return _validate(path, lines)
+
+
+def import_run_log(store: "Store", path: str | Path, study: str, rows: pd.DataFrame | None = None) -> ImportSummary:
+    """Load the run log at `path` (or its already-read `rows`) into `study` in one transaction; stored steps are skipped."""
+    rows = read_run_log(path) if rows is None else rows
+    runs = []
+    for name, group in rows.groupby("run", sort=False):
+        # a run is identified by its name within the study, so re-importing (or a longer export) merges into it
+        config = {"source": "import", "run": name}
+        runs.append((name, config, [_record(row) for row in group.to_dict("records")]))
+    created, added, skipped = store.import_runs(study, runs)
+    return ImportSummary(str(path), study, len(runs), created, added, skipped)
+
+
+def _record(row: dict) -> dict:
+    metrics = {k: row[k] for k in HEALTH_METRICS if k in row and not _missing(row[k])}
+    return {
+        "step": row["step"],
+        "gpu_hours": row["compute"],
+        "rollouts": None if _missing(row["rollouts"]) else int(row["rollouts"]),
+        "tokens": None if _missing(row["tokens"]) else int(row["tokens"]),
+        "val_reward": row["reward"],
+        "metrics": metrics,
+    }
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+# --- reading: each yields (line number, {column: raw cell}) after a header check ---------------------
+
+
+def _csv_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header: list[str] | None = None
+    rows = []
+    try:
+        for cells in reader:
+            if not any(cell.strip() for cell in cells) or cells[0].lstrip().startswith("#"):
+                continue  # blank or comment line (e.g. a generator's note on top of the file)
+            if header is None:
+                header = [cell.strip().lower() for cell in cells]
+                header_line = reader.line_num
+                _check_header(path, header_line, header)
+                continue
+            if len(cells) != len(header):
+                raise UserError(f"expected {len(header)} fields like the header, got {len(cells)}", file=f"{path}:{reader.line_num}")
+            rows.append((reader.line_num, dict(zip(header, cells))))
+    except csv.Error as err:
+        raise UserError(f"not valid CSV ({err})", file=f"{path}:{reader.line_num}") from None
+    if header is None:
+        raise UserError(f"empty file: expected a header line with {EXPECTED}", file=f"{path}:1")
+    return header, rows
+
+
+def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+    rows = []
+    columns: dict[str, None] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UserError(f"column {err.colno}: not valid JSON ({err.msg})", file=f"{path}:{number}") from None
+        if not isinstance(obj, dict):
+            raise UserError(f"expected a JSON object per line, got {type(obj).__name__}", file=f"{path}:{number}")
+        obj = {str(k).strip().lower(): v for k, v in obj.items()}
+        if not rows:
+            _check_header(path, number, list(obj))
+        columns.update(dict.fromkeys(obj))
+        rows.append((number, obj))
+    if not rows:
+        raise UserError(f"empty file: expected one JSON object per line with {EXPECTED}", file=f"{path}:1")
+    return list(columns), rows
+
+
+def _check_header(path: Path, line: int, header: list[str]) -> None:
+    where = f"{path}:{line}"
+    seen = set()
+    for name in header:
+        if name in seen:
+            raise UserError("column appears twice", file=where, field=f"column {name!r}")
+        seen.add(name)
+    if not seen & set(COMPUTE_COLUMNS):
+        raise UserError(f"missing column 'compute' (or 'gpu_hours'); expected {EXPECTED}", file=where)
+    if set(COMPUTE_COLUMNS) <= seen:
+        raise UserError("both 'compute' and 'gpu_hours' given: keep one, so the compute axis is unambiguous", file=where)
+    if "reward" not in seen:
+        raise UserError(f"missing column 'reward'; expected {EXPECTED}", file=where)
+
+
+# --- validating: one pass over all rows before anything is stored -----------------------------------
+
+
+def _validate(path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any]]]]) -> pd.DataFrame:
+    columns, rows = parsed
+    if not rows:
+        raise UserError("no data rows under the header", file=f"{path}:1")
+    compute_col = "compute" if "compute" in columns else "gpu_hours"
+    metrics = [m for m in HEALTH_METRICS if m in columns]
+    out = []
+    next_step: dict[str, int] = {}
+    seen: dict[tuple[str, int], int] = {}
+    for line, row in rows:
+        cell = _Cells(path, line, row)
+        run = cell.text("run", default=path.stem)
+        step = cell.whole("step", default=next_step.get(run, 0))
+        next_step[run] = step + 1
+        if (run, step) in seen:
+            raise UserError(
+                f"run {run!r} already has step {step} (line {seen[run, step]})", file=f"{path}:{line}", field="column 'step'"
+            )
+        seen[run, step] = line
+        out.append({
+            "run": run,
+            "step": step,
+            "compute": cell.number(compute_col, minimum=0.0),
+            "reward": cell.number("reward"),
+            "rollouts": cell.whole("rollouts", default=None),
+            "tokens": cell.whole("tokens", default=None),
+            **{m: cell.number(m, default=None) for m in metrics},
+        })
+    frame = pd.DataFrame(out)
+    for column in ("rollouts", "tokens"):
+        frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+_REQUIRED = object()  # default for cells that must hold a value
+
+
+class _Cells:
+    """Typed access to one row's cells; every failure names file, line and column."""
+
+    def __init__(self, path: Path, line: int, row: dict[str, Any]):
+        self.path, self.line, self.row = path, line, row
+
+    def _fail(self, column: str, message: str) -> UserError:
+        return UserError(message, file=f"{self.path}:{self.line}", field=f"column {column!r}")
+
+    def _present(self, column: str, default: Any) -> bool:
+        """Whether the cell holds a value; raises if it is empty and required."""
+        value = self.row.get(column)
+        empty = value is None or (isinstance(value, str) and not value.strip())
+        if empty and default is _REQUIRED:
+            raise self._fail(column, "missing" if column not in self.row else "expected a value, got an empty cell")
+        return not empty
+
+    def text(self, column: str, default: str) -> str:
+        if column not in self.row:
+            return default
+        self._present(column, _REQUIRED)
+        return str(self.row[column]).strip()
+
+    def number(self, column: str, *, minimum: float | None = None, default: Any = _REQUIRED) -> float | None:
+        if not self._present(column, default):
+            return default
+        value = self.row[column]
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise self._fail(column, f"expected a number, got {json.dumps(value)}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise self._fail(column, f"expected a number, got {value.strip()!r}") from None
+        if not math.isfinite(number):
+            raise self._fail(column, f"expected a finite number, got {str(value).strip()!r}")
+        if minimum is not None and number < minimum:
+            raise self._fail(column, f"expected a number >= {minimum:g}, got {str(value).strip()!r}")
+        return number
+
+    def whole(self, column: str, *, default: Any) -> int | None:
+        if not self._present(column, default):
+            return default
+        number = self.number(column)
+        if number < 0 or number != int(number):
+            raise self._fail(column, f"expected a whole number >= 0, got {str(self.row[column]).strip()!r}")
+        return int(number)

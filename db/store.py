@@ -1,0 +1,377 @@
+"""The store: one object the planner, the sweep driver, `fit` and the reports read and write through.
+
+Every method is one short transaction. Frames come back as pandas DataFrames with plain columns.
+"""
+
+import hashlib
+import json
+import math
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import delete, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.engine import display_url, make_engine, migrate, parse_url
+from db.models import RUN_STATUSES, Fit, Plan, Record, Run, Study, utcnow
+from rlscale import settings
+from rlscale.errors import UserError
+
+RECORD_COLUMNS = ["run_id", "run", "step", "gpu_hours", "rollouts", "tokens", "val_reward"]
+RUN_COLUMNS = ["run_id", "run", "seed", "status", "error", "config", "created_at", "updated_at"]
+FIT_COLUMNS = ["run_id", "run", "model", "A_lo", "A_hi", "identified", "reason", "fitted_on"]
+# fit-frame columns that are not curve parameters (everything else goes into Fit.params)
+_FIT_FIELDS = {"run_id", "run", "model", "A_lo", "A_hi", "identified", "reason", "fitted_on"}
+
+
+class Store:
+    """Studies, runs, records, fits and plans in one SQL database (SQLite by default, any SQLAlchemy URL)."""
+
+    def __init__(self, url: str | None = None):
+        self.url = parse_url(settings.db_url(url))
+        self.url_for_display = display_url(self.url)
+        self.engine = make_engine(self.url)
+        migrate(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def __repr__(self) -> str:
+        return f"Store({self.url_for_display!r})"
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self.engine.dispose()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # studies -------------------------------------------------------------------------------------
+
+    def upsert_study(self, name: str, spec: dict) -> int:
+        """The study's id; creates it, or replaces its spec if it exists."""
+        with self._sessions.begin() as session:
+            study = session.scalar(select(Study).where(Study.name == name))
+            if study is None:
+                study = Study(name=name, spec=_json_safe(spec))
+                session.add(study)
+            else:
+                study.spec = _json_safe(spec)
+            session.flush()
+            return study.id
+
+    def study_names(self) -> list[str]:
+        """All study names, sorted."""
+        with self._sessions() as session:
+            return list(session.scalars(select(Study.name).order_by(Study.name)))
+
+    def study_counts(self) -> list[dict]:
+        """Per study: its name, runs, runs by status, records and sigmoid fits (for listings)."""
+        with self._sessions() as session:
+            runs = session.execute(
+                select(Study.name, Run.status, func.count(Run.id))
+                .outerjoin(Run, Run.study_id == Study.id)
+                .group_by(Study.name, Run.status)
+            ).all()
+            records = dict(session.execute(
+                select(Study.name, func.count(Record.id)).join(Run, Run.study_id == Study.id)
+                .join(Record, Record.run_id == Run.id).group_by(Study.name)
+            ).all())
+            fits = dict(session.execute(
+                select(Study.name, func.count(Fit.id)).join(Run, Run.study_id == Study.id)
+                .join(Fit, Fit.run_id == Run.id).where(Fit.model == "sigmoid").group_by(Study.name)
+            ).all())
+        counts: dict[str, dict] = {}
+        for name, status, n in runs:
+            row = counts.setdefault(name, {"study": name, "runs": 0, **dict.fromkeys(RUN_STATUSES, 0)})
+            if status is not None:
+                row[status] = row.get(status, 0) + n
+                row["runs"] += n
+        for name, row in counts.items():
+            row["records"] = records.get(name, 0)
+            row["fits"] = fits.get(name, 0)
+        return [counts[name] for name in sorted(counts)]
+
+    def study_spec(self, name: str) -> dict:
+        """The spec saved with the study; UserError naming the known studies if there is none."""
+        with self._sessions() as session:
+            return dict(self._study(session, name).spec)
+
+    # runs ----------------------------------------------------------------------------------------
+
+    def ensure_run(self, study: str, name: str, config: dict, seed: int = 0) -> int:
+        """The id of the run of `study` with this config and seed, created (pending) if new."""
+        for _attempt in range(2):  # a concurrent writer may insert the same run between our select and insert
+            try:
+                with self._sessions.begin() as session:
+                    return _ensure_run(session, study, name, config, seed)[0]
+            except IntegrityError:
+                continue
+        raise RuntimeError(f"could not create run {name!r} in study {study!r}")
+
+    def set_run_status(self, run_id: int, status: str, error: str | None = None) -> None:
+        """Set a run's status (pending, running, done, failed, stopped) and error text."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"run status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
+        with self._sessions.begin() as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                raise KeyError(f"no run with id {run_id} in {self.url_for_display}")
+            run.status = status
+            run.error = error
+            run.updated_at = utcnow()
+
+    def runs_frame(self, study: str) -> pd.DataFrame:
+        """One row per run of `study`: run_id, run, seed, status, error, config (dict), created_at, updated_at."""
+        with self._sessions() as session:
+            study_row = self._study(session, study)
+            rows = session.execute(
+                select(Run.id, Run.name, Run.seed, Run.status, Run.error, Run.config, Run.created_at, Run.updated_at)
+                .where(Run.study_id == study_row.id)
+                .order_by(Run.id)
+            ).all()
+        return pd.DataFrame([tuple(row) for row in rows], columns=RUN_COLUMNS)
+
+    # records -------------------------------------------------------------------------------------
+
+    def add_records(self, run_id: int, records: list[dict]) -> int:
+        """Store a run's records; steps already stored are skipped. Returns how many rows were inserted."""
+        with self._sessions.begin() as session:
+            return _add_records(session, run_id, records)
+
+    def import_runs(self, study: str, runs: list[tuple[str, dict, list[dict]]]) -> tuple[int, int, int]:
+        """In one transaction, ensure each (name, config, records) run (seed 0) and add its records.
+
+        Imported runs are complete logs, so new ones are marked done (a sweep never tries to run them).
+        Returns (runs created, records inserted, records skipped because their step was already stored).
+        """
+        created = inserted = skipped = 0
+        with self._sessions.begin() as session:
+            for name, config, records in runs:
+                run_id, is_new = _ensure_run(session, study, name, config, 0, status="done")
+                added = _add_records(session, run_id, records)
+                created += is_new
+                inserted += added
+                skipped += len(records) - added
+        return created, inserted, skipped
+
+    def records_frame(self, study: str) -> pd.DataFrame:
+        """One row per (run, step) of `study`: run_id, run, step, gpu_hours, rollouts, tokens, val_reward, + metrics."""
+        with self._sessions() as session:
+            study_row = self._study(session, study)
+            rows = session.execute(
+                select(Record.run_id, Run.name, Record.step, Record.gpu_hours, Record.rollouts, Record.tokens,
+                       Record.val_reward, Record.metrics)
+                .join(Run, Run.id == Record.run_id)
+                .where(Run.study_id == study_row.id)
+                .order_by(Record.run_id, Record.step)
+            ).all()
+        frame = pd.DataFrame([tuple(row[:-1]) for row in rows], columns=RECORD_COLUMNS)
+        frame["val_reward"] = frame["val_reward"].astype(float)
+        frame["gpu_hours"] = frame["gpu_hours"].astype(float)
+        for column in ("rollouts", "tokens"):
+            frame[column] = frame[column].astype("Int64")
+        metrics = pd.DataFrame([row[-1] or {} for row in rows], index=frame.index)
+        for column in metrics.columns:
+            if column not in frame.columns:
+                frame[column] = _numeric_or_object(metrics[column])
+        return frame
+
+    # fits ----------------------------------------------------------------------------------------
+
+    def save_fits(self, study: str, fits: pd.DataFrame, model: str = "sigmoid") -> None:
+        """Replace the study's fits of `model` by `fits` (one row per run, keyed by run_id or a unique run name)."""
+        with self._sessions.begin() as session:
+            study_row = self._study(session, study)
+            runs = session.execute(select(Run.id, Run.name).where(Run.study_id == study_row.id)).all()
+            run_ids = {run_id for run_id, _ in runs}
+            by_name: dict[str, list[int]] = {}
+            for run_id, name in runs:
+                by_name.setdefault(name, []).append(run_id)
+            new = []
+            for row in fits.to_dict("records"):
+                run_id = _resolve_run(row, run_ids, by_name, study)
+                params = {k: v for k, v in row.items() if k not in _FIT_FIELDS}
+                new.append(
+                    Fit(
+                        run_id=run_id,
+                        model=model,
+                        params=_json_safe(params),
+                        a_lo=_float_or_none(row.get("A_lo")),
+                        a_hi=_float_or_none(row.get("A_hi")),
+                        identified=bool(row.get("identified", False)),
+                        reason=_text_or_none(row.get("reason")),
+                        fitted_on=utcnow(),
+                    )
+                )
+            session.execute(delete(Fit).where(Fit.model == model, Fit.run_id.in_(run_ids)))
+            session.add_all(new)
+
+    def fits_frame(self, study: str, model: str = "sigmoid") -> pd.DataFrame:
+        """The study's stored fits of `model`: run_id, run, model, the curve parameters, A_lo, A_hi, identified, reason, fitted_on."""
+        with self._sessions() as session:
+            study_row = self._study(session, study)
+            rows = session.execute(
+                select(Fit, Run.name)
+                .join(Run, Run.id == Fit.run_id)
+                .where(Run.study_id == study_row.id, Fit.model == model)
+                .order_by(Fit.run_id)
+            ).all()
+        records = []
+        for fit, name in rows:
+            params = {k: (math.nan if v is None else v) for k, v in fit.params.items()}
+            records.append({
+                "run_id": fit.run_id, "run": name, "model": fit.model, **params,
+                "A_lo": _nan_if_none(fit.a_lo), "A_hi": _nan_if_none(fit.a_hi),
+                "identified": fit.identified, "reason": fit.reason, "fitted_on": fit.fitted_on,
+            })
+        frame = pd.DataFrame(records)
+        if frame.empty:
+            return pd.DataFrame(columns=FIT_COLUMNS)
+        params = [c for c in frame.columns if c not in _FIT_FIELDS]
+        return frame[["run_id", "run", "model", *params, "A_lo", "A_hi", "identified", "reason", "fitted_on"]]
+
+    # plans ---------------------------------------------------------------------------------------
+
+    def save_plan(self, name: str, plan: dict) -> int:
+        """The plan's id; a plan saved again under the same name replaces the old one."""
+        with self._sessions.begin() as session:
+            row = session.scalar(select(Plan).where(Plan.name == name))
+            if row is None:
+                row = Plan(name=name, plan=_json_safe(plan))
+                session.add(row)
+            else:
+                row.plan = _json_safe(plan)
+                row.created_at = utcnow()
+            session.flush()
+            return row.id
+
+    def plan(self, name: str) -> dict:
+        """The plan saved under `name`; UserError if there is none."""
+        with self._sessions() as session:
+            row = session.scalar(select(Plan).where(Plan.name == name))
+            if row is None:
+                known = ", ".join(session.scalars(select(Plan.name).order_by(Plan.name))) or "none"
+                raise UserError(f"no plan named {name!r} in {self.url_for_display}; known: {known}")
+            return dict(row.plan)
+
+    # helpers -------------------------------------------------------------------------------------
+
+    def _study(self, session: Session, name: str) -> Study:
+        study = session.scalar(select(Study).where(Study.name == name))
+        if study is None:
+            known = ", ".join(session.scalars(select(Study.name).order_by(Study.name))) or "none"
+            raise UserError(f"no study named {name!r} in {self.url_for_display}; known: {known}")
+        return study
+
+
+def config_hash(config: dict) -> str:
+    """SHA-256 (hex) of the config as canonical JSON: the same recipe always hashes the same."""
+    canonical = json.dumps(_json_safe(config), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _ensure_run(
+    session: Session, study: str, name: str, config: dict, seed: int, status: str = "pending"
+) -> tuple[int, bool]:
+    config = _json_safe(config)
+    digest = config_hash(config)
+    study_row = session.scalar(select(Study).where(Study.name == study))
+    if study_row is None:
+        study_row = Study(name=study, spec={})
+        session.add(study_row)
+        session.flush()
+    run_id = session.scalar(
+        select(Run.id).where(Run.study_id == study_row.id, Run.config_hash == digest, Run.seed == seed)
+    )
+    if run_id is not None:
+        return run_id, False
+    run = Run(study_id=study_row.id, name=name, config=config, config_hash=digest, seed=seed, status=status)
+    session.add(run)
+    session.flush()
+    return run.id, True
+
+
+def _add_records(session: Session, run_id: int, records: list[dict]) -> int:
+    stored = set(session.scalars(select(Record.step).where(Record.run_id == run_id)))
+    rows = []
+    for record in records:
+        step = int(record["step"])
+        if step in stored:
+            continue
+        stored.add(step)
+        rows.append(
+            Record(
+                run_id=run_id,
+                step=step,
+                gpu_hours=float(record["gpu_hours"]),
+                rollouts=_int_or_none(record.get("rollouts")),
+                tokens=_int_or_none(record.get("tokens")),
+                val_reward=_float_or_none(record.get("val_reward")),
+                metrics=_json_safe(dict(record.get("metrics") or {})),
+            )
+        )
+    session.add_all(rows)
+    session.flush()
+    return len(rows)
+
+
+def _resolve_run(row: dict, run_ids: set[int], by_name: dict[str, list[int]], study: str) -> int:
+    run_id = row.get("run_id")
+    if run_id is not None and not _is_missing(run_id):
+        if int(run_id) not in run_ids:
+            raise ValueError(f"fit for run_id {run_id}, which is not a run of study {study!r}")
+        return int(run_id)
+    name = str(row["run"])
+    ids = by_name.get(name, [])
+    if len(ids) != 1:
+        problem = "no run" if not ids else f"{len(ids)} runs (pass run_id)"
+        raise ValueError(f"fit for run {name!r}: study {study!r} has {problem} of that name")
+    return ids[0]
+
+
+def _json_safe(value: Any) -> Any:
+    """`value` with numpy scalars made plain and NaN/inf made None (PostgreSQL's JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _float_or_none(value: Any) -> float | None:
+    if _is_missing(value):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if _is_missing(value) else int(value)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if _is_missing(value) or value == "" else str(value)
+
+
+def _nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def _numeric_or_object(column: pd.Series) -> pd.Series:
+    try:
+        return pd.to_numeric(column)
+    except (TypeError, ValueError):
+        return column

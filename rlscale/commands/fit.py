@@ -1,0 +1,99 @@
+"""`rlscale fit`: per-run sigmoid fits of a run-log file, or of a study's stored records (saved back)."""
+
+from pathlib import Path
+
+import typer
+
+# Keys of `fit --json`, in order (DESIGN.md section 6); scripts rely on them.
+JSON_KEYS = ("run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("fit")
+    def fit(
+        file: Path = typer.Argument(None, help="run log (.csv or .jsonl): run (optional), compute or gpu_hours, reward"),
+        study: str = typer.Option(None, "--study", help="fit the stored records of this study instead of a file, and save the fits"),
+        db: str = typer.Option(None, "--db", help="SQLAlchemy URL for --study (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        r0: float = typer.Option(None, "--r0", help="reward before RL, held fixed (default: fitted)"),
+        min_compute: float = typer.Option(0.0, "--min-compute", min=0.0, help="drop points below this compute (ScaleRL: ~1.5k of 16k GPU-hours)"),
+        json_out: bool = typer.Option(False, "--json", help="print a JSON list, one object per run"),
+        plot: Path = typer.Option(None, "--plot", help="also write a PNG: points, record-breaking points, curves, bands"),
+    ) -> None:
+        """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) per run; say when A is not identified."""
+        from rlscale.console import console, print_json
+        from rlscale.errors import UserError
+
+        if (file is None) == (study is None):
+            raise UserError("give either a run-log FILE or --study NAME (not both)", field="fit")
+        if study is None and db is not None:
+            raise UserError("--db is only used with --study", field="--db")
+        if file is not None:
+            from db.importer import read_run_log
+
+            records, title, store = read_run_log(file), file.stem, None
+        else:
+            from db.store import Store
+
+            store = Store(db)
+            records, title = _study_records(store, study), study
+
+        from fitting.frame import fit_runs
+
+        fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", r0=r0, min_compute=min_compute)
+        if store is not None:
+            store.save_fits(study, fits.merge(records[["run", "run_id"]].drop_duplicates(), on="run"), model="sigmoid")
+        if plot is not None:
+            from fitting.plots import plot_study
+
+            plot_study(records, fits, plot, run_col="run", compute_col="compute", reward_col="reward", title=title)
+
+        if json_out:
+            print_json(fits_json(fits))
+            return
+        from rlscale.views import fits_table
+
+        console.print(fits_table(fits, title=f"{title}: sigmoid fits"))
+        if store is not None:
+            console.print(f"saved {len(fits)} fits of study {study!r} to {store.url_for_display}", highlight=False, soft_wrap=True)
+        if plot is not None:
+            console.print(f"plot: {plot}", highlight=False, soft_wrap=True)
+
+
+def _study_records(store, study: str):
+    """The study's evaluated records as (run, run_id, compute = gpu_hours, reward = val_reward); one label per run."""
+    from rlscale.errors import UserError
+
+    records = store.records_frame(study)
+    records = records[records["val_reward"].notna()]
+    if records.empty:
+        raise UserError(f"no records with a validation reward in study {study!r} ({store.url_for_display})", field="--study")
+    runs = store.runs_frame(study).set_index("run_id")
+    # runs of one study may share a name (seeds): those get the seed in their label so each fit is its own run
+    names = runs["run"]
+    shared = names.duplicated(keep=False)
+    labels = names.where(~shared, names + " (seed " + runs["seed"].astype(str) + ")")
+    return records.assign(run=records["run_id"].map(labels)).rename(columns={"gpu_hours": "compute", "val_reward": "reward"})
+
+
+def fits_json(fits) -> list[dict]:
+    """The fits as plain JSON-ready dicts with JSON_KEYS (NaN and inf become null)."""
+    import math
+
+    out = []
+    for row in fits.to_dict("records"):
+        item = {}
+        for key in JSON_KEYS:
+            value = row.get(key)
+            if hasattr(value, "item") and getattr(value, "shape", None) == ():
+                value = value.item()  # numpy scalar
+            if isinstance(value, float) and not math.isfinite(value):
+                value = None
+            if key == "run":
+                value = str(value)
+            elif key == "identified":
+                value = bool(value)
+            elif key == "n_points" and value is not None:
+                value = int(value)
+            item[key] = value
+        out.append(item)
+    return out

@@ -1,0 +1,28 @@
+"""`rlscale studies`: what the store holds, one line per study."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("studies")
+    def studies(
+        db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        json_out: bool = typer.Option(False, "--json", help="print the list as JSON"),
+    ) -> None:
+        """List the studies in the store with their runs (by status), records and fits."""
+        from rich.table import Table
+
+        from db.store import Store
+        from rlscale.console import console, print_json
+
+        store = Store(db)
+        rows = store.study_counts()
+        if json_out:
+            print_json(rows)
+            return
+        table = Table(title=f"studies in {store.url_for_display}")
+        for column in ("study", "runs", "pending", "running", "done", "failed", "stopped", "records", "fits"):
+            table.add_column(column, justify="left" if column == "study" else "right")
+        for row in rows:
+            table.add_row(row["study"], *(str(row[k]) for k in ("runs", "pending", "running", "done", "failed", "stopped", "records", "fits")))
+        console.print(table if rows else f"no studies in {store.url_for_display}")

@@ -1,0 +1,130 @@
+"""`rlscale fit`: the DESIGN.md section 6 contract on files, and fits of stored studies saved back."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from db.store import Store
+from fitting.sigmoid import sigmoid
+from conftest import run_cli
+
+EXAMPLE = Path(__file__).parents[1] / "examples" / "scalerl_runs.csv"
+JSON_KEYS = {"run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason"}
+
+
+def _strict_json(text: str):
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _write_curve(path: Path, *, A=0.7, B=1.5, C_mid=100.0, R0=0.1, max_compute=800.0, noise=0.005, column="compute", run="r"):
+    compute = np.linspace(0.0, max_compute, 41)
+    reward = sigmoid(compute, A, B, C_mid, R0) + np.random.default_rng(0).normal(0, noise, compute.size)
+    lines = [f"run,{column},reward"] + [f"{run},{c:g},{r:.5f}" for c, r in zip(compute, reward)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_json_has_the_contract_keys_and_recovers_a_known_curve(monkeypatch, capsys, workdir):
+    _write_curve(workdir / "curve.csv")
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", "curve.csv", "--json")
+    assert code == 0
+    (fit,) = _strict_json(out)
+    assert set(fit) == JSON_KEYS
+    assert fit["run"] == "r" and fit["identified"] is True and fit["n_points"] == 41
+    assert fit["A"] == pytest.approx(0.7, abs=0.02)
+    assert fit["C_mid"] == pytest.approx(100.0, rel=0.15)
+    assert fit["A_lo"] <= fit["A"] <= fit["A_hi"]
+
+
+def test_r0_fixes_the_start_and_min_compute_drops_early_points(monkeypatch, capsys, workdir):
+    _write_curve(workdir / "curve.csv", column="gpu_hours")  # gpu_hours is accepted for compute
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", "curve.csv", "--json", "--r0", "0.1", "--min-compute", "100")
+    assert code == 0
+    (fit,) = _strict_json(out)
+    assert fit["R0"] == 0.1
+    assert fit["n_points"] == 36  # 41 points, 5 of them below 100
+
+
+def test_example_file_fits_every_run_and_flags_the_short_one(monkeypatch, capsys):
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", str(EXAMPLE), "--json")
+    assert code == 0
+    fits = {fit["run"]: fit for fit in _strict_json(out)}
+    assert set(fits) == {"cispo", "gspo", "dapo", "grpo_short"}
+    # examples/make_example.py draws these runs with A = 0.61, 0.58, 0.52
+    assert [round(fits[run]["A"], 2) for run in ("cispo", "gspo", "dapo")] == pytest.approx([0.61, 0.58, 0.52], abs=0.02)
+    assert fits["grpo_short"]["identified"] is False and fits["grpo_short"]["reason"]
+
+
+def test_the_table_says_in_words_when_a_fit_is_not_identified(monkeypatch, capsys, workdir):
+    from rlscale.console import console
+
+    monkeypatch.setattr(console, "width", 250)  # one table row per line
+    _write_curve(workdir / "early.csv", max_compute=40.0, C_mid=400.0)  # stops long before the inflection
+    _write_curve(workdir / "full.csv", run="full")
+    code, early, _ = run_cli(monkeypatch, capsys, "fit", "early.csv")
+    assert code == 0
+    row = next(line for line in early.splitlines() if line.startswith("│ r "))
+    reason = row.split("not identified: ", 1)[1].strip(" │")
+    assert len(reason) > 10  # the reason in words, e.g. the interval on A is too wide
+    code, full, _ = run_cli(monkeypatch, capsys, "fit", "full.csv")
+    row = next(line for line in full.splitlines() if line.startswith("│ full "))
+    assert "not identified" not in row and "yes" in row
+
+
+def test_fit_of_a_stored_study_saves_the_fits(monkeypatch, capsys, workdir, db_url):
+    code, _, _ = run_cli(monkeypatch, capsys, "import", str(EXAMPLE), "--study", "ablation", "--db", db_url)
+    assert code == 0
+    with Store(db_url) as store:  # a step without an eval has no val_reward: fit must skip it
+        run_id = store.runs_frame("ablation").query("run == 'cispo'")["run_id"].item()
+        store.add_records(run_id, [{"step": 5, "gpu_hours": 100.0, "val_reward": None}])
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", "--study", "ablation", "--db", db_url, "--json")
+    assert code == 0
+    printed = {fit["run"]: fit for fit in _strict_json(out)}
+    with Store(db_url) as store:
+        stored = store.fits_frame("ablation").set_index("run")
+    assert set(stored.index) == set(printed) == {"cispo", "gspo", "dapo", "grpo_short"}
+    assert stored.loc["cispo", "A"] == pytest.approx(printed["cispo"]["A"])
+    assert stored.loc["cispo", "n_points"] == printed["cispo"]["n_points"] == 81
+    assert not stored.loc["grpo_short", "identified"]
+
+
+def test_runs_sharing_a_name_across_seeds_are_fitted_apart(monkeypatch, capsys, db_url):
+    with Store(db_url) as store:
+        for seed, A in ((0, 0.6), (1, 0.65)):
+            run = store.ensure_run("seeds", "cispo", {"loss": "cispo"}, seed=seed)
+            compute = np.linspace(10, 800, 30)
+            store.add_records(run, [{"step": i, "gpu_hours": c, "val_reward": float(sigmoid(c, A, 1.5, 100.0, 0.1))}
+                                    for i, c in enumerate(compute)])
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", "--study", "seeds", "--db", db_url, "--json")
+    assert code == 0
+    fits = {fit["run"]: fit["A"] for fit in _strict_json(out)}
+    assert fits == pytest.approx({"cispo (seed 0)": 0.6, "cispo (seed 1)": 0.65}, abs=0.01)
+    with Store(db_url) as store:
+        assert len(store.fits_frame("seeds")) == 2
+
+
+def test_plot_writes_a_png(monkeypatch, capsys, workdir):
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", str(EXAMPLE), "--plot", "fits.png")
+    assert code == 0
+    assert (workdir / "fits.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["fit"], "error: fit: give either a run-log FILE or --study NAME (not both)"),
+    (["fit", "x.csv", "--study", "s"], "error: fit: give either a run-log FILE or --study NAME (not both)"),
+    (["fit", "--study", "nope"], "error: no study named 'nope' in sqlite:///"),
+])
+def test_wrong_arguments_are_one_line_errors(monkeypatch, capsys, workdir, args, message):
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 2 and err.startswith(message) and err.count("\n") == 1
+
+
+def test_a_malformed_csv_names_line_and_column(monkeypatch, capsys, workdir):
+    (workdir / "bad.csv").write_text("run,compute,reward\na,1,0.1\na,2,0.2\na,three,0.3\n")
+    code, out, err = run_cli(monkeypatch, capsys, "fit", "bad.csv", "--json")
+    assert (code, out) == (2, "")
+    assert err == "error: bad.csv:4: column 'compute': expected a number, got 'three'\n"
