@@ -1,0 +1,37 @@
+"""Notebook API: a DataFrame of (run, compute, reward) records in, a DataFrame of per-run sigmoid fits out."""
+
+import numpy as np
+import pandas as pd
+
+from fitting.sigmoid import FitError, fit_sigmoid
+
+FIT_COLUMNS = ["A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason"]
+SINGLE_RUN = "all"  # run name used when the records have no run column
+
+
+def fit_runs(records: pd.DataFrame, *, run_col="run", compute_col="compute", reward_col="reward",
+             **fit_kwargs) -> pd.DataFrame:
+    """One row per run (in order of first appearance): run, A, B, C_mid, R0, rss, r2, A_lo, A_hi,
+    n_points, identified, reason. Runs that cannot be fitted get NaN parameters, identified False
+    and the FitError message as reason. `fit_kwargs` go to `fit_sigmoid` (r0, min_compute, ...).
+    A missing `compute` column falls back to `gpu_hours`; a missing run column means one run, "all".
+    """
+    if compute_col not in records.columns and compute_col == "compute" and "gpu_hours" in records.columns:
+        compute_col = "gpu_hours"
+    for col in (compute_col, reward_col):
+        if col not in records.columns:
+            raise KeyError(f"records have no column {col!r} (columns: {', '.join(map(str, records.columns))})")
+    if run_col in records.columns:
+        groups = records.groupby(run_col, sort=False, dropna=False)
+    else:
+        groups = [(SINGLE_RUN, records)]
+    rows = []
+    for run, group in groups:
+        try:
+            row = fit_sigmoid(group[compute_col].to_numpy(dtype=float, na_value=np.nan),
+                              group[reward_col].to_numpy(dtype=float, na_value=np.nan), **fit_kwargs).to_dict()
+        except FitError as err:
+            row = {name: np.nan for name in FIT_COLUMNS}
+            row.update(n_points=int(len(group)), identified=False, reason=str(err))
+        rows.append({"run": run, **row})
+    return pd.DataFrame(rows, columns=["run", *FIT_COLUMNS])

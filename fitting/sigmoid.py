@@ -1,0 +1,328 @@
+"""The ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B): the curve, its fit, its intervals.
+
+Inside, parameters are theta = (A, ln B, ln C_mid, R0) and compute enters as u = ln C, so the curve
+is R0 + (A - R0) * expit(B (u - ln C_mid)): B > 0 and C_mid > 0 hold by construction and the fit
+does not care about the unit of compute. The solver is a batched Levenberg-Marquardt in numpy, so
+the start points of the grid and the bootstrap resamples are each solved together in one loop.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import expit
+
+from fitting.bootstrap import percentile_interval, wild_resamples
+
+N_PARAMS = 4
+_A, _LOG_B, _LOG_CMID, _R0 = range(N_PARAMS)
+# Pass-rate variance R(1-R)/k is floored so points near 0 or 1 do not get unbounded weight.
+_VARIANCE_FLOOR = 0.01 * 0.99
+# Relative size of the fitted gain |A - R0| below which the curve is called flat.
+_FLAT_GAIN = 1e-6
+
+
+class FitError(ValueError):
+    """Data that cannot be fitted at all; the message says why."""
+
+
+def sigmoid(compute, A, B, C_mid, R0) -> np.ndarray:
+    """Reward at `compute` (same unit as C_mid): R0 + (A - R0) / (1 + (C_mid / C)^B); R(0) = R0."""
+    compute = np.asarray(compute, dtype=float)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        return R0 + (A - R0) / (1.0 + (C_mid / compute) ** B)
+
+
+@dataclass(frozen=True)
+class SigmoidFit:
+    """One run's fitted sigmoid, its 95% bootstrap interval on A and whether A is identified."""
+
+    A: float
+    B: float
+    C_mid: float
+    R0: float
+    rss: float
+    r2: float
+    A_lo: float
+    A_hi: float
+    n_points: int
+    identified: bool
+    reason: str
+    samples: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    def predict(self, compute) -> np.ndarray:
+        """Fitted reward at `compute`."""
+        return sigmoid(compute, self.A, self.B, self.C_mid, self.R0)
+
+    def predict_interval(self, compute, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """Bootstrap band (lo, hi) of the fitted mean reward at `compute`; NaN when no bootstrap was run."""
+        compute = np.asarray(compute, dtype=float)
+        if self.samples is None or len(self.samples) == 0:
+            nan = np.full(compute.shape, np.nan)
+            return nan, nan.copy()
+        draws = self.samples
+        curves = sigmoid(compute[..., None], draws[:, 0], draws[:, 1], draws[:, 2], draws[:, 3])
+        return percentile_interval(curves, level, axis=-1)
+
+    def to_dict(self) -> dict:
+        """Plain-Python summary with keys A, B, C_mid, R0, rss, r2, A_lo, A_hi, n_points, identified, reason."""
+        return {
+            "A": float(self.A), "B": float(self.B), "C_mid": float(self.C_mid), "R0": float(self.R0),
+            "rss": float(self.rss), "r2": float(self.r2), "A_lo": float(self.A_lo), "A_hi": float(self.A_hi),
+            "n_points": int(self.n_points), "identified": bool(self.identified), "reason": self.reason,
+        }
+
+
+def curve_and_jacobian(theta: np.ndarray, log_compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Curve values (k, n) and Jacobian (k, n, 4) w.r.t. (A, ln B, ln C_mid, R0) for k parameter rows."""
+    A, log_b, log_cmid, R0 = (theta[:, i, None] for i in range(N_PARAMS))
+    B = np.exp(log_b)
+    at_zero = np.isneginf(log_compute)  # C = 0: the curve sits at R0 and no shape parameter moves it
+    z = B * (log_compute - log_cmid)
+    s = expit(z)
+    slope = s * (1.0 - s)
+    gain = A - R0
+    jac = np.empty(z.shape + (N_PARAMS,))
+    jac[..., _A] = s
+    jac[..., _LOG_B] = gain * slope * (np.where(at_zero, 0.0, z) if at_zero.any() else z)
+    jac[..., _LOG_CMID] = -gain * slope * B
+    jac[..., _R0] = 1.0 - s
+    return R0 + gain * s, jac
+
+
+def levenberg_marquardt(model, theta0, y, sqrt_w, lower, upper, free, *, max_iter=200, xtol=1e-10):
+    """Least-squares parameters (k, p) and costs (k,) for k problems solved together.
+
+    `model(theta) -> (f, J)` gives values (k, n) and Jacobian (k, n, p); `y` is (n,) or (k, n);
+    residuals are sqrt_w * (f - y). Bounds are kept by projection with an active set; `free` (p,)
+    marks the parameters that move. Stops per row when a step changes theta by < xtol (relative).
+    """
+    theta = np.minimum(np.maximum(np.array(theta0, dtype=float), lower), upper)
+    k, p = theta.shape
+    eye = np.eye(p)
+
+    def evaluate(t):
+        f, jac = model(t)
+        r = sqrt_w * (f - y)
+        jac = jac * sqrt_w[..., None]
+        cost = np.einsum("kn,kn->k", r, r)
+        return r, jac, np.where(np.isfinite(cost), cost, np.inf)
+
+    r, jac, cost = evaluate(theta)
+    lam = np.full(k, 1e-3)
+    active = np.isfinite(cost)
+    for _ in range(max_iter):
+        if not active.any():
+            break
+        grad = np.matmul(jac.transpose(0, 2, 1), r[..., None])[..., 0]
+        # Parameters pinned at a bound by the gradient leave the step (active set).
+        pinned = ((theta <= lower) & (grad > 0)) | ((theta >= upper) & (grad < 0))
+        moving = free & ~pinned
+        jm = jac * moving[:, None, :]
+        hess = np.matmul(jm.transpose(0, 2, 1), jm)
+        diag = np.diagonal(hess, axis1=1, axis2=2)
+        scale = np.where(moving, np.maximum(diag, 1e-12 * diag.max(axis=1, keepdims=True) + 1e-300), 1.0)
+        damped = hess + (lam[:, None] * scale)[:, :, None] * eye + (~moving)[:, :, None] * eye
+        rhs = np.where(moving, grad, 0.0)
+        with np.errstate(all="ignore"):
+            try:
+                step = -np.linalg.solve(damped, rhs[..., None])[..., 0]
+            except np.linalg.LinAlgError:
+                step = -rhs / np.diagonal(damped, axis1=1, axis2=2)
+        step = np.where(np.isfinite(step) & active[:, None], step, 0.0)
+        trial = np.minimum(np.maximum(theta + step, lower), upper)
+        moved = trial - theta
+        r_t, jac_t, cost_t = evaluate(trial)
+        better = active & (cost_t <= cost)
+        theta[better], r[better], jac[better] = trial[better], r_t[better], jac_t[better]
+        small = np.einsum("kp,kp->k", moved, moved) <= xtol**2 * (np.einsum("kp,kp->k", theta, theta) + xtol)
+        # No change in cost beyond rounding, accepted or not: at the minimum to machine precision.
+        flat = np.abs(cost - cost_t) <= 1e-14 * cost
+        cost = np.where(better, cost_t, cost)
+        lam = np.where(better, np.maximum(lam / 3.0, 1e-12), lam * 5.0)
+        active &= ~(small | flat | (lam > 1e16))
+    return theta, cost
+
+
+def fit_sigmoid(compute, reward, *, r0=None, min_compute=0.0, bounded=True, bootstrap=200, seed=0,
+                max_ci_width=0.1) -> SigmoidFit:
+    """Fitted ScaleRL sigmoid of `reward` against `compute` (any unit; C_mid comes back in it).
+
+    r0: fixed reward before RL (else fitted). min_compute: points below it are dropped.
+    bounded: pass rates (A, R0 in [0, 1], binomial-like noise weights R(1-R)); False for unbounded
+    metrics (plain least squares). bootstrap: wild-bootstrap resamples for A_lo/A_hi and
+    predict_interval (0 for none). max_ci_width: an interval on A wider than this marks the fit
+    unidentified. Raises FitError when fewer than 3 usable points or distinct compute values remain.
+    """
+    x, y = _clean(compute, reward, 0.0 if min_compute is None else float(min_compute), bounded)
+    if r0 is not None and not (np.isfinite(r0) and (not bounded or 0.0 <= r0 <= 1.0)):
+        raise FitError(f"r0 must be a finite reward{' in [0, 1]' if bounded else ''}, got {r0}")
+    # Unbounded metrics are fitted in standard units so the grid and tolerances need no scale.
+    with np.errstate(all="ignore"):
+        shift, unit = (0.0, 1.0) if bounded else _standard_units(y)
+        ys = (y - shift) / unit
+        r0s = None if r0 is None else (r0 - shift) / unit
+        u = np.log(x)
+        free = np.array([True, True, True, r0 is None])
+        lower, upper = _bounds(u, bounded)
+        model = lambda t: curve_and_jacobian(t, u)  # noqa: E731
+        starts = _grid_starts(u, ys, r0s, bounded)
+        # Binomial-like pass-rate noise: weights from the fitted variance R(1-R), first taken from
+        # the best grid curve, then once more from the fit (iteratively reweighted least squares).
+        sqrt_w = _pass_rate_sqrt_weights(model(starts[:1])[0][0]) if bounded else np.ones_like(ys)
+        # A few steps from every start pick the basin; only the best one is then polished.
+        theta, cost = levenberg_marquardt(model, starts, ys, sqrt_w, lower, upper, free, max_iter=8)
+        best = theta[np.argmin(cost)][None, :]
+        if bounded:
+            sqrt_w = _pass_rate_sqrt_weights(model(best)[0][0])
+        best, cost = levenberg_marquardt(model, best, ys, sqrt_w, lower, upper, free)
+        theta_hat = best[0]
+        if not np.all(np.isfinite(theta_hat)) or not np.isfinite(cost[0]):
+            raise FitError("the fit did not converge to finite parameters")
+        fitted, jac = model(best)
+        fitted, jac = fitted[0], jac[0] * sqrt_w[:, None]
+        resid_w = sqrt_w * (ys - fitted)
+        n_free = int(free.sum())
+        dof = len(ys) - n_free
+        se_a = _standard_error_a(jac[:, free], resid_w, dof)
+        samples = None
+        if bootstrap and dof > 0:
+            y_star = wild_resamples(fitted, resid_w, sqrt_w, jac[:, free], bootstrap, seed)
+            draws, draw_cost = levenberg_marquardt(
+                model, np.repeat(best, bootstrap, axis=0), y_star, sqrt_w, lower, upper, free,
+                max_iter=60, xtol=1e-7)
+            keep = np.isfinite(draw_cost) & np.all(np.isfinite(draws), axis=1)
+            samples = _natural(draws[keep], shift, unit)
+        A, B, C_mid, R0 = _natural(best, shift, unit)[0]
+        rss = float(np.sum((y - (shift + unit * fitted)) ** 2))
+        tss = float(np.sum((y - y.mean()) ** 2)) if np.ptp(y) > 0 else 0.0  # mean() of equal values can round
+    r2 = 1.0 - rss / tss if tss > 0 else float("nan")
+    if samples is not None and len(samples) >= 2:
+        A_lo, A_hi = (float(v) for v in percentile_interval(samples[:, 0], 0.95))
+        width, how = A_hi - A_lo, "95% bootstrap interval"
+    else:
+        A_lo = A_hi = float("nan")
+        width, how = 2 * 1.96 * unit * se_a, "approximate 95% interval"
+    reason = _unidentified_reason(x, y, A, C_mid, R0, n_free, width, how, max_ci_width, tss)
+    return SigmoidFit(A=float(A), B=float(B), C_mid=float(C_mid), R0=float(R0), rss=rss, r2=r2,
+                      A_lo=A_lo, A_hi=A_hi, n_points=len(y), identified=not reason, reason=reason,
+                      samples=samples)
+
+
+def _clean(compute, reward, min_compute, bounded) -> tuple[np.ndarray, np.ndarray]:
+    # Drops what cannot be fitted (non-finite, negative or below-cut-off compute), then checks what is left.
+    try:
+        x = np.asarray(compute, dtype=float).ravel()
+        y = np.asarray(reward, dtype=float).ravel()
+    except (TypeError, ValueError) as err:
+        raise FitError(f"compute and reward must be numbers: {err}") from None
+    if x.shape != y.shape:
+        raise FitError(f"compute and reward differ in length: {x.size} vs {y.size}")
+    keep = np.isfinite(x) & np.isfinite(y) & (x >= 0) & (x >= min_compute)
+    x, y = x[keep], y[keep]
+    if len(x) < 3:
+        raise FitError(f"need at least 3 points with finite compute >= {min_compute:g} and finite reward, "
+                       f"got {len(x)}")
+    distinct = np.unique(x)
+    if len(distinct) < 3 or np.count_nonzero(distinct > 0) < 2:
+        raise FitError(f"need at least 3 distinct compute values (2 of them > 0), got {len(distinct)}")
+    if bounded and (y.min() < 0 or y.max() > 1):
+        raise FitError(f"reward outside [0, 1] (min {y.min():g}, max {y.max():g}): "
+                       "pass bounded=False for unbounded metrics")
+    return x, y
+
+
+def _standard_units(y) -> tuple[float, float]:
+    # (shift, unit) so (y - shift) / unit has mean 0 and sd 1; scaled first so huge values do not overflow.
+    size = float(np.max(np.abs(y))) or 1.0
+    shift = size * float(np.mean(y / size))
+    unit = size * float(np.std(y / size))
+    return shift, (unit if unit > 0 and np.isfinite(unit) else size)
+
+
+def _bounds(u, bounded) -> tuple[np.ndarray, np.ndarray]:
+    # C_mid may sit well outside the data (that is what "not identified" looks like), but not anywhere.
+    pos = u[np.isfinite(u)]
+    lo, hi = pos.min(), pos.max()
+    span = hi - lo
+    reward_lo, reward_hi = (0.0, 1.0) if bounded else (-np.inf, np.inf)
+    # exp(+-700) keeps C_mid a positive, finite float whatever the compute range.
+    lower = np.array([reward_lo, np.log(1e-3 / span), max(lo - 3 * span, -700.0), reward_lo])
+    upper = np.array([reward_hi, np.log(1e4 / span), min(hi + 3 * span, 700.0), reward_hi])
+    return lower, upper
+
+
+def _grid_starts(u, y, r0, bounded, n_starts=3) -> np.ndarray:
+    """Start rows (<= n_starts, 4): local minima of the RSS over a (B, ln C_mid) grid with A, R0 solved exactly."""
+    pos = u[np.isfinite(u)]
+    lo, span = pos.min(), pos.max() - pos.min()
+    # The grid is in units of the data's log-compute span, so it is the same for any compute unit.
+    B = np.geomspace(0.3, 100.0, 12) / span
+    log_cmid = lo + np.linspace(-0.5, 2.5, 25) * span
+    bb, mm = np.meshgrid(B, log_cmid, indexing="ij")
+    s = expit(bb.ravel()[:, None] * (u[None, :] - mm.ravel()[:, None]))
+    if r0 is None:
+        s_mean = s.mean(axis=1, keepdims=True)
+        sc = s - s_mean
+        sxx = np.einsum("gn,gn->g", sc, sc)
+        gain = np.where(sxx > 0, sc @ (y - y.mean()) / np.where(sxx > 0, sxx, 1.0), 0.0)
+        R0 = y.mean() - gain * s_mean[:, 0]
+    else:
+        sss = np.einsum("gn,gn->g", s, s)
+        gain = np.where(sss > 0, s @ (y - r0) / np.where(sss > 0, sss, 1.0), 0.0)
+        R0 = np.full_like(gain, r0)
+    A = R0 + gain
+    if bounded:
+        A, R0 = np.clip(A, 0.0, 1.0), np.clip(R0, 0.0, 1.0)
+    resid = R0[:, None] + (A - R0)[:, None] * s - y
+    rss = np.einsum("gn,gn->g", resid, resid).reshape(bb.shape)
+    padded = np.pad(rss, 1, constant_values=np.inf)
+    neighbours = np.minimum.reduce([padded[:-2, 1:-1], padded[2:, 1:-1], padded[1:-1, :-2], padded[1:-1, 2:]])
+    minima = np.flatnonzero((rss <= neighbours).ravel())
+    minima = minima[np.argsort(rss.ravel()[minima], kind="stable")][:n_starts]
+    if minima.size == 0:
+        minima = np.array([np.argmin(rss)])
+    return np.column_stack([A[minima], np.log(bb.ravel()[minima]), mm.ravel()[minima], R0[minima]])
+
+
+def _pass_rate_sqrt_weights(fitted) -> np.ndarray:
+    variance = np.maximum(fitted * (1.0 - fitted), _VARIANCE_FLOOR)
+    sqrt_w = 1.0 / np.sqrt(variance)
+    return sqrt_w / sqrt_w.mean()  # the scale of the weights is irrelevant; keep costs O(rss)
+
+
+def _standard_error_a(jac, resid_w, dof) -> float:
+    # Asymptotic (Jacobian) standard error of A, used for identification when no bootstrap is run.
+    if dof <= 0:
+        return float("inf")
+    sigma2 = float(resid_w @ resid_w) / dof
+    try:
+        cov = np.linalg.pinv(jac.T @ jac) * sigma2
+    except np.linalg.LinAlgError:
+        return float("inf")
+    se = float(np.sqrt(cov[_A, _A])) if cov[_A, _A] >= 0 else float("inf")
+    return se if np.isfinite(se) else float("inf")
+
+
+def _natural(theta, shift, unit) -> np.ndarray:
+    # (A, ln B, ln C_mid, R0) in fitting units -> (A, B, C_mid, R0) in the caller's units.
+    theta = np.atleast_2d(theta)
+    return np.column_stack([shift + unit * theta[:, _A], np.exp(theta[:, _LOG_B]),
+                            np.exp(theta[:, _LOG_CMID]), shift + unit * theta[:, _R0]])
+
+
+def _unidentified_reason(x, y, A, C_mid, R0, n_free, width, how, max_ci_width, tss) -> str:
+    reasons = []
+    if len(y) <= n_free:
+        reasons.append(f"{len(y)} points for {n_free} parameters")
+    spread = max(float(np.ptp(y)), float(np.max(np.abs(y))), 1e-300)
+    if tss == 0:
+        reasons.append("reward is constant")
+    elif abs(A - R0) <= _FLAT_GAIN * spread:
+        reasons.append("fitted curve is flat (A = R0)")
+    elif A < R0:
+        reasons.append("reward decreases with compute (A < R0)")
+    if x.max() < C_mid:
+        reasons.append(f"has not passed the inflection: max C {x.max():.4g} < C_mid {C_mid:.4g}")
+    if not width <= max_ci_width:
+        reasons.append(f"{how} on A is too wide ({width:.3g} > {max_ci_width:g})")
+    return "; ".join(reasons)

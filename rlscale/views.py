@@ -1,0 +1,74 @@
+"""Rich renderings shared by several commands: the live sweep view and the fits table."""
+
+import math
+
+from rich.live import Live
+from rich.table import Table
+
+from rlscale.console import console
+
+STATUS_STYLE = {"done": "green", "running": "cyan", "failed": "red", "stopped": "yellow", "pending": "dim"}
+
+
+def _num(value, fmt: str = "{:.3f}") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return fmt.format(value)
+
+
+def sweep_table(study: str, runs) -> Table:
+    """One row per run: status, step, last validation reward, device/GPU-hours spent vs planned; a total row."""
+    table = Table(title=f"sweep {study}", title_justify="left")
+    for column in ("run", "status", "step", "val reward", "gpu-hours", "planned", "note"):
+        table.add_column(column, justify="right" if column in ("step", "val reward", "gpu-hours", "planned") else "left")
+    for run in runs:
+        style = STATUS_STYLE.get(run.status, "")
+        table.add_row(run.name, f"[{style}]{run.status}[/]", f"{run.step}/{run.recipe.steps}", _num(run.val_reward),
+                      _num(run.gpu_hours, "{:.4f}"), _num(run.planned_gpu_hours, "{:.4f}"), run.note[:60])
+    spent = sum(run.gpu_hours for run in runs)
+    planned = sum(run.planned_gpu_hours for run in runs)
+    finished = sum(run.status in ("done", "failed", "stopped") for run in runs)
+    table.add_section()
+    table.add_row("total", f"{finished}/{len(runs)} finished", "", "", _num(spent, "{:.4f}"), _num(planned, "{:.4f}"), "")
+    return table
+
+
+class SweepView:
+    """A live-updating sweep table (rich), refreshed at most a few times a second."""
+
+    def __init__(self, study: str, *, enabled: bool = True):
+        self.study = study
+        self.enabled = enabled
+        self._live = Live(console=console, refresh_per_second=4, transient=False) if enabled else None
+        self._runs = []
+
+    def __enter__(self) -> "SweepView":
+        if self._live:
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live:
+            self._live.update(sweep_table(self.study, self._runs), refresh=True)
+            self._live.__exit__(*exc)
+
+    def update(self, runs) -> None:
+        """Show the runs' current state."""
+        self._runs = runs
+        if self._live:
+            self._live.update(sweep_table(self.study, runs))
+
+
+def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
+    """A, B, C_mid with the interval on A, R^2 and whether A is identified (in words when it is not)."""
+    table = Table(title=title, title_justify="left")
+    for column in ("run", "A", "A 95% CI", "B", "C_mid", "R0", "R^2", "points", "identified"):
+        table.add_column(column, justify="left" if column in ("run", "identified") else "right")
+    for row in fits.to_dict("records"):
+        identified = "yes" if row.get("identified") else f"[yellow]not identified: {row.get('reason') or '?'}[/]"
+        table.add_row(
+            str(row.get("run")), _num(row.get("A")), f"[{_num(row.get('A_lo'))}, {_num(row.get('A_hi'))}]",
+            _num(row.get("B"), "{:.2f}"), _num(row.get("C_mid"), "{:.4g}"), _num(row.get("R0")),
+            _num(row.get("r2")), str(row.get("n_points", "-")), identified,
+        )
+    return table

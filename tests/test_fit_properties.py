@@ -1,0 +1,83 @@
+"""Property tests: no input makes a fit raise anything but FitError, and degenerate data is never 'identified'."""
+
+import numpy as np
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from fitting.sigmoid import FitError, fit_sigmoid
+
+any_float = st.floats(allow_nan=True, allow_infinity=True, width=64)
+pass_rate = st.floats(0.0, 1.0)
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def fit_or_error(compute, reward, **kwargs):
+    """The fit, or None when it raised FitError (anything else propagates and fails the test)."""
+    try:
+        return fit_sigmoid(compute, reward, bootstrap=kwargs.pop("bootstrap", 0), **kwargs)
+    except FitError:
+        return None
+
+
+@FAST
+@given(arrays(np.float64, st.integers(0, 12), elements=any_float),
+       arrays(np.float64, st.integers(0, 12), elements=any_float),
+       st.booleans())
+def test_arbitrary_arrays_only_ever_raise_fit_error(compute, reward, bounded):
+    fit = fit_or_error(compute, reward, bounded=bounded)
+    if fit is not None:
+        assert fit.n_points >= 3
+        if fit.identified:
+            assert np.isfinite([fit.A, fit.B, fit.C_mid, fit.R0]).all()
+
+
+@FAST
+@given(st.lists(st.tuples(st.floats(0.0, 1e6), pass_rate), min_size=3, max_size=25), st.integers(0, 30))
+def test_pass_rate_fits_with_bootstrap_stay_in_bounds(points, n_resamples):
+    compute, reward = map(np.array, zip(*points))
+    fit = fit_or_error(compute, reward, bootstrap=n_resamples)
+    if fit is not None:
+        assert 0.0 <= fit.A <= 1.0 and 0.0 <= fit.R0 <= 1.0 and fit.B > 0 and fit.C_mid > 0
+        if np.isfinite(fit.A_lo):
+            assert 0.0 <= fit.A_lo <= fit.A_hi <= 1.0
+
+
+@FAST
+@given(st.lists(st.floats(1e-3, 1e6), min_size=3, max_size=20, unique=True), pass_rate)
+def test_constant_reward_is_never_identified(compute, level):
+    fit = fit_or_error(compute, np.full(len(compute), level))
+    assert fit is None or not fit.identified
+
+
+@FAST
+@given(st.lists(st.floats(1e-3, 1e6), min_size=3, max_size=20, unique=True),
+       st.floats(0.05, 0.5), st.floats(0.0, 0.4))
+def test_decreasing_reward_is_never_identified(compute, drop, floor):
+    compute = np.sort(compute)
+    assume(compute[-1] / compute[0] > 1.5)
+    reward = floor + drop * np.linspace(1.0, 0.0, len(compute)) ** 2
+    fit = fit_or_error(compute, reward)
+    assert fit is None or not fit.identified
+
+
+@FAST
+@given(st.floats(1e-3, 1e6), st.lists(pass_rate, min_size=1, max_size=12))
+def test_a_single_compute_value_is_a_fit_error(compute, reward):
+    assert fit_or_error(np.full(len(reward), compute), reward) is None
+
+
+@FAST
+@given(st.lists(st.tuples(st.floats(1e-3, 1e6), pass_rate), min_size=0, max_size=2))
+def test_two_points_are_a_fit_error(points):
+    compute, reward = (np.array(v) for v in zip(*points)) if points else (np.array([]), np.array([]))
+    assert fit_or_error(compute, reward) is None
+
+
+@FAST
+@given(st.lists(st.floats(1.0, 1e4), min_size=3, max_size=8, unique=True), st.integers(2, 5))
+def test_duplicate_compute_values_fit_or_fail_cleanly(compute, copies):
+    x = np.repeat(np.sort(compute), copies)
+    y = np.clip(0.2 + 0.5 * (x / x.max()) + np.resize([0.01, -0.01], x.size), 0, 1)
+    fit = fit_or_error(x, y, bootstrap=20)
+    assert fit is None or fit.n_points == x.size
