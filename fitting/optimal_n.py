@@ -1,0 +1,231 @@
+"""The optimal-n law (IsoCompute Playbook): which rollouts-per-prompt n wins at each compute, and where it goes.
+
+Per-run sigmoid fits give each (B_p, n) run a reward curve R(C). On a log grid of compute the frontier is the
+best fitted reward and its n*; the law `log2 n*(C) = lo + (hi - lo) / (1 + exp(-k (ln C - c0)))` is fitted to
+that step function and extrapolated to a target budget. The law is refused (identified=False, with a reason)
+when the frontier has not bent: too few distinct n*, or n* still moving at the largest compute observed.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from fitting.sigmoid import sigmoid
+
+LAW_PARAMS = ("lo", "hi", "k", "c0")
+
+
+def optimal_rollouts_law(compute, lo, hi, k, c0) -> np.ndarray:
+    """log2 of the optimal rollouts per prompt at `compute` (same unit as the runs' compute)."""
+    log_c = np.log(np.asarray(compute, dtype=float))
+    return lo + (hi - lo) / (1.0 + np.exp(-k * (log_c - c0)))
+
+
+@dataclass(frozen=True)
+class RolloutsLaw:
+    """A fitted optimal-n law, its frontier evidence, and bootstrap draws of (lo, hi, k, c0)."""
+
+    lo: float
+    hi: float
+    k: float
+    c0: float
+    identified: bool
+    reason: str
+    compute_range: tuple[float, float]  # the compute the frontier was observed over
+    frontier: pd.DataFrame = field(repr=False)  # compute, reward, rollouts, prompts_per_batch, run
+    samples: np.ndarray | None = field(default=None, repr=False)  # (m, 4) law parameter draws
+
+    def log2_rollouts(self, compute) -> np.ndarray:
+        """log2 n*(C) from the point estimate."""
+        return optimal_rollouts_law(compute, self.lo, self.hi, self.k, self.c0)
+
+    def predict(self, compute) -> np.ndarray:
+        """n*(C), rollouts per prompt (continuous; round to a power of two to use it)."""
+        return 2.0 ** self.log2_rollouts(compute)
+
+    def predict_interval(self, compute, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) of n*(C) over the bootstrap draws; the point estimate twice when there are none."""
+        if self.samples is None or len(self.samples) < 2:
+            point = self.predict(compute)
+            return point, point
+        draws = np.stack([optimal_rollouts_law(compute, *row) for row in self.samples])
+        tail = (1.0 - level) / 2.0
+        lo, hi = np.quantile(draws, [tail, 1.0 - tail], axis=0)
+        return 2.0**lo, 2.0**hi
+
+    def extrapolation_factor(self, compute: float) -> float:
+        """How far `compute` lies beyond the largest compute observed (1 = inside the data)."""
+        return max(1.0, float(compute) / self.compute_range[1])
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready values (no frontier table, no draws)."""
+        return {
+            "lo": self.lo, "hi": self.hi, "k": self.k, "c0": self.c0,
+            "n_low": 2.0**self.lo, "n_saturation": 2.0**self.hi,
+            "identified": self.identified, "reason": self.reason,
+            "compute_min": self.compute_range[0], "compute_max": self.compute_range[1],
+            "frontier_rollouts": sorted({int(n) for n in self.frontier["rollouts"]}),
+        }
+
+
+def compute_grid(curves: pd.DataFrame, points: int = 60) -> np.ndarray:
+    """A log grid over the compute the runs observed: from the smallest first point to the largest last point."""
+    lo = float(curves["c_min"].min()) if "c_min" in curves else float(curves["C_mid"].min()) / 10.0
+    hi = float(curves["c_max"].max()) if "c_max" in curves else float(curves["C_mid"].max()) * 10.0
+    lo = max(lo, hi * 1e-6)
+    return np.geomspace(lo, hi, points)
+
+
+def frontier(curves: pd.DataFrame, grid: np.ndarray, min_progress: float = 0.1) -> pd.DataFrame:
+    """Best fitted reward at each grid compute and the run (B_p, n) that reaches it.
+
+    `curves` has one row per run: run, prompts_per_batch, rollouts, A, B, C_mid, R0 and optionally c_max;
+    a run's curve is not used beyond the largest compute it observed (c_max), where it would be extrapolation.
+    Grid points where the leader has made less than `min_progress` of its gain (A - R0) are left out: there
+    every curve still sits at R0 and the leader is decided by noise in the fitted R0.
+    """
+    params = curves[["A", "B", "C_mid", "R0"]].to_numpy(float)
+    rewards = np.stack([sigmoid(grid, *row) for row in params])  # (runs, grid)
+    if "c_max" in curves:
+        beyond = grid[None, :] > curves["c_max"].to_numpy(float)[:, None] * (1 + 1e-9)
+        rewards = np.where(beyond, -np.inf, rewards)
+    leader = np.argmax(rewards, axis=0)
+    gain = params[leader, 0] - params[leader, 3]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        progress = (rewards[leader, np.arange(grid.size)] - params[leader, 3]) / gain
+    keep = np.isfinite(rewards).any(axis=0) & (progress >= min_progress)
+    best = np.argmax(rewards[:, keep], axis=0)
+    rows = curves.iloc[best]
+    return pd.DataFrame({
+        "compute": grid[keep],
+        "reward": rewards[best, np.flatnonzero(keep)],
+        "rollouts": rows["rollouts"].to_numpy(int),
+        "prompts_per_batch": rows["prompts_per_batch"].to_numpy(int),
+        "run": rows["run"].to_numpy(),
+    })
+
+
+def fit_law(compute: np.ndarray, log2_n: np.ndarray, start: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """Least-squares (lo, hi, k, c0) for log2 n*(C) on the frontier points; returns (params, rss).
+
+    Multi-start over (c0, k); `start` (e.g. the point estimate, for bootstrap refits) replaces the grid by
+    itself and three c0 starts.
+    """
+    log_c = np.log(compute)
+    span = log_c[-1] - log_c[0] if len(log_c) > 1 else 1.0
+    y_min, y_max = float(log2_n.min()), float(log2_n.max())
+    # the plateau may sit a little beyond what was seen, never far: the bounds make "still rising" visible
+    lower = [y_min - 2.0, y_min - 2.0, 0.05 / span, log_c[0] - span]
+    upper = [y_max + 2.0, y_max + 2.0, 200.0 / span, log_c[-1] + span]
+
+    def residual(theta):
+        return optimal_rollouts_law(compute, *theta) - log2_n
+
+    best = None
+    first, last = float(np.mean(log2_n[: max(1, len(log2_n) // 5)])), float(np.mean(log2_n[-max(1, len(log2_n) // 5):]))
+    if start is None:
+        starts = [[first, last, k, c0] for c0 in np.linspace(log_c[0], log_c[-1], 5)
+                  for k in (2.0 / span, 8.0 / span, 30.0 / span)]
+    else:
+        starts = [start] + [[first, last, 8.0 / span, c0] for c0 in np.linspace(log_c[0], log_c[-1], 3)]
+    for theta0 in starts:
+        theta0 = np.clip(theta0, np.add(lower, 1e-9), np.subtract(upper, 1e-9))
+        sol = least_squares(residual, theta0, bounds=(lower, upper), method="trf")
+        rss = float(np.sum(sol.fun**2))
+        if best is None or rss < best[1] - 1e-12:
+            best = (sol.x, rss)
+    return best[0], best[1]
+
+
+def _law_verdict(theta: np.ndarray, front: pd.DataFrame, *, min_distinct: int, plateau_tol: float,
+                 min_plateau: float) -> tuple[bool, str]:
+    """Whether the frontier has bent enough to pin the law, and why not."""
+    distinct = sorted({int(n) for n in front["rollouts"]})
+    c_lo, c_hi = float(front["compute"].iloc[0]), float(front["compute"].iloc[-1])
+    if len(distinct) < min_distinct:
+        return False, (f"the frontier has not bent: n* takes only {distinct} over compute {c_lo:.3g}-{c_hi:.3g} "
+                       f"(need at least {min_distinct} distinct values; add runs with more rollouts or more compute)")
+    lo, hi, k, c0 = theta
+    if hi < lo - 0.5:
+        return False, (f"n* falls with compute (fitted from n={2**lo:.0f} to n={2**hi:.0f}), not the rise-then-saturate "
+                       "shape of the Playbook: check the low-compute runs")
+    # saturation must be seen, not inferred: the last n* has to hold over a real stretch of the data
+    log_c = np.log(front["compute"].to_numpy(float))
+    last = front["rollouts"].to_numpy()
+    start_last = log_c[np.flatnonzero(last != last[-1])[-1] + 1] if (last != last[-1]).any() else log_c[0]
+    held = (log_c[-1] - start_last) / max(log_c[-1] - log_c[0], 1e-12)
+    if held < min_plateau:
+        return False, (f"the frontier has not bent: n* is still moving at the largest compute observed ({c_hi:.3g}); "
+                       f"the last n* = {int(last[-1])} holds over only {held:.0%} of the log-compute range "
+                       f"(need {min_plateau:.0%}), so extrapolation would be a guess")
+    log_c_hi = np.log(c_hi)
+    gap_end = abs(float(optimal_rollouts_law(c_hi, *theta)) - hi)
+    if gap_end > plateau_tol or c0 >= log_c_hi:
+        return False, (f"the frontier has not bent: n* is still moving at the largest compute observed ({c_hi:.3g}); "
+                       f"its plateau (n={2**hi:.0f}) is not in the data, so extrapolation would be a guess")
+    if abs(hi - lo) < 0.5:
+        return False, "the law is flat (n* varies by less than a factor sqrt(2)): noise, not a trend"
+    return True, "n* rises and saturates within the observed compute"
+
+
+def fit_optimal_rollouts(
+    curves: pd.DataFrame,
+    *,
+    draws: dict | None = None,
+    grid_points: int = 60,
+    bootstrap: int = 200,
+    seed: int = 0,
+    min_distinct: int = 3,
+    plateau_tol: float = 0.35,
+    min_plateau: float = 0.2,
+    min_progress: float = 0.1,
+) -> RolloutsLaw:
+    """Fit the optimal-n law to per-run sigmoid fits.
+
+    curves: one row per run (run, prompts_per_batch, rollouts, A, B, C_mid, R0, optional c_min/c_max).
+    draws: optional {run: (m, 4) array of (A, B, C_mid, R0)} bootstrap draws of each run's fit; the law's
+    interval propagates them (each draw rebuilds the frontier and refits). Without draws the frontier
+    points are resampled instead. plateau_tol is in log2 units (0.35 ~ a factor 1.27 in n); min_plateau is the
+    fraction of the observed log-compute range the final n* must hold for; min_progress: see `frontier`.
+    """
+    usable = curves[["A", "B", "C_mid", "R0", "rollouts"]].notna().all(axis=1)
+    curves = curves[usable].reset_index(drop=True)
+    if curves["rollouts"].nunique() < 2:
+        raise ValueError("the optimal-n law needs fitted runs at two or more rollouts values")
+    grid = compute_grid(curves, grid_points)
+    front = frontier(curves, grid, min_progress)
+    if len(front) < 4:
+        raise ValueError("the frontier has fewer than 4 points where any run has risen above its start")
+    log2_n = np.log2(front["rollouts"].to_numpy(float))
+    theta, _ = fit_law(front["compute"].to_numpy(), log2_n)
+    identified, reason = _law_verdict(theta, front, min_distinct=min_distinct, plateau_tol=plateau_tol,
+                                      min_plateau=min_plateau)
+    samples = _bootstrap_law(curves, grid, front, draws, bootstrap, seed, theta, min_progress) if bootstrap > 0 else None
+    return RolloutsLaw(
+        lo=float(theta[0]), hi=float(theta[1]), k=float(theta[2]), c0=float(theta[3]),
+        identified=identified, reason=reason,
+        compute_range=(float(front["compute"].iloc[0]), float(front["compute"].iloc[-1])),
+        frontier=front, samples=samples,
+    )
+
+
+def _bootstrap_law(curves, grid, front, draws, bootstrap, seed, theta_hat, min_progress) -> np.ndarray:
+    """(m, 4) law parameters: refit on frontiers rebuilt from the runs' parameter draws, or on resampled points."""
+    rng = np.random.default_rng(seed)
+    thetas = []
+    usable = draws and all(len(np.asarray(draws.get(run, []))) > 0 for run in curves["run"])
+    for b in range(bootstrap):
+        if usable:
+            rows = np.stack([np.asarray(draws[run])[b % len(draws[run])] for run in curves["run"]])
+            drawn = curves.copy()
+            drawn[["A", "B", "C_mid", "R0"]] = rows
+            f = frontier(drawn, grid, min_progress)
+            if len(f) < 4:
+                continue
+        else:
+            f = front.iloc[np.sort(rng.integers(0, len(front), len(front)))]
+        theta, _ = fit_law(f["compute"].to_numpy(), np.log2(f["rollouts"].to_numpy(float)), start=theta_hat)
+        thetas.append(theta)
+    return np.array(thetas)

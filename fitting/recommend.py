@@ -1,0 +1,311 @@
+"""The next allocation (B_p, n, M) for a target budget, following the IsoCompute Playbook.
+
+Tune n first (the optimal-n law), take the smallest B_p whose asymptote is within the noise band of the
+best and that trained stably (ScaleRL: truncation rate < 5%), give the rest of the budget to steps M.
+Refuses (Refusal, with the reason) when the evidence cannot support the decision.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from fitting.optimal_n import RolloutsLaw
+from fitting.records import record_breaking_points
+from fitting.sigmoid import FitError, fit_sigmoid
+
+NOISE_BAND = 0.02  # ScaleRL: |dA| below this is seed-to-seed noise
+MAX_TRUNCATION = 0.05  # ScaleRL: stable runs keep the truncation rate below 5%
+CURVE_COLUMNS = ["run_id", "run", "prompts_per_batch", "rollouts", "status", "A", "B", "C_mid", "R0", "A_lo", "A_hi",
+                 "r2", "n_points", "identified", "reason", "c_min", "c_max", "truncation_rate"]
+
+
+class Refusal(Exception):
+    """The data cannot support a recommendation; str() is the reason a user reads."""
+
+
+def run_geometry(runs: pd.DataFrame) -> pd.DataFrame:
+    """runs with prompts_per_batch and rollouts columns, taken from each run's `config` when not given."""
+    runs = runs.copy()
+    for key in ("prompts_per_batch", "rollouts"):
+        if key not in runs.columns:
+            runs[key] = [(cfg or {}).get(key) for cfg in runs.get("config", [None] * len(runs))]
+    return runs
+
+
+def run_labels(runs: pd.DataFrame) -> pd.Series:
+    """Display names: the run name, with the seed added where several runs share it."""
+    names = runs["run"].astype(str)
+    if "seed" not in runs.columns:
+        return names
+    shared = names.duplicated(keep=False)
+    return names.where(~shared, names + " (seed " + runs["seed"].astype(str) + ")")
+
+
+def late_truncation_rate(records: pd.DataFrame) -> float:
+    """Mean truncation rate over the last quarter of a run's records (where a crashing run climbs); NaN if unrecorded."""
+    if "truncation_rate" not in records.columns:
+        return float("nan")
+    rates = pd.to_numeric(records.sort_values("step")["truncation_rate"], errors="coerce").dropna().to_numpy()
+    if rates.size == 0:
+        return float("nan")
+    return float(rates[-max(1, rates.size // 4):].mean())
+
+
+def run_curves(records: pd.DataFrame, runs: pd.DataFrame, *, compute_col: str = "gpu_hours",
+               reward_col: str = "val_reward", record_breaking: bool = True, bin_width: float = 0.01,
+               min_compute: float = 0.0, bootstrap: int = 100, seed: int = 0) -> tuple[pd.DataFrame, dict]:
+    """Per-run sigmoid fits for the optimal-n law and recommend: (curves, draws).
+
+    curves: one row per run (CURVE_COLUMNS); runs that cannot be fitted keep NaN parameters and the reason.
+    draws: {run: (m, 4) bootstrap (A, B, C_mid, R0)}. Fits use the record-breaking points (IsoCompute) when
+    record_breaking is set. Runs are keyed by run_id when both frames have it, else by name.
+    """
+    runs = run_geometry(runs)
+    key = "run_id" if "run_id" in runs.columns and "run_id" in records.columns else "run"
+    runs["label"] = run_labels(runs)
+    rows, draws = [], {}
+    for run in runs.to_dict("records"):
+        mine = records[records[key] == run[key]]
+        mine = mine[np.isfinite(pd.to_numeric(mine[reward_col], errors="coerce").astype(float))]
+        compute = mine[compute_col].to_numpy(float)
+        reward = mine[reward_col].to_numpy(float)
+        label = run["label"]
+        row = {"run_id": run.get("run_id"), "run": label, "prompts_per_batch": run["prompts_per_batch"],
+               "rollouts": run["rollouts"], "status": run.get("status", "done"),
+               "c_min": float(compute[compute > 0].min()) if (compute > 0).any() else np.nan,
+               "c_max": float(compute.max()) if compute.size else np.nan,
+               "truncation_rate": late_truncation_rate(mine)}
+        keep = record_breaking_points(compute, reward, bin_width) if record_breaking else np.arange(compute.size)
+        try:
+            fit = fit_sigmoid(compute[keep], reward[keep], min_compute=min_compute, bootstrap=bootstrap, seed=seed)
+        except FitError as err:
+            row.update(A=np.nan, B=np.nan, C_mid=np.nan, R0=np.nan, A_lo=np.nan, A_hi=np.nan, r2=np.nan,
+                       n_points=int(keep.size), identified=False, reason=f"not fitted: {err}")
+        else:
+            row.update({k: v for k, v in fit.to_dict().items() if k != "rss"})
+            if fit.samples is not None and len(fit.samples):
+                draws[label] = fit.samples
+        rows.append(row)
+    return pd.DataFrame(rows, columns=CURVE_COLUMNS), draws
+
+
+def fitted(curves: pd.DataFrame) -> pd.DataFrame:
+    """Runs with finite curve parameters (identified or not) and known geometry."""
+    ok = curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)
+    ok &= curves["prompts_per_batch"].notna() & curves["rollouts"].notna()
+    return curves[ok]
+
+
+def stable(curves: pd.DataFrame, max_truncation: float = MAX_TRUNCATION) -> pd.Series:
+    """Runs that finished without failing and kept truncation below the limit (when it was recorded)."""
+    truncation = curves["truncation_rate"].astype(float)
+    return (curves["status"].fillna("done") != "failed") & ~(truncation >= max_truncation)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """A production allocation and the evidence behind it; compute in the study's unit (GPU-hours)."""
+
+    budget: float
+    prompts_per_batch: int
+    rollouts: int
+    steps: int
+    n_star: float  # the law's continuous n*(budget)
+    n_star_interval: tuple[float, float]
+    predicted_reward: float
+    predicted_interval: tuple[float, float]
+    predicted_from: str  # the run whose curve gives the prediction
+    extrapolation: float  # budget / largest compute observed
+    law: dict
+    evidence: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready values."""
+        return {
+            "budget": self.budget, "prompts_per_batch": self.prompts_per_batch, "rollouts": self.rollouts,
+            "steps": self.steps, "n_star": self.n_star, "n_star_interval": list(self.n_star_interval),
+            "predicted_reward": self.predicted_reward, "predicted_interval": list(self.predicted_interval),
+            "predicted_from": self.predicted_from, "extrapolation": self.extrapolation, "law": self.law,
+            "evidence": self.evidence, "notes": self.notes,
+        }
+
+
+def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_for: Callable[[float, int, int], int],
+              draws: dict | None = None, noise_band: float = NOISE_BAND,
+              max_truncation: float = MAX_TRUNCATION) -> Recommendation:
+    """(B_p, n, M) for `budget`: n from the law, the smallest stable B_p within noise of the best A, M = steps_for.
+
+    steps_for(budget, prompts_per_batch, rollouts) -> steps is the cost model. Raises Refusal when the law
+    is unidentified, when the runs at the recommended n have no identified fit, or when no step fits the budget.
+    """
+    if not budget > 0:
+        raise ValueError(f"budget must be > 0, got {budget}")
+    if not law.identified:
+        raise Refusal(f"no recommendation: the optimal-n law is not identified: {law.reason}")
+    n_star = float(law.predict(budget))
+    n_lo, n_hi = (float(v) for v in law.predict_interval(budget))
+    n_rec = int(2 ** round(np.log2(n_star)))
+    notes = []
+
+    usable = fitted(curves)
+    tested = np.array(sorted({int(n) for n in usable["rollouts"]}))
+    n_ev = int(tested[np.argmin(np.abs(np.log2(tested) - np.log2(n_rec)))])
+    if n_ev != n_rec:
+        notes.append(f"n = {n_rec} was not tested; B_p and the predicted reward come from the runs at n = {n_ev}")
+    at_n = usable[usable["rollouts"] == n_ev].copy()
+    at_n["stable"] = stable(at_n, max_truncation)
+    trusted = at_n[at_n["identified"].astype(bool) & at_n["stable"]]
+    if trusted.empty:
+        why = "; ".join(f"{r.run}: {r.reason or 'unstable (truncation or failed)'}" for r in at_n.itertuples())
+        raise Refusal(f"no recommendation: no run at n = {n_ev} has an identified fit and trained stably ({why})")
+    best_A = float(trusted["A"].max())
+    within = trusted[trusted["A"] >= best_A - noise_band].sort_values(["prompts_per_batch", "A"], ascending=[True, False])
+    chosen = within.iloc[0]
+    prompts = int(chosen["prompts_per_batch"])
+    steps = int(steps_for(budget, prompts, n_rec))
+    if steps < 1:
+        raise Refusal(f"no recommendation: a budget of {budget:g} does not pay for one step at B_p = {prompts}, n = {n_rec}")
+
+    params = chosen[["A", "B", "C_mid", "R0"]].to_numpy(float)
+    from fitting.sigmoid import sigmoid
+
+    reward = float(sigmoid(budget, *params))
+    samples = (draws or {}).get(chosen["run"])
+    if samples is not None and len(samples) >= 2:
+        curve = sigmoid(budget, samples[:, 0], samples[:, 1], samples[:, 2], samples[:, 3])
+        lo, hi = (float(v) for v in np.quantile(curve, [0.025, 0.975]))
+    else:
+        lo = hi = float("nan")
+        notes.append("no bootstrap draws for the chosen run: the reward interval is unknown")
+    extrapolation = law.extrapolation_factor(budget)
+    if extrapolation > 10:
+        notes.append(f"the budget is {extrapolation:.0f}x the largest compute observed: treat the law as a guess there")
+
+    evidence = []
+    for row in at_n.itertuples():
+        evidence.append({
+            "run": row.run, "prompts_per_batch": int(row.prompts_per_batch), "rollouts": int(row.rollouts),
+            "A": row.A, "A_lo": row.A_lo, "A_hi": row.A_hi, "identified": bool(row.identified),
+            "reason": row.reason or "", "truncation_rate": row.truncation_rate, "stable": bool(row.stable),
+            "within_noise_of_best": bool(row.identified and row.stable and row.A >= best_A - noise_band),
+            "chosen": row.run == chosen["run"],
+        })
+    return Recommendation(
+        budget=float(budget), prompts_per_batch=prompts, rollouts=n_rec, steps=steps,
+        n_star=n_star, n_star_interval=(n_lo, n_hi), predicted_reward=reward, predicted_interval=(lo, hi),
+        predicted_from=str(chosen["run"]), extrapolation=extrapolation,
+        law={**law.to_dict(), "frontier": frontier_segments(law.frontier)}, evidence=evidence, notes=notes,
+    )
+
+
+def frontier_segments(front: pd.DataFrame) -> list[dict]:
+    """The frontier as runs of constant n*: [{rollouts, prompts_per_batch, run, compute_from, compute_to}]."""
+    segments = []
+    for row in front.itertuples():
+        if segments and segments[-1]["run"] == row.run:
+            segments[-1]["compute_to"] = float(row.compute)
+        else:
+            segments.append({"rollouts": int(row.rollouts), "prompts_per_batch": int(row.prompts_per_batch),
+                             "run": str(row.run), "compute_from": float(row.compute), "compute_to": float(row.compute)})
+    return segments
+
+
+# --- the edge: a stored study in, a recommendation out --------------------------------------------------
+
+COMPUTE_COLUMNS = {"gpu_hours": "gpu_hours", "rollouts": "rollouts", "tokens": "tokens"}
+
+
+def study_unit(spec: dict) -> str:
+    """The study's compute unit (gpu_hours, rollouts, tokens); gpu_hours when the spec does not say."""
+    return ((spec or {}).get("compute") or {}).get("unit") or "gpu_hours"
+
+
+def steps_model(spec: dict, records: pd.DataFrame, runs: pd.DataFrame, *, profile: str | None = None):
+    """(steps_for(budget, B_p, n) -> steps, description) in the study's compute unit.
+
+    GPU-hours use, in order: the named profile, a profile calibrated on the study's own measured records,
+    the study's profile (compute.profile, else the default for its model).
+    """
+    from planner.cost import calibrate, step_gpu_hours, steps_within
+
+    unit = study_unit(spec)
+    if unit == "rollouts":
+        return (lambda budget, bp, n: steps_within(budget, bp * n)), "rollouts: B_p x n per step"
+    if unit == "tokens":
+        both = records.dropna(subset=["tokens", "rollouts"]) if {"tokens", "rollouts"} <= set(records.columns) else records.iloc[:0]
+        both = both[both["rollouts"].astype(float) > 0]
+        per_rollout = float((both["tokens"].astype(float) / both["rollouts"].astype(float)).median()) if len(both) else float(
+            ((spec or {}).get("recipe") or {}).get("max_new_tokens", 16))
+        return (lambda budget, bp, n: steps_within(budget, bp * n * per_rollout)), f"tokens: {per_rollout:.1f} per rollout"
+    chosen, how = None, ""
+    if profile is not None:
+        from planner.profiles import load_profile
+
+        chosen, how = load_profile(profile), f"profile {profile}"
+    else:
+        try:
+            chosen, quality = calibrate(records, runs, name="measured")
+            how = f"calibrated on the study's records (r2 {quality.r2:.2f})"
+            if not quality.r2 >= 0.5:
+                chosen = None
+        except Exception:  # any calibration failure falls back to the study's profile
+            chosen = None
+        if chosen is None:
+            from planner.study import default_profile, parse_study
+
+            chosen = default_profile(parse_study(spec, file="study spec"))
+            how = f"profile {chosen.name}"
+    return (lambda budget, bp, n: steps_within(budget, step_gpu_hours(chosen, bp, n), chosen.startup_gpu_hours)), how
+
+
+def pick_study(store, study: str | None) -> str:
+    """`study`, or the only stored study whose runs try more than one rollouts value."""
+    if study is not None:
+        store.study_spec(study)  # UserError naming the known studies if it does not exist
+        return study
+    from rlscale.errors import UserError
+
+    candidates = []
+    for name in store.study_names():
+        runs = run_geometry(store.runs_frame(name))
+        if runs["rollouts"].nunique() >= 2:
+            candidates.append(name)
+    if len(candidates) != 1:
+        known = ", ".join(candidates) or "none"
+        raise UserError(f"pick the study with --study (studies that vary rollouts: {known})", field="--study")
+    return candidates[0]
+
+
+def recommend_study(store, study: str, budget: float, *, profile: str | None = None, bootstrap: int = 100,
+                    seed: int = 0) -> tuple[Recommendation, dict]:
+    """(recommendation, study spec) for a stored study; Refusal when the evidence is not enough."""
+    from fitting.optimal_n import fit_optimal_rollouts
+
+    spec = store.study_spec(study)
+    runs = store.runs_frame(study)
+    records = store.records_frame(study)
+    unit = study_unit(spec)
+    if records["val_reward"].notna().sum() == 0:
+        raise Refusal(f"no recommendation: study {study!r} has no evaluated records yet")
+    curves, draws = run_curves(records, runs, compute_col=COMPUTE_COLUMNS[unit], bootstrap=bootstrap, seed=seed)
+    usable = fitted(curves)
+    if usable["rollouts"].nunique() < 2:
+        raise Refusal(f"no recommendation: study {study!r} has fitted runs at {usable['rollouts'].nunique()} rollouts "
+                      "value(s); the optimal-n law needs an IsoCompute study that varies rollouts")
+    law = fit_optimal_rollouts(usable, draws=draws, bootstrap=bootstrap, seed=seed)
+    steps_for, cost_how = steps_model(spec, records, runs, profile=profile)
+    rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=draws)
+    rec.notes.append(f"compute in {unit}; steps from the cost model: {cost_how}")
+    return rec, spec
+
+
+def recommended_recipe(spec: dict, rec: Recommendation):
+    """The study's base recipe with the recommended B_p, n and M."""
+    from planner.recipe import Recipe
+
+    base = Recipe.model_validate((spec or {}).get("recipe") or {}).to_json()
+    return Recipe.model_validate({**base, "prompts_per_batch": rec.prompts_per_batch, "rollouts": rec.rollouts,
+                                  "steps": rec.steps})

@@ -1,0 +1,344 @@
+"""A study's report: per-run fits in words, ScaleRL's leave-one-out table, curves and the linearised F(R) plot.
+
+Writes report.md with PNGs beside it and one self-contained report.html (PNGs inlined as base64) that a
+person opens in a browser. The tables are built once (pure functions of the fits) and rendered three ways:
+markdown, HTML, and rich in the terminal (the command).
+"""
+
+import base64
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fitting.recommend import NOISE_BAND, run_curves, run_labels, study_unit
+
+COMPUTE_LABELS = {"gpu_hours": "GPU-hours", "rollouts": "rollouts", "tokens": "tokens"}
+
+
+def identified_in_words(row) -> str:
+    """'identified', or 'not identified: <reason>' (the fit's own words)."""
+    if bool(row["identified"]):
+        return "identified"
+    return f"not identified: {row['reason']}" if row.get("reason") else "not identified"
+
+
+def fit_rows(curves: pd.DataFrame) -> list[dict]:
+    """One plain dict per run: run, A, A_lo, A_hi, B, C_mid, R0, r2, n_points, identified (bool), status (words)."""
+    rows = []
+    for row in curves.to_dict("records"):
+        rows.append({k: row.get(k) for k in ("run", "A", "A_lo", "A_hi", "B", "C_mid", "R0", "r2", "n_points")}
+                    | {"identified": bool(row["identified"]), "status": identified_in_words(row)})
+    return rows
+
+
+def loo_table(curves: pd.DataFrame, baseline: str = "baseline", noise_band: float = NOISE_BAND) -> list[dict]:
+    """ScaleRL's leave-one-out table: each variant's A [lo, hi], B, C_mid, dA vs the full recipe and whether |dA| is beyond noise."""
+    by_name = {row["run"]: row for row in curves.to_dict("records")}
+    if baseline not in by_name:
+        raise ValueError(f"no {baseline!r} run to compare against (runs: {', '.join(map(str, by_name))})")
+    base = by_name[baseline]
+    rows = []
+    for name, row in by_name.items():
+        dA = row["A"] - base["A"] if np.isfinite(row["A"]) and np.isfinite(base["A"]) else float("nan")
+        dB = row["B"] - base["B"] if np.isfinite(row["B"]) and np.isfinite(base["B"]) else float("nan")
+        trusted = bool(row["identified"]) and bool(base["identified"])
+        if name == baseline:
+            verdict = "full recipe"
+        elif not np.isfinite(dA):
+            verdict = "no fit"
+        elif not trusted:
+            verdict = "unidentified fit: dA not meaningful"
+        elif abs(dA) >= noise_band:
+            verdict = "beyond noise: " + ("better" if dA > 0 else "worse") + " asymptote without this component"
+        else:
+            verdict = f"within noise (|dA| < {noise_band:g})"
+        rows.append({"variant": name, "A": row["A"], "A_lo": row["A_lo"], "A_hi": row["A_hi"], "B": row["B"],
+                     "C_mid": row["C_mid"], "dA": 0.0 if name == baseline else dA, "dB": 0.0 if name == baseline else dB,
+                     "beyond_noise": bool(name != baseline and trusted and np.isfinite(dA) and abs(dA) >= noise_band),
+                     "identified": bool(row["identified"]), "verdict": verdict})
+    return rows
+
+
+def linearised(reward, A: float, R0: float) -> np.ndarray:
+    """ScaleRL's F(R) = (A - R) / (R - R0); NaN where R is not strictly between R0 and A.
+
+    For the sigmoid, F = (C_mid / C)^B: a straight line of slope -B against C on log-log axes.
+    """
+    reward = np.asarray(reward, dtype=float)
+    lo, hi = min(A, R0), max(A, R0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = (A - reward) / (reward - R0)
+    return np.where((reward > lo) & (reward < hi) & (value > 0), value, np.nan)
+
+
+def plot_linearised(records: pd.DataFrame, curves: pd.DataFrame, path, *, compute_col: str, reward_col: str,
+                    title: str | None = None) -> Path:
+    """PNG of F(R) against compute on log-log axes per run: points and the fitted line (C_mid / C)^B."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5), dpi=120)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    drawn = 0
+    for i, row in enumerate(curves.to_dict("records")):
+        if not np.isfinite(row["A"]):
+            continue
+        color = colors[i % len(colors)]
+        mine = records[records["run"] == row["run"]]
+        compute = mine[compute_col].to_numpy(float)
+        value = linearised(mine[reward_col].to_numpy(float), row["A"], row["R0"])
+        ok = np.isfinite(value) & (compute > 0)
+        ax.scatter(compute[ok], value[ok], s=12, color=color, alpha=0.6)
+        if ok.any():
+            grid = np.geomspace(compute[ok].min(), compute[ok].max() * 2, 50)
+            ax.plot(grid, (row["C_mid"] / grid) ** row["B"], color=color, lw=1.6,
+                    label=f"{row['run']}  B={row['B']:.2f}" + ("" if row["identified"] else " (not identified)"))
+            drawn += 1
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(COMPUTE_LABELS.get(compute_col, compute_col))
+    ax.set_ylabel("F(R) = (A - R) / (R - R0)")
+    ax.set_title(title or "Linearised curves: slope -B, F = 1 at C_mid", fontsize=10)
+    ax.grid(True, which="both", alpha=0.25)
+    if drawn:  # outside the axes: with many runs an inside legend hides the points
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_frontier(law, path, *, compute_col: str, extrapolate_to: float | None = None) -> Path:
+    """PNG of the frontier's n*(C) (steps) and the fitted optimal-n law (dashed beyond the data)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    front = law.frontier
+    c_lo, c_hi = law.compute_range
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=120)
+    ax.step(front["compute"], front["rollouts"], where="post", color="tab:gray", label="frontier n*")
+    inside = np.geomspace(c_lo, c_hi, 200)
+    beyond = np.geomspace(c_hi, extrapolate_to or 4 * c_hi, 100)
+    ax.plot(inside, law.predict(inside), color="tab:blue", lw=2, label="law " + ("(identified)" if law.identified else "(not identified)"))
+    ax.plot(beyond, law.predict(beyond), color="tab:blue", lw=2, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel(COMPUTE_LABELS.get(compute_col, compute_col))
+    ax.set_ylabel("rollouts per prompt n*")
+    ax.set_title("Optimal n: frontier and law" + ("" if law.identified else f" - {law.reason[:80]}"), fontsize=9)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+@dataclass
+class Report:
+    """Everything the report shows, as plain data; `files` are the written paths."""
+
+    study: str
+    method: str
+    description: str
+    unit: str
+    fits: list[dict]
+    loo: list[dict] | None = None
+    law: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    plots: dict[str, Path] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-ready."""
+        return {"study": self.study, "method": self.method, "unit": self.unit, "fits": self.fits, "loo": self.loo,
+                "law": self.law, "notes": self.notes, "files": {k: str(v) for k, v in {**self.plots, **self.files}.items()}}
+
+
+def build_report(spec: dict, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, study: str,
+                 bootstrap: int = 200, seed: int = 0) -> Report:
+    """Fit, plot and write report.md, *.png and report.html into out_dir; returns the Report."""
+    from fitting.plots import plot_study
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    method = (spec or {}).get("method", "grid")
+    unit = study_unit(spec)
+    compute_col = {"gpu_hours": "gpu_hours", "rollouts": "rollouts", "tokens": "tokens"}[unit]
+    metric = (spec or {}).get("metric") or "val_reward"
+    records = records[pd.to_numeric(records[metric], errors="coerce").notna()].copy()
+    runs = runs.copy()
+    runs["label"] = run_labels(runs)
+    records["run"] = records["run_id"].map(dict(zip(runs["run_id"], runs["label"])))
+    report = Report(study=study, method=method, description=(spec or {}).get("description", ""), unit=unit, fits=[])
+    if records.empty:
+        report.notes.append("no evaluated records yet: nothing to fit")
+        return write_report(report, out)
+
+    # IsoCompute fits the running frontier (record-breaking points); ScaleRL fits every evaluation
+    record_breaking = method == "isocompute"
+    per_run = runs.assign(run=runs["label"]).drop(columns=["run_id", "seed"], errors="ignore")
+    curves, draws = run_curves(records.drop(columns=["run_id"]), per_run, compute_col=compute_col, reward_col=metric,
+                               record_breaking=record_breaking, bootstrap=bootstrap, seed=seed)
+    report.fits = fit_rows(curves)
+    report.plots["curves"] = plot_study(records, curves, out / "curves.png", run_col="run", compute_col=compute_col,
+                                        reward_col=metric, title=f"{study}: reward vs compute, fitted sigmoids "
+                                        "(dashed: extrapolation, band: 95% interval on A)")
+    linear_from = (records, curves)
+    if method == "loo":
+        # one curve per variant: its seeds pooled (ScaleRL's noise band is the seed-to-seed spread)
+        names = dict(zip(runs["run_id"], runs["run"]))
+        pooled = records.assign(run=records["run_id"].map(names)).drop(columns=["run_id"])
+        variants = runs.drop_duplicates("run").drop(columns=["run_id", "seed", "label"], errors="ignore")
+        loo_curves, _ = run_curves(pooled, variants, compute_col=compute_col,
+                                   reward_col=metric, record_breaking=False, bootstrap=bootstrap, seed=seed)
+        try:
+            report.loo = loo_table(loo_curves)
+        except ValueError as err:
+            report.notes.append(f"no leave-one-out table: {err}")
+        if runs["run"].duplicated().any():
+            report.notes.append("leave-one-out rows pool each variant's seeds into one fit")
+        report.plots["loo_curves"] = plot_study(pooled, loo_curves, out / "loo_curves.png", run_col="run",
+                                                compute_col=compute_col, reward_col=metric,
+                                                title=f"{study}: leave-one-out variants (seeds pooled)")
+        linear_from = (pooled, loo_curves)
+    report.plots["linearised"] = plot_linearised(*linear_from, out / "linearised.png", compute_col=compute_col,
+                                                 reward_col=metric)
+    geometry = curves[["prompts_per_batch", "rollouts"]].dropna()
+    if geometry["rollouts"].nunique() >= 2:
+        from fitting.optimal_n import fit_optimal_rollouts
+
+        usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]
+        if usable["rollouts"].nunique() >= 2:
+            law = fit_optimal_rollouts(usable, draws=draws, bootstrap=min(bootstrap, 50), seed=seed)
+            report.law = law.to_dict()
+            report.plots["optimal_n"] = plot_frontier(law, out / "optimal_n.png", compute_col=compute_col)
+    unidentified = [row["run"] for row in report.fits if not row["identified"]]
+    if unidentified:
+        report.notes.append(f"{len(unidentified)} of {len(report.fits)} fits are not identified: their A is not "
+                            "a measurement (see the reason in each row)")
+    return write_report(report, out)
+
+
+def write_report(report: Report, out: Path) -> Report:
+    """Write report.md and report.html for `report` into `out`."""
+    report.files["markdown"] = out / "report.md"
+    report.files["markdown"].write_text(render_markdown(report))
+    report.files["html"] = out / "report.html"
+    report.files["html"].write_text(render_html(report))
+    return report
+
+
+def _f(value, fmt="{:.3f}") -> str:
+    try:
+        return fmt.format(value) if value is not None and np.isfinite(value) else "-"
+    except (TypeError, ValueError):
+        return "-"
+
+
+def _interval(row) -> str:
+    return f"{_f(row['A'])} [{_f(row['A_lo'])}, {_f(row['A_hi'])}]"
+
+
+FIT_HEADER = ["run", "A [95%]", "B", "C_mid", "R0", "r2", "points", "fit"]
+LOO_HEADER = ["variant", "A [95%]", "B", "C_mid", "dA", "dB", "beyond 0.02 noise", "verdict"]
+
+
+def fit_cells(row) -> list[str]:
+    """Table cells of one per-run fit."""
+    return [str(row["run"]), _interval(row), _f(row["B"], "{:.2f}"), _f(row["C_mid"], "{:.4g}"), _f(row["R0"]),
+            _f(row["r2"]), str(row["n_points"]), row["status"]]
+
+
+def loo_cells(row) -> list[str]:
+    """Table cells of one leave-one-out row."""
+    return [row["variant"], _interval(row), _f(row["B"], "{:.2f}"), _f(row["C_mid"], "{:.4g}"), _f(row["dA"], "{:+.3f}"),
+            _f(row["dB"], "{:+.2f}"), "yes" if row["beyond_noise"] else "no", row["verdict"]]
+
+
+def _md_table(header, rows) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(report: Report) -> str:
+    """report.md: tables and PNG links (relative, beside the file)."""
+    parts = [f"# {report.study}: scaling report", "",
+             f"Method: {report.method}. Compute: {COMPUTE_LABELS.get(report.unit, report.unit)}. {report.description}".strip(), ""]
+    if report.loo is not None:
+        parts += ["## Leave-one-out (ScaleRL)", "",
+                  f"dA is each variant's asymptote minus the full recipe's; |dA| < {NOISE_BAND} is seed noise.", "",
+                  _md_table(LOO_HEADER, [loo_cells(r) for r in report.loo]), ""]
+    parts += ["## Per-run sigmoid fits", "", "R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)", "",
+              _md_table(FIT_HEADER, [fit_cells(r) for r in report.fits]), ""]
+    if report.law is not None:
+        law = report.law
+        parts += ["## Optimal rollouts per prompt", "",
+                  f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))); "
+                  f"{'identified' if law['identified'] else 'not identified'}: {law['reason']}", ""]
+    for note in report.notes:
+        parts.append(f"- {note}")
+    if report.notes:
+        parts.append("")
+    for name, path in report.plots.items():
+        parts += [f"## {name.replace('_', ' ')}", "", f"![{name}]({Path(path).name})", ""]
+    return "\n".join(parts)
+
+
+_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222;background:#fff}
+h1{font-size:1.6em;border-bottom:2px solid #3b6ea5;padding-bottom:.2em}h2{font-size:1.2em;margin-top:1.6em;color:#3b6ea5}
+table{border-collapse:collapse;font-size:.9em;margin:.5em 0}th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left}
+th{background:#e8eef6}tr.beyond td{background:#fde8e8}tr.unidentified td{color:#888}img{max-width:100%;border:1px solid #ddd}
+.note{background:#fff8e0;border-left:4px solid #e0b000;padding:.4em .8em;margin:.4em 0}"""
+
+
+def _html_table(header, rows, classes=None) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{classes[i]}"' if classes and classes[i] else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def render_html(report: Report) -> str:
+    """report.html: one self-contained page (CSS inline, PNGs as base64 data URIs)."""
+    parts = [f"<h1>{html.escape(report.study)}: scaling report</h1>",
+             f"<p>Method: <b>{html.escape(report.method)}</b>. Compute: {html.escape(COMPUTE_LABELS.get(report.unit, report.unit))}. "
+             f"{html.escape(report.description)}</p>"]
+    if report.loo is not None:
+        parts += ["<h2>Leave-one-out (ScaleRL)</h2>",
+                  f"<p>dA is each variant's asymptote minus the full recipe's; |dA| &lt; {NOISE_BAND} is seed noise.</p>",
+                  _html_table(LOO_HEADER, [loo_cells(r) for r in report.loo],
+                              ["beyond" if r["beyond_noise"] else ("" if r["identified"] else "unidentified") for r in report.loo])]
+    parts += ["<h2>Per-run sigmoid fits</h2>", "<p>R(C) = R0 + (A - R0) / (1 + (C_mid / C)<sup>B</sup>)</p>",
+              _html_table(FIT_HEADER, [fit_cells(r) for r in report.fits],
+                          ["" if r["identified"] else "unidentified" for r in report.fits])]
+    if report.law is not None:
+        law = report.law
+        parts.append(f"<h2>Optimal rollouts per prompt</h2><p>log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / "
+                     f"(1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))); {'identified' if law['identified'] else 'not identified'}: "
+                     f"{html.escape(law['reason'])}</p>")
+    parts += [f'<p class="note">{html.escape(note)}</p>' for note in report.notes]
+    for name, path in report.plots.items():
+        data = base64.b64encode(Path(path).read_bytes()).decode()
+        parts.append(f"<h2>{html.escape(name.replace('_', ' '))}</h2><img alt=\"{html.escape(name)}\" src=\"data:image/png;base64,{data}\">")
+    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(report.study)} report</title>"
+            f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>\n")
+
+
+def study_report(store, study: str, out_dir, *, bootstrap: int = 200, seed: int = 0) -> Report:
+    """The report of a stored study, written into out_dir."""
+    return build_report(store.study_spec(study), store.runs_frame(study), store.records_frame(study), out_dir,
+                        study=study, bootstrap=bootstrap, seed=seed)

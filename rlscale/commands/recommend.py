@@ -1,0 +1,71 @@
+"""`rlscale recommend --budget B`: the (B_p, n, M) to spend a production budget on, with the evidence."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("recommend")
+    def recommend(
+        budget: float = typer.Option(..., "--budget", help="target compute, in the study's unit (GPU-hours by default)"),
+        study: str = typer.Option(None, "--study", help="the IsoCompute study to learn from (default: the only one that varies rollouts)"),
+        db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        profile: str = typer.Option(None, "--profile", help="cost profile for steps (default: calibrated on the study's records)"),
+        bootstrap: int = typer.Option(100, "--bootstrap", min=0, help="bootstrap draws for the intervals"),
+        json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    ) -> None:
+        """Tune n by the optimal-n law, take the smallest stable B_p within noise of the best, give the rest to M.
+
+        Exit 0 with a recommendation; exit 2 when it refuses (the law or the fits are not identified, or the
+        input is bad), with the reason on stderr (and {"refused": true, "reason": ...} on stdout with --json).
+        """
+        from db.store import Store
+        from fitting.recommend import Refusal, pick_study, recommend_study
+        from rlscale.console import print_json
+        from rlscale.errors import UserError
+
+        if not budget > 0:
+            raise UserError(f"expected a positive budget, got {budget:g}", field="--budget")
+        store = Store(db)
+        name = pick_study(store, study)
+        try:
+            rec, _spec = recommend_study(store, name, budget, profile=profile, bootstrap=bootstrap)
+        except Refusal as refusal:
+            if json_out:
+                print_json({"study": name, "budget": budget, "refused": True, "reason": str(refusal)})
+            raise UserError(str(refusal), field=f"study {name}") from None
+        if json_out:
+            print_json({"study": name, "refused": False, **rec.to_dict()})
+            return
+        show(rec, name)
+
+
+def show(rec, study: str) -> None:
+    """Rich tables: the allocation, then the runs it rests on."""
+    from rich.table import Table
+
+    from rlscale.console import console
+
+    top = Table(title=f"recommendation for {rec.budget:g} ({study})", show_header=True)
+    for col in ("B_p", "n", "M steps", "n* from the law [95%]", "predicted reward [95%]"):
+        top.add_column(col)
+    top.add_row(str(rec.prompts_per_batch), str(rec.rollouts), str(rec.steps),
+                f"{rec.n_star:.0f} [{rec.n_star_interval[0]:.0f}, {rec.n_star_interval[1]:.0f}]",
+                f"{rec.predicted_reward:.3f} [{rec.predicted_interval[0]:.3f}, {rec.predicted_interval[1]:.3f}]")
+    console.print(top)
+    evidence = Table(title=f"evidence: runs at n = {rec.evidence[0]['rollouts'] if rec.evidence else '-'}")
+    for col in ("run", "B_p", "A [95%]", "identified", "truncation", "within 0.02 of best", "chosen"):
+        evidence.add_column(col)
+    for row in rec.evidence:
+        evidence.add_row(row["run"], str(row["prompts_per_batch"]), f"{row['A']:.3f} [{row['A_lo']:.3f}, {row['A_hi']:.3f}]",
+                         "yes" if row["identified"] else f"no: {row['reason']}",
+                         "-" if row["truncation_rate"] != row["truncation_rate"] else f"{row['truncation_rate']:.1%}",
+                         "yes" if row["within_noise_of_best"] else "no", "*" if row["chosen"] else "")
+    console.print(evidence)
+    law = rec.law
+    console.print(f"law: log2 n* = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))),"
+                  f" observed {law['compute_min']:.3g}-{law['compute_max']:.3g}; budget is {rec.extrapolation:.1f}x beyond",
+                  highlight=False, soft_wrap=True)
+    console.print("frontier: " + ", ".join(f"n={s['rollouts']} (B_p {s['prompts_per_batch']}) {s['compute_from']:.3g}-{s['compute_to']:.3g}"
+                                         for s in law["frontier"]), highlight=False, soft_wrap=True)
+    for note in rec.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)

@@ -1,0 +1,52 @@
+"""`rlscale report STUDY`: per-run fits, the leave-one-out table (method loo), plots, report.md and report.html."""
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("report")
+    def report(
+        study: str = typer.Argument(..., help="study name in the store"),
+        db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        out: Path = typer.Option(None, "--out", help="directory for report.md, report.html and the PNGs (default: reports/STUDY)"),
+        bootstrap: int = typer.Option(200, "--bootstrap", min=0, help="bootstrap draws for the intervals"),
+        json_out: bool = typer.Option(False, "--json", help="print the report's tables as JSON"),
+    ) -> None:
+        """Fit every run of STUDY and write the report (markdown + PNGs, and one self-contained HTML page)."""
+        from db.store import Store
+        from fitting.report import study_report
+        from rlscale.console import print_json
+
+        store = Store(db)
+        result = study_report(store, study, out or Path("reports") / study, bootstrap=bootstrap)
+        if json_out:
+            print_json(result.to_dict())
+            return
+        show(result)
+
+
+def show(result) -> None:
+    """Rich tables of the report, then where the files are."""
+    from rich.table import Table
+
+    from fitting.report import FIT_HEADER, LOO_HEADER, fit_cells, loo_cells
+    from rlscale.console import console
+
+    if result.loo is not None:
+        table = Table(title=f"{result.study}: leave-one-out (|dA| < 0.02 is noise)")
+        for col in LOO_HEADER:
+            table.add_column(col)
+        for row in result.loo:
+            table.add_row(*loo_cells(row), style="bold red" if row["beyond_noise"] else None)
+        console.print(table)
+    table = Table(title=f"{result.study}: sigmoid fits ({result.method})")
+    for col in FIT_HEADER:
+        table.add_column(col)
+    for row in result.fits:
+        table.add_row(*fit_cells(row), style=None if row["identified"] else "dim")
+    console.print(table)
+    for note in result.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+    console.print(f"report: {result.files['html']}  (markdown: {result.files['markdown']})", highlight=False, soft_wrap=True)

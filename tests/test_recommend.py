@@ -1,0 +1,148 @@
+"""`rlscale recommend`: the Playbook's allocation from a stored IsoCompute study, and its refusals."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fitting.optimal_n import RolloutsLaw
+from fitting.recommend import Refusal, recommend
+from planner.cost import TINY_CPU, step_gpu_hours, steps_within
+from planner.recipe import Recipe
+
+_spec = importlib.util.spec_from_file_location("optimal_n_recovery", Path(__file__).parents[1] / "bench" / "optimal_n_recovery.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def _law(identified=True, hi=6.0):
+    front = pd.DataFrame({"compute": [1.0, 100.0], "reward": [0.3, 0.7], "rollouts": [4, 64],
+                          "prompts_per_batch": [32, 32], "run": ["a", "b"]})
+    return RolloutsLaw(lo=2.0, hi=hi, k=3.0, c0=np.log(10.0), identified=identified,
+                       reason="ok" if identified else "the frontier has not bent: test", compute_range=(1.0, 100.0),
+                       frontier=front)
+
+
+def _curves(rows):
+    base = {"status": "done", "B": 1.5, "C_mid": 10.0, "R0": 0.1, "r2": 0.99, "n_points": 20, "reason": "",
+            "c_min": 1.0, "c_max": 100.0, "truncation_rate": 0.01, "identified": True, "run_id": None}
+    out = []
+    for run, bp, n, A, extra in rows:
+        out.append({**base, "run": run, "prompts_per_batch": bp, "rollouts": n, "A": A, "A_lo": A - 0.01, "A_hi": A + 0.01, **extra})
+    return pd.DataFrame(out)
+
+
+def _steps(budget, bp, n):
+    return int(budget // (bp * n))
+
+
+def test_takes_the_smallest_prompts_per_batch_within_the_noise_band():
+    curves = _curves([("bp16", 16, 64, 0.785, {}), ("bp32", 32, 64, 0.80, {}), ("bp64", 64, 64, 0.79, {}),
+                      ("bp8", 8, 64, 0.70, {}), ("n4", 32, 4, 0.5, {})])
+    rec = recommend(curves, _law(), budget=1e5, steps_for=_steps)
+    assert (rec.prompts_per_batch, rec.rollouts) == (16, 64)  # 0.785 is within 0.02 of 0.80; 0.70 is not
+    assert rec.steps == int(1e5 // (16 * 64))
+    assert rec.predicted_from == "bp16"
+    assert [row["run"] for row in rec.evidence if row["chosen"]] == ["bp16"]
+
+
+def test_skips_runs_that_trained_unstably():
+    curves = _curves([("bp16", 16, 64, 0.80, {"truncation_rate": 0.12}), ("bp32", 32, 64, 0.79, {}),
+                      ("n4", 32, 4, 0.5, {})])
+    rec = recommend(curves, _law(), budget=1e5, steps_for=_steps)
+    assert rec.prompts_per_batch == 32
+    assert not next(r for r in rec.evidence if r["run"] == "bp16")["stable"]
+
+
+def test_refuses_when_the_law_is_not_identified():
+    curves = _curves([("bp32", 32, 64, 0.8, {}), ("n4", 32, 4, 0.5, {})])
+    with pytest.raises(Refusal, match="has not bent"):
+        recommend(curves, _law(identified=False), budget=1e5, steps_for=_steps)
+
+
+def test_refuses_when_the_fits_at_the_recommended_n_are_unidentified():
+    curves = _curves([("bp32", 32, 64, 0.8, {"identified": False, "reason": "has not passed the inflection"}),
+                      ("n4", 32, 4, 0.5, {})])
+    with pytest.raises(Refusal, match="has not passed the inflection"):
+        recommend(curves, _law(), budget=1e5, steps_for=_steps)
+
+
+def test_refuses_when_the_budget_buys_no_step():
+    curves = _curves([("bp32", 32, 64, 0.8, {}), ("n4", 32, 4, 0.5, {})])
+    with pytest.raises(Refusal, match="one step"):
+        recommend(curves, _law(), budget=10.0, steps_for=_steps)
+
+
+# --- the command, on a stored synthetic study --------------------------------------------------------------
+
+def seed_isocompute(url, name, truth, c_obs, prompts=(16, 32)):
+    """Store a synthetic IsoCompute study (runs and records) and return nothing."""
+    from db.store import Store
+    from planner.study import parse_study
+
+    runs, records = bench.synthetic_study(truth, c_obs, prompts=prompts)
+    spec = parse_study({
+        "name": name, "method": "isocompute", "compute": {"unit": "gpu_hours", "budget": c_obs, "profile": "tiny-cpu"},
+        "parameters": {"prompts_per_batch": {"values": list(prompts)}, "rollouts": {"values": list(bench.ROLLOUTS)}},
+    }, file="test").to_spec()
+    store = Store(url)
+    store.upsert_study(name, spec)
+    for run in runs.to_dict("records"):
+        config = Recipe(prompts_per_batch=run["prompts_per_batch"], rollouts=run["rollouts"]).to_json()
+        run_id = store.ensure_run(name, run["run"], config)
+        mine = records[records["run"] == run["run"]]
+        store.add_records(run_id, [{"step": r.step, "gpu_hours": r.gpu_hours, "val_reward": r.val_reward,
+                                    "metrics": {"truncation_rate": r.truncation_rate}} for r in mine.itertuples()])
+        store.set_run_status(run_id, "done")
+    store.close()
+
+
+def run_cli(args, capsys, monkeypatch):
+    """(exit code, stdout, stderr) of `rlscale ARGS` in-process."""
+    from rlscale.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["rlscale", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exit_:
+        code = exit_.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_recommend_command_recovers_n_star_and_prices_the_steps(workdir, capsys, monkeypatch):
+    url = f"sqlite:///{workdir / 'rl.db'}"
+    truth, c_obs = bench.CASES["saturates_64"]
+    seed_isocompute(url, "iso", truth, c_obs)
+    budget = 4 * c_obs
+    code, out, err = run_cli(["recommend", "--budget", str(budget), "--study", "iso", "--db", url,
+                              "--profile", "tiny-cpu", "--bootstrap", "20", "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    rec = json.loads(out)
+    n_true = bench.true_optimal_rollouts(truth, budget)
+    assert abs(np.log2(rec["rollouts"]) - np.log2(n_true)) <= 1
+    assert rec["prompts_per_batch"] == 16  # B_p 16 gives up 0.01 of asymptote (within noise): the smallest wins
+    cost = step_gpu_hours(TINY_CPU, rec["prompts_per_batch"], rec["rollouts"])
+    assert rec["steps"] == steps_within(budget, cost, TINY_CPU.startup_gpu_hours)
+    lo, hi = rec["predicted_interval"]
+    assert lo <= rec["predicted_reward"] <= hi
+    assert any(row["chosen"] for row in rec["evidence"])
+
+    code, out, _ = run_cli(["recommend", "--budget", str(budget), "--study", "iso", "--db", url,
+                            "--profile", "tiny-cpu", "--bootstrap", "0"], capsys, monkeypatch)
+    assert code == 0 and "recommendation" in out and "evidence" in out
+
+
+def test_recommend_command_refuses_with_the_reason_and_exit_2(workdir, capsys, monkeypatch):
+    url = f"sqlite:///{workdir / 'rl.db'}"
+    truth, c_obs = bench.CASES["still_rising"]
+    seed_isocompute(url, "rising", truth, c_obs)
+    code, out, err = run_cli(["recommend", "--budget", "120", "--db", url, "--bootstrap", "0", "--json"], capsys, monkeypatch)
+    assert code == 2
+    assert json.loads(out)["refused"] is True
+    assert "has not bent" in err and "\n" not in err.strip()

@@ -1,0 +1,147 @@
+"""`rlscale report` for studies/scalerl_loo.yaml, seeded with synthetic records of known asymptotes."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fitting.report import linearised, loo_table
+from fitting.sigmoid import sigmoid
+
+ROOT = Path(__file__).parents[1]
+# true asymptotes of the synthetic LOO study: only the DAPO revert is beyond the 0.02 noise band
+TRUE_A = {"baseline": 0.62, "dapo_loss": 0.52, "sample_average": 0.617, "no_fp32_head": 0.612}
+
+
+def seed_loo(url: str) -> str:
+    """Store the runs of studies/scalerl_loo.yaml with synthetic records; returns the study name."""
+    from db.store import Store
+    from planner.study import load_study, plan_study
+
+    study = load_study(ROOT / "studies" / "scalerl_loo.yaml")
+    store = Store(url)
+    store.upsert_study(study.name, study.to_spec())
+    rng = np.random.default_rng(0)
+    budget = study.compute.budget
+    for run in plan_study(study).runs:
+        A = TRUE_A.get(run.name, 0.615)
+        run_id = store.ensure_run(study.name, run.name, run.recipe.to_json(), seed=run.seed)
+        steps = np.arange(0, 201, 5)
+        hours = budget * steps / steps[-1]
+        reward = rng.binomial(4096, sigmoid(hours, A, 1.6, budget / 15, 0.1)) / 4096  # the plateau is seen
+        store.add_records(run_id, [{"step": int(s), "gpu_hours": float(h), "val_reward": float(r),
+                                    "metrics": {"truncation_rate": 0.01}} for s, h, r in zip(steps, hours, reward)])
+        store.set_run_status(run_id, "done")
+    store.close()
+    return study.name
+
+
+def _cli(args, capsys, monkeypatch):
+    from rlscale.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["rlscale", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exit_:
+        code = exit_.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def loo_report(workdir, capsys, monkeypatch):
+    url = f"sqlite:///{workdir / 'rl.db'}"
+    name = seed_loo(url)
+    code, out, err = _cli(["report", name, "--db", url, "--out", "rep", "--bootstrap", "40", "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    return workdir / "rep", json.loads(out), (url, name)
+
+
+def test_linearised_is_a_power_law_of_compute():
+    c = np.geomspace(0.1, 100, 20)
+    f = linearised(sigmoid(c, 0.8, 1.5, 5.0, 0.1), 0.8, 0.1)
+    slope = np.polyfit(np.log(c), np.log(f), 1)[0]
+    assert slope == pytest.approx(-1.5, abs=1e-6)
+    assert np.isnan(linearised([0.05, 0.9], 0.8, 0.1)).all()  # outside (R0, A) there is no F
+
+
+def test_loo_table_flags_only_differences_beyond_the_noise_band():
+    import pandas as pd
+
+    curves = pd.DataFrame([
+        {"run": "baseline", "A": 0.60, "A_lo": 0.59, "A_hi": 0.61, "B": 1.5, "C_mid": 1.0, "identified": True},
+        {"run": "worse", "A": 0.55, "A_lo": 0.54, "A_hi": 0.56, "B": 1.4, "C_mid": 1.0, "identified": True},
+        {"run": "same", "A": 0.59, "A_lo": 0.58, "A_hi": 0.60, "B": 1.6, "C_mid": 1.0, "identified": True},
+        {"run": "early", "A": 0.40, "A_lo": 0.1, "A_hi": 0.9, "B": 1.6, "C_mid": 1.0, "identified": False},
+    ])
+    rows = {r["variant"]: r for r in loo_table(curves)}
+    assert rows["worse"]["beyond_noise"] and rows["worse"]["dA"] == pytest.approx(-0.05)
+    assert not rows["same"]["beyond_noise"] and "within noise" in rows["same"]["verdict"]
+    assert not rows["early"]["beyond_noise"] and "unidentified" in rows["early"]["verdict"]
+
+
+def test_loo_report_renders_tables_pngs_and_one_self_contained_html(loo_report):
+    out, payload, _ = loo_report
+    for name in ("curves", "linearised", "loo_curves"):
+        png = out / f"{name}.png"
+        assert png.is_file() and png.stat().st_size > 10_000, name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    loo = {row["variant"]: row for row in payload["loo"]}
+    assert set(loo) == {"baseline", "dapo_loss", "sample_average", "group_advantage_norm", "no_fp32_head",
+                        "no_zero_variance_filter", "no_positive_resampling_off", "ppo_off_policy"}
+    assert loo["dapo_loss"]["beyond_noise"] and loo["dapo_loss"]["dA"] == pytest.approx(-0.10, abs=0.02)
+    assert not any(row["beyond_noise"] for name, row in loo.items() if name != "dapo_loss")
+    for row in loo.values():
+        assert row["A_lo"] <= row["A"] <= row["A_hi"]
+    assert len(payload["fits"]) == 24  # 8 variants x 3 seeds, one fit each
+    assert all(row["status"] == "identified" for row in payload["fits"])
+    markdown = (out / "report.md").read_text()
+    assert "## Leave-one-out (ScaleRL)" in markdown and "![linearised](linearised.png)" in markdown
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 3
+    assert 'src="http' not in page and "<link" not in page  # nothing to fetch: one file is the whole report
+
+
+def test_report_prints_rich_tables(loo_report, capsys, monkeypatch):
+    _, _, (url, name) = loo_report
+    code, out, err = _cli(["report", name, "--db", url, "--out", "rep2", "--bootstrap", "0"], capsys, monkeypatch)
+    assert code == 0, err
+    assert "leave-one-out" in out and "dapo_loss" in out and "report.html" in out
+
+
+def test_report_of_an_unknown_study_is_a_one_line_error(workdir, capsys, monkeypatch):
+    code, _, err = _cli(["report", "nope", "--db", f"sqlite:///{workdir / 'rl.db'}"], capsys, monkeypatch)
+    assert code == 2 and "no study named 'nope'" in err
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.slow
+def test_report_html_renders_in_headless_chromium(loo_report, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        if __import__("os").environ.get("CI"):
+            pytest.fail("chromium is not installed: .ci/run installs Debian's chromium")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    out, _, _ = loo_report
+    shot = tmp_path / "shot.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1200,900",
+                    (out / "report.html").resolve().as_uri()],
+                   check=True, timeout=120, capture_output=True)
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(shot)[..., :3]
+    assert pixels.shape[:2] == (900, 1200)
+    # a blank (or error) page is one colour; the report has text, tables and coloured rows
+    assert pixels.std() > 0.05
+    assert len(np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 50
+    shutil.copy(shot, out / "screenshot.png")  # kept beside the report for a person to look at
