@@ -1,0 +1,278 @@
+"""One RL job on Ray: a vLLM generator actor and a torch trainer actor, in sync, ppo_off_policy or pipeline mode.
+
+Every mode is one loop over a queue of generation requests submitted to the generator actor, which runs them in
+order: after each trainer step the new weights are pushed (queued behind requests already submitted), then new
+requests are added. `sync`/`ppo_off_policy` keep one request in flight, so every batch comes from the current
+weights; `pipeline` keeps max_staleness + 1 in flight (PipelineRL-k: the generator runs until it is k steps
+ahead), and a batch whose weights are more than k steps behind the trainer is regenerated, never used.
+
+Records (one per step, plus step 0) are buffered and handed to `on_records` right after each checkpoint, and
+the checkpoint carries them: a job killed after a checkpoint re-emits that checkpoint's records identically on
+resume (the store's (run, step) insert drops the copies), so nothing is missing or duplicated.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from runner import checkpoint
+from runner.accounting import DeviceClock, placement, union_seconds
+
+EVAL_SEED_BASE = 10**9  # validation samples come from their own seed stream
+
+
+@dataclass
+class JobState:
+    """What the driver restores from a checkpoint (the trainer restores its own state)."""
+
+    step: int
+    pool: object  # runner.advantages.PromptPool: history, retired prompts, epoch queue and RNG
+    rollouts: int = 0
+    tokens: int = 0
+    gpu_hours: float = 0.0
+    max_staleness: int = 0
+    dropped_batches: int = 0
+    records: list[dict] = field(default_factory=list)  # the steps since the previous checkpoint
+
+
+def run_job(recipe, *, run_key: str, on_records: Callable[[list[dict]], None], resume: bool = True,
+            ray_address: str | None = None, generator=None, progress: Callable[[dict], None] | None = None,
+            should_stop: Callable[[], str | None] | None = None) -> dict:
+    """Train `recipe` to recipe.steps; returns a summary (steps, gpu_hours, busy fractions, staleness, timings).
+
+    Records are dicts {step, gpu_hours, rollouts, tokens, val_reward (None between evals), metrics}. `generator`
+    is a live actor from `runner.generator.create_generator` to reuse (its base weights are reloaded); otherwise
+    one is started and stopped here. `should_stop` is asked after each checkpoint; a reason ends the job early.
+    """
+    import ray
+
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        cores = len(os.sched_getaffinity(0))
+        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 num_cpus=None if ray_address else max(cores, recipe.generator_devices + recipe.trainer_devices))
+    job = _Job(recipe, run_key, on_records, progress or (lambda info: None), should_stop)
+    try:
+        return job.run(resume, generator)
+    finally:
+        job.release(keep_generator=generator is not None)
+        if started_ray:
+            ray.shutdown()
+
+
+def batch_seed(recipe, step: int) -> int:
+    """vLLM seed of step `step`'s batch; prompt i uses seed + i*n.. (disjoint across steps and from validation)."""
+    return (recipe.seed * 1_000_000 + step) * recipe.total_batch
+
+
+class _Job:
+    def __init__(self, recipe, run_key, on_records, progress, should_stop):
+        from runner.local import resolve_model_dir
+        from runner.tasks import make_task
+
+        self.recipe = recipe
+        self.run_key = run_key
+        self.on_records = on_records
+        self.progress = progress
+        self.should_stop = should_stop
+        self.model_dir = resolve_model_dir(recipe)  # builds the tiny policy on first use, before any actor reads it
+        self.task = make_task(recipe)
+        self.end_of_thinking = getattr(self.task, "end_of_thinking", None)  # tasks without one: interrupt = truncate
+        self.generator = self.trainer = None
+        self.gen_intervals: list[tuple[float, float]] = []  # generator busy (batches, evals, weight loads)
+        self.train_intervals: list[tuple[float, float]] = []
+        self.timings = {"generate": 0.0, "train": 0.0, "weight_sync": 0.0, "eval": 0.0}
+        self.pending_evals: dict[int, object] = {}  # step -> ObjectRef of its validation Generation
+        self.pushes: list = []  # weight-load refs, checked at each flush so a failed load is not silent
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def run(self, resume: bool, generator) -> dict:
+        import ray
+
+        from runner.generator import create_generator
+        from runner.trainer import trainer_actor
+
+        where = placement(self.recipe)
+        self.trainer = trainer_actor(self.model_dir, self.recipe, on_gpu=where.on_gpu, cpu_cores=where.trainer_cores)
+        self.generator = generator or create_generator(self.recipe, self.model_dir)
+        if not resume:
+            checkpoint.clear(self.run_key)
+        saved = checkpoint.load_latest(self.run_key)
+        if saved is None:
+            from runner.advantages import PromptPool
+
+            state = JobState(step=0, pool=PromptPool(self.task.train, retire_above=self.recipe.no_positive_resampling,
+                                                     seed=self.recipe.seed))
+            ray.get(self.trainer.stats.remote())  # the trainer has loaded the base policy
+            self._push(self.generator.load_base.remote(str(self.model_dir)) if generator else None)
+        else:
+            trainer_state, state = saved
+            ray.get(self.trainer.load_state.remote(trainer_state))
+            self._push(self.generator.update_weights.remote(self.trainer.weights.remote(), state.step))
+            if state.records:
+                self.on_records(state.records)  # re-emitted identically: the store drops steps it already has
+        ray.get(self.generator.ready.remote())
+        ray.get(self.pushes)
+        resumed_from = state.step
+        self.state = state
+        state.records = []
+        devices = self.recipe.generator_devices + self.recipe.trainer_devices
+        self.clock = DeviceClock(devices, hours_before=state.gpu_hours)
+        if state.step == 0:
+            self._submit_eval(0)
+            self._add_record(0, {}, wall=self.clock.started)
+        stopped = self._loop()
+        wall = time.time() - self.clock.started
+        gen_busy, train_busy = union_seconds(self.gen_intervals), union_seconds(self.train_intervals)
+        return {
+            "steps": self.state.step, "resumed_from": resumed_from, "gpu_hours": self.state.gpu_hours,
+            "rollouts": self.state.rollouts, "tokens": self.state.tokens, "wall_seconds": wall,
+            "busy_seconds": union_seconds(self.gen_intervals + self.train_intervals),
+            "generator_busy": gen_busy / wall if wall else 0.0, "trainer_busy": train_busy / wall if wall else 0.0,
+            "max_staleness": self.state.max_staleness, "dropped_batches": self.state.dropped_batches,
+            "timings": dict(self.timings), "stopped": stopped is not None, "stop_reason": stopped or "",
+        }
+
+    def release(self, keep_generator: bool) -> None:
+        import ray
+
+        for actor in (self.trainer, None if keep_generator else self.generator):
+            if actor is not None:
+                ray.kill(actor)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _loop(self) -> str | None:
+        import ray
+
+        recipe, state = self.recipe, self.state
+        lookahead = recipe.max_staleness + 1 if recipe.async_mode == "pipeline" else 1
+        inflight: deque = deque()
+        next_step = state.step + 1
+        while state.step < recipe.steps:
+            while len(inflight) < lookahead and next_step <= recipe.steps:
+                inflight.append(self._submit_batch(next_step))
+                next_step += 1
+            step = state.step + 1
+            prompts, ref = inflight.popleft()
+            generation = ray.get(ref)
+            staleness = step - 1 - generation.weights_version
+            while staleness > recipe.max_staleness:  # too old to use: regenerate from newer weights
+                state.dropped_batches += 1
+                generation = ray.get(self._submit_batch(step, prompts)[1])
+                staleness = step - 1 - generation.weights_version
+            self._note_generation(generation, "generate")
+            rewards = [[self.task.verify(p, r.text) for r in group] for p, group in zip(prompts, generation.rollouts)]
+            for prompt, prompt_rewards in zip(prompts, rewards):
+                state.pool.record(prompt, prompt_rewards)
+            prompt_ids = [self._prompt_ids(p.text) for p in prompts]
+            result = ray.get(self.trainer.train.remote(prompt_ids, generation, rewards))
+            self.train_intervals.append((result["started"], result["ended"]))
+            self.timings["train"] += result["ended"] - result["started"]
+            self._push(self.generator.update_weights.remote(self.trainer.weights.remote(), step))
+            if step % recipe.eval_every == 0 or step == recipe.steps:
+                self._submit_eval(step)
+            state.step = step
+            state.rollouts += sum(len(group) for group in generation.rollouts)
+            state.tokens += generation.tokens
+            state.max_staleness = max(state.max_staleness, staleness)
+            metrics = result["metrics"] | {
+                "truncation_rate": generation.truncation_rate, "staleness": staleness,
+                "weights_version": generation.weights_version, "active_prompts": state.pool.active,
+                "retired_prompts": len(state.pool.retired), "dropped_batches": state.dropped_batches,
+            }
+            self._add_record(step, metrics, wall=time.time())
+            self._collect_evals(wait_upto=None)
+            if step % recipe.checkpoint_every == 0 or step == recipe.steps:
+                self._flush()
+                reason = self.should_stop() if self.should_stop else None
+                if reason:
+                    return reason
+        return None
+
+    # ------------------------------------------------------------------ generation
+
+    def _submit_batch(self, step: int, prompts=None):
+        prompts = prompts or self.state.pool.sample(self.recipe.prompts_per_batch)
+        ref = self.generator.generate.remote(
+            [p.text for p in prompts], n=self.recipe.rollouts, temperature=self.recipe.temperature,
+            max_new_tokens=self.recipe.max_new_tokens, length_control=self.recipe.length_control,
+            end_of_thinking=self.end_of_thinking, seed=batch_seed(self.recipe, step))
+        return prompts, ref
+
+    def _submit_eval(self, step: int) -> None:
+        recipe = self.recipe
+        prompts = self.task.validation(recipe.eval_prompts)
+        seed = (EVAL_SEED_BASE + recipe.seed * 1_000_000 + step) * len(prompts) * recipe.eval_samples
+        self.pending_evals[step] = (prompts, self.generator.generate.remote(
+            [p.text for p in prompts], n=recipe.eval_samples, temperature=recipe.temperature,
+            max_new_tokens=recipe.max_new_tokens, length_control=recipe.length_control,
+            end_of_thinking=self.end_of_thinking, seed=seed))
+
+    def _collect_evals(self, wait_upto: int | None) -> None:
+        """Fill in finished validations; with `wait_upto`, block for every validation of a step <= it."""
+        import ray
+
+        for step in sorted(self.pending_evals):
+            prompts, ref = self.pending_evals[step]
+            if wait_upto is None or step > wait_upto:
+                if not ray.wait([ref], timeout=0)[0]:
+                    continue
+            generation = ray.get(ref)
+            del self.pending_evals[step]
+            self._note_generation(generation, "eval")
+            self.clock.exclude(generation.started, generation.ended)
+            rewards = [self.task.verify(p, r.text) for p, group in zip(prompts, generation.rollouts) for r in group]
+            val_reward = sum(rewards) / len(rewards)
+            for record in self.state.records:
+                if record["step"] == step:
+                    record["val_reward"] = val_reward
+            self.progress({"step": self.state.step, "val_step": step, "val_reward": val_reward,
+                           "gpu_hours": self.clock.hours_at(time.time())})
+
+    def _note_generation(self, generation, kind: str) -> None:
+        self.gen_intervals.append((generation.started, generation.ended))
+        self.timings[kind] += generation.ended - generation.started
+
+    def _push(self, ref) -> None:
+        if ref is not None:
+            self.pushes.append(ref)
+
+    def _prompt_ids(self, text: str) -> list[int]:
+        if not hasattr(self, "_tokenizer"):
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        return self._tokenizer(text)["input_ids"]
+
+    # ------------------------------------------------------------------ records and checkpoints
+
+    def _add_record(self, step: int, metrics: dict, *, wall: float) -> None:
+        state = self.state
+        self.state.records.append({"step": step, "gpu_hours": None, "rollouts": state.rollouts, "tokens": state.tokens,
+                                   "val_reward": None, "metrics": metrics, "_wall": wall})
+        self.progress({"step": step, "gpu_hours": self.clock.hours_at(wall), "rollouts": state.rollouts,
+                       "train_reward": metrics.get("train_reward"), "staleness": metrics.get("staleness")})
+
+    def _flush(self) -> None:
+        """Finish pending validations, price the buffered records, checkpoint, then hand the records to the driver."""
+        import ray
+
+        state = self.state
+        self._collect_evals(wait_upto=state.step)
+        for load in ray.get(self.pushes):
+            self.gen_intervals.append(load)
+            self.timings["weight_sync"] += load[1] - load[0]
+        self.pushes = []
+        # every validation that overlapped these steps has finished, so their device-hours are final
+        for record in state.records:
+            record["gpu_hours"] = self.clock.hours_at(record.pop("_wall"))
+        state.gpu_hours = state.records[-1]["gpu_hours"]
+        checkpoint.save(self.run_key, state.step, ray.get(self.trainer.state.remote()), state)  # carries the records
+        records, state.records = state.records, []
+        self.on_records(records)
