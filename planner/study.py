@@ -107,7 +107,7 @@ class EarlyTerminate(_Strict):
     """When the sweep may stop a run before its last step."""
 
     type: Literal["asymptote", "hyperband", "none"] = "none"
-    min_fraction: float = Field(0.5, gt=0, le=1, description="fraction of its steps a run always gets")
+    min_fraction: float = Field(0.25, gt=0, le=1, description="fraction of its steps a run always gets (bench/early_termination.py)")
     margin: float = Field(0.02, ge=0, description="asymptote: stop if A's upper bound < best A - margin (reward)")
     eta: int = Field(3, ge=2, description="hyperband: keep 1/eta of the runs at each rung")
 

@@ -60,15 +60,24 @@ class SweepView:
 
 
 def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
-    """A, B, C_mid with the interval on A, R^2 and whether A is identified (in words when it is not)."""
-    table = Table(title=title, title_justify="left")
+    """A, B, C_mid with the interval on A, R^2 and whether A is identified; the reasons for runs whose
+    A is not identified are listed in words under the table."""
+    table = Table(title=title, title_justify="left", caption_justify="left")
     for column in ("run", "A", "A 95% CI", "B", "C_mid", "R0", "R^2", "points", "identified"):
-        table.add_column(column, justify="left" if column in ("run", "identified") else "right")
+        table.add_column(column, justify="left" if column in ("run", "identified") else "right",
+                         no_wrap=column != "run")
+    reasons = []
     for row in fits.to_dict("records"):
-        identified = "yes" if row.get("identified") else f"[yellow]not identified: {row.get('reason') or '?'}[/]"
+        if row.get("identified"):
+            identified = "yes"
+        else:
+            reasons.append(f"{row.get('run')}: not identified: {row.get('reason') or '?'}")
+            identified = f"[yellow]no ({len(reasons)})[/]"
         table.add_row(
             str(row.get("run")), _num(row.get("A")), f"[{_num(row.get('A_lo'))}, {_num(row.get('A_hi'))}]",
             _num(row.get("B"), "{:.2f}"), _num(row.get("C_mid"), "{:.4g}"), _num(row.get("R0")),
             _num(row.get("r2")), str(row.get("n_points", "-")), identified,
         )
+    if reasons:
+        table.caption = "\n".join(f"({i}) {reason}" for i, reason in enumerate(reasons, 1))
     return table

@@ -68,7 +68,9 @@ def test_the_table_says_in_words_when_a_fit_is_not_identified(monkeypatch, capsy
     code, early, _ = run_cli(monkeypatch, capsys, "fit", "early.csv")
     assert code == 0
     row = next(line for line in early.splitlines() if line.startswith("│ r "))
-    reason = row.split("not identified: ", 1)[1].strip(" │")
+    assert "no (1)" in row
+    note = next(line for line in early.splitlines() if line.startswith("(1) r: not identified: "))
+    reason = note.split("not identified: ", 1)[1].strip()
     assert len(reason) > 10  # the reason in words, e.g. the interval on A is too wide
     code, full, _ = run_cli(monkeypatch, capsys, "fit", "full.csv")
     row = next(line for line in full.splitlines() if line.startswith("│ full "))

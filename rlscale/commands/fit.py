@@ -29,19 +29,16 @@ def register(app: typer.Typer) -> None:
             raise UserError("--db is only used with --study", field="--db")
         if file is not None:
             from db.importer import read_run_log
+            from fitting.frame import fit_runs
 
             records, title, store = read_run_log(file), file.stem, None
+            fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", r0=r0, min_compute=min_compute)
         else:
             from db.store import Store
+            from fitting.stored import fit_study
 
-            store = Store(db)
-            records, title = _study_records(store, study), study
-
-        from fitting.frame import fit_runs
-
-        fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", r0=r0, min_compute=min_compute)
-        if store is not None:
-            store.save_fits(study, fits.merge(records[["run", "run_id"]].drop_duplicates(), on="run"), model="sigmoid")
+            store, title = Store(db), study
+            records, fits = fit_study(store, study, r0=r0, min_compute=min_compute)
         if plot is not None:
             from fitting.plots import plot_study
 
@@ -57,22 +54,6 @@ def register(app: typer.Typer) -> None:
             console.print(f"saved {len(fits)} fits of study {study!r} to {store.url_for_display}", highlight=False, soft_wrap=True)
         if plot is not None:
             console.print(f"plot: {plot}", highlight=False, soft_wrap=True)
-
-
-def _study_records(store, study: str):
-    """The study's evaluated records as (run, run_id, compute = gpu_hours, reward = val_reward); one label per run."""
-    from rlscale.errors import UserError
-
-    records = store.records_frame(study)
-    records = records[records["val_reward"].notna()]
-    if records.empty:
-        raise UserError(f"no records with a validation reward in study {study!r} ({store.url_for_display})", field="--study")
-    runs = store.runs_frame(study).set_index("run_id")
-    # runs of one study may share a name (seeds): those get the seed in their label so each fit is its own run
-    names = runs["run"]
-    shared = names.duplicated(keep=False)
-    labels = names.where(~shared, names + " (seed " + runs["seed"].astype(str) + ")")
-    return records.assign(run=records["run_id"].map(labels)).rename(columns={"gpu_hours": "compute", "val_reward": "reward"})
 
 
 def fits_json(fits) -> list[dict]:

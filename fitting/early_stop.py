@@ -1,0 +1,55 @@
+"""Asymptote-based early termination (ScaleRL practice): stop a run once its fitted curve shows it
+cannot reach the best run's asymptote. Pure decision logic; the sweep driver applies it."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+NOISE_BAND = 0.02  # ScaleRL: |dA| < 0.02 is within the spread of 3 seeds
+
+
+@dataclass(frozen=True)
+class StopDecision:
+    stop: bool
+    reason: str
+
+
+def asymptote_lower_bound(fit, noise_band: float = NOISE_BAND) -> float:
+    """The lower end of a fit's asymptote, never tighter than the noise band (reward units)."""
+    lo = fit.A_lo if np.isfinite(fit.A_lo) else fit.A
+    return min(lo, fit.A - noise_band)
+
+
+def asymptote_upper_bound(fit, noise_band: float = NOISE_BAND) -> float:
+    """The upper end of a fit's asymptote, never tighter than the noise band (reward units)."""
+    hi = fit.A_hi if np.isfinite(fit.A_hi) else fit.A
+    return max(hi, fit.A + noise_band)
+
+
+PAST_INFLECTION = 2.0  # observed compute must reach this multiple of C_mid before A is trusted
+
+
+def should_stop(run_fit, best_fit, max_compute: float, *, noise_band: float = NOISE_BAND,
+                past_inflection: float = PAST_INFLECTION) -> StopDecision:
+    """Stop `run_fit`'s run when it is well past its inflection (max_compute >= past_inflection x C_mid) and
+    the upper bound of its asymptote is below the lower bound of the best run's; both bounds are at least
+    the noise band wide. Just past C_mid a noisy curve still looks saturated, hence the margin."""
+    if run_fit is None or best_fit is None or run_fit is best_fit:
+        return StopDecision(False, "")
+    if not best_fit.identified:
+        return StopDecision(False, "")
+    if max_compute < past_inflection * run_fit.C_mid:
+        return StopDecision(False, "")  # before the inflection A is not identified
+    upper = asymptote_upper_bound(run_fit, noise_band)
+    lower = asymptote_lower_bound(best_fit, noise_band)
+    if upper < lower:
+        return StopDecision(True, f"asymptote at most {upper:.3f} < best run's lower bound {lower:.3f}")
+    return StopDecision(False, "")
+
+
+def best_fit_of(fits: dict) -> object | None:
+    """The identified fit with the highest asymptote lower bound, or None (fits: key -> SigmoidFit | None)."""
+    candidates = [f for f in fits.values() if f is not None and f.identified]
+    if not candidates:
+        return None
+    return max(candidates, key=asymptote_lower_bound)

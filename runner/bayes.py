@@ -1,0 +1,81 @@
+"""`method: bayes`: Optuna (TPE) proposes each next configuration; objective = the run's fitted asymptote.
+
+Optuna keeps its trials in its RDB storage on the same database URL as the rlscale store, so a sweep
+interrupted mid-trial resumes that trial's run (from its checkpoint) and tells Optuna the result.
+"""
+
+import math
+
+from planner.recipe import Recipe
+from runner.sweep import SweepSummary
+
+
+def run_bayes(driver) -> SweepSummary:
+    """Run `study.n_trials` Optuna trials through the sweep driver (resumable); returns the summary."""
+    import time
+
+    import optuna
+
+    study, store = driver.study, driver.store
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    search = optuna.create_study(
+        study_name=f"rlscale:{study.name}",
+        storage=optuna.storages.RDBStorage(store.url.render_as_string(hide_password=False)),
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=study.seeds[0]),
+        load_if_exists=True,
+    )
+    started = time.perf_counter()
+    summary = SweepSummary(driver.runs)
+    base = study.recipe.to_json()
+    try:
+        for trial in search.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            _run_trial(driver, search, trial.number, trial.params, base, summary)  # interrupted earlier
+        while _finished(search) < study.n_trials:
+            trial = search.ask()
+            params = {key: _suggest(trial, key, axis) for key, axis in study.parameters.items()}
+            _run_trial(driver, search, trial.number, params, base, summary)
+    finally:
+        driver._release_generator()
+    summary.wall_seconds = time.perf_counter() - started
+    return summary
+
+
+def _run_trial(driver, search, number: int, params: dict, base: dict, summary: SweepSummary) -> None:
+    from planner.study import trial_recipe
+
+    recipe, planned_gpu_hours = trial_recipe(driver.study, {**base, **params})
+    run = driver.add_run(f"trial-{number}", recipe, driver.study.seeds[0], planned_gpu_hours)
+    if run.status not in ("done", "failed", "stopped"):
+        driver.run_one(run, summary)
+    value = _objective(driver, run.run_id)
+    if value is None:
+        search.tell(number, state=__import__("optuna").trial.TrialState.FAIL)
+    else:
+        search.tell(number, value)
+
+
+def _objective(driver, run_id: int) -> float | None:
+    """The run's fitted asymptote A (reward units), or its last validation reward if A is not identified."""
+    fits = driver.store.fits_frame(driver.study.name)
+    mine = fits[fits["run_id"] == run_id]
+    if len(mine) and bool(mine["identified"].iloc[0]) and math.isfinite(float(mine["A"].iloc[0])):
+        return float(mine["A"].iloc[0])
+    records = driver.store.records_frame(driver.study.name)
+    evals = records[records["run_id"] == run_id]["val_reward"].dropna()
+    return float(evals.iloc[-1]) if len(evals) else None
+
+
+def _suggest(trial, key: str, axis):
+    if not axis.is_range:
+        return trial.suggest_categorical(key, axis.values)
+    if axis.sampling == "int_uniform":
+        return trial.suggest_int(key, int(axis.min), int(axis.max))
+    return trial.suggest_float(key, axis.min, axis.max, log=axis.sampling == "log_uniform")
+
+
+def _finished(search) -> int:
+    import optuna
+
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
+    return len(search.get_trials(deepcopy=False, states=done))
