@@ -53,9 +53,12 @@ class Recipe(BaseModel):
     entropy_coef: float = Field(0.0, ge=0)
 
     # optimisation
-    lr: float = Field(1e-4, gt=0)
+    lr: float = Field(3e-4, gt=0, description=(
+        "Adam lr at lr_reference_batch; tuned for the 0.4M-parameter tiny policy (LLM runs such as ScaleRL's "
+        "8B use lrs of order 1e-6; 5e-4 and up collapse the tiny policy)"))
     lr_scaling: Literal["sqrt", "none"] = "sqrt"
     lr_reference_batch: int = Field(768, ge=1, description="B_p x n at which `lr` applies unscaled (ScaleRL: 48 x 16)")
+    lr_warmup_steps: int = Field(20, ge=0, description="optimizer updates of linear lr warmup (verl: lr_warmup_steps); Adam's first updates are its largest")
     grad_clip: float = Field(1.0, gt=0)
     weight_decay: float = Field(0.0, ge=0)
 

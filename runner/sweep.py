@@ -61,6 +61,7 @@ class SweepDriver:
         self.runs: list[RunState] = []
         self._lock = threading.Lock()
         self._generator = None
+        self._generator_key = None
 
     # planning -------------------------------------------------------------------------------------
 
@@ -140,12 +141,15 @@ class SweepDriver:
                     on_records=lambda records, run=run: self._on_records(run, records),
                     resume=True,
                     ray_address=self.ray_address,
-                    generator=self._shared_generator(),
+                    generator=self._shared_generator(run.recipe),
                     progress=lambda info, run=run: self._on_progress(run, info),
                     should_stop=lambda run=run: self._should_stop(run),
                 )
             except Exception as err:  # a crashing job must not end the sweep
-                self._release_generator()  # the engine may be what crashed; start a fresh one
+                import ray
+
+                if isinstance(err, ray.exceptions.RayActorError):
+                    self._release_generator()  # an actor died (maybe the engine): the retry starts a fresh one
                 message = f"{type(err).__name__}: {err}".splitlines()[0][:500]
                 if run.attempts <= self.max_retries:
                     run.note = f"attempt {run.attempts} failed: {message}"
@@ -219,12 +223,16 @@ class SweepDriver:
         ident = f"{self.store.url_for_display}|{self.study.name}|{run.run_id}|{run.created_at}"
         return f"{self.study.name}-{run.run_id}-{hashlib.sha256(ident.encode()).hexdigest()[:10]}"
 
-    def _shared_generator(self):
-        # one vLLM engine for consecutive jobs: reloading base weights costs far less than a 25-45 s start
+    def _shared_generator(self, recipe: Recipe):
+        # one vLLM engine for consecutive jobs on the same model: reloading base weights costs far less
+        # than a 25-45 s engine start; a run on another model or head precision gets its own engine
+        key = (recipe.model, recipe.fp32_head, recipe.generator_devices)
+        if self._generator is not None and self._generator_key != key:
+            self._release_generator()
         if self._generator is None:
             from runner.generator import create_generator
 
-            self._generator = create_generator(self.runs[0].recipe if self.runs else Recipe())
+            self._generator, self._generator_key = create_generator(recipe), key
         return self._generator
 
     def _release_generator(self) -> None:

@@ -1,0 +1,83 @@
+"""`rlscale run RECIPE.yaml --local`: one RL job from a recipe file; prints (step, compute, val_reward) rows."""
+
+from pathlib import Path
+
+import typer
+
+from rlscale.console import console, print_json
+from rlscale.errors import UserError
+
+RECORD_COLUMNS = ("step", "gpu_hours", "rollouts", "tokens", "val_reward", "train_reward")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("run")
+    def run(
+        recipe_file: Path = typer.Argument(..., help="Recipe YAML (recipe keys, or a study file's `recipe:` block)."),
+        local: bool = typer.Option(False, "--local", help="Single process on this machine: torch sampling, no Ray/vLLM."),
+        steps: int | None = typer.Option(None, "--steps", min=1, help="Override the recipe's steps."),
+        threads: int = typer.Option(1, "--threads", min=1, help="--local: torch CPU threads (results are reproducible per thread count)."),
+        as_json: bool = typer.Option(False, "--json", help="Print {recipe, records, ...} as JSON instead of tables."),
+    ) -> None:
+        """Run one RL job; every eval_every steps record (step, device-hours, rollouts, tokens, validation pass rate)."""
+        from planner.loading import load_recipe
+
+        recipe = load_recipe(recipe_file)
+        if not local:
+            raise UserError("only the single-process runner exists so far: pass --local", file=str(recipe_file))
+        records, seconds = _run_local(recipe, steps, threads, quiet=as_json)
+        if as_json:
+            print_json({"recipe": recipe.to_json(), "runner": "local", "wall_seconds": seconds, "records": records})
+        else:
+            _print_summary(records, seconds)
+
+
+def _run_local(recipe, steps, threads, *, quiet: bool):
+    import time
+
+    from rich.progress import Progress, TextColumn, TimeElapsedColumn
+
+    from runner.local import run_local
+
+    total = steps or recipe.steps
+    started = time.perf_counter()
+    if quiet:
+        return run_local(recipe, steps=total, threads=threads), time.perf_counter() - started
+    with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True) as progress:
+        line = progress.add_task("starting (loading the policy)", total=total)
+        state = {"val": float("nan")}
+
+        def on_step(step: int, metrics: dict) -> None:
+            progress.update(line, completed=step, description=(
+                f"step {step}/{total}  train reward {metrics['train_reward']:.3f}  val pass rate {state['val']:.3f}  "
+                f"train {metrics['elapsed']:.0f}s"))
+
+        def on_record(row: dict) -> None:
+            state["val"] = row["val_reward"]
+            progress.console.print(
+                f"step {row['step']:5d}  device-hours {row['gpu_hours']:.5f}  rollouts {row['rollouts']:7d}  "
+                f"val_reward {row['val_reward']:.3f}", highlight=False)
+
+        records = run_local(recipe, steps=total, threads=threads, on_step=on_step, on_record=on_record)
+    return records, time.perf_counter() - started
+
+
+def _print_summary(records: list[dict], seconds: float) -> None:
+    from rich.table import Table
+
+    table = Table(title="validation pass rate vs compute (local runner, 1 CPU device)")
+    for column in RECORD_COLUMNS:
+        table.add_column(column, justify="right")
+    for row in records:
+        table.add_row(*(_cell(row.get(column)) for column in RECORD_COLUMNS))
+    console.print(table)
+    first, last = records[0]["val_reward"], records[-1]["val_reward"]
+    console.print(f"val_reward {first:.3f} -> {last:.3f} ({last - first:+.3f}) in {seconds:.0f} s wall", highlight=False)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.5f}" if value < 0.01 else f"{value:.3f}"
+    return str(value)

@@ -1,0 +1,111 @@
+"""The single-process RL loop (torch sampling, no Ray, no vLLM): for tests, debugging and the tiny policy.
+
+Per step: draw B_p prompts from the PromptPool, sample n rollouts each, verify, `train_step`, record
+the pass-rate history. Every `eval_every` steps (and at steps 0 and M): the validation pass rate, the
+mean reward over `eval_samples` samples per held-out prompt at the training temperature.
+Compute is device-hours: 1 device x training wall seconds / 3600 (evaluation time is not charged,
+so the evaluation schedule does not move the curve).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from runner.advantages import PromptPool
+from runner.sampling import sample
+from runner.tasks import make_task
+from runner.train_step import TrainBatch, make_optimizer, train_step
+
+DEVICES = 1  # the local loop holds one CPU device
+
+
+def resolve_model_dir(recipe) -> Path:
+    """The recipe's model directory: the embedded tiny policy for 'tiny', else the given HF directory."""
+    from rlscale.errors import UserError
+    from runner.policy import base_model_dir
+
+    if recipe.model == "tiny":
+        return base_model_dir()
+    path = Path(recipe.model)
+    if not (path / "config.json").is_file():
+        raise UserError("expected 'tiny' or a HF model directory with config.json", field="model")
+    return path
+
+
+def evaluate(model, tokenizer, task, recipe, generator: torch.Generator) -> float:
+    """Validation pass rate: mean reward over eval_samples rollouts per held-out prompt at the training temperature."""
+    prompts = task.validation(recipe.eval_prompts)
+    rollouts = sample(
+        model, [tokenizer(p.text)["input_ids"] for p in prompts], n=recipe.eval_samples,
+        max_new_tokens=recipe.max_new_tokens, temperature=recipe.temperature, eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id, generator=generator, fp32_head=recipe.fp32_head, decode=tokenizer.decode,
+    )
+    rewards = [task.verify(prompts[i // recipe.eval_samples], c) for i, c in enumerate(rollouts.completions)]
+    return sum(rewards) / len(rewards)
+
+
+def run_local(recipe, *, steps: int | None = None, threads: int = 1,
+              on_step: Callable[[int, dict], None] | None = None,
+              on_record: Callable[[dict], None] | None = None) -> list[dict]:
+    """Train per `recipe` for `steps` (default recipe.steps); returns the eval records
+    {step, gpu_hours, rollouts, tokens, val_reward, train_reward, ...}. Deterministic for a seed and thread count."""
+    from runner.policy import load_policy
+
+    total_steps = steps or recipe.steps
+    torch.set_num_threads(threads)
+    torch.manual_seed(recipe.seed)
+    model, tokenizer = load_policy(resolve_model_dir(recipe))
+    ref_model = copy.deepcopy(model).requires_grad_(False) if recipe.kl_coef > 0 else None
+    optimizer = make_optimizer(model, recipe)
+    task = make_task(recipe)
+    pool = PromptPool(task.train, retire_above=recipe.no_positive_resampling, seed=recipe.seed)
+    rollout_gen = torch.Generator().manual_seed(recipe.seed)
+    eval_seed = 10_000 + recipe.seed  # a separate stream: evaluation never shifts the training samples
+
+    records: list[dict] = []
+    train_seconds, rollouts_done, tokens_done = 0.0, 0, 0
+    last: dict = {}
+
+    def record(step: int) -> None:
+        val = evaluate(model, tokenizer, task, recipe, torch.Generator().manual_seed(eval_seed + step))
+        row = {
+            "step": step, "gpu_hours": DEVICES * train_seconds / 3600.0, "rollouts": rollouts_done,
+            "tokens": tokens_done, "val_reward": val, "active_prompts": pool.active, "retired_prompts": len(pool.retired),
+            **{k: last[k] for k in ("train_reward", "entropy", "kl", "grad_norm", "clip_fraction",
+                                    "truncation_rate", "kept_prompts") if k in last},
+            "staleness": 0,
+        }
+        records.append(row)
+        if on_record:
+            on_record(row)
+
+    record(0)
+    for step in range(1, total_steps + 1):
+        started = time.perf_counter()
+        prompts = pool.sample(recipe.prompts_per_batch)
+        rollouts = sample(
+            model, [tokenizer(p.text)["input_ids"] for p in prompts], n=recipe.rollouts,
+            max_new_tokens=recipe.max_new_tokens, temperature=recipe.temperature, eos_id=tokenizer.eos_token_id,
+            pad_id=tokenizer.pad_token_id, generator=rollout_gen, fp32_head=recipe.fp32_head, decode=tokenizer.decode,
+        )
+        rewards = torch.tensor(
+            [task.verify(prompts[i // recipe.rollouts], c) for i, c in enumerate(rollouts.completions)]
+        ).view(len(prompts), recipe.rollouts)
+        for prompt, prompt_rewards in zip(prompts, rewards.tolist()):
+            pool.record(prompt, prompt_rewards)
+        batch = TrainBatch(rollouts.input_ids, rollouts.attention_mask, rollouts.response_mask, rollouts.logp, rewards)
+        last = train_step(model, optimizer, batch, recipe, ref_model=ref_model)
+        last["truncation_rate"] = rollouts.truncated.float().mean().item()
+        train_seconds += time.perf_counter() - started
+        rollouts_done += rewards.numel()
+        tokens_done += rollouts.response_tokens
+        if on_step:
+            on_step(step, last | {"elapsed": train_seconds})
+        if step % recipe.eval_every == 0 or step == total_steps:
+            record(step)
+    return records

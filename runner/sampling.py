@@ -1,0 +1,110 @@
+"""Torch sampling for the local loop and the base-model build: n rollouts per prompt, with log-probs.
+
+Layout of a sampled batch (all [B, L], B = prompts x n, rollouts of one prompt adjacent):
+prompt tokens left-padded, then the response right-padded; `logp[:, t]` is log pi(token t | tokens < t)
+under the temperature-scaled sampling distribution, nonzero only where `response_mask` is 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+
+@dataclass
+class Rollouts:
+    """Sampled sequences and what the trainer needs from them (see the module docstring for the layout)."""
+
+    input_ids: torch.Tensor  # [B, L] long
+    attention_mask: torch.Tensor  # [B, L] long, 0 on padding
+    response_mask: torch.Tensor  # [B, L] float, 1 on generated tokens (EOS included)
+    logp: torch.Tensor  # [B, L] float32, behaviour-policy log-probs of generated tokens
+    truncated: torch.Tensor  # [B] bool, no EOS within max_new_tokens
+    completions: list[str]  # decoded responses, special tokens removed
+
+    @property
+    def response_tokens(self) -> int:
+        """Generated tokens in the batch (EOS included)."""
+        return int(self.response_mask.sum().item())
+
+
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that skip left padding, so a padded prompt sees the same positions as an unpadded one."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def next_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, fp32_head: bool) -> torch.Tensor:
+    """Logits [B, L, V] of every position; with `fp32_head` the LM head runs in float32 (ScaleRL's FP32 head)."""
+    hidden = model.model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask)
+    ).last_hidden_state
+    return _head(model, hidden, fp32_head)
+
+
+def _head(model, hidden: torch.Tensor, fp32_head: bool) -> torch.Tensor:
+    head = model.lm_head
+    if fp32_head:
+        bias = None if head.bias is None else head.bias.float()
+        return F.linear(hidden.float(), head.weight.float(), bias)
+    return head(hidden)
+
+
+@torch.no_grad()
+def sample(
+    model,
+    prompt_ids: list[list[int]],
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    eos_id: int,
+    pad_id: int,
+    generator: torch.Generator,
+    fp32_head: bool = True,
+    decode=None,
+) -> Rollouts:
+    """`n` rollouts for each prompt (token ids, BOS included), sampled at `temperature` with `generator`."""
+    width = max(len(ids) for ids in prompt_ids)
+    rows = [ids for ids in prompt_ids for _ in range(n)]
+    batch = len(rows)
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((batch, width), dtype=torch.long)
+    for row, ids in enumerate(rows):
+        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, width - len(ids):] = 1
+    finished = torch.zeros(batch, dtype=torch.bool)
+    new_tokens, new_logp, new_mask = [], [], []
+    cache = DynamicCache(config=model.config)
+    step_ids, step_positions = input_ids, position_ids(attention_mask)
+    for _ in range(max_new_tokens):
+        hidden = model.model(input_ids=step_ids, attention_mask=attention_mask, position_ids=step_positions,
+                             past_key_values=cache, use_cache=True).last_hidden_state[:, -1:, :]
+        logits = _head(model, hidden, fp32_head)[:, -1, :].float()
+        logprobs = torch.log_softmax(logits / temperature, dim=-1)
+        token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(1)
+        alive = ~finished
+        token = torch.where(alive, token, torch.full_like(token, pad_id))
+        new_tokens.append(token)
+        new_logp.append(torch.where(alive, logprobs.gather(1, token[:, None]).squeeze(1), 0.0))
+        new_mask.append(alive.float())
+        input_ids = torch.cat([input_ids, token[:, None]], dim=1)
+        attention_mask = torch.cat([attention_mask, alive.long()[:, None]], dim=1)
+        step_ids, step_positions = token[:, None], step_positions[:, -1:] + 1
+        finished = finished | (token == eos_id)
+        if bool(finished.all()):
+            break
+    response = torch.stack(new_tokens, 1)
+    response_mask = torch.stack(new_mask, 1)
+    logp = torch.zeros(input_ids.shape, dtype=torch.float32)
+    logp[:, width:] = torch.stack(new_logp, 1)
+    mask = torch.zeros(input_ids.shape, dtype=torch.float32)
+    mask[:, width:] = response_mask
+    completions = []
+    for row in range(batch):
+        ids = response[row][response_mask[row].bool()].tolist()
+        ids = [t for t in ids if t not in (eos_id, pad_id)]
+        completions.append(decode(ids) if decode else "")
+    return Rollouts(input_ids, attention_mask, mask, logp, ~finished, completions)

@@ -1,0 +1,109 @@
+"""`rlscale sweep`: planning is idempotent, a killed sweep resumes without gaps or duplicates, crashing jobs
+are retried or marked failed while the rest complete, `rlscale status` reads while a sweep writes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from db.store import Store
+from planner.study import load_study
+from runner.sweep import SweepDriver
+
+ROOT = Path(__file__).resolve().parents[1]
+RLSCALE = [sys.executable, "-m", "rlscale"]
+
+# 2 runs x 16 steps of the tiny policy; a checkpoint (and a batch of records) every 4 steps
+RECIPE = {"steps": 16, "prompts_per_batch": 8, "rollouts": 4, "eval_every": 4, "eval_prompts": 16,
+          "eval_samples": 2, "checkpoint_every": 4, "async": "sync", "lr": 3e-4, "lr_reference_batch": 256}
+
+
+def write_study(path: Path, name: str, parameters: dict, **recipe) -> Path:
+    path.write_text(yaml.safe_dump({"name": name, "method": "grid", "recipe": {**RECIPE, **recipe},
+                                    "parameters": {k: {"values": v} for k, v in parameters.items()}}))
+    return path
+
+
+def test_replanning_is_idempotent_and_new_axis_values_add_only_new_runs(tmp_path):
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store(url) as store:
+        first = SweepDriver(load_study(write_study(tmp_path / "s.yaml", "grid", {"rollouts": [4, 8]})), store).plan()
+        again = SweepDriver(load_study(tmp_path / "s.yaml"), store).plan()
+        assert [r.run_id for r in again] == [r.run_id for r in first]
+        store.set_run_status(first[0].run_id, "done")
+        grown = SweepDriver(load_study(write_study(tmp_path / "s.yaml", "grid", {"rollouts": [4, 8, 16]})), store).plan()
+        assert [r.run_id for r in grown[:2]] == [r.run_id for r in first]
+        assert [r.status for r in grown] == ["done", "pending", "pending"]  # only the new point and the unfinished one run
+        assert len(store.runs_frame("grid")) == 3
+
+
+def _records(url: str, study: str):
+    with Store(url) as store:
+        return store.records_frame(study), store.runs_frame(study)
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes_with_every_record_once_and_status_reads_meanwhile(tmp_path):
+    study = write_study(tmp_path / "kill.yaml", "kill", {"rollouts": [4, 8]})
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    env = dict(os.environ)
+    sweep = [*RLSCALE, "sweep", str(study), "--db", url, "--out", str(tmp_path / "reports")]
+    process = subprocess.Popen(sweep, cwd=tmp_path, env=env, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 420
+        while time.time() < deadline and process.poll() is None:
+            if (tmp_path / "store.db").exists():
+                records, _ = _records(url, "kill")
+                if len(records) >= 9:  # the first run is past its second checkpoint: kill the sweep mid-run
+                    status = subprocess.run([*RLSCALE, "status", "kill", "--db", url, "--json"], cwd=tmp_path,
+                                            env=env, capture_output=True, text=True, timeout=120)
+                    assert status.returncode == 0, status.stderr
+                    assert {row["status"] for row in json.loads(status.stdout)} <= {"running", "pending", "done"}
+                    break
+            time.sleep(1)
+        assert process.poll() is None, f"the sweep ended before it could be killed: {process.stderr.read()[-2000:]}"
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the driver, its Ray cluster and the vLLM engine
+        process.wait()
+    records, runs = _records(url, "kill")
+    assert 9 <= len(records) < 2 * 17
+
+    resumed = subprocess.run(sweep + ["--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    records, runs = _records(url, "kill")
+    assert list(runs["status"]) == ["done", "done"]
+    # an uninterrupted sweep stores steps 0..16 of both runs: exactly that, each once
+    assert len(records) == 2 * 17
+    assert not records.duplicated(["run_id", "step"]).any()
+    assert sorted(records.groupby("run_id")["step"].apply(list).iloc[0]) == list(range(17))
+    assert records["gpu_hours"].is_monotonic_increasing or all(
+        g["gpu_hours"].is_monotonic_increasing for _, g in records.groupby("run_id"))
+    summary = json.loads(resumed.stdout)
+    assert summary["done"] == 2 and summary["failed"] == 0
+
+
+@pytest.mark.slow
+def test_a_crashing_job_is_retried_and_an_always_failing_one_is_marked_failed(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLSCALE_FAULT_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    study = load_study(write_study(tmp_path / "faults.yaml", "faults",
+                                   {"verifier": ["fault_verifiers:crash_once", "fault_verifiers:always_crash"]},
+                                   steps=8))
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        driver = SweepDriver(study, store, max_retries=1)
+        summary = driver.run()
+        runs = store.runs_frame("faults").set_index("run")
+        records = store.records_frame("faults")
+    flaky, broken = runs.loc["verifier=fault_verifiers:crash_once"], runs.loc["verifier=fault_verifiers:always_crash"]
+    assert flaky["status"] == "done"
+    assert sorted(records[records["run_id"] == flaky["run_id"]]["step"]) == list(range(9))
+    assert broken["status"] == "failed" and "injected crash (every call)" in broken["error"]
+    assert summary.count("done") == 1 and summary.count("failed") == 1
+    assert [run.attempts for run in driver.runs] == [2, 2]  # one retry each (max_retries=1)
