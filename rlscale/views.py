@@ -51,6 +51,7 @@ class SweepView:
         if self._live:
             self._live.update(sweep_table(self.study, self._runs), refresh=True)
             self._live.__exit__(*exc)
+            console.line()
 
     def update(self, runs) -> None:
         """Show the runs' current state."""

@@ -1,4 +1,5 @@
-"""`rlscale run RECIPE.yaml --local`: one RL job from a recipe file; prints (step, compute, val_reward) rows."""
+"""`rlscale run RECIPE.yaml`: one RL job from a recipe file, on Ray (vLLM generator + torch trainer) into the
+store, resumable; `--local` runs it in one process (torch sampling) and prints (step, compute, val_reward) rows."""
 
 from pathlib import Path
 
@@ -18,13 +19,24 @@ def register(app: typer.Typer) -> None:
         steps: int | None = typer.Option(None, "--steps", min=1, help="Override the recipe's steps."),
         threads: int = typer.Option(1, "--threads", min=1, help="--local: torch CPU threads (results are reproducible per thread count)."),
         as_json: bool = typer.Option(False, "--json", help="Print {recipe, records, ...} as JSON instead of tables."),
+        study: str = typer.Option("runs", "--study", help="Ray runner: the study the run is stored in."),
+        db: str = typer.Option(None, "--db", help="Ray runner: SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)."),
+        ray_address: str = typer.Option(None, "--ray-address", help="Ray runner: join an existing cluster (default: start a local one)."),
     ) -> None:
         """Run one RL job; every eval_every steps record (step, device-hours, rollouts, tokens, validation pass rate)."""
         from planner.loading import load_recipe
 
         recipe = load_recipe(recipe_file)
+        if steps is not None:
+            recipe = recipe.model_validate({**recipe.to_json(), "steps": steps})
         if not local:
-            raise UserError("only the single-process runner exists so far: pass --local", file=str(recipe_file))
+            records, seconds = _run_on_ray(recipe, recipe_file.stem, study, db, ray_address, quiet=as_json)
+            if as_json:
+                print_json({"recipe": recipe.to_json(), "runner": "ray", "study": study, "wall_seconds": seconds,
+                            "records": records})
+            else:
+                _print_summary(records, seconds, title="validation pass rate vs compute (Ray: vLLM generator + torch trainer)")
+            return
         records, seconds = _run_local(recipe, steps, threads, quiet=as_json)
         if as_json:
             print_json({"recipe": recipe.to_json(), "runner": "local", "wall_seconds": seconds, "records": records})
@@ -62,10 +74,40 @@ def _run_local(recipe, steps, threads, *, quiet: bool):
     return records, time.perf_counter() - started
 
 
-def _print_summary(records: list[dict], seconds: float) -> None:
+def _run_on_ray(recipe, name: str, study_name: str, db: str | None, ray_address: str | None, *, quiet: bool):
+    """The job as a one-run study through the sweep driver (store, resume, retries); its evaluated records."""
+    import time
+
+    from db.store import Store
+    from planner.study import Study
+    from rlscale.views import SweepView
+    from runner.sweep import SweepDriver
+
+    # a one-point grid (the recipe's own loss), so `status` and `report` see it like any study
+    study = Study.model_validate({"name": study_name, "method": "grid", "recipe": recipe.to_json(),
+                                  "seeds": [recipe.seed], "parameters": {"loss": {"values": [recipe.loss]}}})
+    store = Store(db)
+    started = time.perf_counter()
+    view = SweepView(study_name, enabled=not quiet)
+    driver = SweepDriver(study, store, ray_address=ray_address, on_update=view.update)
+    if study_name not in store.study_names():  # a study of ad-hoc runs keeps the spec it was created with
+        store.upsert_study(study_name, study.to_spec())
+    run = driver.add_run(name, recipe, recipe.seed, float("nan"))
+    with view:
+        summary = driver.run()
+    if summary.count("failed"):
+        console.print(f"[red]the job failed after {run.attempts} attempt(s):[/] {run.note}", highlight=False)
+        raise typer.Exit(1)
+    records = store.records_frame(study_name)
+    mine = records[(records["run_id"] == run.run_id) & records["val_reward"].notna()]
+    columns = [c for c in RECORD_COLUMNS if c in mine.columns]
+    return mine[columns].to_dict("records"), time.perf_counter() - started
+
+
+def _print_summary(records: list[dict], seconds: float, *, title: str = "validation pass rate vs compute (local runner, 1 CPU device)") -> None:
     from rich.table import Table
 
-    table = Table(title="validation pass rate vs compute (local runner, 1 CPU device)")
+    table = Table(title=title)
     for column in RECORD_COLUMNS:
         table.add_column(column, justify="right")
     for row in records:
@@ -76,7 +118,7 @@ def _print_summary(records: list[dict], seconds: float) -> None:
 
 
 def _cell(value) -> str:
-    if value is None:
+    if value is None or (isinstance(value, float) and value != value):  # None or NaN
         return "-"
     if isinstance(value, float):
         return f"{value:.5f}" if value < 0.01 else f"{value:.3f}"
