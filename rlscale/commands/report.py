@@ -41,11 +41,17 @@ def show(result) -> None:
         for row in result.loo:
             table.add_row(*loo_cells(row), style="bold red" if row["beyond_noise"] else None)
         console.print(table)
-    table = Table(title=f"{result.study}: sigmoid fits ({result.method})")
+    table = Table(title=f"{result.study}: sigmoid fits ({result.method})", caption_justify="left")
     for col in FIT_HEADER:
-        table.add_column(col)
+        table.add_column(col, no_wrap=col != "run")
+    reasons = []  # printed under the table, so a long reason does not squeeze the numbers
     for row in result.fits:
-        table.add_row(*fit_cells(row), style=None if row["identified"] else "dim")
+        cells = fit_cells(row)
+        if not row["identified"]:
+            reasons.append(f"({len(reasons) + 1}) {row['run']}: {row['status']}")
+            cells[-1] = f"no ({len(reasons)})"
+        table.add_row(*cells, style=None if row["identified"] else "dim")
+    table.caption = "\n".join(reasons) or None
     console.print(table)
     for note in result.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)

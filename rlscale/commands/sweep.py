@@ -1,4 +1,4 @@
-"""`rlscale sweep STUDY.yaml`: run every point of a study on Ray, resumable; then fit and summarise."""
+"""`rlscale sweep STUDY.yaml`: run every point of a study on Ray, resumable; then report and recommend."""
 
 from pathlib import Path
 
@@ -12,72 +12,78 @@ def register(app: typer.Typer) -> None:
         db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)"),
         ray_address: str = typer.Option(None, "--ray-address", help="join an existing Ray cluster (default: start a local one)"),
         max_retries: int = typer.Option(2, "--max-retries", min=0, help="retries of a crashing job before it is marked failed"),
-        out: Path = typer.Option(Path("reports"), "--out", help="directory for the study's plot"),
+        out: Path = typer.Option(None, "--out", help="directory for the study's report (default: reports/STUDY)"),
         json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     ) -> None:
-        """Run a study's planned runs as RL jobs (finished runs are skipped; interrupted ones resume)."""
+        """Run a study's planned runs as RL jobs (finished runs are skipped; interrupted ones resume), then write
+        the study's report and, for a study over rollouts, the recommended allocation of the compute it spent."""
         from db.store import Store
         from planner.study import load_study
         from rlscale.console import console, print_json
-        from rlscale.commands.fit import fits_json
-        from rlscale.views import SweepView, fits_table
+        from rlscale.views import SweepView
+        from runner.sweep import SweepDriver
 
         study = load_study(study_file)
         store = Store(db)
-        from runner.sweep import SweepDriver
-
         view = SweepView(study.name, enabled=not json_out)
         driver = SweepDriver(study, store, ray_address=ray_address, max_retries=max_retries, on_update=view.update)
         runs = driver.plan()
-        if study.method == "bayes":
-            from runner.bayes import run_bayes
+        with view:
+            if study.method == "bayes":
+                from runner.bayes import run_bayes
 
-            with view:
                 summary = run_bayes(driver)
-        else:
-            with view:
+            else:
                 summary = driver.run()
-        records, fits = _fits(store, study.name)
-        plot = _plot(records, fits, study.name, out) if len(fits) else None
+        report = _report(store, study.name, out or Path("reports") / study.name)
+        recommendation, refusal = _recommend(store, study, sum(run.gpu_hours for run in driver.runs))
         payload = {
-            "study": study.name,
-            "db": store.url_for_display,
-            "runs": len(runs),
-            "done": summary.count("done"),
-            "failed": summary.count("failed"),
-            "stopped": summary.count("stopped"),
-            "wall_seconds": round(summary.wall_seconds, 2),
-            "plot": str(plot) if plot else None,
-            "fits": fits_json(fits),
+            "study": study.name, "db": store.url_for_display, "runs": len(driver.runs or runs),
+            "done": summary.count("done"), "failed": summary.count("failed"), "stopped": summary.count("stopped"),
+            "wall_seconds": round(summary.wall_seconds, 2), "busy_seconds": round(summary.busy_seconds, 2),
+            "timings": {k: round(v, 2) for k, v in summary.timings.items()},
+            "report": report.to_dict() if report else None,
+            "recommendation": recommendation.to_dict() if recommendation else None,
+            "no_recommendation": refusal,
         }
         if json_out:
             print_json(payload)
         else:
-            console.print(fits_table(fits, title=f"{study.name}: sigmoid fits"))
+            if report is not None:
+                from rlscale.commands.report import show
+
+                show(report)
+            if recommendation is not None:
+                from rlscale.commands.recommend import show as show_recommendation
+
+                show_recommendation(recommendation, study.name)
+            elif refusal:
+                console.print(f"no recommendation yet: {refusal}", highlight=False, soft_wrap=True)
             console.print(
                 f"{payload['done']} done, {payload['stopped']} stopped early, {payload['failed']} failed "
-                f"of {payload['runs']} runs in {summary.wall_seconds:.0f} s; store: {store.url_for_display}"
-            )
-            if plot:
-                console.print(f"plot: {plot}")
+                f"of {payload['runs']} runs in {summary.wall_seconds:.0f} s; store: {store.url_for_display}",
+                highlight=False, soft_wrap=True)
         if payload["failed"]:
             raise typer.Exit(1)
 
 
-def _fits(store, study: str):
-    """(records, fits) of the study's runs so far; empty frames when nothing was evaluated yet."""
-    import pandas as pd
-
-    from fitting.stored import fit_study
+def _report(store, study: str, out: Path):
+    """The study's report (fits, plots, report.html) once any run has an evaluation; else None."""
+    from fitting.report import study_report
 
     if not store.records_frame(study)["val_reward"].notna().any():
-        return pd.DataFrame(), pd.DataFrame()
-    return fit_study(store, study)
+        return None
+    return study_report(store, study, out)
 
 
-def _plot(records, fits, study: str, out: Path) -> Path:
-    from fitting.plots import plot_study
+def _recommend(store, study, budget_gpu_hours: float):
+    """(recommendation, None) for the compute this sweep spent, or (None, why not) for a study over rollouts."""
+    if "rollouts" not in study.parameters or not budget_gpu_hours > 0:
+        return None, None
+    from fitting.recommend import Refusal, recommend_study
 
-    out.mkdir(parents=True, exist_ok=True)
-    return plot_study(records, fits, out / f"{study}.png", run_col="run", compute_col="compute",
-                      reward_col="reward", title=f"{study}: validation reward vs device-hours")
+    try:
+        recommendation, _spec = recommend_study(store, study.name, budget_gpu_hours)
+    except Refusal as refusal:
+        return None, str(refusal)
+    return recommendation, None
