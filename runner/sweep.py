@@ -62,6 +62,7 @@ class SweepDriver:
         self._lock = threading.Lock()
         self._generator = None
         self._generator_key = None
+        self._hyperband = None  # runner.hyperband.HyperbandStopper, made on first use
 
     # planning -------------------------------------------------------------------------------------
 
@@ -125,6 +126,8 @@ class SweepDriver:
         _init_ray(self.ray_address)
         self._run_with_retries(run, summary)
         self._refit()
+        if self._hyperband is not None:
+            self._hyperband.finish(run.run_id, run.val_reward if run.status == "done" else None)
 
     def _run_with_retries(self, run: RunState, summary: SweepSummary) -> None:
         from runner.job import run_job
@@ -187,16 +190,23 @@ class SweepDriver:
     # early termination ----------------------------------------------------------------------------
 
     def _should_stop(self, run: RunState) -> str | None:
-        """A reason to stop `run` now (asymptote rule), or None."""
+        """A reason to stop `run` now (the study's early_terminate rule), or None."""
         rule = self.study.early_terminate
-        if rule.type != "asymptote":
+        if rule.type == "none":
+            return None
+        records = self.store.records_frame(self.study.name).dropna(subset=["val_reward"])
+        if rule.type == "hyperband":
+            if self._hyperband is None:
+                from runner.hyperband import HyperbandStopper
+
+                self._hyperband = HyperbandStopper(run.recipe.steps, rule.min_fraction, rule.eta, seed=self.study.seeds[0])
+            mine = records[records["run_id"] == run.run_id]
+            return self._hyperband.check(run.run_id, list(zip(mine["step"], mine["val_reward"])))
+        if run.step < rule.min_fraction * run.recipe.steps:
             return None
         from fitting.early_stop import best_fit_of, should_stop
         from fitting.sigmoid import FitError, fit_sigmoid
 
-        records = self.store.records_frame(self.study.name).dropna(subset=["val_reward"])
-        if run.step < rule.min_fraction * run.recipe.steps:
-            return None
         fits = {}
         for run_id, rows in records.groupby("run_id"):
             try:

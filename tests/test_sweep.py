@@ -107,3 +107,27 @@ def test_a_crashing_job_is_retried_and_an_always_failing_one_is_marked_failed(tm
     assert broken["status"] == "failed" and "injected crash (every call)" in broken["error"]
     assert summary.count("done") == 1 and summary.count("failed") == 1
     assert [run.attempts for run in driver.runs] == [2, 2]  # one retry each (max_retries=1)
+
+
+@pytest.mark.slow
+def test_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_path):
+    import optuna
+
+    study = tmp_path / "bayes.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "bayes", "method": "bayes", "n_trials": 2, "recipe": {**RECIPE, "steps": 8},
+        "parameters": {"lr": {"min": 1e-4, "max": 6e-4, "distribution": "log_uniform"}}}))
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    sweep = [*RLSCALE, "sweep", str(study), "--db", url, "--out", str(tmp_path / "reports"), "--json"]
+    first = subprocess.run(sweep, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    _, runs = _records(url, "bayes")
+    assert list(runs["run"]) == ["trial-0", "trial-1"] and set(runs["status"]) == {"done"}
+    assert all(1e-4 <= config["lr"] <= 6e-4 for config in runs["config"])
+    trials = optuna.load_study(study_name="rlscale:bayes", storage=url).trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    assert [t.params["lr"] for t in trials] == [config["lr"] for config in runs["config"]]
+
+    again = subprocess.run(sweep, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(_records(url, "bayes")[1]) == 2  # n_trials reached: nothing new is run
