@@ -64,9 +64,10 @@ def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
     """A, B, C_mid with the interval on A, R^2 and whether A is identified; the reasons for runs whose
     A is not identified are listed in words under the table."""
     table = Table(title=title, title_justify="left", caption_justify="left")
+    width = min(28, max((len(str(run)) for run in fits.get("run", [])), default=3))
     for column in ("run", "A", "A 95% CI", "B", "C_mid", "R0", "R^2", "points", "identified"):
         table.add_column(column, justify="left" if column in ("run", "identified") else "right",
-                         no_wrap=column != "run")
+                         min_width=width if column == "run" else None)
     reasons = []
     for row in fits.to_dict("records"):
         if row.get("identified"):

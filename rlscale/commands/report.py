@@ -36,14 +36,17 @@ def show(result) -> None:
 
     if result.loo is not None:
         table = Table(title=f"{result.study}: leave-one-out (|dA| < 0.02 is noise)")
+        width = min(28, max(len(str(row["variant"])) for row in result.loo))
         for col in LOO_HEADER:
-            table.add_column(col)
+            # names stay whole; on a narrow terminal the other cells wrap
+            table.add_column(col, min_width=width if col == "variant" else None)
         for row in result.loo:
             table.add_row(*loo_cells(row), style="bold red" if row["beyond_noise"] else None)
         console.print(table)
     table = Table(title=f"{result.study}: sigmoid fits ({result.method})", caption_justify="left")
+    width = min(28, max((len(str(row["run"])) for row in result.fits), default=3))
     for col in FIT_HEADER:
-        table.add_column(col, no_wrap=col != "run")
+        table.add_column(col, min_width=width if col == "run" else None)
     reasons = []  # printed under the table, so a long reason does not squeeze the numbers
     for row in result.fits:
         cells = fit_cells(row)
