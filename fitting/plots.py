@@ -65,6 +65,13 @@ def plot_study(records: pd.DataFrame, fits: pd.DataFrame, path, *, run_col="run"
                  fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8, loc="upper left")  # sigmoids leave the top-left corner empty
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path) -> Path:
+    """Lay out `fig`, write it as PNG to `path` (parents created), close it; returns the path."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fitting.plots import save_figure
 from fitting.recommend import NOISE_BAND, run_curves, run_labels, study_unit
 
 COMPUTE_LABELS = {"gpu_hours": "GPU-hours", "rollouts": "rollouts", "tokens": "tokens"}
@@ -107,12 +108,7 @@ def plot_linearised(records: pd.DataFrame, curves: pd.DataFrame, path, *, comput
     ax.grid(True, which="both", alpha=0.25)
     if drawn:  # outside the axes: with many runs an inside legend hides the points
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_frontier(law, path, *, compute_col: str, extrapolate_to: float | None = None) -> Path:
@@ -137,11 +133,7 @@ def plot_frontier(law, path, *, compute_col: str, extrapolate_to: float | None =
     ax.set_title("Optimal n: frontier and law" + ("" if law.identified else f" - {law.reason[:80]}"), fontsize=9)
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """`rlscale export`: production configs with the documented keys, and what each target cannot express."""
 
 import dataclasses
-import sys
 
 import pytest
+
+from conftest import run_cli
 import yaml
 
 from fitting.export import export_config
@@ -122,16 +123,7 @@ def test_yaml_export_round_trips_through_the_recipe_schema(tmp_path):
 
 
 def _cli(args, capsys, monkeypatch):
-    from rlscale.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["rlscale", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exit_:
-        code = exit_.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_cli(monkeypatch, capsys, *args)
 
 
 def test_export_command_from_a_recipe_file(workdir, capsys, monkeypatch):

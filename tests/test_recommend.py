@@ -2,12 +2,13 @@
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+
+from conftest import run_cli
 
 from fitting.optimal_n import RolloutsLaw
 from fitting.recommend import Refusal, recommend
@@ -101,18 +102,8 @@ def seed_isocompute(url, name, truth, c_obs, prompts=(16, 32)):
     store.close()
 
 
-def run_cli(args, capsys, monkeypatch):
-    """(exit code, stdout, stderr) of `rlscale ARGS` in-process."""
-    from rlscale.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["rlscale", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exit_:
-        code = exit_.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
+def _cli(args, capsys, monkeypatch):
+    return run_cli(monkeypatch, capsys, *args)
 
 
 def test_recommend_command_recovers_n_star_and_prices_the_steps(workdir, capsys, monkeypatch):
@@ -120,7 +111,7 @@ def test_recommend_command_recovers_n_star_and_prices_the_steps(workdir, capsys,
     truth, c_obs = bench.CASES["saturates_64"]
     seed_isocompute(url, "iso", truth, c_obs)
     budget = 4 * c_obs
-    code, out, err = run_cli(["recommend", "--budget", str(budget), "--study", "iso", "--db", url,
+    code, out, err = _cli(["recommend", "--budget", str(budget), "--study", "iso", "--db", url,
                               "--profile", "tiny-cpu", "--bootstrap", "20", "--json"], capsys, monkeypatch)
     assert code == 0, err
     rec = json.loads(out)
@@ -133,7 +124,7 @@ def test_recommend_command_recovers_n_star_and_prices_the_steps(workdir, capsys,
     assert lo <= rec["predicted_reward"] <= hi
     assert any(row["chosen"] for row in rec["evidence"])
 
-    code, out, _ = run_cli(["recommend", "--budget", str(budget), "--study", "iso", "--db", url,
+    code, out, _ = _cli(["recommend", "--budget", str(budget), "--study", "iso", "--db", url,
                             "--profile", "tiny-cpu", "--bootstrap", "0"], capsys, monkeypatch)
     assert code == 0 and "recommendation" in out and "evidence" in out
 
@@ -142,7 +133,7 @@ def test_recommend_command_refuses_with_the_reason_and_exit_2(workdir, capsys, m
     url = f"sqlite:///{workdir / 'rl.db'}"
     truth, c_obs = bench.CASES["still_rising"]
     seed_isocompute(url, "rising", truth, c_obs)
-    code, out, err = run_cli(["recommend", "--budget", "120", "--db", url, "--bootstrap", "0", "--json"], capsys, monkeypatch)
+    code, out, err = _cli(["recommend", "--budget", "120", "--db", url, "--bootstrap", "0", "--json"], capsys, monkeypatch)
     assert code == 2
     assert json.loads(out)["refused"] is True
     assert "has not bent" in err and "\n" not in err.strip()

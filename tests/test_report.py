@@ -3,11 +3,12 @@
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import run_cli
 
 from fitting.report import linearised, loo_table
 from fitting.sigmoid import sigmoid
@@ -41,16 +42,7 @@ def seed_loo(url: str) -> str:
 
 
 def _cli(args, capsys, monkeypatch):
-    from rlscale.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["rlscale", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exit_:
-        code = exit_.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_cli(monkeypatch, capsys, *args)
 
 
 @pytest.fixture
