@@ -36,15 +36,18 @@ SCALERL_8B = Profile(
     description="ScaleRL's published scale: 8B model, 16k context, H100-class GPUs",
 )
 
-# The embedded tiny policy on 2 CPU cores (generator + trainer, one device each). First estimate,
-# meant to be replaced by `rlscale plan --calibrate`: ~0.5 s wall of both devices per step of
-# 8 x 4 rollouts, half of it per-step overhead; ~30 s of both devices to start Ray and the engine.
+# The embedded tiny policy on 2 CPU cores (generator + trainer, one device each), measured: coefficients of
+# `rlscale plan --calibrate quickstart --db sqlite:////tmp/tune/qs2/rlscale.db` on the records written by
+# `bench/sweep_overhead.py` (studies/quickstart.yaml: PipelineRL-1, B_p 32/64 x n 4/8, 159-341 steps),
+# 2026-11-21, 2-core x86_64 host, no GPU: 0.060 device-seconds per step plus 1.76 ms per rollout (a 64 x 8
+# step: ~0.96 s). Planned vs measured device-hours of those 4 runs: within 6%. Startup 0: the device-hours
+# clock starts once the engine and trainer are up (their start-up is wall time, not charged compute).
 TINY_CPU = Profile(
     name="tiny-cpu",
-    gpu_hours_per_rollout=2 * 0.25 / 32 / 3600,
-    step_overhead_gpu_hours=2 * 0.25 / 3600,
-    startup_gpu_hours=2 * 30 / 3600,
-    description="embedded tiny policy on a 2-core CPU host (device-hours; first estimate)",
+    gpu_hours_per_rollout=4.89054e-07,
+    step_overhead_gpu_hours=1.66114e-05,
+    startup_gpu_hours=0.0,
+    description="embedded tiny policy on a 2-core CPU host (device-hours; calibrated on the quickstart)",
 )
 
 BUILTIN_PROFILES: dict[str, Profile] = {p.name: p for p in (SCALERL_8B, TINY_CPU)}

@@ -53,10 +53,10 @@ def test_playbook_axes_through_the_cli(workdir, monkeypatch, capsys):
 
 def test_table_shows_points_and_dropped(workdir, monkeypatch, capsys):
     code, out, _ = rlscale(monkeypatch, capsys, "plan", "--budget", 100, "--per-run", "--prompts", "8,16",
-                           "--rollouts", "4,8", "--profile", "tiny-cpu", "--min-steps", 200_000)
-    assert code == 0
-    assert "IsoCompute plan: 3 runs at 100 GPU-hours each" in out
-    assert "dropped (1)" in out and "200000 step(s)" in out
+                           "--rollouts", "4,8", "--profile", "scalerl-8b", "--min-steps", 100)
+    assert code == 0  # 100 GPU-hours pay for 177 steps of 8 x 4, 88 of 16 x 4 or 8 x 8, 44 of 16 x 8
+    assert "IsoCompute plan: 1 runs at 100 GPU-hours each" in out
+    assert "dropped (3)" in out and "100 step(s)" in out
 
 
 @pytest.mark.parametrize(

@@ -75,9 +75,12 @@ def test_calibration_needs_two_batch_sizes():
 
 
 def test_step_and_run_cost():
-    assert step_gpu_hours(TINY_CPU, 8, 4) * 3600 == pytest.approx(1.0)  # 0.5 s of 2 devices per 8 x 4 step
+    # 1 device-second per step plus 1/32 s per rollout, 60 s to start: an 8 x 4 step costs 2 s
+    profile = Profile(name="hand", gpu_hours_per_rollout=1 / 32 / 3600, step_overhead_gpu_hours=1 / 3600,
+                      startup_gpu_hours=60 / 3600)
+    assert step_gpu_hours(profile, 8, 4) * 3600 == pytest.approx(2.0)
+    assert run_gpu_hours(profile, 8, 4, 10) * 3600 == pytest.approx(60 + 20)
     assert run_gpu_hours(SCALERL_8B, 48, 16, 0) == 0
-    assert run_gpu_hours(TINY_CPU, 8, 4, 10) * 3600 == pytest.approx(60 + 10)
 
 
 def test_steps_within_is_exact_at_boundaries():

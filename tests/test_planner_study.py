@@ -52,9 +52,9 @@ def test_quickstart_fits_in_ten_minutes_of_two_cores():
     assert plan.profile.name == "tiny-cpu"
     devices = 2
     wall_seconds = plan.gpu_hours / devices * 3600
-    assert wall_seconds < 6 * 60  # estimated; leaves room for a 2x slower machine
-    assert all(10 <= r.recipe.steps < 100 for r in plan.runs)  # tens of steps per run
-    assert {(r.recipe.prompts_per_batch, r.recipe.rollouts) for r in plan.runs} == {(8, 4), (8, 8), (16, 4), (16, 8)}
+    assert wall_seconds < 6 * 60  # training time, measured profile; engine start and evals come on top
+    assert all(100 <= r.recipe.steps < 600 for r in plan.runs)  # enough steps to see each curve bend
+    assert {(r.recipe.prompts_per_batch, r.recipe.rollouts) for r in plan.runs} == {(32, 4), (32, 8), (64, 4), (64, 8)}
 
 
 def test_playbook_study_is_the_playbook_grid():
