@@ -19,8 +19,10 @@ def _num(value, fmt: str = "{:.3f}") -> str:
 def sweep_table(study: str, runs) -> Table:
     """One row per run: status, step, last validation reward, device/GPU-hours spent vs planned; a total row."""
     table = Table(title=f"sweep {study}", title_justify="left")
+    width = min(28, max((len(run.name) for run in runs), default=3))
     for column in ("run", "status", "step", "val reward", "gpu-hours", "planned", "note"):
-        table.add_column(column, justify="right" if column in ("step", "val reward", "gpu-hours", "planned") else "left")
+        table.add_column(column, justify="right" if column in ("step", "val reward", "gpu-hours", "planned") else "left",
+                         min_width=width if column == "run" else None)
     for run in runs:
         style = STATUS_STYLE.get(run.status, "")
         table.add_row(run.name, f"[{style}]{run.status}[/]", f"{run.step}/{run.recipe.steps}", _num(run.val_reward),

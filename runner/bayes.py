@@ -36,7 +36,7 @@ def run_bayes(driver) -> SweepSummary:
             params = {key: _suggest(trial, key, axis) for key, axis in study.parameters.items()}
             _run_trial(driver, search, trial.number, params, base, summary)
     finally:
-        driver._release_generator()
+        driver.close()
     summary.wall_seconds = time.perf_counter() - started
     return summary
 

@@ -63,6 +63,7 @@ class SweepDriver:
         self._generator = None
         self._generator_key = None
         self._hyperband = None  # runner.hyperband.HyperbandStopper, made on first use
+        self._started_ray = False
 
     # planning -------------------------------------------------------------------------------------
 
@@ -77,7 +78,7 @@ class SweepDriver:
         records = self.store.records_frame(self.study.name)
         self.runs = []
         for point in points:
-            name = f"{point.name}/s{point.seed}" if several_seeds else point.name
+            name = run_name(point, several_seeds)
             self.add_run(name, point.recipe, point.seed, point.gpu_hours, runs_before, records)
         return self.runs
 
@@ -116,14 +117,14 @@ class SweepDriver:
                 for run in todo:
                     self.run_one(run, summary)
             finally:
-                self._release_generator()
+                self.close()
         summary.wall_seconds = time.perf_counter() - started
         self.on_update(self.runs)
         return summary
 
     def run_one(self, run: RunState, summary: SweepSummary) -> None:
         """Run one job to the end (retrying crashes), then refit the study's curves."""
-        _init_ray(self.ray_address)
+        self._started_ray = _init_ray(self.ray_address) or self._started_ray
         self._run_with_retries(run, summary)
         self._refit()
         if self._hyperband is not None:
@@ -245,6 +246,15 @@ class SweepDriver:
             self._generator, self._generator_key = create_generator(recipe), key
         return self._generator
 
+    def close(self) -> None:
+        """Stop the shared generator, and the local Ray cluster if this driver started it."""
+        self._release_generator()
+        if self._started_ray:
+            import ray
+
+            ray.shutdown()
+            self._started_ray = False
+
     def _release_generator(self) -> None:
         if self._generator is not None:
             import ray
@@ -256,11 +266,19 @@ class SweepDriver:
             self._generator = None
 
 
-def _init_ray(address: str | None) -> None:
+def run_name(point, several_seeds: bool) -> str:
+    """A planned point's run name in the store: the point's name, plus `/s<seed>` when a study has several seeds."""
+    return f"{point.name}/s{point.seed}" if several_seeds else point.name
+
+
+def _init_ray(address: str | None) -> bool:
+    """Start (or join) Ray unless it is up; True if this call started it."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    if ray.is_initialized():
+        return False
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    return True
 
 
 def _error_text(err: Exception) -> str:

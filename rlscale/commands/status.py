@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         states = []
         for row in runs.to_dict("records"):
             state = RunState(row["run_id"], row["run"], Recipe.model_validate(row["config"]), row["seed"],
-                             planned.get((row["run"], row["seed"]), float("nan")), status=row["status"],
+                             planned.get(row["run"], float("nan")), status=row["status"],
                              note=(row["error"] or "").splitlines()[0] if row["error"] else "")
             mine = records[records["run_id"] == row["run_id"]]
             if len(mine):
@@ -45,13 +45,14 @@ def register(app: typer.Typer) -> None:
 
 
 def _planned_gpu_hours(spec: dict) -> dict:
-    """(run name, seed) -> planned GPU-hours, re-planned from the stored study spec (empty if it has none)."""
+    """Run name -> planned GPU-hours, re-planned from the stored study spec (empty if it has none)."""
     if not spec:
         return {}
     from planner.study import Study, planned_runs
+    from runner.sweep import run_name
 
     try:
         study = Study.model_validate(spec)
     except Exception:  # a spec saved by an older rlscale: show the runs without their plan
         return {}
-    return {(point.name, point.seed): point.gpu_hours for point in planned_runs(study)}
+    return {run_name(point, len(study.seeds) > 1): point.gpu_hours for point in planned_runs(study)}
