@@ -4,7 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.cost import SCALERL_8B, TINY_CPU, Profile, run_gpu_hours, step_gpu_hours
+from planner.cost import SCALERL_8B, Profile, run_gpu_hours, step_gpu_hours
 from planner.grid import (
     PLAYBOOK_MAX_BATCH,
     PLAYBOOK_PROMPTS,
@@ -64,16 +64,23 @@ def test_points_below_min_steps_are_dropped_and_their_budget_redistributed():
     assert dropped.rollouts == 100 and "5 step(s)" in dropped.reason
 
 
+# a hand-made profile (the built-in tiny-cpu one is re-calibrated from measurements): 1 device-second per
+# step plus 1/32 s per rollout, 60 s to start
+HAND = Profile(name="hand", gpu_hours_per_rollout=1 / 32 / 3600, step_overhead_gpu_hours=1 / 3600,
+               startup_gpu_hours=60 / 3600)
+
+
 def test_per_run_budget_is_one_points_compute():
-    plan = isocompute_plan(0.0333, [8, 16], [4, 8], profile=TINY_CPU, per_run=True, min_steps=10)
-    assert plan.per_run_gpu_hours == 0.0333
-    assert plan.budget_gpu_hours == pytest.approx(4 * 0.0333)
-    assert all(10 <= p.steps < 100 for p in plan.points)  # tens of steps for the quickstart's scale
+    plan = isocompute_plan(0.05, [8, 16], [4, 8], profile=HAND, per_run=True, min_steps=10)
+    assert plan.per_run_gpu_hours == 0.05
+    assert plan.budget_gpu_hours == pytest.approx(4 * 0.05)
+    # 180 s minus 60 s of start-up: 8 x 4 steps cost 2 s, 8 x 8 and 16 x 4 cost 3 s, 16 x 8 costs 5 s
+    assert sorted(p.steps for p in plan.points) == [24, 40, 40, 60]
 
 
 def test_budget_too_small_for_any_point_is_a_user_error():
     with pytest.raises(UserError, match="--budget"):
-        isocompute_plan(0.001, [8], [4], profile=TINY_CPU)
+        isocompute_plan(0.001, [8], [4], profile=HAND)  # 3.6 s does not even pay the start-up
 
 
 @pytest.mark.parametrize("budget", [0.0, -16000.0, float("nan"), float("inf")])
