@@ -4,6 +4,7 @@ Every method is one short transaction. Frames come back as pandas DataFrames wit
 """
 
 import hashlib
+import os
 import json
 import math
 from typing import Any
@@ -28,9 +29,14 @@ _FIT_FIELDS = {"run_id", "run", "model", "A_lo", "A_hi", "identified", "reason",
 class Store:
     """Studies, runs, records, fits and plans in one SQL database (SQLite by default, any SQLAlchemy URL)."""
 
-    def __init__(self, url: str | None = None):
+    def __init__(self, url: str | None = None, *, create: bool = True):
+        """`create=False` (commands that only read): a SQLite file that does not exist is read as an empty
+        store kept in memory, so reading never leaves a new database file behind."""
         self.url = parse_url(settings.db_url(url))
         self.url_for_display = display_url(self.url)
+        if not create and self.url.get_backend_name() == "sqlite" and self.url.database not in (None, "", ":memory:"):
+            if not os.path.exists(self.url.database):
+                self.url = self.url.set(database=":memory:")
         self.engine = make_engine(self.url)
         migrate(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)

@@ -244,3 +244,10 @@ def test_studies_command_lists_what_is_stored(monkeypatch, capsys, db_url):
     assert code == 0
     assert json.loads(out)[0] == {"study": "ablation", "runs": 1, "pending": 1, "running": 0, "done": 0,
                                   "failed": 0, "stopped": 0, "records": 0, "fits": 0}
+
+
+def test_read_only_commands_do_not_create_a_store(monkeypatch, capsys, workdir):
+    for args in (["status", "s"], ["report", "s"], ["studies"], ["fit", "--study", "s"], ["recommend", "--budget", "5"]):
+        code, out, err = run_cli(monkeypatch, capsys, *args)
+        assert code in (0, 2) and len(err.strip().splitlines()) <= 1
+    assert not (workdir / "rlscale.db").exists()

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
             from db.store import Store
             from fitting.recommend import Refusal, pick_study, recommend_study, recommended_recipe
 
-            store = Store(db)
+            store = Store(db, create=False)
             name = pick_study(store, study)
             try:
                 rec, spec = recommend_study(store, name, budget, profile=profile)

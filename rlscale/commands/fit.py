@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
             from db.store import Store
             from fitting.stored import fit_study
 
-            store, title = Store(db), study
+            store, title = Store(db, create=False), study
             records, fits = fit_study(store, study, r0=r0, min_compute=min_compute)
         if plot is not None:
             from fitting.plots import plot_study

@@ -175,7 +175,7 @@ def _calibrate(study: str, *, db: str | None, as_json: bool) -> None:
         from planner.study import load_study
 
         study = load_study(study).name
-    with Store(db) as store:
+    with Store(db, create=False) as store:
         records, runs = store.records_frame(study), store.runs_frame(study)
     fitted, quality = calibrate(records, runs, name=study)
     path = save_profile(fitted)

@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
         if not budget > 0:
             raise UserError(f"expected a positive budget, got {budget:g}", field="--budget")
-        store = Store(db)
+        store = Store(db, create=False)
         name = pick_study(store, study)
         try:
             rec, _spec = recommend_study(store, name, budget, profile=profile, bootstrap=bootstrap)

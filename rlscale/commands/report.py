@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
         from fitting.report import study_report
         from rlscale.console import print_json
 
-        store = Store(db)
+        store = Store(db, create=False)
         result = study_report(store, study, out or Path("reports") / study, bootstrap=bootstrap)
         if json_out:
             print_json(result.to_dict())

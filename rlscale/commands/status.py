@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
         from rlscale.views import sweep_table
         from runner.sweep import RunState
 
-        store = Store(db)
+        store = Store(db, create=False)
         runs = store.runs_frame(study)
         records = store.records_frame(study)
         planned = _planned_gpu_hours(store.study_spec(study))

@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
         from db.store import Store
         from rlscale.console import console, print_json
 
-        store = Store(db)
+        store = Store(db, create=False)
         rows = store.study_counts()
         if json_out:
             print_json(rows)
