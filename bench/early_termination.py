@@ -1,14 +1,47 @@
 """Replay recorded reward curves through the sweep's early-termination rules.
 
-Question: does asymptote-based termination (stop a run once the upper bound of its fitted asymptote is
-below the best run's lower bound, 0.02 noise band) pick the same best configuration as running the full
-grid, and how much compute does it spend? The same replay runs Optuna's Hyperband pruner for comparison.
+Question (issue 6): does asymptote-based termination pick the same best configuration as running the full
+grid while spending at most half its compute, and how does Optuna's Hyperband pruner do on the same curves?
 
 Curves: ScaleRL-shaped sigmoids R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) for a 12-point grid, observed at
-40 evaluations up to the per-run budget with binomial noise (eval pass rate over 2,048 samples: sd <= 0.011, the 1% noise of the fit benchmark), in a random
-order per replicate, runs one after another as on a single host. Writes bench/results/early_termination.json.
+40 evaluations up to the per-run budget with binomial noise (eval pass rate over 2,048 samples: sd <= 0.011,
+the 1% noise of the fit benchmark). The full grid's pick is the run with the highest fitted asymptote on its
+whole curve. Compute fraction = compute spent / the full grid's (12 budgets).
+
+Asymptote rule: the sweep driver's loop, replayed. `next_move` (fitting/early_stop.py) is given every run's
+progress and its sigmoid fit so far (bootstrap 100) and says what to do next; an "advance" runs that run up
+to the move's fraction of its budget (rung boundaries fall on evaluations), and during the advance the driver
+checks `should_stop` every other eval, from a quarter of the budget on, against `reference_fit` (the best
+finished run), so a run can also stop mid-rung. The pick is the finished run with the highest fitted
+asymptote. "floor": the same should_stop checks with the final reference known from the start, each other
+run stopped at its first check that fires: no schedule of these checks spends less. For comparison, the
+replay this one replaced (runs one after another in a random order, each judged against the best finished
+run; same should_stop, 100 replicates) picked the same best in 100% of studies with a mean compute fraction
+of 69% (median 68%, max 88%).
+
+Hyperband: Optuna's HyperbandPruner (min resource 4 evals, eta 3) on the same studies, runs one after another
+in a random order per replicate, as on a single host; the pick is the completed trial with the highest fitted
+asymptote.
+
+Writes bench/results/early_termination.json; `--variants` also measures the scheduler variants in VARIANTS
+(stored under "variants"). Variants measured on an earlier next_move whose code is gone, with should_stop's
+past-inflection check still on the C_mid point estimate (100 replicates, same seeds; same best / within 0.02
+/ compute mean, median, max). "depth-first": advance the most promising
+unfinished run to its next rung whatever rung it is at; the default is breadth-first (see next_move).
+  depth-first, rank by A point estimate (the first idea)      95% /  99% / 60%, 60%, 77%
+  depth-first, rank by A lower bound                          95% /  99% / 59%, 58%, 81%
+  depth-first, rank by latest reward                          96% /  99% / 60%, 60%, 82%
+  depth-first, rank by fitted reward at the budget            95% /  99% / 59%, 59%, 74%
+  depth-first, rank by A, 2 leaders                           95% /  99% / 61%, 61%, 77%
+  depth-first, rank by A, rungs 25/100                        95% /  99% / 62%, 61%, 81%
+  depth-first, rank by A, rungs 25/37.5/50/75/100             95% /  99% / 59%, 59%, 75%
+  breadth-first, rank by A point estimate                     99% / 100% / 63%, 63%, 79%
+  breadth-first, rank by A lower bound, reference = any
+    identified run, finished or not (as the driver does now)  96% /  99% / 59%, 57%, 77%
+  the same with 0 leaders                                     97% / 100% / 58%, 57%, 73%
 """
 
+import argparse
 import json
 import sys
 import time
@@ -18,11 +51,48 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fitting.early_stop import best_fit_of, should_stop  # noqa: E402
+from fitting import early_stop  # noqa: E402
+from fitting.early_stop import RunProgress, best_fit_of, next_move, reference_fit, should_stop  # noqa: E402
 from fitting.sigmoid import FitError, fit_sigmoid, sigmoid  # noqa: E402
 
-N_RUNS, N_EVALS, EVAL_SAMPLES, REPLICATES = 12, 40, 2048, 20
-MIN_FRACTION = 0.25  # never judge a run before a quarter of its budget
+N_RUNS, N_EVALS, EVAL_SAMPLES, REPLICATES = 12, 40, 2048, 100
+MIN_FRACTION = 0.25  # the driver never judges a run before a quarter of its budget (study early_terminate.min_fraction)
+CHECK_EVERY = 2  # the driver refits and asks should_stop every this many evals
+WITHIN = 0.02  # "best within noise": the pick's true asymptote is within this of the grid pick's
+
+
+def by_asymptote(run, noise_band=early_stop.NOISE_BAND) -> float:
+    """Rank runs by their fitted asymptote's point estimate, else their latest evaluation."""
+    if run.fit is not None:
+        return float(run.fit.A)
+    return by_last_reward(run)
+
+
+def by_last_reward(run, noise_band=early_stop.NOISE_BAND) -> float:
+    """Rank runs by their latest evaluation."""
+    return float(run.last_reward) if run.last_reward is not None else float("-inf")
+
+
+# Variants of the default schedule: next_move keyword arguments, plus "promise" (replaces
+# fitting.early_stop.promise, how runs are ranked) and "check_every" (evals between the driver's checks).
+CHOSEN = "default: rungs 25/50/100, 1 leader, rank by A lower bound"
+VARIANTS = {
+    CHOSEN: {},
+    "past inflection judged on the C_mid point estimate": {"inflection_quantile": None},
+    "past inflection judged on C_mid's 97.5th percentile": {"inflection_quantile": 0.975},
+    "rank by A point estimate": {"promise": by_asymptote},
+    "rank by latest reward": {"promise": by_last_reward},
+    "0 leaders": {"leaders": 0},
+    "2 leaders": {"leaders": 2},
+    "rungs 25/100": {"rungs": (0.25, 1.0)},
+    "rungs 25/50/75/100": {"rungs": (0.25, 0.5, 0.75, 1.0)},
+    "rungs 25/37.5/50/100": {"rungs": (0.25, 0.375, 0.5, 1.0)},
+    "check every eval": {"check_every": 1},
+    "check every 5th eval (driver defaults: eval 10, checkpoint 50 steps)": {"check_every": 5},
+    "past inflection 1.5 x C_mid (weaker)": {"past_inflection": 1.5},
+    "past inflection 1.0 x C_mid (weaker)": {"past_inflection": 1.0},
+    "noise band 0.01 (weaker)": {"noise_band": 0.01},
+}
 
 
 def make_study(rng) -> list[dict]:
@@ -53,26 +123,71 @@ def full_grid_best(runs) -> int:
     return int(np.argmax([f.A if f is not None else -1 for f in fits]))
 
 
-def replay_asymptote(runs, order) -> tuple[int, float]:
-    """(chosen best run, compute spent) with the asymptote rule, runs one after another in `order`."""
-    finished_fits, spent = {}, 0.0
-    for i in order:
+class FitCache:
+    """Fits of run i on its first n evals (bootstrap 100), each computed once per study."""
+
+    def __init__(self, runs):
+        self.runs, self.fits = runs, {}
+
+    def __call__(self, i, n):
+        if n < 3:
+            return None
+        if (i, n) not in self.fits:
+            self.fits[(i, n)] = fit(self.runs[i]["compute"][:n], self.runs[i]["reward"][:n])
+        return self.fits[(i, n)]
+
+
+def replay_asymptote(runs, order, fits: FitCache, check_every=CHECK_EVERY, **schedule) -> tuple[int, float, int]:
+    """(chosen best run, compute spent, moves) with the rung scheduler; `order` is the driver's list of runs.
+
+    The compute axis is the fraction of the budget (budget 1.0), so RunProgress.compute is left at None."""
+    stop_options = {k: schedule[k] for k in ("noise_band", "past_inflection", "inflection_quantile") if k in schedule}
+    seen = {i: 0 for i in order}  # evals observed per run
+    stopped, moves = set(), 0
+
+    def progress(i) -> RunProgress:
+        n = seen[i]
+        return RunProgress(key=i, fraction=float(runs[i]["compute"][n - 1]) if n else 0.0, fit=fits(i, n),
+                           finished=n == N_EVALS, last_reward=float(runs[i]["reward"][n - 1]) if n else None,
+                           stopped=i in stopped)
+
+    while (move := next_move([progress(i) for i in order], **schedule)) is not None:
+        moves += 1
+        i = move.key
+        if move.kind == "stop":
+            stopped.add(i)
+            continue
         run = runs[i]
-        best = best_fit_of(finished_fits)
-        stopped = False
-        for j in range(N_EVALS):
-            if run["compute"][j] < MIN_FRACTION or best is None or (j + 1) % 2:
-                continue  # the driver refits every other eval
-            mine = fit(run["compute"][: j + 1], run["reward"][: j + 1])
-            if should_stop(mine, best, run["compute"][j]).stop:
-                spent += run["compute"][j]
-                stopped = True
+        best = reference_fit([progress(k) for k in order])  # only run i changes during its advance
+        target = int(np.searchsorted(run["compute"], move.until + 1e-9))  # evals with compute <= until
+        for j in range(seen[i], target):
+            seen[i] = j + 1
+            if run["compute"][j] < MIN_FRACTION or best is None or (j + 1) % check_every:
+                continue
+            if should_stop(fits(i, j + 1), best, run["compute"][j], **stop_options).stop:
+                stopped.add(i)
                 break
-        if not stopped:
-            spent += run["compute"][-1]
-            finished_fits[i] = fit(run["compute"], run["reward"])
-    chosen = max(finished_fits, key=lambda k: finished_fits[k].A if finished_fits[k] is not None else -1)
-    return chosen, spent
+    spent = sum(float(runs[i]["compute"][seen[i] - 1]) for i in order if seen[i])
+    finished = [i for i in order if seen[i] == N_EVALS]
+    chosen = max(finished, key=lambda k: fits(k, N_EVALS).A if fits(k, N_EVALS) is not None else -1)
+    return chosen, spent, moves
+
+
+def floor_asymptote(runs, fits: FitCache) -> float:
+    """Compute spent if the final reference were known from the start and every other run stopped at its
+    first should_stop check (every CHECK_EVERY evals from MIN_FRACTION on) that fires against it."""
+    full = {i: fits(i, N_EVALS) for i in range(N_RUNS)}
+    best = best_fit_of(full)
+    spent = 0.0
+    for i, run in enumerate(runs):
+        stop_at = N_EVALS
+        if full[i] is not best:
+            for n in range(CHECK_EVERY, N_EVALS + 1, CHECK_EVERY):
+                if run["compute"][n - 1] >= MIN_FRACTION and should_stop(fits(i, n), best, run["compute"][n - 1]).stop:
+                    stop_at = n
+                    break
+        spent += float(run["compute"][stop_at - 1])
+    return spent
 
 
 def replay_hyperband(runs, order, seed) -> tuple[int, float]:
@@ -80,8 +195,11 @@ def replay_hyperband(runs, order, seed) -> tuple[int, float]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.HyperbandPruner(
-        min_resource=4, max_resource=N_EVALS, reduction_factor=3), sampler=optuna.samplers.RandomSampler(seed))
+    # Hyperband assigns trials to brackets by a hash of the study name: a fixed name makes the replay repeat.
+    study = optuna.create_study(study_name=f"replay-{seed}", direction="maximize",
+                                pruner=optuna.pruners.HyperbandPruner(min_resource=4, max_resource=N_EVALS,
+                                                                      reduction_factor=3),
+                                sampler=optuna.samplers.RandomSampler(seed))
     spent, completed = 0.0, {}
     for i in order:
         run = runs[i]
@@ -103,51 +221,95 @@ def replay_hyperband(runs, order, seed) -> tuple[int, float]:
     return max(completed, key=completed.get), spent
 
 
+def run_asymptote(runs, order, fits, options) -> tuple[int, float, int]:
+    """replay_asymptote with one variant's options (a "promise" option temporarily replaces the ranking)."""
+    options = dict(options)
+    ranking, original = options.pop("promise", None), early_stop.promise
+    if ranking is not None:
+        early_stop.promise = ranking
+    try:
+        return replay_asymptote(runs, order, fits, **options)
+    finally:
+        early_stop.promise = original
+
+
+def summary(rows, prefix) -> dict:
+    fractions = [r[f"{prefix}_compute_fraction"] for r in rows]
+    out = {
+        "mean_compute_fraction": float(np.mean(fractions)),
+        "median_compute_fraction": float(np.median(fractions)),
+        "max_compute_fraction": float(np.max(fractions)),
+    }
+    if f"{prefix}_same" in rows[0]:
+        out = {"same_best_fraction": float(np.mean([r[f"{prefix}_same"] for r in rows])),
+               "best_within_noise_fraction": float(np.mean([r[f"{prefix}_within_noise"] for r in rows])), **out}
+    return out
+
+
+def line(name, r) -> str:
+    picks = (f"same best {r['same_best_fraction']:4.0%}  within 0.02 {r['best_within_noise_fraction']:4.0%}  "
+             if "same_best_fraction" in r else " " * 37)
+    return (f"{name:52.52s} {picks}compute mean {r['mean_compute_fraction']:.0%} "
+            f"median {r['median_compute_fraction']:.0%} max {r['max_compute_fraction']:.0%}")
+
+
+def describe(options) -> dict:
+    """A variant's options as JSON values."""
+    return {k: (list(v) if isinstance(v, tuple) else v.__name__ if callable(v) else v) for k, v in options.items()}
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", action="store_true", help="also measure every scheduler variant in VARIANTS")
+    parser.add_argument("--replicates", type=int, default=REPLICATES)
+    args = parser.parse_args()
+    variants = VARIANTS if args.variants else {CHOSEN: VARIANTS[CHOSEN]}
     rng = np.random.default_rng(0)
     started = time.perf_counter()
-    rows = []
-    for rep in range(REPLICATES):
+    rows, variant_rows = [], {name: [] for name in variants}
+    full = N_RUNS * 1.0
+    for rep in range(args.replicates):
         runs = make_study(rng)
-        order = rng.permutation(N_RUNS)
+        order = [int(i) for i in rng.permutation(N_RUNS)]
         truth_best = full_grid_best(runs)
-        a_best, a_spent = replay_asymptote(runs, order)
+        fits = FitCache(runs)
+        for name, options in variants.items():
+            best, spent, moves = run_asymptote(runs, order, fits, options)
+            variant_rows[name].append({
+                "asymptote_best": int(best), "asymptote_same": bool(best == truth_best),
+                "asymptote_within_noise": bool(runs[truth_best]["A"] - runs[best]["A"] <= WITHIN),
+                "asymptote_compute_fraction": spent / full, "asymptote_moves": moves})
         h_best, h_spent = replay_hyperband(runs, order, seed=rep)
-        full = N_RUNS * 1.0
-        # "same best" within the noise band: the chosen run's true asymptote is within 0.02 of the grid's pick
-        a_gap = runs[truth_best]["A"] - runs[a_best]["A"]
-        h_gap = runs[truth_best]["A"] - runs[h_best]["A"]
         rows.append({
-            "replicate": rep, "grid_best": truth_best,
-            "asymptote_best": int(a_best), "asymptote_same": bool(a_best == truth_best),
-            "asymptote_within_noise": bool(a_gap <= 0.02), "asymptote_compute_fraction": a_spent / full,
+            "replicate": rep, "grid_best": truth_best, **variant_rows[CHOSEN][-1],
+            "floor_compute_fraction": floor_asymptote(runs, fits) / full,
             "hyperband_best": int(h_best), "hyperband_same": bool(h_best == truth_best),
-            "hyperband_within_noise": bool(h_gap <= 0.02), "hyperband_compute_fraction": h_spent / full,
+            "hyperband_within_noise": bool(runs[truth_best]["A"] - runs[h_best]["A"] <= WITHIN),
+            "hyperband_compute_fraction": h_spent / full,
         })
+    out = Path(__file__).parent / "results" / "early_termination.json"
+    previous = json.loads(out.read_text()) if out.exists() else {}
     result = {
-        "runs_per_study": N_RUNS, "evals_per_run": N_EVALS, "eval_samples": EVAL_SAMPLES, "replicates": REPLICATES,
-        "asymptote": {
-            "same_best_fraction": float(np.mean([r["asymptote_same"] for r in rows])),
-            "best_within_noise_fraction": float(np.mean([r["asymptote_within_noise"] for r in rows])),
-            "median_compute_fraction": float(np.median([r["asymptote_compute_fraction"] for r in rows])),
-            "max_compute_fraction": float(np.max([r["asymptote_compute_fraction"] for r in rows])),
-        },
-        "hyperband": {
-            "same_best_fraction": float(np.mean([r["hyperband_same"] for r in rows])),
-            "best_within_noise_fraction": float(np.mean([r["hyperband_within_noise"] for r in rows])),
-            "median_compute_fraction": float(np.median([r["hyperband_compute_fraction"] for r in rows])),
-            "max_compute_fraction": float(np.max([r["hyperband_compute_fraction"] for r in rows])),
-        },
+        "runs_per_study": N_RUNS, "evals_per_run": N_EVALS, "eval_samples": EVAL_SAMPLES,
+        "replicates": args.replicates, "check_every_evals": CHECK_EVERY, "min_fraction": MIN_FRACTION,
+        "asymptote": {"schedule": CHOSEN, **summary(rows, "asymptote")},
+        "asymptote_floor": summary(rows, "floor"),
+        "hyperband": summary(rows, "hyperband"),
+        "variants": ({name: {**describe(variants[name]), **summary(variant_rows[name], "asymptote"),
+                             "replicates": args.replicates} for name in variants}
+                     if args.variants else previous.get("variants", {})),
         "seconds": round(time.perf_counter() - started, 1),
         "replicate_rows": rows,
     }
-    out = Path(__file__).parent / "results" / "early_termination.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    for rule in ("asymptote", "hyperband"):
-        r = result[rule]
-        print(f"{rule:10s} same best {r['same_best_fraction']:.0%}  within 0.02 {r['best_within_noise_fraction']:.0%}  "
-              f"compute median {r['median_compute_fraction']:.0%} max {r['max_compute_fraction']:.0%}")
+    if args.variants:
+        for name in variants:
+            print(line(name, result["variants"][name]))
+        print()
+    print(line("asymptote (rung scheduler)", result["asymptote"]))
+    print(line("asymptote floor (best known)", result["asymptote_floor"]))
+    print(line("hyperband", result["hyperband"]))
     print(f"wrote {out} ({result['seconds']} s)")
 
 

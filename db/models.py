@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-RUN_STATUSES = ("pending", "running", "done", "failed", "stopped")
+RUN_STATUSES = ("pending", "running", "paused", "done", "failed", "stopped")
 
 
 def utcnow() -> datetime:

@@ -118,7 +118,7 @@ class Store:
         raise RuntimeError(f"could not create run {name!r} in study {study!r}")
 
     def set_run_status(self, run_id: int, status: str, error: str | None = None) -> None:
-        """Set a run's status (pending, running, done, failed, stopped) and error text."""
+        """Set a run's status (pending, running, paused, done, failed, stopped) and error text."""
         if status not in RUN_STATUSES:
             raise ValueError(f"run status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
         with self._sessions.begin() as session:

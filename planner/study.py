@@ -111,6 +111,15 @@ class EarlyTerminate(_Strict):
     margin: float = Field(0.02, ge=0, description="asymptote: stop if A's upper bound < best A - margin (reward)")
     eta: int = Field(3, ge=2, description="hyperband: keep 1/eta of the runs at each rung")
 
+    @property
+    def rungs(self) -> tuple[float, ...]:
+        """asymptote: the fractions of planned compute at which the sweep pauses and judges runs, doubling from
+        min_fraction to 1 (0.25 -> 0.25, 0.5, 1.0)."""
+        fractions = [self.min_fraction]
+        while fractions[-1] * 2 < 1:
+            fractions.append(fractions[-1] * 2)
+        return (*fractions, 1.0) if fractions[-1] < 1 else tuple(fractions)
+
 
 class Study(_Strict):
     """A study file. `recipe` is the base every run starts from; `parameters` are the axes."""

@@ -6,8 +6,9 @@ from rich.live import Live
 from rich.table import Table
 
 from rlscale.console import console
+from runner.sweep import FINISHED
 
-STATUS_STYLE = {"done": "green", "running": "cyan", "failed": "red", "stopped": "yellow", "pending": "dim"}
+STATUS_STYLE = {"done": "green", "running": "cyan", "failed": "red", "stopped": "yellow", "paused": "magenta", "pending": "dim"}
 
 
 def _num(value, fmt: str = "{:.3f}") -> str:
@@ -29,7 +30,7 @@ def sweep_table(study: str, runs) -> Table:
                       _num(run.gpu_hours, "{:.4f}"), _num(run.planned_gpu_hours, "{:.4f}"), run.note[:60])
     spent = sum(run.gpu_hours for run in runs)
     planned = sum(run.planned_gpu_hours for run in runs)
-    finished = sum(run.status in ("done", "failed", "stopped") for run in runs)
+    finished = sum(run.status in FINISHED for run in runs)
     table.add_section()
     table.add_row("total", f"{finished}/{len(runs)} finished", "", "", _num(spent, "{:.4f}"), _num(planned, "{:.4f}"), "")
     return table

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runner import checkpoint
-from runner.accounting import DeviceClock, placement, union_seconds
+from runner.accounting import DeviceClock, union_seconds
 
 EVAL_SEED_BASE = 10**9  # validation samples come from their own seed stream
 
@@ -40,13 +40,16 @@ class JobState:
 
 
 def run_job(recipe, *, run_key: str, on_records: Callable[[list[dict]], None], resume: bool = True,
-            ray_address: str | None = None, generator=None, progress: Callable[[dict], None] | None = None,
-            should_stop: Callable[[], str | None] | None = None) -> dict:
-    """Train `recipe` to recipe.steps; returns a summary (steps, gpu_hours, busy fractions, staleness, timings).
+            ray_address: str | None = None, generator=None, trainer=None,
+            progress: Callable[[dict], None] | None = None,
+            should_stop: Callable[[], str | None] | None = None, until_step: int | None = None) -> dict:
+    """Train `recipe` to recipe.steps (or pause at `until_step`, evaluated and checkpointed, for a later resume);
+    returns a summary (steps, gpu_hours, busy fractions, staleness, timings).
 
     Records are dicts {step, gpu_hours, rollouts, tokens, val_reward (None between evals), metrics}. `generator`
-    is a live actor from `runner.generator.create_generator` to reuse (its base weights are reloaded); otherwise
-    one is started and stopped here. `should_stop` is asked after each checkpoint; a reason ends the job early.
+    and `trainer` are live actors from `create_generator` / `create_trainer` to reuse (the generator's base
+    weights are reloaded, the trainer is reset to the recipe); otherwise each is started and stopped here.
+    `should_stop` is asked after each checkpoint; a reason ends the job early.
     """
     import ray
 
@@ -55,11 +58,12 @@ def run_job(recipe, *, run_key: str, on_records: Callable[[list[dict]], None], r
         cores = len(os.sched_getaffinity(0))
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
                  num_cpus=None if ray_address else max(cores, recipe.generator_devices + recipe.trainer_devices))
-    job = _Job(recipe, run_key, on_records, progress or (lambda info: None), should_stop)
+    job = _Job(recipe, run_key, on_records, progress or (lambda info: None), should_stop,
+               until_step=min(until_step or recipe.steps, recipe.steps))
     try:
-        return job.run(resume, generator)
+        return job.run(resume, generator, trainer)
     finally:
-        job.release(keep_generator=generator is not None)
+        job.release(keep_generator=generator is not None, keep_trainer=trainer is not None)
         if started_ray:
             ray.shutdown()
 
@@ -70,7 +74,7 @@ def batch_seed(recipe, step: int) -> int:
 
 
 class _Job:
-    def __init__(self, recipe, run_key, on_records, progress, should_stop):
+    def __init__(self, recipe, run_key, on_records, progress, should_stop, until_step):
         from runner.local import resolve_model_dir
         from runner.tasks import make_task
 
@@ -79,6 +83,7 @@ class _Job:
         self.on_records = on_records
         self.progress = progress
         self.should_stop = should_stop
+        self.until_step = until_step  # the last step of this call: recipe.steps, or a pause point
         self.model_dir = resolve_model_dir(recipe)  # builds the tiny policy on first use, before any actor reads it
         self.task = make_task(recipe)
         self.end_of_thinking = getattr(self.task, "end_of_thinking", None)  # tasks without one: interrupt = truncate
@@ -91,14 +96,15 @@ class _Job:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def run(self, resume: bool, generator) -> dict:
+    def run(self, resume: bool, generator, trainer) -> dict:
         import ray
 
         from runner.generator import create_generator
-        from runner.trainer import trainer_actor
+        from runner.trainer import create_trainer
 
-        where = placement(self.recipe)
-        self.trainer = trainer_actor(self.model_dir, self.recipe, on_gpu=where.on_gpu, cpu_cores=where.trainer_cores)
+        if trainer is not None:
+            ray.get(trainer.reset.remote(self.recipe))  # base policy, new optimizer, this recipe's seed (~0.1 s)
+        self.trainer = trainer or create_trainer(self.recipe, self.model_dir)
         self.generator = generator or create_generator(self.recipe, self.model_dir)
         if not resume:
             checkpoint.clear(self.run_key)
@@ -138,10 +144,10 @@ class _Job:
             "timings": dict(self.timings), "stopped": stopped is not None, "stop_reason": stopped or "",
         }
 
-    def release(self, keep_generator: bool) -> None:
+    def release(self, keep_generator: bool, keep_trainer: bool) -> None:
         import ray
 
-        for actor in (self.trainer, None if keep_generator else self.generator):
+        for actor in (None if keep_trainer else self.trainer, None if keep_generator else self.generator):
             if actor is not None:
                 ray.kill(actor)
 
@@ -154,8 +160,9 @@ class _Job:
         lookahead = recipe.max_staleness + 1 if recipe.async_mode == "pipeline" else 1
         inflight: deque = deque()
         next_step = state.step + 1
-        while state.step < recipe.steps:
-            while len(inflight) < lookahead and next_step <= recipe.steps:
+        last = self.until_step
+        while state.step < last:
+            while len(inflight) < lookahead and next_step <= last:
                 inflight.append(self._submit_batch(next_step))
                 next_step += 1
             step = state.step + 1
@@ -175,7 +182,7 @@ class _Job:
             self.train_intervals.append((result["started"], result["ended"]))
             self.timings["train"] += result["ended"] - result["started"]
             self._push(self.generator.update_weights.remote(self.trainer.weights.remote(), step))
-            if step % recipe.eval_every == 0 or step == recipe.steps:
+            if step % recipe.eval_every == 0 or step == last:
                 self._submit_eval(step)
             state.step = step
             state.rollouts += sum(len(group) for group in generation.rollouts)
@@ -188,7 +195,7 @@ class _Job:
             }
             self._add_record(step, metrics, wall=time.time())
             self._collect_evals(wait_upto=None)
-            if step % recipe.checkpoint_every == 0 or step == recipe.steps:
+            if step % recipe.checkpoint_every == 0 or step == last:
                 self._flush()
                 reason = self.should_stop() if self.should_stop else None
                 if reason:

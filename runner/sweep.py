@@ -6,6 +6,7 @@ are skipped, interrupted ones resume from their checkpoint, and (run, step) is u
 """
 
 import hashlib
+import math
 import threading
 import time
 import traceback
@@ -14,7 +15,7 @@ from typing import Callable
 
 from planner.recipe import Recipe
 
-FINISHED = ("done", "failed", "stopped")
+FINISHED = ("done", "failed", "stopped")  # "paused": checkpointed at a rung, resumed when the scheduler says so
 
 
 @dataclass
@@ -60,9 +61,9 @@ class SweepDriver:
         self.on_update = on_update or (lambda runs: None)
         self.runs: list[RunState] = []
         self._lock = threading.Lock()
-        self._generator = None
-        self._generator_key = None
+        self._actors: dict[str, tuple[tuple, object]] = {}  # role -> (key, live actor) shared by consecutive jobs
         self._hyperband = None  # runner.hyperband.HyperbandStopper, made on first use
+        self._fit_cache: dict[int, tuple[tuple, object]] = {}  # run_id -> ((evaluations, last step), fit)
         self._started_ray = False
 
     # planning -------------------------------------------------------------------------------------
@@ -114,23 +115,26 @@ class SweepDriver:
         todo = [run for run in self.runs if run.status not in FINISHED]
         if todo:
             try:
-                for run in todo:
-                    self.run_one(run, summary)
+                if self.study.early_terminate.type == "asymptote":
+                    self._run_by_rungs(summary)
+                else:
+                    for run in todo:
+                        self.run_one(run, summary)
             finally:
                 self.close()
         summary.wall_seconds = time.perf_counter() - started
         self.on_update(self.runs)
         return summary
 
-    def run_one(self, run: RunState, summary: SweepSummary) -> None:
-        """Run one job to the end (retrying crashes), then refit the study's curves."""
+    def run_one(self, run: RunState, summary: SweepSummary, until_step: int | None = None) -> None:
+        """Run one job to the end, or pause it at `until_step` (retrying crashes), then refit the study's curves."""
         self._started_ray = _init_ray(self.ray_address) or self._started_ray
-        self._run_with_retries(run, summary)
+        self._run_with_retries(run, summary, until_step)
         self._refit()
-        if self._hyperband is not None:
+        if self._hyperband is not None and run.status != "paused":
             self._hyperband.finish(run.run_id, run.val_reward if run.status == "done" else None)
 
-    def _run_with_retries(self, run: RunState, summary: SweepSummary) -> None:
+    def _run_with_retries(self, run: RunState, summary: SweepSummary, until_step: int | None = None) -> None:
         from runner.job import run_job
 
         while True:
@@ -145,15 +149,17 @@ class SweepDriver:
                     on_records=lambda records, run=run: self._on_records(run, records),
                     resume=True,
                     ray_address=self.ray_address,
-                    generator=self._shared_generator(run.recipe),
+                    generator=self._shared_actor("generator", run.recipe),
+                    trainer=self._shared_actor("trainer", run.recipe),
                     progress=lambda info, run=run: self._on_progress(run, info),
                     should_stop=lambda run=run: self._should_stop(run),
+                    until_step=until_step,
                 )
             except Exception as err:  # a crashing job must not end the sweep
                 import ray
 
                 if isinstance(err, ray.exceptions.RayActorError):
-                    self._release_generator()  # an actor died (maybe the engine): the retry starts a fresh one
+                    self._release_actors()  # an actor died (maybe the engine): the retry starts fresh ones
                 message = f"{type(err).__name__}: {err}".splitlines()[0][:500]
                 if run.attempts <= self.max_retries:
                     run.note = f"attempt {run.attempts} failed: {message}"
@@ -165,8 +171,12 @@ class SweepDriver:
             for key, seconds in (result.get("timings") or {}).items():
                 summary.timings[key] = summary.timings.get(key, 0.0) + seconds
             summary.busy_seconds += float(result.get("busy_seconds", 0.0))
-            run.status = "stopped" if result.get("stopped") else "done"
-            run.note = result.get("stop_reason", "") if result.get("stopped") else ""
+            if result.get("stopped"):
+                run.status, run.note = "stopped", result.get("stop_reason", "")
+            elif result["steps"] < run.recipe.steps:
+                run.status, run.note = "paused", f"paused at {result['steps'] / run.recipe.steps:.0%} of its compute"
+            else:
+                run.status, run.note = "done", ""
             self.store.set_run_status(run.run_id, run.status, error=run.note or None)
             self.on_update(self.runs)
             return
@@ -190,33 +200,79 @@ class SweepDriver:
 
     # early termination ----------------------------------------------------------------------------
 
+    def _run_by_rungs(self, summary: SweepSummary) -> None:
+        """`early_terminate: asymptote`: let fitting.early_stop's scheduler interleave the runs rung by rung (pausing
+        and resuming them from checkpoints) and stop those whose asymptote cannot reach the best run's."""
+        from fitting.early_stop import next_move
+
+        rule = self.study.early_terminate
+        by_id = {run.run_id: run for run in self.runs}
+        while True:
+            move = next_move(self._progress(), rungs=rule.rungs, noise_band=rule.margin)
+            if move is None:
+                return
+            run = by_id[move.key]
+            if move.kind == "stop":
+                run.status, run.note = "stopped", move.reason
+                self.store.set_run_status(run.run_id, "stopped", error=move.reason)
+                self.on_update(self.runs)
+                continue
+            before = (run.step, run.status)
+            self.run_one(run, summary, until_step=max(run.step + 1, math.ceil(move.until * run.recipe.steps - 1e-9)))
+            if (run.step, run.status) == before:  # never loop on a job that makes no progress
+                raise RuntimeError(f"run {run.name} made no progress towards {move.until:.0%} of its compute")
+
     def _should_stop(self, run: RunState) -> str | None:
         """A reason to stop `run` now (the study's early_terminate rule), or None."""
         rule = self.study.early_terminate
         if rule.type == "none":
             return None
-        records = self.store.records_frame(self.study.name).dropna(subset=["val_reward"])
         if rule.type == "hyperband":
             if self._hyperband is None:
                 from runner.hyperband import HyperbandStopper
 
                 self._hyperband = HyperbandStopper(run.recipe.steps, rule.min_fraction, rule.eta, seed=self.study.seeds[0])
+            records = self.store.records_frame(self.study.name).dropna(subset=["val_reward"])
             mine = records[records["run_id"] == run.run_id]
             return self._hyperband.check(run.run_id, list(zip(mine["step"], mine["val_reward"])))
         if run.step < rule.min_fraction * run.recipe.steps:
             return None
-        from fitting.early_stop import best_fit_of, should_stop
+        from fitting.early_stop import reference_fit, should_stop
+
+        progress = self._progress()
+        mine = next(p for p in progress if p.key == run.run_id)
+        decision = should_stop(mine.fit, reference_fit(progress), run.gpu_hours, noise_band=rule.margin)
+        return decision.reason if decision.stop else None
+
+    def _progress(self) -> list:
+        """Every run as fitting.early_stop's scheduler sees it: compute spent (fraction of planned steps, and
+        GPU-hours, the unit of its fit), its sigmoid fit so far, whether it finished, stopped or failed."""
+        from fitting.early_stop import RunProgress
+
+        fits = self._current_fits()
+        return [RunProgress(key=run.run_id, fraction=run.step / run.recipe.steps, fit=fits.get(run.run_id),
+                            finished=run.status == "done", last_reward=run.val_reward, compute=run.gpu_hours,
+                            stopped=run.status in ("failed", "stopped"))
+                for run in self.runs]
+
+    def _current_fits(self) -> dict:
+        """run_id -> sigmoid fit (100 bootstrap draws) on the run's evaluations so far, or None if it cannot be fitted;
+        a run's fit is reused until it has new evaluations."""
         from fitting.sigmoid import FitError, fit_sigmoid
 
+        records = self.store.records_frame(self.study.name).dropna(subset=["val_reward"])
         fits = {}
         for run_id, rows in records.groupby("run_id"):
-            try:
-                fits[run_id] = fit_sigmoid(rows["gpu_hours"].to_numpy(), rows["val_reward"].to_numpy(), bootstrap=100)
-            except FitError:
-                fits[run_id] = None
-        mine = fits.pop(run.run_id, None)
-        decision = should_stop(mine, best_fit_of(fits), run.gpu_hours, noise_band=rule.margin)
-        return decision.reason if decision.stop else None
+            key = (len(rows), int(rows["step"].max()))
+            cached = self._fit_cache.get(run_id)
+            if cached is None or cached[0] != key:
+                try:
+                    fit = fit_sigmoid(rows["gpu_hours"].to_numpy(), rows["val_reward"].to_numpy(), bootstrap=100)
+                except FitError:
+                    fit = None
+                self._fit_cache[run_id] = cached = (key, fit)
+            fits[run_id] = cached[1]
+        return fits
 
     # fits -----------------------------------------------------------------------------------------
 
@@ -227,43 +283,51 @@ class SweepDriver:
         if self.store.records_frame(self.study.name)["val_reward"].notna().any():
             fit_study(self.store, self.study.name)
 
-    # the shared generator ---------------------------------------------------------------------------
+    # the shared actors ------------------------------------------------------------------------------
 
     def run_key(self, run: RunState) -> str:
         """Checkpoint directory name: unique per store, study and run row (a re-created store starts afresh)."""
         ident = f"{self.store.url_for_display}|{self.study.name}|{run.run_id}|{run.created_at}"
         return f"{self.study.name}-{run.run_id}-{hashlib.sha256(ident.encode()).hexdigest()[:10]}"
 
-    def _shared_generator(self, recipe: Recipe):
-        # one vLLM engine for consecutive jobs on the same model: reloading base weights costs far less
-        # than a 25-45 s engine start; a run on another model or head precision gets its own engine
-        key = (recipe.model, recipe.fp32_head, recipe.generator_devices)
-        if self._generator is not None and self._generator_key != key:
-            self._release_generator()
-        if self._generator is None:
-            from runner.generator import create_generator
+    def _shared_actor(self, role: str, recipe: Recipe):
+        """The live generator or trainer for `recipe`, started on first use and kept for the next job on the same
+        model: reloading base weights costs far less than a new actor (a vLLM engine takes 5-45 s to start, a
+        trainer a few seconds); a job on another model, head precision or device count gets fresh ones."""
+        if role == "generator":
+            from runner.generator import create_generator as create
 
-            self._generator, self._generator_key = create_generator(recipe), key
-        return self._generator
+            key = (recipe.model, recipe.fp32_head, recipe.generator_devices)
+        else:
+            from runner.trainer import create_trainer as create
+
+            key = (recipe.model, recipe.trainer_devices)
+        held = self._actors.get(role)
+        if held is not None and held[0] != key:
+            self._release_actors(role)
+        if role not in self._actors:
+            self._actors[role] = (key, create(recipe))
+        return self._actors[role][1]
 
     def close(self) -> None:
-        """Stop the shared generator, and the local Ray cluster if this driver started it."""
-        self._release_generator()
+        """Stop the shared actors, and the local Ray cluster if this driver started it."""
+        self._release_actors()
         if self._started_ray:
             import ray
 
             ray.shutdown()
             self._started_ray = False
 
-    def _release_generator(self) -> None:
-        if self._generator is not None:
-            import ray
+    def _release_actors(self, *roles: str) -> None:
+        import ray
 
-            try:
-                ray.kill(self._generator)
-            except Exception:
-                pass
-            self._generator = None
+        for role in roles or list(self._actors):
+            _key, actor = self._actors.pop(role, (None, None))
+            if actor is not None:
+                try:
+                    ray.kill(actor)
+                except Exception:
+                    pass
 
 
 def run_name(point, several_seeds: bool) -> str:

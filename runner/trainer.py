@@ -46,17 +46,23 @@ class Trainer:
 
     def __init__(self, model_dir: str | Path, recipe, *, threads: int = 1, cpu_cores: list[int] | None = None,
                  device: str = "cpu"):
+        if cpu_cores:
+            os.sched_setaffinity(0, cpu_cores)  # keep the trainer off the generator's cores
+        torch.set_num_threads(threads)
+        self.model_dir = str(model_dir)
+        self.device = torch.device(device)
+        self.reset(recipe)
+
+    def reset(self, recipe) -> None:
+        """Start `recipe`'s job afresh on this actor: base policy from the model directory, a new optimizer, the
+        recipe's seed. A sweep reuses one trainer across jobs on the same model instead of starting a new actor."""
         import copy
 
         from runner.policy import load_policy
 
-        if cpu_cores:
-            os.sched_setaffinity(0, cpu_cores)  # keep the trainer off the generator's cores
-        torch.set_num_threads(threads)
         torch.manual_seed(recipe.seed)
         self.recipe = recipe
-        self.device = torch.device(device)
-        self.model, self.tokenizer = load_policy(model_dir)
+        self.model, self.tokenizer = load_policy(self.model_dir)
         self.model.to(self.device)
         self.ref_model = copy.deepcopy(self.model).requires_grad_(False) if recipe.kl_coef > 0 else None
         self.optimizer = make_optimizer(self.model, recipe)
@@ -103,6 +109,19 @@ class Trainer:
     def stats(self) -> dict:
         """Cumulative busy seconds (time inside `train`)."""
         return {"busy_seconds": self.busy_seconds}
+
+
+def create_trainer(recipe, model_dir: str | Path | None = None):
+    """A trainer actor for `recipe` (its model, trainer_devices), placed per `placement(recipe)`.
+
+    Needs Ray initialised. One actor can serve consecutive jobs on the same model: `run_job` calls `reset(recipe)`.
+    """
+    from runner.accounting import placement
+    from runner.local import resolve_model_dir
+
+    where = placement(recipe)
+    return trainer_actor(model_dir or resolve_model_dir(recipe), recipe, on_gpu=where.on_gpu,
+                         cpu_cores=where.trainer_cores)
 
 
 def trainer_actor(model_dir: str | Path, recipe, *, on_gpu: bool = False, cpu_cores: list[int] | None = None):

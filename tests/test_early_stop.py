@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from fitting.early_stop import best_fit_of, should_stop
-from fitting.sigmoid import fit_sigmoid, sigmoid
+from fitting.early_stop import Move, RunProgress, best_fit_of, next_move, should_stop
+from fitting.sigmoid import SigmoidFit, fit_sigmoid, sigmoid
 from runner.hyperband import HyperbandStopper
 
 COMPUTE = np.linspace(0.025, 1.0, 40)
@@ -54,3 +54,102 @@ def test_hyperband_prunes_runs_that_trail_at_a_rung_and_keeps_the_leader():
             stopper.finish(run, evaluations[-1][1])
     assert 0 not in stopped and stopped  # the first leader runs to the end; some trailing runs are cut
     assert all(step < 40 for step in stopped.values())
+
+
+# The rung scheduler: hand-built fits, so each test states exactly what the scheduler sees.
+
+def sigmoid_fit(A, half_width=0.01, C_mid=0.1, identified=True):
+    return SigmoidFit(A=A, B=2.0, C_mid=C_mid, R0=0.15, rss=0.0, r2=1.0, A_lo=A - half_width,
+                      A_hi=min(1.0, A + half_width), n_points=20, identified=identified, reason="")
+
+
+def at(key, fraction, A=None, half_width=0.01, C_mid=0.1, identified=True, **kw):
+    fit = None if A is None else sigmoid_fit(A, half_width, C_mid, identified)
+    return RunProgress(key=key, fraction=fraction, fit=fit, finished=fraction >= 1.0, **kw)
+
+
+def test_every_run_reaches_the_first_rung_before_any_run_goes_further():
+    runs = [at("a", 0.25, 0.8), at("b", 0.1, 0.5), at("c", 0.0)]
+    assert next_move(runs) == Move("advance", "c", until=0.25)  # the least advanced first
+    runs = [at("a", 0.25, 0.8), at("b", 0.1, 0.5), at("c", 0.25, 0.6)]
+    assert next_move(runs) == Move("advance", "b", until=0.25)
+
+
+def test_after_exploring_the_leader_runs_to_its_full_budget():
+    # b has the highest asymptote lower bound; c's point estimate is higher but unidentified and wide
+    runs = [at("a", 0.25, 0.6, 0.05), at("b", 0.25, 0.75, 0.03), at("c", 0.25, 0.9, 0.4, identified=False)]
+    assert next_move(runs) == Move("advance", "b", until=1.0)
+
+
+def test_with_a_finished_reference_the_best_of_the_least_advanced_runs_goes_to_its_next_rung():
+    runs = [at("best", 1.0, 0.8), at("a", 0.5, 0.79, 0.1), at("b", 0.25, 0.7, 0.1), at("c", 0.25, 0.78, 0.1)]
+    assert next_move(runs) == Move("advance", "c", until=0.5)
+    runs = [at("best", 1.0, 0.8), at("a", 0.5, 0.79, 0.1), at("c", 0.5, 0.78, 0.1)]
+    assert next_move(runs) == Move("advance", "a", until=1.0)
+
+
+def test_a_run_that_cannot_reach_the_best_is_stopped_with_both_bounds_in_the_reason():
+    runs = [at("best", 1.0, 0.80, 0.005), at("low", 0.5, 0.60, 0.03)]
+    move = next_move(runs)
+    assert move.kind == "stop" and move.key == "low"
+    # upper bound max(0.63, 0.60 + 0.02); the best's lower bound min(0.795, 0.80 - 0.02)
+    assert "0.630" in move.reason and "0.780" in move.reason
+
+
+def test_a_run_within_the_noise_band_or_before_its_inflection_is_not_stopped():
+    close = [at("best", 1.0, 0.80, 0.005), at("close", 0.5, 0.77, 0.005)]
+    assert next_move(close) == Move("advance", "close", until=1.0)
+    # compute 0.5 GPU-hours of a curve with C_mid 0.4: not yet 2 x C_mid past its start
+    early = [at("best", 1.0, 0.80, 0.005), at("early", 0.5, 0.5, 0.01, C_mid=0.4)]
+    assert next_move(early).kind == "advance"
+
+
+def test_the_past_inflection_check_uses_the_fits_compute_unit():
+    # the fit's C_mid is in GPU-hours: 40 GPU-hours spent is 4 x C_mid, though only half the budget
+    runs = [at("best", 1.0, 0.80, 0.005), at("low", 0.5, 0.5, C_mid=10.0, compute=40.0)]
+    assert next_move(runs).kind == "stop"
+    runs = [at("best", 1.0, 0.80, 0.005), at("low", 0.5, 0.5, C_mid=10.0, compute=15.0)]
+    assert next_move(runs).kind == "advance"
+
+
+def test_none_when_every_run_is_finished_or_stopped():
+    assert next_move([]) is None
+    assert next_move([at("a", 1.0, 0.8), at("b", 0.3, 0.5, stopped=True)]) is None
+    assert next_move([at("a", 0.3, 0.5, stopped=True)]) is None
+
+
+def test_a_whole_study_explores_then_finishes_the_best_run_and_never_stops_it():
+    """A driver loop on made-up runs whose interval on A narrows as they advance."""
+    true_asymptote = {"a": 0.50, "b": 0.80, "c": 0.62, "d": 0.79, "e": 0.40}
+    progress = {key: 0.0 for key in true_asymptote}
+    stopped, moves = set(), []
+
+    def view(key):
+        fraction = progress[key]
+        fit = sigmoid_fit(true_asymptote[key], 0.02 + 0.2 * (1 - fraction)) if fraction else None
+        return RunProgress(key, fraction, fit, finished=fraction >= 1.0, stopped=key in stopped)
+
+    while (move := next_move([view(key) for key in true_asymptote])) is not None:
+        moves.append(move)
+        assert len(moves) < 50
+        if move.kind == "stop":
+            assert move.key not in ("b", "d")  # the best run, and one within the noise band of it
+            stopped.add(move.key)
+        else:
+            assert move.until > progress[move.key]
+            progress[move.key] = move.until
+    assert [m.until for m in moves[:5]] == [0.25] * 5
+    assert moves[5] == Move("advance", "b", until=1.0)
+    assert stopped == {"a", "c", "e"} and progress["b"] == progress["d"] == 1.0
+
+
+def test_a_partial_curve_whose_bootstrap_puts_the_inflection_later_is_not_judged_yet():
+    # point estimate C_mid 0.1 (0.4 GPU-hours is 4x past it) but a fifth of the bootstrap draws put it at 0.3
+    draws = np.column_stack([np.full(100, 0.6), np.full(100, 2.0), np.r_[np.full(80, 0.1), np.full(20, 0.3)],
+                             np.full(100, 0.15)])
+    slow = SigmoidFit(A=0.6, B=2.0, C_mid=0.1, R0=0.15, rss=0.0, r2=1.0, A_lo=0.58, A_hi=0.62, n_points=16,
+                      identified=True, reason="", samples=draws)
+    best = sigmoid_fit(0.8, 0.005)
+    assert not should_stop(slow, best, max_compute=0.4).stop
+    assert should_stop(slow, best, max_compute=0.4, inflection_quantile=None).stop
+    assert should_stop(slow, best, max_compute=0.6).stop

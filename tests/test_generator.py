@@ -80,6 +80,36 @@ def test_logprobs_match_trainer_after_weight_update(actors):
         assert max(abs(a - b) for a, b in zip(rollout.logprobs, expected)) < 1e-4
 
 
+def test_a_reset_trainer_trains_exactly_like_a_fresh_one(actors):
+    """A sweep reuses one trainer actor across jobs: after reset(recipe) it must train as a new trainer would."""
+    from safetensors.torch import load
+
+    from runner.local import resolve_model_dir
+    from runner.tasks import make_task
+    from runner.trainer import Trainer
+
+    recipe, generator, trainer = actors
+    other = recipe.model_copy(update={"lr": 2e-4, "seed": 5})
+    task = make_task(other)
+    prompts = task.train[:other.prompts_per_batch]
+    prompt_ids = [ray.get(generator.encode.remote(p.text)) for p in prompts]
+    generation = _sample(generator, other, [p.text for p in prompts], seed=11)
+    rewards = [[task.verify(p, r.text) for r in group] for p, group in zip(prompts, generation.rollouts)]
+    rewards[0][0] = 1.0 - rewards[0][0]  # at least one prompt with mixed rewards: the step moves the weights
+
+    ray.get(trainer.train.remote(prompt_ids, generation, rewards))  # a previous job's step, then the next job
+    ray.get(trainer.reset.remote(other))
+    ray.get(trainer.train.remote(prompt_ids, generation, rewards))
+    reused = load(ray.get(trainer.weights.remote()))
+    fresh_trainer = Trainer(resolve_model_dir(other), other)
+    fresh_trainer.train(prompt_ids, generation, rewards)
+    fresh = load(fresh_trainer.weights())
+    base = load(Trainer(resolve_model_dir(other), other).weights())
+    assert any((fresh[k] != base[k]).any() for k in fresh), "the step did not change the weights"
+    assert max(float((reused[k] - fresh[k]).abs().max()) for k in fresh) < 1e-6
+    ray.get(trainer.reset.remote(recipe))
+
+
 def test_load_base_restores_the_base_policy(actors):
     """A generator reused by the next job serves the base weights again after other weights (no engine restart)."""
     import torch

@@ -89,7 +89,7 @@ def test_run_status_and_error_are_stored(store):
     row = store.runs_frame("s").iloc[0]
     assert (row["status"], row["error"]) == ("failed", "OOM in trainer")
     assert row["updated_at"] >= row["created_at"]
-    with pytest.raises(ValueError, match="pending, running, done, failed, stopped"):
+    with pytest.raises(ValueError, match="pending, running, paused, done, failed, stopped"):
         store.set_run_status(run, "finished")
 
 
@@ -175,7 +175,7 @@ def test_study_counts_summarise_runs_records_and_fits(store):
     store.save_fits("s", pd.DataFrame([{"run_id": run, "A": 0.5, "identified": False}]))
     store.upsert_study("empty", {})
     counts = {row["study"]: row for row in store.study_counts()}
-    assert counts["s"] == {"study": "s", "runs": 2, "pending": 1, "running": 0, "done": 1, "failed": 0,
+    assert counts["s"] == {"study": "s", "runs": 2, "pending": 1, "running": 0, "paused": 0, "done": 1, "failed": 0,
                                 "stopped": 0, "records": 2, "fits": 1}
     assert counts["empty"]["runs"] == 0 and counts["empty"]["records"] == 0
 
@@ -242,7 +242,7 @@ def test_studies_command_lists_what_is_stored(monkeypatch, capsys, db_url):
         store.ensure_run("ablation", "r", RUN_CONFIG)
     code, out, _ = run_cli(monkeypatch, capsys, "studies", "--db", db_url, "--json")
     assert code == 0
-    assert json.loads(out)[0] == {"study": "ablation", "runs": 1, "pending": 1, "running": 0, "done": 0,
+    assert json.loads(out)[0] == {"study": "ablation", "runs": 1, "pending": 1, "running": 0, "paused": 0, "done": 0,
                                   "failed": 0, "stopped": 0, "records": 0, "fits": 0}
 
 

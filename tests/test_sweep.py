@@ -146,3 +146,93 @@ def test_run_command_trains_one_recipe_on_ray_into_the_store(tmp_path, monkeypat
     records, runs = _records("sqlite:///runs.db", "runs")
     assert list(runs["run"]) == ["tiny"] and list(runs["status"]) == ["done"]
     assert sorted(records["step"]) == list(range(9)) and records["gpu_hours"].iloc[-1] > 0
+
+
+class ReplayedJobs:
+    """A stand-in for runner.job.run_job that replays known sigmoid curves (this test isolates the driver's rung
+    scheduling from Ray and training on purpose): 0.01 device-hours a step, an evaluation and a checkpoint every
+    2 steps, resumable at its last checkpoint, honouring until_step and should_stop like the real job."""
+
+    ASYMPTOTE = {1e-4: 0.50, 2e-4: 0.62, 3e-4: 0.80, 4e-4: 0.66}  # by the run's lr
+
+    def __init__(self):
+        self.reached: dict[str, int] = {}
+        self.calls: list[tuple[float, int, int]] = []  # (lr, from step, to step)
+
+    def reward(self, lr: float, step: int) -> float:
+        import numpy as np
+
+        from fitting.sigmoid import sigmoid
+
+        truth = float(sigmoid(0.01 * step, self.ASYMPTOTE[lr], 2.0, 0.15, 0.1)) if step else 0.1
+        rng = np.random.default_rng(int(lr * 1e5) * 1000 + step)
+        return rng.binomial(4096, truth) / 4096
+
+    def __call__(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, **_):
+        start = self.reached.get(run_key, 0)
+        last = until_step or recipe.steps
+        steps = range(start + 1, last + 1) if start else range(0, last + 1)
+        batch, stopped = [], None
+        for step in steps:
+            batch.append({"step": step, "gpu_hours": 0.01 * step, "rollouts": step * recipe.total_batch, "tokens": 0,
+                          "val_reward": self.reward(recipe.lr, step) if step % 2 == 0 else None, "metrics": {}})
+            if step % 2 == 0 or step == last:
+                on_records(batch)
+                batch = []
+                self.reached[run_key] = step
+                stopped = should_stop() if should_stop else None
+                if stopped:
+                    break
+        self.calls.append((recipe.lr, start, self.reached[run_key]))
+        return {"steps": self.reached[run_key], "stopped": stopped is not None, "stop_reason": stopped or "",
+                "busy_seconds": 0.0, "timings": {}}
+
+
+def test_asymptote_rungs_explore_every_run_then_stop_the_ones_that_cannot_win(tmp_path, monkeypatch):
+    import runner.job
+    import runner.sweep
+
+    jobs = ReplayedJobs()
+    monkeypatch.setattr(runner.job, "run_job", jobs)
+    monkeypatch.setattr(runner.sweep, "_init_ray", lambda address: False)
+    monkeypatch.setattr(SweepDriver, "_shared_actor", lambda self, role, recipe: None)
+    path = write_study(tmp_path / "rungs.yaml", "rungs", {"lr": sorted(ReplayedJobs.ASYMPTOTE)}, steps=80,
+                       eval_every=2, checkpoint_every=2)
+    spec = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**spec, "early_terminate": {"type": "asymptote", "min_fraction": 0.25}}))
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        driver = SweepDriver(load_study(path), store)
+        driver.run()
+        runs = store.runs_frame("rungs").set_index("run")
+        records = store.records_frame("rungs")
+    # every run is explored to the first rung (20 of 80 steps) before any run goes further
+    assert sorted(call[1:] for call in jobs.calls[:4]) == [(0, 20)] * 4
+    status = {config["lr"]: s for config, s in zip(runs["config"], runs["status"])}
+    assert status[3e-4] == "done"  # the best configuration, as the full grid would pick it
+    assert status[1e-4] == status[2e-4] == "stopped"  # far below the best: never run to the end
+    assert all("best run's lower bound" in runs.loc[name, "error"] for name in runs.index[runs["status"] == "stopped"])
+    assert not records.duplicated(["run_id", "step"]).any()
+    for _, rows in records.groupby("run_id"):  # paused and resumed runs have every step once, in order
+        assert list(rows["step"]) == list(range(int(rows["step"].max()) + 1))
+    spent = records.groupby("run_id")["gpu_hours"].max().sum()
+    assert spent <= 0.6 * 4 * 0.8  # the full grid would spend 4 runs x 0.8 device-hours
+
+
+@pytest.mark.slow
+def test_rung_scheduled_sweep_pauses_and_resumes_real_jobs_without_gaps(tmp_path):
+    path = write_study(tmp_path / "paused.yaml", "paused", {"rollouts": [4, 8]})
+    spec = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**spec, "early_terminate": {"type": "asymptote", "min_fraction": 0.25}}))
+    seen = []
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        driver = SweepDriver(load_study(path), store,
+                             on_update=lambda runs: seen.extend((r.name, r.status, r.step) for r in runs))
+        summary = driver.run()
+        records = store.records_frame("paused")
+    assert summary.count("done") + summary.count("stopped") == 2 and summary.count("failed") == 0
+    assert {(name, step) for name, status, step in seen if status == "paused"} == {("n4", 4), ("n8", 4)}
+    assert not records.duplicated(["run_id", "step"]).any()
+    for _, rows in records.groupby("run_id"):  # resumed from the rung's checkpoint: every step once, compute rising
+        assert list(rows["step"]) == list(range(int(rows["step"].max()) + 1))
+        assert rows["gpu_hours"].is_monotonic_increasing
+        assert rows.set_index("step")["val_reward"].notna()[[0, 4]].all()  # evaluated at the rung it paused at

@@ -12,6 +12,7 @@ def register(app: typer.Typer) -> None:
         """List the studies in the store with their runs (by status), records and fits."""
         from rich.table import Table
 
+        from db.models import RUN_STATUSES
         from db.store import Store
         from rlscale.console import console, print_json
 
@@ -21,8 +22,8 @@ def register(app: typer.Typer) -> None:
             print_json(rows)
             return
         table = Table(title=f"studies in {store.url_for_display}")
-        for column in ("study", "runs", "pending", "running", "done", "failed", "stopped", "records", "fits"):
+        for column in ("study", "runs", *RUN_STATUSES, "records", "fits"):
             table.add_column(column, justify="left" if column == "study" else "right")
         for row in rows:
-            table.add_row(row["study"], *(str(row[k]) for k in ("runs", "pending", "running", "done", "failed", "stopped", "records", "fits")))
+            table.add_row(row["study"], *(str(row[k]) for k in ("runs", *RUN_STATUSES, "records", "fits")))
         console.print(table if rows else f"no studies in {store.url_for_display}")
