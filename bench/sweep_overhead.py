@@ -15,7 +15,10 @@ so the sum over jobs is the union). The overhead is broken down by timing the dr
     in_job_idle   job wall time with neither actor busy (round trips, reward checks, checkpoints)
     store_writes  Store.add_records
     fits          the fits after each run plus the final fits and plot
-    other         the rest (imports, Ray start, planning, process exit work)
+    start_up      before the first job: imports, store, planning, Ray start
+    between_jobs  between jobs, fits aside: run status writes, actor hand-over
+    shut_down     after the last job, fits aside: shared actors stopped, Ray shut down
+    other         the rest (the temporary directory's clean-up, rounding)
 
     .venv/bin/python bench/sweep_overhead.py [--study studies/quickstart.yaml] [--keep DIR]
 """
@@ -42,7 +45,9 @@ class Timer:
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
+        self.intervals: dict[str, list[tuple[float, float]]] = {}
         self.jobs: list[dict] = []
+        self.sweep_returned = 0.0  # wall clock when SweepDriver.run() returned
 
     def wrap(self, label: str, fn):
         def timed(*args, **kwargs):
@@ -51,13 +56,19 @@ class Timer:
                 return fn(*args, **kwargs)
             finally:
                 self.seconds[label] = self.seconds.get(label, 0.0) + time.time() - started
+                self.intervals.setdefault(label, []).append((started, time.time()))
         return timed
+
+    def inside(self, label: str, start: float, end: float) -> float:
+        """Seconds of `label`'s calls that fell within [start, end]."""
+        return sum(max(0.0, min(b, end) - max(a, start)) for a, b in self.intervals.get(label, []))
 
     def wrap_job(self, run_job):
         def timed(*args, **kwargs):
             started = time.time()
             result = run_job(*args, **kwargs)
-            self.jobs.append({"call_seconds": time.time() - started, **result})
+            self.jobs.append({"call_seconds": time.time() - started, "called": started, "returned": time.time(),
+                              **result})
             return result
         return timed
 
@@ -80,6 +91,7 @@ def sweep(study_file: Path, workdir: Path) -> dict:
     driver._refit = timer.wrap("fits", driver._refit)
     driver.plan()
     summary = driver.run()
+    timer.sweep_returned = time.time()  # after the driver's close()
     fitted = time.time()
     records, fits = fit_study(store, study.name)
     plot_study(records, fits, workdir / "reports" / f"{study.name}.png", run_col="run", compute_col="compute",
@@ -110,6 +122,14 @@ def main() -> None:
         "store_writes": timer.seconds.get("store_writes", 0.0),
         "fits": timer.seconds.get("fits", 0.0),
     }
+    # what is left, by when it happens: before the first job (imports, store, planning, Ray start), between jobs
+    # (status writes; the driver's refits are under fits), after the last job (actors stopped, Ray shut down)
+    if jobs:
+        parts["start_up"] = jobs[0]["called"] - STARTED
+        parts["between_jobs"] = sum(b["called"] - a["returned"] - timer.inside("fits", a["returned"], b["called"])
+                                    for a, b in zip(jobs, jobs[1:]))
+        end = timer.sweep_returned
+        parts["shut_down"] = end - jobs[-1]["returned"] - timer.inside("fits", jobs[-1]["returned"], end)
     parts["other"] = wall - busy - sum(parts.values())
     overhead = wall - busy
     fits = measured["fits"]

@@ -52,6 +52,7 @@ class Generation:
     started: float  # wall clock (time.time()) when generation began and ended, for busy intervals
     ended: float
     tokens: int = field(default=0)  # generated tokens, sampled and forced (compute spent)
+    prompt_ids: list[list[int]] = field(default_factory=list)  # each prompt's token ids, as the engine saw them
 
     @property
     def truncation_rate(self) -> float:
@@ -144,7 +145,7 @@ class Generator:
         self.busy_seconds += time.perf_counter() - clock
         tokens = sum(len(r.token_ids) for group in rollouts for r in group)
         return Generation(rollouts=rollouts, weights_version=self.weights_version, started=started, ended=time.time(),
-                          tokens=tokens)
+                          tokens=tokens, prompt_ids=[request["prompt_token_ids"] for request in requests])
 
     def score(self, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0) -> list[float]:
         """Log-probs the engine assigns to a fixed completion after a prompt (prompt log-probs; for weight-sync checks)."""
