@@ -6,14 +6,16 @@ The pruner's brackets live in memory: a resumed sweep starts them afresh."""
 class HyperbandStopper:
     """Reports each run's evaluations to an Optuna trial and asks the pruner whether to stop it."""
 
-    def __init__(self, steps: int, min_fraction: float, eta: int, seed: int = 0):
+    def __init__(self, steps: int, min_fraction: float, eta: int, seed: int = 0, study: str = "rlscale"):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         pruner = optuna.pruners.HyperbandPruner(min_resource=max(1, int(min_fraction * steps)), max_resource=steps,
                                                 reduction_factor=eta)
-        self.study = optuna.create_study(direction="maximize", pruner=pruner,
-                                         sampler=optuna.samplers.RandomSampler(seed))
+        # named after the sweep's study: Optuna assigns a trial's bracket from a hash of the study name, and an
+        # unnamed study gets a random one, so the same sweep would prune different runs from one go to the next
+        self.study = optuna.create_study(study_name=f"rlscale-hyperband:{study}", direction="maximize",
+                                         pruner=pruner, sampler=optuna.samplers.RandomSampler(seed))
         self.trials: dict[int, object] = {}
         self.reported: dict[int, set[int]] = {}
 

@@ -231,7 +231,8 @@ class SweepDriver:
             if self._hyperband is None:
                 from runner.hyperband import HyperbandStopper
 
-                self._hyperband = HyperbandStopper(run.recipe.steps, rule.min_fraction, rule.eta, seed=self.study.seeds[0])
+                self._hyperband = HyperbandStopper(run.recipe.steps, rule.min_fraction, rule.eta, seed=self.study.seeds[0],
+                                                   study=self.study.name)
             records = self.store.records_frame(self.study.name).dropna(subset=["val_reward"])
             mine = records[records["run_id"] == run.run_id]
             return self._hyperband.check(run.run_id, list(zip(mine["step"], mine["val_reward"])))
