@@ -54,9 +54,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fitting import early_stop  # noqa: E402
 from fitting.early_stop import RunProgress, best_fit_of, next_move, reference_fit, should_stop  # noqa: E402
 from fitting.sigmoid import FitError, fit_sigmoid, sigmoid  # noqa: E402
+from planner.study import EarlyTerminate  # noqa: E402
 
 N_RUNS, N_EVALS, EVAL_SAMPLES, REPLICATES = 12, 40, 2048, 100
-MIN_FRACTION = 0.25  # the driver never judges a run before a quarter of its budget (study early_terminate.min_fraction)
+RULE = EarlyTerminate(type="asymptote")  # a study's defaults, as the driver applies them
+MIN_FRACTION = RULE.min_fraction  # the driver never judges a run before this fraction of its budget
 CHECK_EVERY = 2  # the driver refits and asks should_stop every this many evals
 WITHIN = 0.02  # "best within noise": the pick's true asymptote is within this of the grid pick's
 
@@ -151,7 +153,7 @@ def replay_asymptote(runs, order, fits: FitCache, check_every=CHECK_EVERY, **sch
                            finished=n == N_EVALS, last_reward=float(runs[i]["reward"][n - 1]) if n else None,
                            stopped=i in stopped)
 
-    while (move := next_move([progress(i) for i in order], **schedule)) is not None:
+    while (move := next_move([progress(i) for i in order], **{"rungs": RULE.rungs, **schedule})) is not None:
         moves += 1
         i = move.key
         if move.kind == "stop":

@@ -77,7 +77,6 @@ def best_fit_of(fits: dict) -> object | None:
 
 # The rung scheduler -------------------------------------------------------------------------------------------
 
-RUNGS = (0.25, 0.5, 1.0)  # fractions of a run's planned compute at which it pauses to be compared
 _EPS = 1e-9  # slack for fractions computed as step / planned steps
 
 
@@ -133,7 +132,7 @@ def promise(run: RunProgress, noise_band: float = NOISE_BAND) -> float:
     return float(run.last_reward) if run.last_reward is not None else float("-inf")
 
 
-def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...] = RUNGS, leaders: int = 1,
+def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...], leaders: int = 1,
               noise_band: float = NOISE_BAND, past_inflection: float = PAST_INFLECTION,
               inflection_quantile: float | None = INFLECTION_QUANTILE) -> Move | None:
     """The next thing the sweep should do, or None when every run is finished or stopped.

@@ -4,7 +4,10 @@ import numpy as np
 
 from fitting.early_stop import Move, RunProgress, best_fit_of, next_move, should_stop
 from fitting.sigmoid import SigmoidFit, fit_sigmoid, sigmoid
+from planner.study import EarlyTerminate
 from runner.hyperband import HyperbandStopper
+
+RUNGS = EarlyTerminate(type="asymptote").rungs  # the study default: 0.25, 0.5, 1.0
 
 COMPUTE = np.linspace(0.025, 1.0, 40)
 
@@ -70,27 +73,27 @@ def at(key, fraction, A=None, half_width=0.01, C_mid=0.1, identified=True, **kw)
 
 def test_every_run_reaches_the_first_rung_before_any_run_goes_further():
     runs = [at("a", 0.25, 0.8), at("b", 0.1, 0.5), at("c", 0.0)]
-    assert next_move(runs) == Move("advance", "c", until=0.25)  # the least advanced first
+    assert next_move(runs, rungs=RUNGS) == Move("advance", "c", until=0.25)  # the least advanced first
     runs = [at("a", 0.25, 0.8), at("b", 0.1, 0.5), at("c", 0.25, 0.6)]
-    assert next_move(runs) == Move("advance", "b", until=0.25)
+    assert next_move(runs, rungs=RUNGS) == Move("advance", "b", until=0.25)
 
 
 def test_after_exploring_the_leader_runs_to_its_full_budget():
     # b has the highest asymptote lower bound; c's point estimate is higher but unidentified and wide
     runs = [at("a", 0.25, 0.6, 0.05), at("b", 0.25, 0.75, 0.03), at("c", 0.25, 0.9, 0.4, identified=False)]
-    assert next_move(runs) == Move("advance", "b", until=1.0)
+    assert next_move(runs, rungs=RUNGS) == Move("advance", "b", until=1.0)
 
 
 def test_with_a_finished_reference_the_best_of_the_least_advanced_runs_goes_to_its_next_rung():
     runs = [at("best", 1.0, 0.8), at("a", 0.5, 0.79, 0.1), at("b", 0.25, 0.7, 0.1), at("c", 0.25, 0.78, 0.1)]
-    assert next_move(runs) == Move("advance", "c", until=0.5)
+    assert next_move(runs, rungs=RUNGS) == Move("advance", "c", until=0.5)
     runs = [at("best", 1.0, 0.8), at("a", 0.5, 0.79, 0.1), at("c", 0.5, 0.78, 0.1)]
-    assert next_move(runs) == Move("advance", "a", until=1.0)
+    assert next_move(runs, rungs=RUNGS) == Move("advance", "a", until=1.0)
 
 
 def test_a_run_that_cannot_reach_the_best_is_stopped_with_both_bounds_in_the_reason():
     runs = [at("best", 1.0, 0.80, 0.005), at("low", 0.5, 0.60, 0.03)]
-    move = next_move(runs)
+    move = next_move(runs, rungs=RUNGS)
     assert move.kind == "stop" and move.key == "low"
     # upper bound max(0.63, 0.60 + 0.02); the best's lower bound min(0.795, 0.80 - 0.02)
     assert "0.630" in move.reason and "0.780" in move.reason
@@ -98,24 +101,24 @@ def test_a_run_that_cannot_reach_the_best_is_stopped_with_both_bounds_in_the_rea
 
 def test_a_run_within_the_noise_band_or_before_its_inflection_is_not_stopped():
     close = [at("best", 1.0, 0.80, 0.005), at("close", 0.5, 0.77, 0.005)]
-    assert next_move(close) == Move("advance", "close", until=1.0)
+    assert next_move(close, rungs=RUNGS) == Move("advance", "close", until=1.0)
     # compute 0.5 GPU-hours of a curve with C_mid 0.4: not yet 2 x C_mid past its start
     early = [at("best", 1.0, 0.80, 0.005), at("early", 0.5, 0.5, 0.01, C_mid=0.4)]
-    assert next_move(early).kind == "advance"
+    assert next_move(early, rungs=RUNGS).kind == "advance"
 
 
 def test_the_past_inflection_check_uses_the_fits_compute_unit():
     # the fit's C_mid is in GPU-hours: 40 GPU-hours spent is 4 x C_mid, though only half the budget
     runs = [at("best", 1.0, 0.80, 0.005), at("low", 0.5, 0.5, C_mid=10.0, compute=40.0)]
-    assert next_move(runs).kind == "stop"
+    assert next_move(runs, rungs=RUNGS).kind == "stop"
     runs = [at("best", 1.0, 0.80, 0.005), at("low", 0.5, 0.5, C_mid=10.0, compute=15.0)]
-    assert next_move(runs).kind == "advance"
+    assert next_move(runs, rungs=RUNGS).kind == "advance"
 
 
 def test_none_when_every_run_is_finished_or_stopped():
-    assert next_move([]) is None
-    assert next_move([at("a", 1.0, 0.8), at("b", 0.3, 0.5, stopped=True)]) is None
-    assert next_move([at("a", 0.3, 0.5, stopped=True)]) is None
+    assert next_move([], rungs=RUNGS) is None
+    assert next_move([at("a", 1.0, 0.8), at("b", 0.3, 0.5, stopped=True)], rungs=RUNGS) is None
+    assert next_move([at("a", 0.3, 0.5, stopped=True)], rungs=RUNGS) is None
 
 
 def test_a_whole_study_explores_then_finishes_the_best_run_and_never_stops_it():
@@ -129,7 +132,7 @@ def test_a_whole_study_explores_then_finishes_the_best_run_and_never_stops_it():
         fit = sigmoid_fit(true_asymptote[key], 0.02 + 0.2 * (1 - fraction)) if fraction else None
         return RunProgress(key, fraction, fit, finished=fraction >= 1.0, stopped=key in stopped)
 
-    while (move := next_move([view(key) for key in true_asymptote])) is not None:
+    while (move := next_move([view(key) for key in true_asymptote], rungs=RUNGS)) is not None:
         moves.append(move)
         assert len(moves) < 50
         if move.kind == "stop":
