@@ -4,41 +4,44 @@ Question (issue 6): does asymptote-based termination pick the same best configur
 grid while spending at most half its compute, and how does Optuna's Hyperband pruner do on the same curves?
 
 Curves: ScaleRL-shaped sigmoids R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) for a 12-point grid, observed at
-40 evaluations up to the per-run budget with binomial noise (eval pass rate over 2,048 samples: sd <= 0.011,
-the 1% noise of the fit benchmark). The full grid's pick is the run with the highest fitted asymptote on its
-whole curve. Compute fraction = compute spent / the full grid's (12 budgets).
+step 0 (compute 0, as the driver records) and at 40 evaluations up to the per-run budget, with binomial noise
+(eval pass rate over 2,048 samples: sd <= 0.011, the 1% noise of the fit benchmark); A ~ U(0.45, 0.85),
+B ~ U(1, 2.5), R0 ~ U(0.1, 0.2). The full grid's pick is the run with the highest fitted asymptote on its whole
+curve. Compute fraction = compute spent / the full grid's (12 budgets).
+
+How far past their inflection the runs are planned decides what any asymptote rule can save: a run cannot be
+judged before its curve bends. So the studies are replayed in three regimes of C_mid as a fraction of the
+per-run budget (REGIMES): "late" (C_mid 8-30% of the budget: runs end at 3.3-12x C_mid; the regime of the
+earlier measurements), "mid" (4-15%) and "early" (2-8%: runs planned to 12-50x C_mid, as a study planned to
+extrapolate from well past the bend would be).
 
 Asymptote rule: the sweep driver's loop, replayed. `next_move` (fitting/early_stop.py) is given every run's
-progress and its sigmoid fit so far (bootstrap 100) and says what to do next; an "advance" runs that run up
-to the move's fraction of its budget (rung boundaries fall on evaluations), and during the advance the driver
-checks `should_stop` every other eval, from a quarter of the budget on, against `reference_fit` (the best
-finished run), so a run can also stop mid-rung. The pick is the finished run with the highest fitted
-asymptote. "floor": the same should_stop checks with the final reference known from the start, each other
-run stopped at its first check that fires: no schedule of these checks spends less. For comparison, the
-replay this one replaced (runs one after another in a random order, each judged against the best finished
-run; same should_stop, 100 replicates) picked the same best in 100% of studies with a mean compute fraction
-of 69% (median 68%, max 88%).
+progress and its sigmoid fit so far (bootstrap 100, and the profile-likelihood upper bound on A at
+early_stop.UPPER_LEVEL) and says what to do next; an "advance" runs that run up to the move's fraction of its
+budget (rung boundaries fall on evaluations), and during the advance the driver checks `should_stop` every
+other eval, from a quarter of the budget on, against `reference_fit` (the best finished run), so a run can
+also stop mid-rung. The pick is the finished run with the highest fitted asymptote. "floor": the same
+should_stop checks with the final reference known from the start, each other run stopped at its first check
+that fires: what a scheduler that guessed the best run right away would spend (the scheduler can come in a
+little under it when a partial fit stops the run whose full curve ends with the highest lower bound).
 
 Hyperband: Optuna's HyperbandPruner (min resource 4 evals, eta 3) on the same studies, runs one after another
 in a random order per replicate, as on a single host; the pick is the completed trial with the highest fitted
 asymptote.
 
-Writes bench/results/early_termination.json; `--variants` also measures the scheduler variants in VARIANTS
-(stored under "variants"). Variants measured on an earlier next_move whose code is gone, with should_stop's
-past-inflection check still on the C_mid point estimate (100 replicates, same seeds; same best / within 0.02
-/ compute mean, median, max). "depth-first": advance the most promising
-unfinished run to its next rung whatever rung it is at; the default is breadth-first (see next_move).
-  depth-first, rank by A point estimate (the first idea)      95% /  99% / 60%, 60%, 77%
-  depth-first, rank by A lower bound                          95% /  99% / 59%, 58%, 81%
-  depth-first, rank by latest reward                          96% /  99% / 60%, 60%, 82%
-  depth-first, rank by fitted reward at the budget            95% /  99% / 59%, 59%, 74%
-  depth-first, rank by A, 2 leaders                           95% /  99% / 61%, 61%, 77%
-  depth-first, rank by A, rungs 25/100                        95% /  99% / 62%, 61%, 81%
-  depth-first, rank by A, rungs 25/37.5/50/75/100             95% /  99% / 59%, 59%, 75%
-  breadth-first, rank by A point estimate                     99% / 100% / 63%, 63%, 79%
-  breadth-first, rank by A lower bound, reference = any
-    identified run, finished or not (as the driver does now)  96% /  99% / 59%, 57%, 77%
-  the same with 0 leaders                                     97% / 100% / 58%, 57%, 73%
+Writes bench/results/early_termination.json (one entry per regime); `--variants` also measures the variants in
+VARIANTS on the "late" regime (stored under "variants").
+
+Earlier rules, measured on the "late" regime's seeds but on curves without the step-0 eval (same best / compute
+mean):
+- runs one after another in a random order, bootstrap bound on A, past 2 x C_mid: 100% / 69%;
+- the rung scheduler with the bootstrap bound, past 2 x the 90th percentile of the bootstrap C_mid: 100% / 62%;
+  on the C_mid point estimate instead: 96% / 59%; at 1 x C_mid: 90% / 55%. The bootstrap interval of a
+  partial curve is too narrow (a slow curve looks saturated), so that rule needed the margin; the profile
+  bound does not, which is what lowered the compute.
+- on an earlier next_move, depth-first (advance the most promising run to its next rung whatever rung it is
+  at), with the bootstrap bound on the C_mid point estimate: 95-96% / 59-62% whatever the ranking, leaders
+  or rungs; breadth-first (the default since) 99% / 63%.
 """
 
 import argparse
@@ -57,6 +60,8 @@ from fitting.sigmoid import FitError, fit_sigmoid, sigmoid  # noqa: E402
 from planner.study import EarlyTerminate  # noqa: E402
 
 N_RUNS, N_EVALS, EVAL_SAMPLES, REPLICATES = 12, 40, 2048, 100
+# C_mid drawn uniformly from this range, as a fraction of the per-run budget (see the module docstring)
+REGIMES = {"late": (0.08, 0.3), "mid": (0.04, 0.15), "early": (0.02, 0.08)}
 RULE = EarlyTerminate(type="asymptote")  # a study's defaults, as the driver applies them
 MIN_FRACTION = RULE.min_fraction  # the driver never judges a run before this fraction of its budget
 CHECK_EVERY = 2  # the driver refits and asks should_stop every this many evals
@@ -77,65 +82,68 @@ def by_last_reward(run, noise_band=early_stop.NOISE_BAND) -> float:
 
 # Variants of the default schedule: next_move keyword arguments, plus "promise" (replaces
 # fitting.early_stop.promise, how runs are ranked) and "check_every" (evals between the driver's checks).
-CHOSEN = "default: rungs 25/50/100, 1 leader, rank by A lower bound"
+CHOSEN = "default: rungs 25/50/100, 1 leader, rank by A lower bound, profile bound 0.99, 2 x C_mid"
 VARIANTS = {
     CHOSEN: {},
-    "past inflection judged on the C_mid point estimate": {"inflection_quantile": None},
-    "past inflection judged on C_mid's 97.5th percentile": {"inflection_quantile": 0.975},
+    "profile bound at one-sided 0.975": {"upper_level": 0.975},
+    "profile bound at one-sided 0.995": {"upper_level": 0.995},
+    "no past-inflection check (the profile bound alone)": {"past_inflection": 0.0},
+    "past inflection 1 x C_mid": {"past_inflection": 1.0},
     "rank by A point estimate": {"promise": by_asymptote},
     "rank by latest reward": {"promise": by_last_reward},
     "0 leaders": {"leaders": 0},
     "2 leaders": {"leaders": 2},
     "rungs 25/100": {"rungs": (0.25, 1.0)},
     "rungs 25/50/75/100": {"rungs": (0.25, 0.5, 0.75, 1.0)},
-    "rungs 25/37.5/50/100": {"rungs": (0.25, 0.375, 0.5, 1.0)},
     "check every eval": {"check_every": 1},
     "check every 5th eval (driver defaults: eval 10, checkpoint 50 steps)": {"check_every": 5},
-    "past inflection 1.5 x C_mid (weaker)": {"past_inflection": 1.5},
-    "past inflection 1.0 x C_mid (weaker)": {"past_inflection": 1.0},
     "noise band 0.01 (weaker)": {"noise_band": 0.01},
 }
 
 
-def make_study(rng) -> list[dict]:
-    """One study's true curves and their noisy eval records (compute in GPU-hours, budget 1.0 per run)."""
+def make_study(rng, c_mid_range=REGIMES["late"]) -> list[dict]:
+    """One study's true curves and their noisy eval records (compute in GPU-hours, budget 1.0 per run): the eval
+    at step 0 (compute 0), which the driver records and fits too, then N_EVALS up to the budget."""
     runs = []
     for _ in range(N_RUNS):
         A = rng.uniform(0.45, 0.85)
         B = rng.uniform(1.0, 2.5)
-        C_mid = rng.uniform(0.08, 0.3)
+        C_mid = rng.uniform(*c_mid_range)
         R0 = rng.uniform(0.1, 0.2)
         compute = np.linspace(1.0 / N_EVALS, 1.0, N_EVALS)
         truth = sigmoid(compute, A, B, C_mid, R0)
         reward = rng.binomial(EVAL_SAMPLES, truth) / EVAL_SAMPLES
-        runs.append({"A": A, "compute": compute, "reward": reward})
+        step0 = rng.binomial(EVAL_SAMPLES, R0) / EVAL_SAMPLES
+        runs.append({"A": A, "compute": compute, "reward": reward, "step0_reward": step0})
     return runs
 
 
-def fit(compute, reward, bootstrap=100):
+def fit(run, n, bootstrap=100, upper_level=None):
+    """The sigmoid fit of a run's step-0 eval and its first n evals, as the driver makes it."""
     try:
-        return fit_sigmoid(compute, reward, bootstrap=bootstrap)
+        return fit_sigmoid(np.r_[0.0, run["compute"][:n]], np.r_[run["step0_reward"], run["reward"][:n]],
+                           bootstrap=bootstrap, upper_level=upper_level)
     except FitError:
         return None
 
 
 def full_grid_best(runs) -> int:
     """Index of the run with the highest fitted asymptote on its full curve."""
-    fits = [fit(r["compute"], r["reward"], bootstrap=0) for r in runs]
+    fits = [fit(r, N_EVALS, bootstrap=0) for r in runs]
     return int(np.argmax([f.A if f is not None else -1 for f in fits]))
 
 
 class FitCache:
-    """Fits of run i on its first n evals (bootstrap 100), each computed once per study."""
+    """Fits of run i on its first n evals (bootstrap 100, the profile bound at `upper_level`), each computed once."""
 
-    def __init__(self, runs):
-        self.runs, self.fits = runs, {}
+    def __init__(self, runs, upper_level=early_stop.UPPER_LEVEL):
+        self.runs, self.upper_level, self.fits = runs, upper_level, {}
 
     def __call__(self, i, n):
-        if n < 3:
+        if n < 2:
             return None
         if (i, n) not in self.fits:
-            self.fits[(i, n)] = fit(self.runs[i]["compute"][:n], self.runs[i]["reward"][:n])
+            self.fits[(i, n)] = fit(self.runs[i], n, upper_level=self.upper_level)
         return self.fits[(i, n)]
 
 
@@ -143,7 +151,7 @@ def replay_asymptote(runs, order, fits: FitCache, check_every=CHECK_EVERY, **sch
     """(chosen best run, compute spent, moves) with the rung scheduler; `order` is the driver's list of runs.
 
     The compute axis is the fraction of the budget (budget 1.0), so RunProgress.compute is left at None."""
-    stop_options = {k: schedule[k] for k in ("noise_band", "past_inflection", "inflection_quantile") if k in schedule}
+    stop_options = {k: schedule[k] for k in ("noise_band", "past_inflection") if k in schedule}
     seen = {i: 0 for i in order}  # evals observed per run
     stopped, moves = set(), 0
 
@@ -216,7 +224,7 @@ def replay_hyperband(runs, order, seed) -> tuple[int, float]:
                 break
         if not pruned:
             spent += run["compute"][-1]
-            f = fit(run["compute"], run["reward"], bootstrap=0)
+            f = fit(run, N_EVALS, bootstrap=0)
             value = f.A if f is not None else float(run["reward"][-1])
             completed[i] = value
             study.tell(trial, value)
@@ -224,8 +232,12 @@ def replay_hyperband(runs, order, seed) -> tuple[int, float]:
 
 
 def run_asymptote(runs, order, fits, options) -> tuple[int, float, int]:
-    """replay_asymptote with one variant's options (a "promise" option temporarily replaces the ranking)."""
+    """replay_asymptote with one variant's options (a "promise" option temporarily replaces the ranking; an
+    "upper_level" option fits with that level of profile bound)."""
     options = dict(options)
+    level = options.pop("upper_level", None)
+    if level is not None:
+        fits = FitCache(runs, upper_level=level)
     ranking, original = options.pop("promise", None), early_stop.promise
     if ranking is not None:
         early_stop.promise = ranking
@@ -260,18 +272,14 @@ def describe(options) -> dict:
     return {k: (list(v) if isinstance(v, tuple) else v.__name__ if callable(v) else v) for k, v in options.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", action="store_true", help="also measure every scheduler variant in VARIANTS")
-    parser.add_argument("--replicates", type=int, default=REPLICATES)
-    args = parser.parse_args()
-    variants = VARIANTS if args.variants else {CHOSEN: VARIANTS[CHOSEN]}
+def replay_regime(c_mid_range, replicates, variants) -> tuple[list[dict], dict]:
+    """Per-replicate rows (the default schedule, its floor, Hyperband) and each variant's rows, for studies whose
+    C_mid is drawn from `c_mid_range` (fraction of the per-run budget). Seeded: the same studies every time."""
     rng = np.random.default_rng(0)
-    started = time.perf_counter()
     rows, variant_rows = [], {name: [] for name in variants}
     full = N_RUNS * 1.0
-    for rep in range(args.replicates):
-        runs = make_study(rng)
+    for rep in range(replicates):
+        runs = make_study(rng, c_mid_range)
         order = [int(i) for i in rng.permutation(N_RUNS)]
         truth_best = full_grid_best(runs)
         fits = FitCache(runs)
@@ -289,29 +297,48 @@ def main() -> None:
             "hyperband_within_noise": bool(runs[truth_best]["A"] - runs[h_best]["A"] <= WITHIN),
             "hyperband_compute_fraction": h_spent / full,
         })
+    return rows, variant_rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", action="store_true",
+                        help="also measure every scheduler variant in VARIANTS (on the late regime)")
+    parser.add_argument("--replicates", type=int, default=REPLICATES)
+    args = parser.parse_args()
     out = Path(__file__).parent / "results" / "early_termination.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
+    started = time.perf_counter()
+    regimes, variant_summary = {}, previous.get("variants", {})
+    for regime, c_mid_range in REGIMES.items():
+        variants = VARIANTS if args.variants and regime == "late" else {CHOSEN: VARIANTS[CHOSEN]}
+        rows, variant_rows = replay_regime(c_mid_range, args.replicates, variants)
+        regimes[regime] = {
+            "c_mid_fraction_of_budget": list(c_mid_range),
+            "asymptote": {"schedule": CHOSEN, **summary(rows, "asymptote")},
+            "asymptote_floor": summary(rows, "floor"),
+            "hyperband": summary(rows, "hyperband"),
+            "replicate_rows": rows,
+        }
+        if len(variants) > 1:
+            variant_summary = {name: {**describe(variants[name]), **summary(variant_rows[name], "asymptote"),
+                                      "replicates": args.replicates} for name in variants}
+            for name in variants:
+                print(line(name, variant_summary[name]))
+            print()
+        lo, hi = c_mid_range
+        print(f"{regime}: C_mid {lo:.0%}-{hi:.0%} of the per-run budget, {args.replicates} studies of {N_RUNS} runs")
+        print(line("  asymptote (rung scheduler)", regimes[regime]["asymptote"]))
+        print(line("  asymptote floor (best known)", regimes[regime]["asymptote_floor"]))
+        print(line("  hyperband", regimes[regime]["hyperband"]))
     result = {
         "runs_per_study": N_RUNS, "evals_per_run": N_EVALS, "eval_samples": EVAL_SAMPLES,
         "replicates": args.replicates, "check_every_evals": CHECK_EVERY, "min_fraction": MIN_FRACTION,
-        "asymptote": {"schedule": CHOSEN, **summary(rows, "asymptote")},
-        "asymptote_floor": summary(rows, "floor"),
-        "hyperband": summary(rows, "hyperband"),
-        "variants": ({name: {**describe(variants[name]), **summary(variant_rows[name], "asymptote"),
-                             "replicates": args.replicates} for name in variants}
-                     if args.variants else previous.get("variants", {})),
+        "regimes": regimes, "variants": variant_summary,
         "seconds": round(time.perf_counter() - started, 1),
-        "replicate_rows": rows,
     }
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    if args.variants:
-        for name in variants:
-            print(line(name, result["variants"][name]))
-        print()
-    print(line("asymptote (rung scheduler)", result["asymptote"]))
-    print(line("asymptote floor (best known)", result["asymptote_floor"]))
-    print(line("hyperband", result["hyperband"]))
     print(f"wrote {out} ({result['seconds']} s)")
 
 

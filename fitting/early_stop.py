@@ -26,39 +26,33 @@ def asymptote_lower_bound(fit, noise_band: float = NOISE_BAND) -> float:
 
 
 def asymptote_upper_bound(fit, noise_band: float = NOISE_BAND) -> float:
-    """The upper end of a fit's asymptote, never tighter than the noise band (reward units)."""
-    hi = fit.A_hi if np.isfinite(fit.A_hi) else fit.A
-    return max(hi, fit.A + noise_band)
+    """The upper end of a fit's asymptote (reward units): its profile-likelihood bound A_upper, never tighter than
+    the noise band; +inf when the fit has no profile bound (fit_sigmoid without upper_level): the bootstrap
+    interval is too narrow on a curve that has not bent to stop a run on."""
+    hi = fit.A_upper
+    return max(hi, fit.A + noise_band) if np.isfinite(hi) else float("inf")
 
 
-PAST_INFLECTION = 2.0  # observed compute must reach this multiple of C_mid before A is trusted
-# On a partial curve the fitted C_mid runs low (a slow curve looks saturated), so the past-inflection check
-# uses this quantile of the bootstrap C_mid draws; None: the point estimate, with which the rung scheduler
-# stopped the grid's best run in 4 of 100 replayed studies (bench/early_termination.py), with this in none.
-INFLECTION_QUANTILE = 0.9
-
-
-def inflection_upper_bound(fit, quantile: float | None = INFLECTION_QUANTILE) -> float:
-    """C_mid, or the `quantile` of its bootstrap draws when that is larger (the fit's compute unit)."""
-    samples = fit.samples
-    if quantile is None or samples is None or len(samples) < 2:
-        return fit.C_mid
-    upper = float(np.nanquantile(samples[:, 2], quantile))
-    return max(fit.C_mid, upper) if np.isfinite(upper) else fit.C_mid
+# The one-sided level of the profile bound the driver asks fit_sigmoid for (upper_level).
+UPPER_LEVEL = 0.99
+# Observed compute must reach this multiple of C_mid (the point estimate) before a run is judged. At 1.0 (just
+# "past its inflection") the replayed late-regime studies of bench/early_termination.py lost the grid's best run
+# in 1 of 100: a steep, late curve seen to just past its fitted C_mid, whose residuals happened to be far below
+# their binomial noise, so even the profile bound excluded its true asymptote. At 2.0 it lost none (58% of the
+# grid's compute against 56%).
+PAST_INFLECTION = 2.0
 
 
 def should_stop(run_fit, best_fit, max_compute: float, *, noise_band: float = NOISE_BAND,
-                past_inflection: float = PAST_INFLECTION,
-                inflection_quantile: float | None = INFLECTION_QUANTILE) -> StopDecision:
-    """Stop `run_fit`'s run when it is well past its inflection (max_compute >= past_inflection x C_mid, C_mid
-    taken at `inflection_quantile` of its bootstrap draws, see `inflection_upper_bound`) and the upper bound of
-    its asymptote is below the lower bound of the best run's; both bounds are at least the noise band wide.
-    Just past C_mid a noisy curve still looks saturated, hence the margin."""
+                past_inflection: float = PAST_INFLECTION) -> StopDecision:
+    """Stop `run_fit`'s run when it is past its inflection (max_compute >= past_inflection x C_mid) and the upper
+    bound of its asymptote (the profile bound, see asymptote_upper_bound) is below the lower bound of the best
+    run's; both bounds are at least the noise band wide."""
     if run_fit is None or best_fit is None or run_fit is best_fit:
         return StopDecision(False, "")
     if not best_fit.identified:
         return StopDecision(False, "")
-    if max_compute < past_inflection * inflection_upper_bound(run_fit, inflection_quantile):
+    if max_compute < past_inflection * run_fit.C_mid:
         return StopDecision(False, "")  # before the inflection A is not identified
     upper = asymptote_upper_bound(run_fit, noise_band)
     lower = asymptote_lower_bound(best_fit, noise_band)
@@ -133,8 +127,7 @@ def promise(run: RunProgress, noise_band: float = NOISE_BAND) -> float:
 
 
 def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...], leaders: int = 1,
-              noise_band: float = NOISE_BAND, past_inflection: float = PAST_INFLECTION,
-              inflection_quantile: float | None = INFLECTION_QUANTILE) -> Move | None:
+              noise_band: float = NOISE_BAND, past_inflection: float = PAST_INFLECTION) -> Move | None:
     """The next thing the sweep should do, or None when every run is finished or stopped.
 
     In this order:
@@ -153,8 +146,7 @@ def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...], leaders: int
     best = reference_fit(runs)
     for run in active:
         compute = run.fraction if run.compute is None else run.compute
-        decision = should_stop(run.fit, best, compute, noise_band=noise_band, past_inflection=past_inflection,
-                               inflection_quantile=inflection_quantile)
+        decision = should_stop(run.fit, best, compute, noise_band=noise_band, past_inflection=past_inflection)
         if decision.stop:
             return Move("stop", run.key, reason=decision.reason)
     behind = [run for run in active if run.fraction < rungs[0] - _EPS]

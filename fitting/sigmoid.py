@@ -9,6 +9,7 @@ the start points of the grid and the bootstrap resamples are each solved togethe
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import stats
 from scipy.special import expit
 
 from fitting.bootstrap import percentile_interval, wild_resamples
@@ -34,7 +35,10 @@ def sigmoid(compute, A, B, C_mid, R0) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SigmoidFit:
-    """One run's fitted sigmoid, its 95% bootstrap interval on A and whether A is identified."""
+    """One run's fitted sigmoid, its 95% bootstrap interval on A and whether A is identified.
+
+    A_upper: the profile-likelihood upper bound on A (see `fit_sigmoid`'s upper_level), NaN when not computed.
+    """
 
     A: float
     B: float
@@ -48,6 +52,7 @@ class SigmoidFit:
     identified: bool
     reason: str
     samples: np.ndarray | None = field(default=None, compare=False, repr=False)
+    A_upper: float = float("nan")
 
     def predict(self, compute) -> np.ndarray:
         """Fitted reward at `compute`."""
@@ -144,14 +149,17 @@ def levenberg_marquardt(model, theta0, y, sqrt_w, lower, upper, free, *, max_ite
 
 
 def fit_sigmoid(compute, reward, *, r0=None, min_compute=0.0, bounded=True, bootstrap=200, seed=0,
-                max_ci_width=0.1) -> SigmoidFit:
+                max_ci_width=0.1, upper_level=None) -> SigmoidFit:
     """Fitted ScaleRL sigmoid of `reward` against `compute` (any unit; C_mid comes back in it).
 
     r0: fixed reward before RL (else fitted). min_compute: points below it are dropped.
     bounded: pass rates (A, R0 in [0, 1], binomial-like noise weights R(1-R)); False for unbounded
     metrics (plain least squares). bootstrap: wild-bootstrap resamples for A_lo/A_hi and
     predict_interval (0 for none). max_ci_width: an interval on A wider than this marks the fit
-    unidentified. Raises FitError when fewer than 3 usable points or distinct compute values remain.
+    unidentified. upper_level: also compute A_upper, the one-sided profile-likelihood upper bound on A at
+    this level (e.g. 0.975): unlike the bootstrap, it stays honest on a curve that has not bent yet, where
+    data that only rise are as well explained by a much higher A reached later (it is then the reward
+    ceiling, 1). Raises FitError when fewer than 3 usable points or distinct compute values remain.
     """
     x, y = _clean(compute, reward, 0.0 if min_compute is None else float(min_compute), bounded)
     if r0 is not None and not (np.isfinite(r0) and (not bounded or 0.0 <= r0 <= 1.0)):
@@ -192,6 +200,11 @@ def fit_sigmoid(compute, reward, *, r0=None, min_compute=0.0, bounded=True, boot
                 max_iter=60, xtol=1e-7)
             keep = np.isfinite(draw_cost) & np.all(np.isfinite(draws), axis=1)
             samples = _natural(draws[keep], shift, unit)
+        A_upper = float("nan")
+        if upper_level is not None:
+            a_upper = _profile_upper_a(model, theta_hat, float(cost[0]), u, ys, sqrt_w, lower, upper, free,
+                                       upper_level)
+            A_upper = shift + unit * a_upper
         A, B, C_mid, R0 = _natural(best, shift, unit)[0]
         rss = float(np.sum((y - (shift + unit * fitted)) ** 2))
         tss = float(np.sum((y - y.mean()) ** 2)) if np.ptp(y) > 0 else 0.0  # mean() of equal values can round
@@ -205,7 +218,7 @@ def fit_sigmoid(compute, reward, *, r0=None, min_compute=0.0, bounded=True, boot
     reason = _unidentified_reason(x, y, A, C_mid, R0, n_free, width, how, max_ci_width, tss)
     return SigmoidFit(A=float(A), B=float(B), C_mid=float(C_mid), R0=float(R0), rss=rss, r2=r2,
                       A_lo=A_lo, A_hi=A_hi, n_points=len(y), identified=not reason, reason=reason,
-                      samples=samples)
+                      samples=samples, A_upper=float(A_upper))
 
 
 def _clean(compute, reward, min_compute, bounded) -> tuple[np.ndarray, np.ndarray]:
@@ -282,6 +295,61 @@ def _grid_starts(u, y, r0, bounded, n_starts=3) -> np.ndarray:
     if minima.size == 0:
         minima = np.array([np.argmin(rss)])
     return np.column_stack([A[minima], np.log(bb.ravel()[minima]), mm.ravel()[minima], R0[minima]])
+
+
+def _profile_upper_a(model, theta_hat, cost_hat, u, y, sqrt_w, lower, upper, free, level, n_grid=48) -> float:
+    """One-sided `level` profile-likelihood upper bound on A (fitting units): the largest A whose best fit, every
+    other free parameter refitted, is not rejected by the F test (1, dof) on the weighted residuals. The profile
+    is solved on a grid of A from the estimate up to A's bound (denser near the estimate) and interpolated
+    after the last grid value that is not rejected, so a local minimum missed at one A cannot make the bound
+    too tight. Returns A's upper bound (1 for pass rates) when no value up to it is rejected."""
+    dof = len(y) - int(free.sum())
+    if dof <= 0 or not 0.5 < level < 1.0:
+        return float(upper[_A])
+    sigma2 = cost_hat / dof
+    if not sigma2 > 0:
+        return float(theta_hat[_A])
+    critical = stats.f.ppf(2.0 * level - 1.0, 1, dof)  # two-sided F quantile = one-sided test of A >= a
+    top = upper[_A] if np.isfinite(upper[_A]) else theta_hat[_A] + 10.0 * (abs(theta_hat[_A] - theta_hat[_R0]) + np.ptp(y))
+    if not top > theta_hat[_A]:
+        return float(top)
+    a = theta_hat[_A] + (top - theta_hat[_A]) * np.linspace(0.0, 1.0, n_grid + 1)[1:] ** 2
+    starts = np.concatenate([_fixed_a_starts(a, theta_hat, u, y, sqrt_w, lower, upper, free[_R0]),
+                             np.column_stack([a, np.tile(theta_hat[1:], (len(a), 1))])])
+    _, cost = levenberg_marquardt(model, starts, y, sqrt_w, lower, upper, free & (np.arange(N_PARAMS) != _A))
+    statistic = (np.minimum(cost[:n_grid], cost[n_grid:]) - cost_hat) / sigma2
+    kept = np.flatnonzero(~(statistic >= critical))  # NaN (a failed fit) counts as not rejected
+    if kept.size == 0:
+        return float(theta_hat[_A] + (a[0] - theta_hat[_A]) * min(1.0, critical / max(statistic[0], 1e-300)))
+    last = kept[-1]
+    if last == n_grid - 1:
+        return float(top)
+    s0, s1 = max(statistic[last], 0.0), statistic[last + 1]
+    return float(a[last] + (a[last + 1] - a[last]) * (critical - s0) / max(s1 - s0, 1e-300))
+
+
+def _fixed_a_starts(a, theta_hat, u, y, sqrt_w, lower, upper, r0_free) -> np.ndarray:
+    """Start rows (len(a), 4) for fits with A fixed at each value of `a`: the best (B, ln C_mid) of a grid, R0
+    solved exactly by weighted least squares (or kept at the fit's R0 when it is fixed)."""
+    pos = u[np.isfinite(u)]
+    lo, span = pos.min(), pos.max() - pos.min()
+    B = np.geomspace(0.3, 100.0, 12) / span
+    # C_mid beyond the data too: a higher asymptote reached later is exactly what the bound must consider
+    log_cmid = lo + np.linspace(-0.5, 4.0, 30) * span
+    bb, mm = (grid.ravel() for grid in np.meshgrid(B, log_cmid, indexing="ij"))
+    s = expit(bb[:, None] * (u[None, :] - mm[:, None]))  # (grid, n)
+    w = sqrt_w**2
+    if r0_free:
+        rest = 1.0 - s
+        denominator = np.maximum(np.einsum("n,gn,gn->g", w, rest, rest), 1e-300)
+        R0 = (np.einsum("n,gn,n->g", w, rest, y)[None, :] - a[:, None] * np.einsum("n,gn,gn->g", w, rest, s)[None, :])
+        R0 = np.clip(R0 / denominator[None, :], lower[_R0], upper[_R0])
+    else:
+        R0 = np.full((len(a), len(bb)), theta_hat[_R0])
+    resid = R0[..., None] + (a[:, None, None] - R0[..., None]) * s[None] - y
+    best = np.argmin(np.einsum("n,agn->ag", w, resid**2), axis=1)
+    starts = np.column_stack([a, np.log(bb[best]), mm[best], R0[np.arange(len(a)), best]])
+    return np.minimum(np.maximum(starts, lower), upper)
 
 
 def _pass_rate_sqrt_weights(fitted) -> np.ndarray:

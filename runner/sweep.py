@@ -257,8 +257,9 @@ class SweepDriver:
                 for run in self.runs]
 
     def _current_fits(self) -> dict:
-        """run_id -> sigmoid fit (100 bootstrap draws) on the run's evaluations so far, or None if it cannot be fitted;
-        a run's fit is reused until it has new evaluations."""
+        """run_id -> sigmoid fit (100 bootstrap draws, and the profile bound on A early termination judges by) on the
+        run's evaluations so far, or None if it cannot be fitted; a run's fit is reused until it has new evaluations."""
+        from fitting.early_stop import UPPER_LEVEL
         from fitting.sigmoid import FitError, fit_sigmoid
 
         records = self.store.records_frame(self.study.name).dropna(subset=["val_reward"])
@@ -268,7 +269,8 @@ class SweepDriver:
             cached = self._fit_cache.get(run_id)
             if cached is None or cached[0] != key:
                 try:
-                    fit = fit_sigmoid(rows["gpu_hours"].to_numpy(), rows["val_reward"].to_numpy(), bootstrap=100)
+                    fit = fit_sigmoid(rows["gpu_hours"].to_numpy(), rows["val_reward"].to_numpy(), bootstrap=100,
+                                      upper_level=UPPER_LEVEL)
                 except FitError:
                     fit = None
                 self._fit_cache[run_id] = cached = (key, fit)

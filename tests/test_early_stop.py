@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from fitting.early_stop import Move, RunProgress, best_fit_of, next_move, should_stop
+from fitting.early_stop import UPPER_LEVEL, Move, RunProgress, best_fit_of, next_move, should_stop
 from fitting.sigmoid import SigmoidFit, fit_sigmoid, sigmoid
 from planner.study import EarlyTerminate
 from runner.hyperband import HyperbandStopper
@@ -18,22 +18,27 @@ def curve(A, C_mid=0.1, B=2.0, R0=0.15, upto=1.0, seed=0):
     return c, rng.binomial(2048, sigmoid(c, A, B, C_mid, R0)) / 2048
 
 
+def judged(*data):
+    """A fit as the sweep driver makes it for early termination (with the profile bound on A)."""
+    return fit_sigmoid(*data, bootstrap=100, upper_level=UPPER_LEVEL)
+
+
 def test_a_run_well_past_its_inflection_and_clearly_below_the_best_is_stopped():
     best = fit_sigmoid(*curve(0.80, seed=1))
-    worse = fit_sigmoid(*curve(0.50, upto=0.5, seed=2))
+    worse = judged(*curve(0.50, upto=0.5, seed=2))
     decision = should_stop(worse, best, max_compute=0.5)
     assert decision.stop and "asymptote" in decision.reason
 
 
 def test_a_run_within_the_noise_band_of_the_best_is_kept():
     best = fit_sigmoid(*curve(0.80, seed=1))
-    close = fit_sigmoid(*curve(0.79, upto=0.5, seed=3))
+    close = judged(*curve(0.79, upto=0.5, seed=3))
     assert not should_stop(close, best, max_compute=0.5).stop
 
 
 def test_a_run_before_its_inflection_is_never_judged():
     best = fit_sigmoid(*curve(0.80, seed=1))
-    early = fit_sigmoid(*curve(0.40, C_mid=0.3, upto=0.2, seed=4))
+    early = judged(*curve(0.40, C_mid=0.3, upto=0.2, seed=4))
     assert not should_stop(early, best, max_compute=0.2).stop
 
 
@@ -63,7 +68,8 @@ def test_hyperband_prunes_runs_that_trail_at_a_rung_and_keeps_the_leader():
 
 def sigmoid_fit(A, half_width=0.01, C_mid=0.1, identified=True):
     return SigmoidFit(A=A, B=2.0, C_mid=C_mid, R0=0.15, rss=0.0, r2=1.0, A_lo=A - half_width,
-                      A_hi=min(1.0, A + half_width), n_points=20, identified=identified, reason="")
+                      A_hi=min(1.0, A + half_width), n_points=20, identified=identified, reason="",
+                      A_upper=min(1.0, A + half_width))
 
 
 def at(key, fraction, A=None, half_width=0.01, C_mid=0.1, identified=True, **kw):
@@ -102,8 +108,8 @@ def test_a_run_that_cannot_reach_the_best_is_stopped_with_both_bounds_in_the_rea
 def test_a_run_within_the_noise_band_or_before_its_inflection_is_not_stopped():
     close = [at("best", 1.0, 0.80, 0.005), at("close", 0.5, 0.77, 0.005)]
     assert next_move(close, rungs=RUNGS) == Move("advance", "close", until=1.0)
-    # compute 0.5 GPU-hours of a curve with C_mid 0.4: not yet 2 x C_mid past its start
-    early = [at("best", 1.0, 0.80, 0.005), at("early", 0.5, 0.5, 0.01, C_mid=0.4)]
+    # compute 0.5 GPU-hours of a curve with C_mid 0.6: not yet past its inflection
+    early = [at("best", 1.0, 0.80, 0.005), at("early", 0.5, 0.5, 0.01, C_mid=0.6)]
     assert next_move(early, rungs=RUNGS).kind == "advance"
 
 
@@ -111,7 +117,7 @@ def test_the_past_inflection_check_uses_the_fits_compute_unit():
     # the fit's C_mid is in GPU-hours: 40 GPU-hours spent is 4 x C_mid, though only half the budget
     runs = [at("best", 1.0, 0.80, 0.005), at("low", 0.5, 0.5, C_mid=10.0, compute=40.0)]
     assert next_move(runs, rungs=RUNGS).kind == "stop"
-    runs = [at("best", 1.0, 0.80, 0.005), at("low", 0.5, 0.5, C_mid=10.0, compute=15.0)]
+    runs = [at("best", 1.0, 0.80, 0.005), at("low", 0.5, 0.5, C_mid=10.0, compute=8.0)]
     assert next_move(runs, rungs=RUNGS).kind == "advance"
 
 
@@ -146,13 +152,19 @@ def test_a_whole_study_explores_then_finishes_the_best_run_and_never_stops_it():
     assert stopped == {"a", "c", "e"} and progress["b"] == progress["d"] == 1.0
 
 
-def test_a_partial_curve_whose_bootstrap_puts_the_inflection_later_is_not_judged_yet():
-    # point estimate C_mid 0.1 (0.4 GPU-hours is 4x past it) but a fifth of the bootstrap draws put it at 0.3
-    draws = np.column_stack([np.full(100, 0.6), np.full(100, 2.0), np.r_[np.full(80, 0.1), np.full(20, 0.3)],
-                             np.full(100, 0.15)])
-    slow = SigmoidFit(A=0.6, B=2.0, C_mid=0.1, R0=0.15, rss=0.0, r2=1.0, A_lo=0.58, A_hi=0.62, n_points=16,
-                      identified=True, reason="", samples=draws)
-    best = sigmoid_fit(0.8, 0.005)
-    assert not should_stop(slow, best, max_compute=0.4).stop
-    assert should_stop(slow, best, max_compute=0.4, inflection_quantile=None).stop
-    assert should_stop(slow, best, max_compute=0.6).stop
+def test_a_curve_that_has_not_bent_is_not_stopped_even_when_its_bootstrap_interval_is_narrow():
+    # A slow curve (C_mid 0.3, true A 0.8, as high as the best) seen up to half its budget fits as if it saturated
+    # lower (A ~0.67, C_mid ~0.23: "past its inflection"). Its bootstrap interval would stop it; the profile
+    # bound keeps the later, higher asymptote possible.
+    best = judged(*curve(0.80, seed=1))
+    slow = judged(*curve(0.80, C_mid=0.3, B=1.2, upto=0.5, seed=0))
+    assert slow.C_mid < 0.5 and slow.A_hi < best.A - 0.04  # what a bootstrap-only rule would have judged by
+    assert slow.A_upper > best.A
+    assert not should_stop(slow, best, max_compute=0.5).stop
+
+
+def test_without_a_profile_bound_a_run_is_never_stopped():
+    best = judged(*curve(0.80, seed=1))
+    worse = fit_sigmoid(*curve(0.50, upto=0.5, seed=2))  # no upper_level: A_upper is NaN
+    assert np.isnan(worse.A_upper)
+    assert not should_stop(worse, best, max_compute=0.5).stop

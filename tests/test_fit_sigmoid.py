@@ -88,6 +88,18 @@ def test_data_before_the_inflection_is_not_identified_and_says_why():
     assert "has not passed the inflection" in fit.reason
 
 
+def test_profile_upper_bound_covers_the_truth_and_is_the_ceiling_before_the_bend():
+    params = (0.7, 1.5, 2000.0, 0.1)
+    fits = [fit_sigmoid(COMPUTE, noisy(params, seed), bootstrap=0, upper_level=0.99)
+            for seed in range(30)]
+    assert all(fit.A <= fit.A_upper <= 1.0 for fit in fits)
+    assert sum(fit.A_upper >= params[0] for fit in fits) >= 28  # one-sided 99%: at most ~1 miss in 30
+    assert np.median([fit.A_upper - fit.A for fit in fits]) < 0.05  # and it is a bound a run can be judged by
+    early = COMPUTE[COMPUTE < 1000.0]  # all before C_mid: nothing rules out a much higher asymptote
+    assert fit_sigmoid(early, noisy(params, 1, compute=early), bootstrap=0, upper_level=0.99).A_upper == 1.0
+    assert np.isnan(fit_sigmoid(COMPUTE, noisy(params), bootstrap=0).A_upper)  # only computed when asked for
+
+
 def test_wide_interval_threshold_is_a_parameter():
     y = noisy((0.7, 1.0, 4000.0, 0.1), k=400)
     fit = fit_sigmoid(COMPUTE, y, bootstrap=100, max_ci_width=1e-4)

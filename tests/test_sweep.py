@@ -87,6 +87,9 @@ def test_killed_sweep_resumes_with_every_record_once_and_status_reads_meanwhile(
         g["gpu_hours"].is_monotonic_increasing for _, g in records.groupby("run_id"))
     summary = json.loads(resumed.stdout)
     assert summary["done"] == 2 and summary["failed"] == 0
+    # the compute the study spent, over both invocations, against its plan
+    assert summary["gpu_hours"] == pytest.approx(records.groupby("run_id")["gpu_hours"].max().sum(), rel=1e-9)
+    assert summary["planned_gpu_hours"] > 0
 
 
 @pytest.mark.slow

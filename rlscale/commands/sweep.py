@@ -36,10 +36,13 @@ def register(app: typer.Typer) -> None:
             else:
                 summary = driver.run()
         report = _report(store, study.name, out or Path("reports") / study.name)
-        recommendation, refusal = _recommend(store, study, sum(run.gpu_hours for run in driver.runs))
+        spent = sum(run.gpu_hours for run in driver.runs)
+        recommendation, refusal = _recommend(store, study, spent)
         payload = {
             "study": study.name, "db": store.url_for_display, "runs": len(driver.runs or runs),
             "done": summary.count("done"), "failed": summary.count("failed"), "stopped": summary.count("stopped"),
+            "gpu_hours": spent,
+            "planned_gpu_hours": sum(run.planned_gpu_hours for run in driver.runs),
             "wall_seconds": round(summary.wall_seconds, 2), "busy_seconds": round(summary.busy_seconds, 2),
             "timings": {k: round(v, 2) for k, v in summary.timings.items()},
             "report": report.to_dict() if report else None,
@@ -58,10 +61,13 @@ def register(app: typer.Typer) -> None:
 
                 show_recommendation(recommendation, study.name)
             elif refusal:
-                console.print(f"no recommendation yet: {refusal}", highlight=False, soft_wrap=True)
+                console.print(f"not yet: {refusal}", highlight=False, soft_wrap=True)
+            planned = payload["planned_gpu_hours"]
+            share = f" ({spent / planned:.0%})" if planned > 0 else ""
             console.print(
                 f"{payload['done']} done, {payload['stopped']} stopped early, {payload['failed']} failed "
-                f"of {payload['runs']} runs in {summary.wall_seconds:.0f} s; store: {store.url_for_display}",
+                f"of {payload['runs']} runs in {summary.wall_seconds:.0f} s; {spent:.4g} of {planned:.4g} planned "
+                f"GPU-hours spent{share}; store: {store.url_for_display}",
                 highlight=False, soft_wrap=True)
         if payload["failed"]:
             raise typer.Exit(1)
