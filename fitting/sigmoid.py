@@ -302,13 +302,16 @@ def _profile_upper_a(model, theta_hat, cost_hat, u, y, sqrt_w, lower, upper, fre
     other free parameter refitted, is not rejected by the F test (1, dof) on the weighted residuals. The profile
     is solved on a grid of A from the estimate up to A's bound (denser near the estimate) and interpolated
     after the last grid value that is not rejected, so a local minimum missed at one A cannot make the bound
-    too tight. Returns A's upper bound (1 for pass rates) when no value up to it is rejected."""
+    too tight. Returns A's upper bound (1 for pass rates, +inf for unbounded metrics) when no value up to it is
+    rejected or the fit is exact (no noise scale to test against)."""
     dof = len(y) - int(free.sum())
     if dof <= 0 or not 0.5 < level < 1.0:
         return float(upper[_A])
     sigma2 = cost_hat / dof
-    if not sigma2 > 0:
-        return float(theta_hat[_A])
+    if not sigma2 > 1e-20 * float(np.mean((sqrt_w * y) ** 2)):
+        # An exact fit (e.g. every reward 0 so far) has no noise scale to test against: a higher A reached
+        # later fits it as exactly, so nothing bounds A below its ceiling.
+        return float(upper[_A])
     critical = stats.f.ppf(2.0 * level - 1.0, 1, dof)  # two-sided F quantile = one-sided test of A >= a
     top = upper[_A] if np.isfinite(upper[_A]) else theta_hat[_A] + 10.0 * (abs(theta_hat[_A] - theta_hat[_R0]) + np.ptp(y))
     if not top > theta_hat[_A]:
@@ -318,12 +321,12 @@ def _profile_upper_a(model, theta_hat, cost_hat, u, y, sqrt_w, lower, upper, fre
                              np.column_stack([a, np.tile(theta_hat[1:], (len(a), 1))])])
     _, cost = levenberg_marquardt(model, starts, y, sqrt_w, lower, upper, free & (np.arange(N_PARAMS) != _A))
     statistic = (np.minimum(cost[:n_grid], cost[n_grid:]) - cost_hat) / sigma2
-    kept = np.flatnonzero(~(statistic >= critical))  # NaN (a failed fit) counts as not rejected
+    kept = np.flatnonzero(~(np.isfinite(statistic) & (statistic >= critical)))  # a failed fit: not rejected
     if kept.size == 0:
         return float(theta_hat[_A] + (a[0] - theta_hat[_A]) * min(1.0, critical / max(statistic[0], 1e-300)))
     last = kept[-1]
     if last == n_grid - 1:
-        return float(top)
+        return float(upper[_A])  # nothing up to `top` rejected: for unbounded metrics not even `top` bounds A
     s0, s1 = max(statistic[last], 0.0), statistic[last + 1]
     return float(a[last] + (a[last + 1] - a[last]) * (critical - s0) / max(s1 - s0, 1e-300))
 

@@ -163,6 +163,12 @@ def test_a_curve_that_has_not_bent_is_not_stopped_even_when_its_bootstrap_interv
     assert not should_stop(slow, best, max_compute=0.5).stop
 
 
+def test_a_run_that_has_scored_nothing_yet_is_not_stopped():
+    best = judged(*curve(0.80, seed=1))
+    c = COMPUTE[COMPUTE <= 0.5]
+    assert not should_stop(judged(c, np.zeros(c.size)), best, max_compute=0.5).stop
+
+
 def test_without_a_profile_bound_a_run_is_never_stopped():
     best = judged(*curve(0.80, seed=1))
     worse = fit_sigmoid(*curve(0.50, upto=0.5, seed=2))  # no upper_level: A_upper is NaN

@@ -100,6 +100,16 @@ def test_profile_upper_bound_covers_the_truth_and_is_the_ceiling_before_the_bend
     assert np.isnan(fit_sigmoid(COMPUTE, noisy(params), bootstrap=0).A_upper)  # only computed when asked for
 
 
+def test_profile_upper_bound_is_the_ceiling_when_the_data_cannot_bound_it():
+    # every evaluation 0 so far (a hard task): fitted exactly by a flat curve and by a rise that comes later
+    zeros = fit_sigmoid(COMPUTE[:20], np.zeros(20), bootstrap=0, upper_level=0.99)
+    assert zeros.A == 0.0 and zeros.A_upper == 1.0
+    # an unbounded metric seen far before its bend: nothing caps A
+    compute = np.arange(1.0, 31.0)
+    y = sigmoid(compute, 500.0, 1.0, 1000.0, 0.0) + np.random.default_rng(0).normal(0.0, 0.2, compute.size)
+    assert fit_sigmoid(compute, y, bounded=False, bootstrap=0, upper_level=0.99).A_upper == np.inf
+
+
 def test_wide_interval_threshold_is_a_parameter():
     y = noisy((0.7, 1.0, 4000.0, 0.1), k=400)
     fit = fit_sigmoid(COMPUTE, y, bootstrap=100, max_ci_width=1e-4)
