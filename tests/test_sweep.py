@@ -233,9 +233,13 @@ def test_rung_scheduled_sweep_pauses_and_resumes_real_jobs_without_gaps(tmp_path
         summary = driver.run()
         records = store.records_frame("paused")
     assert summary.count("done") + summary.count("stopped") == 2 and summary.count("failed") == 0
-    assert {(name, step) for name, status, step in seen if status == "paused"} == {("n4", 4), ("n8", 4)}
+    paused = {(name, step) for name, status, step in seen if status == "paused"}
+    # both runs explored to the first rung (4 of 16 steps); a run that goes on pauses only at rungs (8 is the next)
+    assert {("n4", 4), ("n8", 4)} <= paused and {step for _, step in paused} <= {4, 8}
     assert not records.duplicated(["run_id", "step"]).any()
-    for _, rows in records.groupby("run_id"):  # resumed from the rung's checkpoint: every step once, compute rising
+    names = {run.run_id: run.name for run in driver.runs}
+    for run_id, rows in records.groupby("run_id"):  # resumed from the rung's checkpoint: every step once, compute rising
         assert list(rows["step"]) == list(range(int(rows["step"].max()) + 1))
         assert rows["gpu_hours"].is_monotonic_increasing
-        assert rows.set_index("step")["val_reward"].notna()[[0, 4]].all()  # evaluated at the rung it paused at
+        rungs = [0] + [step for name, step in paused if name == names[run_id]]
+        assert rows.set_index("step")["val_reward"].notna()[rungs].all()  # evaluated at every rung it paused at

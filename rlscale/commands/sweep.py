@@ -36,7 +36,8 @@ def register(app: typer.Typer) -> None:
             else:
                 summary = driver.run()
         report = _report(store, study.name, out or Path("reports") / study.name)
-        spent = sum(run.gpu_hours for run in driver.runs)
+        records = store.records_frame(study.name)
+        spent = float(records.groupby("run_id")["gpu_hours"].max().sum()) if len(records) else 0.0  # as `status` reads it
         recommendation, refusal = _recommend(store, study, spent)
         payload = {
             "study": study.name, "db": store.url_for_display, "runs": len(driver.runs or runs),
