@@ -264,15 +264,21 @@ def _bounds(u, bounded) -> tuple[np.ndarray, np.ndarray]:
     return lower, upper
 
 
-def _grid_starts(u, y, r0, bounded, n_starts=3) -> np.ndarray:
-    """Start rows (<= n_starts, 4): local minima of the RSS over a (B, ln C_mid) grid with A, R0 solved exactly."""
+def _shape_grid(u, cmid_spans, n_cmid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A (12 B x n_cmid ln C_mid) grid of curve shapes: B and ln C_mid as (12, n_cmid) arrays and the sigmoid
+    fraction expit(B (u - ln C_mid)) at every point, (12 * n_cmid, n). ln C_mid runs over `cmid_spans` (lo, hi)
+    in units of the data's log-compute span from its smallest value, so the grid is the same for any unit."""
     pos = u[np.isfinite(u)]
     lo, span = pos.min(), pos.max() - pos.min()
-    # The grid is in units of the data's log-compute span, so it is the same for any compute unit.
     B = np.geomspace(0.3, 100.0, 12) / span
-    log_cmid = lo + np.linspace(-0.5, 2.5, 25) * span
+    log_cmid = lo + np.linspace(*cmid_spans, n_cmid) * span
     bb, mm = np.meshgrid(B, log_cmid, indexing="ij")
-    s = expit(bb.ravel()[:, None] * (u[None, :] - mm.ravel()[:, None]))
+    return bb, mm, expit(bb.ravel()[:, None] * (u[None, :] - mm.ravel()[:, None]))
+
+
+def _grid_starts(u, y, r0, bounded, n_starts=3) -> np.ndarray:
+    """Start rows (<= n_starts, 4): local minima of the RSS over a (B, ln C_mid) grid with A, R0 solved exactly."""
+    bb, mm, s = _shape_grid(u, (-0.5, 2.5), 25)
     if r0 is None:
         s_mean = s.mean(axis=1, keepdims=True)
         sc = s - s_mean
@@ -334,13 +340,9 @@ def _profile_upper_a(model, theta_hat, cost_hat, u, y, sqrt_w, lower, upper, fre
 def _fixed_a_starts(a, theta_hat, u, y, sqrt_w, lower, upper, r0_free) -> np.ndarray:
     """Start rows (len(a), 4) for fits with A fixed at each value of `a`: the best (B, ln C_mid) of a grid, R0
     solved exactly by weighted least squares (or kept at the fit's R0 when it is fixed)."""
-    pos = u[np.isfinite(u)]
-    lo, span = pos.min(), pos.max() - pos.min()
-    B = np.geomspace(0.3, 100.0, 12) / span
     # C_mid beyond the data too: a higher asymptote reached later is exactly what the bound must consider
-    log_cmid = lo + np.linspace(-0.5, 4.0, 30) * span
-    bb, mm = (grid.ravel() for grid in np.meshgrid(B, log_cmid, indexing="ij"))
-    s = expit(bb[:, None] * (u[None, :] - mm[:, None]))  # (grid, n)
+    bb, mm, s = _shape_grid(u, (-0.5, 4.0), 30)
+    bb, mm = bb.ravel(), mm.ravel()
     w = sqrt_w**2
     if r0_free:
         rest = 1.0 - s

@@ -35,8 +35,8 @@ def register(app: typer.Typer) -> None:
                 summary = run_bayes(driver)
             else:
                 summary = driver.run()
-        report = _report(store, study.name, out or Path("reports") / study.name)
         records = store.records_frame(study.name)
+        report = _report(store, study.name, records, out or Path("reports") / study.name)
         spent = float(records.groupby("run_id")["gpu_hours"].max().sum()) if len(records) else 0.0  # as `status` reads it
         recommendation, refusal = _recommend(store, study, spent)
         payload = {
@@ -74,11 +74,11 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
-def _report(store, study: str, out: Path):
-    """The study's report (fits, plots, report.html) once any run has an evaluation; else None."""
+def _report(store, study: str, records, out: Path):
+    """The study's report (fits, plots, report.html) once any run has an evaluation in `records`; else None."""
     from fitting.report import study_report
 
-    if not store.records_frame(study)["val_reward"].notna().any():
+    if not records["val_reward"].notna().any():
         return None
     return study_report(store, study, out)
 
