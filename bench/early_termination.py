@@ -54,10 +54,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fitting import early_stop  # noqa: E402
-from fitting.early_stop import RunProgress, best_fit_of, next_move, reference_fit, should_stop  # noqa: E402
-from fitting.sigmoid import FitError, fit_sigmoid, sigmoid  # noqa: E402
-from planner.study import EarlyTerminate  # noqa: E402
+from rlscale.fitting import early_stop  # noqa: E402
+from rlscale.fitting.early_stop import RunProgress, best_fit_of, next_move, reference_fit, should_stop  # noqa: E402
+from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid  # noqa: E402
+from rlscale.planner.study import EarlyTerminate  # noqa: E402
 
 N_RUNS, N_EVALS, EVAL_SAMPLES, REPLICATES = 12, 40, 2048, 100
 # C_mid drawn uniformly from this range, as a fraction of the per-run budget (see the module docstring)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fitting.sigmoid import fit_sigmoid, sigmoid  # noqa: E402
+from rlscale.fitting.sigmoid import fit_sigmoid, sigmoid  # noqa: E402
 
 FULL_GPU_HOURS = 16_000.0
 EVAL_EVERY = 100.0

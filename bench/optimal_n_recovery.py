@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fitting.sigmoid import sigmoid
+from rlscale.fitting.sigmoid import sigmoid
 
 ROLLOUTS = (4, 8, 16, 32, 64, 128, 256)
 PROMPTS = (16, 32, 64)
@@ -85,8 +85,8 @@ CASES = {
 
 def run_case(truth: Truth, c_obs: float, seed: int, bootstrap: int = 50) -> dict:
     """Fit the study, extrapolate to 4 x c_obs, compare with the truth."""
-    from fitting.optimal_n import fit_optimal_rollouts
-    from fitting.recommend import run_curves
+    from rlscale.fitting.optimal_n import fit_optimal_rollouts
+    from rlscale.fitting.recommend import run_curves
 
     runs, records = synthetic_study(truth, c_obs, seed=seed)
     curves, draws = run_curves(records, runs, bootstrap=bootstrap, seed=seed)

@@ -1,6 +1,6 @@
 """Pipeline (PipelineRL-k) vs sync on one recipe: busy fractions, steps per hour, measured staleness.
 
-Generator and trainer are Ray actors pinned to separate cores (one each on a 2-core host, runner.accounting.placement).
+Generator and trainer are Ray actors pinned to separate cores (one each on a 2-core host, rlscale.runner.builtin.accounting.placement).
 One vLLM engine serves both runs (base weights reloaded in between). Writes bench/results/pipeline_vs_sync.json.
 
     .venv/bin/python bench/pipeline_vs_sync.py [--steps 60] [--max-staleness 4]
@@ -18,8 +18,8 @@ RESULT = Path(__file__).parent / "results" / "pipeline_vs_sync.json"
 
 def measure(recipe, generator) -> dict:
     """Run one job from scratch; returns its throughput, busy fractions and staleness."""
-    from runner import checkpoint
-    from runner.job import run_job
+    from rlscale.runner.builtin import checkpoint
+    from rlscale.runner.builtin.job import run_job
 
     records: list[dict] = []
     run_key = f"bench-{recipe.async_mode}-{os.getpid()}"
@@ -55,9 +55,9 @@ def main() -> None:
 
     import ray
 
-    from planner.recipe import Recipe
-    from runner.accounting import placement
-    from runner.generator import create_generator
+    from rlscale.planner.recipe import Recipe
+    from rlscale.runner.builtin.accounting import placement
+    from rlscale.runner.builtin.generator import create_generator
 
     base = dict(prompts_per_batch=32, rollouts=8, steps=args.steps, lr=3e-4, lr_reference_batch=256, max_new_tokens=8,
                 eval_every=args.steps, eval_prompts=64, eval_samples=2, checkpoint_every=args.steps,

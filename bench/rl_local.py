@@ -15,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fitting.sigmoid import fit_sigmoid  # noqa: E402
-from planner.loading import load_recipe  # noqa: E402
+from rlscale.fitting.sigmoid import fit_sigmoid  # noqa: E402
+from rlscale.planner.loading import load_recipe  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "tiny_scalerl.yaml"
 RESULT = ROOT / "bench" / "results" / "rl_local.json"
@@ -35,8 +35,8 @@ def fit_curve(records: list[dict]) -> dict:
 def main() -> None:
     import torch
 
-    from runner.local import run_local
-    from runner.policy import base_model_dir
+    from rlscale.runner.builtin.local import run_local
+    from rlscale.runner.rl.policy import base_model_dir
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=None)

@@ -75,15 +75,15 @@ class Timer:
 
 def sweep(study_file: Path, workdir: Path) -> dict:
     """Run the study as `rlscale sweep` does, instrumented; returns the measured seconds."""
-    import runner.job
-    from db.store import Store
-    from fitting.plots import plot_study
-    from fitting.stored import fit_study
-    from planner.study import load_study
-    from runner.sweep import SweepDriver
+    import rlscale.runner.builtin.job
+    from rlscale.db.store import Store
+    from rlscale.fitting.plots import plot_study
+    from rlscale.fitting.stored import fit_study
+    from rlscale.planner.study import load_study
+    from rlscale.runner.sweep.driver import SweepDriver
 
     timer = Timer()
-    runner.job.run_job = timer.wrap_job(runner.job.run_job)  # the driver imports run_job at call time
+    rlscale.runner.builtin.job.run_job = timer.wrap_job(rlscale.runner.builtin.job.run_job)  # the driver imports run_job at call time
     study = load_study(study_file)
     store = Store(f"sqlite:///{workdir / 'rlscale.db'}")
     store.add_records = timer.wrap("store_writes", store.add_records)

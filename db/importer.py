@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from rlscale.errors import UserError
+from rlscale.base.errors import UserError
 
 if TYPE_CHECKING:
-    from db.store import Store
+    from rlscale.db.store import Store
 
 EXTENSIONS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 COMPUTE_COLUMNS = ("compute", "gpu_hours")  # either names the compute axis; gpu_hours is what sweeps record

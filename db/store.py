@@ -14,10 +14,10 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.engine import display_url, make_engine, migrate, parse_url
-from db.models import RUN_STATUSES, Fit, Plan, Record, Run, Study, utcnow
-from rlscale import settings
-from rlscale.errors import UserError
+from rlscale.db.engine import display_url, make_engine, migrate, parse_url
+from rlscale.db.models import RUN_STATUSES, Fit, Plan, Record, Run, Study, utcnow
+from rlscale.base import settings
+from rlscale.base.errors import UserError
 
 RECORD_COLUMNS = ["run_id", "run", "step", "gpu_hours", "rollouts", "tokens", "val_reward"]
 RUN_COLUMNS = ["run_id", "run", "seed", "status", "error", "config", "created_at", "updated_at"]

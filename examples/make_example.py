@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fitting.sigmoid import sigmoid  # noqa: E402  (the one definition of the curve)
+from rlscale.fitting.sigmoid import sigmoid  # noqa: E402  (the one definition of the curve)
 
 # run -> (A, B, C_mid in GPU-hours, R0, last GPU-hour logged)
 TRUE_PARAMS = {

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fitting.sigmoid import SigmoidFit
+from rlscale.fitting.sigmoid import SigmoidFit
 
 NOISE_BAND = 0.02  # ScaleRL: |dA| < 0.02 is within the spread of 3 seeds
 

@@ -6,7 +6,7 @@ The key map is DESIGN.md section 7. Every target file says, in comments, what th
 
 import yaml
 
-from planner.recipe import Recipe
+from rlscale.planner.recipe import Recipe
 
 FORMATS = ("verl", "trl", "openrlhf", "yaml")
 

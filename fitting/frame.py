@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 
-from fitting.sigmoid import FitError, fit_sigmoid
+from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
 FIT_COLUMNS = ["A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason"]
 SINGLE_RUN = "all"  # run name used when the records have no run column

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from fitting.sigmoid import sigmoid
+from rlscale.fitting.sigmoid import sigmoid
 
 LAW_PARAMS = ("lo", "hi", "k", "c0")
 

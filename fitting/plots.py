@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fitting.records import record_breaking_points
-from fitting.sigmoid import sigmoid
+from rlscale.fitting.records import record_breaking_points
+from rlscale.fitting.sigmoid import sigmoid
 
 
 def plot_study(records: pd.DataFrame, fits: pd.DataFrame, path, *, run_col="run", compute_col="compute",

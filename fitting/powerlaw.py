@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from fitting.sigmoid import FitError
+from rlscale.fitting.sigmoid import FitError
 
 
 def learning_efficiency(model_size, K_max, N0) -> np.ndarray:

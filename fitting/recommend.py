@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from fitting.optimal_n import RolloutsLaw
-from fitting.records import record_breaking_points
-from fitting.sigmoid import FitError, fit_sigmoid
+from rlscale.fitting.optimal_n import RolloutsLaw
+from rlscale.fitting.records import record_breaking_points
+from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
 NOISE_BAND = 0.02  # ScaleRL: |dA| below this is seed-to-seed noise
 MAX_TRUNCATION = 0.05  # ScaleRL: stable runs keep the truncation rate below 5%
@@ -170,7 +170,7 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
         raise Refusal(f"no recommendation: a budget of {budget:g} does not pay for one step at B_p = {prompts}, n = {n_rec}")
 
     params = chosen[["A", "B", "C_mid", "R0"]].to_numpy(float)
-    from fitting.sigmoid import sigmoid
+    from rlscale.fitting.sigmoid import sigmoid
 
     reward = float(sigmoid(budget, *params))
     samples = (draws or {}).get(chosen["run"])
@@ -229,7 +229,7 @@ def steps_model(spec: dict, records: pd.DataFrame, runs: pd.DataFrame, *, profil
     GPU-hours use, in order: the named profile, a profile calibrated on the study's own measured records,
     the study's profile (compute.profile, else the default for its model).
     """
-    from planner.cost import calibrate, step_gpu_hours, steps_within
+    from rlscale.planner.cost import calibrate, step_gpu_hours, steps_within
 
     unit = study_unit(spec)
     if unit == "rollouts":
@@ -242,7 +242,7 @@ def steps_model(spec: dict, records: pd.DataFrame, runs: pd.DataFrame, *, profil
         return (lambda budget, bp, n: steps_within(budget, bp * n * per_rollout)), f"tokens: {per_rollout:.1f} per rollout"
     chosen, how = None, ""
     if profile is not None:
-        from planner.profiles import load_profile
+        from rlscale.planner.profiles import load_profile
 
         chosen, how = load_profile(profile), f"profile {profile}"
     else:
@@ -254,7 +254,7 @@ def steps_model(spec: dict, records: pd.DataFrame, runs: pd.DataFrame, *, profil
         except Exception:  # any calibration failure falls back to the study's profile
             chosen = None
         if chosen is None:
-            from planner.study import default_profile, parse_study
+            from rlscale.planner.study import default_profile, parse_study
 
             chosen = default_profile(parse_study(spec, file="study spec"))
             how = f"profile {chosen.name}"
@@ -266,7 +266,7 @@ def pick_study(store, study: str | None) -> str:
     if study is not None:
         store.study_spec(study)  # UserError naming the known studies if it does not exist
         return study
-    from rlscale.errors import UserError
+    from rlscale.base.errors import UserError
 
     candidates = []
     for name in store.study_names():
@@ -282,7 +282,7 @@ def pick_study(store, study: str | None) -> str:
 def recommend_study(store, study: str, budget: float, *, profile: str | None = None, bootstrap: int = 100,
                     seed: int = 0) -> tuple[Recommendation, dict]:
     """(recommendation, study spec) for a stored study; Refusal when the evidence is not enough."""
-    from fitting.optimal_n import fit_optimal_rollouts
+    from rlscale.fitting.optimal_n import fit_optimal_rollouts
 
     spec = store.study_spec(study)
     runs = store.runs_frame(study)
@@ -304,7 +304,7 @@ def recommend_study(store, study: str, budget: float, *, profile: str | None = N
 
 def recommended_recipe(spec: dict, rec: Recommendation):
     """The study's base recipe with the recommended B_p, n and M."""
-    from planner.recipe import Recipe
+    from rlscale.planner.recipe import Recipe
 
     base = Recipe.model_validate((spec or {}).get("recipe") or {}).to_json()
     return Recipe.model_validate({**base, "prompts_per_batch": rec.prompts_per_batch, "rollouts": rec.rollouts,

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fitting.plots import save_figure
-from fitting.recommend import NOISE_BAND, run_curves, run_labels, study_unit
+from rlscale.fitting.plots import save_figure
+from rlscale.fitting.recommend import NOISE_BAND, run_curves, run_labels, study_unit
 
 COMPUTE_LABELS = {"gpu_hours": "GPU-hours", "rollouts": "rollouts", "tokens": "tokens"}
 
@@ -160,7 +160,7 @@ class Report:
 def build_report(spec: dict, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, study: str,
                  bootstrap: int = 200, seed: int = 0) -> Report:
     """Fit, plot and write report.md, *.png and report.html into out_dir; returns the Report."""
-    from fitting.plots import plot_study
+    from rlscale.fitting.plots import plot_study
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -208,7 +208,7 @@ def build_report(spec: dict, runs: pd.DataFrame, records: pd.DataFrame, out_dir,
                                                  reward_col=metric)
     geometry = curves[["prompts_per_batch", "rollouts"]].dropna()
     if geometry["rollouts"].nunique() >= 2:
-        from fitting.optimal_n import fit_optimal_rollouts
+        from rlscale.fitting.optimal_n import fit_optimal_rollouts
 
         usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]
         if usable["rollouts"].nunique() >= 2:

@@ -12,7 +12,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import expit
 
-from fitting.bootstrap import percentile_interval, wild_resamples
+from rlscale.fitting.bootstrap import percentile_interval, wild_resamples
 
 N_PARAMS = 4
 _A, _LOG_B, _LOG_CMID, _R0 = range(N_PARAMS)

@@ -3,8 +3,8 @@ Takes any object with the Store's frame methods (fitting never imports the runne
 
 import pandas as pd
 
-from fitting.frame import fit_runs
-from rlscale.errors import UserError
+from rlscale.fitting.frame import fit_runs
+from rlscale.base.errors import UserError
 
 
 def study_records(store, study: str) -> pd.DataFrame:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlscale.errors import UserError
+from rlscale.base.errors import UserError
 
 
 class Profile(BaseModel):

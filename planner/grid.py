@@ -7,8 +7,8 @@ every point the same compute, so M = floor(per-run compute / cost per step). All
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from planner.cost import Profile, run_gpu_hours, step_gpu_hours, steps_within
-from rlscale.errors import UserError
+from rlscale.planner.cost import Profile, run_gpu_hours, step_gpu_hours, steps_within
+from rlscale.base.errors import UserError
 
 DEFAULT_PROMPTS = (32, 64, 128)
 DEFAULT_ROLLOUTS = (8, 16, 32)

@@ -6,7 +6,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from rlscale.errors import UserError
+from rlscale.base.errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -56,7 +56,7 @@ def user_error_from_validation(err: ValidationError, *, file: str, prefix: str =
 
 def load_recipe(path: str | Path):
     """A Recipe from a YAML mapping of recipe keys (a bare recipe file, or a study file's `recipe:` block)."""
-    from planner.recipe import Recipe
+    from rlscale.planner.recipe import Recipe
 
     data = load_yaml_mapping(path)
     if "recipe" in data and isinstance(data["recipe"], dict):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from planner.cost import BUILTIN_PROFILES, Profile
-from rlscale import settings
-from rlscale.errors import UserError
+from rlscale.planner.cost import BUILTIN_PROFILES, Profile
+from rlscale.base import settings
+from rlscale.base.errors import UserError
 
 
 def profiles_dir() -> Path:

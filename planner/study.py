@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
-from planner.cost import DEFAULT_PROFILE, TINY_CPU, Profile, run_gpu_hours, step_gpu_hours
-from planner.grid import allocate
-from planner.loading import load_yaml_mapping, user_error_from_validation
-from planner.recipe import Recipe
-from rlscale.errors import UserError
+from rlscale.planner.cost import DEFAULT_PROFILE, TINY_CPU, Profile, run_gpu_hours, step_gpu_hours
+from rlscale.planner.grid import allocate
+from rlscale.planner.loading import load_yaml_mapping, user_error_from_validation
+from rlscale.planner.recipe import Recipe
+from rlscale.base.errors import UserError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # a custom verifier/task is named, never evaluated: dotted module path, a colon, a function name
@@ -266,7 +266,7 @@ def load_study(path: str | Path) -> Study:
     data.setdefault("name", Path(path).stem)
     study = parse_study(data, file=str(path))
     if study.compute is not None and study.compute.profile is not None:
-        from planner.profiles import load_profile
+        from rlscale.planner.profiles import load_profile
 
         load_profile(study.compute.profile, field="compute.profile", file=str(path))
     return study
@@ -329,7 +329,7 @@ def study_points(study: Study) -> list[tuple[str, dict]]:
 
 def default_profile(study: Study) -> Profile:
     """The study's cost profile: compute.profile, else tiny-cpu for the tiny policy, else ScaleRL's 8B."""
-    from planner.profiles import load_profile
+    from rlscale.planner.profiles import load_profile
 
     if study.compute is not None and study.compute.profile is not None:
         return load_profile(study.compute.profile, field="compute.profile")
@@ -338,7 +338,7 @@ def default_profile(study: Study) -> Profile:
 
 def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPlan:
     """Every run of the study (points x seeds) with steps set by the compute budget, if there is one."""
-    from planner.profiles import load_profile
+    from rlscale.planner.profiles import load_profile
 
     if isinstance(profile, str):
         profile = load_profile(profile)

@@ -1,2 +1,2 @@
-"""Runner: one RL job = vLLM generator actor + torch trainer actor on Ray; tasks, losses, sweep driver.
-Imports torch/Ray/vLLM (the `runner` extra)."""
+"""Runner: runs planned points as RL jobs. `rl/` is the algorithm (torch), `builtin/` the job on Ray (the built-in
+engine), `sweep/` the orchestration above any engine. Imports torch/Ray/vLLM lazily (the `runner` extra)."""

@@ -48,7 +48,7 @@ def db_url(request, tmp_path):
 
 @pytest.fixture
 def store(db_url):
-    from db.store import Store
+    from rlscale.db.store import Store
 
     with Store(db_url) as store:
         yield store

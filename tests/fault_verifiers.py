@@ -4,7 +4,7 @@ A custom verifier is user code that runs inside every job, so it is the natural 
 import os
 from pathlib import Path
 
-from runner.tasks import exact_match
+from rlscale.runner.rl.tasks import exact_match
 
 
 def crash_once(answer: str, completion: str) -> float:

@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from db.store import Store
-from fitting.sigmoid import sigmoid
+from rlscale.db.store import Store
+from rlscale.fitting.sigmoid import sigmoid
 from conftest import run_cli
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "scalerl_runs.csv"
@@ -60,7 +60,7 @@ def test_example_file_fits_every_run_and_flags_the_short_one(monkeypatch, capsys
 
 
 def test_the_table_says_in_words_when_a_fit_is_not_identified(monkeypatch, capsys, workdir):
-    from rlscale.console import console
+    from rlscale.cli.console import console
 
     monkeypatch.setattr(console, "width", 250)  # one table row per line
     _write_curve(workdir / "early.csv", max_compute=40.0, C_mid=400.0)  # stops long before the inflection

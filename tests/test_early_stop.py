@@ -2,10 +2,10 @@
 
 import numpy as np
 
-from fitting.early_stop import UPPER_LEVEL, Move, RunProgress, best_fit_of, next_move, should_stop
-from fitting.sigmoid import SigmoidFit, fit_sigmoid, sigmoid
-from planner.study import EarlyTerminate
-from runner.hyperband import HyperbandStopper
+from rlscale.fitting.early_stop import UPPER_LEVEL, Move, RunProgress, best_fit_of, next_move, should_stop
+from rlscale.fitting.sigmoid import SigmoidFit, fit_sigmoid, sigmoid
+from rlscale.planner.study import EarlyTerminate
+from rlscale.runner.sweep.hyperband import HyperbandStopper
 
 RUNGS = EarlyTerminate(type="asymptote").rungs  # the study default: 0.25, 0.5, 1.0
 

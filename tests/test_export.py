@@ -7,8 +7,8 @@ import pytest
 from conftest import run_cli
 import yaml
 
-from fitting.export import export_config
-from planner.recipe import Recipe
+from rlscale.fitting.export import export_config
+from rlscale.planner.recipe import Recipe
 
 # trl 1.16.0, trl/trainer/grpo_config.py: the fields GRPOConfig declares itself (read from the release's source)
 GRPO_CONFIG_FIELDS = {
@@ -117,7 +117,7 @@ def test_openrlhf_export_is_a_command_with_documented_flags():
 def test_yaml_export_round_trips_through_the_recipe_schema(tmp_path):
     path = tmp_path / "recipe.yaml"
     path.write_text(export_config(RECIPE, "yaml"))
-    from planner.loading import load_recipe
+    from rlscale.planner.loading import load_recipe
 
     assert load_recipe(path) == RECIPE
 

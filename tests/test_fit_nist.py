@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fitting.sigmoid import fit_sigmoid, levenberg_marquardt
+from rlscale.fitting.sigmoid import fit_sigmoid, levenberg_marquardt
 
 NIST = Path(__file__).parent / "data" / "nist"
 

@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from fitting.sigmoid import FitError, fit_sigmoid
+from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
 any_float = st.floats(allow_nan=True, allow_infinity=True, width=64)
 pass_rate = st.floats(0.0, 1.0)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fitting.records import record_breaking_points
+from rlscale.fitting.records import record_breaking_points
 
 
 def test_keeps_first_point_entering_each_higher_bin():

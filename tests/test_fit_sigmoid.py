@@ -4,9 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fitting.frame import fit_runs
-from fitting.plots import plot_study
-from fitting.sigmoid import FitError, fit_sigmoid, sigmoid
+from rlscale.fitting.frame import fit_runs
+from rlscale.fitting.plots import plot_study
+from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 
 COMPUTE = np.arange(100.0, 8001.0, 100.0)  # GPU-hours, one eval every 100
 

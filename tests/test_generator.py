@@ -14,10 +14,10 @@ pytest.importorskip("vllm")
 @pytest.fixture(scope="module")
 def actors():
     """One local Ray cluster with one generator and one trainer actor for the whole module (engine start ~30-90 s)."""
-    from planner.recipe import Recipe
-    from runner.generator import create_generator
-    from runner.local import resolve_model_dir
-    from runner.trainer import trainer_actor
+    from rlscale.planner.recipe import Recipe
+    from rlscale.runner.builtin.generator import create_generator
+    from rlscale.runner.builtin.local import resolve_model_dir
+    from rlscale.runner.builtin.trainer import trainer_actor
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     recipe = Recipe(prompts_per_batch=8, rollouts=4, lr=3e-4, lr_reference_batch=32, max_new_tokens=8, **{"async": "sync"})
@@ -53,7 +53,7 @@ def test_samples_n_rollouts_per_prompt_with_logprobs(actors):
 
 def test_logprobs_match_trainer_after_weight_update(actors):
     """After a real train step and a weight push, vLLM's log-probs equal the trainer's within 1e-4 (fp32)."""
-    from runner.tasks import make_task
+    from rlscale.runner.rl.tasks import make_task
 
     recipe, generator, trainer = actors
     task = make_task(recipe)
@@ -84,9 +84,9 @@ def test_a_reset_trainer_trains_exactly_like_a_fresh_one(actors):
     """A sweep reuses one trainer actor across jobs: after reset(recipe) it must train as a new trainer would."""
     from safetensors.torch import load
 
-    from runner.local import resolve_model_dir
-    from runner.tasks import make_task
-    from runner.trainer import Trainer
+    from rlscale.runner.builtin.local import resolve_model_dir
+    from rlscale.runner.rl.tasks import make_task
+    from rlscale.runner.builtin.trainer import Trainer
 
     recipe, generator, trainer = actors
     other = recipe.model_copy(update={"lr": 2e-4, "seed": 5})
@@ -115,7 +115,7 @@ def test_load_base_restores_the_base_policy(actors):
     import torch
     from safetensors.torch import load, save
 
-    from runner.local import resolve_model_dir
+    from rlscale.runner.builtin.local import resolve_model_dir
 
     recipe, generator, _ = actors
     ids = ray.get(generator.encode.remote("11+22="))
@@ -133,7 +133,7 @@ def test_load_base_restores_the_base_policy(actors):
 
 def test_interrupt_forces_the_marker_and_lets_the_model_answer(actors):
     """length_control=interrupt: truncated rollouts get the end-of-thinking marker (no gradient) and a short answer."""
-    from runner.generator import INTERRUPT_ANSWER_TOKENS
+    from rlscale.runner.builtin.generator import INTERRUPT_ANSWER_TOKENS
 
     recipe, generator, _ = actors
     marker = "="

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from db.importer import read_run_log
-from db.store import Store
+from rlscale.db.importer import read_run_log
+from rlscale.db.store import Store
 from conftest import run_cli
 
 DATA = Path(__file__).parent / "data"
@@ -40,7 +40,7 @@ def test_csv_import_stores_every_row_and_a_second_import_adds_nothing(monkeypatc
 
 
 def test_a_longer_export_of_the_same_runs_adds_only_the_new_steps(tmp_path, db_url):
-    from db.importer import import_run_log
+    from rlscale.db.importer import import_run_log
 
     first = tmp_path / "log.csv"
     first.write_text("run,compute,reward\nx,1,0.1\nx,2,0.2\n")

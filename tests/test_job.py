@@ -22,8 +22,8 @@ RECIPE = dict(prompts_per_batch=32, rollouts=8, lr=3e-4, lr_reference_batch=256,
 
 JOB_SCRIPT = textwrap.dedent("""
     import json, os, sys
-    from planner.recipe import Recipe
-    from runner.job import run_job
+    from rlscale.planner.recipe import Recipe
+    from rlscale.runner.builtin.job import run_job
 
     def write(records):
         with open(sys.argv[3], "a") as sink:
@@ -59,7 +59,7 @@ def cluster():
     live = {}
 
     def generator(recipe):
-        from runner.generator import create_generator
+        from rlscale.runner.builtin.generator import create_generator
 
         if "generator" not in live:
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
@@ -74,7 +74,7 @@ def cluster():
 
 @pytest.fixture
 def run_key():
-    from runner import checkpoint
+    from rlscale.runner.builtin import checkpoint
 
     key = f"test-job-{uuid.uuid4().hex[:8]}"
     yield key
@@ -95,8 +95,8 @@ def _kill_tree(process: subprocess.Popen) -> None:
 
 
 def test_killed_job_resumes_from_checkpoint_without_gaps_and_reward_rises(cluster, run_key, tmp_path):
-    from planner.recipe import Recipe
-    from runner.job import run_job
+    from rlscale.planner.recipe import Recipe
+    from rlscale.runner.builtin.job import run_job
 
     recipe = Recipe(**RECIPE, steps=80, eval_every=16, checkpoint_every=16, **{"async": "sync"})
     sink = tmp_path / "records.jsonl"
@@ -135,8 +135,8 @@ def test_killed_job_resumes_from_checkpoint_without_gaps_and_reward_rises(cluste
 
 
 def test_pipeline_never_exceeds_its_staleness_bound(cluster, run_key):
-    from planner.recipe import Recipe
-    from runner.job import run_job
+    from rlscale.planner.recipe import Recipe
+    from rlscale.runner.builtin.job import run_job
 
     recipe = Recipe(**RECIPE, steps=24, eval_every=12, checkpoint_every=12, max_staleness=2, **{"async": "pipeline"})
     store = Store()

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from planner.loading import load_recipe
+from rlscale.planner.loading import load_recipe
 from rlscale.cli import app
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny_scalerl.yaml"
@@ -19,7 +19,7 @@ def short(recipe, **changes):
 
 
 def test_same_seed_same_curve():
-    from runner.local import run_local
+    from rlscale.runner.builtin.local import run_local
 
     recipe = short(load_recipe(RECIPE), steps=6, eval_every=3, eval_prompts=32, eval_samples=2, prompts_per_batch=8)
     keys = ("step", "rollouts", "tokens", "val_reward", "train_reward", "grad_norm", "entropy")
@@ -31,7 +31,7 @@ def test_same_seed_same_curve():
 
 def test_scalerl_recipe_raises_the_validation_pass_rate():
     # a shorter run than bench/rl_local.py (which asserts the full +0.25 and the sigmoid fit)
-    from runner.local import run_local
+    from rlscale.runner.builtin.local import run_local
 
     recipe = load_recipe(RECIPE)
     assert (recipe.loss, recipe.loss_agg, recipe.adv_norm) == ("cispo", "prompt", "batch")
@@ -57,7 +57,7 @@ def test_run_local_command_prints_records_as_json(tmp_path):
 
 
 def test_bad_recipe_key_is_a_user_error_naming_file_and_field(tmp_path):
-    from rlscale.errors import UserError
+    from rlscale.base.errors import UserError
 
     recipe_file = tmp_path / "r.yaml"
     recipe_file.write_text("loss: ppo\n")

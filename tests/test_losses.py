@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from planner.recipe import Recipe
-from runner.advantages import PromptPool, compute_advantages, zero_variance_mask
-from runner.losses import aggregate, entropy_from_logits, kl_k3, policy_loss
+from rlscale.planner.recipe import Recipe
+from rlscale.runner.rl.advantages import PromptPool, compute_advantages, zero_variance_mask
+from rlscale.runner.rl.losses import aggregate, entropy_from_logits, kl_k3, policy_loss
 
 torch.set_num_threads(1)
 LN = math.log

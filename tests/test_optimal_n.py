@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fitting.optimal_n import fit_law, fit_optimal_rollouts, frontier, optimal_rollouts_law
-from fitting.recommend import run_curves
+from rlscale.fitting.optimal_n import fit_law, fit_optimal_rollouts, frontier, optimal_rollouts_law
+from rlscale.fitting.recommend import run_curves
 
 _spec = importlib.util.spec_from_file_location("optimal_n_recovery", Path(__file__).parents[1] / "bench" / "optimal_n_recovery.py")
 bench = importlib.util.module_from_spec(_spec)

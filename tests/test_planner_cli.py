@@ -120,7 +120,7 @@ def test_study_runs_and_save(workdir, monkeypatch, capsys):
     plan = json.loads(out)
     assert plan["study"] == "quickstart" and plan["profile"] == "tiny-cpu"
     assert len(plan["runs"]) == 4
-    from db.store import Store
+    from rlscale.db.store import Store
 
     with Store() as store:
         assert store.plan("quickstart-plan")["runs"] == plan["runs"]
@@ -129,7 +129,7 @@ def test_study_runs_and_save(workdir, monkeypatch, capsys):
 def test_grid_save_stores_the_json_payload(workdir, monkeypatch, capsys):
     code, out, _ = rlscale(monkeypatch, capsys, "plan", "--budget", 16000, "--save", "b16k")
     assert code == 0 and "saved plan 'b16k'" in out
-    from db.store import Store
+    from rlscale.db.store import Store
 
     with Store() as store:
         stored = store.plan("b16k")
@@ -143,7 +143,7 @@ def test_study_table(workdir, monkeypatch, capsys):
 
 
 def test_calibrate_from_the_store_then_plan_with_the_fitted_profile(workdir, monkeypatch, capsys):
-    from db.store import Store
+    from rlscale.db.store import Store
 
     per_rollout, overhead, startup = 4e-6, 1e-4, 0.02
     runs = []

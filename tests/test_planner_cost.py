@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from planner.cost import (
+from rlscale.planner.cost import (
     SCALERL_8B,
     TINY_CPU,
     Profile,
@@ -13,8 +13,8 @@ from planner.cost import (
     step_gpu_hours,
     steps_within,
 )
-from planner.profiles import known_profiles, load_profile, save_profile
-from rlscale.errors import UserError
+from rlscale.planner.profiles import known_profiles, load_profile, save_profile
+from rlscale.base.errors import UserError
 
 TRUE = {"gpu_hours_per_rollout": 3.0e-6, "step_overhead_gpu_hours": 1.2e-4, "startup_gpu_hours": 0.015}
 GEOMETRIES = [(8, 4), (8, 8), (16, 4), (16, 8), (32, 8)]

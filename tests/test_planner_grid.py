@@ -4,8 +4,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.cost import SCALERL_8B, Profile, run_gpu_hours, step_gpu_hours
-from planner.grid import (
+from rlscale.planner.cost import SCALERL_8B, Profile, run_gpu_hours, step_gpu_hours
+from rlscale.planner.grid import (
     PLAYBOOK_MAX_BATCH,
     PLAYBOOK_PROMPTS,
     PLAYBOOK_ROLLOUTS,
@@ -13,7 +13,7 @@ from planner.grid import (
     isocompute_plan,
     parse_axis,
 )
-from rlscale.errors import UserError
+from rlscale.base.errors import UserError
 
 PLAYBOOK_GRID = {(2**a, 2**b) for a in range(5, 11) for b in range(3, 12) if 2 ** (a + b) <= 65536}
 

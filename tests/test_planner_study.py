@@ -8,9 +8,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.recipe import Recipe
-from planner.study import Study, load_study, parse_study, plan_study, planned_runs
-from rlscale.errors import UserError
+from rlscale.planner.recipe import Recipe
+from rlscale.planner.study import Study, load_study, parse_study, plan_study, planned_runs
+from rlscale.base.errors import UserError
 
 STUDIES = sorted((Path(__file__).parent.parent / "studies").glob("*.yaml"))
 PLAYBOOK_GRID = {(2**a, 2**b) for a in range(5, 11) for b in range(3, 12) if 2 ** (a + b) <= 65536}

@@ -5,10 +5,10 @@ import json
 import pytest
 import torch
 
-from planner.recipe import Recipe
-from runner.policy import ARCHITECTURE, build_model, build_tokenizer
-from runner.sampling import sample
-from runner.train_step import TrainBatch, make_optimizer, token_logprobs, train_step
+from rlscale.planner.recipe import Recipe
+from rlscale.runner.rl.policy import ARCHITECTURE, build_model, build_tokenizer
+from rlscale.runner.rl.sampling import sample
+from rlscale.runner.rl.train_step import TrainBatch, make_optimizer, token_logprobs, train_step
 
 torch.set_num_threads(1)
 
@@ -99,7 +99,7 @@ def test_train_step_raises_probability_of_rewarded_rollouts(tokenizer):
 
 @pytest.mark.slow
 def test_base_model_dir_is_a_cached_hf_model_with_room_to_climb(workdir):
-    from runner.policy import base_model_dir, load_policy
+    from rlscale.runner.rl.policy import base_model_dir, load_policy
 
     path = base_model_dir()
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -143,7 +143,7 @@ def test_kl_term_needs_a_reference_and_is_zero_at_the_start(tokenizer):
 
 
 def test_warmup_ramps_the_learning_rate():
-    from runner.train_step import warmup_lr
+    from rlscale.runner.rl.train_step import warmup_lr
 
     recipe = Recipe(lr=1e-3, lr_scaling="none", lr_warmup_steps=3)
     assert [warmup_lr(recipe, k) for k in range(5)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])

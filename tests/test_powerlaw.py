@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from fitting.powerlaw import fit_power_law, fit_size, learning_efficiency
-from fitting.sigmoid import FitError
+from rlscale.fitting.powerlaw import fit_power_law, fit_size, learning_efficiency
+from rlscale.fitting.sigmoid import FitError
 
 K_MAX, N0 = 0.35, 3e9  # saturating learning efficiency; half of K_max at 3B parameters
 SIZES = np.array([0.5e9, 1.5e9, 3e9, 7e9, 14e9, 32e9])

@@ -10,10 +10,10 @@ import pytest
 
 from conftest import run_cli
 
-from fitting.optimal_n import RolloutsLaw
-from fitting.recommend import Refusal, recommend
-from planner.cost import TINY_CPU, step_gpu_hours, steps_within
-from planner.recipe import Recipe
+from rlscale.fitting.optimal_n import RolloutsLaw
+from rlscale.fitting.recommend import Refusal, recommend
+from rlscale.planner.cost import TINY_CPU, step_gpu_hours, steps_within
+from rlscale.planner.recipe import Recipe
 
 _spec = importlib.util.spec_from_file_location("optimal_n_recovery", Path(__file__).parents[1] / "bench" / "optimal_n_recovery.py")
 bench = importlib.util.module_from_spec(_spec)
@@ -82,8 +82,8 @@ def test_refuses_when_the_budget_buys_no_step():
 
 def seed_isocompute(url, name, truth, c_obs, prompts=(16, 32)):
     """Store a synthetic IsoCompute study (runs and records) and return nothing."""
-    from db.store import Store
-    from planner.study import parse_study
+    from rlscale.db.store import Store
+    from rlscale.planner.study import parse_study
 
     runs, records = bench.synthetic_study(truth, c_obs, prompts=prompts)
     spec = parse_study({

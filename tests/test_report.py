@@ -10,8 +10,8 @@ import pytest
 
 from conftest import run_cli
 
-from fitting.report import linearised, loo_table
-from fitting.sigmoid import sigmoid
+from rlscale.fitting.report import linearised, loo_table
+from rlscale.fitting.sigmoid import sigmoid
 
 ROOT = Path(__file__).parents[1]
 # true asymptotes of the synthetic LOO study: only the DAPO revert is beyond the 0.02 noise band
@@ -20,8 +20,8 @@ TRUE_A = {"baseline": 0.62, "dapo_loss": 0.52, "sample_average": 0.617, "no_fp32
 
 def seed_loo(url: str) -> str:
     """Store the runs of studies/scalerl_loo.yaml with synthetic records; returns the study name."""
-    from db.store import Store
-    from planner.study import load_study, plan_study
+    from rlscale.db.store import Store
+    from rlscale.planner.study import load_study, plan_study
 
     study = load_study(ROOT / "studies" / "scalerl_loo.yaml")
     store = Store(url)

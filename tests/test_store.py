@@ -14,9 +14,9 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
-from db.engine import display_url
-from db.store import Store
-from rlscale.errors import UserError
+from rlscale.db.engine import display_url
+from rlscale.db.store import Store
+from rlscale.base.errors import UserError
 from conftest import run_cli
 
 RUN_CONFIG = {"loss": "cispo", "prompts_per_batch": 48, "rollouts": 16, "lr": 1e-4}

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from db.store import Store
-from planner.study import load_study
-from runner.sweep import SweepDriver
+from rlscale.db.store import Store
+from rlscale.planner.study import load_study
+from rlscale.runner.sweep.driver import SweepDriver
 
 ROOT = Path(__file__).resolve().parents[1]
 RLSCALE = [sys.executable, "-m", "rlscale"]
@@ -152,7 +152,7 @@ def test_run_command_trains_one_recipe_on_ray_into_the_store(tmp_path, monkeypat
 
 
 class ReplayedJobs:
-    """A stand-in for runner.job.run_job that replays known sigmoid curves (this test isolates the driver's rung
+    """A stand-in for rlscale.runner.builtin.job.run_job that replays known sigmoid curves (this test isolates the driver's rung
     scheduling from Ray and training on purpose): 0.01 device-hours a step, an evaluation and a checkpoint every
     2 steps, resumable at its last checkpoint, honouring until_step and should_stop like the real job."""
 
@@ -165,7 +165,7 @@ class ReplayedJobs:
     def reward(self, lr: float, step: int) -> float:
         import numpy as np
 
-        from fitting.sigmoid import sigmoid
+        from rlscale.fitting.sigmoid import sigmoid
 
         truth = float(sigmoid(0.01 * step, self.ASYMPTOTE[lr], 2.0, 0.15, 0.1)) if step else 0.1
         rng = np.random.default_rng(int(lr * 1e5) * 1000 + step)
@@ -192,12 +192,12 @@ class ReplayedJobs:
 
 
 def test_asymptote_rungs_explore_every_run_then_stop_the_ones_that_cannot_win(tmp_path, monkeypatch):
-    import runner.job
-    import runner.sweep
+    import rlscale.runner.builtin.job
+    import rlscale.runner.sweep.driver
 
     jobs = ReplayedJobs()
-    monkeypatch.setattr(runner.job, "run_job", jobs)
-    monkeypatch.setattr(runner.sweep, "_init_ray", lambda address: False)
+    monkeypatch.setattr(rlscale.runner.builtin.job, "run_job", jobs)
+    monkeypatch.setattr(rlscale.runner.sweep.driver, "_init_ray", lambda address: False)
     monkeypatch.setattr(SweepDriver, "_shared_actor", lambda self, role, recipe: None)
     path = write_study(tmp_path / "rungs.yaml", "rungs", {"lr": sorted(ReplayedJobs.ASYMPTOTE)}, steps=80,
                        eval_every=2, checkpoint_every=2)

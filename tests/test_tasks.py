@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from planner.recipe import Recipe
-from rlscale.errors import UserError
-from runner.tasks import make_task, math_match, normalize_math_answer
+from rlscale.planner.recipe import Recipe
+from rlscale.base.errors import UserError
+from rlscale.runner.rl.tasks import make_task, math_match, normalize_math_answer
 
 
 def test_arithmetic_prompts_have_one_length_and_correct_answers():

@@ -7,7 +7,7 @@ URL paths exist for `alembic -x url=... revision --autogenerate` during developm
 from alembic import context
 from sqlalchemy import create_engine
 
-from db.models import Base
+from rlscale.db.models import Base
 
 target_metadata = Base.metadata
 # Prefixed, like the tables: Optuna's RDB storage shares the database (bayes sweeps) and has its own

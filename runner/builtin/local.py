@@ -16,18 +16,18 @@ from pathlib import Path
 
 import torch
 
-from runner.advantages import PromptPool
-from runner.sampling import sample
-from runner.tasks import make_task
-from runner.train_step import TrainBatch, make_optimizer, train_step
+from rlscale.runner.rl.advantages import PromptPool
+from rlscale.runner.rl.sampling import sample
+from rlscale.runner.rl.tasks import make_task
+from rlscale.runner.rl.train_step import TrainBatch, make_optimizer, train_step
 
 DEVICES = 1  # the local loop holds one CPU device
 
 
 def resolve_model_dir(recipe) -> Path:
     """The recipe's model directory: the embedded tiny policy for 'tiny', else the given HF directory."""
-    from rlscale.errors import UserError
-    from runner.policy import base_model_dir
+    from rlscale.base.errors import UserError
+    from rlscale.runner.rl.policy import base_model_dir
 
     if recipe.model == "tiny":
         return base_model_dir()
@@ -54,7 +54,7 @@ def run_local(recipe, *, steps: int | None = None, threads: int = 1,
               on_record: Callable[[dict], None] | None = None) -> list[dict]:
     """Train per `recipe` for `steps` (default recipe.steps); returns the eval records
     {step, gpu_hours, rollouts, tokens, val_reward, train_reward, ...}. Deterministic for a seed and thread count."""
-    from runner.policy import load_policy
+    from rlscale.runner.rl.policy import load_policy
 
     total_steps = steps or recipe.steps
     torch.set_num_threads(threads)

@@ -12,9 +12,9 @@ def register(app: typer.Typer) -> None:
         """List the studies in the store with their runs (by status), records and fits."""
         from rich.table import Table
 
-        from db.models import RUN_STATUSES
-        from db.store import Store
-        from rlscale.console import console, print_json
+        from rlscale.db.models import RUN_STATUSES
+        from rlscale.db.store import Store
+        from rlscale.cli.console import console, print_json
 
         store = Store(db, create=False)
         rows = store.study_counts()

@@ -17,7 +17,7 @@ INTERRUPT_ANSWER_TOKENS = 8  # after an interrupt, the model gets this many toke
 
 
 class WeightSync:
-    """vLLM worker extension (`worker_extension_cls="runner.generator.WeightSync"`): in-place weight loads."""
+    """vLLM worker extension (`worker_extension_cls="rlscale.runner.builtin.generator.WeightSync"`): in-place weight loads."""
 
     def load_weights_blob(self, blob: bytes) -> int:
         """Load a `safetensors.torch.save(state_dict)` blob into the running model; returns the tensor count."""
@@ -87,7 +87,7 @@ class Generator:
             enforce_eager=True,  # no graph compilation: start-up dominates at this scale
             kv_cache_memory_bytes=kv_cache_bytes,
             max_model_len=max_model_len,
-            worker_extension_cls="runner.generator.WeightSync",
+            worker_extension_cls="rlscale.runner.builtin.generator.WeightSync",
             hf_overrides={"head_dtype": "float32"} if fp32_head else None,
             logprobs_mode="processed_logprobs",  # log-probs after temperature: the distribution actually sampled
             disable_log_stats=True,
@@ -198,8 +198,8 @@ def create_generator(recipe, model_dir: str | Path | None = None):
 
     Needs Ray initialised. One actor can serve consecutive jobs on the same model: `run_job` reloads base weights.
     """
-    from runner.accounting import placement
-    from runner.local import resolve_model_dir
+    from rlscale.runner.builtin.accounting import placement
+    from rlscale.runner.builtin.local import resolve_model_dir
 
     where = placement(recipe)
     return generator_actor(model_dir or resolve_model_dir(recipe), devices=recipe.generator_devices,

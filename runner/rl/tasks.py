@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from rlscale.errors import UserError
+from rlscale.base.errors import UserError
 
 Verifier = Callable[[str, str], float]
 

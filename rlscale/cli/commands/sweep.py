@@ -17,11 +17,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a study's planned runs as RL jobs (finished runs are skipped; interrupted ones resume), then write
         the study's report and, for a study over rollouts, the recommended allocation of the compute it spent."""
-        from db.store import Store
-        from planner.study import load_study
-        from rlscale.console import console, print_json
-        from rlscale.views import SweepView
-        from runner.sweep import SweepDriver
+        from rlscale.db.store import Store
+        from rlscale.planner.study import load_study
+        from rlscale.cli.console import console, print_json
+        from rlscale.cli.views import SweepView
+        from rlscale.runner.sweep.driver import SweepDriver
 
         study = load_study(study_file)
         store = Store(db)
@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         runs = driver.plan()
         with view:
             if study.method == "bayes":
-                from runner.bayes import run_bayes
+                from rlscale.runner.sweep.bayes import run_bayes
 
                 summary = run_bayes(driver)
             else:
@@ -54,11 +54,11 @@ def register(app: typer.Typer) -> None:
             print_json(payload)
         else:
             if report is not None:
-                from rlscale.commands.report import show
+                from rlscale.cli.commands.report import show
 
                 show(report)
             if recommendation is not None:
-                from rlscale.commands.recommend import show as show_recommendation
+                from rlscale.cli.commands.recommend import show as show_recommendation
 
                 show_recommendation(recommendation, study.name)
             elif refusal:
@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
 
 def _report(store, study: str, records, out: Path):
     """The study's report (fits, plots, report.html) once any run has an evaluation in `records`; else None."""
-    from fitting.report import study_report
+    from rlscale.fitting.report import study_report
 
     if not records["val_reward"].notna().any():
         return None
@@ -87,7 +87,7 @@ def _recommend(store, study, budget_gpu_hours: float):
     """(recommendation, None) for the compute this sweep spent, or (None, why not) for a study over rollouts."""
     if "rollouts" not in study.parameters or not budget_gpu_hours > 0:
         return None, None
-    from fitting.recommend import Refusal, recommend_study
+    from rlscale.fitting.recommend import Refusal, recommend_study
 
     try:
         recommendation, _spec = recommend_study(store, study.name, budget_gpu_hours)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from rlscale.settings import cache_dir
-from runner.sampling import sample
-from runner.tasks import Prompt, arithmetic_task
+from rlscale.base.settings import cache_dir
+from rlscale.runner.rl.sampling import sample
+from rlscale.runner.rl.tasks import Prompt, arithmetic_task
 
 BASE_MODEL_VERSION = "v2"  # bump when the architecture, vocabulary or SFT recipe changes
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]

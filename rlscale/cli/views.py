@@ -5,8 +5,8 @@ import math
 from rich.live import Live
 from rich.table import Table
 
-from rlscale.console import console
-from runner.sweep import FINISHED
+from rlscale.cli.console import console
+from rlscale.runner.sweep.driver import FINISHED
 
 STATUS_STYLE = {"done": "green", "running": "cyan", "failed": "red", "stopped": "yellow", "paused": "magenta", "pending": "dim"}
 

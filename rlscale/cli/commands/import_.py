@@ -16,9 +16,9 @@ def register(app: typer.Typer) -> None:
         """Import run logs into a study; steps already stored are skipped, so importing twice adds nothing."""
         from dataclasses import asdict
 
-        from db.importer import import_run_log, read_run_log
-        from db.store import Store
-        from rlscale.console import console, print_json
+        from rlscale.db.importer import import_run_log, read_run_log
+        from rlscale.db.store import Store
+        from rlscale.cli.console import console, print_json
 
         rows = read_run_log(file)  # the whole file is checked before the store is opened (or created)
         store = Store(db)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ray import cloudpickle  # the prompt pool holds a lambda (its key function), which plain pickle refuses
 
-from rlscale.settings import cache_dir
+from rlscale.base.settings import cache_dir
 
 KEEP = 2  # checkpoints kept per run: the newest and one fallback
 

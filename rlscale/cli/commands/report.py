@@ -15,9 +15,9 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="print the report's tables as JSON"),
     ) -> None:
         """Fit every run of STUDY and write the report (markdown + PNGs, and one self-contained HTML page)."""
-        from db.store import Store
-        from fitting.report import study_report
-        from rlscale.console import print_json
+        from rlscale.db.store import Store
+        from rlscale.fitting.report import study_report
+        from rlscale.cli.console import print_json
 
         store = Store(db, create=False)
         result = study_report(store, study, out or Path("reports") / study, bootstrap=bootstrap)
@@ -31,8 +31,8 @@ def show(result) -> None:
     """Rich tables of the report, then where the files are."""
     from rich.table import Table
 
-    from fitting.report import FIT_HEADER, LOO_HEADER, fit_cells, loo_cells
-    from rlscale.console import console
+    from rlscale.fitting.report import FIT_HEADER, LOO_HEADER, fit_cells, loo_cells
+    from rlscale.cli.console import console
 
     if result.loo is not None:
         table = Table(title=f"{result.study}: leave-one-out (|dA| < 0.02 is noise)")

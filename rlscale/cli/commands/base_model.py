@@ -2,7 +2,7 @@
 
 import typer
 
-from rlscale.console import console, print_json
+from rlscale.cli.console import console, print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -14,7 +14,7 @@ def register(app: typer.Typer) -> None:
         """Build the tiny CPU policy (char-level Llama, SFT on 2-digit addition) and print its path and initial pass rate."""
         import json
 
-        from runner.policy import base_model_dir
+        from rlscale.runner.rl.policy import base_model_dir
 
         def log(step: int, loss: float, pass_rate: float) -> None:
             console.print(f"SFT step {step:5d}  loss {loss:.3f}  sampled pass rate {pass_rate:.3f}", highlight=False)

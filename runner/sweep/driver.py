@@ -13,7 +13,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
-from planner.recipe import Recipe
+from rlscale.planner.recipe import Recipe
 
 FINISHED = ("done", "failed", "stopped")  # "paused": checkpointed at a rung, resumed when the scheduler says so
 
@@ -62,7 +62,7 @@ class SweepDriver:
         self.runs: list[RunState] = []
         self._lock = threading.Lock()
         self._actors: dict[str, tuple[tuple, object]] = {}  # role -> (key, live actor) shared by consecutive jobs
-        self._hyperband = None  # runner.hyperband.HyperbandStopper, made on first use
+        self._hyperband = None  # rlscale.runner.sweep.hyperband.HyperbandStopper, made on first use
         self._fit_cache: dict[int, tuple[tuple, object]] = {}  # run_id -> ((evaluations, last step), fit)
         self._started_ray = False
 
@@ -70,7 +70,7 @@ class SweepDriver:
 
     def plan(self) -> list[RunState]:
         """Put every planned point in the store (idempotent) and load each run's status and progress."""
-        from planner.study import planned_runs
+        from rlscale.planner.study import planned_runs
 
         self.store.upsert_study(self.study.name, self.study.to_spec())
         points = planned_runs(self.study)
@@ -135,7 +135,7 @@ class SweepDriver:
             self._hyperband.finish(run.run_id, run.val_reward if run.status == "done" else None)
 
     def _run_with_retries(self, run: RunState, summary: SweepSummary, until_step: int | None = None) -> None:
-        from runner.job import run_job
+        from rlscale.runner.builtin.job import run_job
 
         while True:
             run.attempts += 1
@@ -203,7 +203,7 @@ class SweepDriver:
     def _run_by_rungs(self, summary: SweepSummary) -> None:
         """`early_terminate: asymptote`: let fitting.early_stop's scheduler interleave the runs rung by rung (pausing
         and resuming them from checkpoints) and stop those whose asymptote cannot reach the best run's."""
-        from fitting.early_stop import next_move
+        from rlscale.fitting.early_stop import next_move
 
         rule = self.study.early_terminate
         by_id = {run.run_id: run for run in self.runs}
@@ -229,7 +229,7 @@ class SweepDriver:
             return None
         if rule.type == "hyperband":
             if self._hyperband is None:
-                from runner.hyperband import HyperbandStopper
+                from rlscale.runner.sweep.hyperband import HyperbandStopper
 
                 self._hyperband = HyperbandStopper(run.recipe.steps, rule.min_fraction, rule.eta, seed=self.study.seeds[0],
                                                    study=self.study.name)
@@ -238,7 +238,7 @@ class SweepDriver:
             return self._hyperband.check(run.run_id, list(zip(mine["step"], mine["val_reward"])))
         if run.step < rule.min_fraction * run.recipe.steps:
             return None
-        from fitting.early_stop import reference_fit, should_stop
+        from rlscale.fitting.early_stop import reference_fit, should_stop
 
         progress = self._progress()
         mine = next(p for p in progress if p.key == run.run_id)
@@ -248,7 +248,7 @@ class SweepDriver:
     def _progress(self) -> list:
         """Every run as fitting.early_stop's scheduler sees it: compute spent (fraction of planned steps, and
         GPU-hours, the unit of its fit), its sigmoid fit so far, whether it finished, stopped or failed."""
-        from fitting.early_stop import RunProgress
+        from rlscale.fitting.early_stop import RunProgress
 
         fits = self._current_fits()
         return [RunProgress(key=run.run_id, fraction=run.step / run.recipe.steps, fit=fits.get(run.run_id),
@@ -259,8 +259,8 @@ class SweepDriver:
     def _current_fits(self) -> dict:
         """run_id -> sigmoid fit (100 bootstrap draws, and the profile bound on A early termination judges by) on the
         run's evaluations so far, or None if it cannot be fitted; a run's fit is reused until it has new evaluations."""
-        from fitting.early_stop import UPPER_LEVEL
-        from fitting.sigmoid import FitError, fit_sigmoid
+        from rlscale.fitting.early_stop import UPPER_LEVEL
+        from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
         records = self.store.records_frame(self.study.name).dropna(subset=["val_reward"])
         fits = {}
@@ -281,7 +281,7 @@ class SweepDriver:
 
     def _refit(self) -> None:
         """Fit every run's curve on its records so far and store the fits."""
-        from fitting.stored import fit_study
+        from rlscale.fitting.stored import fit_study
 
         if self.store.records_frame(self.study.name)["val_reward"].notna().any():
             fit_study(self.store, self.study.name)
@@ -298,11 +298,11 @@ class SweepDriver:
         model: reloading base weights costs far less than a new actor (a vLLM engine takes 5-45 s to start, a
         trainer a few seconds); a job on another model, head precision or device count gets fresh ones."""
         if role == "generator":
-            from runner.generator import create_generator as create
+            from rlscale.runner.builtin.generator import create_generator as create
 
             key = (recipe.model, recipe.fp32_head, recipe.generator_devices)
         else:
-            from runner.trainer import create_trainer as create
+            from rlscale.runner.builtin.trainer import create_trainer as create
 
             key = (recipe.model, recipe.trainer_devices)
         held = self._actors.get(role)

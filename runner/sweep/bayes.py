@@ -6,8 +6,8 @@ interrupted mid-trial resumes that trial's run (from its checkpoint) and tells O
 
 import math
 
-from planner.recipe import Recipe
-from runner.sweep import SweepSummary
+from rlscale.planner.recipe import Recipe
+from rlscale.runner.sweep.driver import SweepSummary
 
 
 def run_bayes(driver) -> SweepSummary:
@@ -42,7 +42,7 @@ def run_bayes(driver) -> SweepSummary:
 
 
 def _run_trial(driver, search, number: int, params: dict, base: dict, summary: SweepSummary) -> None:
-    from planner.study import trial_recipe
+    from rlscale.planner.study import trial_recipe
 
     recipe, planned_gpu_hours = trial_recipe(driver.study, {**base, **params})
     run = driver.add_run(f"trial-{number}", recipe, driver.study.seeds[0], planned_gpu_hours)

@@ -21,9 +21,9 @@ def register(app: typer.Typer) -> None:
         With --study and --budget the recipe is the study's base recipe with the recommended B_p, n and M
         (exit 2 with the reason if `rlscale recommend` would refuse); with --recipe it is that file.
         """
-        from fitting.export import FORMATS, export_config
-        from rlscale.console import console
-        from rlscale.errors import UserError
+        from rlscale.fitting.export import FORMATS, export_config
+        from rlscale.cli.console import console
+        from rlscale.base.errors import UserError
 
         if fmt not in FORMATS:
             raise UserError(f"expected one of {', '.join(FORMATS)}, got {fmt!r}", field="--format")
@@ -31,14 +31,14 @@ def register(app: typer.Typer) -> None:
             raise UserError("give either --recipe FILE or --budget B (with --study S when the store has several studies)",
                             field="export")
         if recipe is not None:
-            from planner.loading import load_recipe
+            from rlscale.planner.loading import load_recipe
 
             chosen, header = load_recipe(recipe), [f"rlscale export of {recipe}"]
         else:
             if budget is None or not budget > 0:
                 raise UserError("expected a positive --budget for the recommendation", field="--budget")
-            from db.store import Store
-            from fitting.recommend import Refusal, pick_study, recommend_study, recommended_recipe
+            from rlscale.db.store import Store
+            from rlscale.fitting.recommend import Refusal, pick_study, recommend_study, recommended_recipe
 
             store = Store(db, create=False)
             name = pick_study(store, study)

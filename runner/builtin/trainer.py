@@ -14,12 +14,12 @@ from pathlib import Path
 
 import torch
 
-from runner.generator import Generation
-from runner.train_step import TrainBatch, make_optimizer, token_logprobs, train_step
+from rlscale.runner.builtin.generator import Generation
+from rlscale.runner.rl.train_step import TrainBatch, make_optimizer, token_logprobs, train_step
 
 
 def train_batch(prompt_ids: list[list[int]], generation: Generation, rewards: list[list[float]], pad_id: int) -> TrainBatch:
-    """A TrainBatch in runner.sampling's layout: left-padded prompts, right-padded responses, generator log-probs.
+    """A TrainBatch in rlscale.runner.rl.sampling's layout: left-padded prompts, right-padded responses, generator log-probs.
 
     Forced tokens (an interrupt's marker) are attended to but masked out of the loss.
     """
@@ -58,7 +58,7 @@ class Trainer:
         recipe's seed. A sweep reuses one trainer across jobs on the same model instead of starting a new actor."""
         import copy
 
-        from runner.policy import load_policy
+        from rlscale.runner.rl.policy import load_policy
 
         torch.manual_seed(recipe.seed)
         self.recipe = recipe
@@ -116,8 +116,8 @@ def create_trainer(recipe, model_dir: str | Path | None = None):
 
     Needs Ray initialised. One actor can serve consecutive jobs on the same model: `run_job` calls `reset(recipe)`.
     """
-    from runner.accounting import placement
-    from runner.local import resolve_model_dir
+    from rlscale.runner.builtin.accounting import placement
+    from rlscale.runner.builtin.local import resolve_model_dir
 
     where = placement(recipe)
     return trainer_actor(model_dir or resolve_model_dir(recipe), recipe, on_gpu=where.on_gpu,

@@ -11,11 +11,11 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="print the runs as JSON"),
     ) -> None:
         """Show each run's status, step, last validation reward and compute spent."""
-        from db.store import Store
-        from planner.recipe import Recipe
-        from rlscale.console import console, print_json
-        from rlscale.views import sweep_table
-        from runner.sweep import RunState
+        from rlscale.db.store import Store
+        from rlscale.planner.recipe import Recipe
+        from rlscale.cli.console import console, print_json
+        from rlscale.cli.views import sweep_table
+        from rlscale.runner.sweep.driver import RunState
 
         store = Store(db, create=False)
         runs = store.runs_frame(study)
@@ -48,8 +48,8 @@ def _planned_gpu_hours(spec: dict) -> dict:
     """Run name -> planned GPU-hours, re-planned from the stored study spec (empty if it has none)."""
     if not spec:
         return {}
-    from planner.study import Study, planned_runs
-    from runner.sweep import run_name
+    from rlscale.planner.study import Study, planned_runs
+    from rlscale.runner.sweep.driver import run_name
 
     try:
         study = Study.model_validate(spec)

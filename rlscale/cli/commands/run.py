@@ -5,8 +5,8 @@ from pathlib import Path
 
 import typer
 
-from rlscale.console import console, print_json
-from rlscale.errors import UserError
+from rlscale.cli.console import console, print_json
+from rlscale.base.errors import UserError
 
 RECORD_COLUMNS = ("step", "gpu_hours", "rollouts", "tokens", "val_reward", "train_reward")
 
@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         ray_address: str = typer.Option(None, "--ray-address", help="Ray runner: join an existing cluster (default: start a local one)."),
     ) -> None:
         """Run one RL job; every eval_every steps record (step, device-hours, rollouts, tokens, validation pass rate)."""
-        from planner.loading import load_recipe
+        from rlscale.planner.loading import load_recipe
 
         recipe = load_recipe(recipe_file)
         if steps is not None:
@@ -49,7 +49,7 @@ def _run_local(recipe, steps, threads, *, quiet: bool):
 
     from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
-    from runner.local import run_local
+    from rlscale.runner.builtin.local import run_local
 
     total = steps or recipe.steps
     started = time.perf_counter()
@@ -78,10 +78,10 @@ def _run_on_ray(recipe, name: str, study_name: str, db: str | None, ray_address:
     """The job as a one-run study through the sweep driver (store, resume, retries); its evaluated records."""
     import time
 
-    from db.store import Store
-    from planner.study import Study
-    from rlscale.views import SweepView
-    from runner.sweep import SweepDriver
+    from rlscale.db.store import Store
+    from rlscale.planner.study import Study
+    from rlscale.cli.views import SweepView
+    from rlscale.runner.sweep.driver import SweepDriver
 
     # a one-point grid (the recipe's own loss), so `status` and `report` see it like any study
     study = Study.model_validate({"name": study_name, "method": "grid", "recipe": recipe.to_json(),

@@ -18,10 +18,10 @@ def register(app: typer.Typer) -> None:
         Exit 0 with a recommendation; exit 2 when it refuses (the law or the fits are not identified, or the
         input is bad), with the reason on stderr (and {"refused": true, "reason": ...} on stdout with --json).
         """
-        from db.store import Store
-        from fitting.recommend import Refusal, pick_study, recommend_study
-        from rlscale.console import print_json
-        from rlscale.errors import UserError
+        from rlscale.db.store import Store
+        from rlscale.fitting.recommend import Refusal, pick_study, recommend_study
+        from rlscale.cli.console import print_json
+        from rlscale.base.errors import UserError
 
         if not budget > 0:
             raise UserError(f"expected a positive budget, got {budget:g}", field="--budget")
@@ -43,7 +43,7 @@ def show(rec, study: str) -> None:
     """Rich tables: the allocation, then the runs it rests on."""
     from rich.table import Table
 
-    from rlscale.console import console
+    from rlscale.cli.console import console
 
     top = Table(title=f"recommendation for {rec.budget:g} ({study})", show_header=True)
     for col in ("B_p", "n", "M steps", "n* from the law [95%]", "predicted reward [95%]"):

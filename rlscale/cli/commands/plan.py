@@ -4,8 +4,8 @@ from typing import Annotated
 
 import typer
 
-from rlscale.console import console, print_json
-from rlscale.errors import UserError
+from rlscale.cli.console import console, print_json
+from rlscale.base.errors import UserError
 
 
 def register(app: typer.Typer) -> None:
@@ -43,9 +43,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _plan_grid(budget, *, per_run, prompts, rollouts, max_batch, min_steps, profile, as_json, save, db) -> None:
-    from planner.cost import DEFAULT_PROFILE
-    from planner.grid import DEFAULT_PROMPTS, DEFAULT_ROLLOUTS, isocompute_plan, parse_axis
-    from planner.profiles import load_profile
+    from rlscale.planner.cost import DEFAULT_PROFILE
+    from rlscale.planner.grid import DEFAULT_PROMPTS, DEFAULT_ROLLOUTS, isocompute_plan, parse_axis
+    from rlscale.planner.profiles import load_profile
 
     if budget is None:
         raise UserError("required: the sweep's GPU-hours (e.g. --budget 16000), or a study file", field="--budget")
@@ -82,7 +82,7 @@ def _plan_grid(budget, *, per_run, prompts, rollouts, max_batch, min_steps, prof
 
 
 def _plan_study(path: str, *, profile, as_json, save, db) -> None:
-    from planner.study import load_study, plan_study
+    from rlscale.planner.study import load_study, plan_study
 
     study = load_study(path)
     plan = plan_study(study, profile=profile)
@@ -158,7 +158,7 @@ def _print_dropped(dropped: list[tuple[str, str]]) -> None:
 
 
 def _save(name: str, payload: dict, db: str | None) -> None:
-    from db.store import Store
+    from rlscale.db.store import Store
 
     with Store(db) as store:
         store.save_plan(name, payload)
@@ -167,12 +167,12 @@ def _save(name: str, payload: dict, db: str | None) -> None:
 def _calibrate(study: str, *, db: str | None, as_json: bool) -> None:
     from pathlib import Path
 
-    from db.store import Store
-    from planner.cost import calibrate
-    from planner.profiles import save_profile
+    from rlscale.db.store import Store
+    from rlscale.planner.cost import calibrate
+    from rlscale.planner.profiles import save_profile
 
     if study.endswith((".yaml", ".yml")) and Path(study).is_file():
-        from planner.study import load_study
+        from rlscale.planner.study import load_study
 
         study = load_study(study).name
     with Store(db, create=False) as store:

@@ -20,34 +20,34 @@ def register(app: typer.Typer) -> None:
         plot: Path = typer.Option(None, "--plot", help="also write a PNG: points, record-breaking points, curves, bands"),
     ) -> None:
         """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) per run; say when A is not identified."""
-        from rlscale.console import console, print_json
-        from rlscale.errors import UserError
+        from rlscale.cli.console import console, print_json
+        from rlscale.base.errors import UserError
 
         if (file is None) == (study is None):
             raise UserError("give either a run-log FILE or --study NAME (not both)", field="fit")
         if study is None and db is not None:
             raise UserError("--db is only used with --study", field="--db")
         if file is not None:
-            from db.importer import read_run_log
-            from fitting.frame import fit_runs
+            from rlscale.db.importer import read_run_log
+            from rlscale.fitting.frame import fit_runs
 
             records, title, store = read_run_log(file), file.stem, None
             fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", r0=r0, min_compute=min_compute)
         else:
-            from db.store import Store
-            from fitting.stored import fit_study
+            from rlscale.db.store import Store
+            from rlscale.fitting.stored import fit_study
 
             store, title = Store(db, create=False), study
             records, fits = fit_study(store, study, r0=r0, min_compute=min_compute)
         if plot is not None:
-            from fitting.plots import plot_study
+            from rlscale.fitting.plots import plot_study
 
             plot_study(records, fits, plot, run_col="run", compute_col="compute", reward_col="reward", title=title)
 
         if json_out:
             print_json(fits_json(fits))
             return
-        from rlscale.views import fits_table
+        from rlscale.cli.views import fits_table
 
         console.print(fits_table(fits, title=f"{title}: sigmoid fits"))
         if store is not None:

@@ -8,9 +8,9 @@ import sys
 import typer
 from rich.markup import escape
 
-from rlscale import commands
-from rlscale.console import err_console
-from rlscale.errors import UserError
+from rlscale.cli import commands
+from rlscale.cli.console import err_console
+from rlscale.base.errors import UserError
 
 app = typer.Typer(
     name="rlscale",

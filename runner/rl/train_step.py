@@ -11,14 +11,14 @@ from dataclasses import dataclass
 
 import torch
 
-from runner.advantages import compute_advantages, zero_variance_mask
-from runner.losses import aggregate, entropy_from_logits, kl_k3, policy_loss
-from runner.sampling import next_token_logits
+from rlscale.runner.rl.advantages import compute_advantages, zero_variance_mask
+from rlscale.runner.rl.losses import aggregate, entropy_from_logits, kl_k3, policy_loss
+from rlscale.runner.rl.sampling import next_token_logits
 
 
 @dataclass
 class TrainBatch:
-    """A generated batch, B = B_p x n rows with the n rollouts of a prompt adjacent (runner.sampling layout)."""
+    """A generated batch, B = B_p x n rows with the n rollouts of a prompt adjacent (rlscale.runner.rl.sampling layout)."""
 
     input_ids: torch.Tensor  # [B, L] long: left-padded prompt, then response
     attention_mask: torch.Tensor  # [B, L]

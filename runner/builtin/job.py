@@ -19,8 +19,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runner import checkpoint
-from runner.accounting import DeviceClock, union_seconds
+from rlscale.runner.builtin import checkpoint
+from rlscale.runner.builtin.accounting import DeviceClock, union_seconds
 
 EVAL_SEED_BASE = 10**9  # validation samples come from their own seed stream
 
@@ -30,7 +30,7 @@ class JobState:
     """What the driver restores from a checkpoint (the trainer restores its own state)."""
 
     step: int
-    pool: object  # runner.advantages.PromptPool: history, retired prompts, epoch queue and RNG
+    pool: object  # rlscale.runner.rl.advantages.PromptPool: history, retired prompts, epoch queue and RNG
     rollouts: int = 0
     tokens: int = 0
     gpu_hours: float = 0.0
@@ -75,8 +75,8 @@ def batch_seed(recipe, step: int) -> int:
 
 class _Job:
     def __init__(self, recipe, run_key, on_records, progress, should_stop, until_step):
-        from runner.local import resolve_model_dir
-        from runner.tasks import make_task
+        from rlscale.runner.builtin.local import resolve_model_dir
+        from rlscale.runner.rl.tasks import make_task
 
         self.recipe = recipe
         self.run_key = run_key
@@ -99,8 +99,8 @@ class _Job:
     def run(self, resume: bool, generator, trainer) -> dict:
         import ray
 
-        from runner.generator import create_generator
-        from runner.trainer import create_trainer
+        from rlscale.runner.builtin.generator import create_generator
+        from rlscale.runner.builtin.trainer import create_trainer
 
         if trainer is not None:
             ray.get(trainer.reset.remote(self.recipe))  # base policy, new optimizer, this recipe's seed (~0.1 s)
@@ -110,7 +110,7 @@ class _Job:
             checkpoint.clear(self.run_key)
         saved = checkpoint.load_latest(self.run_key)
         if saved is None:
-            from runner.advantages import PromptPool
+            from rlscale.runner.rl.advantages import PromptPool
 
             state = JobState(step=0, pool=PromptPool(self.task.train, retire_above=self.recipe.no_positive_resampling,
                                                      seed=self.recipe.seed))

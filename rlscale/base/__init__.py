@@ -1,0 +1,1 @@
+"""What every layer shares: user errors, settings and paths. Imports nothing from rlscale's other packages."""

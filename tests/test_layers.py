@@ -1,0 +1,103 @@
+"""Layers import downward only: base < db, planner < fitting < runner (rl < builtin < sweep) < cli.
+
+A lower layer that imports the CLI (or fitting that imports the runner, ...) fails this test, so the layout
+the README describes stays the layout the code has."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# folder in the repo -> the package it installs as (pyproject.toml's package-dir)
+PACKAGE_DIRS = {"rlscale": "rlscale", "db": "rlscale.db", "planner": "rlscale.planner",
+                "fitting": "rlscale.fitting", "runner": "rlscale.runner"}
+# (prefix, rank): a module may import modules of a strictly lower rank, or of its own layer
+LAYERS = [
+    ("rlscale.base", 0),
+    ("rlscale.db", 1), ("rlscale.planner", 1),
+    ("rlscale.fitting", 2),
+    # runner/: the algorithm, then what engines share (runner/*.py), then the built-in engine, then the sweep
+    ("rlscale.runner.rl", 3), ("rlscale.runner", 3.5), ("rlscale.runner.builtin", 4), ("rlscale.runner.sweep", 5),
+    ("rlscale.cli", 6), ("rlscale.__main__", 7),
+    ("rlscale", 0),  # rlscale/__init__.py (the version) is part of the base
+]
+
+
+def layer_of(module: str) -> tuple[str, int] | None:
+    """The most specific layer a module belongs to, or None for modules outside rlscale."""
+    for prefix, rank in sorted(LAYERS, key=lambda item: -len(item[0])):
+        if module == prefix or module.startswith(prefix + "."):
+            return prefix, rank
+    return None
+
+
+def imported_modules(source: str, module: str) -> list[str]:
+    """Every module `source` imports, anywhere in the file (lazy imports inside functions included)."""
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the importing module's package
+                base = module.split(".")[: -node.level]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names.append(target)
+            names += [f"{target}.{alias.name}" for alias in node.names]
+    return names
+
+
+def layer_violations(modules: dict[str, str]) -> list[str]:
+    """'importer -> imported' for every import that goes up the layers or sideways (db <-> planner)."""
+    found = []
+    for module, source in modules.items():
+        mine = layer_of(module)
+        for target in imported_modules(source, module):
+            theirs = layer_of(target)
+            if mine is None or theirs is None or theirs[0] == mine[0] or theirs[1] < mine[1]:
+                continue
+            found.append(f"{module} -> {target}")
+    return sorted(set(found))
+
+
+def repo_modules() -> dict[str, str]:
+    modules = {}
+    for folder, package in PACKAGE_DIRS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join([package, *parts])] = path.read_text()
+    return modules
+
+
+def test_the_repo_imports_downward_only():
+    assert layer_violations(repo_modules()) == []
+
+
+def test_a_lower_layer_importing_the_cli_is_caught():
+    modules = repo_modules()
+    modules["rlscale.db.bad"] = "def f():\n    from rlscale.cli.console import console\n"
+    modules["rlscale.fitting.bad"] = "import rlscale.runner.builtin.job\n"
+    modules["rlscale.planner.bad"] = "from rlscale.db import store\n"
+    modules["rlscale.runner.rl.bad"] = "from rlscale.runner.sweep.driver import SweepDriver\n"
+    modules["rlscale.base.bad"] = "from ..db.store import Store\n"
+    assert layer_violations(modules) == [
+        "rlscale.base.bad -> rlscale.db.store", "rlscale.base.bad -> rlscale.db.store.Store",
+        "rlscale.db.bad -> rlscale.cli.console", "rlscale.db.bad -> rlscale.cli.console.console",
+        "rlscale.fitting.bad -> rlscale.runner.builtin.job",
+        "rlscale.planner.bad -> rlscale.db", "rlscale.planner.bad -> rlscale.db.store",
+        "rlscale.runner.rl.bad -> rlscale.runner.sweep.driver",
+        "rlscale.runner.rl.bad -> rlscale.runner.sweep.driver.SweepDriver",
+    ]
+
+
+def test_downward_and_same_layer_imports_are_allowed():
+    modules = {
+        "rlscale.fitting.ok": "from rlscale.planner.recipe import Recipe\nfrom rlscale.fitting.sigmoid import fit_sigmoid\n",
+        "rlscale.runner.sweep.ok": "from rlscale.runner.builtin.job import run_job\nfrom rlscale.runner.rl import losses\n",
+        "rlscale.cli.ok": "from rlscale.runner.sweep.driver import SweepDriver\nfrom rlscale.base.errors import UserError\n",
+    }
+    assert layer_violations(modules) == []
