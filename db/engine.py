@@ -1,18 +1,28 @@
-"""Engines for the store: URL handling, SQLite settings for concurrent readers, migrations on first use."""
+"""Engines for the store: URL handling, SQLite settings for concurrent writers and readers, migrations on first use."""
 
 import os
+import re
+import sqlite3
 import threading
 from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
 from rlscale.base.errors import UserError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+VERSION_TABLE = "rlscale_alembic_version"  # as db/migrations/env.py names it
 SQLITE_BUSY_TIMEOUT_S = 30.0  # a writer commits in milliseconds; waiting beats "database is locked"
+SQLITE_OPTIONS = {"timeout"}  # URL query options passed to sqlite3.connect
+WRITE_OPTION = "rlscale_write"  # execution option: this transaction writes (SQLite: BEGIN IMMEDIATE)
+# query parameters that carry secrets in libpq/psycopg and other drivers' URLs (password=, sslpassword=, ...)
+_SECRET_KEY = re.compile(r"pass|pwd|secret|token|credential|auth|key", re.IGNORECASE)
+_MASK = "rlscale-masked-secret"  # rendered, then shown as *** (render_as_string would quote '*')
+URL_EXAMPLE = "a SQLAlchemy URL such as sqlite:///rlscale.db or postgresql+psycopg://user@host:5432/db"
 
 _migrated: set[str] = set()
 _migrate_lock = threading.Lock()
@@ -22,32 +32,69 @@ def parse_url(url: str) -> URL:
     """The SQLAlchemy URL, with a relative SQLite path made absolute (so a later chdir keeps the same file)."""
     try:
         parsed = make_url(url)
-    except ArgumentError:
+        port = parsed.port
+    except (ArgumentError, ValueError):
         # the text is not echoed: an unparseable URL may still carry a password
-        raise UserError("expected a SQLAlchemy URL such as sqlite:///rlscale.db or postgresql+psycopg://user@host/db", field="--db") from None
+        raise UserError(f"expected {URL_EXAMPLE} (a port is a number)", field="--db") from None
+    if port is not None and not 0 < port < 65536:
+        raise UserError(f"expected a port from 1 to 65535, got {port} in {display_url(parsed)}", field="--db")
     if parsed.get_backend_name() == "sqlite" and not _is_memory(parsed):
         parsed = parsed.set(database=os.path.abspath(parsed.database))
     return parsed
 
 
 def display_url(url: URL | str) -> str:
-    """The URL as text with any password replaced by ***."""
-    return (make_url(url) if isinstance(url, str) else url).render_as_string(hide_password=True)
+    """The URL as text with the password and every password-like query parameter replaced by ***.
+
+    Every message that shows a store's URL goes through this function."""
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except (ArgumentError, ValueError):
+        return "(unparseable URL)"
+    secret = {key: _MASK for key in parsed.query if _SECRET_KEY.search(key)}
+    if secret:
+        parsed = parsed.update_query_dict(secret)
+    return parsed.render_as_string(hide_password=True).replace(_MASK, "***")
 
 
-def make_engine(url: URL) -> Engine:
-    """An engine for `url`; SQLite gets WAL, a busy timeout, foreign keys and real BEGINs."""
+def writer(engine: Engine) -> Engine:
+    """`engine` for transactions that write: on SQLite they start with BEGIN IMMEDIATE, so concurrent writers
+    (imports, fits, sweeps in other processes) queue on the busy timeout instead of failing "database is locked"."""
+    return engine.execution_options(**{WRITE_OPTION: True})
+
+
+def make_engine(url: URL, *, create: bool = True) -> Engine:
+    """An engine for `url`; SQLite gets WAL, a busy timeout, foreign keys and real BEGINs.
+
+    A SQLite file that this process cannot write (read-only file, directory or filesystem) is opened
+    read-only, so commands that only read still work; a write then fails with a one-line UserError.
+    """
+    shown = display_url(url)
     if url.get_backend_name() != "sqlite":
         try:
-            return create_engine(url, pool_pre_ping=True)
+            engine = create_engine(url, pool_pre_ping=True)
         except (NoSuchModuleError, ImportError) as err:
             hint = ""
             if url.get_backend_name() == "postgresql":  # the postgres extra ships psycopg 3, not psycopg2
                 hint = " (pip install -e .[postgres]" + ("" if url.get_driver_name() == "psycopg" else "; write postgresql+psycopg://...") + ")"
-            raise UserError(f"cannot use {display_url(url)}: {err}{hint}", field="--db") from None
+            raise UserError(f"cannot use {shown}: {err}{hint}", field="--db") from None
+        except (ArgumentError, TypeError, ValueError) as err:
+            raise UserError(f"cannot use {shown}: {_first_line(err)}", field="--db") from None
+        _translate_errors(engine, shown)
+        return engine
+    read_only = None if _is_memory(url) else _sqlite_read_only(url.database, create=create)
     if _is_memory(url):
         engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
+    elif read_only:
+        # `immutable` when not even the -shm file can be made (read-only directory or filesystem)
+        uri = f"file:{quote(url.database)}?{read_only}"
+        engine = create_engine("sqlite://", creator=lambda: sqlite3.connect(
+            uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S, check_same_thread=False))
     else:
+        unknown = sorted(set(url.query) - SQLITE_OPTIONS)
+        if unknown:
+            raise UserError(f"unknown option(s) {', '.join(unknown)} in {shown}: expected sqlite:///path/to/file.db "
+                            f"(options: {', '.join(sorted(SQLITE_OPTIONS))})", field="--db")
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
@@ -55,7 +102,7 @@ def make_engine(url: URL) -> Engine:
         # pysqlite's own transaction handling delays BEGIN and commits around DDL; let SQLAlchemy own it.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        if not _is_memory(url):
+        if not _is_memory(url) and not read_only:
             # WAL: readers (a report in another process) never wait for the sweep's writer.
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
@@ -65,37 +112,90 @@ def make_engine(url: URL) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _sqlite_begin(conn) -> None:
-        conn.exec_driver_sql("BEGIN")
+        # A deferred BEGIN that later writes cannot wait for another writer (SQLite answers "database is
+        # locked" at once to avoid a deadlock); IMMEDIATE takes the write lock up front, under the busy timeout.
+        write = conn.get_execution_options().get(WRITE_OPTION) and not read_only
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
+    _translate_errors(engine, shown, read_only=bool(read_only))
     return engine
 
 
-def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest alembic revision; done once per process per database."""
+def _sqlite_read_only(path: str, *, create: bool) -> str | None:
+    """None if the SQLite file (or its directory, for a new file) can be written; else the URI option to read it."""
+    directory = os.path.dirname(path) or "."
+    if not os.path.exists(path):
+        return None  # created on first write; a missing directory fails there with a clear message
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a directory: expected a SQLite file", field="--db")
+    dir_writable = os.access(directory, os.W_OK)
+    if os.access(path, os.W_OK) and dir_writable:
+        return None
+    if not dir_writable and not os.path.exists(path + "-shm"):
+        return "immutable=1"  # WAL needs a -shm file it cannot create: read the file as it is
+    return "mode=ro"
+
+
+def _translate_errors(engine: Engine, shown: str, *, read_only: bool = False) -> None:
+    """Turn errors the user caused (not a database, read-only, bad driver options) into one-line UserErrors."""
+
+    @event.listens_for(engine, "handle_error")
+    def _user_errors(context) -> None:
+        orig = context.original_exception
+        text = _first_line(orig)
+        if isinstance(orig, sqlite3.OperationalError) and "readonly" in text:
+            raise UserError(f"the store {shown} is read-only ({text}); this command writes to it", field="--db") from None
+        if isinstance(orig, sqlite3.DatabaseError) and ("not a database" in text or "malformed" in text):
+            raise UserError(f"{shown} is not a SQLite database ({text})", field="--db") from None
+        if isinstance(orig, sqlite3.OperationalError) and "unable to open" in text:
+            raise UserError(f"cannot open the store {shown} ({text}; does its directory exist?)", field="--db") from None
+        if context.connection is None and not isinstance(orig, sqlite3.Error):
+            # a failure to connect (server, host, port, credentials, driver options): the store cannot be opened
+            raise UserError(f"cannot open the store {shown}: {text}", field="--db") from None
+
+
+def migrate(engine: Engine, *, shown: str | None = None) -> None:
+    """Bring the schema to the newest alembic revision; done once per process per database.
+
+    A store already at the newest revision is only read (no write lock), so opening it never waits for
+    a writer and works on a read-only store."""
     key = None if _is_memory(engine.url) else engine.url.render_as_string(hide_password=False)
     if key is not None and key in _migrated:
         return
     with _migrate_lock:
         if key is not None and key in _migrated:
             return
-        _upgrade(engine)
+        _upgrade(engine, shown or display_url(engine.url))
         if key is not None:
             _migrated.add(key)
 
 
-def _upgrade(engine: Engine) -> None:
+def _upgrade(engine: Engine, shown: str) -> None:
     from alembic import command
     from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
 
     config = Config()  # built in code: works from an installed package and from any cwd
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    head = ScriptDirectory.from_config(config).get_current_head()
     try:
-        with engine.begin() as connection:
+        with engine.connect() as connection:
+            current = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE}).get_current_revision()
+        if current == head:
+            return
+        # IMMEDIATE: two processes creating one new store take turns; the second finds it at head
+        with writer(engine).begin() as connection:
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
-    except OperationalError as err:
-        reason = str(err.orig).strip().splitlines()[0] if err.orig else str(err).splitlines()[0]
-        raise UserError(f"cannot open the store {display_url(engine.url)}: {reason}", field="--db") from None
+    except DBAPIError as err:
+        reason = _first_line(err.orig) if err.orig else _first_line(err)
+        raise UserError(f"cannot open the store {shown}: {reason}", field="--db") from None
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
 
 
 def _is_memory(url: URL) -> bool:

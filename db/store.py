@@ -14,10 +14,11 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from rlscale.db.engine import display_url, make_engine, migrate, parse_url
+from rlscale.db.engine import display_url, make_engine, migrate, parse_url, writer
 from rlscale.db.models import RUN_STATUSES, Fit, Plan, Record, Run, Study, utcnow
 from rlscale.base import settings
 from rlscale.base.errors import UserError
+from rlscale.base.names import check_name
 
 RECORD_COLUMNS = ["run_id", "run", "step", "gpu_hours", "rollouts", "tokens", "val_reward"]
 RUN_COLUMNS = ["run_id", "run", "seed", "status", "error", "config", "created_at", "updated_at"]
@@ -37,9 +38,11 @@ class Store:
         if not create and self.url.get_backend_name() == "sqlite" and self.url.database not in (None, "", ":memory:"):
             if not os.path.exists(self.url.database):
                 self.url = self.url.set(database=":memory:")
-        self.engine = make_engine(self.url)
-        migrate(self.engine)
+        self.engine = make_engine(self.url, create=create)
+        migrate(self.engine, shown=self.url_for_display)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # transactions that write take SQLite's write lock up front (concurrent writers wait, see db/engine.py)
+        self._writes = sessionmaker(writer(self.engine), expire_on_commit=False)
 
     def __repr__(self) -> str:
         return f"Store({self.url_for_display!r})"
@@ -58,7 +61,8 @@ class Store:
 
     def upsert_study(self, name: str, spec: dict) -> int:
         """The study's id; creates it, or replaces its spec if it exists."""
-        with self._sessions.begin() as session:
+        check_name(name, field="study", what="study name")
+        with self._writes.begin() as session:
             study = session.scalar(select(Study).where(Study.name == name))
             if study is None:
                 study = Study(name=name, spec=_json_safe(spec))
@@ -111,7 +115,7 @@ class Store:
         """The id of the run of `study` with this config and seed, created (pending) if new."""
         for _attempt in range(2):  # a concurrent writer may insert the same run between our select and insert
             try:
-                with self._sessions.begin() as session:
+                with self._writes.begin() as session:
                     return _ensure_run(session, study, name, config, seed)[0]
             except IntegrityError:
                 continue
@@ -121,7 +125,7 @@ class Store:
         """Set a run's status (pending, running, paused, done, failed, stopped) and error text."""
         if status not in RUN_STATUSES:
             raise ValueError(f"run status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
-        with self._sessions.begin() as session:
+        with self._writes.begin() as session:
             run = session.get(Run, run_id)
             if run is None:
                 raise KeyError(f"no run with id {run_id} in {self.url_for_display}")
@@ -144,7 +148,7 @@ class Store:
 
     def add_records(self, run_id: int, records: list[dict]) -> int:
         """Store a run's records; steps already stored are skipped. Returns how many rows were inserted."""
-        with self._sessions.begin() as session:
+        with self._writes.begin() as session:
             return _add_records(session, run_id, records)
 
     def import_runs(self, study: str, runs: list[tuple[str, dict, list[dict]]]) -> tuple[int, int, int]:
@@ -154,7 +158,7 @@ class Store:
         Returns (runs created, records inserted, records skipped because their step was already stored).
         """
         created = inserted = skipped = 0
-        with self._sessions.begin() as session:
+        with self._writes.begin() as session:
             for name, config, records in runs:
                 run_id, is_new = _ensure_run(session, study, name, config, 0, status="done")
                 added = _add_records(session, run_id, records)
@@ -189,7 +193,7 @@ class Store:
 
     def save_fits(self, study: str, fits: pd.DataFrame, model: str = "sigmoid") -> None:
         """Replace the study's fits of `model` by `fits` (one row per run, keyed by run_id or a unique run name)."""
-        with self._sessions.begin() as session:
+        with self._writes.begin() as session:
             study_row = self._study(session, study)
             runs = session.execute(select(Run.id, Run.name).where(Run.study_id == study_row.id)).all()
             run_ids = {run_id for run_id, _ in runs}
@@ -243,7 +247,7 @@ class Store:
 
     def save_plan(self, name: str, plan: dict) -> int:
         """The plan's id; a plan saved again under the same name replaces the old one."""
-        with self._sessions.begin() as session:
+        with self._writes.begin() as session:
             row = session.scalar(select(Plan).where(Plan.name == name))
             if row is None:
                 row = Plan(name=name, plan=_json_safe(plan))
@@ -266,6 +270,7 @@ class Store:
     # helpers -------------------------------------------------------------------------------------
 
     def _study(self, session: Session, name: str) -> Study:
+        check_name(name, field="study", what="study name")
         study = session.scalar(select(Study).where(Study.name == name))
         if study is None:
             known = ", ".join(session.scalars(select(Study.name).order_by(Study.name))) or "none"
@@ -286,6 +291,7 @@ def _ensure_run(
     digest = config_hash(config)
     study_row = session.scalar(select(Study).where(Study.name == study))
     if study_row is None:
+        check_name(study, field="study", what="study name")
         study_row = Study(name=study, spec={})
         session.add(study_row)
         session.flush()

@@ -4,12 +4,12 @@ this file only wires them up and turns user errors into one line and exit code 2
 import importlib
 import pkgutil
 import sys
+import warnings
 
 import typer
-from rich.markup import escape
 
 from rlscale.cli import commands
-from rlscale.cli.console import err_console
+from rlscale.cli.console import err_console, safe
 from rlscale.base.errors import UserError
 
 app = typer.Typer(
@@ -31,9 +31,23 @@ for _info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.nam
 
 
 def main() -> None:
-    """Entry point. Usage errors exit 2 (click); UserError prints one line and exits 2."""
+    """Entry point. Usage errors exit 2 (click); UserError prints one line and exits 2.
+
+    Warnings (numpy, matplotlib) are held until the command ends: shown after a result, dropped before
+    a one-line error, so the error is the only thing on stderr.
+    """
+    held: list = []
+    error = None
     try:
-        app()
-    except UserError as err:
-        err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+        with warnings.catch_warnings(record=True) as held:
+            try:
+                app()
+            except UserError as err:
+                error = err
+    finally:
+        if error is None:  # a result (or a crash): the warnings are part of the story
+            for w in held:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if error is not None:
+        err_console.print(f"[bold red]error:[/] {safe(error)}", highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -1,25 +1,57 @@
-"""Terminal output: one rich console for tables and progress, plain stdout for --json."""
+"""Terminal output: one rich console for tables and progress, plain stdout for --json.
+
+Text that came from data (study and run names, notes, error messages) goes through `safe` before it
+reaches a terminal: Rich markup in it is escaped and control characters (escape sequences such as OSC 52
+clipboard writes) are shown as \\x1b-style escapes instead of being sent to the terminal.
+"""
 
 import json
+import math
+import re
 import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 console = Console()
 err_console = Console(stderr=True)
 
+# C0 controls except tab and newline, DEL, C1 controls, and the Unicode line/paragraph/bidi controls
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(value: Any) -> str:
+    """`str(value)` with control characters written as escapes (\\x1b, \\u202e); markup untouched."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(value))
+
+
+def safe(value: Any) -> str:
+    """`str(value)` ready to print with Rich: control characters made visible, markup escaped."""
+    return escape(visible(value))
+
 
 def print_json(payload: Any) -> None:
-    """Write `payload` as JSON to stdout (no rich markup, so scripts can parse it)."""
-    sys.stdout.write(json.dumps(payload, indent=2, default=_jsonable) + "\n")
+    """Write `payload` as JSON to stdout (no rich markup, so scripts can parse it); NaN and inf become null."""
+    sys.stdout.write(json.dumps(_finite(payload), indent=2, default=_jsonable, allow_nan=False) + "\n")
     sys.stdout.flush()
 
 
-def _jsonable(value: Any) -> Any:
-    # numpy scalars and arrays, paths, datetimes
+def _finite(value: Any) -> Any:
+    # strict JSON has no NaN or Infinity; scripts get null
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
     if hasattr(value, "item") and getattr(value, "shape", None) == ():
-        return value.item()
+        return _finite(value.item())
     if hasattr(value, "tolist"):
-        return value.tolist()
+        return _finite(value.tolist())
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    # paths, datetimes
     return str(value)

@@ -5,7 +5,7 @@ import math
 from rich.live import Live
 from rich.table import Table
 
-from rlscale.cli.console import console
+from rlscale.cli.console import console, safe
 from rlscale.runner.sweep.driver import FINISHED
 
 STATUS_STYLE = {"done": "green", "running": "cyan", "failed": "red", "stopped": "yellow", "paused": "magenta", "pending": "dim"}
@@ -19,15 +19,16 @@ def _num(value, fmt: str = "{:.3f}") -> str:
 
 def sweep_table(study: str, runs) -> Table:
     """One row per run: status, step, last validation reward, device/GPU-hours spent vs planned; a total row."""
-    table = Table(title=f"sweep {study}", title_justify="left")
+    table = Table(title=f"sweep {safe(study)}", title_justify="left")
     width = min(28, max((len(run.name) for run in runs), default=3))
     for column in ("run", "status", "step", "val reward", "gpu-hours", "planned", "note"):
         table.add_column(column, justify="right" if column in ("step", "val reward", "gpu-hours", "planned") else "left",
                          min_width=width if column == "run" else None)
     for run in runs:
         style = STATUS_STYLE.get(run.status, "")
-        table.add_row(run.name, f"[{style}]{run.status}[/]", f"{run.step}/{run.recipe.steps}", _num(run.val_reward),
-                      _num(run.gpu_hours, "{:.4f}"), _num(run.planned_gpu_hours, "{:.4f}"), run.note[:60])
+        steps = "-" if run.recipe is None else run.recipe.steps  # an imported run has no recipe
+        table.add_row(safe(run.name), f"[{style}]{safe(run.status)}[/]", f"{run.step}/{steps}", _num(run.val_reward),
+                      _num(run.gpu_hours, "{:.4f}"), _num(run.planned_gpu_hours, "{:.4f}"), safe(run.note[:60]))
     spent = sum(run.gpu_hours for run in runs)
     planned = sum(run.planned_gpu_hours for run in runs)
     finished = sum(run.status in FINISHED for run in runs)
@@ -66,7 +67,7 @@ class SweepView:
 def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
     """A, B, C_mid with the interval on A, R^2 and whether A is identified; the reasons for runs whose
     A is not identified are listed in words under the table."""
-    table = Table(title=title, title_justify="left", caption_justify="left")
+    table = Table(title=safe(title), title_justify="left", caption_justify="left")
     width = min(28, max((len(str(run)) for run in fits.get("run", [])), default=3))
     for column in ("run", "A", "A 95% CI", "B", "C_mid", "R0", "R^2", "points", "identified"):
         table.add_column(column, justify="left" if column in ("run", "identified") else "right",
@@ -79,10 +80,10 @@ def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
             reasons.append(f"{row.get('run')}: not identified: {row.get('reason') or '?'}")
             identified = f"[yellow]no ({len(reasons)})[/]"
         table.add_row(
-            str(row.get("run")), _num(row.get("A")), f"[{_num(row.get('A_lo'))}, {_num(row.get('A_hi'))}]",
+            safe(row.get("run")), _num(row.get("A")), f"[{_num(row.get('A_lo'))}, {_num(row.get('A_hi'))}]",
             _num(row.get("B"), "{:.2f}"), _num(row.get("C_mid"), "{:.4g}"), _num(row.get("R0")),
             _num(row.get("r2")), str(row.get("n_points", "-")), identified,
         )
     if reasons:
-        table.caption = "\n".join(f"({i}) {reason}" for i, reason in enumerate(reasons, 1))
+        table.caption = "\n".join(f"({i}) {safe(reason)}" for i, reason in enumerate(reasons, 1))
     return table

@@ -12,7 +12,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show each run's status, step, last validation reward and compute spent."""
         from rlscale.db.store import Store
-        from rlscale.planner.recipe import Recipe
         from rlscale.cli.console import console, print_json
         from rlscale.cli.views import sweep_table
         from rlscale.runner.sweep.driver import RunState
@@ -23,7 +22,7 @@ def register(app: typer.Typer) -> None:
         planned = _planned_gpu_hours(store.study_spec(study))
         states = []
         for row in runs.to_dict("records"):
-            state = RunState(row["run_id"], row["run"], Recipe.model_validate(row["config"]), row["seed"],
+            state = RunState(row["run_id"], row["run"], _recipe(row["config"]), row["seed"],
                              planned.get(row["run"], float("nan")), status=row["status"],
                              note=(row["error"] or "").splitlines()[0] if row["error"] else "")
             mine = records[records["run_id"] == row["run_id"]]
@@ -36,12 +35,24 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json([
                 {"run_id": s.run_id, "run": s.name, "seed": s.seed, "status": s.status, "step": s.step,
-                 "steps": s.recipe.steps, "val_reward": s.val_reward, "gpu_hours": s.gpu_hours,
+                 "steps": None if s.recipe is None else s.recipe.steps, "val_reward": s.val_reward, "gpu_hours": s.gpu_hours,
                  "planned_gpu_hours": s.planned_gpu_hours, "note": s.note}
                 for s in states
             ])
             return
         console.print(sweep_table(study, states))
+
+
+def _recipe(config: dict):
+    """The run's recipe; None for an imported run (its config names the source, not a recipe)."""
+    from pydantic import ValidationError
+
+    from rlscale.planner.recipe import Recipe
+
+    try:
+        return Recipe.model_validate(config)
+    except ValidationError:
+        return None
 
 
 def _planned_gpu_hours(spec: dict) -> dict:

@@ -1,0 +1,45 @@
+"""Names a user gives (studies, runs) and the limits on what a study or plan may expand to.
+
+One rule for every entry point (study files, `import --study`, CLI arguments, imported run names), so a
+name can never carry a path, markup or an escape sequence into a file name or a terminal.
+"""
+
+import re
+from pathlib import Path
+
+from rlscale.base.errors import UserError
+
+MAX_NAME_LENGTH = 100
+NAME_RULE = f"letters, digits, '.', '_' or '-', not starting with '.', at most {MAX_NAME_LENGTH} characters"
+NAME_PATTERN = rf"^[A-Za-z0-9_-][A-Za-z0-9._-]{{0,{MAX_NAME_LENGTH - 1}}}$"
+_NAME = re.compile(NAME_PATTERN)
+
+# What one study or plan may expand to; above these the work (and memory) is refused before it starts.
+MAX_SEEDS = 1_000
+MAX_RUNS = 10_000  # a study's points x seeds (or bayes trials x seeds)
+MAX_GRID_POINTS = 10_000  # `rlscale plan`: B_p values x n values
+MAX_STEPS = 10**9  # steps of one run
+MAX_INT64 = 2**63 - 1  # the store's integer columns are 64-bit
+
+
+def check_name(value: object, *, field: str, file: str | None = None, what: str = "name") -> str:
+    """`value` if it follows NAME_RULE; else a UserError naming the file and field."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 40 else f"{value[:40]!r}... ({len(value)} characters)"
+        raise UserError(f"expected a {what} of {NAME_RULE}, got {shown}", file=file, field=field)
+    return value
+
+
+def is_name(value: object) -> bool:
+    """True if `value` follows NAME_RULE."""
+    return isinstance(value, str) and bool(_NAME.match(value))
+
+
+def child_path(directory: str | Path, name: str, *, field: str) -> Path:
+    """`directory / name`, refused unless `name` follows NAME_RULE and the result stays inside `directory`."""
+    check_name(name, field=field)
+    base = Path(directory).resolve()
+    path = (base / name).resolve()
+    if path.parent != base:
+        raise UserError(f"{name!r} would leave {directory}", field=field)
+    return Path(directory) / name
