@@ -37,14 +37,23 @@ class ImportSummary:
     records_skipped: int
 
 
-def read_run_log(path: str | Path) -> pd.DataFrame:
+def read_run_log(path: str | Path, *, tag: str | None = None, compute_tag: str | None = None) -> pd.DataFrame:
     """The run log at `path` as rows (run, step, compute, reward, rollouts, tokens, health metrics...).
 
     The whole file is checked first; the first bad cell raises a UserError naming file, line and column.
     `run` defaults to the file stem and `step` to the row order within each run (from 0). Blank lines and
 lines starting with # are skipped; columns other than the known ones are ignored.
+    A directory of TensorBoard event files or a verl file-logger JSONL is read by db/logs.py (`tag`: the reward
+    scalar, `compute_tag`: a cumulative compute scalar); its frame's attrs say the compute unit.
     """
+    from rlscale.db.logs import is_training_log, read_training_log
+
     path = Path(path)
+    if is_training_log(path):
+        return read_training_log(path, tag=tag, compute_tag=compute_tag)
+    if tag is not None or compute_tag is not None:
+        raise UserError("--tag and --compute-tag name scalars of a TensorBoard directory or a verl JSONL log; "
+                        "this file has columns", file=str(path))
     kind = EXTENSIONS.get(path.suffix.lower())
     if kind is None:
         raise UserError(f"unknown file type {path.suffix or '(none)'!r}: expected .csv or .jsonl", file=str(path))
@@ -65,6 +74,8 @@ def import_run_log(store: "Store", path: str | Path, study: str, rows: pd.DataFr
     for name, group in rows.groupby("run", sort=False):
         # a run is identified by its name within the study, so re-importing (or a longer export) merges into it
         config = {"source": "import", "run": name}
+        if rows.attrs.get("compute_unit"):  # training logs say what their compute axis counts
+            config["compute_unit"] = rows.attrs["compute_unit"]
         runs.append((name, config, [_record(row) for row in group.to_dict("records")]))
     created, added, skipped = store.import_runs(study, runs)
     return ImportSummary(str(path), study, len(runs), created, added, skipped)

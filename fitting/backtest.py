@@ -1,0 +1,224 @@
+"""Backtest of the sigmoid fit, ScaleRL's protocol: fit each run on its first part (by compute), extrapolate to
+the run's end, and compare with what the run then reached.
+
+Per run: the part-fit's predicted reward over the run's last 10% of compute (with its 95% band), the observed
+reward there (mean over those points), the error, a carry-forward baseline (the last reward observed in the part)
+and whether the full-run asymptote A falls inside the part-fit's interval on A. Pure: records in, plain data out.
+"""
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from rlscale.fitting.bootstrap import percentile_interval
+from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
+
+# The end of a run is judged on its last 10% of compute: one evaluation is too noisy to score a prediction.
+END_WINDOW = 0.1
+# A run still rising at the cut gained more than this from the end of the part to the end of the run
+# (ScaleRL treats |dA| < 0.02 as seed noise).
+RISE = 0.02
+
+
+@dataclass(frozen=True)
+class RunBacktest:
+    """One run's backtest. Rewards in the run's metric; compute in the records' unit.
+
+    fitted: whether the part could be fitted (else `reason` says why and the numbers are NaN).
+    predicted, predicted_lo, predicted_hi: the part-fit's mean reward over the end window and its 95% band.
+    observed: mean reward over the end window (the points at compute >= (1 - END_WINDOW) x the last compute).
+    error: predicted - observed. carry_forward: last reward observed in the part; carry_forward_error likewise.
+    A_part, A_part_lo, A_part_hi: the part-fit's asymptote and its 95% interval. A_full: the full run's.
+    A_inside: A_full within [A_part_lo, A_part_hi] (None when either fit is missing).
+    rising: the run gained more than RISE from the part's end window to its own end window.
+    identified, reason: the part-fit's identification and its reason (or why nothing was fitted).
+    """
+
+    run: str
+    fitted: bool
+    reason: str
+    n_points: int
+    n_part: int
+    cut_compute: float
+    last_compute: float
+    predicted: float
+    predicted_lo: float
+    predicted_hi: float
+    observed: float
+    error: float
+    carry_forward: float
+    carry_forward_error: float
+    A_part: float
+    A_part_lo: float
+    A_part_hi: float
+    A_full: float
+    A_inside: bool | None
+    rising: bool | None
+    identified: bool
+
+    def to_dict(self) -> dict:
+        """JSON-ready: NaN and inf become None."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class BacktestSummary:
+    """Over the runs of one backtest.
+
+    runs, fitted, rising: counts (rising among the fitted runs).
+    mae_fit_rising, mae_carry_forward_rising: mean |error| of the part-fit and of carry-forward on the rising runs.
+    mae_fit, mae_carry_forward: the same over every fitted run.
+    fit_beats_carry_forward_rising: mae_fit_rising < mae_carry_forward_rising (None without rising runs).
+    A_inside_share: share of the runs with both fits whose full-run A is inside the part-fit's interval
+    (an interval that could not be computed counts as a miss); A_checked: how many such runs.
+    """
+
+    fraction: float
+    runs: int
+    fitted: int
+    rising: int
+    mae_fit_rising: float
+    mae_carry_forward_rising: float
+    fit_beats_carry_forward_rising: bool | None
+    mae_fit: float
+    mae_carry_forward: float
+    A_checked: int
+    A_inside: int
+    A_inside_share: float
+
+    def to_dict(self) -> dict:
+        """JSON-ready: NaN becomes None."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+
+def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, **fit_kwargs) -> RunBacktest:
+    """Backtest of one run: fit its points at compute <= fraction x its last compute, score against the end.
+
+    `fit_kwargs` go to `fit_sigmoid` for both the part and the full-run fit (r0, min_compute, bootstrap, ...).
+    Never raises for data that cannot be fitted: the result says `fitted=False` and why.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+    x = np.asarray(compute, dtype=float).ravel()
+    y = np.asarray(reward, dtype=float).ravel()
+    keep = np.isfinite(x) & np.isfinite(y) & (x >= 0)
+    x, y = x[keep], y[keep]
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    nan = float("nan")
+    empty = dict(run=str(run), n_points=len(x), n_part=0, cut_compute=nan, last_compute=nan, predicted=nan,
+                 predicted_lo=nan, predicted_hi=nan, observed=nan, error=nan, carry_forward=nan,
+                 carry_forward_error=nan, A_part=nan, A_part_lo=nan, A_part_hi=nan, A_full=nan, A_inside=None,
+                 rising=None, identified=False)
+    if len(x) == 0 or not x[-1] > 0:
+        return RunBacktest(fitted=False, reason="no point with compute > 0", **empty)
+    last = float(x[-1])
+    cut = fraction * last
+    part = x <= cut
+    end = x >= (1.0 - END_WINDOW) * last
+    empty.update(n_part=int(part.sum()), cut_compute=cut, last_compute=last)
+    if not np.any(end & ~part):
+        return RunBacktest(fitted=False, reason=f"no evaluation after the first {fraction:.0%} of compute to check against",
+                           **empty)
+    end &= ~part  # with a fraction above 0.9 the end window is what lies beyond the part
+    observed = float(np.mean(y[end]))
+    carry = float(y[part][-1]) if part.any() else nan
+    part_end = part & (x >= (1.0 - END_WINDOW) * cut)
+    rising = bool(observed - float(np.mean(y[part_end])) > RISE) if part_end.any() else None
+    empty.update(observed=observed, carry_forward=carry, carry_forward_error=carry - observed, rising=rising)
+    try:
+        fit = fit_sigmoid(x[part], y[part], **fit_kwargs)
+    except FitError as err:
+        return RunBacktest(fitted=False, reason=f"first {fraction:.0%}: {err}", **empty)
+    predicted = float(np.mean(fit.predict(x[end])))
+    lo, hi = _mean_band(fit, x[end])
+    try:
+        A_full = fit_sigmoid(x, y, **fit_kwargs).A
+    except FitError:
+        A_full = nan
+    inside = None
+    if math.isfinite(A_full):
+        inside = bool(fit.A_lo <= A_full <= fit.A_hi)  # a NaN interval compares False: counted as a miss
+    empty.update(predicted=predicted, predicted_lo=lo, predicted_hi=hi, error=predicted - observed, A_part=fit.A,
+                 A_part_lo=fit.A_lo, A_part_hi=fit.A_hi, A_full=float(A_full), A_inside=inside, identified=fit.identified)
+    return RunBacktest(fitted=True, reason=fit.reason, **empty)
+
+
+def backtest_runs(records: pd.DataFrame, *, fraction: float = 0.5, run_col="run", compute_col="compute",
+                  reward_col="reward", **fit_kwargs) -> list[RunBacktest]:
+    """`backtest_run` for every run of `records` (in order of first appearance; one run "all" without a run column)."""
+    for col in (compute_col, reward_col):
+        if col not in records.columns:
+            raise KeyError(f"records have no column {col!r} (columns: {', '.join(map(str, records.columns))})")
+    groups = records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns else [("all", records)]
+    return [backtest_run(group[compute_col].to_numpy(dtype=float, na_value=np.nan),
+                         group[reward_col].to_numpy(dtype=float, na_value=np.nan),
+                         run=str(run), fraction=fraction, **fit_kwargs)
+            for run, group in groups]
+
+
+def summarize(results: list[RunBacktest], fraction: float = 0.5) -> BacktestSummary:
+    """The summary of a backtest's runs (see BacktestSummary)."""
+    fitted = [r for r in results if r.fitted]
+    rising = [r for r in fitted if r.rising]
+    checked = [r for r in fitted if r.A_inside is not None]
+    inside = sum(bool(r.A_inside) for r in checked)
+
+    def mae(rows, key):
+        values = [abs(getattr(r, key)) for r in rows if math.isfinite(getattr(r, key))]
+        return float(np.mean(values)) if values else float("nan")
+
+    mae_fit_rising, mae_cf_rising = mae(rising, "error"), mae(rising, "carry_forward_error")
+    beats = bool(mae_fit_rising < mae_cf_rising) if rising and math.isfinite(mae_fit_rising) and math.isfinite(mae_cf_rising) else None
+    return BacktestSummary(
+        fraction=float(fraction), runs=len(results), fitted=len(fitted), rising=len(rising),
+        mae_fit_rising=mae_fit_rising, mae_carry_forward_rising=mae_cf_rising, fit_beats_carry_forward_rising=beats,
+        mae_fit=mae(fitted, "error"), mae_carry_forward=mae(fitted, "carry_forward_error"),
+        A_checked=len(checked), A_inside=inside, A_inside_share=inside / len(checked) if checked else float("nan"))
+
+
+def _mean_band(fit, compute) -> tuple[float, float]:
+    """95% band of the fit's mean reward over `compute`, from its bootstrap draws (NaN without draws)."""
+    draws = fit.samples
+    if draws is None or len(draws) < 2:
+        return float("nan"), float("nan")
+    curves = sigmoid(compute[None, :], draws[:, 0, None], draws[:, 1, None], draws[:, 2, None], draws[:, 3, None])
+    lo, hi = percentile_interval(curves.mean(axis=1), 0.95)
+    return float(lo), float(hi)
+
+
+BACKTEST_HEADER = ["run", "fit on C <=", "predicted [95%]", "observed", "error", "carry-forward (error)",
+                   "A part [95%]", "A full", "A inside", "rising", "part fit"]
+
+
+def _f(value, fmt="{:.3f}") -> str:
+    return fmt.format(value) if value is not None and math.isfinite(value) else "-"
+
+
+def backtest_cells(result: RunBacktest) -> list[str]:
+    """Table cells of one run's backtest (plain text; the same in the terminal, report.md and report.html)."""
+    yes_no = {True: "yes", False: "no", None: "-"}
+    status = ("identified" if result.identified else "not identified") if result.fitted else "not fitted"
+    return [result.run, _f(result.cut_compute, "{:.4g}"),
+            f"{_f(result.predicted)} [{_f(result.predicted_lo)}, {_f(result.predicted_hi)}]",
+            _f(result.observed), _f(result.error, "{:+.3f}"),
+            f"{_f(result.carry_forward)} ({_f(result.carry_forward_error, '{:+.3f}')})",
+            f"{_f(result.A_part)} [{_f(result.A_part_lo)}, {_f(result.A_part_hi)}]", _f(result.A_full),
+            yes_no[result.A_inside], yes_no[result.rising], status]
+
+
+def summary_lines(summary: BacktestSummary) -> list[str]:
+    """The summary in words, one line each."""
+    lines = [f"{summary.fitted} of {summary.runs} runs fitted on their first {summary.fraction:.0%} of compute; "
+             f"{summary.rising} still rising there (gained > {RISE:g} by the end)."]
+    if summary.rising:
+        verdict = "fit better" if summary.fit_beats_carry_forward_rising else "carry-forward as good or better"
+        lines.append(f"Mean |error| at the end on the rising runs: fit {_f(summary.mae_fit_rising)}, "
+                     f"carry-forward {_f(summary.mae_carry_forward_rising)} ({verdict}).")
+    lines.append(f"Mean |error| on every fitted run: fit {_f(summary.mae_fit)}, carry-forward {_f(summary.mae_carry_forward)}.")
+    if summary.A_checked:
+        lines.append(f"Full-run A inside the part-fit's 95% interval: {summary.A_inside} of {summary.A_checked} "
+                     f"({summary.A_inside_share:.0%}).")
+    return lines

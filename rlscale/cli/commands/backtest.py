@@ -1,0 +1,80 @@
+"""`rlscale backtest`: ScaleRL's check of the fit on real runs: fit each run on its first part, extrapolate to its end."""
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("backtest")
+    def backtest(
+        file: Path = typer.Argument(None, help="run log: .csv/.jsonl, a TensorBoard directory or a verl file-logger .jsonl"),
+        study: str = typer.Option(None, "--study", help="backtest the stored records of this study instead of a file"),
+        db: str = typer.Option(None, "--db", help="SQLAlchemy URL for --study (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        fraction: float = typer.Option(0.5, "--fraction", help="fit on the points at compute <= this share of each run's last compute"),
+        r0: float = typer.Option(None, "--r0", help="reward before RL, held fixed (default: fitted)"),
+        min_compute: float = typer.Option(0.0, "--min-compute", min=0.0, help="drop points below this compute"),
+        bootstrap: int = typer.Option(200, "--bootstrap", min=2, help="bootstrap resamples for the intervals"),
+        tag: str = typer.Option(None, "--tag", help="TensorBoard/verl logs: the reward scalar"),
+        compute_tag: str = typer.Option(None, "--compute-tag", help="TensorBoard/verl logs: a scalar of cumulative compute"),
+        json_out: bool = typer.Option(False, "--json", help="print {source, fraction, runs: [...], summary: {...}} as JSON"),
+    ) -> None:
+        """Per run: the part-fit's predicted reward at the run's end [95%], the observed reward there (mean over the
+        last 10% of compute), the error, a carry-forward baseline, and whether the full-run A is inside the
+        part-fit's interval; then a summary. Exits 2 when no run can be fitted."""
+        from rlscale.base.errors import UserError
+        from rlscale.fitting.backtest import backtest_runs, summarize
+
+        if (file is None) == (study is None):
+            raise UserError("give either a run-log FILE or --study NAME (not both)", field="backtest")
+        if study is None and db is not None:
+            raise UserError("--db is only used with --study", field="--db")
+        if not 0.0 < fraction < 1.0:
+            raise UserError(f"expected a share of compute in (0, 1), got {fraction:g}", field="--fraction")
+        if file is not None:
+            from rlscale.db.importer import read_run_log
+
+            records, source = read_run_log(file, tag=tag, compute_tag=compute_tag), str(file)
+        else:
+            from rlscale.db.store import Store
+            from rlscale.fitting.stored import study_records
+
+            records, source = study_records(Store(db, create=False), study), study
+        results = backtest_runs(records, fraction=fraction, run_col="run", compute_col="compute", reward_col="reward",
+                                r0=r0, min_compute=min_compute, bootstrap=bootstrap)
+        if not any(r.fitted for r in results):
+            reasons = "; ".join(f"{r.run}: {r.reason}" for r in results[:5]) + ("; ..." if len(results) > 5 else "")
+            raise UserError(f"no run could be fitted on its first {fraction:.0%} of compute ({reasons})", file=source)
+        summary = summarize(results, fraction)
+        if json_out:
+            from rlscale.cli.console import print_json
+
+            print_json({"source": source, "fraction": fraction, "compute_unit": records.attrs.get("compute_unit"),
+                        "runs": [r.to_dict() for r in results], "summary": summary.to_dict()})
+            return
+        show(results, summary, title=f"{source}: fit on the first {fraction:.0%} of compute, extrapolated to the end")
+
+
+def show(results, summary, *, title: str) -> None:
+    """The backtest table, the reasons for runs not fitted under it, then the summary in words."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from rlscale.cli.console import console
+    from rlscale.fitting.backtest import BACKTEST_HEADER, backtest_cells, summary_lines
+
+    table = Table(title=escape(title), title_justify="left", caption_justify="left")
+    width = min(28, max((len(r.run) for r in results), default=3))
+    for column in BACKTEST_HEADER:
+        table.add_column(column, min_width=width if column == "run" else None)
+    notes = []
+    for result in results:
+        cells = [escape(cell) for cell in backtest_cells(result)]
+        if not result.fitted:
+            notes.append(f"({len(notes) + 1}) {escape(result.run)}: not fitted: {escape(result.reason)}")
+            cells[-1] = f"not fitted ({len(notes)})"
+        table.add_row(*cells, style=None if result.fitted else "dim")
+    table.caption = "\n".join(notes) or None
+    console.print(table)
+    for line in summary_lines(summary):
+        console.print(line, highlight=False, soft_wrap=True)
