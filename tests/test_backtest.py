@@ -1,0 +1,153 @@
+"""`rlscale backtest`: fit each run on its first part, extrapolate to its end, compare with carry-forward.
+
+Checked on curves whose answer is known: a sigmoid, a flat run, a run that stops rising at the cut."""
+
+import json
+
+import numpy as np
+import pytest
+
+from rlscale.fitting.backtest import RISE, backtest_run, backtest_runs, summarize
+from rlscale.fitting.sigmoid import sigmoid
+
+A, B, C_MID, R0 = 0.8, 1.5, 30.0, 0.1
+COMPUTE = np.linspace(2.5, 100.0, 40)
+
+
+def noisy_sigmoid(seed: int, sd: float = 0.005):
+    rng = np.random.default_rng(seed)
+    return np.clip(sigmoid(COMPUTE, A, B, C_MID, R0) + rng.normal(0.0, sd, COMPUTE.size), 0.0, 1.0)
+
+
+def test_a_sigmoid_seen_to_half_its_compute_predicts_its_end():
+    result = backtest_run(COMPUTE, noisy_sigmoid(0), run="s", fraction=0.5, bootstrap=200, seed=0)
+    end = COMPUTE >= 90.0
+    truth = float(np.mean(sigmoid(COMPUTE[end], A, B, C_MID, R0)))
+    assert result.fitted and result.n_part == 20 and result.cut_compute == pytest.approx(50.0)
+    assert result.predicted == pytest.approx(truth, abs=0.02)
+    assert result.predicted_lo <= truth <= result.predicted_hi
+    assert result.A_part_lo <= A <= result.A_part_hi
+    assert result.A_inside is True and result.A_full == pytest.approx(A, abs=0.03)
+    # the run is still rising at the half, and carrying its last value forward misses the end by far more
+    assert result.rising is True
+    assert abs(result.error) < 0.02 < abs(result.carry_forward_error)
+
+
+def test_carry_forward_is_the_last_reward_of_the_part_and_observed_the_mean_of_the_last_tenth():
+    compute = np.arange(0.0, 101.0, 10.0)  # 0, 10, ..., 100
+    reward = np.array([0.1, 0.2, 0.3, 0.35, 0.4, 0.42, 0.5, 0.55, 0.6, 0.64, 0.66])
+    result = backtest_run(compute, reward, fraction=0.5, bootstrap=50)
+    assert result.carry_forward == 0.42  # the point at compute 50 is the part's last
+    assert result.observed == pytest.approx(np.mean([0.64, 0.66]))  # compute >= 90
+    assert result.carry_forward_error == pytest.approx(0.42 - result.observed)
+    assert result.error == pytest.approx(result.predicted - result.observed)
+    # rising: the end window gained more than RISE over the part's own last tenth (compute 45..50: 0.42)
+    assert result.rising is (result.observed - 0.42 > RISE)
+
+
+def test_a_run_flat_after_the_cut_is_not_rising_and_carry_forward_is_exact():
+    compute = np.linspace(0.0, 100.0, 21)  # 0, 5, ..., 100: the part ends at 50, where the run reaches 0.5
+    reward = np.minimum(0.2 + 0.3 * compute / 50.0, 0.5)
+    result = backtest_run(compute, reward, fraction=0.5, bootstrap=50)
+    assert result.rising is False
+    assert result.carry_forward_error == pytest.approx(0.0, abs=1e-12)
+
+
+def test_runs_that_cannot_be_fitted_say_why_and_are_left_out_of_the_summary():
+    import pandas as pd
+
+    good = pd.DataFrame({"run": "good", "compute": COMPUTE, "reward": noisy_sigmoid(1)})
+    short = pd.DataFrame({"run": "short", "compute": [1.0, 2.0, 10.0], "reward": [0.1, 0.2, 0.3]})
+    nothing_after = pd.DataFrame({"run": "one", "compute": [0.0, 0.0], "reward": [0.1, 0.1]})
+    results = backtest_runs(pd.concat([good, short, nothing_after]), fraction=0.5, bootstrap=50)
+    by_run = {r.run: r for r in results}
+    assert by_run["good"].fitted
+    assert not by_run["short"].fitted and "need at least 3 points" in by_run["short"].reason
+    assert not by_run["one"].fitted and "no point with compute > 0" in by_run["one"].reason
+    summary = summarize(results, 0.5)
+    assert (summary.runs, summary.fitted, summary.A_checked) == (3, 1, 1)
+    assert summary.mae_fit == pytest.approx(abs(by_run["good"].error))
+
+
+def test_summary_compares_fit_and_carry_forward_on_rising_runs_only():
+    results = [backtest_run(COMPUTE, noisy_sigmoid(seed), run=f"s{seed}", bootstrap=100, seed=seed) for seed in range(4)]
+    flat = np.full(COMPUTE.size, 0.4) + np.random.default_rng(9).normal(0, 0.005, COMPUTE.size)
+    results.append(backtest_run(COMPUTE, flat, run="flat", bootstrap=100))
+    summary = summarize(results, 0.5)
+    rising = [r for r in results if r.rising]
+    assert [r.run for r in rising] == ["s0", "s1", "s2", "s3"]
+    assert summary.rising == 4
+    assert summary.mae_fit_rising == pytest.approx(np.mean([abs(r.error) for r in rising]))
+    assert summary.mae_carry_forward_rising == pytest.approx(np.mean([abs(r.carry_forward_error) for r in rising]))
+    assert summary.fit_beats_carry_forward_rising is True
+    assert summary.A_inside == sum(bool(r.A_inside) for r in results if r.A_inside is not None)
+
+
+def test_fraction_outside_zero_one_is_refused():
+    with pytest.raises(ValueError, match="fraction"):
+        backtest_run(COMPUTE, noisy_sigmoid(0), fraction=1.0)
+
+
+def write_runs(path, runs: dict[str, np.ndarray]):
+    lines = ["run,compute,reward"]
+    for name, reward in runs.items():
+        lines += [f"{name},{float(c)!r},{float(r)!r}" for c, r in zip(COMPUTE, reward)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_cli_json_has_one_object_per_run_and_a_summary(cli, tmp_path):
+    path = tmp_path / "runs.csv"
+    write_runs(path, {"a": noisy_sigmoid(0), "b": noisy_sigmoid(1)})
+    code, out, err = cli("backtest", str(path), "--json", "--bootstrap", "50")
+    assert (code, err) == (0, "")
+    payload = json.loads(out)
+    assert set(payload) == {"source", "fraction", "compute_unit", "runs", "summary"}
+    assert payload["fraction"] == 0.5 and [r["run"] for r in payload["runs"]] == ["a", "b"]
+    assert set(payload["runs"][0]) == {
+        "run", "fitted", "reason", "n_points", "n_part", "cut_compute", "last_compute", "predicted", "predicted_lo",
+        "predicted_hi", "observed", "error", "carry_forward", "carry_forward_error", "A_part", "A_part_lo",
+        "A_part_hi", "A_full", "A_inside", "rising", "identified"}
+    assert set(payload["summary"]) == {
+        "fraction", "runs", "fitted", "rising", "mae_fit_rising", "mae_carry_forward_rising",
+        "fit_beats_carry_forward_rising", "mae_fit", "mae_carry_forward", "A_checked", "A_inside", "A_inside_share"}
+    assert payload["summary"]["runs"] == 2 and payload["summary"]["fit_beats_carry_forward_rising"] is True
+
+
+def test_cli_table_and_summary_in_words(cli, tmp_path):
+    path = tmp_path / "runs.csv"
+    write_runs(path, {"a": noisy_sigmoid(0)})
+    code, out, _ = cli("backtest", str(path), "--fraction", "0.6", "--bootstrap", "50")
+    assert code == 0
+    words = " ".join(out.split())  # the title wraps on a narrow terminal
+    assert "fit on the first 60% of compute" in words and "carry-forward" in words
+    assert "Full-run A inside the part-fit's 95% interval: 1 of 1 (100%)." in out
+
+
+def test_cli_a_file_with_no_fittable_run_exits_2_with_the_reasons(cli, tmp_path):
+    path = tmp_path / "tiny.csv"
+    path.write_text("run,compute,reward\na,1,0.1\na,2,0.2\na,3,0.3\n")
+    code, out, err = cli("backtest", str(path))
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: {path}: no run could be fitted on its first 50% of compute (a: ")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("value", ["0", "1", "1.5"])
+def test_cli_fraction_must_be_a_share(cli, tmp_path, value):
+    path = tmp_path / "runs.csv"
+    write_runs(path, {"a": noisy_sigmoid(0)})
+    code, _, err = cli("backtest", str(path), "--fraction", value)
+    assert code == 2 and err.startswith("error: --fraction: expected a share of compute in (0, 1)")
+
+
+def test_cli_backtests_a_stored_study(cli, db_url):
+    from rlscale.db.store import Store
+
+    with Store(db_url) as store:
+        records = [{"step": i, "gpu_hours": float(c), "val_reward": float(r)} for i, (c, r) in
+                   enumerate(zip(COMPUTE, noisy_sigmoid(3)))]
+        store.import_runs("s", [("run-a", {"run": "run-a"}, records)])
+    code, out, err = cli("backtest", "--study", "s", "--db", db_url, "--json", "--bootstrap", "50")
+    assert (code, err) == (0, "")
+    payload = json.loads(out)
+    assert payload["source"] == "s" and payload["runs"][0]["run"] == "run-a" and payload["runs"][0]["fitted"]
