@@ -28,7 +28,8 @@ CLIP_DEFAULTS: dict[str, tuple[float, float]] = {
 class Recipe(BaseModel):
     """One RL job's configuration. Unknown keys are errors (a typo must never run the default)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    # allow_inf_nan: `lr: .inf` is bad input, not a recipe
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
     # what is trained, on what
     model: str = Field("tiny", description="'tiny' (the embedded CPU policy) or a HF model directory")
@@ -83,6 +84,15 @@ class Recipe(BaseModel):
     # devices each actor holds (num_gpus on a cluster, CPU cores here)
     generator_devices: int = Field(1, ge=1)
     trainer_devices: int = Field(1, ge=1)
+
+    # trainer memory and precision (the built-in engine)
+    micro_batch_tokens: int = Field(8192, ge=1, description=(
+        "tokens (rows x padded length) per trainer forward/backward; gradients accumulate over micro-batches, the "
+        "loss is normalised over the whole batch. 8192: a 1.5B model (fp32 weights and Adam, bf16 compute) within 80 GB"))
+    activation_checkpointing: bool = Field(False, description="recompute each layer's activations in backward (less memory, ~1/3 more compute)")
+    gpu_dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description=(
+        "compute dtype on CUDA: trainer autocast (weights and Adam state stay float32, FP32 head stays float32) and "
+        "vLLM weights; CPUs compute in float32"))
 
     @model_validator(mode="after")
     def _clip_order(self) -> "Recipe":

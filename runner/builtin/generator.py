@@ -194,7 +194,8 @@ class Generator:
 
 
 def create_generator(recipe, model_dir: str | Path | None = None):
-    """A generator actor for `recipe` (its model, FP32 head, seed, generator_devices), placed per `placement(recipe)`.
+    """A generator actor for `recipe` (its model, FP32 head, seed, generator_devices), placed per `placement(recipe)`:
+    on GPUs in recipe.gpu_dtype (bf16 by default; the FP32 head stays float32), on CPUs in float32.
 
     Needs Ray initialised. One actor can serve consecutive jobs on the same model: `run_job` reloads base weights.
     """
@@ -204,7 +205,7 @@ def create_generator(recipe, model_dir: str | Path | None = None):
     where = placement(recipe)
     return generator_actor(model_dir or resolve_model_dir(recipe), devices=recipe.generator_devices,
                            on_gpu=where.on_gpu, fp32_head=recipe.fp32_head, seed=recipe.seed,
-                           dtype="auto" if where.on_gpu else "float32", cpu_cores=where.generator_cores,
+                           dtype=recipe.gpu_dtype if where.on_gpu else "float32", cpu_cores=where.generator_cores,
                            in_process=not where.on_gpu)
 
 

@@ -3,8 +3,8 @@
 Per step: draw B_p prompts from the PromptPool, sample n rollouts each, verify, `train_step`, record
 the pass-rate history. Every `eval_every` steps (and at steps 0 and M): the validation pass rate, the
 mean reward over `eval_samples` samples per held-out prompt at the training temperature.
-Compute is device-hours: 1 device x training wall seconds / 3600 (evaluation time is not charged,
-so the evaluation schedule does not move the curve).
+Compute is device-hours: 1 device (a CPU or one CUDA GPU) x training wall seconds / 3600 (evaluation time is
+not charged, so the evaluation schedule does not move the curve).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import torch
 from rlscale.runner.rl.advantages import PromptPool
 from rlscale.runner.rl.sampling import sample
 from rlscale.runner.rl.tasks import make_task
-from rlscale.runner.rl.train_step import TrainBatch, make_optimizer, train_step
+from rlscale.runner.rl.train_step import TrainBatch, autocast, make_optimizer, train_step
 
-DEVICES = 1  # the local loop holds one CPU device
+DEVICES = 1  # the local loop holds one device
 
 
 def resolve_model_dir(recipe) -> Path:
@@ -40,31 +40,40 @@ def resolve_model_dir(recipe) -> Path:
 def evaluate(model, tokenizer, task, recipe, generator: torch.Generator) -> float:
     """Validation pass rate: mean reward over eval_samples rollouts per held-out prompt at the training temperature."""
     prompts = task.validation(recipe.eval_prompts)
-    rollouts = sample(
-        model, [tokenizer(p.text)["input_ids"] for p in prompts], n=recipe.eval_samples,
-        max_new_tokens=recipe.max_new_tokens, temperature=recipe.temperature, eos_id=tokenizer.eos_token_id,
-        pad_id=tokenizer.pad_token_id, generator=generator, fp32_head=recipe.fp32_head, decode=tokenizer.decode,
-    )
+    with autocast(recipe, generator.device):
+        rollouts = sample(
+            model, [tokenizer(p.text)["input_ids"] for p in prompts], n=recipe.eval_samples,
+            max_new_tokens=recipe.max_new_tokens, temperature=recipe.temperature, eos_id=tokenizer.eos_token_id,
+            pad_id=tokenizer.pad_token_id, generator=generator, fp32_head=recipe.fp32_head, decode=tokenizer.decode,
+        )
     rewards = [task.verify(prompts[i // recipe.eval_samples], c) for i, c in enumerate(rollouts.completions)]
     return sum(rewards) / len(rewards)
 
 
-def run_local(recipe, *, steps: int | None = None, threads: int = 1,
+def default_device() -> str:
+    """'cuda' when torch sees a GPU, else 'cpu'."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def run_local(recipe, *, steps: int | None = None, threads: int = 1, device: str | None = None,
               on_step: Callable[[int, dict], None] | None = None,
               on_record: Callable[[dict], None] | None = None) -> list[dict]:
-    """Train per `recipe` for `steps` (default recipe.steps); returns the eval records
-    {step, gpu_hours, rollouts, tokens, val_reward, train_reward, ...}. Deterministic for a seed and thread count."""
+    """Train per `recipe` for `steps` (default recipe.steps) on `device` (default: cuda when available); returns the
+    eval records {step, gpu_hours, rollouts, tokens, val_reward, train_reward, ...}. Deterministic for a seed,
+    device and thread count."""
     from rlscale.runner.rl.policy import load_policy
 
+    device = torch.device(device or default_device())
     total_steps = steps or recipe.steps
     torch.set_num_threads(threads)
     torch.manual_seed(recipe.seed)
     model, tokenizer = load_policy(resolve_model_dir(recipe))
+    model.to(device)
     ref_model = copy.deepcopy(model).requires_grad_(False) if recipe.kl_coef > 0 else None
     optimizer = make_optimizer(model, recipe)
     task = make_task(recipe)
     pool = PromptPool(task.train, retire_above=recipe.no_positive_resampling, seed=recipe.seed)
-    rollout_gen = torch.Generator().manual_seed(recipe.seed)
+    rollout_gen = torch.Generator(device=device).manual_seed(recipe.seed)
     eval_seed = 10_000 + recipe.seed  # a separate stream: evaluation never shifts the training samples
 
     records: list[dict] = []
@@ -72,7 +81,7 @@ def run_local(recipe, *, steps: int | None = None, threads: int = 1,
     last: dict = {}
 
     def record(step: int) -> None:
-        val = evaluate(model, tokenizer, task, recipe, torch.Generator().manual_seed(eval_seed + step))
+        val = evaluate(model, tokenizer, task, recipe, torch.Generator(device=device).manual_seed(eval_seed + step))
         row = {
             "step": step, "gpu_hours": DEVICES * train_seconds / 3600.0, "rollouts": rollouts_done,
             "tokens": tokens_done, "val_reward": val, "active_prompts": pool.active, "retired_prompts": len(pool.retired),
@@ -88,13 +97,15 @@ def run_local(recipe, *, steps: int | None = None, threads: int = 1,
     for step in range(1, total_steps + 1):
         started = time.perf_counter()
         prompts = pool.sample(recipe.prompts_per_batch)
-        rollouts = sample(
-            model, [tokenizer(p.text)["input_ids"] for p in prompts], n=recipe.rollouts,
-            max_new_tokens=recipe.max_new_tokens, temperature=recipe.temperature, eos_id=tokenizer.eos_token_id,
-            pad_id=tokenizer.pad_token_id, generator=rollout_gen, fp32_head=recipe.fp32_head, decode=tokenizer.decode,
-        )
+        with autocast(recipe, device):  # the sampler's log-probs in the trainer's precision: ratio 1 on-policy
+            rollouts = sample(
+                model, [tokenizer(p.text)["input_ids"] for p in prompts], n=recipe.rollouts,
+                max_new_tokens=recipe.max_new_tokens, temperature=recipe.temperature, eos_id=tokenizer.eos_token_id,
+                pad_id=tokenizer.pad_token_id, generator=rollout_gen, fp32_head=recipe.fp32_head,
+                decode=tokenizer.decode,
+            )
         rewards = torch.tensor(
-            [task.verify(prompts[i // recipe.rollouts], c) for i, c in enumerate(rollouts.completions)]
+            [task.verify(prompts[i // recipe.rollouts], c) for i, c in enumerate(rollouts.completions)], device=device
         ).view(len(prompts), recipe.rollouts)
         for prompt, prompt_rewards in zip(prompts, rewards.tolist()):
             pool.record(prompt, prompt_rewards)

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from rlscale.runner.builtin.generator import Generation
-from rlscale.runner.rl.train_step import TrainBatch, make_optimizer, token_logprobs, train_step
+from rlscale.runner.rl.train_step import TrainBatch, autocast, make_optimizer, token_logprobs, train_step
 
 
 def train_batch(prompt_ids: list[list[int]], generation: Generation, rewards: list[list[float]], pad_id: int) -> TrainBatch:
@@ -27,22 +27,24 @@ def train_batch(prompt_ids: list[list[int]], generation: Generation, rewards: li
     rows = [(prompt_ids[i], r) for i, group in enumerate(generation.rollouts) for r in group]
     prompt_width = max(len(p) for p, _ in rows)
     width = prompt_width + max(1, max(len(r.token_ids) for _, r in rows))
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    response_mask = torch.zeros((len(rows), width), dtype=torch.float32)
-    old_logp = torch.zeros((len(rows), width), dtype=torch.float32)
+    cpu = torch.device("cpu")  # built row by row on the host; the trainer moves it to its device once
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device=cpu)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long, device=cpu)
+    response_mask = torch.zeros((len(rows), width), dtype=torch.float32, device=cpu)
+    old_logp = torch.zeros((len(rows), width), dtype=torch.float32, device=cpu)
     for row, (prompt, rollout) in enumerate(rows):
         start, end = prompt_width - len(prompt), prompt_width + len(rollout.token_ids)
-        input_ids[row, start:end] = torch.tensor(prompt + rollout.token_ids, dtype=torch.long)
+        input_ids[row, start:end] = torch.tensor(prompt + rollout.token_ids, dtype=torch.long, device=cpu)
         attention_mask[row, start:end] = 1
-        response_mask[row, prompt_width:end] = torch.tensor(rollout.sampled, dtype=torch.float32)
-        old_logp[row, prompt_width:end] = torch.tensor(rollout.logprobs, dtype=torch.float32)
+        response_mask[row, prompt_width:end] = torch.tensor(rollout.sampled, dtype=torch.float32, device=cpu)
+        old_logp[row, prompt_width:end] = torch.tensor(rollout.logprobs, dtype=torch.float32, device=cpu)
     return TrainBatch(input_ids, attention_mask, response_mask, old_logp,
-                      torch.tensor(rewards, dtype=torch.float32).view(len(prompt_ids), n))
+                      torch.tensor(rewards, dtype=torch.float32, device=cpu).view(len(prompt_ids), n))
 
 
 class Trainer:
-    """The policy being trained (float32, FP32 head per recipe), its AdamW state and an optional frozen reference."""
+    """The policy being trained (float32 weights and AdamW state, bf16 autocast on CUDA per recipe.gpu_dtype, FP32
+    head per recipe) on `device`, and an optional frozen reference."""
 
     def __init__(self, model_dir: str | Path, recipe, *, threads: int = 1, cpu_cores: list[int] | None = None,
                  device: str = "cpu"):
@@ -71,9 +73,7 @@ class Trainer:
     def train(self, prompt_ids: list[list[int]], generation: Generation, rewards: list[list[float]]) -> dict:
         """One `train_step` on a generated batch: {"metrics": health metrics, "started"/"ended": wall-clock seconds}."""
         started, clock = time.time(), time.perf_counter()
-        batch = train_batch(prompt_ids, generation, rewards, self.tokenizer.pad_token_id)
-        batch = TrainBatch(*(t.to(self.device) for t in (batch.input_ids, batch.attention_mask, batch.response_mask,
-                                                         batch.old_logp)), batch.rewards.to(self.device))
+        batch = train_batch(prompt_ids, generation, rewards, self.tokenizer.pad_token_id).to(self.device)
         metrics = train_step(self.model, self.optimizer, batch, self.recipe, ref_model=self.ref_model)
         self.busy_seconds += time.perf_counter() - clock
         return {"metrics": metrics, "started": started, "ended": time.time()}
@@ -85,25 +85,29 @@ class Trainer:
         return save({name: tensor.detach().to("cpu").contiguous() for name, tensor in self.model.state_dict().items()})
 
     def state(self) -> bytes:
-        """Everything a checkpoint needs to resume training bit-for-bit: model, optimizer and torch RNG."""
+        """Everything a checkpoint needs to resume training bit-for-bit: model, optimizer, CPU and CUDA RNG."""
         buffer = io.BytesIO()
         torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "rng": torch.get_rng_state()}, buffer)
+                    "rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, buffer)
         return buffer.getvalue()
 
     def load_state(self, blob: bytes) -> None:
-        """Restore a `state()` blob."""
-        state = torch.load(io.BytesIO(blob), map_location=self.device, weights_only=False)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        """Restore a `state()` blob saved on any device (the RNG states must be CPU ByteTensors to be set)."""
+        state = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+        self.model.load_state_dict(state["model"])  # copies into the parameters, on whatever device they are
+        self.optimizer.load_state_dict(state["optimizer"])  # moves the Adam moments to their parameters' device
         torch.set_rng_state(state["rng"])
+        if state.get("cuda_rng") and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"][:torch.cuda.device_count()])
 
     @torch.no_grad()
     def score(self, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0) -> list[float]:
         """The trainer's log-probs of a fixed completion after a prompt (the same computation `train_step` uses)."""
         ids = torch.tensor([prompt_ids + completion_ids], device=self.device)
-        logp, _ = token_logprobs(self.model, ids, torch.ones_like(ids), temperature=temperature,
-                                 fp32_head=self.recipe.fp32_head)
+        with autocast(self.recipe, self.device):
+            logp, _ = token_logprobs(self.model, ids, torch.ones_like(ids), temperature=temperature,
+                                     fp32_head=self.recipe.fp32_head)
         return logp[0, len(prompt_ids):].tolist()
 
     def stats(self) -> dict:

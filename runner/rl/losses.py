@@ -19,41 +19,53 @@ def _safe_div(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tenso
     return numerator / denominator.clamp(min=1.0)
 
 
-def token_mean(per_token: torch.Tensor, mask: torch.Tensor, group_index: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean over every response token in the batch (DAPO's token-level aggregation)."""
-    return _safe_div((per_token * mask).sum(), mask.sum())
+# Each aggregation is a fixed weight per token (a function of the mask and the prompts only), so the scalar is
+# sum(per_token * weights): micro-batches that each sum their rows' share of one batch-wide weight tensor add up
+# to the whole batch's loss exactly, prompt-level normalisation included.
 
 
-def sample_mean(per_token: torch.Tensor, mask: torch.Tensor, group_index: torch.Tensor | None = None) -> torch.Tensor:
-    """Token mean within each sequence, then mean over sequences that have tokens (GRPO's original)."""
-    lengths = mask.sum(dim=1)
-    per_sequence = _safe_div((per_token * mask).sum(dim=1), lengths)
-    return _safe_div((per_sequence * (lengths > 0)).sum(), (lengths > 0).sum())
+def token_weights(mask: torch.Tensor, group_index: torch.Tensor | None = None) -> torch.Tensor:
+    """Weights [B, T] of the mean over every response token in the batch (DAPO's token-level aggregation)."""
+    return _safe_div(mask, mask.sum())
 
 
-def prompt_mean(per_token: torch.Tensor, mask: torch.Tensor, group_index: torch.Tensor | None = None) -> torch.Tensor:
-    """Token mean within each prompt's group of rollouts, then mean over prompts (ScaleRL's default)."""
+def sample_weights(mask: torch.Tensor, group_index: torch.Tensor | None = None) -> torch.Tensor:
+    """Weights [B, T] of the token mean within each sequence, then the mean over sequences that have tokens (GRPO)."""
+    lengths = mask.sum(dim=1, keepdim=True)
+    return _safe_div(_safe_div(mask, lengths), (lengths > 0).sum())
+
+
+def prompt_weights(mask: torch.Tensor, group_index: torch.Tensor | None = None) -> torch.Tensor:
+    """Weights [B, T] of the token mean within each prompt's group of rollouts, then the mean over prompts (ScaleRL)."""
     if group_index is None:
         raise ValueError("loss_agg 'prompt' needs group_index (the prompt of each sequence)")
     groups = int(group_index.max().item()) + 1 if group_index.numel() else 0
-    token_sums = torch.zeros(groups, dtype=per_token.dtype).index_add(0, group_index, (per_token * mask).sum(dim=1))
-    token_counts = torch.zeros(groups, dtype=mask.dtype).index_add(0, group_index, mask.sum(dim=1))
-    per_group = _safe_div(token_sums, token_counts)
-    return _safe_div((per_group * (token_counts > 0)).sum(), (token_counts > 0).sum())
+    token_counts = mask.new_zeros(groups).index_add(0, group_index, mask.sum(dim=1))
+    return _safe_div(_safe_div(mask, token_counts[group_index][:, None]), (token_counts > 0).sum())
 
 
 AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
-    "prompt": prompt_mean,
-    "token": token_mean,
-    "sample": sample_mean,
+    "prompt": prompt_weights,
+    "token": token_weights,
+    "sample": sample_weights,
 }
+
+
+def aggregation_weights(name: str, mask: torch.Tensor, group_index: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-token weights [B, T] (summing to 1 over a batch with tokens) of aggregation mode `name` (prompt | token | sample)."""
+    if name not in AGGREGATIONS:
+        raise ValueError(f"unknown loss_agg {name!r}; expected one of {', '.join(AGGREGATIONS)}")
+    return AGGREGATIONS[name](mask, group_index)
 
 
 def aggregate(name: str, per_token: torch.Tensor, mask: torch.Tensor, group_index: torch.Tensor | None = None) -> torch.Tensor:
     """Scalar from per-token values [B, T] by aggregation mode `name` (prompt | token | sample)."""
-    if name not in AGGREGATIONS:
-        raise ValueError(f"unknown loss_agg {name!r}; expected one of {', '.join(AGGREGATIONS)}")
-    return AGGREGATIONS[name](per_token, mask.to(per_token.dtype), group_index)
+    return (per_token * aggregation_weights(name, mask.to(per_token.dtype), group_index)).sum()
+
+
+def token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `per_token` over the response tokens."""
+    return _safe_div((per_token * mask).sum(), mask.sum())
 
 
 # ---------------------------------------------------------------- policy losses: -> (per-token loss, clipped)
@@ -98,12 +110,15 @@ POLICY_LOSSES: dict[str, Callable] = {
 
 
 def policy_loss(name: str, logp, old_logp, advantages, mask, *, clip_low: float, clip_high: float,
-                agg: str, group_index=None) -> tuple[torch.Tensor, dict[str, float]]:
-    """(scalar loss, stats) for policy loss `name` aggregated by `agg`; stats: clip_fraction, ratio_mean."""
+                agg: str, group_index=None, weights=None) -> tuple[torch.Tensor, dict[str, float]]:
+    """(scalar loss, stats) for policy loss `name` aggregated by `agg`; stats: clip_fraction, ratio_mean (token means).
+
+    `weights` [B, T], when given, replaces `agg`: the rows' share of a larger batch's aggregation_weights.
+    """
     if name not in POLICY_LOSSES:
         raise ValueError(f"unknown loss {name!r}; expected one of {', '.join(POLICY_LOSSES)}")
     per_token, clipped = POLICY_LOSSES[name](logp, old_logp, advantages, mask, clip_low=clip_low, clip_high=clip_high)
-    loss = aggregate(agg, per_token, mask, group_index)
+    loss = (per_token * weights).sum() if weights is not None else aggregate(agg, per_token, mask, group_index)
     with torch.no_grad():
         mask_f = mask.to(logp.dtype)
         stats = {

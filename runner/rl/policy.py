@@ -97,7 +97,7 @@ def sft_batch(prompts: list[Prompt], tokenizer) -> tuple[torch.Tensor, torch.Ten
 def sampled_pass_rate(model, tokenizer, task, prompts: list[Prompt], *, samples: int = 1, temperature: float = 1.0,
                       max_new_tokens: int = 8, seed: int = 0) -> float:
     """Mean verifier reward over `samples` rollouts per prompt, sampled at `temperature` (ScaleRL's validation metric)."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed)
     rollouts = sample(
         model, [tokenizer(p.text)["input_ids"] for p in prompts], n=samples, max_new_tokens=max_new_tokens,
         temperature=temperature, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,

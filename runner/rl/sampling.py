@@ -36,20 +36,26 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def next_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, fp32_head: bool) -> torch.Tensor:
-    """Logits [B, L, V] of every position; with `fp32_head` the LM head runs in float32 (ScaleRL's FP32 head)."""
-    hidden = model.model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask)
-    ).last_hidden_state
-    return _head(model, hidden, fp32_head)
+def last_hidden(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The decoder's final hidden states [B, L, H] (before the LM head), positions skipping left padding."""
+    return model.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
+                       use_cache=False).last_hidden_state
 
 
-def _head(model, hidden: torch.Tensor, fp32_head: bool) -> torch.Tensor:
+def head_logits(model, hidden: torch.Tensor, fp32_head: bool) -> torch.Tensor:
+    """Logits [.., V] of hidden states [.., H]; with `fp32_head` the LM head runs in float32 even under autocast
+    (ScaleRL's FP32 head)."""
     head = model.lm_head
     if fp32_head:
-        bias = None if head.bias is None else head.bias.float()
-        return F.linear(hidden.float(), head.weight.float(), bias)
+        with torch.autocast(hidden.device.type, enabled=False):
+            bias = None if head.bias is None else head.bias.float()
+            return F.linear(hidden.float(), head.weight.float(), bias)
     return head(hidden)
+
+
+def model_device(model) -> torch.device:
+    """The device the model's LM head lives on (where its inputs must be)."""
+    return model.lm_head.weight.device
 
 
 @torch.no_grad()
@@ -66,23 +72,29 @@ def sample(
     fp32_head: bool = True,
     decode=None,
 ) -> Rollouts:
-    """`n` rollouts for each prompt (token ids, BOS included), sampled at `temperature` with `generator`."""
+    """`n` rollouts for each prompt (token ids, BOS included), sampled at `temperature` with `generator`.
+
+    Tensors are made on the model's device; `generator` must live there too (torch.Generator(device=...)).
+    """
+    device = model_device(model)
     width = max(len(ids) for ids in prompt_ids)
     rows = [ids for ids in prompt_ids for _ in range(n)]
     batch = len(rows)
-    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((batch, width), dtype=torch.long)
+    # built on the CPU, then moved once: no per-row host-to-device copies
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long, device="cpu")
+    attention_mask = torch.zeros((batch, width), dtype=torch.long, device="cpu")
     for row, ids in enumerate(rows):
-        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long, device="cpu")
         attention_mask[row, width - len(ids):] = 1
-    finished = torch.zeros(batch, dtype=torch.bool)
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
     new_tokens, new_logp, new_mask = [], [], []
     cache = DynamicCache(config=model.config)
     step_ids, step_positions = input_ids, position_ids(attention_mask)
     for _ in range(max_new_tokens):
         hidden = model.model(input_ids=step_ids, attention_mask=attention_mask, position_ids=step_positions,
                              past_key_values=cache, use_cache=True).last_hidden_state[:, -1:, :]
-        logits = _head(model, hidden, fp32_head)[:, -1, :].float()
+        logits = head_logits(model, hidden, fp32_head)[:, -1, :].float()
         logprobs = torch.log_softmax(logits / temperature, dim=-1)
         token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(1)
         alive = ~finished
@@ -98,11 +110,12 @@ def sample(
             break
     response = torch.stack(new_tokens, 1)
     response_mask = torch.stack(new_mask, 1)
-    logp = torch.zeros(input_ids.shape, dtype=torch.float32)
+    logp = torch.zeros(input_ids.shape, dtype=torch.float32, device=device)
     logp[:, width:] = torch.stack(new_logp, 1)
-    mask = torch.zeros(input_ids.shape, dtype=torch.float32)
+    mask = torch.zeros(input_ids.shape, dtype=torch.float32, device=device)
     mask[:, width:] = response_mask
     completions = []
+    response, response_mask = response.cpu(), response_mask.cpu()
     for row in range(batch):
         ids = response[row][response_mask[row].bool()].tolist()
         ids = [t for t in ids if t not in (eos_id, pad_id)]

@@ -18,6 +18,7 @@ def register(app: typer.Typer) -> None:
         local: bool = typer.Option(False, "--local", help="Single process on this machine: torch sampling, no Ray/vLLM."),
         steps: int | None = typer.Option(None, "--steps", min=1, help="Override the recipe's steps."),
         threads: int = typer.Option(1, "--threads", min=1, help="--local: torch CPU threads (results are reproducible per thread count)."),
+        device: str = typer.Option(None, "--device", help="--local: cpu or cuda (default: cuda when torch sees a GPU)."),
         as_json: bool = typer.Option(False, "--json", help="Print {recipe, records, ...} as JSON instead of tables."),
         study: str = typer.Option("runs", "--study", help="Ray runner: the study the run is stored in."),
         db: str = typer.Option(None, "--db", help="Ray runner: SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)."),
@@ -37,14 +38,29 @@ def register(app: typer.Typer) -> None:
             else:
                 _print_summary(records, seconds, title="validation pass rate vs compute (Ray: vLLM generator + torch trainer)")
             return
-        records, seconds = _run_local(recipe, steps, threads, quiet=as_json)
+        device = _local_device(device)
+        records, seconds = _run_local(recipe, steps, threads, device, quiet=as_json)
         if as_json:
             print_json({"recipe": recipe.to_json(), "runner": "local", "wall_seconds": seconds, "records": records})
         else:
-            _print_summary(records, seconds)
+            _print_summary(records, seconds, title=f"validation pass rate vs compute (local runner, 1 {device.upper()} device)")
 
 
-def _run_local(recipe, steps, threads, *, quiet: bool):
+def _local_device(device: str | None) -> str:
+    import torch
+
+    from rlscale.runner.builtin.local import default_device
+
+    if device is None:
+        return default_device()
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"expected cpu or cuda, got {device!r}", field="--device")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("cuda requested but torch sees no GPU (use --device cpu)", field="--device")
+    return device
+
+
+def _run_local(recipe, steps, threads, device, *, quiet: bool):
     import time
 
     from rich.progress import Progress, TextColumn, TimeElapsedColumn
@@ -54,7 +70,7 @@ def _run_local(recipe, steps, threads, *, quiet: bool):
     total = steps or recipe.steps
     started = time.perf_counter()
     if quiet:
-        return run_local(recipe, steps=total, threads=threads), time.perf_counter() - started
+        return run_local(recipe, steps=total, threads=threads, device=device), time.perf_counter() - started
     with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True) as progress:
         line = progress.add_task("starting (loading the policy)", total=total)
         state = {"val": float("nan")}
@@ -70,7 +86,7 @@ def _run_local(recipe, steps, threads, *, quiet: bool):
                 f"step {row['step']:5d}  device-hours {row['gpu_hours']:.5f}  rollouts {row['rollouts']:7d}  "
                 f"val_reward {row['val_reward']:.3f}", highlight=False)
 
-        records = run_local(recipe, steps=total, threads=threads, on_step=on_step, on_record=on_record)
+        records = run_local(recipe, steps=total, threads=threads, device=device, on_step=on_step, on_record=on_record)
     return records, time.perf_counter() - started
 
 
