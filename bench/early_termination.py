@@ -15,15 +15,16 @@ per-run budget (REGIMES): "late" (C_mid 8-30% of the budget: runs end at 3.3-12x
 earlier measurements), "mid" (4-15%) and "early" (2-8%: runs planned to 12-50x C_mid, as a study planned to
 extrapolate from well past the bend would be).
 
-Asymptote rule: the sweep driver's loop, replayed. `next_move` (fitting/early_stop.py) is given every run's
-progress and its sigmoid fit so far (bootstrap 100, and the profile-likelihood upper bound on A at
-early_stop.UPPER_LEVEL) and says what to do next; an "advance" runs that run up to the move's fraction of its
-budget (rung boundaries fall on evaluations), and during the advance the driver checks `should_stop` every
-other eval, from a quarter of the budget on, against `reference_fit` (the best finished run), so a run can
-also stop mid-rung. The pick is the finished run with the highest fitted asymptote. "floor": the same
-should_stop checks with the final reference known from the start, each other run stopped at its first check
-that fires: what a scheduler that guessed the best run right away would spend (the scheduler can come in a
-little under it when a partial fit stops the run whose full curve ends with the highest lower bound).
+Asymptote rule: the sweep driver's loop itself. Each study goes through `run_by_rungs`
+(runner/sweep/scheduler.py), the function SweepDriver calls: every run's progress and its sigmoid fit so far
+(bootstrap 100, and the profile-likelihood upper bound on A at early_stop.UPPER_LEVEL) go in, `next_move`
+(fitting/early_stop.py) says what to do next; an "advance" replays that run's evals up to the move's fraction of
+its budget (rung boundaries fall on evaluations), asking the scheduler's stop check every other eval (it judges
+from a quarter of the budget on, against `reference_fit`, the best finished run), so a run can also stop
+mid-rung. The pick is the finished run with the highest fitted asymptote. "floor": the same check with the
+final reference known from the start, each other run stopped at its first check that fires: what a scheduler
+that guessed the best run right away would spend (the scheduler can come in a little under it when a partial
+fit stops the run whose full curve ends with the highest lower bound).
 
 Hyperband: Optuna's HyperbandPruner (min resource 4 evals, eta 3) on the same studies, runs one after another
 in a random order per replicate, as on a single host; the pick is the completed trial with the highest fitted
@@ -46,42 +47,41 @@ mean):
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rlscale.fitting import early_stop  # noqa: E402
-from rlscale.fitting.early_stop import RunProgress, best_fit_of, next_move, reference_fit, should_stop  # noqa: E402
-from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid  # noqa: E402
-from rlscale.planner.study import EarlyTerminate  # noqa: E402
+from rlscale.fitting import early_stop
+from rlscale.fitting.early_stop import RunProgress, best_fit_of
+from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
+from rlscale.planner.study import EarlyTerminate
+from rlscale.runner.sweep.scheduler import RungSchedule, run_by_rungs
 
 N_RUNS, N_EVALS, EVAL_SAMPLES, REPLICATES = 12, 40, 2048, 100
 # C_mid drawn uniformly from this range, as a fraction of the per-run budget (see the module docstring)
 REGIMES = {"late": (0.08, 0.3), "mid": (0.04, 0.15), "early": (0.02, 0.08)}
 RULE = EarlyTerminate(type="asymptote")  # a study's defaults, as the driver applies them
-MIN_FRACTION = RULE.min_fraction  # the driver never judges a run before this fraction of its budget
-CHECK_EVERY = 2  # the driver refits and asks should_stop every this many evals
+SCHEDULE = RungSchedule.from_rule(RULE)
+MIN_FRACTION = RULE.min_fraction  # no run is judged before this fraction of its budget
+CHECK_EVERY = 2  # evals between the stop checks during an advance (the driver checks at each checkpoint)
 WITHIN = 0.02  # "best within noise": the pick's true asymptote is within this of the grid pick's
 
 
-def by_asymptote(run, noise_band=early_stop.NOISE_BAND) -> float:
+def by_asymptote(run) -> float:
     """Rank runs by their fitted asymptote's point estimate, else their latest evaluation."""
     if run.fit is not None:
         return float(run.fit.A)
     return by_last_reward(run)
 
 
-def by_last_reward(run, noise_band=early_stop.NOISE_BAND) -> float:
+def by_last_reward(run) -> float:
     """Rank runs by their latest evaluation."""
     return float(run.last_reward) if run.last_reward is not None else float("-inf")
 
 
-# Variants of the default schedule: next_move keyword arguments, plus "promise" (replaces
-# fitting.early_stop.promise, how runs are ranked) and "check_every" (evals between the driver's checks).
+# Variants of the default schedule: RungSchedule fields (rank: how runs are ranked), plus "upper_level" (the
+# profile bound's level) and "check_every" (evals between the checks during an advance).
 CHOSEN = "default: rungs 25/50/100, 1 leader, rank by A lower bound, profile bound 0.99, 2 x C_mid"
 VARIANTS = {
     CHOSEN: {},
@@ -89,8 +89,8 @@ VARIANTS = {
     "profile bound at one-sided 0.995": {"upper_level": 0.995},
     "no past-inflection check (the profile bound alone)": {"past_inflection": 0.0},
     "past inflection 1 x C_mid": {"past_inflection": 1.0},
-    "rank by A point estimate": {"promise": by_asymptote},
-    "rank by latest reward": {"promise": by_last_reward},
+    "rank by A point estimate": {"rank": by_asymptote},
+    "rank by latest reward": {"rank": by_last_reward},
     "0 leaders": {"leaders": 0},
     "2 leaders": {"leaders": 2},
     "rungs 25/100": {"rungs": (0.25, 1.0)},
@@ -148,35 +148,31 @@ class FitCache:
 
 
 def replay_asymptote(runs, order, fits: FitCache, check_every=CHECK_EVERY, **schedule) -> tuple[int, float, int]:
-    """(chosen best run, compute spent, moves) with the rung scheduler; `order` is the driver's list of runs.
+    """(chosen best run, compute spent, moves): the study run through the sweep's rung scheduler
+    (rlscale.runner.sweep.scheduler.run_by_rungs, the loop the driver runs); `order` is the driver's list of runs.
 
-    The compute axis is the fraction of the budget (budget 1.0), so RunProgress.compute is left at None."""
-    stop_options = {k: schedule[k] for k in ("noise_band", "past_inflection") if k in schedule}
+    Advancing a run replays its evals up to the move's fraction, asking the scheduler's check every
+    `check_every` evals (the driver asks at each checkpoint). The compute axis is the fraction of the budget
+    (budget 1.0), so RunProgress.compute is left at None."""
+    plan = RungSchedule.from_rule(RULE, **schedule)
     seen = {i: 0 for i in order}  # evals observed per run
-    stopped, moves = set(), 0
+    stopped = set()
 
-    def progress(i) -> RunProgress:
+    def view(i) -> RunProgress:
         n = seen[i]
         return RunProgress(key=i, fraction=float(runs[i]["compute"][n - 1]) if n else 0.0, fit=fits(i, n),
                            finished=n == N_EVALS, last_reward=float(runs[i]["reward"][n - 1]) if n else None,
                            stopped=i in stopped)
 
-    while (move := next_move([progress(i) for i in order], **{"rungs": RULE.rungs, **schedule})) is not None:
-        moves += 1
-        i = move.key
-        if move.kind == "stop":
-            stopped.add(i)
-            continue
-        run = runs[i]
-        best = reference_fit([progress(k) for k in order])  # only run i changes during its advance
-        target = int(np.searchsorted(run["compute"], move.until + 1e-9))  # evals with compute <= until
+    def advance(i, until, check):
+        target = int(np.searchsorted(runs[i]["compute"], until + 1e-9))  # evals with compute <= until
         for j in range(seen[i], target):
             seen[i] = j + 1
-            if run["compute"][j] < MIN_FRACTION or best is None or (j + 1) % check_every:
-                continue
-            if should_stop(fits(i, j + 1), best, run["compute"][j], **stop_options).stop:
+            if (j + 1) % check_every == 0 and check(view(i)):
                 stopped.add(i)
-                break
+                return
+
+    moves = run_by_rungs(plan, lambda: [view(i) for i in order], advance, lambda i, reason: stopped.add(i))
     spent = sum(float(runs[i]["compute"][seen[i] - 1]) for i in order if seen[i])
     finished = [i for i in order if seen[i] == N_EVALS]
     chosen = max(finished, key=lambda k: fits(k, N_EVALS).A if fits(k, N_EVALS) is not None else -1)
@@ -185,15 +181,16 @@ def replay_asymptote(runs, order, fits: FitCache, check_every=CHECK_EVERY, **sch
 
 def floor_asymptote(runs, fits: FitCache) -> float:
     """Compute spent if the final reference were known from the start and every other run stopped at its
-    first should_stop check (every CHECK_EVERY evals from MIN_FRACTION on) that fires against it."""
+    first check (the scheduler's, every CHECK_EVERY evals) that fires against it."""
     full = {i: fits(i, N_EVALS) for i in range(N_RUNS)}
     best = best_fit_of(full)
+    check = SCHEDULE.stop_check([RunProgress(key=i, fraction=1.0, fit=f, finished=True) for i, f in full.items()])
     spent = 0.0
     for i, run in enumerate(runs):
         stop_at = N_EVALS
         if full[i] is not best:
             for n in range(CHECK_EVERY, N_EVALS + 1, CHECK_EVERY):
-                if run["compute"][n - 1] >= MIN_FRACTION and should_stop(fits(i, n), best, run["compute"][n - 1]).stop:
+                if check(RunProgress(key=i, fraction=float(run["compute"][n - 1]), fit=fits(i, n), finished=False)):
                     stop_at = n
                     break
         spent += float(run["compute"][stop_at - 1])
@@ -232,19 +229,12 @@ def replay_hyperband(runs, order, seed) -> tuple[int, float]:
 
 
 def run_asymptote(runs, order, fits, options) -> tuple[int, float, int]:
-    """replay_asymptote with one variant's options (a "promise" option temporarily replaces the ranking; an
-    "upper_level" option fits with that level of profile bound)."""
+    """replay_asymptote with one variant's options (an "upper_level" option fits with that level of profile bound)."""
     options = dict(options)
     level = options.pop("upper_level", None)
     if level is not None:
         fits = FitCache(runs, upper_level=level)
-    ranking, original = options.pop("promise", None), early_stop.promise
-    if ranking is not None:
-        early_stop.promise = ranking
-    try:
-        return replay_asymptote(runs, order, fits, **options)
-    finally:
-        early_stop.promise = original
+    return replay_asymptote(runs, order, fits, **options)
 
 
 def summary(rows, prefix) -> dict:

@@ -1,9 +1,9 @@
 """Asymptote-based early termination (ScaleRL practice): stop a run once its fitted curve shows it
 cannot reach the best run's asymptote, and a rung scheduler that decides which run of a study to advance
-next so the best run is known early and the others are judged against it. Pure decision logic; the sweep
-driver applies it (it pauses runs at checkpoints and resumes them)."""
+next so the best run is known early and the others are judged against it. Pure decision rules; the loop that
+applies them is rlscale.runner.sweep.scheduler (the sweep driver and bench/early_termination.py both run it)."""
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,7 +114,7 @@ class Move:
 
 def reference_fit(runs: list[RunProgress]) -> SigmoidFit | None:
     """The fit the unfinished runs must reach: among finished runs, the identified fit with the highest asymptote
-    lower bound (None when no finished run has an identified fit). The driver's checks during an advance use it too."""
+    lower bound (None when no finished run has an identified fit). The checks during an advance use it too."""
     return best_fit_of({run.key: run.fit for run in runs if run.done})
 
 
@@ -127,14 +127,15 @@ def promise(run: RunProgress, noise_band: float = NOISE_BAND) -> float:
 
 
 def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...], leaders: int = 1,
-              noise_band: float = NOISE_BAND, past_inflection: float = PAST_INFLECTION) -> Move | None:
+              noise_band: float = NOISE_BAND, past_inflection: float = PAST_INFLECTION,
+              rank: Callable[[RunProgress], float] | None = None) -> Move | None:
     """The next thing the sweep should do, or None when every run is finished or stopped.
 
     In this order:
     1. stop an unfinished run that `should_stop` says cannot reach `reference_fit(runs)`;
     2. explore: advance the least advanced run that is below the first rung to that rung;
     3. leader: while fewer than `leaders` runs have finished with an identified fit, run the most
-       promising one (see `promise`) to its full budget, so the reference is known, and tight, early;
+       promising one (by `rank`, default `promise`) to its full budget, so the reference is known, and tight, early;
     4. advance, to its next rung, the most promising of the runs at the lowest rung (breadth first:
        at each rung the best-looking run goes ahead first, and once all survivors sit at the last rung
        before 1.0 they finish one by one, best first, each raising the reference for the rest).
@@ -153,8 +154,9 @@ def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...], leaders: int
     if behind:
         return Move("advance", min(behind, key=lambda run: run.fraction).key, until=rungs[0])
 
-    def rank(run):
-        return promise(run, noise_band)
+    if rank is None:
+        def rank(run):
+            return promise(run, noise_band)
 
     identified = sum(1 for run in runs if run.done and run.fit is not None and run.fit.identified)
     if identified < leaders:

@@ -35,3 +35,13 @@ def fit_runs(records: pd.DataFrame, *, run_col="run", compute_col="compute", rew
             row.update(n_points=int(len(group)), identified=False, reason=str(err))
         rows.append({"run": run, **row})
     return pd.DataFrame(rows, columns=["run", *FIT_COLUMNS])
+
+
+def run_labels(runs: pd.DataFrame) -> pd.Series:
+    """Display names of `runs` (a frame with `run` and maybe `seed` columns): the run name, with " (seed n)"
+    added where several runs share it, so each run's fit has a label of its own."""
+    names = runs["run"].astype(str)
+    if "seed" not in runs.columns:
+        return names
+    shared = names.duplicated(keep=False)
+    return names.where(~shared, names + " (seed " + runs["seed"].astype(str) + ")")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from rlscale.fitting.frame import run_labels
 from rlscale.fitting.optimal_n import RolloutsLaw
 from rlscale.fitting.records import record_breaking_points
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid
@@ -32,15 +33,6 @@ def run_geometry(runs: pd.DataFrame) -> pd.DataFrame:
         if key not in runs.columns:
             runs[key] = [(cfg or {}).get(key) for cfg in runs.get("config", [None] * len(runs))]
     return runs
-
-
-def run_labels(runs: pd.DataFrame) -> pd.Series:
-    """Display names: the run name, with the seed added where several runs share it."""
-    names = runs["run"].astype(str)
-    if "seed" not in runs.columns:
-        return names
-    shared = names.duplicated(keep=False)
-    return names.where(~shared, names + " (seed " + runs["seed"].astype(str) + ")")
 
 
 def late_truncation_rate(records: pd.DataFrame) -> float:
@@ -218,27 +210,28 @@ def frontier_segments(front: pd.DataFrame) -> list[dict]:
 COMPUTE_COLUMNS = {"gpu_hours": "gpu_hours", "rollouts": "rollouts", "tokens": "tokens"}
 
 
-def study_unit(spec: dict) -> str:
-    """The study's compute unit (gpu_hours, rollouts, tokens); gpu_hours when the spec does not say."""
-    return ((spec or {}).get("compute") or {}).get("unit") or "gpu_hours"
+def study_unit(study) -> str:
+    """The compute unit (gpu_hours, rollouts, tokens) of a Study; gpu_hours when it does not say (or is None)."""
+    return study.compute.unit if study is not None and study.compute is not None else "gpu_hours"
 
 
-def steps_model(spec: dict, records: pd.DataFrame, runs: pd.DataFrame, *, profile: str | None = None):
+def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: str | None = None):
     """(steps_for(budget, B_p, n) -> steps, description) in the study's compute unit.
 
     GPU-hours use, in order: the named profile, a profile calibrated on the study's own measured records,
-    the study's profile (compute.profile, else the default for its model).
+    the study's profile (compute.profile, else the default for its model). `study`: a Study, or None for a study
+    imported without a spec (then the default profile of the default recipe's model).
     """
     from rlscale.planner.cost import calibrate, step_gpu_hours, steps_within
 
-    unit = study_unit(spec)
+    unit = study_unit(study)
     if unit == "rollouts":
         return (lambda budget, bp, n: steps_within(budget, bp * n)), "rollouts: B_p x n per step"
     if unit == "tokens":
         both = records.dropna(subset=["tokens", "rollouts"]) if {"tokens", "rollouts"} <= set(records.columns) else records.iloc[:0]
         both = both[both["rollouts"].astype(float) > 0]
         per_rollout = float((both["tokens"].astype(float) / both["rollouts"].astype(float)).median()) if len(both) else float(
-            ((spec or {}).get("recipe") or {}).get("max_new_tokens", 16))
+            _base_recipe(study).max_new_tokens)
         return (lambda budget, bp, n: steps_within(budget, bp * n * per_rollout)), f"tokens: {per_rollout:.1f} per rollout"
     chosen, how = None, ""
     if profile is not None:
@@ -254,9 +247,12 @@ def steps_model(spec: dict, records: pd.DataFrame, runs: pd.DataFrame, *, profil
         except Exception:  # any calibration failure falls back to the study's profile
             chosen = None
         if chosen is None:
-            from rlscale.planner.study import default_profile, parse_study
+            from rlscale.planner.profiles import load_profile
+            from rlscale.planner.cost import DEFAULT_PROFILE
+            from rlscale.planner.study import default_profile
 
-            chosen = default_profile(parse_study(spec, file="study spec"))
+            # a study imported from logs has no spec: they come from real models, not the tiny policy
+            chosen = default_profile(study) if study is not None else load_profile(DEFAULT_PROFILE)
             how = f"profile {chosen.name}"
     return (lambda budget, bp, n: steps_within(budget, step_gpu_hours(chosen, bp, n), chosen.startup_gpu_hours)), how
 
@@ -280,14 +276,15 @@ def pick_study(store, study: str | None) -> str:
 
 
 def recommend_study(store, study: str, budget: float, *, profile: str | None = None, bootstrap: int = 100,
-                    seed: int = 0) -> tuple[Recommendation, dict]:
-    """(recommendation, study spec) for a stored study; Refusal when the evidence is not enough."""
+                    seed: int = 0) -> tuple[Recommendation, object]:
+    """(recommendation, the stored Study or None) for a stored study; Refusal when the evidence is not enough."""
     from rlscale.fitting.optimal_n import fit_optimal_rollouts
+    from rlscale.fitting.stored import stored_study
 
-    spec = store.study_spec(study)
+    typed = stored_study(store, study)
     runs = store.runs_frame(study)
     records = store.records_frame(study)
-    unit = study_unit(spec)
+    unit = study_unit(typed)
     if records["val_reward"].notna().sum() == 0:
         raise Refusal(f"no recommendation: study {study!r} has no evaluated records yet")
     curves, draws = run_curves(records, runs, compute_col=COMPUTE_COLUMNS[unit], bootstrap=bootstrap, seed=seed)
@@ -296,16 +293,23 @@ def recommend_study(store, study: str, budget: float, *, profile: str | None = N
         raise Refusal(f"no recommendation: study {study!r} has fitted runs at {usable['rollouts'].nunique()} rollouts "
                       "value(s); the optimal-n law needs an IsoCompute study that varies rollouts")
     law = fit_optimal_rollouts(usable, draws=draws, bootstrap=bootstrap, seed=seed)
-    steps_for, cost_how = steps_model(spec, records, runs, profile=profile)
+    steps_for, cost_how = steps_model(typed, records, runs, profile=profile)
     rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=draws)
     rec.notes.append(f"compute in {unit}; steps from the cost model: {cost_how}")
-    return rec, spec
+    return rec, typed
 
 
-def recommended_recipe(spec: dict, rec: Recommendation):
-    """The study's base recipe with the recommended B_p, n and M."""
+def _base_recipe(study):
+    """The study's base recipe; the default Recipe for a study imported without a spec (None)."""
     from rlscale.planner.recipe import Recipe
 
-    base = Recipe.model_validate((spec or {}).get("recipe") or {}).to_json()
+    return study.recipe if study is not None else Recipe()
+
+
+def recommended_recipe(study, rec: Recommendation):
+    """The base recipe of `study` (a Study, or None: the default recipe) with the recommended B_p, n and M."""
+    from rlscale.planner.recipe import Recipe
+
+    base = _base_recipe(study).to_json()
     return Recipe.model_validate({**base, "prompts_per_batch": rec.prompts_per_batch, "rollouts": rec.rollouts,
                                   "steps": rec.steps})

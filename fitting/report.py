@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from rlscale.fitting.plots import save_figure
-from rlscale.fitting.recommend import NOISE_BAND, run_curves, run_labels, study_unit
+from rlscale.fitting.frame import run_labels
+from rlscale.fitting.recommend import NOISE_BAND, run_curves, study_unit
 
 COMPUTE_LABELS = {"gpu_hours": "GPU-hours", "rollouts": "rollouts", "tokens": "tokens"}
 
@@ -157,22 +158,23 @@ class Report:
                 "law": self.law, "notes": self.notes, "files": {k: str(v) for k, v in {**self.plots, **self.files}.items()}}
 
 
-def build_report(spec: dict, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, study: str,
+def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, study: str,
                  bootstrap: int = 200, seed: int = 0) -> Report:
-    """Fit, plot and write report.md, *.png and report.html into out_dir; returns the Report."""
+    """Fit, plot and write report.md, *.png and report.html into out_dir; returns the Report. `stored`: the study
+    (rlscale.planner.study.Study), or None for one imported without a spec (a grid of runs, on val_reward)."""
     from rlscale.fitting.plots import plot_study
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    method = (spec or {}).get("method", "grid")
-    unit = study_unit(spec)
+    method = stored.method if stored is not None else "grid"
+    unit = study_unit(stored)
     compute_col = {"gpu_hours": "gpu_hours", "rollouts": "rollouts", "tokens": "tokens"}[unit]
-    metric = (spec or {}).get("metric") or "val_reward"
+    metric = stored.metric if stored is not None else "val_reward"
     records = records[pd.to_numeric(records[metric], errors="coerce").notna()].copy()
     runs = runs.copy()
     runs["label"] = run_labels(runs)
     records["run"] = records["run_id"].map(dict(zip(runs["run_id"], runs["label"])))
-    report = Report(study=study, method=method, description=(spec or {}).get("description", ""), unit=unit, fits=[])
+    report = Report(study=study, method=method, description=stored.description if stored is not None else "", unit=unit, fits=[])
     if records.empty:
         report.notes.append("no evaluated records yet: nothing to fit")
         return write_report(report, out)
@@ -332,5 +334,7 @@ def render_html(report: Report) -> str:
 
 def study_report(store, study: str, out_dir, *, bootstrap: int = 200, seed: int = 0) -> Report:
     """The report of a stored study, written into out_dir."""
-    return build_report(store.study_spec(study), store.runs_frame(study), store.records_frame(study), out_dir,
+    from rlscale.fitting.stored import stored_study
+
+    return build_report(stored_study(store, study), store.runs_frame(study), store.records_frame(study), out_dir,
                         study=study, bootstrap=bootstrap, seed=seed)

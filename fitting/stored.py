@@ -1,10 +1,17 @@
-"""Fits of a stored study: its evaluated records in, per-run sigmoid fits out and saved beside them.
-Takes any object with the Store's frame methods (fitting never imports the runner)."""
+"""A stored study read through the store: its typed Study, and its evaluated records in, per-run sigmoid fits out
+and saved beside them. Takes any object with the Store's methods (fitting never imports the runner)."""
 
 import pandas as pd
 
-from rlscale.fitting.frame import fit_runs
 from rlscale.base.errors import UserError
+from rlscale.fitting.frame import fit_runs, run_labels
+from rlscale.planner.study import Study, study_from_spec
+
+
+def stored_study(store, name: str) -> Study | None:
+    """The Study stored as `name`, typed (None for a study imported without a spec); UserError naming the known
+    studies if there is none, or the field if its spec does not validate."""
+    return study_from_spec(store.study_spec(name), name=name)
 
 
 def study_records(store, study: str) -> pd.DataFrame:
@@ -14,10 +21,7 @@ def study_records(store, study: str) -> pd.DataFrame:
     if records.empty:
         raise UserError(f"no records with a validation reward in study {study!r} ({store.url_for_display})", field="--study")
     runs = store.runs_frame(study).set_index("run_id")
-    # runs of one study may share a name (seeds): those get the seed in their label so each fit is its own run
-    names = runs["run"]
-    shared = names.duplicated(keep=False)
-    labels = names.where(~shared, names + " (seed " + runs["seed"].astype(str) + ")")
+    labels = run_labels(runs)  # runs of one study may share a name (seeds): each fit is its own run
     return records.assign(run=records["run_id"].map(labels)).rename(columns={"gpu_hours": "compute", "val_reward": "reward"})
 
 

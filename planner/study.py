@@ -285,6 +285,15 @@ def parse_study(data: dict, *, file: str) -> Study:
         raise user_error_from_validation(err, file=file) from None
 
 
+def study_from_spec(spec: dict, *, name: str) -> Study | None:
+    """The Study a spec stored with study `name` describes (Study.to_spec), or None for an empty spec (a study
+    made by `rlscale import` has none); UserError naming the study and field if the spec does not validate.
+    The one parser of stored specs: status, report, recommend and export all read a study through it."""
+    if not spec:
+        return None
+    return parse_study({"name": name, **spec}, file=f"study {name} in the store")
+
+
 @dataclass(frozen=True)
 class PlannedRun:
     """One run of a study: its name (without the seed), full recipe, seed and estimated GPU-hours."""

@@ -14,6 +14,7 @@ import yaml
 
 from rlscale.db.store import Store
 from rlscale.planner.study import load_study
+from rlscale.runner.engine import Engine, JobResult
 from rlscale.runner.sweep.driver import SweepDriver
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,10 +152,12 @@ def test_run_command_trains_one_recipe_on_ray_into_the_store(tmp_path, monkeypat
     assert sorted(records["step"]) == list(range(9)) and records["gpu_hours"].iloc[-1] > 0
 
 
-class ReplayedJobs:
-    """A stand-in for rlscale.runner.builtin.job.run_job that replays known sigmoid curves (this test isolates the driver's rung
-    scheduling from Ray and training on purpose): 0.01 device-hours a step, an evaluation and a checkpoint every
-    2 steps, resumable at its last checkpoint, honouring until_step and should_stop like the real job."""
+class ReplayEngine(Engine):
+    """An engine (rlscale.runner.engine) that replays known sigmoid curves instead of training (this test isolates
+    the driver's rung scheduling from Ray and training on purpose): 0.01 device-hours a step, an evaluation and a
+    checkpoint every 2 steps, resumable at its last checkpoint, honouring until_step and should_stop."""
+
+    name = "replay"
 
     ASYMPTOTE = {1e-4: 0.50, 2e-4: 0.62, 3e-4: 0.80, 4e-4: 0.66}  # by the run's lr
 
@@ -171,7 +174,7 @@ class ReplayedJobs:
         rng = np.random.default_rng(int(lr * 1e5) * 1000 + step)
         return rng.binomial(4096, truth) / 4096
 
-    def __call__(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, **_):
+    def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None):
         start = self.reached.get(run_key, 0)
         last = until_step or recipe.steps
         steps = range(start + 1, last + 1) if start else range(0, last + 1)
@@ -187,24 +190,17 @@ class ReplayedJobs:
                 if stopped:
                     break
         self.calls.append((recipe.lr, start, self.reached[run_key]))
-        return {"steps": self.reached[run_key], "stopped": stopped is not None, "stop_reason": stopped or "",
-                "busy_seconds": 0.0, "timings": {}}
+        return JobResult(steps=self.reached[run_key], stopped=stopped is not None, stop_reason=stopped or "")
 
 
-def test_asymptote_rungs_explore_every_run_then_stop_the_ones_that_cannot_win(tmp_path, monkeypatch):
-    import rlscale.runner.builtin.job
-    import rlscale.runner.sweep.driver
-
-    jobs = ReplayedJobs()
-    monkeypatch.setattr(rlscale.runner.builtin.job, "run_job", jobs)
-    monkeypatch.setattr(rlscale.runner.sweep.driver, "_init_ray", lambda address: False)
-    monkeypatch.setattr(SweepDriver, "_shared_actor", lambda self, role, recipe: None)
-    path = write_study(tmp_path / "rungs.yaml", "rungs", {"lr": sorted(ReplayedJobs.ASYMPTOTE)}, steps=80,
+def test_asymptote_rungs_explore_every_run_then_stop_the_ones_that_cannot_win(tmp_path):
+    jobs = ReplayEngine()
+    path = write_study(tmp_path / "rungs.yaml", "rungs", {"lr": sorted(ReplayEngine.ASYMPTOTE)}, steps=80,
                        eval_every=2, checkpoint_every=2)
     spec = yaml.safe_load(path.read_text())
     path.write_text(yaml.safe_dump({**spec, "early_terminate": {"type": "asymptote", "min_fraction": 0.25}}))
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
-        driver = SweepDriver(load_study(path), store)
+        driver = SweepDriver(load_study(path), store, engine=jobs)
         driver.run()
         runs = store.runs_frame("rungs").set_index("run")
         records = store.records_frame("rungs")

@@ -43,10 +43,10 @@ def register(app: typer.Typer) -> None:
             store = Store(db, create=False)
             name = pick_study(store, study)
             try:
-                rec, spec = recommend_study(store, name, budget, profile=profile)
+                rec, stored = recommend_study(store, name, budget, profile=profile)
             except Refusal as refusal:
                 raise UserError(str(refusal), field=f"study {name}") from None
-            chosen = recommended_recipe(spec, rec)
+            chosen = recommended_recipe(stored, rec)
             lo, hi = rec.predicted_interval
             header = [f"rlscale export: recommendation from study {name} for a budget of {budget:g}",
                       f"B_p {rec.prompts_per_batch}, n {rec.rollouts} (law n* {rec.n_star:.0f}), M {rec.steps} steps; "

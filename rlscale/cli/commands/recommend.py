@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         store = Store(db, create=False)
         name = pick_study(store, study)
         try:
-            rec, _spec = recommend_study(store, name, budget, profile=profile, bootstrap=bootstrap)
+            rec, _study = recommend_study(store, name, budget, profile=profile, bootstrap=bootstrap)
         except Refusal as refusal:
             if json_out:
                 print_json({"study": name, "budget": budget, "refused": True, "reason": str(refusal)})

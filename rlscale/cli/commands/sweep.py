@@ -90,7 +90,7 @@ def _recommend(store, study, budget_gpu_hours: float):
     from rlscale.fitting.recommend import Refusal, recommend_study
 
     try:
-        recommendation, _spec = recommend_study(store, study.name, budget_gpu_hours)
+        recommendation, _study = recommend_study(store, study.name, budget_gpu_hours)
     except Refusal as refusal:
         return None, str(refusal)
     return recommendation, None

@@ -1,0 +1,67 @@
+"""The engine interface: what the sweep driver asks of whatever trains a run, and the registry of engines by name.
+
+An engine starts a run, or resumes it from its last checkpoint, trains it up to a step, streams its records back
+through a callback (the driver stores them: it is the store's one writer), asks a callback whether to stop at
+each checkpoint, and releases what it holds on `close`. The sweep driver talks to nothing else, so a second
+engine (e.g. verl) is one more class and one more line in ENGINES; which one a run uses is chosen by name
+(today always DEFAULT_ENGINE).
+"""
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rlscale.base.errors import UserError
+
+DEFAULT_ENGINE = "builtin"
+# engine name -> "module:class"; imported on first use, so torch, Ray or vLLM load only when a run starts
+ENGINES = {"builtin": "rlscale.runner.builtin.engine:BuiltinEngine"}
+
+
+@dataclass
+class JobResult:
+    """How one call of Engine.run ended.
+
+    steps: the last step reached (and checkpointed); below the recipe's steps means paused or stopped.
+    stopped: should_stop gave `stop_reason` and the run ended there.
+    busy_seconds: wall seconds some part of the engine was generating or training (for overhead accounting).
+    timings: seconds by phase (engine-specific names), summed over a sweep by the driver.
+    """
+
+    steps: int
+    stopped: bool = False
+    stop_reason: str = ""
+    busy_seconds: float = 0.0
+    timings: dict = field(default_factory=dict)
+
+
+class Engine(ABC):
+    """Trains runs. One engine serves a whole sweep (it may keep workers alive from one run to the next)."""
+
+    name: str = ""
+
+    @abstractmethod
+    def run(self, recipe, *, run_key: str, on_records: Callable[[list[dict]], None],
+            until_step: int | None = None, should_stop: Callable[[], str | None] | None = None,
+            progress: Callable[[dict], None] | None = None) -> JobResult:
+        """Train `recipe` (rlscale.planner.recipe.Recipe) under the checkpoint name `run_key`, resuming from its last
+        checkpoint if there is one, until `until_step` (default recipe.steps), where it evaluates and checkpoints.
+
+        on_records(records): dicts {step, gpu_hours, rollouts, tokens, val_reward (None between evals), metrics},
+            handed over after each checkpoint; after a resume some may come again (the store drops repeats).
+        should_stop(): asked after each checkpoint; a reason ends the run there (JobResult.stopped).
+        progress(info): live updates {step, gpu_hours, val_reward, ...} between checkpoints, for display only.
+        Raises when the run crashes; the driver decides whether to retry.
+        """
+
+    def close(self) -> None:
+        """Release everything the engine holds (workers, clusters it started). Idempotent."""
+
+
+def get_engine(name: str = DEFAULT_ENGINE, **options) -> Engine:
+    """The engine registered as `name`, made with `options`; UserError naming the known engines if there is none."""
+    if name not in ENGINES:
+        raise UserError(f"unknown engine {name!r}; expected one of: {', '.join(sorted(ENGINES))}", field="engine")
+    module, cls = ENGINES[name].split(":")
+    return getattr(importlib.import_module(module), cls)(**options)
