@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from rlscale.base.errors import UserError
+from rlscale.base.names import MAX_INT64, NAME_RULE, is_name
 
 if TYPE_CHECKING:
     from rlscale.db.store import Store
@@ -49,7 +50,11 @@ lines starting with # are skipped; columns other than the known ones are ignored
     from rlscale.db.logs import is_training_log, read_training_log
 
     path = Path(path)
-    if is_training_log(path):
+    try:
+        training_log = is_training_log(path)
+    except (ValueError, RecursionError):  # a huge number or deep nesting on line 1: the JSONL reader says where
+        training_log = False
+    if training_log:
         return read_training_log(path, tag=tag, compute_tag=compute_tag)
     if tag is not None or compute_tag is not None:
         raise UserError("--tag and --compute-tag name scalars of a TensorBoard directory or a verl JSONL log; "
@@ -126,16 +131,30 @@ def _csv_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[st
 def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
     rows = []
     columns: dict[str, None] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    # split on newlines only: str.splitlines also breaks at U+2028, form feeds etc., which JSON strings may hold
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as err:
             raise UserError(f"column {err.colno}: not valid JSON ({err.msg})", file=f"{path}:{number}") from None
+        except _DuplicateKey as err:
+            raise UserError("key appears twice in one object", file=f"{path}:{number}", field=f"column {err.key!r}") from None
+        except RecursionError:
+            raise UserError("not valid JSON here (nested too deeply)", file=f"{path}:{number}") from None
+        except ValueError:  # json.loads refuses integers of more than 4300 digits
+            raise UserError("expected numbers a store can hold, got an integer of more than 4300 digits",
+                            file=f"{path}:{number}") from None
         if not isinstance(obj, dict):
             raise UserError(f"expected a JSON object per line, got {type(obj).__name__}", file=f"{path}:{number}")
-        obj = {str(k).strip().lower(): v for k, v in obj.items()}
+        normalised = {str(k).strip().lower(): v for k, v in obj.items()}
+        if len(normalised) != len(obj):  # e.g. "Reward" and "reward": one column twice
+            seen = [str(k).strip().lower() for k in obj]
+            twice = next(k for k in seen if seen.count(k) > 1)
+            raise UserError("key appears twice in one object", file=f"{path}:{number}", field=f"column {twice!r}")
+        obj = normalised
         if not rows:
             _check_header(path, number, list(obj))
         columns.update(dict.fromkeys(obj))
@@ -143,6 +162,26 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[
     if not rows:
         raise UserError(f"empty file: expected one JSON object per line with {EXPECTED}", file=f"{path}:1")
     return list(columns), rows
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    # a key given twice is ambiguous (json.loads would keep the last silently), as a repeated CSV header is
+    obj = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def _check_header(path: Path, line: int, header: list[str]) -> None:
@@ -174,7 +213,7 @@ def _validate(path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any
     seen: dict[tuple[str, int], int] = {}
     for line, row in rows:
         cell = _Cells(path, line, row)
-        run = cell.text("run", default=path.stem)
+        run = cell.name("run", default=path.stem)
         step = cell.whole("step", default=next_step.get(run, 0))
         next_step[run] = step + 1
         if (run, step) in seen:
@@ -223,6 +262,14 @@ class _Cells:
         self._present(column, _REQUIRED)
         return str(self.row[column]).strip()
 
+    def name(self, column: str, default: str) -> str:
+        """A run name (NAME_RULE); the default (the file's stem) is checked too."""
+        value = self.text(column, default)
+        if not is_name(value):
+            source = f"the file name gives {value!r}; add a 'run' column" if column not in self.row else f"got {value!r}"
+            raise self._fail(column, f"expected a run name of {NAME_RULE}; {source}")
+        return value
+
     def number(self, column: str, *, minimum: float | None = None, default: Any = _REQUIRED) -> float | None:
         if not self._present(column, default):
             return default
@@ -232,17 +279,33 @@ class _Cells:
         try:
             number = float(value)
         except ValueError:
-            raise self._fail(column, f"expected a number, got {value.strip()!r}") from None
+            raise self._fail(column, f"expected a number, got {_short(value.strip())}") from None
+        except OverflowError:  # an integer too large for a float
+            raise self._fail(column, f"expected a finite number, got an integer of {len(str(value))} digits") from None
         if not math.isfinite(number):
-            raise self._fail(column, f"expected a finite number, got {str(value).strip()!r}")
+            raise self._fail(column, f"expected a finite number, got {_short(str(value).strip())}")
         if minimum is not None and number < minimum:
-            raise self._fail(column, f"expected a number >= {minimum:g}, got {str(value).strip()!r}")
+            raise self._fail(column, f"expected a number >= {minimum:g}, got {_short(str(value).strip())}")
         return number
 
     def whole(self, column: str, *, default: Any) -> int | None:
         if not self._present(column, default):
             return default
-        number = self.number(column)
-        if number < 0 or number != int(number):
-            raise self._fail(column, f"expected a whole number >= 0, got {str(self.row[column]).strip()!r}")
-        return int(number)
+        value = self.row[column]
+        if isinstance(value, int) and not isinstance(value, bool):
+            whole = value  # exact, however large (a float would round 2**63 - 1 up)
+        elif isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 20:
+            whole = int(value.strip())
+        else:
+            number = self.number(column)
+            if number != int(number):
+                raise self._fail(column, f"expected a whole number >= 0, got {_short(str(value).strip())}")
+            whole = int(number)
+        if not 0 <= whole <= MAX_INT64:  # the store's integer columns are 64-bit
+            raise self._fail(column, f"expected a whole number from 0 to 2**63 - 1, got {_short(str(value).strip())}")
+        return whole
+
+
+def _short(text: str) -> str:
+    """`text` quoted, cut to 40 characters (a 5,000-digit cell is not echoed whole)."""
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text)} characters)"

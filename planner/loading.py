@@ -1,5 +1,7 @@
 """Reading YAML schema files (studies, recipes) safely, with one-line errors naming file and field."""
 
+import math
+import re
 from pathlib import Path
 from typing import TypeVar
 
@@ -11,13 +13,75 @@ from rlscale.base.errors import UserError
 M = TypeVar("M", bound=BaseModel)
 
 
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 core-schema scalars and duplicate keys refused.
+
+    YAML 1.1 (PyYAML's default) reads `1_000` as 1000, `010` as 8, `1:30` as 90 and `yes`/`on` as true, and
+    a key given twice silently keeps the last value; here those are strings (which the schema then refuses
+    where it expects a number) and a duplicate key is an error with its line.
+    """
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for key_node, _value in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                except TypeError:  # an unhashable key: the base constructor reports it
+                    continue
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} appears twice (first on line {seen[key] + 1})", key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+_CORE = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _CORE]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+StrictLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+                                   list("-+0123456789"))
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+
+
+def _core_int(loader, node) -> int:
+    text = loader.construct_scalar(node)
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text)  # decimal; a leading zero is not octal in YAML 1.2
+
+
+def _core_float(loader, node) -> float:
+    text = loader.construct_scalar(node).lower()
+    if text.endswith(".inf"):
+        return -math.inf if text.startswith("-") else math.inf
+    return math.nan if text == ".nan" else float(text)
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:int", _core_int)
+StrictLoader.add_constructor("tag:yaml.org,2002:float", _core_float)
+
+
 def load_yaml_mapping(path: str | Path) -> dict:
     """The top-level mapping of a YAML file (safe loader). UserError names the file and line on failure."""
     path = Path(path)
     if not path.is_file():
         raise UserError("file not found", file=str(path))
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except RecursionError:
+        raise UserError("invalid YAML: nested too deeply", file=str(path)) from None
+    except ValueError:  # int() of more than 4300 digits
+        raise UserError("invalid YAML: a number with more than 4300 digits", file=str(path)) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "YAML"
@@ -33,7 +97,7 @@ def load_yaml_mapping(path: str | Path) -> dict:
 def validate(model: type[M], data: dict, *, file: str, prefix: str = "") -> M:
     """`model(**data)`, turning the first pydantic error into a UserError with a dotted field path."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=True)  # YAML's scalars as they are: "1_000" is not 1000
     except ValidationError as err:
         raise user_error_from_validation(err, file=file, prefix=prefix) from None
 
@@ -50,7 +114,8 @@ def user_error_from_validation(err: ValidationError, *, file: str, prefix: str =
     else:
         message = first["msg"].removeprefix("Value error, ")
         if "input" in first and not isinstance(first["input"], (dict, list)):
-            message += f" (got {first['input']!r})"
+            shown = repr(first["input"])
+            message += f" (got {shown if len(shown) <= 60 else shown[:60] + f'... ({len(shown)} characters)'})"
     return UserError(message, file=file, field=path or None)
 
 
@@ -58,7 +123,12 @@ def load_recipe(path: str | Path):
     """A Recipe from a YAML mapping of recipe keys (a bare recipe file, or a study file's `recipe:` block)."""
     from rlscale.planner.recipe import Recipe
 
+    from rlscale.base.names import verifier_problem
+
     data = load_yaml_mapping(path)
-    if "recipe" in data and isinstance(data["recipe"], dict):
-        return validate(Recipe, data["recipe"], file=str(path), prefix="recipe")
-    return validate(Recipe, data, file=str(path))
+    block = "recipe" in data and isinstance(data["recipe"], dict)
+    recipe = validate(Recipe, data["recipe"], file=str(path), prefix="recipe") if block else validate(Recipe, data, file=str(path))
+    problem = None if recipe.verifier is None else verifier_problem(recipe.verifier)
+    if problem:  # the same rule as in study files: a bare recipe file is exported and run too
+        raise UserError(problem, file=str(path), field="recipe.verifier" if block else "verifier")
+    return recipe

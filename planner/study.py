@@ -6,7 +6,8 @@ typo fails at load time with the file and field path instead of silently running
 """
 
 import itertools
-import re
+import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -18,10 +19,9 @@ from rlscale.planner.grid import allocate
 from rlscale.planner.loading import load_yaml_mapping, user_error_from_validation
 from rlscale.planner.recipe import Recipe
 from rlscale.base.errors import UserError
+from rlscale.base.names import MAX_RUNS, MAX_SEEDS, NAME_PATTERN, NAME_RULE, VERIFIER_PATTERN, is_name, verifier_problem
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-# a custom verifier/task is named, never evaluated: dotted module path, a colon, a function name
-MODULE_FUNCTION_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+MODULE_FUNCTION_PATTERN = VERIFIER_PATTERN  # the old name
 # study-file key -> canonical key (the alias where there is one, as Recipe.to_json writes it)
 RECIPE_KEYS: dict[str, str] = {
     key: (info.alias or name) for name, info in Recipe.model_fields.items() for key in {name, info.alias or name}
@@ -99,8 +99,13 @@ class Axis(_Strict):
 class Revert(_Strict):
     """One leave-one-out run: the base recipe with `overrides` applied (e.g. ScaleRL's loss cispo -> dapo)."""
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str
     overrides: dict[str, Any] = Field(min_length=1)
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _name(cls, value: Any) -> Any:
+        return _check_name(value)
 
 
 class EarlyTerminate(_Strict):
@@ -124,7 +129,7 @@ class EarlyTerminate(_Strict):
 class Study(_Strict):
     """A study file. `recipe` is the base every run starts from; `parameters` are the axes."""
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str
     description: str = ""
     method: Literal["grid", "isocompute", "loo", "bayes"]
     metric: str = Field("val_reward", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -137,6 +142,11 @@ class Study(_Strict):
     n_trials: int | None = Field(None, ge=1)
     early_terminate: EarlyTerminate = Field(default_factory=EarlyTerminate)
 
+    @field_validator("name", mode="before")
+    @classmethod
+    def _name(cls, value: Any) -> Any:
+        return _check_name(value)
+
     @field_validator("seeds", mode="before")
     @classmethod
     def _seed_count(cls, value: Any) -> Any:
@@ -146,7 +156,11 @@ class Study(_Strict):
         if isinstance(value, int):
             if value < 1:
                 raise ValueError(f"expected a count >= 1, got {value}")
+            if value > MAX_SEEDS:  # checked before the list is made: `seeds: 100000000` must not take gigabytes
+                raise ValueError(f"expected at most {MAX_SEEDS:,} seeds, got {value:,}")
             return list(range(value))
+        if isinstance(value, list) and len(value) > MAX_SEEDS:
+            raise ValueError(f"expected at most {MAX_SEEDS:,} seeds, got {len(value):,}")
         return value
 
     @field_validator("seeds")
@@ -171,9 +185,33 @@ class Study(_Strict):
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
+def _check_name(value: Any) -> Any:
+    if isinstance(value, str) and not is_name(value):
+        shown = repr(value) if len(value) <= 40 else f"{value[:40]!r}... ({len(value)} characters)"
+        raise ValueError(f"expected a name of {NAME_RULE}, got {shown}")
+    return value
+
+
+def run_count(study: Study) -> int:
+    """How many runs the study expands to (points x seeds; bayes: trials x seeds), counted without expanding it."""
+    if study.method == "bayes":
+        points = study.n_trials or 0
+    elif study.method == "loo":
+        points = 1 + len(study.leave_one_out)
+    else:
+        points = math.prod(len(axis.values) for axis in study.parameters.values() if axis.values is not None)
+    return points * len(study.seeds)
+
+
 def _problems(study: Study):
     """Yield (field path, message) for every cross-field rule the study breaks."""
     method = study.method
+    runs = run_count(study)
+    if runs > MAX_RUNS:
+        field = "n_trials" if method == "bayes" else "leave_one_out" if method == "loo" else "parameters"
+        yield (field,), (f"the study expands to {runs:,} runs (points x {len(study.seeds)} seed(s)); "
+                         f"at most {MAX_RUNS:,} are planned at once: split it into several studies")
+        return  # the checks below look at every value
     if method in ("grid", "isocompute", "bayes") and not study.parameters:
         yield ("parameters",), f"method {method} needs at least one axis"
     if method != "loo" and study.leave_one_out:
@@ -211,11 +249,12 @@ def _problems(study: Study):
                     value = int(value) if float(value).is_integer() else value
                 yield from _value_problems(base, key, value, ("parameters", key, bound))
             continue
-        seen = []
+        seen = set()
         for i, value in enumerate(axis.values):
-            if value in seen:
+            marker = _hashable(value)
+            if marker in seen:
                 yield ("parameters", key, "values", i), f"duplicate value {value!r}"
-            seen.append(value)
+            seen.add(marker)
             yield from _value_problems(base, key, value, ("parameters", key, "values", i))
     names = set()
     for i, revert in enumerate(study.leave_one_out):
@@ -243,7 +282,7 @@ def _key_problems(key: str, path: tuple, study: Study):
 def _value_problems(base: dict, key: str, value: Any, path: tuple):
     """Problems with setting recipe key `key` to `value` on top of `base`."""
     try:
-        recipe = Recipe.model_validate({**base, RECIPE_KEYS[key]: value})
+        recipe = Recipe.model_validate({**base, RECIPE_KEYS[key]: value}, strict=True)  # `1_000` is no int
     except ValidationError as err:
         first = err.errors()[0]
         message = first["msg"]
@@ -255,9 +294,19 @@ def _value_problems(base: dict, key: str, value: Any, path: tuple):
         yield from _recipe_problems(recipe.verifier, path)
 
 
+def _hashable(value: Any) -> Any:
+    # duplicates are found in one pass; 1 and 1.0 count as the same value, as == says
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return json.dumps(value, sort_keys=True, default=str)
+
+
 def _recipe_problems(verifier: str | None, path: tuple):
-    if verifier is not None and not re.match(MODULE_FUNCTION_PATTERN, verifier):
-        yield path, f"expected 'package.module:function', got {verifier!r}"
+    problem = None if verifier is None else verifier_problem(verifier)
+    if problem:
+        yield path, problem
 
 
 def load_study(path: str | Path) -> Study:
@@ -275,7 +324,7 @@ def load_study(path: str | Path) -> Study:
 def parse_study(data: dict, *, file: str) -> Study:
     """Validate a study mapping; UserError with the field path of the first problem."""
     try:
-        return Study.model_validate(data)
+        return Study.model_validate(data, strict=True)  # YAML's scalars as they are: "1_000" is not 1000
     except ValidationError as err:
         first = err.errors()[0]
         problem = first.get("ctx", {}).get("error")

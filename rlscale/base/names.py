@@ -43,3 +43,29 @@ def child_path(directory: str | Path, name: str, *, field: str) -> Path:
     if path.parent != base:
         raise UserError(f"{name!r} would leave {directory}", field=field)
     return Path(directory) / name
+
+
+# A custom verifier is named, never evaluated: a dotted module path, a colon, a function name.
+VERIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+VERIFIER_RULE = ("'package.module:function' from the project's tasks (rlscale.runner.rl.tasks) or your own package, "
+                 "not the standard library or builtins")
+_PROJECT_TASKS = "rlscale.runner.rl.tasks"
+
+
+def verifier_problem(spec: object) -> str | None:
+    """Why `spec` cannot name a custom verifier (None if it can).
+
+    The runner imports the module and calls the function on every rollout, so a name such as `os:system`,
+    `builtins:eval` or `shutil:rmtree` would run that on data; the standard library, builtins and the rest
+    of rlscale are refused."""
+    import sys
+
+    if not isinstance(spec, str) or not re.match(VERIFIER_PATTERN, spec):
+        return f"expected {VERIFIER_RULE}, got {spec!r}"
+    module = spec.split(":")[0]
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "builtins":
+        return f"{module!r} is part of Python's standard library; expected {VERIFIER_RULE}"
+    if top == "rlscale" and module != _PROJECT_TASKS:
+        return f"{module!r} is not a task module; expected {VERIFIER_RULE}"
+    return None
