@@ -1,11 +1,20 @@
 """The ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B): the curve, its fit, its intervals.
 
-Inside, parameters are theta = (A, ln B, ln C_mid, R0) and compute enters as u = ln C, so the curve
-is R0 + (A - R0) * expit(B (u - ln C_mid)): B > 0 and C_mid > 0 hold by construction and the fit
-does not care about the unit of compute. The solver is a batched Levenberg-Marquardt in numpy, so
-the start points of the grid and the bootstrap resamples are each solved together in one loop.
+Inside, parameters are theta = (A, ln B, ln C_mid / G, R0) and compute enters as u = ln(C / G), G the
+geometric mean of the positive compute values, so the curve is R0 + (A - R0) * expit(B (u - ln C_mid / G)):
+B > 0 and C_mid > 0 hold by construction, and the fit neither cares about the unit of compute nor loses
+precision when compute is near the ends of the float range (1e-300, 1e303). The solver is a batched
+Levenberg-Marquardt in numpy, so the start points of the grid and the bootstrap resamples are each solved
+together in one loop.
+
+Noise models (variance of a reward around the curve R, up to a common scale): constant (plain least
+squares), binomial R(1 - R) (pass rates over k samples), multiplicative R^2 (a relative error);
+"auto" picks the one of highest Gaussian likelihood on the residuals of a first, unweighted fit.
+Intervals come from a wild bootstrap, widened by the long-run variance factor (1 + rho) / (1 - rho) of the
+residuals' estimated lag-1 autocorrelation rho (training noise carries from one evaluation to the next).
 """
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,8 +25,19 @@ from rlscale.fitting.bootstrap import percentile_interval, wild_resamples
 
 N_PARAMS = 4
 _A, _LOG_B, _LOG_CMID, _R0 = range(N_PARAMS)
+NOISE_MODELS = ("auto", "binomial", "constant", "multiplicative")
 # Pass-rate variance R(1-R)/k is floored so points near 0 or 1 do not get unbounded weight.
 _VARIANCE_FLOOR = 0.01 * 0.99
+# Multiplicative noise: sd floored at this fraction of the largest fitted |R|, for the same reason.
+_RELATIVE_SD_FLOOR = 0.05
+# C_mid is kept where exp() of its logarithm is a finite, normal float.
+_LOG_CMID_RANGE = (-708.0, 709.0)
+# Largest lag-1 autocorrelation of the residuals used to widen intervals (factor (1 + rho) / (1 - rho) <= 19).
+_MAX_RHO = 0.9
+# A and its interval closer than this to a bound of A (0 or 1 for pass rates) count as touching it.
+_AT_BOUND = 1e-6
+# Distinct compute values the fitted rise (10% to 90% of the gain) must span to count as seen.
+_MIN_POINTS_IN_RISE = 3
 # Relative size of the fitted gain |A - R0| below which the curve is called flat.
 _FLAT_GAIN = 1e-6
 
@@ -38,6 +58,8 @@ class SigmoidFit:
     """One run's fitted sigmoid, its 95% bootstrap interval on A and whether A is identified.
 
     A_upper: the profile-likelihood upper bound on A (see `fit_sigmoid`'s upper_level), NaN when not computed.
+    noise: the noise model the fit weighted by (the one "auto" chose). rho: the residuals' lag-1
+    autocorrelation the intervals were widened by (0 when none was found).
     """
 
     A: float
@@ -53,6 +75,8 @@ class SigmoidFit:
     reason: str
     samples: np.ndarray | None = field(default=None, compare=False, repr=False)
     A_upper: float = float("nan")
+    noise: str = "binomial"
+    rho: float = 0.0
 
     def predict(self, compute) -> np.ndarray:
         """Fitted reward at `compute`."""
@@ -69,11 +93,12 @@ class SigmoidFit:
         return percentile_interval(curves, level, axis=-1)
 
     def to_dict(self) -> dict:
-        """Plain-Python summary with keys A, B, C_mid, R0, rss, r2, A_lo, A_hi, n_points, identified, reason."""
+        """Plain-Python summary with keys A, B, C_mid, R0, rss, r2, A_lo, A_hi, n_points, identified, reason, noise."""
         return {
             "A": float(self.A), "B": float(self.B), "C_mid": float(self.C_mid), "R0": float(self.R0),
             "rss": float(self.rss), "r2": float(self.r2), "A_lo": float(self.A_lo), "A_hi": float(self.A_hi),
             "n_points": int(self.n_points), "identified": bool(self.identified), "reason": self.reason,
+            "noise": self.noise,
         }
 
 
@@ -148,66 +173,86 @@ def levenberg_marquardt(model, theta0, y, sqrt_w, lower, upper, free, *, max_ite
     return theta, cost
 
 
-def fit_sigmoid(compute, reward, *, r0=None, min_compute=0.0, bounded=True, bootstrap=200, seed=0,
+def fit_sigmoid(compute, reward, *, r0=None, min_compute=0.0, bounded=True, noise="auto", bootstrap=200, seed=0,
                 max_ci_width=0.1, upper_level=None) -> SigmoidFit:
     """Fitted ScaleRL sigmoid of `reward` against `compute` (any unit; C_mid comes back in it).
 
     r0: fixed reward before RL (else fitted). min_compute: points below it are dropped.
-    bounded: pass rates (A, R0 in [0, 1], binomial-like noise weights R(1-R)); False for unbounded
-    metrics (plain least squares). bootstrap: wild-bootstrap resamples for A_lo/A_hi and
-    predict_interval (0 for none). max_ci_width: an interval on A wider than this marks the fit
+    bounded: pass rates (A, R0 in [0, 1]); False for metrics not in [0, 1]. noise: the variance of a reward
+    around the curve R, one of NOISE_MODELS: "constant" (plain least squares), "binomial" (R(1 - R), pass
+    rates only), "multiplicative" (R^2) or "auto" (the most likely of these given the residuals; the one used
+    is in the fit's `noise`). bootstrap: wild-bootstrap resamples for A_lo/A_hi and predict_interval (0 for
+    none); intervals are widened by the residuals' estimated autocorrelation (`rho`). max_ci_width: an
+    interval on A wider than this, or data that fit as well with A half of it away, mark the fit
     unidentified. upper_level: also compute A_upper, the one-sided profile-likelihood upper bound on A at
     this level (e.g. 0.975): unlike the bootstrap, it stays honest on a curve that has not bent yet, where
     data that only rise are as well explained by a much higher A reached later (it is then the reward
-    ceiling, 1). Raises FitError when fewer than 3 usable points or distinct compute values remain.
+    ceiling, 1). Raises FitError when fewer than 3 usable points or distinct compute values remain, or on
+    arguments that cannot describe a fit (r0 not finite, an unknown noise model).
     """
+    if noise not in NOISE_MODELS:
+        raise FitError(f"noise must be one of {', '.join(NOISE_MODELS)}, got {noise!r}")
+    if noise == "binomial" and not bounded:
+        raise FitError("binomial noise is for pass rates in [0, 1]; use constant, multiplicative or auto")
+    # Degenerate input (inf, huge or tiny values) is refused or flagged below, never a warning on the way.
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_ci_width, upper_level)
+
+
+def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_ci_width, upper_level) -> SigmoidFit:
     x, y = _clean(compute, reward, 0.0 if min_compute is None else float(min_compute), bounded)
     if r0 is not None and not (np.isfinite(r0) and (not bounded or 0.0 <= r0 <= 1.0)):
         raise FitError(f"r0 must be a finite reward{' in [0, 1]' if bounded else ''}, got {r0}")
     # Unbounded metrics are fitted in standard units so the grid and tolerances need no scale.
-    with np.errstate(all="ignore"):
-        shift, unit = (0.0, 1.0) if bounded else _standard_units(y)
-        ys = (y - shift) / unit
-        r0s = None if r0 is None else (r0 - shift) / unit
-        u = np.log(x)
-        free = np.array([True, True, True, r0 is None])
-        lower, upper = _bounds(u, bounded)
-        model = lambda t: curve_and_jacobian(t, u)  # noqa: E731
-        starts = _grid_starts(u, ys, r0s, bounded)
-        # Binomial-like pass-rate noise: weights from the fitted variance R(1-R), first taken from
-        # the best grid curve, then once more from the fit (iteratively reweighted least squares).
-        sqrt_w = _pass_rate_sqrt_weights(model(starts[:1])[0][0]) if bounded else np.ones_like(ys)
-        # A few steps from every start pick the basin; only the best one is then polished.
-        theta, cost = levenberg_marquardt(model, starts, ys, sqrt_w, lower, upper, free, max_iter=8)
-        best = theta[np.argmin(cost)][None, :]
-        if bounded:
-            sqrt_w = _pass_rate_sqrt_weights(model(best)[0][0])
-        best, cost = levenberg_marquardt(model, best, ys, sqrt_w, lower, upper, free)
-        theta_hat = best[0]
-        if not np.all(np.isfinite(theta_hat)) or not np.isfinite(cost[0]):
-            raise FitError("the fit did not converge to finite parameters")
-        fitted, jac = model(best)
-        fitted, jac = fitted[0], jac[0] * sqrt_w[:, None]
-        resid_w = sqrt_w * (ys - fitted)
-        n_free = int(free.sum())
-        dof = len(ys) - n_free
-        se_a = _standard_error_a(jac[:, free], resid_w, dof)
-        samples = None
-        if bootstrap and dof > 0:
-            y_star = wild_resamples(fitted, resid_w, sqrt_w, jac[:, free], bootstrap, seed)
-            draws, draw_cost = levenberg_marquardt(
-                model, np.repeat(best, bootstrap, axis=0), y_star, sqrt_w, lower, upper, free,
-                max_iter=60, xtol=1e-7)
-            keep = np.isfinite(draw_cost) & np.all(np.isfinite(draws), axis=1)
-            samples = _natural(draws[keep], shift, unit)
-        A_upper = float("nan")
-        if upper_level is not None:
-            a_upper = _profile_upper_a(model, theta_hat, float(cost[0]), u, ys, sqrt_w, lower, upper, free,
-                                       upper_level)
-            A_upper = shift + unit * a_upper
-        A, B, C_mid, R0 = _natural(best, shift, unit)[0]
-        rss = float(np.sum((y - (shift + unit * fitted)) ** 2))
-        tss = float(np.sum((y - y.mean()) ** 2)) if np.ptp(y) > 0 else 0.0  # mean() of equal values can round
+    shift, unit = (0.0, 1.0) if bounded else _standard_units(y)
+    ys = (y - shift) / unit
+    r0s = None if r0 is None else (r0 - shift) / unit
+    u, center = _log_compute(x)
+    free = np.array([True, True, True, r0 is None])
+    lower, upper = _bounds(u, center, bounded)
+    model = lambda t: curve_and_jacobian(t, u)  # noqa: E731
+    natural_mean = lambda t: shift + unit * model(t)[0][0]  # noqa: E731
+    starts = _grid_starts(u, ys, r0s, bounded)
+    # Weights 1 / sd from the noise model, first at the best grid curve (unweighted for "auto"), then once
+    # more at the fit (iteratively reweighted least squares); "auto" chooses its model at that point.
+    sqrt_w = _noise_sqrt_weights("constant" if noise == "auto" else noise, natural_mean(starts[:1]))
+    # A few steps from every start pick the basin; only the best one is then polished.
+    theta, cost = levenberg_marquardt(model, starts, ys, sqrt_w, lower, upper, free, max_iter=8)
+    best = theta[np.argmin(cost)][None, :]
+    used = _likeliest_noise(y, natural_mean(best), bounded) if noise == "auto" else noise
+    sqrt_w = _noise_sqrt_weights(used, natural_mean(best))
+    best, cost = levenberg_marquardt(model, best, ys, sqrt_w, lower, upper, free)
+    theta_hat = best[0]
+    if not np.all(np.isfinite(theta_hat)) or not np.isfinite(cost[0]):
+        raise FitError("the fit did not converge to finite parameters")
+    fitted, jac = model(best)
+    fitted, jac = fitted[0], jac[0] * sqrt_w[:, None]
+    resid_w = sqrt_w * (ys - fitted)
+    n_free = int(free.sum())
+    dof = len(ys) - n_free
+    rho = _lag1_autocorrelation(resid_w, n_free)
+    inflation = (1.0 + rho) / (1.0 - rho)  # long-run / marginal variance of AR(1) noise
+    se_a = _standard_error_a(jac[:, free], resid_w, dof) * np.sqrt(inflation)
+    samples = None
+    if bootstrap and dof > 0:
+        y_star = wild_resamples(fitted, resid_w, sqrt_w, jac[:, free], bootstrap, seed)
+        draws, draw_cost = levenberg_marquardt(
+            model, np.repeat(best, bootstrap, axis=0), y_star, sqrt_w, lower, upper, free,
+            max_iter=60, xtol=1e-7)
+        keep = np.isfinite(draw_cost) & np.all(np.isfinite(draws), axis=1)
+        # Independent sign flips reproduce the residuals' variance, not their carry-over: widen by it.
+        draws = np.clip(theta_hat + np.sqrt(inflation) * (draws[keep] - theta_hat), lower, upper)
+        samples = _natural(draws, shift, unit, center)
+    sigma2 = float(cost[0]) / dof * inflation if dof > 0 else float("nan")
+    A_upper = float("nan")
+    if upper_level is not None:
+        a_upper = _profile_upper_a(model, theta_hat, float(cost[0]), sigma2, u, ys, sqrt_w, lower, upper, free,
+                                   upper_level)
+        A_upper = shift + unit * a_upper
+    A, B, C_mid, R0 = _natural(best, shift, unit, center)[0]
+    rss = float(np.sum((y - (shift + unit * fitted)) ** 2))
+    tss = float(np.sum((y - y.mean()) ** 2)) if np.ptp(y) > 0 else 0.0  # mean() of equal values can round
     r2 = 1.0 - rss / tss if tss > 0 else float("nan")
     if samples is not None and len(samples) >= 2:
         A_lo, A_hi = (float(v) for v in percentile_interval(samples[:, 0], 0.95))
@@ -215,10 +260,18 @@ def fit_sigmoid(compute, reward, *, r0=None, min_compute=0.0, bounded=True, boot
     else:
         A_lo = A_hi = float("nan")
         width, how = 2 * 1.96 * unit * se_a, "approximate 95% interval"
-    reason = _unidentified_reason(x, y, A, C_mid, R0, n_free, width, how, max_ci_width, tss)
+    a_bounds = (shift + unit * lower[_A], shift + unit * upper[_A])
+    reason = _unidentified_reason(x, y, A, B, C_mid, R0, n_free, width, how, max_ci_width, tss, a_bounds, A_lo, A_hi)
+    if not reason:
+        # The bootstrap resamples around the fitted bend; on data that has not bent, other asymptotes fit too.
+        a_alt = _profile_not_rejected(model, theta_hat, float(cost[0]), sigma2, u, ys, sqrt_w, lower, upper, free,
+                                      0.5 * max_ci_width / unit)
+        if a_alt is not None:
+            reason = (f"the data fit as well with A = {shift + unit * a_alt:.4g} "
+                      f"(profile likelihood, 95%): the asymptote is not pinned down")
     return SigmoidFit(A=float(A), B=float(B), C_mid=float(C_mid), R0=float(R0), rss=rss, r2=r2,
                       A_lo=A_lo, A_hi=A_hi, n_points=len(y), identified=not reason, reason=reason,
-                      samples=samples, A_upper=float(A_upper))
+                      samples=samples, A_upper=float(A_upper), noise=used, rho=float(rho))
 
 
 def _clean(compute, reward, min_compute, bounded) -> tuple[np.ndarray, np.ndarray]:
@@ -231,17 +284,30 @@ def _clean(compute, reward, min_compute, bounded) -> tuple[np.ndarray, np.ndarra
     if x.shape != y.shape:
         raise FitError(f"compute and reward differ in length: {x.size} vs {y.size}")
     keep = np.isfinite(x) & np.isfinite(y) & (x >= 0) & (x >= min_compute)
-    x, y = x[keep], y[keep]
+    order = np.argsort(x[keep], kind="stable")  # compute order: the residuals' autocorrelation runs along it
+    x, y = x[keep][order], y[keep][order]
     if len(x) < 3:
         raise FitError(f"need at least 3 points with finite compute >= {min_compute:g} and finite reward, "
                        f"got {len(x)}")
     distinct = np.unique(x)
     if len(distinct) < 3 or np.count_nonzero(distinct > 0) < 2:
         raise FitError(f"need at least 3 distinct compute values (2 of them > 0), got {len(distinct)}")
+    tiny = np.finfo(float).tiny
+    if np.any((x > 0) & (x < tiny)):
+        raise FitError(f"compute values below {tiny:.3g} (subnormal floats) have lost their precision: "
+                       "rescale compute")
     if bounded and (y.min() < 0 or y.max() > 1):
         raise FitError(f"reward outside [0, 1] (min {y.min():g}, max {y.max():g}): "
-                       "pass bounded=False for unbounded metrics")
+                       "fit metrics not in [0, 1] unbounded (rlscale fit --unbounded; bounded=False in the API)")
     return x, y
+
+
+def _log_compute(x) -> tuple[np.ndarray, float]:
+    # (ln C - center, center), center the mean ln C of positive compute: the fit's scale is the data's own.
+    with np.errstate(divide="ignore"):
+        log_x = np.log(x)
+    center = float(np.mean(log_x[x > 0]))
+    return log_x - center, center
 
 
 def _standard_units(y) -> tuple[float, float]:
@@ -252,15 +318,17 @@ def _standard_units(y) -> tuple[float, float]:
     return shift, (unit if unit > 0 and np.isfinite(unit) else size)
 
 
-def _bounds(u, bounded) -> tuple[np.ndarray, np.ndarray]:
+def _bounds(u, center, bounded) -> tuple[np.ndarray, np.ndarray]:
     # C_mid may sit well outside the data (that is what "not identified" looks like), but not anywhere.
     pos = u[np.isfinite(u)]
     lo, hi = pos.min(), pos.max()
     span = hi - lo
     reward_lo, reward_hi = (0.0, 1.0) if bounded else (-np.inf, np.inf)
-    # exp(+-700) keeps C_mid a positive, finite float whatever the compute range.
-    lower = np.array([reward_lo, np.log(1e-3 / span), max(lo - 3 * span, -700.0), reward_lo])
-    upper = np.array([reward_hi, np.log(1e4 / span), min(hi + 3 * span, 700.0), reward_hi])
+    # C_mid = exp(center + ln C_mid / G) stays a positive, finite float, and may always reach the data.
+    cmid_lo = max(lo - 3 * span, min(_LOG_CMID_RANGE[0] - center, lo))
+    cmid_hi = min(hi + 3 * span, max(_LOG_CMID_RANGE[1] - center, hi))
+    lower = np.array([reward_lo, np.log(1e-3 / span), cmid_lo, reward_lo])
+    upper = np.array([reward_hi, np.log(1e4 / span), cmid_hi, reward_hi])
     return lower, upper
 
 
@@ -303,17 +371,17 @@ def _grid_starts(u, y, r0, bounded, n_starts=3) -> np.ndarray:
     return np.column_stack([A[minima], np.log(bb.ravel()[minima]), mm.ravel()[minima], R0[minima]])
 
 
-def _profile_upper_a(model, theta_hat, cost_hat, u, y, sqrt_w, lower, upper, free, level, n_grid=48) -> float:
+def _profile_upper_a(model, theta_hat, cost_hat, sigma2, u, y, sqrt_w, lower, upper, free, level, n_grid=48) -> float:
     """One-sided `level` profile-likelihood upper bound on A (fitting units): the largest A whose best fit, every
     other free parameter refitted, is not rejected by the F test (1, dof) on the weighted residuals. The profile
     is solved on a grid of A from the estimate up to A's bound (denser near the estimate) and interpolated
     after the last grid value that is not rejected, so a local minimum missed at one A cannot make the bound
     too tight. Returns A's upper bound (1 for pass rates, +inf for unbounded metrics) when no value up to it is
-    rejected or the fit is exact (no noise scale to test against)."""
+    rejected or the fit is exact (no noise scale to test against). sigma2: the noise variance of the weighted
+    residuals, widened for their autocorrelation."""
     dof = len(y) - int(free.sum())
     if dof <= 0 or not 0.5 < level < 1.0:
         return float(upper[_A])
-    sigma2 = cost_hat / dof
     if not sigma2 > 1e-20 * float(np.mean((sqrt_w * y) ** 2)):
         # An exact fit (e.g. every reward 0 so far) has no noise scale to test against: a higher A reached
         # later fits it as exactly, so nothing bounds A below its ceiling.
@@ -357,10 +425,68 @@ def _fixed_a_starts(a, theta_hat, u, y, sqrt_w, lower, upper, r0_free) -> np.nda
     return np.minimum(np.maximum(starts, lower), upper)
 
 
-def _pass_rate_sqrt_weights(fitted) -> np.ndarray:
-    variance = np.maximum(fitted * (1.0 - fitted), _VARIANCE_FLOOR)
+def _profile_not_rejected(model, theta_hat, cost_hat, sigma2, u, y, sqrt_w, lower, upper, free, offset):
+    """The first of A = A_hat + offset, A_hat - offset (kept within A's bounds) whose best fit, every other
+    free parameter refitted, the F test (1, dof) at 95% does not reject; None when both are rejected (or the
+    fit is exact, or A_hat +- offset lies beyond A's bounds on both sides)."""
+    dof = len(y) - int(free.sum())
+    if dof <= 0 or not sigma2 > 1e-20 * float(np.mean((sqrt_w * y) ** 2)):
+        return None
+    a = np.clip(theta_hat[_A] + np.array([offset, -offset]), lower[_A], upper[_A])
+    a = a[np.abs(a - theta_hat[_A]) > 0.5 * offset]  # A's bound itself is tested by the bound rule
+    if a.size == 0:
+        return None
+    starts = np.concatenate([_fixed_a_starts(a, theta_hat, u, y, sqrt_w, lower, upper, free[_R0]),
+                             np.column_stack([a, np.tile(theta_hat[1:], (len(a), 1))])])
+    _, cost = levenberg_marquardt(model, starts, y, sqrt_w, lower, upper, free & (np.arange(N_PARAMS) != _A))
+    statistic = (np.minimum(cost[:len(a)], cost[len(a):]) - cost_hat) / sigma2
+    kept = np.flatnonzero(np.isfinite(statistic) & (statistic < stats.f.ppf(0.95, 1, dof)))
+    return float(a[kept[0]]) if kept.size else None
+
+
+def _noise_sqrt_weights(noise, mean) -> np.ndarray:
+    # 1 / sd of each reward under `noise`, at the fitted (natural-unit) mean; scaled to mean 1, as only
+    # relative weights matter and costs stay O(rss).
+    variance = _noise_variance(noise, mean)
     sqrt_w = 1.0 / np.sqrt(variance)
-    return sqrt_w / sqrt_w.mean()  # the scale of the weights is irrelevant; keep costs O(rss)
+    return sqrt_w / sqrt_w.mean()
+
+
+def _noise_variance(noise, mean) -> np.ndarray:
+    # Variance of a reward around `mean` under `noise`, up to a common factor; floored, never 0.
+    if noise == "binomial":
+        return np.maximum(mean * (1.0 - mean), _VARIANCE_FLOOR)
+    if noise == "multiplicative":
+        floor = (_RELATIVE_SD_FLOOR * float(np.max(np.abs(mean)))) ** 2
+        return np.maximum(mean**2, max(floor, 1e-300))
+    return np.ones_like(mean)
+
+
+def _likeliest_noise(y, mean, bounded) -> str:
+    """The noise model of highest Gaussian likelihood for rewards `y` around `mean`, its scale profiled out:
+    -n/2 ln(mean(r^2 / v)) - 1/2 sum(ln v) for variance v = scale * v(mean). Constant on an exact fit."""
+    resid = y - mean
+    if not float(np.max(np.abs(resid))) > 1e-12 * max(float(np.max(np.abs(y))), 1e-300):
+        return "constant"
+    best, best_ll = "constant", -np.inf
+    for noise in ("constant", "binomial", "multiplicative") if bounded else ("constant", "multiplicative"):
+        variance = _noise_variance(noise, mean)
+        ll = -0.5 * len(y) * np.log(np.mean(resid**2 / variance)) - 0.5 * np.sum(np.log(variance))
+        if ll > best_ll:
+            best, best_ll = noise, ll
+    return best
+
+
+def _lag1_autocorrelation(resid, n_params) -> float:
+    """Lag-1 autocorrelation of residuals in compute order, corrected for the downward bias a fit puts in
+    it, kept in [0, _MAX_RHO]: 0 for independent noise (intervals are only ever widened by it)."""
+    n = len(resid)
+    denominator = float(resid @ resid)
+    if n < 2 * n_params or not denominator > 0:
+        return 0.0
+    rho = float(resid[1:] @ resid[:-1]) / denominator
+    rho += (1.0 + 3.0 * rho + n_params) / n  # first-order bias of a fitted model's residual autocorrelation
+    return float(np.clip(rho, 0.0, _MAX_RHO))
 
 
 def _standard_error_a(jac, resid_w, dof) -> float:
@@ -376,17 +502,18 @@ def _standard_error_a(jac, resid_w, dof) -> float:
     return se if np.isfinite(se) else float("inf")
 
 
-def _natural(theta, shift, unit) -> np.ndarray:
-    # (A, ln B, ln C_mid, R0) in fitting units -> (A, B, C_mid, R0) in the caller's units.
+def _natural(theta, shift, unit, center) -> np.ndarray:
+    # (A, ln B, ln C_mid / G, R0) in fitting units -> (A, B, C_mid, R0) in the caller's units.
     theta = np.atleast_2d(theta)
     return np.column_stack([shift + unit * theta[:, _A], np.exp(theta[:, _LOG_B]),
-                            np.exp(theta[:, _LOG_CMID]), shift + unit * theta[:, _R0]])
+                            np.exp(theta[:, _LOG_CMID] + center), shift + unit * theta[:, _R0]])
 
 
-def _unidentified_reason(x, y, A, C_mid, R0, n_free, width, how, max_ci_width, tss) -> str:
+def _unidentified_reason(x, y, A, B, C_mid, R0, n_free, width, how, max_ci_width, tss, a_bounds, A_lo, A_hi) -> str:
     reasons = []
-    if len(y) <= n_free:
-        reasons.append(f"{len(y)} points for {n_free} parameters")
+    if len(y) < 2 * n_free:
+        # A few points are fitted almost exactly by some bend, and resamples of them agree with it.
+        reasons.append(f"{len(y)} points for {n_free} parameters (at least {2 * n_free} needed)")
     spread = max(float(np.ptp(y)), float(np.max(np.abs(y))), 1e-300)
     if tss == 0:
         reasons.append("reward is constant")
@@ -396,6 +523,18 @@ def _unidentified_reason(x, y, A, C_mid, R0, n_free, width, how, max_ci_width, t
         reasons.append("reward decreases with compute (A < R0)")
     if x.max() < C_mid:
         reasons.append(f"has not passed the inflection: max C {x.max():.4g} < C_mid {C_mid:.4g}")
+    # A rise steeper than the evaluations resolve is a step fitted to noise as often as a real bend.
+    rising = np.unique(x[(x > 0) & (np.abs(B * (np.log(x / C_mid))) <= np.log(9.0))])
+    if rising.size < _MIN_POINTS_IN_RISE and tss > 0 and abs(A - R0) > _FLAT_GAIN * spread:
+        reasons.append(f"the rise is too sharp for the data: {rising.size} compute values between 10% and 90% "
+                       f"of the gain (at least {_MIN_POINTS_IN_RISE} needed)")
     if not width <= max_ci_width:
         reasons.append(f"{how} on A is too wide ({width:.3g} > {max_ci_width:g})")
+    for bound in a_bounds:
+        if not np.isfinite(bound):
+            continue
+        if abs(A - bound) <= _AT_BOUND:
+            reasons.append(f"A sits at its bound {bound:g}")
+        elif np.isfinite(A_lo) and min(abs(A_lo - bound), abs(A_hi - bound)) <= _AT_BOUND:
+            reasons.append(f"{how} on A touches A's bound {bound:g}")
     return "; ".join(reasons)

@@ -11,7 +11,7 @@ from rlscale.fitting.sigmoid import sigmoid
 from conftest import run_cli
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "scalerl_runs.csv"
-JSON_KEYS = {"run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason"}
+JSON_KEYS = {"run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise"}
 
 
 def _strict_json(text: str):

@@ -119,7 +119,7 @@ def test_wide_interval_threshold_is_a_parameter():
 def test_pass_rate_asymptote_stays_within_bounds_and_unbounded_metrics_are_allowed():
     y = np.clip(sigmoid(COMPUTE, 1.05, 2.0, 1500.0, 0.2), 0, 1)
     assert fit_sigmoid(COMPUTE, y, bootstrap=0).A <= 1.0
-    with pytest.raises(FitError, match="bounded=False"):
+    with pytest.raises(FitError, match=r"--unbounded; bounded=False"):
         fit_sigmoid(COMPUTE, sigmoid(COMPUTE, 5.0, 1.5, 2000.0, 2.0), bootstrap=0)
     fit = fit_sigmoid(COMPUTE, sigmoid(COMPUTE, 5.0, 1.5, 2000.0, 2.0), bounded=False, bootstrap=0)
     assert fit.A == pytest.approx(5.0, rel=1e-6)
@@ -139,7 +139,7 @@ def test_degenerate_inputs_give_fit_error_or_unidentified():
 
 
 def test_to_dict_has_the_contract_keys():
-    keys = ["A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason"]
+    keys = ["A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise"]
     assert list(fit_sigmoid(COMPUTE, noisy((0.7, 1.5, 2000.0, 0.1)), bootstrap=0).to_dict()) == keys
 
 

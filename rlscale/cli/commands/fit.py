@@ -1,11 +1,13 @@
 """`rlscale fit`: per-run sigmoid fits of a run-log file, or of a study's stored records (saved back)."""
 
+import math
+import warnings
 from pathlib import Path
 
 import typer
 
-# Keys of `fit --json`, in order (DESIGN.md section 6); scripts rely on them.
-JSON_KEYS = ("run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason")
+# Keys of `fit --json`, in order (DESIGN.md section 6); scripts rely on them. `noise`: the noise model used.
+JSON_KEYS = ("run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise")
 
 
 def register(app: typer.Typer) -> None:
@@ -16,6 +18,8 @@ def register(app: typer.Typer) -> None:
         db: str = typer.Option(None, "--db", help="SQLAlchemy URL for --study (default: RLSCALE_DB or sqlite:///rlscale.db)"),
         r0: float = typer.Option(None, "--r0", help="reward before RL, held fixed (default: fitted)"),
         min_compute: float = typer.Option(0.0, "--min-compute", min=0.0, help="drop points below this compute (ScaleRL: ~1.5k of 16k GPU-hours)"),
+        noise: str = typer.Option("auto", "--noise", help="reward noise around the curve: auto (chosen by likelihood), binomial (pass rates), constant (plain least squares), multiplicative"),
+        unbounded: bool = typer.Option(False, "--unbounded", help="the metric is not a pass rate in [0, 1] (A and R0 unbounded)"),
         json_out: bool = typer.Option(False, "--json", help="print a JSON list, one object per run"),
         plot: Path = typer.Option(None, "--plot", help="also write a PNG: points, record-breaking points, curves, bands"),
     ) -> None:
@@ -27,22 +31,22 @@ def register(app: typer.Typer) -> None:
             raise UserError("give either a run-log FILE or --study NAME (not both)", field="fit")
         if study is None and db is not None:
             raise UserError("--db is only used with --study", field="--db")
-        if file is not None:
-            from rlscale.db.importer import read_run_log
-            from rlscale.fitting.frame import fit_runs
+        from rlscale.fitting.sigmoid import NOISE_MODELS
 
-            records, title, store = read_run_log(file), file.stem, None
-            fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", r0=r0, min_compute=min_compute)
-        else:
-            from rlscale.db.store import Store
-            from rlscale.fitting.stored import fit_study
-
-            store, title = Store(db, create=False), study
-            records, fits = fit_study(store, study, r0=r0, min_compute=min_compute)
-        if plot is not None:
-            from rlscale.fitting.plots import plot_study
-
-            plot_study(records, fits, plot, run_col="run", compute_col="compute", reward_col="reward", title=title)
+        if noise not in NOISE_MODELS:
+            raise UserError(f"expected one of {', '.join(NOISE_MODELS)}, got {noise!r}", field="--noise")
+        if unbounded and noise == "binomial":
+            raise UserError("binomial noise is for pass rates in [0, 1]; with --unbounded use auto, constant or multiplicative", field="--noise")
+        if r0 is not None and not (math.isfinite(r0) and (unbounded or 0.0 <= r0 <= 1.0)):
+            raise UserError(f"expected a finite reward{'' if unbounded else ' in [0, 1] (or pass --unbounded)'}, got {r0:g}", field="--r0")
+        if not math.isfinite(min_compute):
+            raise UserError(f"expected a finite compute >= 0, got {min_compute:g}", field="--min-compute")
+        options = dict(r0=r0, min_compute=min_compute, noise=noise, bounded=not unbounded)
+        # Overflow in a plot's axis or a degenerate run's fit is handled there; it must not print above a
+        # result or a one-line error.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            records, fits, title, store = _fit_and_plot(file, study, db, options, plot)
 
         if json_out:
             print_json(fits_json(fits))
@@ -56,10 +60,29 @@ def register(app: typer.Typer) -> None:
             console.print(f"plot: {plot}", highlight=False, soft_wrap=True)
 
 
+def _fit_and_plot(file, study, db, options, plot):
+    """(records, fits, title, store or None): the run log's or the stored study's fits, plotted when asked."""
+    if file is not None:
+        from rlscale.db.importer import read_run_log
+        from rlscale.fitting.frame import fit_runs
+
+        records, title, store = read_run_log(file), file.stem, None
+        fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", **options)
+    else:
+        from rlscale.db.store import Store
+        from rlscale.fitting.stored import fit_study
+
+        store, title = Store(db, create=False), study
+        records, fits = fit_study(store, study, **options)
+    if plot is not None:
+        from rlscale.fitting.plots import plot_study
+
+        plot_study(records, fits, plot, run_col="run", compute_col="compute", reward_col="reward", title=title)
+    return records, fits, title, store
+
+
 def fits_json(fits) -> list[dict]:
     """The fits as plain JSON-ready dicts with JSON_KEYS (NaN and inf become null)."""
-    import math
-
     out = []
     for row in fits.to_dict("records"):
         item = {}
@@ -71,6 +94,8 @@ def fits_json(fits) -> list[dict]:
                 value = None
             if key == "run":
                 value = str(value)
+            elif key == "noise":
+                value = None if value is None or value != value else str(value)
             elif key == "identified":
                 value = bool(value)
             elif key == "n_points" and value is not None:
