@@ -19,6 +19,8 @@ from typing import Any
 import pandas as pd
 
 from rlscale.base.errors import UserError
+from rlscale.base.names import NAME_RULE, is_name
+from rlscale.db.importer import _DuplicateKey, _unique_keys  # one rule for keys given twice in a JSON line
 
 VERL_REWARD = re.compile(r"^val-core/.+/[^/]+/mean@\d+$")
 LEGACY_VERL_REWARD = re.compile(r"^val/test_score/.+$")
@@ -127,19 +129,26 @@ def compute_note(unit: str) -> str:
 
 
 def _verl_jsonl_run(path: Path) -> _Run:
-    run = _Run(path.stem, "column")  # verl names the file after the experiment
+    run = _Run(_run_name(path.stem, f"{path}:1", "the file name"), "column")  # verl names the file after the experiment
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as err:
         raise UserError(f"expected UTF-8 text, found byte 0x{err.object[err.start]:02x} at offset {err.start}", file=str(path)) from None
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):  # newlines only, as the CSV/JSONL reader counts lines
+        line = line.removesuffix("\r")
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         where = f"{path}:{number}"
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as err:
             raise UserError(f"column {err.colno}: not valid JSON ({err.msg})", file=where) from None
+        except _DuplicateKey as err:
+            raise UserError("key appears twice in one object", file=where, field=f"column {err.key!r}") from None
+        except RecursionError:
+            raise UserError("not valid JSON here (nested too deeply)", file=where) from None
+        except ValueError:  # json.loads refuses integers of more than 4300 digits
+            raise UserError("expected numbers a store can hold, got an integer of more than 4300 digits", file=where) from None
         if not isinstance(obj, dict) or "step" not in obj or not isinstance(obj.get("data"), dict):
             raise UserError('expected a verl file-logger line {"step": N, "data": {metric: value}}', file=where)
         step = obj["step"]
@@ -162,8 +171,9 @@ def _tensorboard_runs(root: Path) -> list[_Run]:
         by_dir.setdefault(file.parent, []).append(file)
     runs = []
     for directory, event_files in by_dir.items():
-        name = root.name if directory == root else directory.relative_to(root).as_posix()
-        run = _Run(name, "tag")
+        # nested run directories (verl: tensorboard_log/<project>/<experiment>) give dotted names
+        name = root.resolve().name if directory == root else ".".join(directory.relative_to(root).parts)
+        run = _Run(_run_name(name, str(directory), "the directory"), "tag")
         for file in event_files:  # file names start with the writer's start time: a resumed run's file comes later
             for step, tag, value in _scalars(file):
                 run.put(tag, step, value, f"{file}: step {step}", replace=True)
@@ -240,6 +250,12 @@ def _compute(run: _Run, compute_tag: str | None, path: Path) -> tuple[dict[int, 
             out[step] = total
         return out, "gpu_hours"
     return {step: float(step) for step in run.steps()}, "steps"
+
+
+def _run_name(name: str, where: str, source: str) -> str:
+    if not is_name(name):
+        raise UserError(f"{source} gives the run name {name!r}: expected {NAME_RULE}; rename it", file=where)
+    return name
 
 
 def _number(value: Any, where: str, kind: str, tag: str, *, minimum: float | None = None) -> float:

@@ -89,6 +89,16 @@ def test_tag_and_compute_tag_choose_the_scalars(tmp_path):
     assert default.attrs["compute_unit"] == "steps" and default["compute"].tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
+def test_nested_run_directories_give_dotted_run_names(tmp_path):
+    from rlscale.db.importer import read_run_log
+
+    # verl's default: tensorboard_log/<project>/<experiment>
+    write_events(tmp_path / "tensorboard_log" / "gsm8k" / "qwen-grpo", {0: {REWARD: 0.1}})
+    write_events(tmp_path / "tensorboard_log" / "gsm8k" / "qwen-ppo", {0: {REWARD: 0.2}})
+    rows = read_run_log(tmp_path / "tensorboard_log")
+    assert rows["run"].tolist() == ["gsm8k.qwen-grpo", "gsm8k.qwen-ppo"]
+
+
 def test_a_resumed_run_keeps_the_later_file_for_repeated_steps(tmp_path):
     from rlscale.db.importer import read_run_log
 
@@ -173,6 +183,11 @@ def empty_directory(tmp_path):
     return tmp_path / "empty", f"{tmp_path / 'empty'}: no TensorBoard event files"
 
 
+def bad_run_name(tmp_path):
+    write_events(tmp_path / "tb" / "run 1", {0: {REWARD: 0.1}})
+    return tmp_path / "tb", f"{tmp_path / 'tb' / 'run 1'}: the directory gives the run name 'run 1': expected"
+
+
 def jsonl(name, lines):
     def make(tmp_path):
         path = tmp_path / "log.jsonl"
@@ -188,6 +203,9 @@ MALFORMED = {
     "two validation sources": two_sources,
     "nan reward in tensorboard": nan_reward_in_tb,
     "empty directory": empty_directory,
+    "bad run name": bad_run_name,
+    "key twice": jsonl(f"2: column '{REWARD}': key appears twice in one object",
+                       [json.dumps({"step": 0, "data": {REWARD: 0.1}}), '{"step": 1, "data": {"%s": 0.1, "%s": 0.2}}' % (REWARD, REWARD)]),
     "null reward": jsonl(f"2: column '{REWARD}': expected a number, got null",
                          [json.dumps({"step": 0, "data": {REWARD: 0.1}}), json.dumps({"step": 1, "data": {REWARD: None}})]),
     "text reward": jsonl(f"2: column '{REWARD}': expected a number, got 'high'",
