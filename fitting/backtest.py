@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from rlscale.base.numbers import NOISE_BAND
+from rlscale.base.numbers import format_number as _f
 from rlscale.fitting.bootstrap import percentile_interval
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 
@@ -19,7 +21,7 @@ from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 END_WINDOW = 0.1
 # A run still rising at the cut gained more than this from the end of the part to the end of the run
 # (ScaleRL treats |dA| < 0.02 as seed noise).
-RISE = 0.02
+RISE = NOISE_BAND
 
 
 @dataclass(frozen=True)
@@ -193,10 +195,6 @@ BACKTEST_HEADER = ["run", "fit on C <=", "predicted [95%]", "observed", "error",
                    "A part [95%]", "A full", "A inside", "rising", "part fit"]
 
 
-def _f(value, fmt="{:.3f}") -> str:
-    return fmt.format(value) if value is not None and math.isfinite(value) else "-"
-
-
 def backtest_cells(result: RunBacktest) -> list[str]:
     """Table cells of one run's backtest (plain text; the same in the terminal, report.md and report.html)."""
     yes_no = {True: "yes", False: "no", None: "-"}
@@ -222,3 +220,26 @@ def summary_lines(summary: BacktestSummary) -> list[str]:
         lines.append(f"Full-run A inside the part-fit's 95% interval: {summary.A_inside} of {summary.A_checked} "
                      f"({summary.A_inside_share:.0%}).")
     return lines
+
+
+BACKTEST_NOTE = ("Each run fitted on its first half of compute and extrapolated to its end: predicted vs observed reward "
+                 "over the run's last 10% of compute, a carry-forward baseline (the half's last reward), and whether "
+                 "the full run's A falls inside the half-fit's 95% interval.")
+
+
+def backtest_table(records: pd.DataFrame, *, fraction: float = 0.5, **kwargs) -> dict:
+    """{"fraction", "runs": [RunBacktest.to_dict()...], "summary": BacktestSummary.to_dict()} for a report;
+    `kwargs` go to `backtest_runs` (run_col, compute_col, reward_col, fit options)."""
+    results = backtest_runs(records, fraction=fraction, **kwargs)
+    return {"fraction": fraction, "runs": [r.to_dict() for r in results], "summary": summarize(results, fraction).to_dict()}
+
+
+def table_rows(table: dict) -> list[list[str]]:
+    """Cells of every run of a `backtest_table`."""
+    return [backtest_cells(RunBacktest(**row)) for row in table["runs"]]
+
+
+def table_lines(table: dict) -> list[str]:
+    """The summary of a `backtest_table` in words, with the reasons for runs not fitted."""
+    missed = [f"{row['run']}: not fitted: {row['reason']}" for row in table["runs"] if not row["fitted"]]
+    return missed + summary_lines(BacktestSummary(**table["summary"]))

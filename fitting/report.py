@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from rlscale.fitting.plots import save_figure
+from rlscale.fitting.backtest import BACKTEST_HEADER, BACKTEST_NOTE, backtest_table, table_lines, table_rows
 from rlscale.fitting.frame import run_labels
 from rlscale.fitting.recommend import NOISE_BAND, run_curves, study_unit
 
@@ -148,6 +149,7 @@ class Report:
     fits: list[dict]
     loo: list[dict] | None = None
     law: dict | None = None
+    backtest: dict | None = None  # fitting.backtest.backtest_table: each run's first half vs its end
     notes: list[str] = field(default_factory=list)
     plots: dict[str, Path] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
@@ -155,7 +157,7 @@ class Report:
     def to_dict(self) -> dict:
         """JSON-ready."""
         return {"study": self.study, "method": self.method, "unit": self.unit, "fits": self.fits, "loo": self.loo,
-                "law": self.law, "notes": self.notes, "files": {k: str(v) for k, v in {**self.plots, **self.files}.items()}}
+                "law": self.law, "backtest": self.backtest, "notes": self.notes, "files": {k: str(v) for k, v in {**self.plots, **self.files}.items()}}
 
 
 def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, study: str,
@@ -185,6 +187,9 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
     curves, draws = run_curves(records.drop(columns=["run_id"]), per_run, compute_col=compute_col, reward_col=metric,
                                record_breaking=record_breaking, bootstrap=bootstrap, seed=seed)
     report.fits = fit_rows(curves)
+    # ScaleRL's check of the fits: each run's first half predicts its end (every evaluation, whatever the method)
+    report.backtest = backtest_table(records, run_col="run", compute_col=compute_col, reward_col=metric,
+                                     bootstrap=bootstrap, seed=seed)
     report.plots["curves"] = plot_study(records, curves, out / "curves.png", run_col="run", compute_col=compute_col,
                                         reward_col=metric, title=f"{study}: reward vs compute, fitted sigmoids "
                                         "(dashed: extrapolation, band: 95% interval on A)")
@@ -276,6 +281,10 @@ def render_markdown(report: Report) -> str:
                   _md_table(LOO_HEADER, [loo_cells(r) for r in report.loo]), ""]
     parts += ["## Per-run sigmoid fits", "", "R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)", "",
               _md_table(FIT_HEADER, [fit_cells(r) for r in report.fits]), ""]
+    if report.backtest is not None:
+        parts += ["## Backtest (ScaleRL: fit on the first half, extrapolate)", "", BACKTEST_NOTE, "",
+                  _md_table(BACKTEST_HEADER, table_rows(report.backtest)), "",
+                  *(f"- {line}" for line in table_lines(report.backtest)), ""]
     if report.law is not None:
         law = report.law
         parts += ["## Optimal rollouts per prompt", "",
@@ -319,6 +328,11 @@ def render_html(report: Report) -> str:
     parts += ["<h2>Per-run sigmoid fits</h2>", "<p>R(C) = R0 + (A - R0) / (1 + (C_mid / C)<sup>B</sup>)</p>",
               _html_table(FIT_HEADER, [fit_cells(r) for r in report.fits],
                           ["" if r["identified"] else "unidentified" for r in report.fits])]
+    if report.backtest is not None:
+        parts += ["<h2>Backtest (ScaleRL: fit on the first half, extrapolate)</h2>", f"<p>{html.escape(BACKTEST_NOTE)}</p>",
+                  _html_table(BACKTEST_HEADER, table_rows(report.backtest),
+                              ["" if r["fitted"] else "unidentified" for r in report.backtest["runs"]]),
+                  *(f"<p>{html.escape(line)}</p>" for line in table_lines(report.backtest))]
     if report.law is not None:
         law = report.law
         parts.append(f"<h2>Optimal rollouts per prompt</h2><p>log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / "

@@ -151,3 +151,20 @@ def test_cli_backtests_a_stored_study(cli, db_url):
     assert (code, err) == (0, "")
     payload = json.loads(out)
     assert payload["source"] == "s" and payload["runs"][0]["run"] == "run-a" and payload["runs"][0]["fitted"]
+
+
+def test_report_includes_the_backtest_table(cli, tmp_path):
+    path = tmp_path / "runs.csv"
+    write_runs(path, {"a": noisy_sigmoid(0), "b": noisy_sigmoid(1)})
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    assert cli("import", str(path), "--study", "imported", "--db", url)[0] == 0
+    code, out, err = cli("report", "imported", "--db", url, "--out", str(tmp_path / "rep"), "--bootstrap", "40", "--json")
+    assert (code, err) == (0, "")
+    backtest = json.loads(out)["backtest"]
+    assert [row["run"] for row in backtest["runs"]] == ["a", "b"] and backtest["summary"]["fitted"] == 2
+    markdown = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Backtest (ScaleRL: fit on the first half, extrapolate)" in markdown
+    assert "| a | 50 |" in markdown and "Full-run A inside the part-fit's 95% interval" in markdown
+    assert "Backtest (ScaleRL" in (tmp_path / "rep" / "report.html").read_text()
+    code, out, _ = cli("report", "imported", "--db", url, "--out", str(tmp_path / "rep"), "--bootstrap", "40")
+    assert code == 0 and "carry-forward" in " ".join(out.split())

@@ -4,12 +4,14 @@ from pathlib import Path
 
 import typer
 
+from rlscale.cli.options import DbUrl
+
 
 def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
         study: str = typer.Argument(..., help="study name in the store"),
-        db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        db: DbUrl = None,
         out: Path = typer.Option(None, "--out", help="directory for report.md, report.html and the PNGs (default: reports/STUDY)"),
         bootstrap: int = typer.Option(200, "--bootstrap", min=0, help="bootstrap draws for the intervals"),
         json_out: bool = typer.Option(False, "--json", help="print the report's tables as JSON"),
@@ -31,11 +33,12 @@ def show(result) -> None:
     """Rich tables of the report, then where the files are."""
     from rich.table import Table
 
+    from rlscale.base.numbers import NOISE_BAND
     from rlscale.fitting.report import FIT_HEADER, LOO_HEADER, fit_cells, loo_cells
     from rlscale.cli.console import console
 
     if result.loo is not None:
-        table = Table(title=f"{result.study}: leave-one-out (|dA| < 0.02 is noise)")
+        table = Table(title=f"{result.study}: leave-one-out (|dA| < {NOISE_BAND:g} is noise)")
         width = min(28, max(len(str(row["variant"])) for row in result.loo))
         for col in LOO_HEADER:
             # names stay whole; on a narrow terminal the other cells wrap
@@ -56,6 +59,12 @@ def show(result) -> None:
         table.add_row(*cells, style=None if row["identified"] else "dim")
     table.caption = "\n".join(reasons) or None
     console.print(table)
+    if result.backtest is not None:
+        from rlscale.cli.commands.backtest import show as show_backtest
+        from rlscale.fitting.backtest import BacktestSummary, RunBacktest
+
+        show_backtest([RunBacktest(**row) for row in result.backtest["runs"]], BacktestSummary(**result.backtest["summary"]),
+                      title=f"{result.study}: backtest, fit on the first half of compute, extrapolated to the end")
     for note in result.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
     console.print(f"report: {result.files['html']}  (markdown: {result.files['markdown']})", highlight=False, soft_wrap=True)
