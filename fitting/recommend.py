@@ -292,7 +292,11 @@ def recommend_study(store, study: str, budget: float, *, profile: str | None = N
     if usable["rollouts"].nunique() < 2:
         raise Refusal(f"no recommendation: study {study!r} has fitted runs at {usable['rollouts'].nunique()} rollouts "
                       "value(s); the optimal-n law needs an IsoCompute study that varies rollouts")
-    law = fit_optimal_rollouts(usable, draws=draws, bootstrap=bootstrap, seed=seed)
+    try:
+        law = fit_optimal_rollouts(usable, draws=draws, bootstrap=bootstrap, seed=seed)
+    except ValueError as err:  # e.g. every run stopped before its inflection: no frontier to fit a law to
+        raise Refusal(f"no recommendation: the optimal-n law cannot be fitted: {err} "
+                      "(have the runs passed their inflection?)") from None
     steps_for, cost_how = steps_model(typed, records, runs, profile=profile)
     rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=draws)
     rec.notes.append(f"compute in {unit}; steps from the cost model: {cost_how}")

@@ -219,9 +219,13 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
 
         usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]
         if usable["rollouts"].nunique() >= 2:
-            law = fit_optimal_rollouts(usable, draws=draws, bootstrap=min(bootstrap, 50), seed=seed)
-            report.law = law.to_dict()
-            report.plots["optimal_n"] = plot_frontier(law, out / "optimal_n.png", compute_col=compute_col)
+            try:
+                law = fit_optimal_rollouts(usable, draws=draws, bootstrap=min(bootstrap, 50), seed=seed)
+            except ValueError as err:  # e.g. every run stopped before its inflection
+                report.notes.append(f"no optimal-n law: {err}")
+            else:
+                report.law = law.to_dict()
+                report.plots["optimal_n"] = plot_frontier(law, out / "optimal_n.png", compute_col=compute_col)
     unidentified = [row["run"] for row in report.fits if not row["identified"]]
     if unidentified:
         report.notes.append(f"{len(unidentified)} of {len(report.fits)} fits are not identified: their A is not "
