@@ -19,6 +19,7 @@ from rlscale.planner.grid import allocate
 from rlscale.planner.loading import load_yaml_mapping, user_error_from_validation
 from rlscale.planner.recipe import Recipe
 from rlscale.base.errors import UserError
+from rlscale.base.numbers import NOISE_BAND
 from rlscale.base.names import MAX_RUNS, MAX_SEEDS, NAME_PATTERN, NAME_RULE, VERIFIER_PATTERN, is_name, verifier_problem
 
 MODULE_FUNCTION_PATTERN = VERIFIER_PATTERN  # the old name
@@ -113,7 +114,7 @@ class EarlyTerminate(_Strict):
 
     type: Literal["asymptote", "hyperband", "none"] = "none"
     min_fraction: float = Field(0.25, gt=0, le=1, description="fraction of its steps a run always gets (bench/early_termination.py)")
-    margin: float = Field(0.02, ge=0, description="asymptote: stop if A's upper bound < best A - margin (reward)")
+    margin: float = Field(NOISE_BAND, ge=0, description="asymptote: stop if A's upper bound < best A - margin (reward)")
     eta: int = Field(3, ge=2, description="hyperband: keep 1/eta of the runs at each rung")
 
     @property
@@ -157,7 +158,7 @@ class Study(_Strict):
             if value < 1:
                 raise ValueError(f"expected a count >= 1, got {value}")
             if value > MAX_SEEDS:  # checked before the list is made: `seeds: 100000000` must not take gigabytes
-                raise ValueError(f"expected at most {MAX_SEEDS:,} seeds, got {value:,}")
+                raise ValueError(f"expected at most {MAX_SEEDS:,} seeds")
             return list(range(value))
         if isinstance(value, list) and len(value) > MAX_SEEDS:
             raise ValueError(f"expected at most {MAX_SEEDS:,} seeds, got {len(value):,}")
@@ -418,7 +419,8 @@ def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPl
         costs = [_step_cost(r, compute.unit, profile) for _, r in recipes]
         startup = profile.startup_gpu_hours if compute.unit == "gpu_hours" else 0.0
         per_run, steps = allocate(costs, compute.budget, per_run=compute.scope == "per_run",
-                                  min_steps=compute.min_steps, startup=startup, replicas=len(study.seeds))
+                                  min_steps=compute.min_steps, startup=startup, replicas=len(study.seeds),
+                                  field="compute.budget")
     runs = []
     for (name, recipe), m in zip(recipes, steps):
         if m is None:
@@ -461,7 +463,7 @@ def trial_recipe(study: Study, recipe_keys: dict) -> tuple[Recipe, float]:
         startup = profile.startup_gpu_hours if compute.unit == "gpu_hours" else 0.0
         budget = compute.budget if compute.scope == "per_run" else compute.budget / (study.n_trials or 1)
         _, (steps,) = allocate([_step_cost(recipe, compute.unit, profile)], budget, per_run=True,
-                               min_steps=compute.min_steps, startup=startup)
+                               min_steps=compute.min_steps, startup=startup, field="compute.budget")
         if steps is None:
             raise UserError(f"a trial with B_p={recipe.prompts_per_batch}, n={recipe.rollouts} cannot reach "
                             f"{compute.min_steps} step(s) within {budget:.4g} {compute.unit}", field="compute.budget")
