@@ -16,6 +16,7 @@ import pandas as pd
 
 from rlscale.base.errors import UserError
 from rlscale.base.names import MAX_INT64, NAME_RULE, is_name
+from rlscale.base.numbers import is_missing as _missing
 
 if TYPE_CHECKING:
     from rlscale.db.store import Store
@@ -96,10 +97,6 @@ def _record(row: dict) -> dict:
         "val_reward": row["reward"],
         "metrics": metrics,
     }
-
-
-def _missing(value: Any) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 # --- reading: each yields (line number, {column: raw cell}) after a header check ---------------------

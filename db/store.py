@@ -19,6 +19,9 @@ from rlscale.db.models import RUN_STATUSES, Fit, Plan, Record, Run, Study, utcno
 from rlscale.base import settings
 from rlscale.base.errors import UserError
 from rlscale.base.names import check_name
+from rlscale.base.numbers import float_or_none as _float_or_none
+from rlscale.base.numbers import is_missing as _is_missing
+from rlscale.base.numbers import json_safe as _json_safe
 
 RECORD_COLUMNS = ["run_id", "run", "step", "gpu_hours", "rollouts", "tokens", "val_reward"]
 RUN_COLUMNS = ["run_id", "run", "seed", "status", "error", "config", "created_at", "updated_at"]
@@ -342,32 +345,6 @@ def _resolve_run(row: dict, run_ids: set[int], by_name: dict[str, list[int]], st
         problem = "no run" if not ids else f"{len(ids)} runs (pass run_id)"
         raise ValueError(f"fit for run {name!r}: study {study!r} has {problem} of that name")
     return ids[0]
-
-
-def _json_safe(value: Any) -> Any:
-    """`value` with numpy scalars made plain and NaN/inf made None (PostgreSQL's JSON has no NaN)."""
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if hasattr(value, "item") and getattr(value, "shape", None) == ():
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is pd.NA or value is pd.NaT:
-        return None
-    return value
-
-
-def _is_missing(value: Any) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
-
-
-def _float_or_none(value: Any) -> float | None:
-    if _is_missing(value):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
 
 
 def _int_or_none(value: Any) -> int | None:

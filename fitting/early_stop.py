@@ -8,9 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlscale.base.numbers import NOISE_BAND
 from rlscale.fitting.sigmoid import SigmoidFit
-
-NOISE_BAND = 0.02  # ScaleRL: |dA| < 0.02 is within the spread of 3 seeds
 
 
 @dataclass(frozen=True)

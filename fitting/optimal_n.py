@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from rlscale.fitting.bootstrap import percentile_interval
 from rlscale.fitting.sigmoid import sigmoid
 
 LAW_PARAMS = ("lo", "hi", "k", "c0")
@@ -51,8 +52,7 @@ class RolloutsLaw:
             point = self.predict(compute)
             return point, point
         draws = np.stack([optimal_rollouts_law(compute, *row) for row in self.samples])
-        tail = (1.0 - level) / 2.0
-        lo, hi = np.quantile(draws, [tail, 1.0 - tail], axis=0)
+        lo, hi = percentile_interval(draws, level, axis=0)
         return 2.0**lo, 2.0**hi
 
     def extrapolation_factor(self, compute: float) -> float:

@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from rlscale.base.numbers import NOISE_BAND
+from rlscale.fitting.bootstrap import percentile_interval
 from rlscale.fitting.frame import run_labels
 from rlscale.fitting.optimal_n import RolloutsLaw
 from rlscale.fitting.records import record_breaking_points
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
-NOISE_BAND = 0.02  # ScaleRL: |dA| below this is seed-to-seed noise
 MAX_TRUNCATION = 0.05  # ScaleRL: stable runs keep the truncation rate below 5%
 CURVE_COLUMNS = ["run_id", "run", "prompts_per_batch", "rollouts", "status", "A", "B", "C_mid", "R0", "A_lo", "A_hi",
                  "r2", "n_points", "identified", "reason", "c_min", "c_max", "truncation_rate"]
@@ -168,7 +169,7 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
     samples = (draws or {}).get(chosen["run"])
     if samples is not None and len(samples) >= 2:
         curve = sigmoid(budget, samples[:, 0], samples[:, 1], samples[:, 2], samples[:, 3])
-        lo, hi = (float(v) for v in np.quantile(curve, [0.025, 0.975]))
+        lo, hi = (float(v) for v in percentile_interval(curve, 0.95))
     else:
         lo = hi = float("nan")
         notes.append("no bootstrap draws for the chosen run: the reward interval is unknown")

@@ -13,10 +13,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rlscale.fitting.plots import save_figure
+from rlscale.base.numbers import NOISE_BAND
+from rlscale.base.numbers import format_number as _f
 from rlscale.fitting.backtest import BACKTEST_HEADER, BACKTEST_NOTE, backtest_table, table_lines, table_rows
 from rlscale.fitting.frame import run_labels
-from rlscale.fitting.recommend import NOISE_BAND, run_curves, study_unit
+from rlscale.fitting.plots import save_figure
+from rlscale.fitting.recommend import run_curves, study_unit
 
 COMPUTE_LABELS = {"gpu_hours": "GPU-hours", "rollouts": "rollouts", "tokens": "tokens"}
 
@@ -242,19 +244,12 @@ def write_report(report: Report, out: Path) -> Report:
     return report
 
 
-def _f(value, fmt="{:.3f}") -> str:
-    try:
-        return fmt.format(value) if value is not None and np.isfinite(value) else "-"
-    except (TypeError, ValueError):
-        return "-"
-
-
 def _interval(row) -> str:
     return f"{_f(row['A'])} [{_f(row['A_lo'])}, {_f(row['A_hi'])}]"
 
 
 FIT_HEADER = ["run", "A [95%]", "B", "C_mid", "R0", "r2", "points", "fit"]
-LOO_HEADER = ["variant", "A [95%]", "B", "C_mid", "dA", "dB", "beyond 0.02 noise", "verdict"]
+LOO_HEADER = ["variant", "A [95%]", "B", "C_mid", "dA", "dB", f"beyond {NOISE_BAND:g} noise", "verdict"]
 
 
 def fit_cells(row) -> list[str]:

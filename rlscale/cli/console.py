@@ -6,13 +6,14 @@ clipboard writes) are shown as \\x1b-style escapes instead of being sent to the 
 """
 
 import json
-import math
 import re
 import sys
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+
+from rlscale.base.numbers import json_safe
 
 console = Console()
 err_console = Console(stderr=True)
@@ -33,23 +34,8 @@ def safe(value: Any) -> str:
 
 def print_json(payload: Any) -> None:
     """Write `payload` as JSON to stdout (no rich markup, so scripts can parse it); NaN and inf become null."""
-    sys.stdout.write(json.dumps(_finite(payload), indent=2, default=_jsonable, allow_nan=False) + "\n")
+    sys.stdout.write(json.dumps(json_safe(payload), indent=2, default=_jsonable, allow_nan=False) + "\n")
     sys.stdout.flush()
-
-
-def _finite(value: Any) -> Any:
-    # strict JSON has no NaN or Infinity; scripts get null
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if hasattr(value, "item") and getattr(value, "shape", None) == ():
-        return _finite(value.item())
-    if hasattr(value, "tolist"):
-        return _finite(value.tolist())
-    return value
 
 
 def _jsonable(value: Any) -> Any:

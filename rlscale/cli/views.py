@@ -1,20 +1,13 @@
 """Rich renderings shared by several commands: the live sweep view and the fits table."""
 
-import math
-
 from rich.live import Live
 from rich.table import Table
 
+from rlscale.base.numbers import format_number as _num
 from rlscale.cli.console import console, safe
 from rlscale.runner.sweep.driver import FINISHED
 
 STATUS_STYLE = {"done": "green", "running": "cyan", "failed": "red", "stopped": "yellow", "paused": "magenta", "pending": "dim"}
-
-
-def _num(value, fmt: str = "{:.3f}") -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return fmt.format(value)
 
 
 def sweep_table(study: str, runs) -> Table:

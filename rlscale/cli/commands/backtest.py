@@ -4,13 +4,15 @@ from pathlib import Path
 
 import typer
 
+from rlscale.cli.options import DbUrl
+
 
 def register(app: typer.Typer) -> None:
     @app.command("backtest")
     def backtest(
         file: Path = typer.Argument(None, help="run log: .csv/.jsonl, a TensorBoard directory or a verl file-logger .jsonl"),
         study: str = typer.Option(None, "--study", help="backtest the stored records of this study instead of a file"),
-        db: str = typer.Option(None, "--db", help="SQLAlchemy URL for --study (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        db: DbUrl = None,
         fraction: float = typer.Option(0.5, "--fraction", help="fit on the points at compute <= this share of each run's last compute"),
         r0: float = typer.Option(None, "--r0", help="reward before RL, held fixed (default: fitted)"),
         min_compute: float = typer.Option(0.0, "--min-compute", min=0.0, help="drop points below this compute"),

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import typer
 
+from rlscale.cli.options import DbUrl
+
 
 def register(app: typer.Typer) -> None:
     @app.command("export")
@@ -12,7 +14,7 @@ def register(app: typer.Typer) -> None:
         study: str = typer.Option(None, "--study", help="export the recommendation learned from this study"),
         budget: float = typer.Option(None, "--budget", help="target compute for the recommendation (with --study)"),
         recipe: Path = typer.Option(None, "--recipe", help="export this recipe file instead of a recommendation"),
-        db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        db: DbUrl = None,
         profile: str = typer.Option(None, "--profile", help="cost profile for steps (see `rlscale recommend`)"),
         out: Path = typer.Option(None, "--out", help="write here instead of stdout"),
     ) -> None:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from rlscale.cli.options import DbUrl
+
 # Keys of `fit --json`, in order (DESIGN.md section 6); scripts rely on them. `noise`: the noise model used.
 JSON_KEYS = ("run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise")
 
@@ -15,7 +17,7 @@ def register(app: typer.Typer) -> None:
     def fit(
         file: Path = typer.Argument(None, help="run log (.csv or .jsonl): run (optional), compute or gpu_hours, reward"),
         study: str = typer.Option(None, "--study", help="fit the stored records of this study instead of a file, and save the fits"),
-        db: str = typer.Option(None, "--db", help="SQLAlchemy URL for --study (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        db: DbUrl = None,
         r0: float = typer.Option(None, "--r0", help="reward before RL, held fixed (default: fitted)"),
         min_compute: float = typer.Option(0.0, "--min-compute", min=0.0, help="drop points below this compute (ScaleRL: ~1.5k of 16k GPU-hours)"),
         noise: str = typer.Option("auto", "--noise", help="reward noise around the curve: auto (chosen by likelihood), binomial (pass rates), constant (plain least squares), multiplicative"),
@@ -83,15 +85,13 @@ def _fit_and_plot(file, study, db, options, plot):
 
 def fits_json(fits) -> list[dict]:
     """The fits as plain JSON-ready dicts with JSON_KEYS (NaN and inf become null)."""
+    from rlscale.base.numbers import json_safe
+
     out = []
     for row in fits.to_dict("records"):
         item = {}
         for key in JSON_KEYS:
-            value = row.get(key)
-            if hasattr(value, "item") and getattr(value, "shape", None) == ():
-                value = value.item()  # numpy scalar
-            if isinstance(value, float) and not math.isfinite(value):
-                value = None
+            value = json_safe(row.get(key))  # numpy scalars made plain, NaN and inf null
             if key == "run":
                 value = str(value)
             elif key == "noise":

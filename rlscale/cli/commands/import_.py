@@ -5,6 +5,8 @@ from pathlib import Path
 
 import typer
 
+from rlscale.cli.options import DbUrl
+
 
 def register(app: typer.Typer) -> None:
     @app.command("import")
@@ -12,7 +14,7 @@ def register(app: typer.Typer) -> None:
         file: Path = typer.Argument(..., help="run log: .csv or .jsonl with run, compute (or gpu_hours), reward[, step, rollouts, tokens]; "
                                     "a TensorBoard directory; or a verl file-logger .jsonl"),
         study: str = typer.Option(..., "--study", help="study to add the runs to (created if new)"),
-        db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        db: DbUrl = None,
         json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
         tag: str = typer.Option(None, "--tag", help="TensorBoard/verl logs: the reward scalar (default: verl's val-core/<source>/reward/mean@k)"),
         compute_tag: str = typer.Option(None, "--compute-tag", help="TensorBoard/verl logs: a scalar of cumulative compute "

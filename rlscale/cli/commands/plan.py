@@ -4,8 +4,13 @@ from typing import Annotated
 
 import typer
 
-from rlscale.cli.console import console, print_json
 from rlscale.base.errors import UserError
+from rlscale.base.numbers import format_number
+from rlscale.cli.console import console, print_json
+
+
+def _fmt(value: float) -> str:
+    return format_number(value, "compact")  # 12,345 from 1,000 up, else 4 significant digits
 
 
 def register(app: typer.Typer) -> None:
@@ -132,11 +137,6 @@ def _plan_study(path: str, *, profile, as_json, save, db) -> None:
     _print_dropped(plan.dropped)
     if save is not None:
         console.print(f"saved plan {save!r}")
-
-
-def _fmt(value: float) -> str:
-    """Compact number: thousands separators for large values, 4 significant digits for small ones."""
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def _print_dropped(dropped: list[tuple[str, str]]) -> None:

@@ -2,13 +2,15 @@
 
 import typer
 
+from rlscale.cli.options import DbUrl
+
 
 def register(app: typer.Typer) -> None:
     @app.command("recommend")
     def recommend(
         budget: float = typer.Option(..., "--budget", help="target compute, in the study's unit (GPU-hours by default)"),
         study: str = typer.Option(None, "--study", help="the IsoCompute study to learn from (default: the only one that varies rollouts)"),
-        db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        db: DbUrl = None,
         profile: str = typer.Option(None, "--profile", help="cost profile for steps (default: calibrated on the study's records)"),
         bootstrap: int = typer.Option(100, "--bootstrap", min=0, help="bootstrap draws for the intervals"),
         json_out: bool = typer.Option(False, "--json", help="print JSON"),
@@ -43,6 +45,7 @@ def show(rec, study: str) -> None:
     """Rich tables: the allocation, then the runs it rests on."""
     from rich.table import Table
 
+    from rlscale.base.numbers import NOISE_BAND
     from rlscale.cli.console import console
 
     top = Table(title=f"recommendation for {rec.budget:g} ({study})", show_header=True)
@@ -53,7 +56,7 @@ def show(rec, study: str) -> None:
                 f"{rec.predicted_reward:.3f} [{rec.predicted_interval[0]:.3f}, {rec.predicted_interval[1]:.3f}]")
     console.print(top)
     evidence = Table(title=f"evidence: runs at n = {rec.evidence[0]['rollouts'] if rec.evidence else '-'}")
-    for col in ("run", "B_p", "A [95%]", "identified", "truncation", "within 0.02 of best", "chosen"):
+    for col in ("run", "B_p", "A [95%]", "identified", "truncation", f"within {NOISE_BAND:g} of best", "chosen"):
         evidence.add_column(col)
     for row in rec.evidence:
         evidence.add_row(row["run"], str(row["prompts_per_batch"]), f"{row['A']:.3f} [{row['A_lo']:.3f}, {row['A_hi']:.3f}]",

@@ -6,9 +6,12 @@ from pathlib import Path
 import typer
 
 from rlscale.cli.console import console, print_json
+from rlscale.cli.options import DbUrl
 from rlscale.base.errors import UserError
+from rlscale.base.numbers import format_number
 
 RECORD_COLUMNS = ("step", "gpu_hours", "rollouts", "tokens", "val_reward", "train_reward")
+RECORD_FORMATS = {"gpu_hours": "{:.4g}", "val_reward": "{:.3f}", "train_reward": "{:.3f}"}  # others: integers
 
 
 def register(app: typer.Typer) -> None:
@@ -21,7 +24,7 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option(None, "--device", help="--local: cpu or cuda (default: cuda when torch sees a GPU)."),
         as_json: bool = typer.Option(False, "--json", help="Print {recipe, records, ...} as JSON instead of tables."),
         study: str = typer.Option("runs", "--study", help="Ray runner: the study the run is stored in."),
-        db: str = typer.Option(None, "--db", help="Ray runner: SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)."),
+        db: DbUrl = None,
         ray_address: str = typer.Option(None, "--ray-address", help="Ray runner: join an existing cluster (default: start a local one)."),
     ) -> None:
         """Run one RL job; every eval_every steps record (step, device-hours, rollouts, tokens, validation pass rate)."""
@@ -127,15 +130,7 @@ def _print_summary(records: list[dict], seconds: float, *, title: str = "validat
     for column in RECORD_COLUMNS:
         table.add_column(column, justify="right")
     for row in records:
-        table.add_row(*(_cell(row.get(column)) for column in RECORD_COLUMNS))
+        table.add_row(*(format_number(row.get(column), RECORD_FORMATS.get(column, "{}")) for column in RECORD_COLUMNS))
     console.print(table)
     first, last = records[0]["val_reward"], records[-1]["val_reward"]
     console.print(f"val_reward {first:.3f} -> {last:.3f} ({last - first:+.3f}) in {seconds:.0f} s wall", highlight=False)
-
-
-def _cell(value) -> str:
-    if value is None or (isinstance(value, float) and value != value):  # None or NaN
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.5f}" if value < 0.01 else f"{value:.3f}"
-    return str(value)

@@ -2,12 +2,14 @@
 
 import typer
 
+from rlscale.cli.options import DbUrl
+
 
 def register(app: typer.Typer) -> None:
     @app.command("status")
     def status(
         study: str = typer.Argument(..., help="study name"),
-        db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        db: DbUrl = None,
         json_out: bool = typer.Option(False, "--json", help="print the runs as JSON"),
     ) -> None:
         """Show each run's status, step, last validation reward and compute spent."""

@@ -2,11 +2,13 @@
 
 import typer
 
+from rlscale.cli.options import DbUrl
+
 
 def register(app: typer.Typer) -> None:
     @app.command("studies")
     def studies(
-        db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        db: DbUrl = None,
         json_out: bool = typer.Option(False, "--json", help="print the list as JSON"),
     ) -> None:
         """List the studies in the store with their runs (by status), records and fits."""

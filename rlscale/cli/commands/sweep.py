@@ -4,12 +4,14 @@ from pathlib import Path
 
 import typer
 
+from rlscale.cli.options import DbUrl
+
 
 def register(app: typer.Typer) -> None:
     @app.command("sweep")
     def sweep(
         study_file: Path = typer.Argument(..., help="study YAML (see studies/)"),
-        db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default: RLSCALE_DB or sqlite:///rlscale.db)"),
+        db: DbUrl = None,
         ray_address: str = typer.Option(None, "--ray-address", help="join an existing Ray cluster (default: start a local one)"),
         max_retries: int = typer.Option(2, "--max-retries", min=0, help="retries of a crashing job before it is marked failed"),
         out: Path = typer.Option(None, "--out", help="directory for the study's report (default: reports/STUDY)"),
