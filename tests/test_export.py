@@ -1,117 +1,150 @@
-"""`rlscale export`: production configs with the documented keys, and what each target cannot express."""
+"""`rlscale export`: each target's keys carry the recipe's meaning, deployment keys stand apart, the command lines are
+shell-safe, and every study exports. The pinned frameworks' own parsers check the same exports in
+tests/test_export_frameworks.py."""
 
-import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
-
-from conftest import run_cli
 import yaml
 
-from rlscale.fitting.export import export_config
+from conftest import run_cli
+from rlscale.fitting.export import Deployment, export_config, openrlhf_mapping, trl_mapping, verl_mapping, verl_overrides
 from rlscale.planner.recipe import Recipe
 
-# trl 1.16.0, trl/trainer/grpo_config.py: the fields GRPOConfig declares itself (read from the release's source)
-GRPO_CONFIG_FIELDS = {
-    "learning_rate", "model_init_kwargs", "trust_remote_code", "router_aux_loss_coef", "disable_dropout",
-    "cast_lm_head_to_fp32", "remove_unused_columns", "num_generations", "num_generations_eval",
-    "max_completion_length", "ds3_gather_for_generation", "shuffle_dataset", "pad_to_multiple_of",
-    "generation_batch_size", "steps_per_generation", "temperature", "top_p", "top_k", "min_p", "generation_kwargs",
-    "chat_template_kwargs", "repetition_penalty", "cache_implementation", "use_vllm", "vllm_mode", "beta",
-    "num_iterations", "epsilon", "delta", "epsilon_high", "importance_sampling_level", "reward_weights",
-    "scale_rewards", "loss_type", "mask_truncated_completions", "sync_ref_model", "top_entropy_quantile",
-    "entropy_coef", "use_adaptive_entropy", "log_completions",
-}
-# transformers.TrainingArguments fields GRPOConfig inherits (documented in transformers' TrainingArguments)
-TRAINING_ARGUMENTS_FIELDS = {"max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
-                             "max_grad_norm", "weight_decay", "seed", "output_dir"}
-TRL_LOSS_TYPES = {"grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"}
+RECIPE = Recipe(prompts_per_batch=48, rollouts=16, steps=1200, lr=1e-6, kl_coef=0.001, entropy_coef=0.002,
+                max_new_tokens=16384, seed=3)
 
 
-def _nested(config: dict, dotted: str):
-    node = config
-    for part in dotted.split("."):
-        assert isinstance(node, dict) and part in node, f"missing key {dotted}"
-        node = node[part]
-    return node
+def script_argv(text: str, tmp_path: Path) -> list[str]:
+    """The argv bash passes to `python3 -m MODULE` when it runs an exported script (python3 is a stand-in that
+    prints its argv), without the `-m MODULE`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "python3"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    script = tmp_path / "export.sh"
+    script.write_text(text)
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr
+    argv = json.loads(done.stdout)
+    assert argv[0] == "-m"
+    return argv[2:]
 
 
-RECIPE = Recipe(prompts_per_batch=32, rollouts=64, steps=1200, lr=1e-4, lr_reference_batch=768, kl_coef=0.001,
-                entropy_coef=0.002, max_new_tokens=4096)
+def test_every_export_names_its_framework_and_version():
+    for fmt, target in [("verl", "verl 0.9.1"), ("trl", "TRL 1.16.0"), ("openrlhf", "OpenRLHF 0.11.2")]:
+        assert f"# target: {target}" in export_config(RECIPE, fmt)
 
 
-def test_verl_export_is_plain_yaml_with_the_documented_keys():
-    text = export_config(RECIPE, "verl", header=["from a test"])
-    config = yaml.safe_load(text)  # plain YAML: the comments are the only non-data lines
-    expected = {
-        "data.train_batch_size": 32,
-        "actor_rollout_ref.rollout.n": 64,
-        "trainer.total_training_steps": 1200,
-        "actor_rollout_ref.actor.optim.lr": pytest.approx(RECIPE.scaled_lr),
-        "actor_rollout_ref.actor.clip_ratio_low": RECIPE.clip_range[0],
-        "actor_rollout_ref.actor.clip_ratio_high": RECIPE.clip_range[1],
-        "actor_rollout_ref.actor.policy_loss.loss_mode": "cispo",
-        "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
-        "algorithm.norm_adv_by_std_in_grpo": False,
-        "actor_rollout_ref.actor.use_kl_loss": True,
-        "actor_rollout_ref.actor.kl_loss_coef": 0.001,
-        "actor_rollout_ref.actor.entropy_coeff": 0.002,
-        "data.max_response_length": 4096,
-    }
-    for key, value in expected.items():
-        assert _nested(config, key) == value, key
-    # lr scales with sqrt(total batch / reference batch): 32 x 64 = 2048 rollouts vs 768
-    assert RECIPE.scaled_lr == pytest.approx(1e-4 * (2048 / 768) ** 0.5)
-    notes = text.split("# not expressible:")[1]
-    assert "fp32_head" in notes and "loss_agg: prompt" in notes and "adv_norm: batch" in notes
+def test_verl_mapping_is_callable_and_trains_one_update_per_batch():
+    m = verl_mapping(RECIPE)
+    r = m.recipe
+    assert (r["data.train_batch_size"], r["actor_rollout_ref.rollout.n"], r["trainer.total_training_steps"]) == (48, 16, 1200)
+    # ppo_mini_batch_size counts prompts like train_batch_size: equal means one optimizer update per step
+    assert r["actor_rollout_ref.actor.ppo_mini_batch_size"] == 48 and r["actor_rollout_ref.actor.ppo_epochs"] == 1
+    assert r["actor_rollout_ref.actor.optim.lr_warmup_steps"] == 20
+    assert r["actor_rollout_ref.actor.optim.lr_scheduler_type"] == "constant"
+    assert not any("seed" in key and key.startswith("trainer.") for key in r)  # verl has no trainer.seed
+    assert r["data.seed"] == r["actor_rollout_ref.rollout.seed"] == r["actor_rollout_ref.actor.data_loader_seed"] == 3
+    assert r["actor_rollout_ref.actor.kl_loss_type"] == "low_var_kl" and r["algorithm.use_kl_in_reward"] is False
+    off = Recipe(async_mode="ppo_off_policy", ppo_minibatches=4)
+    assert verl_mapping(off).recipe["actor_rollout_ref.actor.ppo_mini_batch_size"] == 12  # 4 updates per batch
+    assert "data.train_batch_size=48" in verl_overrides(RECIPE)
 
 
-def test_verl_maps_losses_and_group_norm():
-    config = yaml.safe_load(export_config(Recipe(loss="dapo", adv_norm="group", loss_agg="sample"), "verl"))
-    actor = config["actor_rollout_ref"]["actor"]
-    assert actor["policy_loss"]["loss_mode"] == "vanilla" and (actor["clip_ratio_low"], actor["clip_ratio_high"]) == (0.2, 0.28)
-    assert actor["loss_agg_mode"] == "seq-mean-token-mean"
-    assert config["algorithm"]["norm_adv_by_std_in_grpo"] is True
+def test_verl_batch_and_no_normalisation_differ_and_dual_clip_is_off_and_announced():
+    batch = verl_mapping(Recipe(adv_norm="batch")).recipe
+    none = verl_mapping(Recipe(adv_norm="none")).recipe
+    assert batch["algorithm.adv_estimator"] == "reinforce_plus_plus_baseline"
+    assert (none["algorithm.adv_estimator"], none["algorithm.norm_adv_by_std_in_grpo"]) == ("grpo", False)
+    for loss in ("dapo", "grpo"):
+        m = verl_mapping(Recipe(loss=loss))
+        assert m.recipe["actor_rollout_ref.actor.policy_loss.loss_mode"] == "vanilla"
+        assert m.recipe["actor_rollout_ref.actor.clip_ratio_c"] > 4.9e8  # above verl's e^20 ratio clamp: never binds
+        assert any("dual clip" in note for note in m.nearest)
+    assert "dual clip" in export_config(Recipe(loss="dapo"), "verl")
 
 
-def test_trl_export_uses_documented_grpo_config_fields():
-    text = export_config(RECIPE, "trl")
-    config = yaml.safe_load(text)
-    assert set(config) <= GRPO_CONFIG_FIELDS | TRAINING_ARGUMENTS_FIELDS
-    assert config["num_generations"] == 64 and config["max_steps"] == 1200
-    # prompts per step = per_device_train_batch_size x processes / num_generations (one process)
-    assert config["per_device_train_batch_size"] // config["num_generations"] == 32
-    assert config["loss_type"] in TRL_LOSS_TYPES and config["loss_type"] == "cispo"
-    assert config["epsilon_high"] == RECIPE.clip_range[1] and config["scale_rewards"] == "batch"
-    assert config["cast_lm_head_to_fp32"] is True and config["beta"] == 0.001
-    gspo = yaml.safe_load(export_config(Recipe(loss="gspo"), "trl"))
-    assert gspo["importance_sampling_level"] == "sequence"
-    assert "not expressible" in text and "zero_variance_filter" in text
+def test_not_expressible_lists_only_what_the_pinned_version_lacks():
+    recipe = Recipe(adv_norm="batch", loss_agg="token", async_mode="pipeline", fp32_head=True)
+    verl_missing = " ".join(verl_mapping(recipe).missing)
+    assert "fp32_head" in verl_missing and "no_positive_resampling" in verl_missing
+    assert "adv_norm" not in verl_missing and "async" not in verl_missing  # both exist in verl 0.9.1
+    orl = openrlhf_mapping(Recipe(loss="dapo", loss_agg="sample"))
+    orl_missing = " ".join(orl.missing)
+    assert "clip" not in orl_missing and "loss_agg" not in orl_missing and "kl" not in orl_missing
+    assert "loss: cispo" in " ".join(openrlhf_mapping(Recipe(loss="cispo")).missing)
+    trl_missing = trl_mapping(Recipe(loss_agg="token", fp32_head=True)).missing
+    assert not any(item.startswith(("fp32_head", "loss", "CISPO", "adv_norm")) for item in trl_missing)
 
 
-def test_trl_export_builds_a_real_grpo_config(tmp_path):
-    import trl  # in the dev extra
-
-    fields = yaml.safe_load(export_config(RECIPE, "trl"))
-    # the export targets a GPU cluster; this CPU-only host can only build it with bf16 off
-    config = trl.GRPOConfig(output_dir=str(tmp_path), **{**fields, "bf16": False, "use_cpu": True})
-    assert config.num_generations == 64
-    assert config.learning_rate == pytest.approx(fields["learning_rate"])
+def test_cispo_truncates_at_five_in_every_target():
+    cispo = Recipe(loss="cispo")  # clip_high 4: weight truncated at 1 + 4
+    assert verl_mapping(cispo).recipe["actor_rollout_ref.actor.clip_ratio_high"] == 4.0  # verl: 1 + clip_ratio_high
+    assert trl_mapping(cispo).recipe["epsilon_high"] == 5.0  # TRL: clamp(ratio, max=epsilon_high)
+    low, high = openrlhf_mapping(cispo).recipe["--actor.eps_clip_low_high"]
+    assert 1 + high == 5.0 and low == 1.0
 
 
-def test_trl_field_list_matches_installed_transformers():
-    transformers = pytest.importorskip("transformers")
-    names = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
-    assert TRAINING_ARGUMENTS_FIELDS <= names
+def test_trl_generation_batch_is_one_optimizer_step():
+    m = trl_mapping(RECIPE, Deployment(gpus_per_node=8, nodes=2))
+    d = m.deployment
+    assert d["per_device_train_batch_size"] * 16 * d["steps_per_generation"] == 48 * 16
+    assert d["steps_per_generation"] == d["gradient_accumulation_steps"] and m.recipe["num_iterations"] == 1
+    assert m.recipe["lr_scheduler_type"] == "constant_with_warmup" and m.recipe["warmup_steps"] == 20
+    off = trl_mapping(Recipe(async_mode="ppo_off_policy", ppo_minibatches=4), Deployment(gpus_per_node=1))
+    assert off.deployment["steps_per_generation"] == 4 * off.deployment["gradient_accumulation_steps"]
+    assert off.recipe["max_steps"] == 4 * 400
 
 
-def test_openrlhf_export_is_a_command_with_documented_flags():
-    text = export_config(RECIPE, "openrlhf")
-    command = " ".join(line.rstrip("\\") for line in text.splitlines() if not line.startswith("#"))
-    for flag, value in [("--rollout.batch_size", "32"), ("--rollout.n_samples_per_prompt", "64"),
-                        ("--rollout.max_new_tokens", "4096"), ("--actor.policy_loss_type", "ppo")]:
-        assert f"{flag} {value}" in command
-    assert "--actor.adam.lr" in command and "--train.num_episodes" in command
-    assert "loss: cispo has no OpenRLHF policy_loss_type" in text and "steps: 1200 has no flag" in text
+def test_openrlhf_flags_count_prompts_and_completions_and_keep_the_estimator():
+    r = openrlhf_mapping(RECIPE).recipe
+    assert r["--rollout.batch_size"] == 48 and r["--train.batch_size"] == 48 * 16  # one update per batch
+    assert r["--algo.advantage.estimator"] == "reinforce_baseline"  # never the default gae (a learned critic)
+    assert r["--algo.kl.use_loss"] is True and r["--algo.kl.estimator"] == "k3" and r["--train.seed"] == 3
+    assert openrlhf_mapping(Recipe(adv_norm="group")).recipe["--algo.advantage.estimator"] == "group_norm"
+    assert openrlhf_mapping(Recipe(adv_norm="none")).recipe["--algo.advantage.estimator"] == "dr_grpo"
+    assert openrlhf_mapping(RECIPE).deployment["--data.max_len"] == 1024 + 16384
+    assert openrlhf_mapping(Recipe()).recipe["--algo.kl.init_coef"] == 0.0  # OpenRLHF's default is 0.01
+
+
+def test_deployment_keys_come_from_gpus_and_nodes_and_stand_apart(tmp_path):
+    dep = Deployment(gpus_per_node=4, nodes=2, tensor_parallel=2)
+    m = verl_mapping(Recipe(async_mode="sync"), dep)
+    assert (m.deployment["trainer.n_gpus_per_node"], m.deployment["trainer.nnodes"]) == (4, 2)
+    assert m.deployment["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 2
+    assert m.deployment["actor_rollout_ref.actor.use_dynamic_bsz"] is True
+    assert not set(m.recipe) & set(m.deployment)
+    text = export_config(Recipe(async_mode="sync"), "verl", deployment=dep)
+    recipe_part, deployment_part = text.split("# deployment choices")
+    assert "trainer.n_gpus_per_node=4" in deployment_part and "n_gpus_per_node" not in recipe_part
+    o = openrlhf_mapping(Recipe(async_mode="sync"), dep).deployment
+    assert (o["--actor.num_gpus_per_node"], o["--actor.num_nodes"], o["--vllm.num_engines"]) == (4, 2, 4)
+    trl_text = export_config(Recipe(), "trl", deployment=dep)
+    lines = trl_text.splitlines()
+    cut = next(i for i, line in enumerate(lines) if line.startswith("# deployment choices"))
+    trl_recipe, trl_deployment = yaml.safe_load("\n".join(lines[:cut])), yaml.safe_load("\n".join(lines[cut:]))
+    assert "per_device_train_batch_size" in trl_deployment and "num_generations" in trl_recipe
+    assert not set(trl_recipe) & set(trl_deployment)
+
+
+@pytest.mark.parametrize("fmt", ["openrlhf", "verl"])
+def test_command_lines_keep_a_hostile_model_path_one_argument(fmt, tmp_path):
+    hostile = "x; touch PWNED #"
+    text = export_config(Recipe(model=hostile), fmt)
+    argv = script_argv(text, tmp_path)
+    assert not (tmp_path / "PWNED").exists()
+    if fmt == "openrlhf":
+        assert argv[argv.index("--actor.model_name_or_path") + 1] == hostile
+    else:  # Hydra-quoted inside one shell word
+        assert "actor_rollout_ref.model.path='x; touch PWNED #'" in argv
 
 
 def test_yaml_export_round_trips_through_the_recipe_schema(tmp_path):
@@ -127,13 +160,17 @@ def _cli(args, capsys, monkeypatch):
 
 
 def test_export_command_from_a_recipe_file(workdir, capsys, monkeypatch):
-    (workdir / "r.yaml").write_text("prompts_per_batch: 8\nrollouts: 4\nsteps: 50\nloss: grpo\n")
-    code, out, err = _cli(["export", "--format", "verl", "--recipe", "r.yaml", "--out", "verl.yaml"], capsys, monkeypatch)
+    (workdir / "r.yaml").write_text("prompts_per_batch: 8\nrollouts: 4\nsteps: 50\nloss: grpo\nasync: sync\n")
+    code, out, err = _cli(["export", "--format", "verl", "--recipe", "r.yaml", "--gpus", "4", "--out", "verl.sh"],
+                          capsys, monkeypatch)
     assert code == 0, err
-    config = yaml.safe_load((workdir / "verl.yaml").read_text())
-    assert config["data"]["train_batch_size"] == 8 and config["actor_rollout_ref"]["rollout"]["n"] == 4
+    argv = script_argv((workdir / "verl.sh").read_text(), workdir)
+    assert "data.train_batch_size=8" in argv and "actor_rollout_ref.rollout.n=4" in argv
+    assert "trainer.n_gpus_per_node=4" in argv
     code, _, err = _cli(["export", "--format", "deepspeed", "--recipe", "r.yaml"], capsys, monkeypatch)
     assert code == 2 and "--format" in err
+    code, _, err = _cli(["export", "--format", "verl", "--recipe", "r.yaml", "--gpus", "0"], capsys, monkeypatch)
+    assert code == 2 and "--gpus" in err
 
 
 def test_export_command_from_a_study_recommendation(workdir, capsys, monkeypatch):
@@ -143,9 +180,57 @@ def test_export_command_from_a_study_recommendation(workdir, capsys, monkeypatch
     truth, c_obs = bench.CASES["saturates_64"]
     seed_isocompute(url, "iso", truth, c_obs)
     code, out, err = _cli(["export", "--format", "trl", "--study", "iso", "--budget", str(4 * c_obs), "--db", url,
-                           "--profile", "tiny-cpu"], capsys, monkeypatch)
+                           "--profile", "tiny-cpu", "--gpus", "1"], capsys, monkeypatch)
     assert code == 0, err
     config = yaml.safe_load(out)
     assert config["num_generations"] in (32, 64, 128)
-    assert config["per_device_train_batch_size"] == 16 * config["num_generations"]
+    assert config["per_device_train_batch_size"] * config["steps_per_generation"] == 16 * config["num_generations"]
     assert "# rlscale export: recommendation from study iso" in out
+
+
+def _seed_study(url: str, study_file: str, asymptotes: dict) -> dict:
+    """Store the study of `study_file` with one run per planned point and seed; each run's val_reward climbs a
+    sigmoid to the asymptote its point name maps to. Returns {run name: asymptote}."""
+    from rlscale.db.store import Store
+    from rlscale.fitting.sigmoid import sigmoid
+    from rlscale.planner.study import load_study, planned_runs
+
+    study = load_study(Path(__file__).parents[1] / "studies" / study_file)
+    store = Store(url)
+    store.upsert_study(study.name, study.to_spec())
+    rng = np.random.default_rng(0)
+    truth = {}
+    for run in planned_runs(study):
+        A = asymptotes(run.name) + 0.004 * run.seed
+        truth[run.name] = A
+        run_id = store.ensure_run(study.name, run.name, run.recipe.to_json(), run.seed)
+        compute = np.concatenate([[0.0], np.geomspace(0.0002, 0.035, 30)])
+        reward = rng.binomial(4000, sigmoid(compute, A, 1.5, 0.004, 0.05)) / 4000
+        store.add_records(run_id, [{"step": i, "gpu_hours": float(c), "val_reward": float(r),
+                                    "metrics": {"truncation_rate": 0.01}} for i, (c, r) in enumerate(zip(compute, reward))])
+        store.set_run_status(run_id, "done")
+    store.close()
+    return truth
+
+
+def test_export_a_loss_ablation_names_its_best_run(workdir, capsys, monkeypatch):
+    url = f"sqlite:///{workdir / 'rl.db'}"
+    _seed_study(url, "loss_ablation.yaml", lambda name: 0.8 if "cispo" in name else 0.6)
+    code, out, err = _cli(["export", "--format", "openrlhf", "--study", "loss_ablation", "--db", url], capsys, monkeypatch)
+    assert code == 0, err
+    assert "best run of study loss_ablation" in out and "cispo" in out.splitlines()[2]
+    assert "highest fitted asymptote" in out
+    argv = script_argv(out, workdir)
+    assert argv[argv.index("--rollout.batch_size") + 1] == "32"  # the run's own B_p (the study's recipe)
+    assert "loss: cispo has no OpenRLHF policy_loss_type" in out
+
+
+def test_export_scalerl_leave_one_out_by_predicted_reward(workdir, capsys, monkeypatch):
+    url = f"sqlite:///{workdir / 'rl.db'}"
+    truth = _seed_study(url, "scalerl_loo.yaml", lambda name: 0.7 if name == "baseline" else 0.55)
+    assert "baseline" in truth
+    code, out, err = _cli(["export", "--format", "verl", "--study", "scalerl_loo", "--budget", "0.05", "--db", url,
+                           "--gpus", "2"], capsys, monkeypatch)
+    assert code == 0, err
+    assert "best run of study scalerl_loo: baseline" in out and "predicted reward at a budget of 0.05" in out
+    assert "data.train_batch_size=32" in script_argv(out, workdir)

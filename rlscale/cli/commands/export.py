@@ -1,4 +1,5 @@
-"""`rlscale export --format verl|trl|openrlhf|yaml`: the recommended (or a given) recipe as a production config."""
+"""`rlscale export --format verl|trl|openrlhf|yaml`: a study's recommended (or best) recipe, or a recipe file, as a
+production config; `--gpus/--nodes` lay the job out (deployment choices, marked apart from the recipe)."""
 
 from pathlib import Path
 
@@ -10,50 +11,69 @@ from rlscale.cli.options import DbUrl
 def register(app: typer.Typer) -> None:
     @app.command("export")
     def export(
-        fmt: str = typer.Option(..., "--format", help="verl (Hydra YAML), trl (GRPOConfig YAML), openrlhf (command line) or yaml (rlscale recipe)"),
-        study: str = typer.Option(None, "--study", help="export the recommendation learned from this study"),
-        budget: float = typer.Option(None, "--budget", help="target compute for the recommendation (with --study)"),
-        recipe: Path = typer.Option(None, "--recipe", help="export this recipe file instead of a recommendation"),
+        fmt: str = typer.Option(..., "--format", help="verl 0.9.1 (Hydra overrides), trl 1.16.0 (GRPOConfig YAML), openrlhf 0.11.2 (command line) or yaml (rlscale recipe)"),
+        study: str = typer.Option(None, "--study", help="export from this study: the recommendation (with --budget, "
+                                  "for a study that varies rollouts), else its best run"),
+        budget: float = typer.Option(None, "--budget", help="target compute: recommend for it, or pick the run predicted best at it"),
+        recipe: Path = typer.Option(None, "--recipe", help="export this recipe file instead"),
         db: DbUrl = None,
         profile: str = typer.Option(None, "--profile", help="cost profile for steps (see `rlscale recommend`)"),
+        gpus: int = typer.Option(8, "--gpus", help="deployment: GPUs per node"),
+        nodes: int = typer.Option(1, "--nodes", help="deployment: nodes"),
+        tp: int = typer.Option(1, "--tp", help="deployment: the generator's tensor-parallel size"),
+        prompt_tokens: int = typer.Option(1024, "--prompt-tokens", help="deployment: the longest prompt in the data (tokens)"),
         out: Path = typer.Option(None, "--out", help="write here instead of stdout"),
     ) -> None:
-        """Write a production config; what the target cannot express is listed in a `# not expressible:` block.
+        """Write a production config naming its target version; what the target cannot express is listed in a
+        `# not expressible:` block, and keys that are only the nearest form say how they differ.
 
-        With --study and --budget the recipe is the study's base recipe with the recommended B_p, n and M
-        (exit 2 with the reason if `rlscale recommend` would refuse); with --recipe it is that file.
+        --study with --budget, for a study that varies rollouts: the study's recipe with the recommended B_p, n
+        and M (exit 2 with the reason if `rlscale recommend` would refuse). Any other study, or no --budget: the
+        recipe of its best run (by predicted reward at --budget, else by fitted asymptote), naming the run.
         """
-        from rlscale.fitting.export import FORMATS, export_config
-        from rlscale.cli.console import console
         from rlscale.base.errors import UserError
+        from rlscale.cli.console import console
+        from rlscale.fitting.export import FORMATS, Deployment, export_config
 
         if fmt not in FORMATS:
             raise UserError(f"expected one of {', '.join(FORMATS)}, got {fmt!r}", field="--format")
+        for flag, value in (("--gpus", gpus), ("--nodes", nodes), ("--tp", tp), ("--prompt-tokens", prompt_tokens)):
+            if value < 1:
+                raise UserError(f"expected a positive integer, got {value}", field=flag)
+        if gpus % tp:
+            raise UserError(f"--tp {tp} must divide --gpus {gpus}", field="--tp")
+        deployment = Deployment(gpus_per_node=gpus, nodes=nodes, tensor_parallel=tp, max_prompt_tokens=prompt_tokens)
         if (recipe is None) == (study is None and budget is None):
-            raise UserError("give either --recipe FILE or --budget B (with --study S when the store has several studies)",
-                            field="export")
+            raise UserError("give either --recipe FILE or --study S (and/or --budget B)", field="export")
+        if budget is not None and not budget > 0:
+            raise UserError(f"expected a positive --budget, got {budget:g}", field="--budget")
         if recipe is not None:
             from rlscale.planner.loading import load_recipe
 
             chosen, header = load_recipe(recipe), [f"rlscale export of {recipe}"]
         else:
-            if budget is None or not budget > 0:
-                raise UserError("expected a positive --budget for the recommendation", field="--budget")
             from rlscale.db.store import Store
-            from rlscale.fitting.recommend import Refusal, pick_study, recommend_study, recommended_recipe
+            from rlscale.fitting.export.study import best_run_recipe
+            from rlscale.fitting.recommend import (Refusal, pick_study, recommend_study, recommended_recipe,
+                                                   run_geometry)
 
             store = Store(db, create=False)
             name = pick_study(store, study)
-            try:
-                rec, stored = recommend_study(store, name, budget, profile=profile)
-            except Refusal as refusal:
-                raise UserError(str(refusal), field=f"study {name}") from None
-            chosen = recommended_recipe(stored, rec)
-            lo, hi = rec.predicted_interval
-            header = [f"rlscale export: recommendation from study {name} for a budget of {budget:g}",
-                      f"B_p {rec.prompts_per_batch}, n {rec.rollouts} (law n* {rec.n_star:.0f}), M {rec.steps} steps; "
-                      f"predicted reward {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] from run {rec.predicted_from}"]
-        text = export_config(chosen, fmt, header=header)
+            varies_rollouts = run_geometry(store.runs_frame(name))["rollouts"].nunique() >= 2
+            if budget is not None and varies_rollouts:
+                try:
+                    rec, stored = recommend_study(store, name, budget, profile=profile)
+                except Refusal as refusal:
+                    raise UserError(str(refusal), field=f"study {name}") from None
+                chosen = recommended_recipe(stored, rec)
+                lo, hi = rec.predicted_interval
+                header = [f"rlscale export: recommendation from study {name} for a budget of {budget:g}",
+                          f"B_p {rec.prompts_per_batch}, n {rec.rollouts} (law n* {rec.n_star:.0f}), M {rec.steps} "
+                          f"steps; predicted reward {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] from run "
+                          f"{rec.predicted_from}"]
+            else:
+                chosen, header = best_run_recipe(store, name, budget)
+        text = export_config(chosen, fmt, header=header, deployment=deployment)
         if out is None:
             typer.echo(text, nl=False)
             return

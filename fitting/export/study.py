@@ -1,0 +1,60 @@
+"""Which recipe `rlscale export --study NAME` writes.
+
+A study that varies rollouts and a --budget: the recommendation (the study's recipe with the recommended B_p, n, M).
+Any other study (a loss ablation, ScaleRL leave-one-out, a single-geometry grid) or no budget: its best run's own
+recipe, by predicted reward at the budget when one is given, else by fitted asymptote A; ties go to the earlier run.
+"""
+
+import numpy as np
+import pandas as pd
+
+from rlscale.base.errors import UserError
+from rlscale.planner.recipe import Recipe
+
+
+def best_run(curves: pd.DataFrame, budget: float | None) -> tuple[pd.Series, str, int]:
+    """(the chosen curve row, why in words, how many runs competed) among identified, stable fits."""
+    from rlscale.fitting.recommend import fitted, stable
+    from rlscale.fitting.sigmoid import sigmoid
+
+    usable = fitted(curves)
+    usable = usable[usable["identified"].astype(bool) & stable(usable)]
+    if usable.empty:
+        reasons = "; ".join(f"{row.run}: {row.reason or 'unstable (truncation or failed)'}" for row in curves.itertuples())
+        raise UserError(f"no run has an identified sigmoid fit and trained stably ({reasons or 'no runs'})",
+                        field="--study")
+    if budget is not None:
+        score = np.array([float(sigmoid(budget, r.A, r.B, r.C_mid, r.R0)) for r in usable.itertuples()])
+        chosen = usable.iloc[int(np.argmax(score))]
+        why = (f"highest predicted reward at a budget of {budget:g}: {score.max():.3f} "
+               f"(fitted asymptote A {chosen['A']:.3f})")
+    else:
+        chosen = usable.iloc[int(np.argmax(usable["A"].to_numpy(float)))]
+        why = f"highest fitted asymptote A {chosen['A']:.3f} [{chosen['A_lo']:.3f}, {chosen['A_hi']:.3f}]"
+    return chosen, why, len(usable)
+
+
+def best_run_recipe(store, study: str, budget: float | None = None) -> tuple[Recipe, list[str]]:
+    """(the best run's recipe, header lines saying which run and why)."""
+    from rlscale.fitting.recommend import COMPUTE_COLUMNS, run_curves, study_unit
+    from rlscale.fitting.stored import stored_study
+
+    typed = stored_study(store, study)
+    runs = store.runs_frame(study)
+    records = store.records_frame(study)
+    if records["val_reward"].notna().sum() == 0:
+        raise UserError(f"study {study!r} has no evaluated records yet", field="--study")
+    unit = study_unit(typed)
+    curves, _ = run_curves(records, runs, compute_col=COMPUTE_COLUMNS[unit], bootstrap=20)
+    chosen, why, competing = best_run(curves, budget)
+    config = runs.loc[runs["run_id"] == chosen["run_id"], "config"].iloc[0] if "run_id" in runs.columns else None
+    base = typed.recipe.to_json() if typed is not None else {}
+    known = set(Recipe.model_fields) | {"async"}  # an imported run's config may carry other keys, or only some
+    keys = {key: value for key, value in (config or {}).items() if key in known and key != "async_mode"}
+    try:
+        recipe = Recipe.model_validate({**base, **keys})
+    except ValueError as err:
+        raise UserError(f"run {chosen['run']}: its config is not a valid recipe ({err})", field="--study") from None
+    return recipe, [f"rlscale export: best run of study {study}: {chosen['run']} ({why}; "
+                    f"{competing} fitted run(s) compared, compute in {unit})",
+                    "the run's own recipe: B_p, n and M as it ran"]

@@ -1,0 +1,126 @@
+"""TRL 1.16.0: a recipe as `trl.GRPOConfig` keyword arguments (YAML; `trl grpo --config FILE` or GRPOConfig(**yaml)).
+
+Read from the release: trl/trainer/grpo_config.py (fields, __post_init__'s generation-batch arithmetic) and
+trl/trainer/grpo_trainer.py (_compute_loss: CISPO's weight is clamp(ratio, max=epsilon_high); advantages).
+"""
+
+import yaml
+
+from rlscale.planner.recipe import Recipe
+
+from .common import (MODEL_PLACEHOLDER, Deployment, Mapping, comment_block, common_missing, lr_note,
+                     updates_per_batch)
+
+FRAMEWORK, VERSION = "TRL", "1.16.0"
+
+# (loss, loss_agg) -> TRL loss_type; TRL's loss_type fixes the aggregation as well as the loss.
+# dapo: token sum / tokens of the whole generation batch; grpo: mean of per-sequence token means; cispo: as dapo.
+LOSS_TYPES = {
+    ("cispo", "token"): "cispo", ("cispo", "sample"): "cispo", ("cispo", "prompt"): "cispo",
+    ("dapo", "token"): "dapo", ("dapo", "sample"): "grpo", ("dapo", "prompt"): "dapo",
+    ("grpo", "token"): "dapo", ("grpo", "sample"): "grpo", ("grpo", "prompt"): "dapo",
+    ("gspo", "token"): "dapo", ("gspo", "sample"): "grpo", ("gspo", "prompt"): "dapo",
+}
+AGG_OF_LOSS_TYPE = {"dapo": "token", "cispo": "token", "grpo": "sample"}
+# adv_norm -> scale_rewards: TRL's batch std is the std of all rewards of the generation batch, as rlscale's
+SCALE_REWARDS = {"batch": "batch", "group": "group", "none": "none"}
+
+
+def _divisor_at_most(n: int, cap: int) -> int:
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def trl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mapping:
+    """The recipe as GRPOConfig fields: Mapping.recipe (rlscale's meaning), Mapping.deployment (layout)."""
+    dep = deployment or Deployment()
+    m = Mapping(FRAMEWORK, VERSION)
+    low, high = recipe.clip_range
+    loss_type = LOSS_TYPES[(recipe.loss, recipe.loss_agg)]
+    if AGG_OF_LOSS_TYPE[loss_type] != recipe.loss_agg:
+        m.nearest.append(f"loss_agg: {recipe.loss_agg} with loss {recipe.loss}: TRL's loss_type {loss_type!r} "
+                         f"aggregates by {AGG_OF_LOSS_TYPE[loss_type]} (token: one mean over the generation batch's "
+                         "tokens; sample: mean of per-sequence token means)")
+    k = updates_per_batch(recipe)
+    r = m.recipe
+    r["num_generations"] = recipe.rollouts
+    r["max_steps"] = recipe.steps * k  # TRL counts optimizer steps
+    r["num_iterations"] = 1
+    r["learning_rate"] = recipe.scaled_lr
+    r["lr_scheduler_type"] = "constant_with_warmup"
+    r["warmup_steps"] = recipe.lr_warmup_steps
+    r["weight_decay"] = recipe.weight_decay
+    r["max_grad_norm"] = recipe.grad_clip
+    r["loss_type"] = loss_type
+    r["importance_sampling_level"] = "sequence" if recipe.loss == "gspo" else "token"
+    if recipe.loss == "cispo":
+        # TRL's CISPO weight is clamp(ratio, max=epsilon_high): the cap itself, so 1 + clip_high
+        r["epsilon_high"] = 1.0 + high
+        if low < 1:
+            m.missing.append(f"CISPO lower truncation at 1 - clip_low = {1 - low:g}: TRL's CISPO clamps the weight "
+                             "from above only")
+    else:
+        r["epsilon"] = low
+        r["epsilon_high"] = high
+    r["scale_rewards"] = SCALE_REWARDS[recipe.adv_norm]
+    r["beta"] = recipe.kl_coef  # TRL's KL term is k3, added to the per-token loss
+    r["entropy_coef"] = recipe.entropy_coef
+    r["max_completion_length"] = recipe.max_new_tokens
+    r["temperature"] = recipe.temperature
+    r["cast_lm_head_to_fp32"] = recipe.fp32_head
+    r["seed"] = recipe.seed
+    if recipe.adv_norm != "none":
+        m.nearest.append("adv_norm: TRL divides by (std + 1e-4); rlscale by (std + 1e-6)")
+    if not recipe.recompute_logprobs:
+        m.nearest.append("recompute_logprobs: false: TRL takes the old log-probs from the trainer (as "
+                         "recompute_logprobs: true); rlscale takes the generator's")
+
+    # one optimizer update per generated batch: the generation batch (B_p x n completions) is
+    # per_device_train_batch_size x processes x steps_per_generation, and each update accumulates
+    # steps_per_generation / k of those micro-batches
+    d = m.deployment
+    world = dep.gpus
+    per_update = recipe.total_batch // k
+    if per_update % world or recipe.total_batch % k:
+        m.missing.append(f"deployment: B_p x n / ppo minibatches = {recipe.total_batch}/{k} completions per update do "
+                         f"not split over {world} processes; choose --gpus/--nodes that divide them")
+    micro = _divisor_at_most(max(1, per_update // world), dep.micro_batch_per_gpu)
+    accumulation = max(1, per_update // (world * micro))
+    d["per_device_train_batch_size"] = micro
+    d["gradient_accumulation_steps"] = accumulation
+    d["steps_per_generation"] = accumulation * k
+    d["use_vllm"] = True
+    d["vllm_mode"] = "colocate"
+    d["vllm_tensor_parallel_size"] = dep.tensor_parallel
+    d["vllm_max_model_length"] = dep.max_prompt_tokens + recipe.max_new_tokens
+    d["bf16"] = True
+    d["output_dir"] = "/path/to/output"
+
+    m.missing += common_missing(recipe, "TRL")
+    if recipe.zero_variance_filter:
+        m.missing.append("zero_variance_filter: true has no GRPOConfig key: all-pass / all-fail groups get "
+                         "advantage 0 but stay in the batch (and in the token count a dapo/cispo loss divides by)")
+    if recipe.async_mode == "pipeline":
+        m.missing.append(f"async: pipeline (max_staleness {recipe.max_staleness}): GRPOConfig trains on-policy; "
+                         "TRL 1.16's experimental AsyncGRPOConfig has max_staleness but no loss_type, scale_rewards "
+                         "or beta, so it cannot carry this recipe")
+    return m
+
+
+def render(recipe: Recipe, deployment: Deployment, header: list[str]) -> str:
+    """GRPOConfig fields as one flat YAML mapping: the recipe's keys, then the deployment's."""
+    m = trl_mapping(recipe, deployment)
+    model = recipe.model if recipe.model != "tiny" else MODEL_PLACEHOLDER
+    lines = [f"# target: {FRAMEWORK} {VERSION} (trl.GRPOConfig fields; `trl grpo --config FILE` or GRPOConfig(**yaml))"]
+    lines += [f"# {line}" for line in header]
+    lines += [f"# {lr_note(recipe)}",
+              f"# model ({model}), train_dataset and reward_funcs (the {recipe.task} verifier) go to GRPOTrainer, "
+              "not GRPOConfig",
+              f"# generation batch = per_device_train_batch_size x processes x steps_per_generation = B_p x n = "
+              f"{recipe.total_batch}; {updates_per_batch(recipe)} optimizer update(s) per generation batch"]
+    lines += comment_block("nearest form (the difference named)", m.nearest)
+    lines += comment_block("not expressible", m.missing)
+    lines += ["# the recipe: keys with rlscale's meaning"]
+    lines += yaml.safe_dump(m.recipe, sort_keys=False).splitlines()
+    lines += [f"# deployment choices ({deployment.describe()}): how the job is laid out, not what it trains"]
+    lines += yaml.safe_dump(m.deployment, sort_keys=False).splitlines()
+    return "\n".join(lines) + "\n"
