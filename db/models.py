@@ -1,4 +1,4 @@
-"""Tables of the store: studies, runs, records, fits, plans (DESIGN.md section 5).
+"""Tables of the store: studies, runs, records, fits, plans (docs/methods.md section 6).
 
 The alembic migrations in db/migrations/versions create exactly these tables; a change here needs a
 new migration next to them.

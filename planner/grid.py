@@ -57,7 +57,7 @@ class IsoComputePlan:
         return sum(p.gpu_hours for p in self.points)
 
     def to_json(self) -> dict:
-        """The `rlscale plan --json` payload (DESIGN.md section 6)."""
+        """The `rlscale plan --json` payload (docs/methods.md section 7)."""
         return {
             "points": [asdict(p) for p in self.points],
             "budget_gpu_hours": self.budget_gpu_hours,

@@ -1,7 +1,7 @@
 """The recipe: every knob of one RL job, with ScaleRL's values as defaults.
 
 This is the one definition of a recipe; the planner, the runner, the store (as JSON) and the
-exporter all use it. Keys are the study-file keys (see DESIGN.md section 4).
+exporter all use it. Keys are the study-file keys (docs/methods.md section 5).
 """
 
 from typing import Literal

@@ -1,4 +1,4 @@
-"""`rlscale fit`: the DESIGN.md section 6 contract on files, and fits of stored studies saved back."""
+"""`rlscale fit`: the docs/methods.md section 7 contract on files, and fits of stored studies saved back."""
 
 import json
 from pathlib import Path

@@ -2,7 +2,7 @@
 
 `Generator` is a plain class; `generator_actor(...)` wraps it as a Ray actor holding `devices` GPUs (or CPU cores on
 a CPU-only host). Weights arrive as a safetensors blob and are loaded in place by the `WeightSync` worker extension
-(raw tensors do not survive vLLM's RPC serializer; DESIGN.md section 8).
+(raw tensors do not survive vLLM's RPC serializer; docs/methods.md section 8).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import typer
 
 from rlscale.cli.options import DbUrl
 
-# Keys of `fit --json`, in order (DESIGN.md section 6); scripts rely on them. `noise`: the noise model used.
+# Keys of `fit --json`, in order (docs/methods.md section 7); scripts rely on them. `noise`: the noise model used.
 JSON_KEYS = ("run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise")
 
 
