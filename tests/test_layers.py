@@ -4,6 +4,7 @@ A lower layer that imports the CLI (or fitting that imports the runner, ...) fai
 the README describes stays the layout the code has."""
 
 import ast
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,3 +102,16 @@ def test_downward_and_same_layer_imports_are_allowed():
         "rlscale.cli.ok": "from rlscale.runner.sweep.driver import SweepDriver\nfrom rlscale.base.errors import UserError\n",
     }
     assert layer_violations(modules) == []
+
+
+def test_every_package_folder_is_installed():
+    """A folder of modules missing from pyproject's package list works in an editable install and is absent from
+    `pip install .`: each one is listed, under the name its folder maps to."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = set()
+    for folder, package in PACKAGE_DIRS.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            if "migrations" in init.parts:  # package data of rlscale.db, not a package
+                continue
+            found.add(".".join([package, *init.parent.relative_to(ROOT / folder).parts]))
+    assert found - listed == set()
