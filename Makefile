@@ -3,6 +3,7 @@
 
 setup:
 	@bash scripts/setup.sh
+	@bash scripts/checker_envs.sh  # verl / TRL / OpenRLHF, each in its own venv, for the export tests
 
 demo: setup
 	.venv/bin/rlscale sweep studies/quickstart.yaml
