@@ -6,6 +6,7 @@ from rlscale.fitting.early_stop import UPPER_LEVEL, Move, RunProgress, best_fit_
 from rlscale.fitting.sigmoid import SigmoidFit, fit_sigmoid, sigmoid
 from rlscale.planner.study import EarlyTerminate
 from rlscale.runner.sweep.hyperband import HyperbandStopper
+from rlscale.runner.sweep.scheduler import RungSchedule, run_by_rungs
 
 RUNGS = EarlyTerminate(type="asymptote").rungs  # the study default: 0.25, 0.5, 1.0
 
@@ -128,7 +129,8 @@ def test_none_when_every_run_is_finished_or_stopped():
 
 
 def test_a_whole_study_explores_then_finishes_the_best_run_and_never_stops_it():
-    """A driver loop on made-up runs whose interval on A narrows as they advance."""
+    """The sweep's rung loop (runner/sweep/scheduler.py) on made-up runs whose interval on A narrows as they
+    advance; each advance jumps straight to its target (no checks on the way)."""
     true_asymptote = {"a": 0.50, "b": 0.80, "c": 0.62, "d": 0.79, "e": 0.40}
     progress = {key: 0.0 for key in true_asymptote}
     stopped, moves = set(), []
@@ -138,15 +140,18 @@ def test_a_whole_study_explores_then_finishes_the_best_run_and_never_stops_it():
         fit = sigmoid_fit(true_asymptote[key], 0.02 + 0.2 * (1 - fraction)) if fraction else None
         return RunProgress(key, fraction, fit, finished=fraction >= 1.0, stopped=key in stopped)
 
-    while (move := next_move([view(key) for key in true_asymptote], rungs=RUNGS)) is not None:
-        moves.append(move)
-        assert len(moves) < 50
-        if move.kind == "stop":
-            assert move.key not in ("b", "d")  # the best run, and one within the noise band of it
-            stopped.add(move.key)
-        else:
-            assert move.until > progress[move.key]
-            progress[move.key] = move.until
+    def advance(key, until, check):
+        moves.append(Move("advance", key, until=until))
+        assert until > progress[key]
+        progress[key] = until
+
+    def stop(key, reason):
+        moves.append(Move("stop", key, reason=reason))
+        assert key not in ("b", "d")  # the best run, and one within the noise band of it
+        stopped.add(key)
+
+    schedule = RungSchedule(rungs=RUNGS)
+    assert run_by_rungs(schedule, lambda: [view(key) for key in true_asymptote], advance, stop) == len(moves)
     assert [m.until for m in moves[:5]] == [0.25] * 5
     assert moves[5] == Move("advance", "b", until=1.0)
     assert stopped == {"a", "c", "e"} and progress["b"] == progress["d"] == 1.0

@@ -239,3 +239,47 @@ def test_rung_scheduled_sweep_pauses_and_resumes_real_jobs_without_gaps(tmp_path
         assert rows["gpu_hours"].is_monotonic_increasing
         rungs = [0] + [step for name, step in paused if name == names[run_id]]
         assert rows.set_index("step")["val_reward"].notna()[rungs].all()  # evaluated at every rung it paused at
+
+
+def test_engines_are_chosen_by_name_and_an_unknown_name_is_a_user_error():
+    from rlscale.base.errors import UserError
+    from rlscale.runner.builtin.engine import BuiltinEngine
+    from rlscale.runner.engine import DEFAULT_ENGINE, get_engine
+
+    engine = get_engine(DEFAULT_ENGINE, ray_address="auto")
+    assert isinstance(engine, BuiltinEngine) and engine.ray_address == "auto"
+    engine.close()  # nothing started yet: nothing to stop
+    with pytest.raises(UserError, match="unknown engine 'verl'; expected one of: builtin"):
+        get_engine("verl")
+
+
+class FlakyEngine(Engine):
+    """Runs every recipe to its end in one go, except that lr 1e-4 crashes on its first call and lr 2e-4 always."""
+
+    name = "flaky"
+
+    def __init__(self):
+        self.calls = {}
+
+    def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None):
+        self.calls[recipe.lr] = self.calls.get(recipe.lr, 0) + 1
+        if recipe.lr == 2e-4 or (recipe.lr == 1e-4 and self.calls[recipe.lr] == 1):
+            raise RuntimeError(f"injected crash (lr {recipe.lr})")
+        on_records([{"step": step, "gpu_hours": 0.01 * step, "rollouts": 0, "tokens": 0, "val_reward": 0.5,
+                     "metrics": {}} for step in range(recipe.steps + 1)])
+        return JobResult(steps=recipe.steps)
+
+
+def test_a_crashing_run_is_retried_then_marked_failed_while_the_others_finish(tmp_path):
+    engine = FlakyEngine()
+    path = write_study(tmp_path / "flaky.yaml", "flaky", {"lr": [1e-4, 2e-4, 3e-4]}, steps=4)
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        summary = SweepDriver(load_study(path), store, engine=engine, max_retries=1).run()
+        runs = store.runs_frame("flaky")
+        records = store.records_frame("flaky")
+    status = {config["lr"]: s for config, s in zip(runs["config"], runs["status"])}
+    assert status == {1e-4: "done", 2e-4: "failed", 3e-4: "done"}
+    assert engine.calls == {1e-4: 2, 2e-4: 2, 3e-4: 1}  # one retry each (max_retries=1)
+    assert "injected crash (lr 0.0002)" in runs.set_index("status").loc["failed", "error"]
+    assert summary.count("done") == 2 and summary.count("failed") == 1
+    assert len(records) == 2 * 5  # steps 0..4 of the two finished runs, once each
