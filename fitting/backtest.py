@@ -32,7 +32,8 @@ class RunBacktest:
     predicted, predicted_lo, predicted_hi: the part-fit's mean reward over the end window and its 95% band.
     observed: mean reward over the end window (the points at compute >= (1 - END_WINDOW) x the last compute).
     error: predicted - observed. carry_forward: last reward observed in the part; carry_forward_error likewise.
-    A_part, A_part_lo, A_part_hi: the part-fit's asymptote and its 95% interval. A_full: the full run's.
+    A_part, A_part_lo, A_part_hi: the part-fit's asymptote and its 95% interval. A_full: the full run's, and
+    A_full_identified whether that fit is itself identified (else A_full is no measurement to check against).
     A_inside: A_full within [A_part_lo, A_part_hi] (None when either fit is missing).
     rising: the run gained more than RISE from the part's end window to its own end window.
     identified, reason: the part-fit's identification and its reason (or why nothing was fitted).
@@ -56,6 +57,7 @@ class RunBacktest:
     A_part_lo: float
     A_part_hi: float
     A_full: float
+    A_full_identified: bool | None
     A_inside: bool | None
     rising: bool | None
     identified: bool
@@ -75,6 +77,7 @@ class BacktestSummary:
     fit_beats_carry_forward_rising: mae_fit_rising < mae_carry_forward_rising (None without rising runs).
     A_inside_share: share of the runs with both fits whose full-run A is inside the part-fit's interval
     (an interval that could not be computed counts as a miss); A_checked: how many such runs.
+    A_inside_identified_share, A_checked_identified: the same over the runs whose full-run A is identified.
     """
 
     fraction: float
@@ -89,6 +92,8 @@ class BacktestSummary:
     A_checked: int
     A_inside: int
     A_inside_share: float
+    A_checked_identified: int
+    A_inside_identified_share: float
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN becomes None."""
@@ -112,7 +117,7 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, **
     nan = float("nan")
     empty = dict(run=str(run), n_points=len(x), n_part=0, cut_compute=nan, last_compute=nan, predicted=nan,
                  predicted_lo=nan, predicted_hi=nan, observed=nan, error=nan, carry_forward=nan,
-                 carry_forward_error=nan, A_part=nan, A_part_lo=nan, A_part_hi=nan, A_full=nan, A_inside=None,
+                 carry_forward_error=nan, A_part=nan, A_part_lo=nan, A_part_hi=nan, A_full=nan, A_full_identified=None, A_inside=None,
                  rising=None, identified=False)
     if len(x) == 0 or not x[-1] > 0:
         return RunBacktest(fitted=False, reason="no point with compute > 0", **empty)
@@ -137,14 +142,16 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, **
     predicted = float(np.mean(fit.predict(x[end])))
     lo, hi = _mean_band(fit, x[end])
     try:
-        A_full = fit_sigmoid(x, y, **fit_kwargs).A
+        full = fit_sigmoid(x, y, **fit_kwargs)
+        A_full, A_full_identified = full.A, full.identified
     except FitError:
-        A_full = nan
+        A_full, A_full_identified = nan, None
     inside = None
     if math.isfinite(A_full):
         inside = bool(fit.A_lo <= A_full <= fit.A_hi)  # a NaN interval compares False: counted as a miss
     empty.update(predicted=predicted, predicted_lo=lo, predicted_hi=hi, error=predicted - observed, A_part=fit.A,
-                 A_part_lo=fit.A_lo, A_part_hi=fit.A_hi, A_full=float(A_full), A_inside=inside, identified=fit.identified)
+                 A_part_lo=fit.A_lo, A_part_hi=fit.A_hi, A_full=float(A_full), A_full_identified=A_full_identified,
+                 A_inside=inside, identified=fit.identified)
     return RunBacktest(fitted=True, reason=fit.reason, **empty)
 
 
@@ -167,6 +174,8 @@ def summarize(results: list[RunBacktest], fraction: float = 0.5) -> BacktestSumm
     rising = [r for r in fitted if r.rising]
     checked = [r for r in fitted if r.A_inside is not None]
     inside = sum(bool(r.A_inside) for r in checked)
+    checked_identified = [r for r in checked if r.A_full_identified]
+    inside_identified = sum(bool(r.A_inside) for r in checked_identified)
 
     def mae(rows, key):
         values = [abs(getattr(r, key)) for r in rows if math.isfinite(getattr(r, key))]
@@ -178,7 +187,9 @@ def summarize(results: list[RunBacktest], fraction: float = 0.5) -> BacktestSumm
         fraction=float(fraction), runs=len(results), fitted=len(fitted), rising=len(rising),
         mae_fit_rising=mae_fit_rising, mae_carry_forward_rising=mae_cf_rising, fit_beats_carry_forward_rising=beats,
         mae_fit=mae(fitted, "error"), mae_carry_forward=mae(fitted, "carry_forward_error"),
-        A_checked=len(checked), A_inside=inside, A_inside_share=inside / len(checked) if checked else float("nan"))
+        A_checked=len(checked), A_inside=inside, A_inside_share=inside / len(checked) if checked else float("nan"),
+        A_checked_identified=len(checked_identified),
+        A_inside_identified_share=inside_identified / len(checked_identified) if checked_identified else float("nan"))
 
 
 def _mean_band(fit, compute) -> tuple[float, float]:
@@ -218,7 +229,8 @@ def summary_lines(summary: BacktestSummary) -> list[str]:
     lines.append(f"Mean |error| on every fitted run: fit {_f(summary.mae_fit)}, carry-forward {_f(summary.mae_carry_forward)}.")
     if summary.A_checked:
         lines.append(f"Full-run A inside the part-fit's 95% interval: {summary.A_inside} of {summary.A_checked} "
-                     f"({summary.A_inside_share:.0%}).")
+                     f"({summary.A_inside_share:.0%}); where the full run's own A is identified: "
+                     f"{_f(summary.A_inside_identified_share, '{:.0%}')} of {summary.A_checked_identified}.")
     return lines
 
 

@@ -106,10 +106,11 @@ def test_cli_json_has_one_object_per_run_and_a_summary(cli, tmp_path):
     assert set(payload["runs"][0]) == {
         "run", "fitted", "reason", "n_points", "n_part", "cut_compute", "last_compute", "predicted", "predicted_lo",
         "predicted_hi", "observed", "error", "carry_forward", "carry_forward_error", "A_part", "A_part_lo",
-        "A_part_hi", "A_full", "A_inside", "rising", "identified"}
+        "A_part_hi", "A_full", "A_full_identified", "A_inside", "rising", "identified"}
     assert set(payload["summary"]) == {
         "fraction", "runs", "fitted", "rising", "mae_fit_rising", "mae_carry_forward_rising",
-        "fit_beats_carry_forward_rising", "mae_fit", "mae_carry_forward", "A_checked", "A_inside", "A_inside_share"}
+        "fit_beats_carry_forward_rising", "mae_fit", "mae_carry_forward", "A_checked", "A_inside", "A_inside_share",
+        "A_checked_identified", "A_inside_identified_share"}
     assert payload["summary"]["runs"] == 2 and payload["summary"]["fit_beats_carry_forward_rising"] is True
 
 
@@ -120,7 +121,7 @@ def test_cli_table_and_summary_in_words(cli, tmp_path):
     assert code == 0
     words = " ".join(out.split())  # the title wraps on a narrow terminal
     assert "fit on the first 60% of compute" in words and "carry-forward" in words
-    assert "Full-run A inside the part-fit's 95% interval: 1 of 1 (100%)." in out
+    assert "Full-run A inside the part-fit's 95% interval: 1 of 1 (100%)" in words
 
 
 def test_cli_a_file_with_no_fittable_run_exits_2_with_the_reasons(cli, tmp_path):
@@ -168,3 +169,12 @@ def test_report_includes_the_backtest_table(cli, tmp_path):
     assert "Backtest (ScaleRL" in (tmp_path / "rep" / "report.html").read_text()
     code, out, _ = cli("report", "imported", "--db", url, "--out", str(tmp_path / "rep"), "--bootstrap", "40")
     assert code == 0 and "carry-forward" in " ".join(out.split())
+
+
+def test_cli_noise_model_is_passed_to_the_fits_and_checked(cli, tmp_path):
+    path = tmp_path / "runs.csv"
+    write_runs(path, {"a": noisy_sigmoid(0)})
+    code, out, _ = cli("backtest", str(path), "--json", "--bootstrap", "50", "--noise", "constant")
+    assert code == 0 and json.loads(out)["runs"][0]["fitted"]
+    code, _, err = cli("backtest", str(path), "--noise", "gaussian")
+    assert code == 2 and err.startswith("error: --noise: expected one of auto, binomial, constant, multiplicative")

@@ -17,6 +17,8 @@ def register(app: typer.Typer) -> None:
         r0: float = typer.Option(None, "--r0", help="reward before RL, held fixed (default: fitted)"),
         min_compute: float = typer.Option(0.0, "--min-compute", min=0.0, help="drop points below this compute"),
         bootstrap: int = typer.Option(200, "--bootstrap", min=2, help="bootstrap resamples for the intervals"),
+        noise: str = typer.Option("auto", "--noise", help="reward noise around the curve, as for `rlscale fit`: auto, binomial, constant, multiplicative"),
+        unbounded: bool = typer.Option(False, "--unbounded", help="the metric is not a pass rate in [0, 1]"),
         tag: str = typer.Option(None, "--tag", help="TensorBoard/verl logs: the reward scalar"),
         compute_tag: str = typer.Option(None, "--compute-tag", help="TensorBoard/verl logs: a scalar of cumulative compute"),
         json_out: bool = typer.Option(False, "--json", help="print {source, fraction, runs: [...], summary: {...}} as JSON"),
@@ -31,6 +33,10 @@ def register(app: typer.Typer) -> None:
             raise UserError("give either a run-log FILE or --study NAME (not both)", field="backtest")
         if study is None and db is not None:
             raise UserError("--db is only used with --study", field="--db")
+        from rlscale.fitting.sigmoid import NOISE_MODELS
+
+        if noise not in NOISE_MODELS:
+            raise UserError(f"expected one of {', '.join(NOISE_MODELS)}, got {noise!r}", field="--noise")
         if not 0.0 < fraction < 1.0:
             raise UserError(f"expected a share of compute in (0, 1), got {fraction:g}", field="--fraction")
         if file is not None:
@@ -43,7 +49,7 @@ def register(app: typer.Typer) -> None:
 
             records, source = study_records(Store(db, create=False), study), study
         results = backtest_runs(records, fraction=fraction, run_col="run", compute_col="compute", reward_col="reward",
-                                r0=r0, min_compute=min_compute, bootstrap=bootstrap)
+                                r0=r0, min_compute=min_compute, bootstrap=bootstrap, noise=noise, bounded=not unbounded)
         if not any(r.fitted for r in results):
             reasons = "; ".join(f"{r.run}: {r.reason}" for r in results[:5]) + ("; ..." if len(results) > 5 else "")
             raise UserError(f"no run could be fitted on its first {fraction:.0%} of compute ({reasons})", file=source)
