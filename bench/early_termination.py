@@ -30,8 +30,8 @@ Hyperband: Optuna's HyperbandPruner (min resource 4 evals, eta 3) on the same st
 in a random order per replicate, as on a single host; the pick is the completed trial with the highest fitted
 asymptote.
 
-Writes bench/results/early_termination.json (one entry per regime); `--variants` also measures the variants in
-VARIANTS on the "late" regime (stored under "variants").
+Writes bench/results/early_termination.json (one entry per regime); `--variants N` measures instead the variants
+in VARIANTS on N studies of the "late" regime (stored under "variants", beside the regimes' results).
 
 Earlier rules, measured on the "late" regime's seeds but on curves without the step-0 eval (same best / compute
 mean):
@@ -292,44 +292,48 @@ def replay_regime(c_mid_range, replicates, variants) -> tuple[list[dict], dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", action="store_true",
-                        help="also measure every scheduler variant in VARIANTS (on the late regime)")
-    parser.add_argument("--replicates", type=int, default=REPLICATES)
+    parser.add_argument("--replicates", type=int, default=REPLICATES, help="studies per regime")
+    parser.add_argument("--variants", type=int, default=0, metavar="N",
+                        help="instead of the regimes, measure every schedule variant in VARIANTS on N studies of the "
+                             "late regime (written under 'variants'; the regimes' results are kept)")
     args = parser.parse_args()
     out = Path(__file__).parent / "results" / "early_termination.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
     started = time.perf_counter()
-    regimes, variant_summary = {}, previous.get("variants", {})
-    for regime, c_mid_range in REGIMES.items():
-        variants = VARIANTS if args.variants and regime == "late" else {CHOSEN: VARIANTS[CHOSEN]}
-        rows, variant_rows = replay_regime(c_mid_range, args.replicates, variants)
-        regimes[regime] = {
-            "c_mid_fraction_of_budget": list(c_mid_range),
-            "asymptote": {"schedule": CHOSEN, **summary(rows, "asymptote")},
-            "asymptote_floor": summary(rows, "floor"),
-            "hyperband": summary(rows, "hyperband"),
-            "replicate_rows": rows,
+    if args.variants:
+        _, variant_rows = replay_regime(REGIMES["late"], args.variants, VARIANTS)
+        variant_summary = {name: {**describe(options), **summary(variant_rows[name], "asymptote"),
+                                  "replicates": args.variants} for name, options in VARIANTS.items()}
+        for name in VARIANTS:
+            print(line(name, variant_summary[name]))
+        result = {**previous, "variants": variant_summary, "variants_seconds": round(time.perf_counter() - started, 1)}
+    else:
+        regimes = {}
+        for regime, c_mid_range in REGIMES.items():
+            rows, _ = replay_regime(c_mid_range, args.replicates, {CHOSEN: VARIANTS[CHOSEN]})
+            regimes[regime] = {
+                "c_mid_fraction_of_budget": list(c_mid_range),
+                "asymptote": {"schedule": CHOSEN, **summary(rows, "asymptote")},
+                "asymptote_floor": summary(rows, "floor"),
+                "hyperband": summary(rows, "hyperband"),
+                "replicate_rows": rows,
+            }
+            lo, hi = c_mid_range
+            print(f"{regime}: C_mid {lo:.0%}-{hi:.0%} of the per-run budget, {args.replicates} studies of {N_RUNS} runs")
+            print(line("  asymptote (rung scheduler)", regimes[regime]["asymptote"]))
+            print(line("  asymptote floor (best known)", regimes[regime]["asymptote_floor"]))
+            print(line("  hyperband", regimes[regime]["hyperband"]))
+        result = {
+            "runs_per_study": N_RUNS, "evals_per_run": N_EVALS, "eval_samples": EVAL_SAMPLES,
+            "replicates": args.replicates, "check_every_evals": CHECK_EVERY, "min_fraction": MIN_FRACTION,
+            "regimes": regimes, "variants": previous.get("variants", {}),
+            "seconds": round(time.perf_counter() - started, 1),
         }
-        if len(variants) > 1:
-            variant_summary = {name: {**describe(variants[name]), **summary(variant_rows[name], "asymptote"),
-                                      "replicates": args.replicates} for name in variants}
-            for name in variants:
-                print(line(name, variant_summary[name]))
-            print()
-        lo, hi = c_mid_range
-        print(f"{regime}: C_mid {lo:.0%}-{hi:.0%} of the per-run budget, {args.replicates} studies of {N_RUNS} runs")
-        print(line("  asymptote (rung scheduler)", regimes[regime]["asymptote"]))
-        print(line("  asymptote floor (best known)", regimes[regime]["asymptote_floor"]))
-        print(line("  hyperband", regimes[regime]["hyperband"]))
-    result = {
-        "runs_per_study": N_RUNS, "evals_per_run": N_EVALS, "eval_samples": EVAL_SAMPLES,
-        "replicates": args.replicates, "check_every_evals": CHECK_EVERY, "min_fraction": MIN_FRACTION,
-        "regimes": regimes, "variants": variant_summary,
-        "seconds": round(time.perf_counter() - started, 1),
-    }
+        if "variants_seconds" in previous:
+            result["variants_seconds"] = previous["variants_seconds"]
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out} ({result['seconds']} s)")
+    print(f"wrote {out} ({round(time.perf_counter() - started, 1)} s)")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from rich.table import Table
 
 from rlscale.base.numbers import format_number as _num
 from rlscale.cli.console import console, safe
-from rlscale.runner.sweep.driver import FINISHED
+from rlscale.runner.sweep.state import FINISHED
 
 STATUS_STYLE = {"done": "green", "running": "cyan", "failed": "red", "stopped": "yellow", "paused": "magenta", "pending": "dim"}
 

@@ -1,7 +1,7 @@
-"""The sweep driver: study -> planned runs in the store -> RL jobs on Ray -> records -> fits.
+"""The sweep driver: study -> planned runs in the store -> runs on an engine (rlscale.runner.engine; the builtin
+one runs RL jobs on Ray) -> records -> fits.
 
-The driver is the store's one writer: jobs hand their records back through a callback that runs in
-this process. Resumable by construction: a run's identity is its config hash and seed, finished runs
+The driver is the store's one writer: engines hand records back through a callback that runs in this process. Resumable by construction: a run's identity is its config hash and seed, finished runs
 are skipped, interrupted ones resume from their checkpoint, and (run, step) is unique in the store.
 """
 
@@ -16,8 +16,6 @@ from typing import Callable
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.engine import DEFAULT_ENGINE, Engine, get_engine
 from rlscale.runner.sweep.state import FINISHED, RunState, run_name, run_states
-
-__all__ = ["FINISHED", "RunState", "SweepDriver", "SweepSummary", "run_name"]
 
 
 @dataclass
