@@ -48,6 +48,20 @@ def tiny_runs_csv() -> Path:
     return TINY_CSV
 
 
+# A run "fell" when its last tenth is this far below its best evaluation: a collapse no sigmoid describes
+FELL = 0.1
+
+
+def miss_cause(result, peak: float) -> str:
+    """Why a run's full-run A is outside its half-fit's interval, in words."""
+    if not (result.A_part_lo == result.A_part_lo and result.A_part_hi == result.A_part_hi):  # NaN: no interval
+        return "no interval (too few points in the half for a bootstrap)"
+    if result.observed < peak - FELL:
+        return f"the run fell after its peak ({peak:.3f} -> {result.observed:.3f})"
+    side = "above" if result.A_full > result.A_part_hi else "below"
+    return f"full-run A {result.A_full:.3f} {side} the half's interval [{result.A_part_lo:.3f}, {result.A_part_hi:.3f}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fraction", type=float, default=0.5)
@@ -58,23 +72,32 @@ def main() -> None:
     tiny_runs_csv()
     fit = dict(bootstrap=args.bootstrap, noise=args.noise, seed=0)
     started = time.perf_counter()
-    datasets, everything = {}, []
+    datasets, everything, fallen = {}, [], set()
     for name, (path, compute_col) in DATASETS.items():
         records = read_run_log(path)  # the parser `rlscale backtest FILE` uses
         results = backtest_runs(records, fraction=args.fraction, run_col="run", compute_col=compute_col,
                                 reward_col="reward", **fit)
+        peaks = records.groupby("run", sort=False)["reward"].max()
+        fell = {r.run for r in results if r.fitted and r.observed < peaks[r.run] - FELL}
         if compute_col == "compute":  # the overall figures count each run once
             everything += results
+            fallen |= {(name, run) for run in fell}
         summary = summarize(results, args.fraction)
+        misses = {r.run: miss_cause(r, peaks[r.run]) for r in results if r.A_inside is False}
         datasets[name] = {"file": str(path.relative_to(ROOT)), "compute": compute_col, "summary": summary.to_dict(),
-                          "runs": [r.to_dict() for r in results]}
+                          "runs_that_fell": sorted(fell), "A_outside": misses, "runs": [r.to_dict() for r in results]}
         print(f"== {name} ({path.relative_to(ROOT)})")
         for line in summary_lines(summary):
             print("   " + line)
     seconds = time.perf_counter() - started
     overall = summarize(everything, args.fraction)
+    fallen_runs = {run for _, run in fallen}
+    standing = summarize([r for r in everything if r.run not in fallen_runs], args.fraction)
     print("== all runs (tiny runs on device-hours)")
     for line in summary_lines(overall):
+        print("   " + line)
+    print(f"== all runs but the {len(fallen_runs)} that fell by > {FELL} after their peak")
+    for line in summary_lines(standing):
         print("   " + line)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     result = {
@@ -87,6 +110,8 @@ def main() -> None:
             "A_inside_share_at_least_0.9": bool(overall.A_inside_share >= 0.9),
         },
         "all": overall.to_dict(),
+        # the same without the runs whose end is FELL below their best evaluation (collapses a sigmoid cannot describe)
+        "all_without_runs_that_fell": {"excluded": sorted(fallen_runs), **standing.to_dict()},
         "datasets": datasets,
         "seconds": seconds,
         "commit": commit,
