@@ -194,3 +194,22 @@ def test_run_local_device_cuda_without_a_gpu_is_a_one_line_error(tmp_path, monke
     assert isinstance(result.exception, UserError) and "--device" in str(result.exception)
     result = CliRunner().invoke(app, ["run", str(recipe_file), "--local", "--device", "tpu"])
     assert isinstance(result.exception, UserError) and "expected cpu or cuda" in str(result.exception)
+
+
+def test_chunked_lm_head_keeps_no_whole_batch_logits_for_backward(base, batch):
+    # what autograd holds between forward and backward: with one chunk, the [B, L, V] log-softmax; with chunks,
+    # only hidden-state slices (each chunk's logits are recomputed in backward)
+    vocab = base.lm_head.weight.shape[0]
+
+    def saved_logits(chunk_elements):
+        sizes = []
+        keep = lambda t: sizes.append(t.numel() if t.dim() == 3 and t.shape[-1] == vocab else 0) or t
+        with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+            token_logprobs(copy.deepcopy(base), batch.input_ids, batch.attention_mask, temperature=1.0,
+                           fp32_head=True, with_entropy=True, chunk_elements=chunk_elements)
+        return sum(sizes)
+
+    rows, length = batch.input_ids.shape
+    logits = rows * (length - 1) * vocab
+    assert saved_logits(10**12) >= logits
+    assert saved_logits(logits // 4) == 0
