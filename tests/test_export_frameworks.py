@@ -36,6 +36,7 @@ def combo_recipe(i: int, loss: str, agg: str, norm: str) -> Recipe:
                   zero_variance_filter=bool(i % 2), model="/models/qwen 7b")
 
 
+HOSTILE = Recipe(model="x; touch PWNED # it's \\ here", async_mode="sync")  # must reach the framework as one value
 CASES = {f"{loss}-{agg}-{norm}": combo_recipe(i, loss, agg, norm) for i, (loss, agg, norm) in enumerate(COMBOS)}
 
 
@@ -73,6 +74,7 @@ def verl_results(tmp_path_factory):
              for name, recipe in CASES.items()]
     cases.append({"name": "default-deployment",
                   "overrides": script_argv(export_config(Recipe(async_mode="sync"), "verl"), tmp)})
+    cases.append({"name": "hostile-model", "overrides": script_argv(export_config(HOSTILE, "verl", deployment=DEPLOY), tmp)})
     # a key verl 0.9.1 does not have (as trainer.seed was) must be refused, so a renamed key fails this suite
     cases.append({"name": "unknown-key", "overrides": cases[0]["overrides"] + ["trainer.seed=0"]})
     return run_checker("verl", cases, tmp)
@@ -84,6 +86,7 @@ def openrlhf_results(tmp_path_factory):
     cases = [{"name": name, "argv": script_argv(export_config(recipe, "openrlhf", deployment=DEPLOY), tmp)}
              for name, recipe in CASES.items()]
     cases.append({"name": "default-deployment", "argv": script_argv(export_config(Recipe(), "openrlhf"), tmp)})
+    cases.append({"name": "hostile-model", "argv": script_argv(export_config(HOSTILE, "openrlhf", deployment=DEPLOY), tmp)})
     cases.append({"name": "unknown-flag", "argv": cases[0]["argv"] + ["--seed", "0"]})
     return run_checker("openrlhf", cases, tmp)
 
@@ -143,6 +146,7 @@ def test_verl_composes_validates_and_trains_the_recipe(verl_results, name):
 def test_verl_refuses_a_key_it_does_not_have_and_takes_the_default_deployment(verl_results):
     assert not verl_results["unknown-key"]["ok"] and "trainer.seed" in verl_results["unknown-key"]["error"]
     _ok(verl_results, "default-deployment")
+    assert _ok(verl_results, "hostile-model")["model_path"] == HOSTILE.model
 
 
 @pytest.mark.slow
@@ -180,6 +184,7 @@ def test_openrlhf_parser_reads_the_intended_recipe(openrlhf_results, name):
 def test_openrlhf_parser_refuses_an_unknown_flag(openrlhf_results):
     assert not openrlhf_results["unknown-flag"]["ok"] and "--seed" in openrlhf_results["unknown-flag"]["error"]
     _ok(openrlhf_results, "default-deployment")
+    assert _ok(openrlhf_results, "hostile-model")["model"] == HOSTILE.model
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ ROLLOUT = "actor_rollout_ref.rollout"
 DUAL_CLIP_OFF = 1.0e9
 # strings Hydra reads as themselves without quotes (names, paths); anything else is quoted
 _PLAIN = re.compile(r"[A-Za-z_/.][A-Za-z0-9_./-]*")
+_QUOTE_OR_END = re.compile(r"(\\*)('|$)")
 
 # loss -> (policy_loss.loss_mode, extra actor keys)
 LOSSES = {
@@ -155,7 +156,9 @@ def hydra_value(value) -> str:
     text = str(value)
     if _PLAIN.fullmatch(text) and text.lower() not in ("true", "false", "null", "nan", "inf"):
         return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    # Hydra's quoted strings: a quote is escaped, and so is each backslash in a run that ends at a quote (or at
+    # the closing quote); other backslashes are literal
+    return "'" + _QUOTE_OR_END.sub(lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), text) + "'"
 
 
 def verl_overrides(recipe: Recipe, deployment: Deployment | None = None) -> list[str]:
