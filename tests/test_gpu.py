@@ -134,7 +134,7 @@ def test_checkpoint_resumes_the_next_step_on_cuda(tmp_path, tokenizer, base, bat
     for key in ("loss", "entropy", "grad_norm", "clip_fraction"):
         assert got[key] == pytest.approx(want[key], abs=1e-6), key  # CUDA's scatter-add backward is not bitwise
     for p, q in zip(first.model.parameters(), second.model.parameters()):
-        assert (p - q).abs().max().item() < 1e-6
+        assert (p - q).abs().max().item() < 1e-5  # Adam divides by sqrt(v): tiny gradient noise grows
     on_cpu = Trainer(tmp_path, recipe, device="cpu")  # a GPU checkpoint resumes on a CPU too
     on_cpu.load_state(blob)
     saved = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)["model"]
