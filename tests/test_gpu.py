@@ -132,7 +132,7 @@ def test_checkpoint_resumes_the_next_step_on_cuda(tmp_path, tokenizer, base, bat
     want = train_step(first.model, first.optimizer, on_cuda, recipe)
     got = train_step(second.model, second.optimizer, on_cuda, recipe)
     for key in ("loss", "entropy", "grad_norm", "clip_fraction"):
-        assert got[key] == pytest.approx(want[key], abs=1e-6), key  # CUDA's scatter-add backward is not bitwise
+        assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-6), key  # CUDA's scatter-add backward is not bitwise
     for p, q in zip(first.model.parameters(), second.model.parameters()):
         assert (p - q).abs().max().item() < 1e-5  # Adam divides by sqrt(v): tiny gradient noise grows
     on_cpu = Trainer(tmp_path, recipe, device="cpu")  # a GPU checkpoint resumes on a CPU too
