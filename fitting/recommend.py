@@ -280,7 +280,7 @@ def recommend_study(store, study: str, budget: float, *, profile: str | None = N
                     seed: int = 0) -> tuple[Recommendation, object]:
     """(recommendation, the stored Study or None) for a stored study; Refusal when the evidence is not enough."""
     from rlscale.fitting.optimal_n import fit_optimal_rollouts
-    from rlscale.fitting.stored import stored_study
+    from rlscale.planner.study import stored_study
 
     typed = stored_study(store, study)
     runs = store.runs_frame(study)

@@ -347,7 +347,7 @@ def render_html(report: Report) -> str:
 
 def study_report(store, study: str, out_dir, *, bootstrap: int = 200, seed: int = 0) -> Report:
     """The report of a stored study, written into out_dir."""
-    from rlscale.fitting.stored import stored_study
+    from rlscale.planner.study import stored_study
 
     return build_report(stored_study(store, study), store.runs_frame(study), store.records_frame(study), out_dir,
                         study=study, bootstrap=bootstrap, seed=seed)

@@ -1,17 +1,10 @@
-"""A stored study read through the store: its typed Study, and its evaluated records in, per-run sigmoid fits out
-and saved beside them. Takes any object with the Store's methods (fitting never imports the runner)."""
+"""Fits of a stored study: its evaluated records in, per-run sigmoid fits out and saved beside them.
+Takes any object with the Store's frame methods (fitting never imports the runner)."""
 
 import pandas as pd
 
 from rlscale.base.errors import UserError
 from rlscale.fitting.frame import fit_runs, run_labels
-from rlscale.planner.study import Study, study_from_spec
-
-
-def stored_study(store, name: str) -> Study | None:
-    """The Study stored as `name`, typed (None for a study imported without a spec); UserError naming the known
-    studies if there is none, or the field if its spec does not validate."""
-    return study_from_spec(store.study_spec(name), name=name)
 
 
 def study_records(store, study: str) -> pd.DataFrame:

@@ -344,6 +344,12 @@ def study_from_spec(spec: dict, *, name: str) -> Study | None:
     return parse_study({"name": name, **spec}, file=f"study {name} in the store")
 
 
+def stored_study(store, name: str) -> Study | None:
+    """The study stored as `name` in `store` (rlscale.db.store.Store, or anything with its `study_spec`), typed;
+    None for a study imported without a spec. UserError naming the known studies if there is none."""
+    return study_from_spec(store.study_spec(name), name=name)
+
+
 @dataclass(frozen=True)
 class PlannedRun:
     """One run of a study: its name (without the seed), full recipe, seed and estimated GPU-hours."""

@@ -37,7 +37,7 @@ def best_run(curves: pd.DataFrame, budget: float | None) -> tuple[pd.Series, str
 def best_run_recipe(store, study: str, budget: float | None = None) -> tuple[Recipe, list[str]]:
     """(the best run's recipe, header lines saying which run and why)."""
     from rlscale.fitting.recommend import COMPUTE_COLUMNS, run_curves, study_unit
-    from rlscale.fitting.stored import stored_study
+    from rlscale.planner.study import stored_study
 
     typed = stored_study(store, study)
     runs = store.runs_frame(study)
