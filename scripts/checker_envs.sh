@@ -28,23 +28,40 @@ declare -A IMPORTS=(
   [openrlhf]="transformers==5.15.0 sympy pylatexenc"
 )
 
-names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(verl trl openrlhf)
-for name in "${names[@]}"; do
-  [ -n "${FRAMEWORK[$name]:-}" ] || { echo "checker_envs.sh: unknown env $name (verl, trl, openrlhf)" >&2; exit 2; }
-  env=".venv-$name"
-  stamp="$env/.rlscale-checker"
-  want=$(printf '%s\n' "$TORCH" "${FRAMEWORK[$name]}" "${IMPORTS[$name]}" | cat - scripts/checker_envs.sh | sha256sum | cut -c1-16)
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then continue; fi
-  echo "checker_envs.sh: building $env (${FRAMEWORK[$name]})"
-  start=$SECONDS
+build() {  # build() NAME WANT: a fresh venv with torch, the imports, then the framework without its dependencies
+  local name=$1 want=$2 env=".venv-$1"
   rm -rf "$env"
   "$PY" -m venv "$env"
-  "$env/bin/python" -m pip install -q -U pip
   "$env/bin/python" -m pip install -q "$TORCH"
   # shellcheck disable=SC2086  # the import list is words on purpose
   "$env/bin/python" -m pip install -q ${IMPORTS[$name]}
   "$env/bin/python" -m pip install -q --no-deps "${FRAMEWORK[$name]}"
-  echo "$want" > "$stamp"
-  echo "checker_envs.sh: $env ready in $((SECONDS - start)) s"
+  echo "$want" > "$env/.rlscale-checker"
+}
+
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(verl trl openrlhf)
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+pids=() built=()
+for name in "${names[@]}"; do
+  [ -n "${FRAMEWORK[$name]:-}" ] || { echo "checker_envs.sh: unknown env $name (verl, trl, openrlhf)" >&2; exit 2; }
+  stamp=".venv-$name/.rlscale-checker"
+  want=$(printf '%s\n' "$TORCH" "${FRAMEWORK[$name]}" "${IMPORTS[$name]}" | cat - scripts/checker_envs.sh | sha256sum | cut -c1-16)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then continue; fi
+  echo "checker_envs.sh: building .venv-$name (${FRAMEWORK[$name]})"
+  # the three builds wait mostly on downloads and unpacking, not CPU: run them side by side
+  build "$name" "$want" > "$logs/$name.log" 2>&1 &
+  pids+=($!) built+=("$name")
 done
+start=$SECONDS
+failed=0
+for i in "${!pids[@]}"; do
+  if ! wait "${pids[$i]}"; then
+    failed=1
+    echo "checker_envs.sh: building .venv-${built[$i]} failed:" >&2
+    grep -v "is ignored: it is neither" "$logs/${built[$i]}.log" >&2 || true
+  fi
+done
+[ $failed = 0 ] || exit 1
+[ ${#built[@]} = 0 ] || echo "checker_envs.sh: ${built[*]} ready in $((SECONDS - start)) s"
