@@ -33,7 +33,7 @@ def combo_recipe(i: int, loss: str, agg: str, norm: str) -> Recipe:
     return Recipe(loss=loss, loss_agg=agg, adv_norm=norm, prompts_per_batch=48, rollouts=16, steps=400 + i,
                   max_new_tokens=4096, lr=1e-6, lr_warmup_steps=20, kl_coef=0.001 if i % 2 else 0.0,
                   async_mode=ASYNC[i % 3], max_staleness=1 + i % 4, ppo_minibatches=4, seed=7 + i,
-                  zero_variance_filter=bool(i % 2), model="/models/qwen 7b")
+                  zero_variance_filter=bool(i % 2), entropy_coef=0.001 * (i % 3 == 0), model="/models/qwen 7b")
 
 
 HOSTILE = Recipe(model="x; touch PWNED # it's \\ here", async_mode="sync")  # must reach the framework as one value
@@ -175,6 +175,7 @@ def test_openrlhf_parser_reads_the_intended_recipe(openrlhf_results, name):
     if recipe.kl_coef > 0:
         assert v["kl_use_loss"] and v["kl_estimator"] == "k3"
     assert v["seed"] == recipe.seed and v["lr"] == pytest.approx(recipe.scaled_lr)
+    assert v["entropy_coef"] == (recipe.entropy_coef or None)
     assert v["dynamic_filtering"] == recipe.zero_variance_filter
     assert v["async_enable"] == (recipe.async_mode == "pipeline")
     assert v["model"] == "/models/qwen 7b"

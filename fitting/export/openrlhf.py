@@ -78,7 +78,8 @@ def openrlhf_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Ma
     if recipe.kl_coef > 0:
         r["--algo.kl.use_loss"] = True
         r["--algo.kl.estimator"] = "k3"
-    r["--actor.entropy_coef"] = recipe.entropy_coef
+    if recipe.entropy_coef > 0:  # unset: no entropy term (0 would still compute it, for the logs)
+        r["--actor.entropy_coef"] = recipe.entropy_coef
     r["--train.seed"] = recipe.seed
     if recipe.zero_variance_filter:  # binary rewards: a group mean strictly inside (0, 1) has variance
         r["--algo.dynamic_filtering_enable"] = True
