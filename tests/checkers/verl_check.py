@@ -2,7 +2,7 @@
 
 stdin: JSON list of {"name", "overrides": [Hydra override strings]}. For each case verl's own Hydra config
 (verl/trainer/config/ppo_trainer.yaml) is composed with the overrides (an override of a key verl does not have is
-an error), `verl.utils.config.validate_config` runs on it, the policy loss and advantage estimator are looked up in
+an error), `verl.utils.config.validate_config` runs on it, the rollout config is built, the policy loss and advantage estimator are looked up in
 verl's registries, and verl's own loss functions are evaluated on small tensors to measure what they do.
 Writes JSON {"version", "cases": [{"name", "ok", "error", "values"}]} to the file named by argv[1] (verl prints
 to stdout).
@@ -67,6 +67,7 @@ def check(cases: list[dict]) -> list[dict]:
                 cfg = compose(config_name="ppo_trainer", overrides=case["overrides"])
                 actor = cfg.actor_rollout_ref.actor
                 validate_config(cfg, use_reference_policy=bool(actor.use_kl_loss), use_critic=False)
+                omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)  # RolloutConfig checks its own fields too
                 result["values"] = {
                     "train_batch_size": cfg.data.train_batch_size, "n": cfg.actor_rollout_ref.rollout.n,
                     "ppo_mini_batch_size": actor.ppo_mini_batch_size, "ppo_epochs": actor.ppo_epochs,
