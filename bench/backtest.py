@@ -115,6 +115,9 @@ def main() -> None:
         "datasets": datasets,
         "seconds": seconds,
         "commit": commit,
+        # the fit code measured, when it differed from that commit (other work in progress in the same tree)
+        "uncommitted_fitting_files": subprocess.run(["git", "diff", "--name-only", "HEAD", "--", "fitting/", "rlscale/base/"],
+                                                    capture_output=True, text=True, cwd=ROOT).stdout.split(),
         "machine": {"platform": platform.platform()},
     }
     RESULT.write_text(json.dumps(result, indent=2, allow_nan=False, default=str) + "\n")
