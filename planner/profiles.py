@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from rlscale.planner.cost import BUILTIN_PROFILES, Profile
 from rlscale.base import settings
 from rlscale.base.errors import UserError
+from rlscale.base.names import check_name, is_name
 
 
 def profiles_dir() -> Path:
@@ -30,7 +31,7 @@ def load_profile(name: str, *, field: str = "--profile", file: str | None = None
     if name in BUILTIN_PROFILES:
         return BUILTIN_PROFILES[name]
     path = profiles_dir() / f"{name}.json"
-    if "/" in name or name.startswith(".") or not path.is_file():
+    if not is_name(name) or not path.is_file():  # a profile name is a file name: never a path
         raise UserError(f"unknown cost profile {name!r}; expected one of {', '.join(known_profiles())}",
                         file=file, field=field)
     try:
@@ -43,6 +44,7 @@ def save_profile(profile: Profile) -> Path:
     """Write `profile` as JSON where load_profile finds it; returns the path."""
     if profile.name in BUILTIN_PROFILES:
         raise UserError(f"{profile.name!r} is a built-in profile name; choose another", field="profile")
+    check_name(profile.name, field="profile", what="profile name")
     path = profiles_dir() / f"{profile.name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(profile.model_dump(), indent=2) + "\n")

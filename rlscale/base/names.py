@@ -20,6 +20,24 @@ MAX_RUNS = 10_000  # a study's points x seeds (or bayes trials x seeds)
 MAX_GRID_POINTS = 10_000  # `rlscale plan`: B_p values x n values
 MAX_STEPS = 10**9  # steps of one run
 MAX_INT64 = 2**63 - 1  # the store's integer columns are 64-bit
+MAX_BUDGET = 1e15  # a compute budget in any unit (GPU-hours, rollouts, tokens)
+
+
+def check_budget(value: float, *, field: str = "--budget") -> float:
+    """`value` if it is a finite compute budget in (0, MAX_BUDGET]; else a UserError naming `field`."""
+    import math
+
+    if not (math.isfinite(value) and 0 < value <= MAX_BUDGET):
+        raise UserError(f"expected a positive finite budget of at most {MAX_BUDGET:g}, got {value:g}", field=field)
+    return value
+
+
+def check_steps(steps: int, *, field: str = "--budget") -> int:
+    """`steps` if a run can be given that many (at most MAX_STEPS); else a UserError naming `field`."""
+    if steps > MAX_STEPS:
+        raise UserError(f"the budget gives a run {steps:.3g} steps; expected at most {MAX_STEPS:,} (is the unit right?)",
+                        field=field)
+    return steps
 
 
 def check_name(value: object, *, field: str, file: str | None = None, what: str = "name") -> str:

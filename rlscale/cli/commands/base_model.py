@@ -14,7 +14,14 @@ def register(app: typer.Typer) -> None:
         """Build the tiny CPU policy (char-level Llama, SFT on 2-digit addition) and print its path and initial pass rate."""
         import json
 
-        from rlscale.runner.rl.policy import base_model_dir
+        from rlscale.base.errors import UserError
+
+        try:
+            from rlscale.runner.rl.policy import base_model_dir
+        except ImportError as err:  # torch / transformers come with the runner extra
+            missing = err.name or str(err).splitlines()[0]
+            raise UserError(f"needs the runner extra: pip install -e '.[runner]' ({missing} is not installed)",
+                            field="base-model") from None
 
         def log(step: int, loss: float, pass_rate: float) -> None:
             console.print(f"SFT step {step:5d}  loss {loss:.3f}  sampled pass rate {pass_rate:.3f}", highlight=False)

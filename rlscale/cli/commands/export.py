@@ -32,7 +32,8 @@ def register(app: typer.Typer) -> None:
         recipe of its best run (by predicted reward at --budget, else by fitted asymptote), naming the run.
         """
         from rlscale.base.errors import UserError
-        from rlscale.cli.console import console
+        from rlscale.base.names import check_budget, check_steps
+        from rlscale.cli.console import console, safe
         from rlscale.fitting.export import FORMATS, Deployment, export_config
 
         if fmt not in FORMATS:
@@ -45,8 +46,8 @@ def register(app: typer.Typer) -> None:
         deployment = Deployment(gpus_per_node=gpus, nodes=nodes, tensor_parallel=tp, max_prompt_tokens=prompt_tokens)
         if (recipe is None) == (study is None and budget is None):
             raise UserError("give either --recipe FILE or --study S (and/or --budget B)", field="export")
-        if budget is not None and not budget > 0:
-            raise UserError(f"expected a positive --budget, got {budget:g}", field="--budget")
+        if budget is not None:
+            check_budget(budget)
         if recipe is not None:
             from rlscale.planner.loading import load_recipe
 
@@ -65,6 +66,7 @@ def register(app: typer.Typer) -> None:
                     rec, stored = recommend_study(store, name, budget, profile=profile)
                 except Refusal as refusal:
                     raise UserError(str(refusal), field=f"study {name}") from None
+                check_steps(rec.steps)
                 chosen = recommended_recipe(stored, rec)
                 lo, hi = rec.predicted_interval
                 header = [f"rlscale export: recommendation from study {name} for a budget of {budget:g}",
@@ -77,6 +79,11 @@ def register(app: typer.Typer) -> None:
         if out is None:
             typer.echo(text, nl=False)
             return
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
-        console.print(f"wrote {fmt} config to {out}", highlight=False, soft_wrap=True)
+        if out.parent.exists() and not out.parent.is_dir():
+            raise UserError(f"{out.parent} is a file: expected a directory to write {out.name} into", field="--out")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
+        except OSError as err:  # a file where a directory should be, a full disk, no permission
+            raise UserError(f"cannot write {out}: {err.strerror or err}", field="--out") from None
+        console.print(f"wrote {safe(fmt)} config to {safe(out)}", highlight=False, soft_wrap=True)

@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         plot: Path = typer.Option(None, "--plot", help="also write a PNG: points, record-breaking points, curves, bands"),
     ) -> None:
         """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) per run; say when A is not identified."""
-        from rlscale.cli.console import console, print_json
+        from rlscale.cli.console import console, print_json, safe
         from rlscale.base.errors import UserError
 
         if (file is None) == (study is None):
@@ -41,6 +41,10 @@ def register(app: typer.Typer) -> None:
             raise UserError("binomial noise is for pass rates in [0, 1]; with --unbounded use auto, constant or multiplicative", field="--noise")
         if r0 is not None and not (math.isfinite(r0) and (unbounded or 0.0 <= r0 <= 1.0)):
             raise UserError(f"expected a finite reward{'' if unbounded else ' in [0, 1] (or pass --unbounded)'}, got {r0:g}", field="--r0")
+        if plot is not None and plot.suffix.lower() != ".png":
+            raise UserError(f"expected a file name ending in .png, got {plot.name!r}", field="--plot")
+        if plot is not None and plot.parent.exists() and not plot.parent.is_dir():
+            raise UserError(f"{plot.parent} is a file: expected a directory for {plot.name}", field="--plot")
         if not math.isfinite(min_compute):
             raise UserError(f"expected a finite compute >= 0, got {min_compute:g}", field="--min-compute")
         options = dict(r0=r0, min_compute=min_compute, noise=noise, bounded=not unbounded)
@@ -57,9 +61,9 @@ def register(app: typer.Typer) -> None:
 
         console.print(fits_table(fits, title=f"{title}: sigmoid fits"))
         if store is not None:
-            console.print(f"saved {len(fits)} fits of study {study!r} to {store.url_for_display}", highlight=False, soft_wrap=True)
+            console.print(f"saved {len(fits)} fits of study {safe(repr(study))} to {safe(store.url_for_display)}", highlight=False, soft_wrap=True)
         if plot is not None:
-            console.print(f"plot: {plot}", highlight=False, soft_wrap=True)
+            console.print(f"plot: {safe(plot)}", highlight=False, soft_wrap=True)
 
 
 def _fit_and_plot(file, study, db, options, plot):

@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
         from rlscale.db.importer import import_run_log, read_run_log
         from rlscale.db.store import Store
-        from rlscale.cli.console import console, print_json
+        from rlscale.cli.console import console, print_json, safe
 
         rows = read_run_log(file, tag=tag, compute_tag=compute_tag)  # the whole file is checked before the store is opened (or created)
         store = Store(db)
@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
             print_json({**asdict(summary), "db": store.url_for_display, "compute_unit": rows.attrs.get("compute_unit")})
             return
         console.print(
-            f"{summary.file} -> study [bold]{summary.study}[/] in {store.url_for_display}: "
+            f"{safe(summary.file)} -> study [bold]{safe(summary.study)}[/] in {safe(store.url_for_display)}: "
             f"{summary.runs} runs ({summary.runs_created} new), "
             f"{summary.records_added} records added, {summary.records_skipped} already stored",
             highlight=False,
@@ -43,4 +43,4 @@ def register(app: typer.Typer) -> None:
         if rows.attrs.get("compute_unit"):
             from rlscale.db.logs import compute_note
 
-            console.print(f"compute: {compute_note(rows.attrs['compute_unit'])}", highlight=False, soft_wrap=True)
+            console.print(f"compute: {safe(compute_note(rows.attrs['compute_unit']))}", highlight=False, soft_wrap=True)

@@ -6,7 +6,7 @@ import typer
 
 from rlscale.base.errors import UserError
 from rlscale.base.numbers import format_number
-from rlscale.cli.console import console, print_json
+from rlscale.cli.console import console, print_json, safe
 
 
 def _fmt(value: float) -> str:
@@ -117,20 +117,20 @@ def _plan_study(path: str, *, profile, as_json, save, db) -> None:
         return
     if study.method == "bayes":
         each = "" if study.compute is None else f", {_fmt(study.compute.budget)} {study.compute.unit} each"
-        console.print(f"study {study.name} (bayes): {study.n_trials} trials sampled by Optuna{each}")
+        console.print(f"study {safe(study.name)} (bayes): {study.n_trials} trials sampled by Optuna{each}")
         for key, axis in study.parameters.items():
-            console.print(f"  {key}: {axis.model_dump(exclude_none=True)}")
+            console.print(f"  {safe(key)}: {safe(axis.model_dump(exclude_none=True))}")
         if save is not None:
             console.print(f"saved plan {save!r}")
         return
     from rich.table import Table
 
     budget = "" if plan.per_run_budget is None else f", {_fmt(plan.per_run_budget)} {plan.unit} per run"
-    table = Table(title=f"study {study.name} ({study.method}): {len(plan.runs)} runs{budget}, profile {plan.profile.name}")
+    table = Table(title=f"study {safe(study.name)} ({study.method}): {len(plan.runs)} runs{budget}, profile {safe(plan.profile.name)}")
     for column in ("run", "seed", "B_p", "n", "steps", "GPU-hours", "total rollouts"):
         table.add_column(column, justify="left" if column == "run" else "right")
     for r in plan.runs:
-        table.add_row(r.name, str(r.seed), str(r.recipe.prompts_per_batch), str(r.recipe.rollouts), str(r.recipe.steps),
+        table.add_row(safe(r.name), str(r.seed), str(r.recipe.prompts_per_batch), str(r.recipe.rollouts), str(r.recipe.steps),
                       f"{_fmt(r.gpu_hours)}", f"{r.recipe.total_batch * r.recipe.steps:,}")
     console.print(table)
     console.print(f"total {_fmt(plan.gpu_hours)} GPU-hours (estimated)")
@@ -153,13 +153,15 @@ def _print_dropped(dropped: list[tuple[str, str]]) -> None:
     table.add_column("point")
     table.add_column("reason")
     for name, reason in dropped:
-        table.add_row(name, reason)
+        table.add_row(safe(name), safe(reason))
     console.print(table)
 
 
 def _save(name: str, payload: dict, db: str | None) -> None:
+    from rlscale.base.names import check_name
     from rlscale.db.store import Store
 
+    check_name(name, field="--save", what="plan name")
     with Store(db) as store:
         store.save_plan(name, payload)
 

@@ -24,9 +24,9 @@ def register(app: typer.Typer) -> None:
         from rlscale.fitting.recommend import Refusal, pick_study, recommend_study
         from rlscale.cli.console import print_json
         from rlscale.base.errors import UserError
+        from rlscale.base.names import check_budget, check_steps
 
-        if not budget > 0:
-            raise UserError(f"expected a positive budget, got {budget:g}", field="--budget")
+        check_budget(budget)
         store = Store(db, create=False)
         name = pick_study(store, study)
         try:
@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
             if json_out:
                 print_json({"study": name, "budget": budget, "refused": True, "reason": str(refusal)})
             raise UserError(str(refusal), field=f"study {name}") from None
+        check_steps(rec.steps)
         if json_out:
             print_json({"study": name, "refused": False, **rec.to_dict()})
             return
@@ -46,9 +47,9 @@ def show(rec, study: str) -> None:
     from rich.table import Table
 
     from rlscale.base.numbers import NOISE_BAND
-    from rlscale.cli.console import console
+    from rlscale.cli.console import console, safe
 
-    top = Table(title=f"recommendation for {rec.budget:g} ({study})", show_header=True)
+    top = Table(title=f"recommendation for {rec.budget:g} ({safe(study)})", show_header=True)
     for col in ("B_p", "n", "M steps", "n* from the law [95%]", "predicted reward [95%]"):
         top.add_column(col)
     top.add_row(str(rec.prompts_per_batch), str(rec.rollouts), str(rec.steps),
@@ -59,8 +60,8 @@ def show(rec, study: str) -> None:
     for col in ("run", "B_p", "A [95%]", "identified", "truncation", f"within {NOISE_BAND:g} of best", "chosen"):
         evidence.add_column(col)
     for row in rec.evidence:
-        evidence.add_row(row["run"], str(row["prompts_per_batch"]), f"{row['A']:.3f} [{row['A_lo']:.3f}, {row['A_hi']:.3f}]",
-                         "yes" if row["identified"] else f"no: {row['reason']}",
+        evidence.add_row(safe(row["run"]), str(row["prompts_per_batch"]), f"{row['A']:.3f} [{row['A_lo']:.3f}, {row['A_hi']:.3f}]",
+                         "yes" if row["identified"] else f"no: {safe(row['reason'])}",
                          "-" if row["truncation_rate"] != row["truncation_rate"] else f"{row['truncation_rate']:.1%}",
                          "yes" if row["within_noise_of_best"] else "no", "*" if row["chosen"] else "")
     console.print(evidence)
@@ -71,4 +72,4 @@ def show(rec, study: str) -> None:
     console.print("frontier: " + ", ".join(f"n={s['rollouts']} (B_p {s['prompts_per_batch']}) {s['compute_from']:.3g}-{s['compute_to']:.3g}"
                                          for s in law["frontier"]), highlight=False, soft_wrap=True)
     for note in rec.notes:
-        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+        console.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)

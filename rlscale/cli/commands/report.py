@@ -19,10 +19,16 @@ def register(app: typer.Typer) -> None:
         """Fit every run of STUDY and write the report (markdown + PNGs, and one self-contained HTML page)."""
         from rlscale.db.store import Store
         from rlscale.fitting.report import study_report
+        from rlscale.base.errors import UserError
+        from rlscale.base.names import child_path
         from rlscale.cli.console import print_json
 
+        # the study name becomes a directory: it must stay inside reports/
+        out = out or child_path("reports", study, field="study")
+        if out.exists() and not out.is_dir():
+            raise UserError(f"{out} is a file: expected a directory for report.md, report.html and the PNGs", field="--out")
         store = Store(db, create=False)
-        result = study_report(store, study, out or Path("reports") / study, bootstrap=bootstrap)
+        result = study_report(store, study, out, bootstrap=bootstrap)
         if json_out:
             print_json(result.to_dict())
             return
@@ -35,26 +41,26 @@ def show(result) -> None:
 
     from rlscale.base.numbers import NOISE_BAND
     from rlscale.fitting.report import FIT_HEADER, LOO_HEADER, fit_cells, loo_cells
-    from rlscale.cli.console import console
+    from rlscale.cli.console import console, safe
 
     if result.loo is not None:
-        table = Table(title=f"{result.study}: leave-one-out (|dA| < {NOISE_BAND:g} is noise)")
+        table = Table(title=f"{safe(result.study)}: leave-one-out (|dA| < {NOISE_BAND:g} is noise)")
         width = min(28, max(len(str(row["variant"])) for row in result.loo))
         for col in LOO_HEADER:
             # names stay whole; on a narrow terminal the other cells wrap
             table.add_column(col, min_width=width if col == "variant" else None)
         for row in result.loo:
-            table.add_row(*loo_cells(row), style="bold red" if row["beyond_noise"] else None)
+            table.add_row(*map(safe, loo_cells(row)), style="bold red" if row["beyond_noise"] else None)
         console.print(table)
-    table = Table(title=f"{result.study}: sigmoid fits ({result.method})", caption_justify="left")
+    table = Table(title=f"{safe(result.study)}: sigmoid fits ({result.method})", caption_justify="left")
     width = min(28, max((len(str(row["run"])) for row in result.fits), default=3))
     for col in FIT_HEADER:
         table.add_column(col, min_width=width if col == "run" else None)
     reasons = []  # printed under the table, so a long reason does not squeeze the numbers
     for row in result.fits:
-        cells = fit_cells(row)
+        cells = [safe(cell) for cell in fit_cells(row)]
         if not row["identified"]:
-            reasons.append(f"({len(reasons) + 1}) {row['run']}: {row['status']}")
+            reasons.append(f"({len(reasons) + 1}) {safe(row['run'])}: {safe(row['status'])}")
             cells[-1] = f"no ({len(reasons)})"
         table.add_row(*cells, style=None if row["identified"] else "dim")
     table.caption = "\n".join(reasons) or None
@@ -66,5 +72,5 @@ def show(result) -> None:
         show_backtest([RunBacktest(**row) for row in result.backtest["runs"]], BacktestSummary(**result.backtest["summary"]),
                       title=f"{result.study}: backtest, fit on the first half of compute, extrapolated to the end")
     for note in result.notes:
-        console.print(f"note: {note}", highlight=False, soft_wrap=True)
-    console.print(f"report: {result.files['html']}  (markdown: {result.files['markdown']})", highlight=False, soft_wrap=True)
+        console.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
+    console.print(f"report: {safe(result.files['html'])}  (markdown: {safe(result.files['markdown'])})", highlight=False, soft_wrap=True)

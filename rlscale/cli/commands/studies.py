@@ -16,16 +16,16 @@ def register(app: typer.Typer) -> None:
 
         from rlscale.db.models import RUN_STATUSES
         from rlscale.db.store import Store
-        from rlscale.cli.console import console, print_json
+        from rlscale.cli.console import console, print_json, safe
 
         store = Store(db, create=False)
         rows = store.study_counts()
         if json_out:
             print_json(rows)
             return
-        table = Table(title=f"studies in {store.url_for_display}")
+        table = Table(title=f"studies in {safe(store.url_for_display)}")
         for column in ("study", "runs", *RUN_STATUSES, "records", "fits"):
             table.add_column(column, justify="left" if column == "study" else "right")
         for row in rows:
-            table.add_row(row["study"], *(str(row[k]) for k in ("runs", *RUN_STATUSES, "records", "fits")))
-        console.print(table if rows else f"no studies in {store.url_for_display}")
+            table.add_row(safe(row["study"]), *(str(row[k]) for k in ("runs", *RUN_STATUSES, "records", "fits")))
+        console.print(table if rows else f"no studies in {safe(store.url_for_display)}")
