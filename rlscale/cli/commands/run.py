@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from rlscale.cli.console import console, print_json
+from rlscale.cli.console import console, print_json, safe
 from rlscale.cli.options import DbUrl
 from rlscale.base.errors import UserError
 from rlscale.base.numbers import format_number
@@ -115,7 +115,7 @@ def _run_on_ray(recipe, name: str, study_name: str, db: str | None, ray_address:
     with view:
         summary = driver.run()
     if summary.count("failed"):
-        console.print(f"[red]the job failed after {run.attempts} attempt(s):[/] {run.note}", highlight=False)
+        console.print(f"[red]the job failed after {run.attempts} attempt(s):[/] {safe(run.note)}", highlight=False)
         raise typer.Exit(1)
     records = store.records_frame(study_name)
     mine = records[(records["run_id"] == run.run_id) & records["val_reward"].notna()]

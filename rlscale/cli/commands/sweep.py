@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
         the study's report and, for a study over rollouts, the recommended allocation of the compute it spent."""
         from rlscale.db.store import Store
         from rlscale.planner.study import load_study
-        from rlscale.cli.console import console, print_json
+        from rlscale.cli.console import console, print_json, safe
         from rlscale.cli.views import SweepView
         from rlscale.runner.sweep.driver import SweepDriver
 
@@ -64,13 +64,13 @@ def register(app: typer.Typer) -> None:
 
                 show_recommendation(recommendation, study.name)
             elif refusal:
-                console.print(f"not yet: {refusal}", highlight=False, soft_wrap=True)
+                console.print(f"not yet: {safe(refusal)}", highlight=False, soft_wrap=True)
             planned = payload["planned_gpu_hours"]
             share = f" ({spent / planned:.0%})" if planned > 0 else ""
             console.print(
                 f"{payload['done']} done, {payload['stopped']} stopped early, {payload['failed']} failed "
                 f"of {payload['runs']} runs in {summary.wall_seconds:.0f} s; {spent:.4g} of {planned:.4g} planned "
-                f"GPU-hours spent{share}; store: {store.url_for_display}",
+                f"GPU-hours spent{share}; store: {safe(store.url_for_display)}",
                 highlight=False, soft_wrap=True)
         if payload["failed"]:
             raise typer.Exit(1)
