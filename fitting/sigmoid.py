@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
+from scipy import signal, stats
 from scipy.special import expit
 
 from rlscale.fitting.bootstrap import percentile_interval, wild_resamples
@@ -32,7 +32,7 @@ _VARIANCE_FLOOR = 0.01 * 0.99
 _RELATIVE_SD_FLOOR = 0.05
 # C_mid is kept where exp() of its logarithm is a finite, normal float.
 _LOG_CMID_RANGE = (-708.0, 709.0)
-# Largest lag-1 autocorrelation of the residuals used to widen intervals (factor (1 + rho) / (1 - rho) <= 19).
+# Largest AR(1) coefficient of the noise used to widen intervals.
 _MAX_RHO = 0.9
 # A and its interval closer than this to a bound of A (0 or 1 for pass rates) count as touching it.
 _AT_BOUND = 1e-6
@@ -231,8 +231,7 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
     resid_w = sqrt_w * (ys - fitted)
     n_free = int(free.sum())
     dof = len(ys) - n_free
-    rho = _lag1_autocorrelation(resid_w, n_free)
-    inflation = (1.0 + rho) / (1.0 - rho)  # long-run / marginal variance of AR(1) noise
+    rho, inflation = _autocorrelation_inflation(resid_w, jac[:, free])
     se_a = _standard_error_a(jac[:, free], resid_w, dof) * np.sqrt(inflation)
     samples = None
     if bootstrap and dof > 0:
@@ -438,7 +437,8 @@ def _profile_not_rejected(model, theta_hat, cost_hat, sigma2, u, y, sqrt_w, lowe
         return None
     starts = np.concatenate([_fixed_a_starts(a, theta_hat, u, y, sqrt_w, lower, upper, free[_R0]),
                              np.column_stack([a, np.tile(theta_hat[1:], (len(a), 1))])])
-    _, cost = levenberg_marquardt(model, starts, y, sqrt_w, lower, upper, free & (np.arange(N_PARAMS) != _A))
+    _, cost = levenberg_marquardt(model, starts, y, sqrt_w, lower, upper, free & (np.arange(N_PARAMS) != _A),
+                                  max_iter=40, xtol=1e-6)  # a test at 95%, not an estimate: no need for 10 digits
     statistic = (np.minimum(cost[:len(a)], cost[len(a):]) - cost_hat) / sigma2
     kept = np.flatnonzero(np.isfinite(statistic) & (statistic < stats.f.ppf(0.95, 1, dof)))
     return float(a[kept[0]]) if kept.size else None
@@ -457,8 +457,9 @@ def _noise_variance(noise, mean) -> np.ndarray:
     if noise == "binomial":
         return np.maximum(mean * (1.0 - mean), _VARIANCE_FLOOR)
     if noise == "multiplicative":
-        floor = (_RELATIVE_SD_FLOOR * float(np.max(np.abs(mean)))) ** 2
-        return np.maximum(mean**2, max(floor, 1e-300))
+        size = float(np.max(np.abs(mean)))  # in units of the largest |mean|, so huge metrics do not overflow
+        relative = mean / size if size > 0 and np.isfinite(size) else np.ones_like(mean)
+        return np.maximum(relative**2, _RELATIVE_SD_FLOOR**2)
     return np.ones_like(mean)
 
 
@@ -477,16 +478,43 @@ def _likeliest_noise(y, mean, bounded) -> str:
     return best
 
 
-def _lag1_autocorrelation(resid, n_params) -> float:
-    """Lag-1 autocorrelation of residuals in compute order, corrected for the downward bias a fit puts in
-    it, kept in [0, _MAX_RHO]: 0 for independent noise (intervals are only ever widened by it)."""
-    n = len(resid)
+def _autocorrelation_inflation(resid, jac) -> tuple[float, float]:
+    """(rho, inflation): the AR(1) coefficient of the noise behind weighted residuals `resid` (compute order)
+    of a fit with weighted Jacobian `jac` (n, p), and the factor by which it multiplies the variance of A's
+    (linearised) estimate over independent noise of the same size.
+
+    rho solves E[sum r_t r_t+1] / E[sum r_t^2] = the observed ratio for residuals r = (I - P) e, e AR(1)
+    with coefficient rho, P the fit's projection: a fit takes out slow noise and with it part of the
+    residuals' autocorrelation, so the raw lag-1 autocorrelation would be biased low. Kept in [0, _MAX_RHO]:
+    (0, 1) for independent noise, as intervals are only ever widened by it."""
+    n, p = jac.shape
     denominator = float(resid @ resid)
-    if n < 2 * n_params or not denominator > 0:
-        return 0.0
-    rho = float(resid[1:] @ resid[:-1]) / denominator
-    rho += (1.0 + 3.0 * rho + n_params) / n  # first-order bias of a fitted model's residual autocorrelation
-    return float(np.clip(rho, 0.0, _MAX_RHO))
+    if n < 2 * p or not denominator > 0:
+        return 0.0, 1.0
+    observed = float(resid[1:] @ resid[:-1]) / denominator
+    q, _ = np.linalg.qr(jac)  # orthonormal basis of what the fit can absorb
+    lag_q = 0.5 * (np.vstack([q[1:], np.zeros((1, p))]) + np.vstack([np.zeros((1, p)), q[:-1]]))  # A q, A the lag-1 form
+    qaq = q.T @ lag_q
+    if observed <= -np.trace(qaq) / (n - p):  # not above what independent noise gives: no carry-over
+        return 0.0, 1.0
+    rhos = np.linspace(0.0, _MAX_RHO, 19)
+    sigma_q = np.stack([_ar1_times(q, rho) for rho in rhos])  # Sigma_rho q, Sigma_rho[i, j] = rho^|i-j|
+    qsq = np.einsum("np,knq->kpq", q, sigma_q)
+    numerator = (n - 1) * rhos - 2.0 * np.einsum("np,knp->k", lag_q, sigma_q) + np.einsum("pq,kqp->k", qaq, qsq)
+    expected = numerator / (n - np.einsum("kpp->k", qsq))
+    rho = float(np.interp(observed, expected, rhos))  # expected rises with rho
+    if rho <= 0.0:
+        return 0.0, 1.0
+    # Row of A in the least-squares map (J'J)^-1 J': A's estimate is this combination of the rewards.
+    row = np.linalg.pinv(jac)[_A]
+    return rho, float(max(row @ _ar1_times(row, rho), row @ row) / (row @ row))
+
+
+def _ar1_times(v, rho) -> np.ndarray:
+    # Sigma v for the AR(1) correlation matrix Sigma[i, j] = rho^|i - j|, in O(n): two recursive filters.
+    forward = signal.lfilter([1.0], [1.0, -rho], v, axis=0)
+    backward = signal.lfilter([1.0], [1.0, -rho], v[::-1], axis=0)[::-1]
+    return forward + backward - v
 
 
 def _standard_error_a(jac, resid_w, dof) -> float:

@@ -130,3 +130,54 @@ def test_a_malformed_csv_names_line_and_column(monkeypatch, capsys, workdir):
     code, out, err = run_cli(monkeypatch, capsys, "fit", "bad.csv", "--json")
     assert (code, out) == (2, "")
     assert err == "error: bad.csv:4: column 'compute': expected a number, got 'three'\n"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1.5"])
+def test_r0_that_is_not_a_finite_pass_rate_is_a_one_line_error(monkeypatch, capsys, workdir, value):
+    _write_curve(workdir / "curve.csv")
+    code, out, err = run_cli(monkeypatch, capsys, "fit", "curve.csv", "--r0", value)
+    assert (code, out) == (2, "")
+    assert err.startswith("error: --r0: expected a finite reward") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--noise", "poisson"], "error: --noise: expected one of auto, binomial, constant, multiplicative, got 'poisson'"),
+    (["--noise", "binomial", "--unbounded"], "error: --noise: binomial noise is for pass rates in [0, 1]"),
+])
+def test_bad_noise_options_are_one_line_errors(monkeypatch, capsys, workdir, args, message):
+    _write_curve(workdir / "curve.csv")
+    code, _, err = run_cli(monkeypatch, capsys, "fit", "curve.csv", *args)
+    assert code == 2 and err.startswith(message) and err.count("\n") == 1
+
+
+def test_noise_models_through_the_cli(monkeypatch, capsys, workdir):
+    _write_curve(workdir / "curve.csv")
+    for noise in ("auto", "binomial", "constant", "multiplicative"):
+        code, out, _ = run_cli(monkeypatch, capsys, "fit", "curve.csv", "--noise", noise, "--json")
+        (fit,) = _strict_json(out)
+        assert code == 0 and fit["A"] == pytest.approx(0.7, abs=0.02)
+        assert fit["noise"] in ("binomial", "constant", "multiplicative") and (noise == "auto" or fit["noise"] == noise)
+
+
+def test_a_metric_above_one_needs_unbounded_and_the_reason_names_the_flag(monkeypatch, capsys, workdir):
+    _write_curve(workdir / "score.csv", A=7.0, R0=1.0, noise=0.02)
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", "score.csv", "--json")
+    (fit,) = _strict_json(out)
+    assert code == 0 and fit["identified"] is False and "rlscale fit --unbounded" in fit["reason"]
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", "score.csv", "--unbounded", "--json")
+    (fit,) = _strict_json(out)
+    assert code == 0 and fit["identified"] is True and fit["A"] == pytest.approx(7.0, rel=0.02)
+
+
+def test_compute_near_1e303_fits_like_the_same_curve_and_prints_no_warning(monkeypatch, capsys, workdir):
+    _write_curve(workdir / "curve.csv")
+    lines = (workdir / "curve.csv").read_text().splitlines()
+    huge = [lines[0]] + [f"r,{float(c) * 1e303!r},{r}" for _, c, r in (line.split(",") for line in lines[1:])]
+    (workdir / "huge.csv").write_text("\n".join(huge) + "\n")
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", "curve.csv", "--json")
+    (plain,) = _strict_json(out)
+    code, out, err = run_cli(monkeypatch, capsys, "fit", "huge.csv", "--json", "--plot", "huge.png")
+    (fit,) = _strict_json(out)
+    assert code == 0 and err == "" and fit["identified"] is True
+    assert [fit["A"], fit["B"], fit["C_mid"] / 1e303, fit["r2"]] == pytest.approx(
+        [plain["A"], plain["B"], plain["C_mid"], plain["r2"]], rel=1e-6)

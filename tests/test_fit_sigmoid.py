@@ -174,3 +174,55 @@ def test_plot_study_writes_a_png(tmp_path):
     records, _ = study_records()
     path = plot_study(records, fit_runs(records, bootstrap=50), tmp_path / "plots" / "study.png", title="demo")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("noise", ["auto", "binomial", "constant", "multiplicative"])
+def test_every_noise_model_recovers_a_noise_free_curve(noise):
+    params = (0.7, 1.5, 2000.0, 0.1)
+    fit = fit_sigmoid(COMPUTE, sigmoid(COMPUTE, *params), noise=noise, bootstrap=0)
+    np.testing.assert_allclose([fit.A, fit.B, fit.C_mid, fit.R0], params, rtol=1e-6)
+    assert fit.identified and fit.noise == ("constant" if noise == "auto" else noise)
+
+
+def test_auto_noise_finds_a_relative_error_and_weights_by_it():
+    # sd 3% of the reward on a curve from 0.02 to 0.9: a 45-fold range of sd that only R^2 describes
+    params = (0.9, 1.5, 2000.0, 0.02)
+    mean = sigmoid(COMPUTE, *params)
+    fits = [fit_sigmoid(COMPUTE, mean * (1 + 0.03 * np.random.default_rng(seed).standard_normal(mean.size)),
+                        bootstrap=0) for seed in range(10)]
+    assert sum(fit.noise == "multiplicative" for fit in fits) >= 9
+    constant = [fit_sigmoid(COMPUTE, mean + 0.01 * np.random.default_rng(seed).standard_normal(mean.size),
+                            bootstrap=0) for seed in range(10)]
+    assert sum(fit.noise == "multiplicative" for fit in constant) <= 1
+
+
+def test_unknown_or_unfit_noise_models_are_fit_errors():
+    y = noisy((0.7, 1.5, 2000.0, 0.1))
+    with pytest.raises(FitError, match="noise must be one of auto, binomial, constant, multiplicative"):
+        fit_sigmoid(COMPUTE, y, noise="poisson")
+    with pytest.raises(FitError, match="binomial noise is for pass rates"):
+        fit_sigmoid(COMPUTE, y, noise="binomial", bounded=False)
+
+
+def ar1_noise(n, rho, sd, seed):
+    """A stationary AR(1) series: e_t = rho e_t-1 + sqrt(1 - rho^2) sd z_t."""
+    z = np.random.default_rng(seed).standard_normal(n) * sd
+    e = np.empty(n)
+    e[0] = z[0]
+    for t in range(1, n):
+        e[t] = rho * e[t - 1] + np.sqrt(1 - rho**2) * z[t]
+    return e
+
+
+def test_autocorrelated_noise_is_measured_and_widens_the_interval():
+    params = (0.7, 1.5, 2000.0, 0.1)
+    mean = sigmoid(COMPUTE, *params)
+    carried = [fit_sigmoid(COMPUTE, mean + ar1_noise(mean.size, 0.5, 0.01, seed), bootstrap=100, seed=seed)
+               for seed in range(20)]
+    independent = [fit_sigmoid(COMPUTE, mean + ar1_noise(mean.size, 0.0, 0.01, seed), bootstrap=100, seed=seed)
+                   for seed in range(20)]
+    assert 0.35 <= np.mean([fit.rho for fit in carried]) <= 0.65  # the fit's bias in rho is corrected
+    assert np.median([fit.rho for fit in independent]) <= 0.05
+    width = lambda fits: np.median([fit.A_hi - fit.A_lo for fit in fits])  # noqa: E731
+    assert width(carried) > 1.4 * width(independent)  # sqrt(3) for the mean of AR(1) noise with rho 0.5
+    assert sum(fit.A_lo <= params[0] <= fit.A_hi for fit in carried) >= 17
