@@ -10,8 +10,8 @@ together in one loop.
 Noise models (variance of a reward around the curve R, up to a common scale): constant (plain least
 squares), binomial R(1 - R) (pass rates over k samples), multiplicative R^2 (a relative error);
 "auto" picks the one of highest Gaussian likelihood on the residuals of a first, unweighted fit.
-Intervals come from a wild bootstrap, widened by the long-run variance factor (1 + rho) / (1 - rho) of the
-residuals' estimated lag-1 autocorrelation rho (training noise carries from one evaluation to the next).
+Intervals come from a wild bootstrap, widened by the factor AR(1) noise of coefficient rho multiplies A's
+variance by, rho estimated from the residuals (training noise carries from one evaluation to the next).
 """
 
 import warnings
