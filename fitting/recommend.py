@@ -114,6 +114,7 @@ class Recommendation:
     law: dict
     evidence: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    law_identified: bool = True  # False: n is the one n* the frontier showed, not a law's prediction
 
     def to_dict(self) -> dict:
         """Plain JSON-ready values."""
@@ -122,26 +123,42 @@ class Recommendation:
             "steps": self.steps, "n_star": self.n_star, "n_star_interval": list(self.n_star_interval),
             "predicted_reward": self.predicted_reward, "predicted_interval": list(self.predicted_interval),
             "predicted_from": self.predicted_from, "extrapolation": self.extrapolation, "law": self.law,
-            "evidence": self.evidence, "notes": self.notes,
+            "evidence": self.evidence, "notes": self.notes, "law_identified": self.law_identified,
         }
+
+
+def constant_optimal_rollouts(law: RolloutsLaw) -> int | None:
+    """The one n* of a frontier on which n* never moved (a law cannot be fitted to it), else None."""
+    values = {int(n) for n in law.frontier["rollouts"]} if len(law.frontier) else set()
+    return values.pop() if len(values) == 1 else None
 
 
 def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_for: Callable[[float, int, int], int],
               draws: dict | None = None, noise_band: float = NOISE_BAND,
-              max_truncation: float = MAX_TRUNCATION) -> Recommendation:
+              max_truncation: float = MAX_TRUNCATION, allow_constant_n: bool = False) -> Recommendation:
     """(B_p, n, M) for `budget`: n from the law, the smallest stable B_p within noise of the best A, M = steps_for.
 
-    steps_for(budget, prompts_per_batch, rollouts) -> steps is the cost model. Raises Refusal when the law
-    is unidentified, when the runs at the recommended n have no identified fit, or when no step fits the budget.
+    steps_for(budget, prompts_per_batch, rollouts) -> steps is the cost model. allow_constant_n: when the law is
+    unidentified because n* took one value over all the observed compute, use that n (from the best fitted runs,
+    said in the notes; `law_identified` False). Raises Refusal when the law is unidentified (and n* moved, or
+    allow_constant_n is off), when the runs at the recommended n have no identified fit, or when no step fits.
     """
     if not budget > 0:
         raise ValueError(f"budget must be > 0, got {budget}")
-    if not law.identified:
-        raise Refusal(f"no recommendation: the optimal-n law is not identified: {law.reason}")
-    n_star = float(law.predict(budget))
-    n_lo, n_hi = (float(v) for v in law.predict_interval(budget))
-    n_rec = int(2 ** round(np.log2(n_star)))
     notes = []
+    constant = constant_optimal_rollouts(law) if allow_constant_n else None
+    if law.identified:
+        n_star = float(law.predict(budget))
+        n_lo, n_hi = (float(v) for v in law.predict_interval(budget))
+        n_rec = int(2 ** round(np.log2(n_star)))
+    elif constant is not None:
+        n_star = n_lo = n_hi = float(constant)
+        n_rec = constant
+        notes.append(f"no optimal-n law: {law.reason}. n = {constant} was the best n at every compute the runs "
+                     f"reached ({law.compute_range[0]:.3g}-{law.compute_range[1]:.3g}), so n comes from the best fitted "
+                     "runs, not from a law; run larger compute levels to see whether n* moves")
+    else:
+        raise Refusal(f"no recommendation: the optimal-n law is not identified: {law.reason}")
 
     usable = fitted(curves)
     tested = np.array(sorted({int(n) for n in usable["rollouts"]}))
@@ -153,7 +170,8 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
     trusted = at_n[at_n["identified"].astype(bool) & at_n["stable"]]
     if trusted.empty:
         why = "; ".join(f"{r.run}: {r.reason or 'unstable (truncation or failed)'}" for r in at_n.itertuples())
-        raise Refusal(f"no recommendation: no run at n = {n_ev} has an identified fit and trained stably ({why})")
+        law_why = "" if law.identified else f"the optimal-n law is not identified: {law.reason}; and "
+        raise Refusal(f"no recommendation: {law_why}no run at n = {n_ev} has an identified fit and trained stably ({why})")
     best_A = float(trusted["A"].max())
     within = trusted[trusted["A"] >= best_A - noise_band].sort_values(["prompts_per_batch", "A"], ascending=[True, False])
     chosen = within.iloc[0]
@@ -191,6 +209,7 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
         n_star=n_star, n_star_interval=(n_lo, n_hi), predicted_reward=reward, predicted_interval=(lo, hi),
         predicted_from=str(chosen["run"]), extrapolation=extrapolation,
         law={**law.to_dict(), "frontier": frontier_segments(law.frontier)}, evidence=evidence, notes=notes,
+        law_identified=bool(law.identified),
     )
 
 
@@ -299,7 +318,7 @@ def recommend_study(store, study: str, budget: float, *, profile: str | None = N
         raise Refusal(f"no recommendation: the optimal-n law cannot be fitted: {err} "
                       "(have the runs passed their inflection?)") from None
     steps_for, cost_how = steps_model(typed, records, runs, profile=profile)
-    rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=draws)
+    rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=draws, allow_constant_n=True)
     rec.notes.append(f"compute in {unit}; steps from the cost model: {cost_how}")
     return rec, typed
 

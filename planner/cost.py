@@ -26,6 +26,7 @@ class Profile(BaseModel):
     step_overhead_gpu_hours: float = Field(0.0, ge=0, description="GPU-hours per step independent of B_p * n")
     startup_gpu_hours: float = Field(0.0, ge=0, description="GPU-hours paid once per run before step 1")
     description: str = ""
+    calibrated_on: str = Field("", description="what the costs were measured on: host, date, study and runs")
 
 
 # ScaleRL (Khatri et al. 2025): 8B model, 16k context, 100k GPU-hours for ~7,400 steps at 48 x 16
@@ -83,7 +84,8 @@ class CalibrationQuality(BaseModel):
     n_intervals: int = Field(description="record-to-record intervals used")
 
 
-def calibrate(records: pd.DataFrame, runs: pd.DataFrame, *, name: str) -> tuple[Profile, CalibrationQuality]:
+def calibrate(records: pd.DataFrame, runs: pd.DataFrame, *, name: str,
+              calibrated_on: str = "") -> tuple[Profile, CalibrationQuality]:
     """Fit a Profile to measured records by least squares on per-step cost.
 
     records: run_id, step, gpu_hours (cumulative). runs: run_id, config (a recipe dict with
@@ -133,6 +135,7 @@ def calibrate(records: pd.DataFrame, runs: pd.DataFrame, *, name: str) -> tuple[
         step_overhead_gpu_hours=max(float(overhead), 0.0),
         startup_gpu_hours=max(float(np.mean(startups)), 0.0),
         description=f"calibrated on {len(firsts)} runs, {len(x)} intervals",
+        calibrated_on=calibrated_on or f"{len(firsts)} runs, {len(x)} record intervals (host not given)",
     )
     return profile, CalibrationQuality(r2=float(r2), relative_residual=relative, n_runs=len(firsts), n_intervals=len(x))
 

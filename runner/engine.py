@@ -25,12 +25,14 @@ class JobResult:
 
     steps: the last step reached (and checkpointed); below the recipe's steps means paused or stopped.
     stopped: should_stop gave `stop_reason` and the run ended there.
+    compute_reached: the run ended at its planned compute (Engine.run's gpu_hours): it is finished, whatever its steps.
     busy_seconds: wall seconds some part of the engine was generating or training (for overhead accounting).
     timings: seconds by phase (engine-specific names), summed over a sweep by the driver.
     """
 
     steps: int
     stopped: bool = False
+    compute_reached: bool = False
     stop_reason: str = ""
     busy_seconds: float = 0.0
     timings: dict = field(default_factory=dict)
@@ -44,7 +46,7 @@ class Engine(ABC):
     @abstractmethod
     def run(self, recipe, *, run_key: str, on_records: Callable[[list[dict]], None],
             until_step: int | None = None, should_stop: Callable[[], str | None] | None = None,
-            progress: Callable[[dict], None] | None = None) -> JobResult:
+            progress: Callable[[dict], None] | None = None, gpu_hours: float | None = None) -> JobResult:
         """Train `recipe` (rlscale.planner.recipe.Recipe) under the checkpoint name `run_key`, resuming from its last
         checkpoint if there is one, until `until_step` (default recipe.steps), where it evaluates and checkpoints.
 
@@ -52,6 +54,8 @@ class Engine(ABC):
             handed over after each checkpoint; after a resume some may come again (the store drops repeats).
         should_stop(): asked after each checkpoint; a reason ends the run there (JobResult.stopped).
         progress(info): live updates {step, gpu_hours, val_reward, ...} between checkpoints, for display only.
+        gpu_hours: the run's planned compute (measured device-hours); the run then ends at the step whose measured
+            compute is nearest it (the step count follows from the compute; recipe.steps is the plan's estimate).
         Raises when the run crashes; the driver decides whether to retry.
         """
 

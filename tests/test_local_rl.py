@@ -39,8 +39,8 @@ def test_scalerl_recipe_raises_the_validation_pass_rate():
     records = run_local(short(recipe, steps=150, eval_every=50))
     start = records[0]["val_reward"]
     late = sum(r["val_reward"] for r in records[-2:]) / 2
-    assert 0.1 <= start <= 0.4
-    assert late - start >= 0.1, [round(r["val_reward"], 3) for r in records]
+    assert 0.4 <= start <= 0.6
+    assert late - start >= 0.06, [round(r["val_reward"], 3) for r in records]
     assert records[-1]["rollouts"] == 150 * recipe.total_batch
     assert records[-1]["gpu_hours"] > records[1]["gpu_hours"] > 0
 

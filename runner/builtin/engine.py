@@ -18,7 +18,7 @@ class BuiltinEngine(Engine):
 
     def run(self, recipe, *, run_key: str, on_records: Callable[[list[dict]], None],
             until_step: int | None = None, should_stop: Callable[[], str | None] | None = None,
-            progress: Callable[[dict], None] | None = None) -> JobResult:
+            progress: Callable[[dict], None] | None = None, gpu_hours: float | None = None) -> JobResult:
         """See Engine.run. A dead actor (a crashed vLLM engine, an OOM-killed trainer) is released before the
         error is raised, so a retry starts fresh ones."""
         import ray
@@ -30,11 +30,13 @@ class BuiltinEngine(Engine):
             result = run_job(recipe, run_key=run_key, on_records=on_records, resume=True, ray_address=self.ray_address,
                              generator=self._shared_actor("generator", recipe),
                              trainer=self._shared_actor("trainer", recipe),
-                             progress=progress, should_stop=should_stop, until_step=until_step)
+                             progress=progress, should_stop=should_stop, until_step=until_step,
+                             gpu_hours=gpu_hours)
         except ray.exceptions.RayActorError:
             self._release_actors()
             raise
         return JobResult(steps=int(result["steps"]), stopped=bool(result.get("stopped")),
+                         compute_reached=bool(result.get("compute_reached")),
                          stop_reason=result.get("stop_reason", ""), busy_seconds=float(result.get("busy_seconds", 0.0)),
                          timings=dict(result.get("timings") or {}))
 

@@ -23,6 +23,7 @@ from rlscale.runner.builtin import checkpoint
 from rlscale.runner.builtin.accounting import DeviceClock, union_seconds
 
 EVAL_SEED_BASE = 10**9  # validation samples come from their own seed stream
+COMPUTE_STEP_CAP = 3  # a run stopped by compute takes at most this many times its planned steps
 
 
 @dataclass
@@ -42,9 +43,14 @@ class JobState:
 def run_job(recipe, *, run_key: str, on_records: Callable[[list[dict]], None], resume: bool = True,
             ray_address: str | None = None, generator=None, trainer=None,
             progress: Callable[[dict], None] | None = None,
-            should_stop: Callable[[], str | None] | None = None, until_step: int | None = None) -> dict:
+            should_stop: Callable[[], str | None] | None = None, until_step: int | None = None,
+            gpu_hours: float | None = None) -> dict:
     """Train `recipe` to recipe.steps (or pause at `until_step`, evaluated and checkpointed, for a later resume);
-    returns a summary (steps, gpu_hours, busy fractions, staleness, timings).
+    returns a summary (steps, gpu_hours, busy fractions, staleness, timings, compute_reached).
+
+    `gpu_hours`: the run's planned compute (device-hours). The job then ends at the step whose measured compute
+    is nearest it, so runs of an IsoCompute study spend equal measured compute on any host: recipe.steps is the
+    plan's estimate, and the run may take up to COMPUTE_STEP_CAP times as many steps on a faster host.
 
     Records are dicts {step, gpu_hours, rollouts, tokens, val_reward (None between evals), metrics}. `generator`
     and `trainer` are live actors from `create_generator` / `create_trainer` to reuse (the generator's base
@@ -58,8 +64,9 @@ def run_job(recipe, *, run_key: str, on_records: Callable[[list[dict]], None], r
         cores = len(os.sched_getaffinity(0))
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
                  num_cpus=None if ray_address else max(cores, recipe.generator_devices + recipe.trainer_devices))
+    cap = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
     job = _Job(recipe, run_key, on_records, progress or (lambda info: None), should_stop,
-               until_step=min(until_step or recipe.steps, recipe.steps))
+               until_step=min(until_step or cap, cap), gpu_hours=gpu_hours)
     try:
         return job.run(resume, generator, trainer)
     finally:
@@ -74,7 +81,7 @@ def batch_seed(recipe, step: int) -> int:
 
 
 class _Job:
-    def __init__(self, recipe, run_key, on_records, progress, should_stop, until_step):
+    def __init__(self, recipe, run_key, on_records, progress, should_stop, until_step, gpu_hours=None):
         from rlscale.runner.builtin.local import resolve_model_dir
         from rlscale.runner.rl.tasks import make_task
 
@@ -84,6 +91,8 @@ class _Job:
         self.progress = progress
         self.should_stop = should_stop
         self.until_step = until_step  # the last step of this call: recipe.steps, or a pause point
+        self.gpu_hours = gpu_hours  # planned compute: end at the step nearest it (None: end at until_step)
+        self.compute_reached = False
         self.model_dir = resolve_model_dir(recipe)  # builds the tiny policy on first use, before any actor reads it
         self.task = make_task(recipe)
         self.end_of_thinking = getattr(self.task, "end_of_thinking", None)  # tasks without one: interrupt = truncate
@@ -124,7 +133,7 @@ class _Job:
                 self.on_records(state.records)  # re-emitted identically: the store drops steps it already has
         ray.get(self.generator.ready.remote())
         ray.get(self.pushes)
-        resumed_from = state.step
+        resumed_from = self.resumed_from = state.step
         self.state = state
         state.records = []
         devices = self.recipe.generator_devices + self.recipe.trainer_devices
@@ -142,6 +151,7 @@ class _Job:
             "generator_busy": gen_busy / wall if wall else 0.0, "trainer_busy": train_busy / wall if wall else 0.0,
             "max_staleness": self.state.max_staleness, "dropped_batches": self.state.dropped_batches,
             "timings": dict(self.timings), "stopped": stopped is not None, "stop_reason": stopped or "",
+            "compute_reached": self.compute_reached,
         }
 
     def release(self, keep_generator: bool, keep_trainer: bool) -> None:
@@ -182,8 +192,11 @@ class _Job:
             # weights as soon as they exist instead of after this driver's round trip (~10 ms idle a step on CPU)
             self._push(self.generator.update_weights.remote(self.trainer.weights.remote(), step))
             result = ray.get(trained)
+            now = time.time()
             self.train_intervals.append((result["started"], result["ended"]))
             self.timings["train"] += result["ended"] - result["started"]
+            if self._reaches_compute(step, now):
+                self.compute_reached, last = True, step
             if step % recipe.eval_every == 0 or step == last:
                 self._submit_eval(step)
             state.step = step
@@ -195,7 +208,7 @@ class _Job:
                 "weights_version": generation.weights_version, "active_prompts": state.pool.active,
                 "retired_prompts": len(state.pool.retired), "dropped_batches": state.dropped_batches,
             }
-            self._add_record(step, metrics, wall=time.time())
+            self._add_record(step, metrics, wall=now)
             self._collect_evals(wait_upto=None)
             if step % recipe.checkpoint_every == 0 or step == last:
                 self._flush()
@@ -203,6 +216,19 @@ class _Job:
                 if reason:
                     return reason
         return None
+
+    def _reaches_compute(self, step: int, now: float) -> bool:
+        """Whether the planned compute is reached at `now`, the end of `step`: ending here is nearer the plan than
+        after one more step (validations still running are waited for, so their time is not charged)."""
+        if self.gpu_hours is None:
+            return False
+        per_step = (self.clock.hours_at(now) - self.clock.hours_before) / max(1, step - self.resumed_from)
+        if self.clock.hours_at(now) + per_step / 2 < self.gpu_hours:
+            return False  # an upper bound: running validations are still charged in it
+        self._collect_evals(wait_upto=step - 1)
+        spent = self.clock.hours_at(now)
+        per_step = (spent - self.clock.hours_before) / max(1, step - self.resumed_from)
+        return spent + per_step / 2 >= self.gpu_hours
 
     # ------------------------------------------------------------------ generation
 

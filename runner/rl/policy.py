@@ -3,7 +3,9 @@
 `base_model_dir()` builds it once (deterministically, fixed seeds, one thread) into
 `cache_dir()/base-model-<version>` as a standard HF directory that transformers and vLLM both load.
 The SFT stops as soon as the sampled (temperature 1) validation pass rate reaches SFT_TARGET_PASS_RATE,
-so RL starts low on its sigmoid with room to climb.
+so RL starts partway up its sigmoid: from 0.5 a run bends within the demo's compute (measured with the local
+loop, 32 x 8, 2026-11-23: 0.51 -> 0.62 in 50 steps, 0.72 at 350; from 0.25 it was still climbing in a straight
+line at 0.56 after 500 steps), so the fits of a few-minute study are identified.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from rlscale.base.settings import cache_dir
 from rlscale.runner.rl.sampling import sample
 from rlscale.runner.rl.tasks import Prompt, arithmetic_task
 
-BASE_MODEL_VERSION = "v2"  # bump when the architecture, vocabulary or SFT recipe changes
+BASE_MODEL_VERSION = "v3"  # bump when the architecture, vocabulary or SFT recipe changes
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 CHARACTERS = [chr(code) for code in range(32, 127)] + ["\n"]  # printable ASCII and newline
 
@@ -42,7 +44,7 @@ SFT_LR = 1e-3
 SFT_MIN_STEPS = 200
 SFT_MAX_STEPS = 3000
 SFT_CHECK_EVERY = 25
-SFT_TARGET_PASS_RATE = 0.25  # sampled at temperature 1 on SFT_EVAL_PROMPTS validation prompts
+SFT_TARGET_PASS_RATE = 0.5  # sampled at temperature 1 on SFT_EVAL_PROMPTS validation prompts
 SFT_EVAL_PROMPTS = 256
 
 

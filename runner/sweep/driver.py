@@ -123,6 +123,7 @@ class SweepDriver:
                     until_step=until_step,
                     should_stop=should_stop,
                     progress=lambda info, run=run: self._on_progress(run, info),
+                    **self._compute_stop(run),
                 )
             except Exception as err:  # a crashing job must not end the sweep
                 message = f"{type(err).__name__}: {err}".splitlines()[0][:500]
@@ -138,13 +139,21 @@ class SweepDriver:
             summary.busy_seconds += result.busy_seconds
             if result.stopped:
                 run.status, run.note = "stopped", result.stop_reason
-            elif result.steps < run.recipe.steps:
+            elif result.steps < run.recipe.steps and not result.compute_reached:
                 run.status, run.note = "paused", f"paused at {result.steps / run.recipe.steps:.0%} of its compute"
             else:
                 run.status, run.note = "done", ""
             self.store.set_run_status(run.run_id, run.status, error=run.note or None)
             self.on_update(self.runs)
             return
+
+    def _compute_stop(self, run: RunState) -> dict:
+        """{gpu_hours: planned} when the study plans measured GPU-hours, so the run ends at its planned compute
+        on any host (the step count follows from it); {} when it plans steps, rollouts or tokens."""
+        compute = self.study.compute
+        if compute is None or compute.unit != "gpu_hours" or not run.planned_gpu_hours > 0:
+            return {}
+        return {"gpu_hours": run.planned_gpu_hours}
 
     def _on_records(self, run: RunState, records: list[dict]) -> None:
         with self._lock:  # the one writer, even if jobs ever run on several threads

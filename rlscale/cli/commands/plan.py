@@ -166,6 +166,24 @@ def _save(name: str, payload: dict, db: str | None) -> None:
         store.save_plan(name, payload)
 
 
+def _calibration_source(study: str) -> str:
+    """Where a profile's costs come from: the study's records, this host and today (records carry no host)."""
+    import datetime
+    import os
+    import platform
+
+    gpus = ""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpus = f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        pass
+    return (f"study {study}'s measured records, calibrated {datetime.date.today().isoformat()} on a host with "
+            f"{len(os.sched_getaffinity(0))} cores ({platform.machine()}{gpus})")
+
+
 def _calibrate(study: str, *, db: str | None, as_json: bool) -> None:
     from pathlib import Path
 
@@ -179,7 +197,7 @@ def _calibrate(study: str, *, db: str | None, as_json: bool) -> None:
         study = load_study(study).name
     with Store(db, create=False) as store:
         records, runs = store.records_frame(study), store.runs_frame(study)
-    fitted, quality = calibrate(records, runs, name=study)
+    fitted, quality = calibrate(records, runs, name=study, calibrated_on=_calibration_source(study))
     path = save_profile(fitted)
     if as_json:
         print_json({"profile": fitted.model_dump(), "quality": quality.model_dump(), "path": str(path)})

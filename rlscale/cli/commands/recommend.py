@@ -50,10 +50,12 @@ def show(rec, study: str) -> None:
     from rlscale.cli.console import console, safe
 
     top = Table(title=f"recommendation for {rec.budget:g} ({safe(study)})", show_header=True)
-    for col in ("B_p", "n", "M steps", "n* from the law [95%]", "predicted reward [95%]"):
+    n_from = "n* from the law [95%]" if rec.law_identified else "n from"
+    for col in ("B_p", "n", "M steps", n_from, "predicted reward [95%]"):
         top.add_column(col)
     top.add_row(str(rec.prompts_per_batch), str(rec.rollouts), str(rec.steps),
-                f"{rec.n_star:.0f} [{rec.n_star_interval[0]:.0f}, {rec.n_star_interval[1]:.0f}]",
+                f"{rec.n_star:.0f} [{rec.n_star_interval[0]:.0f}, {rec.n_star_interval[1]:.0f}]" if rec.law_identified
+                else "best fitted runs",
                 f"{rec.predicted_reward:.3f} [{rec.predicted_interval[0]:.3f}, {rec.predicted_interval[1]:.3f}]")
     console.print(top)
     evidence = Table(title=f"evidence: runs at n = {rec.evidence[0]['rollouts'] if rec.evidence else '-'}")
@@ -66,9 +68,10 @@ def show(rec, study: str) -> None:
                          "yes" if row["within_noise_of_best"] else "no", "*" if row["chosen"] else "")
     console.print(evidence)
     law = rec.law
-    console.print(f"law: log2 n* = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))),"
-                  f" observed {law['compute_min']:.3g}-{law['compute_max']:.3g}; budget is {rec.extrapolation:.1f}x beyond",
-                  highlight=False, soft_wrap=True)
+    if rec.law_identified:
+        console.print(f"law: log2 n* = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))),"
+                      f" observed {law['compute_min']:.3g}-{law['compute_max']:.3g}; budget is {rec.extrapolation:.1f}x beyond",
+                      highlight=False, soft_wrap=True)
     console.print("frontier: " + ", ".join(f"n={s['rollouts']} (B_p {s['prompts_per_batch']}) {s['compute_from']:.3g}-{s['compute_to']:.3g}"
                                          for s in law["frontier"]), highlight=False, soft_wrap=True)
     for note in rec.notes:
