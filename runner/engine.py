@@ -3,8 +3,7 @@
 An engine starts a run, or resumes it from its last checkpoint, trains it up to a step, streams its records back
 through a callback (the driver stores them: it is the store's one writer), asks a callback whether to stop at
 each checkpoint, and releases what it holds on `close`. The sweep driver talks to nothing else, so a second
-engine (e.g. verl) is one more class and one more line in ENGINES; which one a run uses is chosen by name
-(today always DEFAULT_ENGINE).
+engine is one more class and one more line in ENGINES; which one a run uses is its recipe's `engine` key.
 """
 
 import importlib
@@ -16,7 +15,8 @@ from rlscale.base.errors import UserError
 
 DEFAULT_ENGINE = "builtin"
 # engine name -> "module:class"; imported on first use, so torch, Ray or vLLM load only when a run starts
-ENGINES = {"builtin": "rlscale.runner.builtin.engine:BuiltinEngine"}
+ENGINES = {"builtin": "rlscale.runner.builtin.engine:BuiltinEngine",
+           "verl": "rlscale.runner.verl.engine:VerlEngine"}
 
 
 @dataclass

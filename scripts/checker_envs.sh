@@ -20,8 +20,9 @@ declare -A FRAMEWORK=(
 )
 declare -A IMPORTS=(
   # verl.utils.config + verl.workers.config + core_algos: Hydra/OmegaConf, Ray and tensordict (verl/__init__),
-  # transformers within verl's pin (< 5.11), codetiming (verl.utils.profiler)
-  [verl]="hydra-core numpy>=2 packaging ray tensordict>=0.8,<=0.10,!=0.9.0 transformers>=5.5.3,<5.11,!=5.6.0 codetiming"
+  # transformers within verl's pin (< 5.11), codetiming (verl.utils.profiler); the verl engine's checker also loads
+  # parquet with verl's RLHFDataset: datasets (pyarrow, pandas) and pillow
+  [verl]="hydra-core numpy>=2 packaging ray tensordict>=0.8,<=0.10,!=0.9.0 transformers>=5.5.3,<5.11,!=5.6.0 codetiming datasets pillow"
   # trl.GRPOConfig is a transformers.TrainingArguments; accelerate builds its device state
   [trl]="transformers>=4.56.2 accelerate>=1.10.1 packaging pyyaml"
   # openrlhf.utils (imported by the parser's hierarchize): torch, transformers at OpenRLHF's pin, sympy, pylatexenc

@@ -36,11 +36,15 @@ class SweepDriver:
     and fault tolerant. The driver never touches Ray: the engine does."""
 
     def __init__(self, study, store, *, engine: Engine | None = None, ray_address: str | None = None,
-                 max_retries: int = 2, on_update: Callable[[list[RunState]], None] | None = None):
+                 max_retries: int = 2, on_update: Callable[[list[RunState]], None] | None = None,
+                 engine_options: dict[str, dict] | None = None):
         self.study = study
         self.store = store
-        # every run uses the default engine today; a recipe key naming the engine would pick it here
-        self.engine = engine if engine is not None else get_engine(DEFAULT_ENGINE, ray_address=ray_address)
+        # an engine given here trains every run; otherwise each run's recipe names its engine, made on first use
+        # with ray_address and engine_options[name] (e.g. {"verl": {"shared_dir": ...}})
+        self.engine = engine
+        self.ray_address, self.engine_options = ray_address, dict(engine_options or {})
+        self._engines: dict[str, Engine] = {}
         self.max_retries = max_retries
         self.on_update = on_update or (lambda runs: None)
         self.runs: list[RunState] = []
@@ -116,7 +120,7 @@ class SweepDriver:
             self.store.set_run_status(run.run_id, "running")
             self.on_update(self.runs)
             try:
-                result = self.engine.run(
+                result = self.engine_for(run.recipe).run(
                     run.recipe,
                     run_key=self.run_key(run),
                     on_records=lambda records, run=run: self._on_records(run, records),
@@ -270,9 +274,20 @@ class SweepDriver:
         ident = f"{self.store.url_for_display}|{self.study.name}|{run.run_id}|{run.created_at}"
         return f"{self.study.name}-{run.run_id}-{hashlib.sha256(ident.encode()).hexdigest()[:10]}"
 
+    def engine_for(self, recipe: Recipe) -> Engine:
+        """The engine that trains `recipe`: the one given to the driver, else the one its `engine` key names."""
+        if self.engine is not None:
+            return self.engine
+        name = getattr(recipe, "engine", DEFAULT_ENGINE)
+        if name not in self._engines:
+            self._engines[name] = get_engine(name, ray_address=self.ray_address, **self.engine_options.get(name, {}))
+        return self._engines[name]
+
     def close(self) -> None:
-        """Release the engine's workers (and the local Ray cluster it started)."""
-        self.engine.close()
+        """Release the engines' workers (and the local Ray cluster one started)."""
+        for engine in [self.engine, *self._engines.values()]:
+            if engine is not None:
+                engine.close()
 
 
 def _error_text(err: Exception) -> str:

@@ -1,0 +1,203 @@
+"""The `verl` engine: a run is a chain of verl jobs on a Ray cluster, submitted and followed through Ray's Jobs API.
+
+A job's submission id is `<run key>-<k>` (k = 1, 2, ...: the run's k-th job), so a restarted driver finds a run's
+jobs on the cluster, adopts the one still running and replays the logs of the finished ones (the store keeps each
+(run, step) once). A job pauses a run at a rung by ending at that step (verl checkpoints at its last step); the next
+job resumes from the run's checkpoint directory (trainer.resume_mode=auto). A crashed job raises; the driver's
+retry submits the next job, which resumes from the last checkpoint. The driver reads each job's file-logger JSONL
+from the shared directory while it runs (job.py says what lives there).
+"""
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from importlib.util import find_spec
+from pathlib import Path
+
+from rlscale.base.settings import cache_dir
+from rlscale.runner.engine import Engine, JobResult
+
+from .job import ENTRYPOINT, REWARD_IMPORTS, Job, RunDir, make_job, val_reward_metric
+from .logs import LogTail, RecordMaker
+
+RUNNING = ("PENDING", "RUNNING")
+
+
+class VerlJobFailed(RuntimeError):
+    """A verl job ended FAILED or STOPPED by someone else; the message carries the Jobs API's reason and log tail."""
+
+
+def default_shared_dir() -> Path:
+    """Where runs' data, checkpoints and logs go without --shared-dir: RLSCALE_SHARED_DIR or <cache>/verl (only
+    right for a cluster whose nodes share this machine's disk, e.g. one node)."""
+    return Path(os.environ.get("RLSCALE_SHARED_DIR") or cache_dir() / "verl")
+
+
+class VerlEngine(Engine):
+    """Runs each segment of a run as a verl job submitted to the Ray cluster at `ray_address` (the dashboard's
+    address, http://HEAD:8265; RAY_ADDRESS when None).
+
+    shared_dir: a directory the driver and every node see (data, checkpoints, logs). python, module: the job's
+    interpreter on the cluster and the module it runs (verl.trainer.main_ppo). env_vars: more environment for the
+    job. poll_seconds: how often a running job's status and log are read.
+    """
+
+    name = "verl"
+
+    def __init__(self, *, ray_address: str | None = None, shared_dir: str | Path | None = None,
+                 python: str = "python3", module: str = ENTRYPOINT, gpus_per_node: int = 8,
+                 max_prompt_tokens: int = 1024, env_vars: dict | None = None, poll_seconds: float = 5.0):
+        self.ray_address = ray_address
+        self.shared_dir = Path(shared_dir) if shared_dir else default_shared_dir()
+        self.python, self.module = python, module
+        self.gpus_per_node, self.max_prompt_tokens = gpus_per_node, max_prompt_tokens
+        self.env_vars = dict(env_vars or {})
+        self.poll_seconds = poll_seconds
+        self._client = None
+
+    def job(self, recipe, run_key: str, number: int, *, until_step: int, base_gpu_seconds: float = 0.0) -> Job:
+        """The run's `number`-th job (what dry-run prints and run submits); writes nothing."""
+        return make_job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-{number}", until_step=until_step,
+                        python=self.python, module=self.module, gpus_per_node=self.gpus_per_node,
+                        max_prompt_tokens=self.max_prompt_tokens, env_vars=self.env_vars,
+                        metadata={"rlscale_run": run_key, "base_gpu_seconds": repr(base_gpu_seconds)})
+
+    def run(self, recipe, *, run_key: str, on_records: Callable[[list[dict]], None],
+            until_step: int | None = None, should_stop: Callable[[], str | None] | None = None,
+            progress: Callable[[dict], None] | None = None, gpu_hours: float | None = None) -> JobResult:
+        """See Engine.run. Raises VerlJobFailed when the job fails (its checkpoints stay for the retry)."""
+        until = min(until_step or recipe.steps, recipe.steps)
+        run_dir = RunDir(self.shared_dir / run_key)
+        client = self._jobs_client()
+        maker = RecordMaker(recipe, val_reward_metric(recipe))
+        jobs = self._run_jobs(run_key)
+        live = None
+        for details in jobs:  # earlier jobs, in order: their records again (a killed driver may have missed some)
+            if details.status in RUNNING:
+                live = details
+                break
+            records, _ = maker.records(LogTail(run_dir.log(details.submission_id)).read(), gpus=_gpus(details),
+                                       base_gpu_seconds=_base(details), job_seconds=0.0)
+            if records:
+                on_records(records)
+        if live is None:
+            self._prepare(recipe, run_dir)
+            base = sum(_gpus(d) * _wall_seconds(d) for d in jobs)
+            job = self.job(recipe, run_key, len(jobs) + 1, until_step=until, base_gpu_seconds=base)
+            client.submit_job(entrypoint=job.entrypoint, submission_id=job.submission_id,
+                              runtime_env={"env_vars": job.env_vars, "py_modules": [str(run_dir.modules)]},
+                              metadata={**job.metadata, "gpus": str(job.gpus), "until_step": str(until)},
+                              entrypoint_num_cpus=0)
+            submission_id, gpus = job.submission_id, job.gpus
+        else:
+            submission_id, base, gpus = live.submission_id, _base(live), _gpus(live)
+            until = int(live.metadata.get("until_step", until))
+        return self._follow(recipe, run_dir, submission_id, gpus=gpus, base=base, until=until, maker=maker,
+                            on_records=on_records, should_stop=should_stop, progress=progress,
+                            gpu_hours=gpu_hours)
+
+    def _follow(self, recipe, run_dir: RunDir, submission_id: str, *, gpus: int, base: float, until: int,
+                maker: RecordMaker, on_records, should_stop, progress, gpu_hours) -> JobResult:
+        """Read the job's log while it runs; stop it where should_stop or the planned compute says."""
+        client = self._jobs_client()
+        tail, job_seconds, last_step = LogTail(run_dir.log(submission_id)), 0.0, None
+        started = time.perf_counter()
+        while True:
+            status = str(client.get_job_status(submission_id).value)
+            records, job_seconds = maker.records(tail.read(), gpus=gpus, base_gpu_seconds=base, job_seconds=job_seconds)
+            if records:
+                on_records(records)
+                last = records[-1]
+                last_step = last["step"]
+                if progress:
+                    progress({"step": last_step, "gpu_hours": last["gpu_hours"],
+                              "val_reward": next((r["val_reward"] for r in reversed(records)
+                                                  if r["val_reward"] is not None), None)})
+                if status in RUNNING:
+                    reached = gpu_hours is not None and last["gpu_hours"] >= gpu_hours
+                    checkpoint = any(r["step"] % recipe.checkpoint_every == 0 for r in records if r["step"] > 0)
+                    reason = should_stop() if (checkpoint and should_stop and not reached) else None
+                    if reached or reason:
+                        self._stop(submission_id)
+                        busy = time.perf_counter() - started
+                        if reached:
+                            return JobResult(steps=last_step, compute_reached=True, busy_seconds=busy)
+                        return JobResult(steps=last_step, stopped=True, stop_reason=reason, busy_seconds=busy)
+            if status not in RUNNING:
+                if status == "SUCCEEDED":
+                    steps = max(run_dir.checkpointed_step(), last_step or 0)
+                    return JobResult(steps=steps, busy_seconds=time.perf_counter() - started)
+                info = client.get_job_info(submission_id)
+                logs = client.get_job_logs(submission_id)[-2000:]
+                raise VerlJobFailed(f"verl job {submission_id} {status}: {info.message or ''}\n{logs}")
+            time.sleep(self.poll_seconds)
+
+    def close(self) -> None:
+        """Nothing to release: jobs belong to the cluster (a paused or stopped run has none running)."""
+        self._client = None
+
+    # ------------------------------------------------------------------------------------------
+
+    def _jobs_client(self):
+        if self._client is None:
+            from ray.job_submission import JobSubmissionClient
+
+            self._client = JobSubmissionClient(self.ray_address)
+        return self._client
+
+    def _run_jobs(self, run_key: str) -> list:
+        """The run's jobs on the cluster (JobDetails), in submission order."""
+        numbered = []
+        for details in self._jobs_client().list_jobs():
+            prefix, _, number = (details.submission_id or "").rpartition("-")
+            if prefix == run_key and number.isdigit():
+                numbered.append((int(number), details))
+        return [details for _, details in sorted(numbered, key=lambda pair: pair[0])]
+
+    def _stop(self, submission_id: str) -> None:
+        client = self._jobs_client()
+        client.stop_job(submission_id)
+        while str(client.get_job_status(submission_id).value) in RUNNING:
+            time.sleep(min(self.poll_seconds, 1.0))
+
+    def _prepare(self, recipe, run_dir: RunDir) -> None:
+        """The run's parquet files (once) and the reward module's package for the job's py_modules."""
+        from .data import write_task_parquet
+
+        if not (run_dir.data / "val.parquet").exists():
+            write_task_parquet(recipe, run_dir.data)
+        (run_dir.root / "logs").mkdir(parents=True, exist_ok=True)
+        stage_reward_modules(run_dir.modules)
+
+
+def stage_reward_modules(target: Path) -> Path:
+    """Copy the modules rlscale's reward function imports into `target` (a package directory named rlscale), so the
+    job's runtime env (py_modules) makes `rlscale.runner.verl.reward` importable on nodes without rlscale."""
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    for name in REWARD_IMPORTS:
+        origin = Path(find_spec(name).origin)
+        relative = Path(*name.split(".")[1:])
+        destination = staging / (relative / "__init__.py" if origin.name == "__init__.py" else relative.with_suffix(".py"))
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(origin, destination)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def _gpus(details) -> int:
+    return int((details.metadata or {}).get("gpus", 1))
+
+
+def _base(details) -> float:
+    return float((details.metadata or {}).get("base_gpu_seconds", 0.0))
+
+
+def _wall_seconds(details) -> float:
+    """Seconds the job ran, by the Jobs API's clock (start to end; 0 if it never started)."""
+    if not details.start_time:
+        return 0.0
+    end = details.end_time or time.time() * 1000
+    return max(0.0, (end - details.start_time) / 1000.0)

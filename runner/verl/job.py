@@ -1,0 +1,150 @@
+"""One verl job of a run (a *segment*: from the run's last checkpoint up to a step): its entrypoint, its Hydra
+overrides, where its data, checkpoints and log live, and what the job's runtime env carries.
+
+Files live under a directory every Ray node and the driver see (`--shared-dir`, e.g. NFS): data/ (parquet),
+checkpoints/ (verl's default_local_dir, so any node can resume a run), logs/<submission id>.jsonl (verl's file
+logger; the driver reads it while the job runs). The runtime env carries the file logger's path and rlscale's
+reward module (py_modules). Nothing here submits or writes: engine.py does.
+"""
+
+import math
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlscale.base.errors import UserError
+from rlscale.fitting.export.common import Deployment
+from rlscale.fitting.export.verl import ACTOR, ROLLOUT, hydra_value, verl_mapping
+
+from .data import DATA_SOURCE
+
+ENTRYPOINT = "verl.trainer.main_ppo"
+REWARD_MODULE = "pkg://rlscale.runner.verl.reward"  # importable on the cluster through the runtime env's py_modules
+PROJECT = "rlscale"
+# verl writes this file once a checkpoint is saved in default_local_dir (verl/trainer/ppo/ray_trainer.py)
+LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"
+# rlscale modules the reward function imports on the cluster (no third-party imports)
+REWARD_IMPORTS = ("rlscale", "rlscale.base", "rlscale.base.errors", "rlscale.runner", "rlscale.runner.rl",
+                  "rlscale.runner.rl.tasks", "rlscale.runner.verl", "rlscale.runner.verl.reward")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run's files on the shared directory: <shared_dir>/<run_key>/."""
+
+    root: Path
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def modules(self) -> Path:
+        return self.root / "py_modules" / "rlscale"
+
+    def log(self, submission_id: str) -> Path:
+        """verl's file-logger JSONL of one job (FileLogger truncates its file, so each job writes its own)."""
+        return self.root / "logs" / f"{submission_id}.jsonl"
+
+    def checkpointed_step(self) -> int:
+        """The step of the run's last checkpoint (0 if it has none)."""
+        try:
+            return int((self.checkpoints / LATEST_CHECKPOINT).read_text().strip())
+        except (OSError, ValueError):
+            return 0
+
+
+@dataclass(frozen=True)
+class Job:
+    """One submission: what `rlscale sweep --dry-run` prints and what the engine submits."""
+
+    submission_id: str
+    entrypoint: str
+    overrides: list[str]
+    env_vars: dict
+    train_file: Path
+    val_file: Path
+    log_file: Path
+    until_step: int
+    gpus: int
+    metadata: dict = field(default_factory=dict)
+
+
+def gpus_held(recipe) -> int:
+    """GPUs a job holds: the trainer's, plus the generator's own in `async: pipeline` (verl's separate_async);
+    otherwise the generator shares the trainer's GPUs (verl's hybrid engine)."""
+    return recipe.trainer_devices + (recipe.generator_devices if recipe.async_mode == "pipeline" else 0)
+
+
+def _layout(devices: int, gpus_per_node: int, what: str) -> tuple[int, int]:
+    """(nnodes, n_gpus_per_node) for `devices` GPUs on nodes of `gpus_per_node`."""
+    nodes = math.ceil(devices / gpus_per_node)
+    if devices % nodes:
+        raise UserError(f"{what} {devices} GPUs do not split evenly over {nodes} nodes of {gpus_per_node}",
+                        field=f"{what}_devices")
+    return nodes, devices // nodes
+
+
+def job_overrides(recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8,
+                  max_prompt_tokens: int = 1024) -> list[str]:
+    """verl 0.9.1 Hydra overrides for one segment of `recipe` up to `until_step`: the export's mapping
+    (rlscale.fitting.export.verl) with the devices, data, reward function, validation, checkpoints and file logger
+    this run uses."""
+    if recipe.model == "tiny":
+        raise UserError("engine: verl needs a HF model directory the cluster can read, not the tiny CPU policy",
+                        field="model")
+    pipeline = recipe.async_mode == "pipeline"
+    trainer_nodes, trainer_per_node = _layout(recipe.trainer_devices, gpus_per_node, "trainer")
+    deployment = Deployment(gpus_per_node=trainer_per_node * (2 if pipeline else 1), nodes=trainer_nodes,
+                            max_prompt_tokens=max_prompt_tokens)
+    keys = verl_mapping(recipe, deployment).keys()
+    keys["trainer.nnodes"], keys["trainer.n_gpus_per_node"] = trainer_nodes, trainer_per_node
+    if pipeline:
+        keys[f"{ROLLOUT}.nnodes"], keys[f"{ROLLOUT}.n_gpus_per_node"] = _layout(recipe.generator_devices,
+                                                                                gpus_per_node, "generator")
+    fresh = run_dir.checkpointed_step() == 0
+    keys.update({
+        "actor_rollout_ref.model.path": recipe.model,
+        "data.train_files": str(run_dir.data / "train.parquet"),
+        "data.val_files": str(run_dir.data / "val.parquet"),
+        "reward.custom_reward_function.path": REWARD_MODULE,
+        "reward.custom_reward_function.name": "compute_score",
+        # validation = rlscale's val reward: eval_samples samples per held-out prompt at the training temperature
+        f"{ROLLOUT}.val_kwargs.n": recipe.eval_samples,
+        f"{ROLLOUT}.val_kwargs.temperature": recipe.temperature,
+        f"{ROLLOUT}.val_kwargs.do_sample": True,
+        "trainer.test_freq": recipe.eval_every,
+        "trainer.val_before_train": fresh,  # step 0 once; a resumed job would evaluate its checkpoint's step again
+        # pause at a rung: verl checkpoints at its last step and at every save_freq, then the job ends
+        "trainer.total_training_steps": until_step,
+        "trainer.total_epochs": recipe.steps,  # at least a step per epoch: total_training_steps ends the job
+        "trainer.save_freq": recipe.checkpoint_every,
+        "trainer.resume_mode": "auto",
+        "trainer.default_local_dir": str(run_dir.checkpoints),
+        "trainer.project_name": PROJECT,
+        "trainer.experiment_name": run_dir.root.name,
+    })
+    overrides = [f"{key}={hydra_value(value)}" for key, value in keys.items()]
+    return overrides + ["trainer.logger=[console,file]"]
+
+
+def val_reward_metric(recipe) -> str:
+    """The verl metric that is rlscale's val reward: the mean pass rate over eval_samples samples per prompt."""
+    return f"val-core/{DATA_SOURCE}/reward/mean@{recipe.eval_samples}"
+
+
+def make_job(recipe, run_dir: RunDir, submission_id: str, *, until_step: int,
+             python: str = "python3", module: str = ENTRYPOINT, gpus_per_node: int = 8,
+             max_prompt_tokens: int = 1024, metadata: dict | None = None, env_vars: dict | None = None) -> Job:
+    """The job of one segment: `python -m module overrides...` with VERL_FILE_LOGGER_PATH set."""
+    overrides = job_overrides(recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node, max_prompt_tokens=max_prompt_tokens)
+    log = run_dir.log(submission_id)
+    entrypoint = " ".join([shlex.quote(python), "-m", shlex.quote(module), *map(shlex.quote, overrides)])
+    return Job(submission_id=submission_id, entrypoint=entrypoint, overrides=overrides,
+               env_vars={**(env_vars or {}), "VERL_FILE_LOGGER_PATH": str(log)}, train_file=run_dir.data / "train.parquet",
+               val_file=run_dir.data / "val.parquet", log_file=log, until_step=until_step, gpus=gpus_held(recipe),
+               metadata=dict(metadata or {}))

@@ -1,0 +1,81 @@
+"""verl's file-logger lines -> rlscale records.
+
+verl's FileLogger (verl/utils/tracking.py) writes one line `{"step": N, "data": {metric: value}}` per logged step to
+VERL_FILE_LOGGER_PATH, unbuffered. A job's file is read while the job runs, from the byte offset read so far, whole
+lines only (a line still being written waits for the next read).
+"""
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlscale.db.logs import VERL_HEALTH
+
+STEP_SECONDS = "timing_s/step"  # verl's wall seconds of one training step (generation, reward, update, eval, save)
+RESPONSE_LENGTH = "response_length/mean"  # mean response tokens over the step's B_p x n rollouts
+
+
+@dataclass
+class LogTail:
+    """Reads the complete lines appended to one file since the last read."""
+
+    path: Path
+    offset: int = 0  # bytes read and parsed so far
+
+    def read(self) -> list[dict]:
+        """The lines completed since the last call, parsed ({} if the file does not exist yet)."""
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return []
+        end = chunk.rfind(b"\n") + 1
+        self.offset += end
+        return [json.loads(line) for line in chunk[:end].splitlines() if line.strip()]
+
+
+@dataclass
+class RecordMaker:
+    """A run's records from its jobs' lines, in the order the jobs ran.
+
+    gpu_hours at a step = (GPU-seconds of the run's earlier jobs, whole wall time from start to end as the Jobs API
+    reports it + GPUs held x the seconds of this job's steps so far, verl's timing_s/step) / 3600. rollouts: B_p x n
+    x step. tokens: generated response tokens so far, response_length/mean x B_p x n summed over steps.
+    A step logged by two jobs (a job resumed from a checkpoint before its predecessor's last step) keeps the first.
+    """
+
+    recipe: object
+    val_metric: str
+    tokens_by_step: dict = field(default_factory=dict)
+
+    def records(self, lines: list[dict], *, gpus: int, base_gpu_seconds: float, job_seconds: float) -> tuple[list[dict], float]:
+        """(records of `lines` from one job, that job's step seconds after them); job_seconds: its step seconds
+        before them."""
+        batch = self.recipe.prompts_per_batch * self.recipe.rollouts
+        out = []
+        for line in lines:
+            step, data = int(line["step"]), line.get("data") or {}
+            seconds = _number(data.get(STEP_SECONDS))
+            job_seconds += seconds or 0.0
+            length = _number(data.get(RESPONSE_LENGTH))
+            if length is not None:
+                self.tokens_by_step.setdefault(step, length * batch)
+            out.append({
+                "step": step,
+                "gpu_hours": (base_gpu_seconds + gpus * job_seconds) / 3600.0,
+                "rollouts": step * batch,
+                "tokens": round(sum(tokens for s, tokens in self.tokens_by_step.items() if s <= step)),
+                "val_reward": _number(data.get(self.val_metric)),
+                "metrics": {name: value for name, source in VERL_HEALTH.items()
+                            if (value := _number(data.get(source))) is not None},
+            })
+        return out, job_seconds
+
+
+def _number(value) -> float | None:
+    """A finite number, or None (verl writes NaN as null; a missing metric is None)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)

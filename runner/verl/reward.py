@@ -1,0 +1,23 @@
+"""verl's custom reward function for rlscale's tasks: `reward.custom_reward_function.path=pkg://rlscale.runner.verl.reward`
+with `name=compute_score`. It runs on the cluster, in verl's reward workers, so it imports only the task verifiers
+(rlscale.runner.rl.tasks, which needs nothing outside the standard library; the engine ships those modules in the
+job's runtime env)."""
+
+from functools import lru_cache
+
+from rlscale.runner.rl.tasks import Verifier, exact_match, load_verifier, math_match
+
+# verifier names the parquet's extra_info carries -> the task's own verifiers; anything else is 'module:function'
+BUILTIN_VERIFIERS = {"exact_match": exact_match, "math_match": math_match}
+
+
+@lru_cache(maxsize=None)
+def _verifier(spec: str) -> Verifier:
+    return BUILTIN_VERIFIERS.get(spec) or load_verifier(spec)
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
+    """verl's calling convention: 1.0 if `solution_str` answers correctly (the task's verifier on
+    (ground_truth, solution_str), named by extra_info["verifier"]), else 0.0."""
+    spec = (extra_info or {}).get("verifier") or "math_match"
+    return float(_verifier(spec)(str(ground_truth), solution_str))
