@@ -82,6 +82,10 @@ def make_engine(url: URL, *, create: bool = True) -> Engine:
             raise UserError(f"cannot use {shown}: {_first_line(err)}", field="--db") from None
         _translate_errors(engine, shown)
         return engine
+    unknown = sorted(set(url.query) - SQLITE_OPTIONS)
+    if unknown:
+        raise UserError(f"unknown option(s) {', '.join(unknown)} in {shown}: expected sqlite:///path/to/file.db "
+                        f"(options: {', '.join(sorted(SQLITE_OPTIONS))})", field="--db")
     read_only = None if _is_memory(url) else _sqlite_read_only(url.database, create=create)
     if _is_memory(url):
         engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
@@ -91,10 +95,6 @@ def make_engine(url: URL, *, create: bool = True) -> Engine:
         engine = create_engine("sqlite://", creator=lambda: sqlite3.connect(
             uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S, check_same_thread=False))
     else:
-        unknown = sorted(set(url.query) - SQLITE_OPTIONS)
-        if unknown:
-            raise UserError(f"unknown option(s) {', '.join(unknown)} in {shown}: expected sqlite:///path/to/file.db "
-                            f"(options: {', '.join(sorted(SQLITE_OPTIONS))})", field="--db")
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
