@@ -133,34 +133,65 @@ def constant_optimal_rollouts(law: RolloutsLaw) -> int | None:
     return values.pop() if len(values) == 1 else None
 
 
+def best_fitted_rollouts(usable: pd.DataFrame, law: RolloutsLaw, *, noise_band: float = NOISE_BAND,
+                         max_truncation: float = MAX_TRUNCATION) -> tuple[int, str]:
+    """(n, why) without a law, only when n* never moved over the observed compute (when it moved, where it goes
+    next is unknown): that n* when a run at it is identified; else the n of the identified, stable run with the
+    highest fitted reward at the compute every run reached, provided no unidentified run's fitted reward there is
+    higher by more than the noise band. Raises Refusal otherwise."""
+    from rlscale.fitting.sigmoid import sigmoid
+
+    constant = constant_optimal_rollouts(law)
+    if constant is None:
+        raise Refusal(f"no recommendation: the optimal-n law is not identified: {law.reason}")
+    usable = usable.copy()
+    usable["stable"] = stable(usable, max_truncation)
+    trusted = usable[usable["identified"].astype(bool) & usable["stable"]]
+    if trusted.empty:
+        raise Refusal(f"no recommendation: the optimal-n law is not identified: {law.reason}; and no run has an "
+                      "identified fit that trained stably")
+    if (trusted["rollouts"].astype(int) == constant).any():
+        return constant, (f"n = {constant} was the best n at every compute the runs reached "
+                          f"({law.compute_range[0]:.3g}-{law.compute_range[1]:.3g}), so n comes from its fitted runs")
+    common = float(usable["c_max"].min())  # the compute every run reached: fitted rewards there are interpolated
+    reward_at = {row.run: float(sigmoid(common, row.A, row.B, row.C_mid, row.R0)) for row in usable.itertuples()}
+    best = max(trusted.itertuples(), key=lambda row: reward_at[row.run])
+    for row in usable.itertuples():
+        if row.run not in set(trusted["run"]) and reward_at[row.run] > reward_at[best.run] + noise_band:
+            raise Refusal(f"no recommendation: the optimal-n law is not identified: {law.reason}; and run {row.run} "
+                          f"(not identified: {row.reason}) fits {reward_at[row.run]:.3f} at {common:.3g}, more than "
+                          f"{noise_band:g} above the best identified run {best.run} ({reward_at[best.run]:.3f})")
+    return int(best.rollouts), (f"n* was {constant} at every compute the runs reached, but no run at n = {constant} "
+                                f"is identified; n = {int(best.rollouts)} from {best.run}, the identified run with the "
+                                f"highest fitted reward at {common:.3g} ({reward_at[best.run]:.3f}; no unidentified run "
+                                f"is more than {noise_band:g} above it there)")
+
+
 def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_for: Callable[[float, int, int], int],
               draws: dict | None = None, noise_band: float = NOISE_BAND,
               max_truncation: float = MAX_TRUNCATION, allow_constant_n: bool = False) -> Recommendation:
     """(B_p, n, M) for `budget`: n from the law, the smallest stable B_p within noise of the best A, M = steps_for.
 
     steps_for(budget, prompts_per_batch, rollouts) -> steps is the cost model. allow_constant_n: when the law is
-    unidentified because n* took one value over all the observed compute, use that n (from the best fitted runs,
-    said in the notes; `law_identified` False). Raises Refusal when the law is unidentified (and n* moved, or
-    allow_constant_n is off), when the runs at the recommended n have no identified fit, or when no step fits.
+    unidentified, take n from the best fitted runs (best_fitted_rollouts; said in the notes, `law_identified`
+    False). Raises Refusal when the law is unidentified (and allow_constant_n is off, or the fitted runs cannot
+    decide), when the runs at the recommended n have no identified fit, or when no step fits the budget.
     """
     if not budget > 0:
         raise ValueError(f"budget must be > 0, got {budget}")
     notes = []
-    constant = constant_optimal_rollouts(law) if allow_constant_n else None
+    usable = fitted(curves)
     if law.identified:
         n_star = float(law.predict(budget))
         n_lo, n_hi = (float(v) for v in law.predict_interval(budget))
         n_rec = int(2 ** round(np.log2(n_star)))
-    elif constant is not None:
-        n_star = n_lo = n_hi = float(constant)
-        n_rec = constant
-        notes.append(f"no optimal-n law: {law.reason}. n = {constant} was the best n at every compute the runs "
-                     f"reached ({law.compute_range[0]:.3g}-{law.compute_range[1]:.3g}), so n comes from the best fitted "
-                     "runs, not from a law; run larger compute levels to see whether n* moves")
+    elif allow_constant_n:
+        n_rec, why = best_fitted_rollouts(usable, law, noise_band=noise_band, max_truncation=max_truncation)
+        n_star = n_lo = n_hi = float(n_rec)
+        notes.append(f"no optimal-n law: {law.reason}. {why}; run larger compute levels to see whether n* moves")
     else:
         raise Refusal(f"no recommendation: the optimal-n law is not identified: {law.reason}")
 
-    usable = fitted(curves)
     tested = np.array(sorted({int(n) for n in usable["rollouts"]}))
     n_ev = int(tested[np.argmin(np.abs(np.log2(tested) - np.log2(n_rec)))])
     if n_ev != n_rec:

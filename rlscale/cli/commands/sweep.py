@@ -72,8 +72,27 @@ def register(app: typer.Typer) -> None:
                 f"of {payload['runs']} runs in {summary.wall_seconds:.0f} s; {spent:.4g} of {planned:.4g} planned "
                 f"GPU-hours spent{share}; store: {safe(store.url_for_display)}",
                 highlight=False, soft_wrap=True)
+            for line in _closing_lines(study.name, f" --db {db}" if db else "", recommendation, refusal, spent):
+                console.print(safe(line), highlight=False, soft_wrap=True)
         if payload["failed"]:
             raise typer.Exit(1)
+
+
+def _closing_lines(study: str, db: str, recommendation, refusal, spent: float) -> list[str]:
+    """What the sweep decided and what to run next (db: the --db flag to repeat, or "")."""
+    if recommendation is not None:
+        how = ("from the optimal-n law" if recommendation.law_identified
+               else "from the best fitted runs (the optimal-n law is not identified; see the note above)")
+        return [f"decided: B_p {recommendation.prompts_per_batch}, n {recommendation.rollouts}, M {recommendation.steps} "
+                f"steps for {recommendation.budget:.4g} GPU-hours, {how}; predicted reward "
+                f"{recommendation.predicted_reward:.3f} [{recommendation.predicted_interval[0]:.3f}, "
+                f"{recommendation.predicted_interval[1]:.3f}]",
+                f"next: rlscale export --format verl --study {study} --budget {spent:.4g}{db}   "
+                f"(or: rlscale recommend --study {study} --budget B{db})"]
+    if refusal:
+        return ["decided: nothing yet (see 'not yet' above)",
+                f"next: rlscale report {study}{db} for the fits; more compute per run, or more runs, then sweep again"]
+    return [f"next: rlscale export --format verl --study {study}{db}   (the best run's recipe; the fits are above)"]
 
 
 def _report(store, study: str, records, out: Path):

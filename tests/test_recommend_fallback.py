@@ -1,0 +1,58 @@
+"""When n* never moved over the observed compute there is no optimal-n law; `recommend` then takes n from the best
+fitted runs and says so, and still refuses when an unidentified run could be better beyond the noise band."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rlscale.fitting.optimal_n import RolloutsLaw
+from rlscale.fitting.recommend import Refusal, recommend
+
+
+def _flat_law(frontier_n):
+    front = pd.DataFrame({"compute": [1.0, 10.0, 100.0], "reward": [0.3, 0.5, 0.6], "rollouts": frontier_n,
+                          "prompts_per_batch": [16] * 3, "run": [f"n{n}" for n in frontier_n]})
+    return RolloutsLaw(lo=2.0, hi=2.0, k=1.0, c0=0.0, identified=False,
+                       reason=f"the frontier has not bent: n* takes only {sorted(set(frontier_n))}",
+                       compute_range=(1.0, 100.0), frontier=front)
+
+
+def _curves(rows):
+    base = {"status": "done", "R0": 0.3, "r2": 0.99, "n_points": 20, "c_min": 1.0, "c_max": 100.0,
+            "truncation_rate": 0.01, "run_id": None, "prompts_per_batch": 16}
+    return pd.DataFrame([{**base, "run": f"n{n}", "rollouts": n, "A": A, "B": B, "C_mid": c_mid, "A_lo": A - 0.01,
+                          "A_hi": A + 0.01, "identified": ok, "reason": "" if ok else "has not passed the inflection"}
+                         for n, A, B, c_mid, ok in rows])
+
+
+def _steps(budget, bp, n):
+    return int(budget // (bp * n))
+
+
+def test_a_frontier_that_never_moved_gives_its_n_from_the_fitted_runs_and_says_so():
+    curves = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.65, 1.5, 10.0, True)])
+    rec = recommend(curves, _flat_law([4, 4, 4]), budget=400.0, steps_for=_steps, allow_constant_n=True)
+    assert (rec.rollouts, rec.prompts_per_batch, rec.steps) == (4, 16, 400 // 64)
+    assert not rec.law_identified and rec.to_dict()["law_identified"] is False
+    assert any("no optimal-n law" in note and "n = 4" in note for note in rec.notes)
+    with pytest.raises(Refusal, match="has not bent"):  # off by default: the law's refusal stands
+        recommend(curves, _flat_law([4, 4, 4]), budget=400.0, steps_for=_steps)
+
+
+def test_an_unidentified_frontier_run_is_replaced_only_when_no_unidentified_run_is_beyond_noise():
+    # n = 4 leads but is not identified; n = 8 is identified and within 0.02 of it at the compute both reached
+    close = _curves([(4, 0.90, 0.5, 100.0, False), (8, 0.62, 1.5, 10.0, True)])
+    at_100 = {4: 0.3 + 0.6 / 2, 8: 0.3 + 0.32 / (1 + 0.1**1.5)}
+    assert at_100[4] - at_100[8] < 0.02
+    rec = recommend(close, _flat_law([4, 4, 4]), budget=400.0, steps_for=_steps, allow_constant_n=True)
+    assert rec.rollouts == 8 and any("no run at n = 4 is identified" in note for note in rec.notes)
+    far = _curves([(4, 1.0, 0.5, 100.0, False), (8, 0.62, 1.5, 10.0, True)])  # n = 4 fits 0.650 vs 0.610: beyond
+    with pytest.raises(Refusal, match="n4"):
+        recommend(far, _flat_law([4, 4, 4]), budget=400.0, steps_for=_steps, allow_constant_n=True)
+
+
+def test_a_frontier_that_moved_is_refused_without_a_law():
+    curves = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.72, 1.5, 10.0, True)])
+    with pytest.raises(Refusal, match="has not bent"):
+        recommend(curves, _flat_law([4, 4, 8]), budget=400.0, steps_for=_steps, allow_constant_n=True)
+    assert np.isfinite(curves["A"]).all()
