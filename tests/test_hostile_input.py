@@ -384,19 +384,30 @@ def test_yaml_12_numbers_still_read():
     assert data == {"a": 1e-4, "b": 10, "c": 31, "d": -2.5, "e": True, "f": None}
 
 
-def test_warnings_never_precede_a_one_line_error(cli, workdir, monkeypatch):
-    import rlscale.db.importer as importer
-
-    def noisy(*_args, **_kwargs):
+def test_warnings_never_precede_a_one_line_error(workdir):
+    # in a fresh process, as a user runs it: Python prints warnings to stderr unless the CLI holds them back
+    code = textwrap.dedent("""
+        import sys, warnings
         import numpy as np
+        try:
+            import rlscale.db.importer as importer
+            from rlscale.base.errors import UserError
+        except ImportError:  # the layout before rlscale.* (e994211)
+            import db.importer as importer
+            from rlscale.errors import UserError
 
-        np.log(np.array([0.0]))  # RuntimeWarning: divide by zero
-        warnings.warn("matplotlib would say something here", UserWarning)
-        raise UserError("expected a better file", file="x.csv")
+        def noisy(*_args, **_kwargs):
+            np.log(np.array([0.0]))  # RuntimeWarning: divide by zero
+            warnings.warn("matplotlib would say something here", UserWarning)
+            raise UserError("expected a better file", file="x.csv")
 
-    monkeypatch.setattr(importer, "read_run_log", noisy)
-    err = one_line_error(*cli("fit", "x.csv"))
-    assert err == "error: x.csv: expected a better file\n"
+        importer.read_run_log = noisy
+        sys.argv = ["rlscale", "fit", "x.csv"]
+        from rlscale.cli import main
+        main()
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=workdir)
+    assert one_line_error(done.returncode, done.stdout, done.stderr) == "error: x.csv: expected a better file\n"
 
 
 # --- concurrent writers --------------------------------------------------------------------------------------------
