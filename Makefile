@@ -1,11 +1,13 @@
 # The two commands of the README. Both set up .venv on first use (scripts/setup.sh).
-.PHONY: setup demo test test-fast ci example bench
+.PHONY: setup venv demo test test-fast ci example bench
 
-setup:
-	@bash scripts/setup.sh
+setup: venv
 	@bash scripts/checker_envs.sh  # verl / TRL / OpenRLHF, each in its own venv, for the export tests
 
-demo: setup
+venv:
+	@bash scripts/setup.sh
+
+demo: venv
 	.venv/bin/rlscale sweep studies/quickstart.yaml
 
 test: setup
@@ -19,5 +21,5 @@ ci:
 	bash .ci/run
 
 # Regenerate the bundled example run logs (deterministic)
-example: setup
+example: venv
 	.venv/bin/python examples/make_example.py
