@@ -81,6 +81,8 @@ class VerlEngine(Engine):
                                        base_gpu_seconds=_base(details), job_seconds=0.0)
             if records:
                 on_records(records)
+        if live is None and jobs and run_dir.checkpointed_step() >= until:  # it got there while no driver watched
+            return JobResult(steps=run_dir.checkpointed_step())
         if live is None:
             self._prepare(recipe, run_dir)
             base = sum(_gpus(d) * _wall_seconds(d) for d in jobs)

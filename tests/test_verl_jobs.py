@@ -1,0 +1,173 @@
+"""The verl engine's job lifecycle against a real local Ray cluster through the Jobs API (`ray start --head` on
+loopback, dashboard and job agent included): submit, poll, read logs, pause at a rung, resubmit from the
+checkpoint, crash and retry, stop on the driver's rule, and a sweep that survives kill -9 of its driver. The job is
+tests/verl_standin.py, which reads verl's overrides and writes what verl's FileLogger writes (no GPU here)."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rlscale.db.store import Store
+from rlscale.planner.recipe import Recipe
+
+pytestmark = pytest.mark.slow
+
+TESTS = Path(__file__).resolve().parent
+RAY = Path(sys.executable).with_name("ray")
+RECIPE = Recipe(engine="verl", model="/models/stand-in", steps=20, prompts_per_batch=4, rollouts=2, eval_every=5,
+                eval_prompts=4, eval_samples=2, checkpoint_every=5, async_mode="sync")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A Ray head on loopback with the dashboard (the Jobs API); yields its address. Its own temp dir and process
+    group, so it is stopped without touching other Ray clusters on the machine."""
+    temp = Path(tempfile.mkdtemp(prefix="rv", dir="/tmp"))
+    port, dashboard, agent, agent_grpc, runtime_env, metrics = (_free_port() for _ in range(6))
+    started = time.perf_counter()
+    head = subprocess.Popen(
+        [str(RAY), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--include-dashboard=true",
+         # every port of its own: another Ray cluster on this machine (a parallel test) holds the defaults
+         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+         f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
+         "--num-cpus=4", "--num-gpus=0", f"--temp-dir={temp}", "--disable-usage-stats"],
+        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"})  # loopback only; Ray 2.60 would otherwise ask for a token
+    address = f"http://127.0.0.1:{dashboard}"
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:  # up when the job agent takes a job (the dashboard answers a few seconds before that)
+                JobSubmissionClient(address).submit_job(entrypoint="true", submission_id="probe")
+                break
+            except Exception:
+                if time.time() > deadline or head.poll() is not None:
+                    raise RuntimeError(f"Ray's Jobs API did not come up: {head.stderr.read()[-2000:] if head.poll() is not None else ''}")
+                time.sleep(0.5)
+        # measured: how long the head, dashboard and job agent take before a job can be submitted
+        print(f"Ray head with Jobs API up in {time.perf_counter() - started:.1f} s")
+        yield address
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def engine(cluster, tmp_path, **env):
+    from rlscale.runner.verl.engine import VerlEngine
+
+    return VerlEngine(ray_address=cluster, shared_dir=tmp_path / "shared", python=sys.executable,
+                      module="verl_standin", poll_seconds=0.2,
+                      env_vars={"PYTHONPATH": str(TESTS), "STANDIN_STEP_SECONDS": "0.05", **env})
+
+
+def test_a_run_pauses_at_a_rung_resumes_from_its_checkpoint_and_a_crash_is_retried(cluster, tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    from rlscale.runner.verl.engine import VerlJobFailed
+
+    crash = tmp_path / "crash"
+    verl = engine(cluster, tmp_path, STANDIN_CRASH_FILE=str(crash))
+    got = []
+    # rung 1: the job ends at step 5, checkpointed there
+    result = verl.run(RECIPE, run_key="life-1-aa", on_records=got.extend, until_step=5)
+    assert result.steps == 5 and not result.stopped
+    assert [r["step"] for r in got] == [0, 1, 2, 3, 4, 5]
+    assert got[0]["val_reward"] == pytest.approx(0.2) and got[5]["val_reward"] is not None
+    # rung 2, crashing at step 8 (after the checkpoint at 5): the job fails with the Jobs API's reason
+    crash.write_text("8")
+    with pytest.raises(VerlJobFailed, match="life-1-aa-2 FAILED"):
+        verl.run(RECIPE, run_key="life-1-aa", on_records=got.extend, until_step=10)
+    # the retry resumes from step 5's checkpoint: steps 6, 7 come again (the store keeps the first)
+    result = verl.run(RECIPE, run_key="life-1-aa", on_records=got.extend, until_step=10)
+    assert result.steps == 10
+    steps = [r["step"] for r in got]
+    assert sorted(set(steps)) == list(range(11)) and steps.count(6) >= 2 and steps.count(9) == 1
+    # GPU-hours: one GPU x (the failed jobs' wall time, then this job's step time): never decreasing by step
+    firsts = {}
+    for record in got:
+        firsts.setdefault(record["step"], record)
+    hours = [firsts[s]["gpu_hours"] for s in range(11)]
+    assert hours == sorted(hours) and hours[-1] > hours[5]
+    jobs = sorted(j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("life-1-aa-"))
+    assert jobs == ["life-1-aa-1", "life-1-aa-2", "life-1-aa-3"]
+    # a stop from the driver's rule at a checkpoint ends the job there
+    result = verl.run(RECIPE, run_key="life-1-aa", on_records=got.extend,
+                      should_stop=lambda: "asymptote below the best run's")
+    assert result.stopped and result.stop_reason == "asymptote below the best run's" and 15 <= result.steps < 20
+    assert str(JobSubmissionClient(cluster).get_job_status("life-1-aa-4").value) == "STOPPED"
+
+
+DRIVER = textwrap.dedent("""
+    import sys
+    from rlscale.db.store import Store
+    from rlscale.planner.study import load_study
+    from rlscale.runner.sweep.driver import SweepDriver
+    study_file, url, address, shared, tests = sys.argv[1:]
+    options = {"verl": {"shared_dir": shared, "python": sys.executable, "module": "verl_standin", "poll_seconds": 0.2,
+                        "env_vars": {"PYTHONPATH": tests, "STANDIN_STEP_SECONDS": "0.3"}}}
+    with Store(url) as store:
+        SweepDriver(load_study(study_file), store, ray_address=address, engine_options=options).run()
+""")
+
+
+def test_a_sweep_of_verl_jobs_survives_kill_9_of_its_driver(cluster, tmp_path):
+    import yaml
+    from ray.job_submission import JobSubmissionClient
+
+    study = tmp_path / "killverl.yaml"
+    recipe = {k: v for k, v in RECIPE.to_json().items() if k in ("engine", "model", "steps", "prompts_per_batch",
+                                                                  "eval_every", "eval_prompts", "eval_samples",
+                                                                  "checkpoint_every", "async")}
+    study.write_text(yaml.safe_dump({"name": "killverl", "method": "grid", "recipe": recipe,
+                                     "parameters": {"rollouts": {"values": [2, 4]}}}))
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared"), str(TESTS)]
+    driver = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and driver.poll() is None:
+            if (tmp_path / "store.db").exists():
+                with Store(url) as store:
+                    records = store.records_frame("killverl") if "killverl" in store.study_names() else []
+                if len(records) >= 8:  # the first run's job is mid-way: kill the driver, not the job
+                    break
+            time.sleep(0.3)
+        assert driver.poll() is None, f"the driver ended before it could be killed: {driver.stderr.read()[-2000:]}"
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    restarted = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    with Store(url) as store:
+        records, runs = store.records_frame("killverl"), store.runs_frame("killverl")
+    assert list(runs["status"]) == ["done", "done"]
+    assert not records.duplicated(["run_id", "step"]).any()
+    for _, steps in records.groupby("run_id")["step"]:
+        assert sorted(steps) == list(range(21))  # nothing lost: the lines written while no driver read them too
+    # the restarted driver adopted the running job (or read the finished one's log) rather than submitting another
+    jobs = [j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("killverl-")]
+    assert len(jobs) == 2 and all(job.endswith("-1") for job in jobs)
