@@ -249,8 +249,8 @@ def test_engines_are_chosen_by_name_and_an_unknown_name_is_a_user_error():
     engine = get_engine(DEFAULT_ENGINE, ray_address="auto")
     assert isinstance(engine, BuiltinEngine) and engine.ray_address == "auto"
     engine.close()  # nothing started yet: nothing to stop
-    with pytest.raises(UserError, match="unknown engine 'verl'; expected one of: builtin"):
-        get_engine("verl")
+    with pytest.raises(UserError, match="unknown engine 'nope'; expected one of: builtin, verl"):
+        get_engine("nope")
 
 
 class FlakyEngine(Engine):

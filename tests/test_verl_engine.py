@@ -167,3 +167,22 @@ def test_file_logger_lines_land_in_the_store_once_across_a_driver_restart(verl_c
     # health: verl's own metric names; truncation = responses at max_response_length (step 3: 2 of 8)
     assert math.isclose(row["truncation_rate"], 2 / 8) and row["entropy"] == ACTOR["entropy"]
     assert math.isclose(row["train_reward"], 4 / 8)
+
+
+def test_plan_and_dry_run_accept_the_verl_study_and_submit_nothing(cli, workdir, tmp_path):
+    study = ROOT / "studies" / "verl_gsm8k.yaml"
+    code, out, err = cli("plan", str(study), "--json")
+    assert code == 0, err
+    url = f"sqlite:///{tmp_path / 'never.db'}"
+    code, out, err = cli("sweep", str(study), "--dry-run", "--json", "--db", url, "--shared-dir", "/nfs/rl",
+                         "--ray-address", "http://head:8265")
+    assert code == 0, err
+    points = json.loads(out)
+    assert len(points) == len(json.loads(cli("plan", str(study), "--json")[1])["runs"]) == 6
+    first = points[0]
+    assert first["engine"] == "verl" and first["entrypoint"] == "python3 -m verl.trainer.main_ppo"
+    assert first["train_file"] == "/nfs/rl/RUN_KEY/data/train.parquet" and first["gpus"] == 8
+    assert "reward.custom_reward_function.path='pkg://rlscale.runner.verl.reward'" in first["overrides"]
+    assert "trainer.logger=[console,file]" in first["overrides"]
+    assert not (tmp_path / "never.db").exists()  # nothing stored, nothing submitted
+    assert not Path("/nfs/rl").exists()

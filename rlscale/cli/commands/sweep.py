@@ -16,6 +16,12 @@ def register(app: typer.Typer) -> None:
         max_retries: int = typer.Option(2, "--max-retries", min=0, help="retries of a crashing job before it is marked failed"),
         out: Path = typer.Option(None, "--out", help="directory for the study's report (default: reports/STUDY)"),
         json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+        shared_dir: Path = typer.Option(None, "--shared-dir", help=(
+            "engine verl: a directory the driver and every Ray node see (data, checkpoints, file-logger logs); "
+            "default RLSCALE_SHARED_DIR or ~/.cache/rlscale/verl")),
+        dry_run: bool = typer.Option(False, "--dry-run", help=(
+            "print what each planned run would run (verl: entrypoint, overrides, data paths; builtin: the recipe) "
+            "and submit nothing")),
     ) -> None:
         """Run a study's planned runs as RL jobs (finished runs are skipped; interrupted ones resume), then write
         the study's report and, for a study over rollouts, the recommended allocation of the compute it spent."""
@@ -26,9 +32,14 @@ def register(app: typer.Typer) -> None:
         from rlscale.runner.sweep.driver import SweepDriver
 
         study = load_study(study_file)
+        if dry_run:
+            _print_dry_run(study, ray_address, shared_dir, json_out)
+            return
         store = Store(db)
         view = SweepView(study.name, enabled=not json_out)
-        driver = SweepDriver(study, store, ray_address=ray_address, max_retries=max_retries, on_update=view.update)
+        options = {"verl": {"shared_dir": shared_dir}} if shared_dir else None
+        driver = SweepDriver(study, store, ray_address=ray_address, max_retries=max_retries, on_update=view.update,
+                             engine_options=options)
         runs = driver.plan()
         with view:
             if study.method == "bayes":
@@ -93,6 +104,36 @@ def _closing_lines(study: str, db: str, recommendation, refusal, spent: float) -
         return ["decided: nothing yet (see 'not yet' above)",
                 f"next: rlscale report {study}{db} for the fits; more compute per run, or more runs, then sweep again"]
     return [f"next: rlscale export --format verl --study {study}{db}   (the best run's recipe; the fits are above)"]
+
+
+def _print_dry_run(study, ray_address: str | None, shared_dir: Path | None, json_out: bool) -> None:
+    import shlex
+
+    from rlscale.cli.console import console, print_json, safe
+    from rlscale.runner.sweep.dry_run import RUN_KEY, dry_run
+
+    points = dry_run(study, ray_address=ray_address, shared_dir=shared_dir)
+    if json_out:
+        print_json(points)
+        return
+    for point in points:
+        console.print(f"[bold]{safe(point['run'])}[/bold] (seed {point['seed']}, engine {point['engine']})",
+                      highlight=False, soft_wrap=True)
+        if point["engine"] != "verl":
+            for key, value in point["recipe"].items():
+                console.print(f"  {key}: {safe(value)}", highlight=False, soft_wrap=True)
+            continue
+        lines = [f"job {point['submission_id']} at {point['ray_address']}, {point['gpus']} GPUs",
+                 f"train data: {point['train_file']}", f"validation data: {point['val_file']}",
+                 f"file logger: {point['log_file']}",
+                 *[f"env {key}={value}" for key, value in point["env_vars"].items()],
+                 f"entrypoint: {point['entrypoint']} with the overrides (shell-quoted, one a line):"]
+        for line in lines:
+            console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
+        for override in point["overrides"]:
+            console.print(f"    {safe(shlex.quote(override))}", highlight=False, soft_wrap=True)
+    console.print(f"{len(points)} runs; nothing submitted. {RUN_KEY}: the run's key, given when the sweep first "
+                  "stores the run.", highlight=False, soft_wrap=True)
 
 
 def _report(store, study: str, records, out: Path):
