@@ -87,10 +87,8 @@ class VerlEngine(Engine):
             self._prepare(recipe, run_dir)
             base = sum(_gpus(d) * _wall_seconds(d) for d in jobs)
             job = self.job(recipe, run_key, len(jobs) + 1, until_step=until, base_gpu_seconds=base)
-            client.submit_job(entrypoint=job.entrypoint, submission_id=job.submission_id,
-                              runtime_env={"env_vars": job.env_vars, "py_modules": [str(run_dir.modules)]},
-                              metadata={**job.metadata, "gpus": str(job.gpus), "until_step": str(until)},
-                              entrypoint_num_cpus=0)
+            self._submit(job, runtime_env={"env_vars": job.env_vars, "py_modules": [str(run_dir.modules)]},
+                         metadata={**job.metadata, "gpus": str(job.gpus), "until_step": str(until)})
             submission_id, gpus = job.submission_id, job.gpus
         else:
             submission_id, base, gpus = live.submission_id, _base(live), _gpus(live)
@@ -156,6 +154,19 @@ class VerlEngine(Engine):
             if prefix == run_key and number.isdigit():
                 numbered.append((int(number), details))
         return [details for _, details in sorted(numbered, key=lambda pair: pair[0])]
+
+    def _submit(self, job: Job, *, runtime_env: dict, metadata: dict, wait_seconds: float = 60.0) -> None:
+        """Submit `job`; while the head's job agent is not up yet (a cluster just started), try again."""
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                self._jobs_client().submit_job(entrypoint=job.entrypoint, submission_id=job.submission_id,
+                                               runtime_env=runtime_env, metadata=metadata, entrypoint_num_cpus=0)
+                return
+            except RuntimeError as err:
+                if "No available agent" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
 
     def _stop(self, submission_id: str) -> None:
         client = self._jobs_client()
