@@ -121,6 +121,16 @@ def test_a_run_pauses_at_a_rung_resumes_from_its_checkpoint_and_a_crash_is_retri
     assert str(JobSubmissionClient(cluster).get_job_status("life-1-aa-4").value) == "STOPPED"
 
 
+def test_a_run_ends_where_its_measured_gpu_hours_reach_the_plan(cluster, tmp_path):
+    verl = engine(cluster, tmp_path)
+    got = []
+    budget = 8 * 0.05 / 3600  # one GPU x 8 steps of the stand-in's 0.05 s (verl's timing_s/step)
+    result = verl.run(RECIPE, run_key="budget-1-bb", on_records=got.extend, gpu_hours=budget)
+    assert result.compute_reached and not result.stopped
+    reached = next(r["step"] for r in got if r["gpu_hours"] >= budget - 1e-12)
+    assert result.steps >= reached >= 7 and result.steps < RECIPE.steps
+
+
 DRIVER = textwrap.dedent("""
     import sys
     from rlscale.db.store import Store
