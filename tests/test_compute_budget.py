@@ -23,6 +23,11 @@ BUDGET = 0.006  # device-hours per run: ~11 s of both cores
 def test_runs_stop_within_5_percent_of_their_planned_compute_whatever_the_profile(tmp_path, monkeypatch, skew):
     # a profile `skew` times the tiny-cpu costs: it plans 2.5x too few or too many steps for this host, as a
     # profile calibrated on another day's host would
+    from rlscale.runner.rl.policy import base_model_dir
+
+    shared = base_model_dir()  # built once in the usual cache; this test's cache links to it
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / shared.name).symlink_to(shared)
     monkeypatch.setenv("RLSCALE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     save_profile(TINY_CPU.model_copy(update={

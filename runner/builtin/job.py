@@ -23,7 +23,7 @@ from rlscale.runner.builtin import checkpoint
 from rlscale.runner.builtin.accounting import DeviceClock, union_seconds
 
 EVAL_SEED_BASE = 10**9  # validation samples come from their own seed stream
-COMPUTE_STEP_CAP = 3  # a run stopped by compute takes at most this many times its planned steps
+COMPUTE_STEP_CAP = 10  # a run stopped by compute takes at most this many times its planned steps (a runaway guard)
 
 
 @dataclass
