@@ -221,7 +221,7 @@ def test_export_a_loss_ablation_names_its_best_run(workdir, capsys, monkeypatch)
     assert "best run of study loss_ablation" in out and "cispo" in out.splitlines()[2]
     assert "highest fitted asymptote" in out
     argv = script_argv(out, workdir)
-    assert argv[argv.index("--rollout.batch_size") + 1] == "32"  # the run's own B_p (the study's recipe)
+    assert argv[argv.index("--rollout.batch_size") + 1] == "16"  # the run's own B_p (the study's recipe)
     assert "loss: cispo has no OpenRLHF policy_loss_type" in out
 
 

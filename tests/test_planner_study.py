@@ -53,8 +53,11 @@ def test_quickstart_fits_in_ten_minutes_of_two_cores():
     devices = 2
     wall_seconds = plan.gpu_hours / devices * 3600
     assert wall_seconds < 6 * 60  # training time, measured profile; engine start and evals come on top
-    assert all(100 <= r.recipe.steps < 600 for r in plan.runs)  # enough steps to see each curve bend
-    assert {(r.recipe.prompts_per_batch, r.recipe.rollouts) for r in plan.runs} == {(32, 4), (32, 8), (64, 4), (64, 8)}
+    assert all(r.recipe.steps >= 100 for r in plan.runs)  # enough steps to see each curve bend
+    planned = [r.gpu_hours for r in plan.runs]
+    assert max(planned) / min(planned) < 1.01  # IsoCompute: every run gets the same compute (whole steps aside)
+    # n over four values, so the optimal-n law has a frontier to bend
+    assert {(r.recipe.prompts_per_batch, r.recipe.rollouts) for r in plan.runs} == {(16, 2), (16, 4), (16, 8), (16, 16)}
 
 
 def test_playbook_study_is_the_playbook_grid():
