@@ -66,11 +66,14 @@ def show(result) -> None:
     table.caption = "\n".join(reasons) or None
     console.print(table)
     if result.backtest is not None:
-        from rlscale.cli.commands.backtest import show as show_backtest
-        from rlscale.fitting.backtest import BacktestSummary, RunBacktest
+        # the summary only: the per-run table has 11 columns and is unreadable under ~160 (report.md/html and
+        # `rlscale backtest --study` have it)
+        from rlscale.fitting.backtest import BacktestSummary, summary_lines
 
-        show_backtest([RunBacktest(**row) for row in result.backtest["runs"]], BacktestSummary(**result.backtest["summary"]),
-                      title=f"{result.study}: backtest, fit on the first half of compute, extrapolated to the end")
+        console.print(f"backtest (each run fitted on its first half, extrapolated; table: rlscale backtest --study "
+                      f"{safe(result.study)}):", highlight=False, soft_wrap=True)
+        for line in summary_lines(BacktestSummary(**result.backtest["summary"])):
+            console.print(f"  {line}", highlight=False, soft_wrap=True)
     for note in result.notes:
         console.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
     console.print(f"report: {safe(result.files['html'])}  (markdown: {safe(result.files['markdown'])})", highlight=False, soft_wrap=True)
