@@ -54,8 +54,6 @@ FELL = 0.1
 
 def miss_cause(result, peak: float) -> str:
     """Why a run's full-run A is outside its half-fit's interval, in words."""
-    if not (result.A_part_lo == result.A_part_lo and result.A_part_hi == result.A_part_hi):  # NaN: no interval
-        return "no interval (too few points in the half for a bootstrap)"
     if result.observed < peak - FELL:
         return f"the run fell after its peak ({peak:.3f} -> {result.observed:.3f})"
     side = "above" if result.A_full > result.A_part_hi else "below"

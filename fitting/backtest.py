@@ -76,7 +76,8 @@ class BacktestSummary:
     mae_fit, mae_carry_forward: the same over every fitted run.
     fit_beats_carry_forward_rising: mae_fit_rising < mae_carry_forward_rising (None without rising runs).
     A_inside_share: share of the runs with both fits whose full-run A is inside the part-fit's interval
-    (an interval that could not be computed counts as a miss); A_checked: how many such runs.
+    and an interval; A_checked: how many such runs. A_no_interval: fitted runs whose part-fit had too few points
+    for an interval (fewer than two per parameter): not checked, and counted here.
     A_inside_identified_share, A_checked_identified: the same over the runs whose full-run A is identified.
     """
 
@@ -92,6 +93,7 @@ class BacktestSummary:
     A_checked: int
     A_inside: int
     A_inside_share: float
+    A_no_interval: int
     A_checked_identified: int
     A_inside_identified_share: float
 
@@ -146,9 +148,9 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, **
         A_full, A_full_identified = full.A, full.identified
     except FitError:
         A_full, A_full_identified = nan, None
-    inside = None
-    if math.isfinite(A_full):
-        inside = bool(fit.A_lo <= A_full <= fit.A_hi)  # a NaN interval compares False: counted as a miss
+    inside = None  # not checked: no full-run A, or a part-fit too small for an interval
+    if math.isfinite(A_full) and math.isfinite(fit.A_lo) and math.isfinite(fit.A_hi):
+        inside = bool(fit.A_lo <= A_full <= fit.A_hi)
     empty.update(predicted=predicted, predicted_lo=lo, predicted_hi=hi, error=predicted - observed, A_part=fit.A,
                  A_part_lo=fit.A_lo, A_part_hi=fit.A_hi, A_full=float(A_full), A_full_identified=A_full_identified,
                  A_inside=inside, identified=fit.identified)
@@ -188,6 +190,7 @@ def summarize(results: list[RunBacktest], fraction: float = 0.5) -> BacktestSumm
         mae_fit_rising=mae_fit_rising, mae_carry_forward_rising=mae_cf_rising, fit_beats_carry_forward_rising=beats,
         mae_fit=mae(fitted, "error"), mae_carry_forward=mae(fitted, "carry_forward_error"),
         A_checked=len(checked), A_inside=inside, A_inside_share=inside / len(checked) if checked else float("nan"),
+        A_no_interval=sum(1 for r in fitted if math.isfinite(r.A_full) and not math.isfinite(r.A_part_lo)),
         A_checked_identified=len(checked_identified),
         A_inside_identified_share=inside_identified / len(checked_identified) if checked_identified else float("nan"))
 
@@ -231,6 +234,9 @@ def summary_lines(summary: BacktestSummary) -> list[str]:
         lines.append(f"Full-run A inside the part-fit's 95% interval: {summary.A_inside} of {summary.A_checked} "
                      f"({summary.A_inside_share:.0%}); where the full run's own A is identified: "
                      f"{_f(summary.A_inside_identified_share, '{:.0%}')} of {summary.A_checked_identified}.")
+    if summary.A_no_interval:
+        lines.append(f"Not checked: {summary.A_no_interval} part-fit(s) with too few points for an interval "
+                     "(fewer than two per parameter).")
     return lines
 
 

@@ -234,7 +234,9 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
     rho, inflation = _autocorrelation_inflation(resid_w, jac[:, free])
     se_a = _standard_error_a(jac[:, free], resid_w, dof) * np.sqrt(inflation)
     samples = None
-    if bootstrap and dof > 0:
+    # Below two points per parameter the resamples refit the same few points almost exactly: an interval
+    # from them is far narrower than the truth, so none is given (the reason says why).
+    if bootstrap and len(ys) >= 2 * n_free:
         y_star = wild_resamples(fitted, resid_w, sqrt_w, jac[:, free], bootstrap, seed)
         draws, draw_cost = levenberg_marquardt(
             model, np.repeat(best, bootstrap, axis=0), y_star, sqrt_w, lower, upper, free,
@@ -541,7 +543,7 @@ def _unidentified_reason(x, y, A, B, C_mid, R0, n_free, width, how, max_ci_width
     reasons = []
     if len(y) < 2 * n_free:
         # A few points are fitted almost exactly by some bend, and resamples of them agree with it.
-        reasons.append(f"{len(y)} points for {n_free} parameters (at least {2 * n_free} needed)")
+        reasons.append(f"{len(y)} points for {n_free} parameters (at least {2 * n_free} needed; no interval below that)")
     spread = max(float(np.ptp(y)), float(np.max(np.abs(y))), 1e-300)
     if tss == 0:
         reasons.append("reward is constant")

@@ -3,11 +3,12 @@
 Checked on curves whose answer is known: a sigmoid, a flat run, a run that stops rising at the cut."""
 
 import json
+import math
 
 import numpy as np
 import pytest
 
-from rlscale.fitting.backtest import RISE, backtest_run, backtest_runs, summarize
+from rlscale.fitting.backtest import RISE, backtest_run, backtest_runs, summarize, summary_lines
 from rlscale.fitting.sigmoid import sigmoid
 
 A, B, C_MID, R0 = 0.8, 1.5, 30.0, 0.1
@@ -69,6 +70,21 @@ def test_runs_that_cannot_be_fitted_say_why_and_are_left_out_of_the_summary():
     assert summary.mae_fit == pytest.approx(abs(by_run["good"].error))
 
 
+def test_a_part_fit_with_fewer_than_two_points_per_parameter_gets_no_interval_and_is_not_checked():
+    # 10 evaluations, 5 in the first half: a bootstrap of 5 points for 4 parameters refits them almost
+    # exactly and gives an interval far narrower than the truth (the old behaviour: a confident miss).
+    compute = np.linspace(10.0, 100.0, 10)
+    noise = np.array([0.01, -0.02, 0.015, -0.01, 0.02, -0.015, 0.01, 0.0, -0.01, 0.005])
+    reward = sigmoid(compute, 0.8, 1.5, 30.0, 0.1) + noise
+    result = backtest_run(compute, reward, run="short", bootstrap=100)
+    assert result.fitted and result.n_part == 5 and not result.identified
+    assert "5 points for 4 parameters" in result.reason
+    assert math.isnan(result.A_part_lo) and math.isnan(result.A_part_hi) and result.A_inside is None
+    summary = summarize([result], 0.5)
+    assert (summary.A_checked, summary.A_no_interval) == (0, 1)
+    assert any("too few points for an interval" in line for line in summary_lines(summary))
+
+
 def test_summary_compares_fit_and_carry_forward_on_rising_runs_only():
     results = [backtest_run(COMPUTE, noisy_sigmoid(seed), run=f"s{seed}", bootstrap=100, seed=seed) for seed in range(4)]
     flat = np.full(COMPUTE.size, 0.4) + np.random.default_rng(9).normal(0, 0.005, COMPUTE.size)
@@ -110,7 +126,7 @@ def test_cli_json_has_one_object_per_run_and_a_summary(cli, tmp_path):
     assert set(payload["summary"]) == {
         "fraction", "runs", "fitted", "rising", "mae_fit_rising", "mae_carry_forward_rising",
         "fit_beats_carry_forward_rising", "mae_fit", "mae_carry_forward", "A_checked", "A_inside", "A_inside_share",
-        "A_checked_identified", "A_inside_identified_share"}
+        "A_no_interval", "A_checked_identified", "A_inside_identified_share"}
     assert payload["summary"]["runs"] == 2 and payload["summary"]["fit_beats_carry_forward_rising"] is True
 
 

@@ -1,6 +1,7 @@
 """Degenerate fits (issue 19 item 7): data long before the inflection, compute near the ends of the float
 range, A at its bound, a rise sharper than the evaluations: refused or flagged, never 'identified'."""
 
+import math
 import warnings
 
 import numpy as np
@@ -91,8 +92,9 @@ def test_a_step_sharper_than_the_evaluations_is_not_identified():
 
 def test_fewer_than_two_points_per_parameter_is_not_identified():
     compute = np.array([100.0, 500.0, 1000.0, 2000.0, 4000.0, 8000.0, 16000.0])
-    fit = fit_sigmoid(compute, sigmoid(compute, *TRUTH), bootstrap=0)
-    assert not fit.identified and "7 points for 4 parameters (at least 8 needed)" in fit.reason
+    fit = fit_sigmoid(compute, sigmoid(compute, *TRUTH), bootstrap=100)
+    assert not fit.identified and "7 points for 4 parameters (at least 8 needed; no interval below that)" in fit.reason
+    assert math.isnan(fit.A_lo) and math.isnan(fit.A_hi)  # a bootstrap of 7 points would be far too narrow
     assert fit_sigmoid(compute, sigmoid(compute, *TRUTH), r0=0.1, bootstrap=0).identified  # 3 parameters
 
 
