@@ -119,6 +119,23 @@ def comment_block(title: str, items: list[str]) -> list[str]:
     return [f"# {title}:"] + [f"#   - {item}" for item in items]
 
 
+def launch_script(target: str, recipe: Recipe, header: list[str], mapping, recipe_words: list[list[str]],
+                  deployment, deployment_words: list[list[str]], module: str, keys: str) -> str:
+    """A bash script for a framework's launcher `python3 -m module`: the header, how the lr was computed, what is
+    only near or not expressible (from `mapping`), then the recipe's and the deployment's words in two arrays."""
+    lines = ["#!/usr/bin/env bash", f"# target: {target}"]
+    lines += [f"# {line}" for line in header]
+    lines += [f"# {lr_note(recipe)}"]
+    lines += comment_block("nearest form (the difference named)", mapping.nearest)
+    lines += comment_block("not expressible", mapping.missing)
+    lines += [f"# the recipe: {keys} with rlscale's meaning"]
+    lines += shell_array("recipe", recipe_words)
+    lines += [f"# deployment choices ({deployment.describe()}): how the job is laid out, not what it trains"]
+    lines += shell_array("deployment", deployment_words)
+    lines += [f'python3 -m {module} "${{recipe[@]}}" "${{deployment[@]}}"']
+    return "\n".join(lines) + "\n"
+
+
 def shell_array(name: str, lines_of_words: list[list[str]]) -> list[str]:
     """A bash array `name=( ... )`: each list of words on one line, every word shell-quoted."""
     lines = [f"{name}=("]

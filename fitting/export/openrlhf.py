@@ -9,7 +9,7 @@ Every value is shell-quoted: a path with `;` or spaces stays one argument.
 from rlscale.planner.recipe import Recipe
 
 from .common import (MODEL_PLACEHOLDER, TRAIN_DATA_PLACEHOLDER, VERIFIER_PLACEHOLDER, Deployment, Mapping,
-                     comment_block, common_missing, lr_note, shell_array, updates_per_batch, warmup_fraction)
+                     common_missing, launch_script, updates_per_batch, warmup_fraction)
 
 FRAMEWORK, VERSION = "OpenRLHF", "0.11.2"
 
@@ -158,14 +158,6 @@ def _word(value) -> str:
 def render(recipe: Recipe, deployment: Deployment, header: list[str]) -> str:
     """A bash script: the recipe's flags and the deployment's in two arrays, then the launch line."""
     m = openrlhf_mapping(recipe, deployment)
-    lines = ["#!/usr/bin/env bash", f"# target: {FRAMEWORK} {VERSION} (openrlhf.cli.train_ppo_ray flags)"]
-    lines += [f"# {line}" for line in header]
-    lines += [f"# {lr_note(recipe)}"]
-    lines += comment_block("nearest form (the difference named)", m.nearest)
-    lines += comment_block("not expressible", m.missing)
-    lines += ["# the recipe: flags with rlscale's meaning"]
-    lines += shell_array("recipe", flag_words(m.recipe))
-    lines += [f"# deployment choices ({deployment.describe()}): how the job is laid out, not what it trains"]
-    lines += shell_array("deployment", flag_words(m.deployment))
-    lines += ['python3 -m openrlhf.cli.train_ppo_ray "${recipe[@]}" "${deployment[@]}"']
-    return "\n".join(lines) + "\n"
+    return launch_script(f"{FRAMEWORK} {VERSION} (openrlhf.cli.train_ppo_ray flags)", recipe, header, m,
+                         flag_words(m.recipe), deployment, flag_words(m.deployment), "openrlhf.cli.train_ppo_ray",
+                         "flags")

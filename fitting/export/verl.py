@@ -11,7 +11,7 @@ import re
 from rlscale.planner.recipe import Recipe
 
 from .common import (MODEL_PLACEHOLDER, TRAIN_DATA_PLACEHOLDER, VAL_DATA_PLACEHOLDER, Deployment, Mapping,
-                     comment_block, common_missing, lr_note, minibatch_prompts, shell_array)
+                     common_missing, launch_script, minibatch_prompts)
 
 FRAMEWORK, VERSION = "verl", "0.9.1"
 ACTOR = "actor_rollout_ref.actor"
@@ -169,14 +169,6 @@ def verl_overrides(recipe: Recipe, deployment: Deployment | None = None) -> list
 def render(recipe: Recipe, deployment: Deployment, header: list[str]) -> str:
     """A bash script that launches verl with the recipe's and the deployment's overrides."""
     m = verl_mapping(recipe, deployment)
-    lines = ["#!/usr/bin/env bash", f"# target: {FRAMEWORK} {VERSION} (Hydra overrides of verl/trainer/config/ppo_trainer.yaml)"]
-    lines += [f"# {line}" for line in header]
-    lines += [f"# {lr_note(recipe)}"]
-    lines += comment_block("nearest form (the difference named)", m.nearest)
-    lines += comment_block("not expressible", m.missing)
-    lines += ["# the recipe: keys with rlscale's meaning"]
-    lines += shell_array("recipe", [[f"{k}={hydra_value(v)}"] for k, v in m.recipe.items()])
-    lines += [f"# deployment choices ({deployment.describe()}): how the job is laid out, not what it trains"]
-    lines += shell_array("deployment", [[f"{k}={hydra_value(v)}"] for k, v in m.deployment.items()])
-    lines += ['python3 -m verl.trainer.main_ppo "${recipe[@]}" "${deployment[@]}"']
-    return "\n".join(lines) + "\n"
+    return launch_script(f"{FRAMEWORK} {VERSION} (Hydra overrides of verl/trainer/config/ppo_trainer.yaml)", recipe,
+                         header, m, [[f"{k}={hydra_value(v)}"] for k, v in m.recipe.items()], deployment,
+                         [[f"{k}={hydra_value(v)}"] for k, v in m.deployment.items()], "verl.trainer.main_ppo", "keys")
