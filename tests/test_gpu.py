@@ -15,8 +15,7 @@ import pytest
 import torch
 
 from rlscale.planner.recipe import Recipe
-from rlscale.runner.rl.policy import build_model, build_tokenizer
-from trainer_batch import perturbed_batch
+from trainer_batch import base, batch, tokenizer  # noqa: F401  (module fixtures)
 from rlscale.runner.rl.train_step import TrainBatch, make_optimizer, train_step
 
 pytestmark = [pytest.mark.gpu,
@@ -33,22 +32,6 @@ def _bench():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def base(tokenizer):
-    return build_model(tokenizer, seed=0).eval()
-
-
-@pytest.fixture(scope="module")
-def batch(tokenizer, base):
-    """CPU batch (tests/trainer_batch.py)."""
-    return perturbed_batch(tokenizer, base)
 
 
 def _recipe(**changes):

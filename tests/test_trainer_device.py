@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from rlscale.planner.recipe import Recipe
-from rlscale.runner.rl.policy import build_model, build_tokenizer
 from rlscale.runner.rl.sampling import sample
-from trainer_batch import perturbed_batch
+from trainer_batch import base, batch, tokenizer  # noqa: F401  (module fixtures)
 from rlscale.runner.rl.train_step import TrainBatch, make_optimizer, micro_batches, token_logprobs, train_step
 
 torch.set_num_threads(1)
@@ -17,22 +16,6 @@ torch.set_num_threads(1)
 LOSSES = ("cispo", "gspo", "dapo", "grpo")
 AGGREGATIONS = ("prompt", "token", "sample")
 WHOLE = 10**9  # a micro-batch budget no batch reaches: one forward pass
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def base(tokenizer):
-    return build_model(tokenizer, seed=0).eval()
-
-
-@pytest.fixture(scope="module")
-def batch(tokenizer, base):
-    """CPU batch (tests/trainer_batch.py)."""
-    return perturbed_batch(tokenizer, base)
 
 
 def _recipe(**changes):

@@ -1,7 +1,10 @@
-"""The train batch the trainer tests share (CPU and GPU): made on the CPU from the tiny policy's own samples."""
+"""The train batch the trainer tests share (CPU and GPU): made on the CPU from the tiny policy's own samples,
+with the module fixtures that build it (tokenizer, base policy, batch)."""
 
+import pytest
 import torch
 
+from rlscale.runner.rl.policy import build_model, build_tokenizer
 from rlscale.runner.rl.sampling import sample
 from rlscale.runner.rl.train_step import TrainBatch
 
@@ -23,3 +26,19 @@ def perturbed_batch(tokenizer, base) -> TrainBatch:
     noise = torch.randn(input_ids.shape, generator=torch.Generator().manual_seed(1))
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
     return TrainBatch(input_ids, attention, response, (rollouts.logp + 0.3 * noise) * response, rewards)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def base(tokenizer):
+    return build_model(tokenizer, seed=0).eval()
+
+
+@pytest.fixture(scope="module")
+def batch(tokenizer, base):
+    """CPU batch (tests/trainer_batch.py)."""
+    return perturbed_batch(tokenizer, base)

@@ -64,11 +64,7 @@ def _plan_grid(budget, *, per_run, prompts, rollouts, max_batch, min_steps, prof
         min_steps=min_steps,
     )
     payload = plan.to_json()
-    if save is not None:
-        payload["saved_as"] = save
-        _save(save, payload, db)
-    if as_json:
-        print_json(payload)
+    if _save_and_print_json(payload, save, db, as_json):
         return
     from rich.table import Table
 
@@ -109,11 +105,7 @@ def _plan_study(path: str, *, profile, as_json, save, db) -> None:
     if study.method == "bayes":
         payload["n_trials"] = study.n_trials
         payload["parameters"] = {k: v.model_dump(exclude_none=True) for k, v in study.parameters.items()}
-    if save is not None:
-        payload["saved_as"] = save
-        _save(save, payload, db)
-    if as_json:
-        print_json(payload)
+    if _save_and_print_json(payload, save, db, as_json):
         return
     if study.method == "bayes":
         each = "" if study.compute is None else f", {_fmt(study.compute.budget)} {study.compute.unit} each"
@@ -157,13 +149,19 @@ def _print_dropped(dropped: list[tuple[str, str]]) -> None:
     console.print(table)
 
 
-def _save(name: str, payload: dict, db: str | None) -> None:
-    from rlscale.base.names import check_name
-    from rlscale.db.store import Store
+def _save_and_print_json(payload: dict, save: str | None, db: str | None, as_json: bool) -> bool:
+    """Store the plan under `save` (if given), print it as JSON with --json; True when printed."""
+    if save is not None:
+        from rlscale.base.names import check_name
+        from rlscale.db.store import Store
 
-    check_name(name, field="--save", what="plan name")
-    with Store(db) as store:
-        store.save_plan(name, payload)
+        check_name(save, field="--save", what="plan name")
+        payload["saved_as"] = save
+        with Store(db) as store:
+            store.save_plan(save, payload)
+    if as_json:
+        print_json(payload)
+    return as_json
 
 
 def _calibration_source(study: str) -> str:
