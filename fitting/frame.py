@@ -46,3 +46,14 @@ def run_labels(runs: pd.DataFrame) -> pd.Series:
         return names
     shared = names.duplicated(keep=False)
     return names.where(~shared, names + " (seed " + runs["seed"].astype(str) + ")")
+
+
+def variant_names(runs: pd.DataFrame) -> pd.Series:
+    """The study point each run of `runs` (`run` and maybe `seed` columns) belongs to: its name without the
+    `/s<seed>` a sweep adds when a study has several seeds (runner.sweep.state.run_name)."""
+    names = runs["run"].astype(str)
+    if "seed" not in runs.columns:
+        return names
+    suffix = "/s" + runs["seed"].astype(str)
+    own = pd.Series([name.endswith(end) for name, end in zip(names, suffix)], index=runs.index)
+    return names.where(~own, pd.Series([name[: -len(end)] for name, end in zip(names, suffix)], index=runs.index))

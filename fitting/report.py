@@ -16,7 +16,8 @@ import pandas as pd
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.base.numbers import format_number as _f
 from rlscale.fitting.backtest import BACKTEST_HEADER, BACKTEST_NOTE, backtest_table, table_lines, table_rows
-from rlscale.fitting.frame import run_labels
+from rlscale.fitting.compare import COMPARE_HEADER, compare_cells, compare_variants
+from rlscale.fitting.frame import run_labels, variant_names
 from rlscale.fitting.plots import save_figure
 from rlscale.fitting.recommend import run_curves, study_unit
 
@@ -152,6 +153,7 @@ class Report:
     loo: list[dict] | None = None
     law: dict | None = None
     backtest: dict | None = None  # fitting.backtest.backtest_table: each run's first half vs its end
+    comparison: dict | None = None  # fitting.compare.compare_variants: variants across their seeds
     notes: list[str] = field(default_factory=list)
     plots: dict[str, Path] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
@@ -159,7 +161,7 @@ class Report:
     def to_dict(self) -> dict:
         """JSON-ready."""
         return {"study": self.study, "method": self.method, "unit": self.unit, "fits": self.fits, "loo": self.loo,
-                "law": self.law, "backtest": self.backtest, "notes": self.notes, "files": {k: str(v) for k, v in {**self.plots, **self.files}.items()}}
+                "law": self.law, "backtest": self.backtest, "comparison": self.comparison, "notes": self.notes, "files": {k: str(v) for k, v in {**self.plots, **self.files}.items()}}
 
 
 def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, study: str,
@@ -177,6 +179,7 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
     records = records[pd.to_numeric(records[metric], errors="coerce").notna()].copy()
     runs = runs.copy()
     runs["label"] = run_labels(runs)
+    runs["variant"] = variant_names(runs)
     records["run"] = records["run_id"].map(dict(zip(runs["run_id"], runs["label"])))
     report = Report(study=study, method=method, description=stored.description if stored is not None else "", unit=unit, fits=[])
     if records.empty:
@@ -189,6 +192,9 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
     curves, draws = run_curves(records.drop(columns=["run_id"]), per_run, compute_col=compute_col, reward_col=metric,
                                record_breaking=record_breaking, bootstrap=bootstrap, seed=seed)
     report.fits = fit_rows(curves)
+    if method != "loo":  # the leave-one-out table pools each variant's seeds itself
+        report.comparison = compare_variants(curves, records, variant_of=dict(zip(runs["label"], runs["variant"])),
+                                             compute_col=compute_col, reward_col=metric)
     # ScaleRL's check of the fits: each run's first half predicts its end (every evaluation, whatever the method)
     report.backtest = backtest_table(records, run_col="run", compute_col=compute_col, reward_col=metric,
                                      bootstrap=bootstrap, seed=seed)
@@ -198,16 +204,17 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
     linear_from = (records, curves)
     if method == "loo":
         # one curve per variant: its seeds pooled (ScaleRL's noise band is the seed-to-seed spread)
-        names = dict(zip(runs["run_id"], runs["run"]))
+        names = dict(zip(runs["run_id"], runs["variant"]))
         pooled = records.assign(run=records["run_id"].map(names)).drop(columns=["run_id"])
-        variants = runs.drop_duplicates("run").drop(columns=["run_id", "seed", "label"], errors="ignore")
+        variants = (runs.assign(run=runs["variant"]).drop_duplicates("run")
+                    .drop(columns=["run_id", "seed", "label", "variant"], errors="ignore"))
         loo_curves, _ = run_curves(pooled, variants, compute_col=compute_col,
                                    reward_col=metric, record_breaking=False, bootstrap=bootstrap, seed=seed)
         try:
             report.loo = loo_table(loo_curves)
         except ValueError as err:
             report.notes.append(f"no leave-one-out table: {err}")
-        if runs["run"].duplicated().any():
+        if runs["variant"].duplicated().any():
             report.notes.append("leave-one-out rows pool each variant's seeds into one fit")
         report.plots["loo_curves"] = plot_study(pooled, loo_curves, out / "loo_curves.png", run_col="run",
                                                 compute_col=compute_col, reward_col=metric,
@@ -249,6 +256,9 @@ def _interval(row) -> str:
 
 
 FIT_HEADER = ["run", "A [95%]", "B", "C_mid", "R0", "r2", "points", "fit"]
+COMPARE_NOTE = (f"Each variant over its seeds: A from identified fits only, and the reward at the end (each run's mean "
+                f"over its last 10% of compute). Separated: a gap of at least {NOISE_BAND:g} and at least twice the "
+                "seeds' pooled sd; A compared only where every seed's fit is identified.")
 LOO_HEADER = ["variant", "A [95%]", "B", "C_mid", "dA", "dB", f"beyond {NOISE_BAND:g} noise", "verdict"]
 
 
@@ -278,6 +288,10 @@ def render_markdown(report: Report) -> str:
         parts += ["## Leave-one-out (ScaleRL)", "",
                   f"dA is each variant's asymptote minus the full recipe's; |dA| < {NOISE_BAND} is seed noise.", "",
                   _md_table(LOO_HEADER, [loo_cells(r) for r in report.loo]), ""]
+    if report.comparison is not None:
+        parts += ["## Variants across seeds", "", COMPARE_NOTE, "",
+                  _md_table(COMPARE_HEADER, [compare_cells(r) for r in report.comparison["rows"]]), "",
+                  f"- {report.comparison['summary']}", ""]
     parts += ["## Per-run sigmoid fits", "", "R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)", "",
               _md_table(FIT_HEADER, [fit_cells(r) for r in report.fits]), ""]
     if report.backtest is not None:
@@ -324,6 +338,10 @@ def render_html(report: Report) -> str:
                   f"<p>dA is each variant's asymptote minus the full recipe's; |dA| &lt; {NOISE_BAND} is seed noise.</p>",
                   _html_table(LOO_HEADER, [loo_cells(r) for r in report.loo],
                               ["beyond" if r["beyond_noise"] else ("" if r["identified"] else "unidentified") for r in report.loo])]
+    if report.comparison is not None:
+        parts += ["<h2>Variants across seeds</h2>", f"<p>{html.escape(COMPARE_NOTE)}</p>",
+                  _html_table(COMPARE_HEADER, [compare_cells(r) for r in report.comparison["rows"]]),
+                  f"<p>{html.escape(report.comparison['summary'])}</p>"]
     parts += ["<h2>Per-run sigmoid fits</h2>", "<p>R(C) = R0 + (A - R0) / (1 + (C_mid / C)<sup>B</sup>)</p>",
               _html_table(FIT_HEADER, [fit_cells(r) for r in report.fits],
                           ["" if r["identified"] else "unidentified" for r in report.fits])]

@@ -18,10 +18,12 @@ ROOT = Path(__file__).parents[1]
 TRUE_A = {"baseline": 0.62, "dapo_loss": 0.52, "sample_average": 0.617, "no_fp32_head": 0.612}
 
 
-def seed_loo(url: str) -> str:
-    """Store the runs of studies/scalerl_loo.yaml with synthetic records; returns the study name."""
+def seed_loo(url: str, sweep_names: bool = False) -> str:
+    """Store the runs of studies/scalerl_loo.yaml with synthetic records; returns the study name. sweep_names:
+    name the runs as a sweep does (`<variant>/s<seed>`, the study has 3 seeds)."""
     from rlscale.db.store import Store
     from rlscale.planner.study import load_study, plan_study
+    from rlscale.runner.sweep.state import run_name
 
     study = load_study(ROOT / "studies" / "scalerl_loo.yaml")
     store = Store(url)
@@ -30,7 +32,8 @@ def seed_loo(url: str) -> str:
     budget = study.compute.budget
     for run in plan_study(study).runs:
         A = TRUE_A.get(run.name, 0.615)
-        run_id = store.ensure_run(study.name, run.name, run.recipe.to_json(), seed=run.seed)
+        name = run_name(run, several_seeds=True) if sweep_names else run.name
+        run_id = store.ensure_run(study.name, name, run.recipe.to_json(), seed=run.seed)
         steps = np.arange(0, 201, 5)
         hours = budget * steps / steps[-1]
         reward = rng.binomial(4096, sigmoid(hours, A, 1.6, budget / 15, 0.1)) / 4096  # the plateau is seen
@@ -97,6 +100,17 @@ def test_loo_report_renders_tables_pngs_and_one_self_contained_html(loo_report):
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 3
     assert 'src="http' not in page and "<link" not in page  # nothing to fetch: one file is the whole report
+
+
+def test_loo_pools_the_seeds_of_runs_named_as_a_sweep_names_them(workdir, capsys, monkeypatch):
+    # a sweep of a 3-seed study stores "dapo_loss/s0", "dapo_loss/s1", ...: the table is still one row per variant
+    url = f"sqlite:///{workdir / 'sweep.db'}"
+    name = seed_loo(url, sweep_names=True)
+    code, out, err = _cli(["report", name, "--db", url, "--out", "rep", "--bootstrap", "40", "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    loo = {row["variant"]: row for row in json.loads(out)["loo"]}
+    assert "baseline" in loo and "dapo_loss" in loo and not any("/s" in variant for variant in loo)
+    assert loo["dapo_loss"]["beyond_noise"] and loo["dapo_loss"]["dA"] == pytest.approx(-0.10, abs=0.02)
 
 
 def test_report_prints_rich_tables(loo_report, capsys, monkeypatch):

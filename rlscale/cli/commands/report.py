@@ -74,6 +74,16 @@ def show(result) -> None:
                       f"{safe(result.study)}):", highlight=False, soft_wrap=True)
         for line in summary_lines(BacktestSummary(**result.backtest["summary"])):
             console.print(f"  {line}", highlight=False, soft_wrap=True)
+    if result.comparison is not None:
+        from rlscale.fitting.compare import COMPARE_HEADER, compare_cells
+
+        table = Table(title=f"{safe(result.study)}: variants across seeds (end: mean over the last 10% of compute)")
+        for col in COMPARE_HEADER:
+            table.add_column(col)
+        for row in result.comparison["rows"]:
+            table.add_row(*map(safe, compare_cells(row)))
+        console.print(table)
+        console.print(safe(result.comparison["summary"]), highlight=False, soft_wrap=True)
     for note in result.notes:
         console.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
     console.print(f"report: {safe(result.files['html'])}  (markdown: {safe(result.files['markdown'])})", highlight=False, soft_wrap=True)
