@@ -194,3 +194,15 @@ def test_cli_noise_model_is_passed_to_the_fits_and_checked(cli, tmp_path):
     assert code == 0 and json.loads(out)["runs"][0]["fitted"]
     code, _, err = cli("backtest", str(path), "--noise", "gaussian")
     assert code == 2 and err.startswith("error: --noise: expected one of auto, binomial, constant, multiplicative")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--r0", "2"], "error: --r0: expected a finite reward in [0, 1]"),
+    (["--unbounded", "--noise", "binomial"], "error: --noise: binomial noise is for pass rates in [0, 1]"),
+])
+def test_cli_checks_r0_and_noise_as_fit_does(cli, tmp_path, args, message):
+    # the same one-line errors as `rlscale fit` (before: every run "not fitted", the error about the file)
+    path = tmp_path / "runs.csv"
+    write_runs(path, {"a": noisy_sigmoid(0)})
+    code, out, err = cli("backtest", str(path), *args)
+    assert code == 2 and out == "" and err.startswith(message) and err.count("\n") == 1

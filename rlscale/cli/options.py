@@ -6,3 +6,26 @@ import typer
 
 DbUrl = Annotated[str | None, typer.Option(
     "--db", help="SQLAlchemy URL of the store (default: RLSCALE_DB or sqlite:///rlscale.db)")]
+
+
+def check_fit_source(file, study: str | None, db: str | None, *, command: str, noise: str, unbounded: bool,
+                     r0: float | None) -> None:
+    """The checks `fit` and `backtest` share: a FILE or --study (not both), --db only with --study, a known
+    --noise that suits the metric, a finite --r0 (in [0, 1] unless --unbounded). Raises UserError."""
+    import math
+
+    from rlscale.base.errors import UserError
+    from rlscale.fitting.sigmoid import NOISE_MODELS
+
+    if (file is None) == (study is None):
+        raise UserError("give either a run-log FILE or --study NAME (not both)", field=command)
+    if study is None and db is not None:
+        raise UserError("--db is only used with --study", field="--db")
+    if noise not in NOISE_MODELS:
+        raise UserError(f"expected one of {', '.join(NOISE_MODELS)}, got {noise!r}", field="--noise")
+    if unbounded and noise == "binomial":
+        raise UserError("binomial noise is for pass rates in [0, 1]; with --unbounded use auto, constant or "
+                        "multiplicative", field="--noise")
+    if r0 is not None and not (math.isfinite(r0) and (unbounded or 0.0 <= r0 <= 1.0)):
+        raise UserError(f"expected a finite reward{'' if unbounded else ' in [0, 1] (or pass --unbounded)'}, "
+                        f"got {r0:g}", field="--r0")

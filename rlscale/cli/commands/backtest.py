@@ -4,7 +4,7 @@ from pathlib import Path
 
 import typer
 
-from rlscale.cli.options import DbUrl
+from rlscale.cli.options import DbUrl, check_fit_source
 
 
 def register(app: typer.Typer) -> None:
@@ -29,14 +29,7 @@ def register(app: typer.Typer) -> None:
         from rlscale.base.errors import UserError
         from rlscale.fitting.backtest import backtest_runs, summarize
 
-        if (file is None) == (study is None):
-            raise UserError("give either a run-log FILE or --study NAME (not both)", field="backtest")
-        if study is None and db is not None:
-            raise UserError("--db is only used with --study", field="--db")
-        from rlscale.fitting.sigmoid import NOISE_MODELS
-
-        if noise not in NOISE_MODELS:
-            raise UserError(f"expected one of {', '.join(NOISE_MODELS)}, got {noise!r}", field="--noise")
+        check_fit_source(file, study, db, command="backtest", noise=noise, unbounded=unbounded, r0=r0)
         if not 0.0 < fraction < 1.0:
             raise UserError(f"expected a share of compute in (0, 1), got {fraction:g}", field="--fraction")
         if file is not None:

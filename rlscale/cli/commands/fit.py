@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rlscale.cli.options import DbUrl
+from rlscale.cli.options import DbUrl, check_fit_source
 
 # Keys of `fit --json`, in order (docs/methods.md section 7); scripts rely on them. `noise`: the noise model used.
 JSON_KEYS = ("run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise")
@@ -29,18 +29,7 @@ def register(app: typer.Typer) -> None:
         from rlscale.cli.console import console, print_json, safe
         from rlscale.base.errors import UserError
 
-        if (file is None) == (study is None):
-            raise UserError("give either a run-log FILE or --study NAME (not both)", field="fit")
-        if study is None and db is not None:
-            raise UserError("--db is only used with --study", field="--db")
-        from rlscale.fitting.sigmoid import NOISE_MODELS
-
-        if noise not in NOISE_MODELS:
-            raise UserError(f"expected one of {', '.join(NOISE_MODELS)}, got {noise!r}", field="--noise")
-        if unbounded and noise == "binomial":
-            raise UserError("binomial noise is for pass rates in [0, 1]; with --unbounded use auto, constant or multiplicative", field="--noise")
-        if r0 is not None and not (math.isfinite(r0) and (unbounded or 0.0 <= r0 <= 1.0)):
-            raise UserError(f"expected a finite reward{'' if unbounded else ' in [0, 1] (or pass --unbounded)'}, got {r0:g}", field="--r0")
+        check_fit_source(file, study, db, command="fit", noise=noise, unbounded=unbounded, r0=r0)
         if plot is not None and plot.suffix.lower() != ".png":
             raise UserError(f"expected a file name ending in .png, got {plot.name!r}", field="--plot")
         if plot is not None and plot.parent.exists() and not plot.parent.is_dir():
