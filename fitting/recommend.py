@@ -133,20 +133,22 @@ def constant_optimal_rollouts(law: RolloutsLaw) -> int | None:
     return values.pop() if len(values) == 1 else None
 
 
-def best_fitted_rollouts(usable: pd.DataFrame, law: RolloutsLaw, *, noise_band: float = NOISE_BAND,
+def best_fitted_rollouts(usable: pd.DataFrame, law: RolloutsLaw, budget: float, *, noise_band: float = NOISE_BAND,
                          max_truncation: float = MAX_TRUNCATION) -> tuple[int, str]:
-    """(n, why) without a law, only when n* never moved over the observed compute (when it moved, where it goes
-    next is unknown): that n* when a run at it is identified; else the n of the identified, stable run with the
-    highest fitted reward at the compute every run reached, provided no unidentified run's fitted reward there is
-    higher by more than the noise band. Raises Refusal otherwise."""
+    """(n, why) without a law. When n* never moved over the observed compute: that n* when a run at it is
+    identified; else the n of the identified, stable run with the highest fitted reward at the compute every run
+    reached, provided no unidentified run's fitted reward there is higher by more than the noise band. When n* moved
+    (where it goes next is unknown) only if every run is identified and stable and their asymptotes A differ by
+    less than the noise band: beyond the observed compute n then moves the reward by less than the noise, and n comes
+    from the run with the highest fitted reward at `budget`. Raises Refusal otherwise."""
     from rlscale.fitting.sigmoid import sigmoid
 
     constant = constant_optimal_rollouts(law)
-    if constant is None:
-        raise Refusal(f"no recommendation: the optimal-n law is not identified: {law.reason}")
     usable = usable.copy()
     usable["stable"] = stable(usable, max_truncation)
     trusted = usable[usable["identified"].astype(bool) & usable["stable"]]
+    if constant is None:
+        return _tied_asymptotes_rollouts(usable, trusted, law, budget, noise_band)
     if trusted.empty:
         raise Refusal(f"no recommendation: the optimal-n law is not identified: {law.reason}; and no run has an "
                       "identified fit that trained stably")
@@ -165,6 +167,31 @@ def best_fitted_rollouts(usable: pd.DataFrame, law: RolloutsLaw, *, noise_band: 
                                 f"is identified; n = {int(best.rollouts)} from {best.run}, the identified run with the "
                                 f"highest fitted reward at {common:.3g} ({reward_at[best.run]:.3f}; no unidentified run "
                                 f"is more than {noise_band:g} above it there)")
+
+
+def _tied_asymptotes_rollouts(usable: pd.DataFrame, trusted: pd.DataFrame, law: RolloutsLaw, budget: float,
+                              noise_band: float) -> tuple[int, str]:
+    from rlscale.fitting.sigmoid import sigmoid
+
+    moved = sorted({int(n) for n in law.frontier["rollouts"]})
+    refused = f"no recommendation: the optimal-n law is not identified: {law.reason}"
+    if len(trusted) < len(usable):
+        doubtful = ", ".join(f"{row.run} ({row.reason or 'unstable'})" for row in usable.itertuples()
+                             if row.run not in set(trusted["run"]))
+        raise Refusal(f"{refused}; and n* moved ({moved}) while not every run is identified and stable ({doubtful}), "
+                      "so where it goes beyond the observed compute is unknown")
+    low, high = float(trusted["A"].min()), float(trusted["A"].max())
+    if not high - low < noise_band:
+        raise Refusal(f"{refused}; and n* moved ({moved}) while the runs' asymptotes differ by {high - low:.3f} "
+                      f"({low:.3f}-{high:.3f}, not within the {noise_band:g} noise band), so which n wins beyond the "
+                      "observed compute is unknown")
+    reward_at = {row.run: float(sigmoid(budget, row.A, row.B, row.C_mid, row.R0)) for row in trusted.itertuples()}
+    best = max(trusted.itertuples(), key=lambda row: reward_at[row.run])
+    return int(best.rollouts), (
+        f"n* moved over the compute the runs reached (it took {moved}), but every run is identified and their "
+        f"asymptotes lie within {high - low:.3f} of each other ({low:.3f}-{high:.3f}, inside the {noise_band:g} noise "
+        f"band), so beyond that compute n changes the reward by less than the noise; n = {int(best.rollouts)} from "
+        f"{best.run}, the run with the highest fitted reward at {budget:.4g} ({reward_at[best.run]:.3f})")
 
 
 def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_for: Callable[[float, int, int], int],
@@ -186,9 +213,10 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
         n_lo, n_hi = (float(v) for v in law.predict_interval(budget))
         n_rec = int(2 ** round(np.log2(n_star)))
     elif allow_constant_n:
-        n_rec, why = best_fitted_rollouts(usable, law, noise_band=noise_band, max_truncation=max_truncation)
+        n_rec, why = best_fitted_rollouts(usable, law, budget, noise_band=noise_band,
+                                          max_truncation=max_truncation)
         n_star = n_lo = n_hi = float(n_rec)
-        notes.append(f"no optimal-n law: {law.reason}. {why}; run larger compute levels to see whether n* moves")
+        notes.append(f"no optimal-n law: {law.reason}. {why}; runs at larger compute levels would fit the law")
     else:
         raise Refusal(f"no recommendation: the optimal-n law is not identified: {law.reason}")
 

@@ -4,6 +4,7 @@ This is the one definition of a recipe; the planner, the runner, the store (as J
 exporter all use it. Keys are the study-file keys (docs/methods.md section 5).
 """
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -79,6 +80,9 @@ class Recipe(BaseModel):
 
     # evaluation and bookkeeping
     eval_every: int = Field(10, ge=1)
+    eval_early_per_decade: int = Field(0, ge=0, le=20, description=(
+        "extra evaluations before step eval_every, this many per decade of steps, evenly in log(step): the sigmoid "
+        "is fitted in log compute, where the first steps are most of the axis (0: none)"))
     eval_prompts: int = Field(128, ge=1)
     eval_samples: int = Field(4, ge=1, description="k samples per held-out prompt; reward = mean pass rate")
     checkpoint_every: int = Field(50, ge=1)
@@ -120,6 +124,19 @@ class Recipe(BaseModel):
         if self.lr_scaling == "none":
             return self.lr
         return self.lr * (self.total_batch / self.lr_reference_batch) ** 0.5
+
+    def is_eval_step(self, step: int) -> bool:
+        """Whether the validation pass rate is recorded after `step` (the engines also record step 0 and the last)."""
+        return step % self.eval_every == 0 or step in self.early_eval_steps
+
+    @property
+    def early_eval_steps(self) -> frozenset[int]:
+        """Steps below eval_every evaluated by eval_early_per_decade: round(10^(i / k)), i = 0, 1, ..."""
+        k = self.eval_early_per_decade
+        if k == 0:
+            return frozenset()
+        steps = (round(10 ** (i / k)) for i in range(int(k * math.log10(self.eval_every)) + 1))
+        return frozenset(s for s in steps if s < self.eval_every)
 
     def to_json(self) -> dict:
         """Study-file keys (`async`, not `async_mode`), every field explicit."""

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 
-RECIPE = dict(prompts_per_batch=32, rollouts=8, lr=3e-4, lr_reference_batch=256, max_new_tokens=8,
+RECIPE = dict(prompts_per_batch=32, rollouts=8, lr=1e-4, lr_reference_batch=256, max_new_tokens=8,
               eval_prompts=128, eval_samples=4)
 
 JOB_SCRIPT = textwrap.dedent("""
@@ -98,7 +98,8 @@ def test_killed_job_resumes_from_checkpoint_without_gaps_and_reward_rises(cluste
     from rlscale.planner.recipe import Recipe
     from rlscale.runner.builtin.job import run_job
 
-    recipe = Recipe(**RECIPE, steps=80, eval_every=16, checkpoint_every=16, **{"async": "sync"})
+    recipe = Recipe(**RECIPE, steps=80, eval_every=16, eval_early_per_decade=4, checkpoint_every=16,
+                    **{"async": "sync"})
     sink = tmp_path / "records.jsonl"
     process = subprocess.Popen([sys.executable, "-c", JOB_SCRIPT, json.dumps(recipe.to_json()), run_key, str(sink)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -127,9 +128,10 @@ def test_killed_job_resumes_from_checkpoint_without_gaps_and_reward_rises(cluste
     assert [r["rollouts"] for r in rows] == [step * recipe.total_batch for step in range(recipe.steps + 1)]
     assert all(r["metrics"]["staleness"] == 0 for r in rows[1:])  # sync is on-policy
     evals = [(r["step"], r["val_reward"]) for r in rows if r["val_reward"] is not None]
-    assert [step for step, _ in evals] == list(range(0, recipe.steps + 1, recipe.eval_every))
+    # log-spaced early evaluations (1, 2, 3, 6, 10: four a decade), then every eval_every
+    assert [step for step, _ in evals] == [0, 1, 2, 3, 6, 10, *range(16, recipe.steps + 1, recipe.eval_every)]
     rewards = [reward for _, reward in evals]
-    # the tiny policy starts near 0.5 and climbs (0.51 -> 0.62 in 50 local steps of 32 x 8)
+    # the tiny policy starts near 0.8 and climbs (0.78 -> 0.87 in 100 local steps of 16 x 4)
     assert max(rewards[-2:]) > rewards[0] + 0.04, rewards
     assert sum(rewards[-3:]) / 3 > sum(rewards[:2]) / 2, rewards
 

@@ -30,7 +30,7 @@ def test_same_seed_same_curve():
 
 
 def test_scalerl_recipe_raises_the_validation_pass_rate():
-    # a shorter run than bench/rl_local.py (which asserts the full +0.25 and the sigmoid fit)
+    # a shorter run than bench/rl_local.py (which fits the sigmoid); the base policy starts near 0.8 (SFT to 0.8)
     from rlscale.runner.builtin.local import run_local
 
     recipe = load_recipe(RECIPE)
@@ -39,8 +39,8 @@ def test_scalerl_recipe_raises_the_validation_pass_rate():
     records = run_local(short(recipe, steps=150, eval_every=50))
     start = records[0]["val_reward"]
     late = sum(r["val_reward"] for r in records[-2:]) / 2
-    assert 0.4 <= start <= 0.6
-    assert late - start >= 0.06, [round(r["val_reward"], 3) for r in records]
+    assert 0.72 <= start <= 0.85
+    assert late - start >= 0.06, [round(r["val_reward"], 3) for r in records]  # measured: 0.777 -> 0.853
     assert records[-1]["rollouts"] == 150 * recipe.total_batch
     assert records[-1]["gpu_hours"] > records[1]["gpu_hours"] > 0
 
@@ -66,5 +66,5 @@ def test_bad_recipe_key_is_a_user_error_naming_file_and_field(tmp_path):
 
 
 def _override(text: str) -> str:
-    lines = [line for line in text.splitlines() if not line.startswith(("eval_prompts:", "eval_samples:", "eval_every:"))]
+    lines = [line for line in text.splitlines() if not line.startswith(("eval_prompts:", "eval_samples:", "eval_every:", "eval_early"))]
     return "\n".join(lines + ["eval_prompts: 16", "eval_samples: 1", "eval_every: 2", ""])

@@ -276,3 +276,9 @@ def test_recipe_defaults_are_not_copied():
     # the study's base recipe is the Recipe itself: its defaults come from planner/recipe.py only
     study = parse_study({"name": "d", "method": "grid", "parameters": {"loss": {"values": ["dapo"]}}}, file="d.yaml")
     assert study.recipe == Recipe()
+
+
+def test_early_evaluations_are_evenly_spaced_in_log_steps():
+    recipe = Recipe(eval_every=25, eval_early_per_decade=6)
+    assert [step for step in range(101) if recipe.is_eval_step(step)] == [0, 1, 2, 3, 5, 7, 10, 15, 22, 25, 50, 75, 100]
+    assert [step for step in range(60) if Recipe(eval_every=25).is_eval_step(step)] == [0, 25, 50]

@@ -1,5 +1,6 @@
-"""When n* never moved over the observed compute there is no optimal-n law; `recommend` then takes n from the best
-fitted runs and says so, and still refuses when an unidentified run could be better beyond the noise band."""
+"""Without an optimal-n law `recommend` takes n from the best fitted runs and says so: when n* never moved over the
+observed compute (still refusing when an unidentified run could be better beyond the noise band), or when it moved
+but every run is identified and their asymptotes tie within the noise band."""
 
 import numpy as np
 import pandas as pd
@@ -51,8 +52,16 @@ def test_an_unidentified_frontier_run_is_replaced_only_when_no_unidentified_run_
         recommend(far, _flat_law([4, 4, 4]), budget=400.0, steps_for=_steps, allow_constant_n=True)
 
 
-def test_a_frontier_that_moved_is_refused_without_a_law():
-    curves = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.72, 1.5, 10.0, True)])
-    with pytest.raises(Refusal, match="has not bent"):
-        recommend(curves, _flat_law([4, 4, 8]), budget=400.0, steps_for=_steps, allow_constant_n=True)
-    assert np.isfinite(curves["A"]).all()
+def test_a_frontier_that_moved_is_refused_unless_every_run_is_identified_with_tied_asymptotes():
+    moved = _flat_law([4, 4, 8])
+    apart = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.75, 1.5, 10.0, True)])  # A 0.05 apart: beyond the noise band
+    with pytest.raises(Refusal, match=r"has not bent.*differ by 0\.050"):
+        recommend(apart, moved, budget=400.0, steps_for=_steps, allow_constant_n=True)
+    doubtful = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.71, 1.5, 10.0, False)])
+    with pytest.raises(Refusal, match="not every run is identified"):
+        recommend(doubtful, moved, budget=400.0, steps_for=_steps, allow_constant_n=True)
+    # A 0.70 and 0.71: beyond the observed compute n moves the reward by less than the noise; n = 8 fits higher at 400
+    tied = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.71, 1.5, 10.0, True)])
+    rec = recommend(tied, moved, budget=400.0, steps_for=_steps, allow_constant_n=True)
+    assert (rec.rollouts, rec.steps) == (8, 400 // (16 * 8)) and not rec.law_identified
+    assert any("n* moved" in note and "0.700-0.710" in note and "n = 8 from n8" in note for note in rec.notes)

@@ -120,6 +120,21 @@ def test_report_prints_rich_tables(loo_report, capsys, monkeypatch):
     assert "leave-one-out" in out and "dapo_loss" in out and "report.html" in out
 
 
+def test_the_fits_table_fits_100_columns_with_every_interval_on_one_line(loo_report, capsys, monkeypatch):
+    from rlscale.cli.console import console
+    from rlscale.fitting.report import fit_cells
+
+    _, payload, (url, name) = loo_report
+    monkeypatch.setattr(console, "_width", 100)  # a 100-column terminal
+    code, out, err = _cli(["report", name, "--db", url, "--out", "rep3", "--bootstrap", "40"], capsys, monkeypatch)
+    assert code == 0, err
+    fits = out[out.index("sigmoid fits"):]
+    fits = fits[:fits.index("└")]  # title to the last row
+    assert max(len(line) for line in fits.splitlines()) <= 100
+    for row in payload["fits"]:
+        assert fit_cells(row)[1] in fits, row["run"]  # "A [lo, hi]" whole, not wrapped
+
+
 def test_report_of_an_unknown_study_is_a_one_line_error(workdir, capsys, monkeypatch):
     code, _, err = _cli(["report", "nope", "--db", f"sqlite:///{workdir / 'rl.db'}"], capsys, monkeypatch)
     assert code == 2 and "no study named 'nope'" in err

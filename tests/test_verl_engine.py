@@ -186,3 +186,14 @@ def test_plan_and_dry_run_accept_the_verl_study_and_submit_nothing(cli, workdir,
     assert "trainer.logger=[console,file]" in first["overrides"]
     assert not (tmp_path / "never.db").exists()  # nothing stored, nothing submitted
     assert not Path("/nfs/rl").exists()
+
+
+def test_a_verl_study_with_early_evaluations_is_refused_in_one_line(cli, tmp_path):
+    # verl's trainer.test_freq cannot express log-spaced early evaluations: refused before anything is submitted
+    study = tmp_path / "early.yaml"
+    study.write_text((ROOT / "studies" / "verl_gsm8k.yaml").read_text().replace(
+        "recipe:\n", "recipe:\n  eval_early_per_decade: 4\n", 1))
+    code, out, err = cli("sweep", str(study), "--dry-run", "--db", f"sqlite:///{tmp_path / 'never.db'}",
+                         "--shared-dir", "/nfs/rl", "--ray-address", "http://head:8265")
+    assert code == 2 and "eval_early_per_decade" in err and "test_freq" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "never.db").exists()

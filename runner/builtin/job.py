@@ -197,7 +197,7 @@ class _Job:
             self.timings["train"] += result["ended"] - result["started"]
             if self._reaches_compute(step, now):
                 self.compute_reached, last = True, step
-            if step % recipe.eval_every == 0 or step == last:
+            if recipe.is_eval_step(step) or step == last:
                 self._submit_eval(step)
             state.step = step
             state.rollouts += sum(len(group) for group in generation.rollouts)

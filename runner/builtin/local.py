@@ -117,6 +117,6 @@ def run_local(recipe, *, steps: int | None = None, threads: int = 1, device: str
         tokens_done += rollouts.response_tokens
         if on_step:
             on_step(step, last | {"elapsed": train_seconds})
-        if step % recipe.eval_every == 0 or step == total_steps:
+        if recipe.is_eval_step(step) or step == total_steps:
             record(step)
     return records

@@ -97,6 +97,9 @@ def job_overrides(recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: in
     if recipe.model == "tiny":
         raise UserError("engine: verl needs a HF model directory the cluster can read, not the tiny CPU policy",
                         field="model")
+    if recipe.eval_early_per_decade:
+        raise UserError("engine: verl evaluates every trainer.test_freq steps only; expected "
+                        "eval_early_per_decade: 0", field="eval_early_per_decade")
     pipeline = recipe.async_mode == "pipeline"
     trainer_nodes, trainer_per_node = _layout(recipe.trainer_devices, gpus_per_node, "trainer")
     deployment = Deployment(gpus_per_node=trainer_per_node * (2 if pipeline else 1), nodes=trainer_nodes,

@@ -53,12 +53,14 @@ def show(result) -> None:
             table.add_row(*map(safe, loo_cells(row)), style="bold red" if row["beyond_noise"] else None)
         console.print(table)
     table = Table(title=f"{safe(result.study)}: sigmoid fits ({result.method})", caption_justify="left")
-    width = min(28, max((len(str(row["run"])) for row in result.fits), default=3))
+    width = min(20, max((len(str(row["run"])) for row in result.fits), default=3))  # 100 columns in all
     for col in FIT_HEADER:
-        table.add_column(col, min_width=width if col == "run" else None)
+        # the interval on A stays on one line; on a narrow terminal the other cells wrap
+        table.add_column(col, min_width=width if col == "run" else None, no_wrap=col == "A [95%]")
     reasons = []  # printed under the table, so a long reason does not squeeze the numbers
     for row in result.fits:
         cells = [safe(cell) for cell in fit_cells(row)]
+        cells[-1] = "yes"
         if not row["identified"]:
             reasons.append(f"({len(reasons) + 1}) {safe(row['run'])}: {safe(row['status'])}")
             cells[-1] = f"no ({len(reasons)})"
