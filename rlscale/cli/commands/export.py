@@ -69,10 +69,10 @@ def register(app: typer.Typer) -> None:
                 check_steps(rec.steps)
                 chosen = recommended_recipe(stored, rec)
                 lo, hi = rec.predicted_interval
+                n_from = f"law n* {rec.n_star:.0f}" if rec.law_identified else "no optimal-n law: from the best fitted runs"
                 header = [f"rlscale export: recommendation from study {name} for a budget of {budget:g}",
-                          f"B_p {rec.prompts_per_batch}, n {rec.rollouts} (law n* {rec.n_star:.0f}), M {rec.steps} "
-                          f"steps; predicted reward {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] from run "
-                          f"{rec.predicted_from}"]
+                          f"B_p {rec.prompts_per_batch}, n {rec.rollouts} ({n_from}), M {rec.steps} steps; predicted "
+                          f"reward {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] from run {rec.predicted_from}"]
             else:
                 chosen, header = best_run_recipe(store, name, budget)
         text = export_config(chosen, fmt, header=header, deployment=deployment)

@@ -60,7 +60,7 @@ def show(rec, study: str) -> None:
     console.print(top)
     evidence = Table(title=f"evidence: runs at n = {rec.evidence[0]['rollouts'] if rec.evidence else '-'}")
     for col in ("run", "B_p", "A [95%]", "identified", "truncation", f"within {NOISE_BAND:g} of best", "chosen"):
-        evidence.add_column(col)
+        evidence.add_column(col, no_wrap=col == "A [95%]")  # the interval stays on one line
     for row in rec.evidence:
         evidence.add_row(safe(row["run"]), str(row["prompts_per_batch"]), f"{row['A']:.3f} [{row['A_lo']:.3f}, {row['A_hi']:.3f}]",
                          "yes" if row["identified"] else f"no: {safe(row['reason'])}",
