@@ -21,7 +21,8 @@ def short(recipe, **changes):
 def test_same_seed_same_curve():
     from rlscale.runner.builtin.local import run_local
 
-    recipe = short(load_recipe(RECIPE), steps=6, eval_every=3, eval_prompts=32, eval_samples=2, prompts_per_batch=8)
+    recipe = short(load_recipe(RECIPE), steps=6, eval_every=3, eval_early_per_decade=0, eval_prompts=32, eval_samples=2,
+                   prompts_per_batch=8)
     keys = ("step", "rollouts", "tokens", "val_reward", "train_reward", "grad_norm", "entropy")
     first, second = ([{k: r.get(k) for k in keys} for r in run_local(recipe)] for _ in range(2))
     assert first == second and len(first) == 3
