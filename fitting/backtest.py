@@ -102,6 +102,11 @@ class BacktestSummary:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
+def in_end_window(compute: np.ndarray, last: float) -> np.ndarray:
+    """Mask of the points in the last END_WINDOW of compute up to `last` (where a run's end reward is read)."""
+    return compute >= (1.0 - END_WINDOW) * last
+
+
 def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, **fit_kwargs) -> RunBacktest:
     """Backtest of one run: fit its points at compute <= fraction x its last compute, score against the end.
 
@@ -126,7 +131,7 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, **
     last = float(x[-1])
     cut = fraction * last
     part = x <= cut
-    end = x >= (1.0 - END_WINDOW) * last
+    end = in_end_window(x, last)
     empty.update(n_part=int(part.sum()), cut_compute=cut, last_compute=last)
     if not np.any(end & ~part):
         return RunBacktest(fitted=False, reason=f"no evaluation after the first {fraction:.0%} of compute to check against",
@@ -134,7 +139,7 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, **
     end &= ~part  # with a fraction above 0.9 the end window is what lies beyond the part
     observed = float(np.mean(y[end]))
     carry = float(y[part][-1]) if part.any() else nan
-    part_end = part & (x >= (1.0 - END_WINDOW) * cut)
+    part_end = part & in_end_window(x, cut)
     rising = bool(observed - float(np.mean(y[part_end])) > RISE) if part_end.any() else None
     empty.update(observed=observed, carry_forward=carry, carry_forward_error=carry - observed, rising=rising)
     try:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from rlscale.base.numbers import NOISE_BAND
-from rlscale.fitting.backtest import END_WINDOW
+from rlscale.fitting.backtest import in_end_window
 
 COMPARE_HEADER = ["variant", "seeds", "A identified", "A mean +- sd", "end reward mean +- sd", "end vs best"]
 
@@ -26,7 +26,7 @@ def end_reward(compute, reward) -> float:
     if not ok.any():
         return float("nan")
     x, y = x[ok], y[ok]
-    return float(np.mean(y[x >= (1.0 - END_WINDOW) * x.max()]))
+    return float(np.mean(y[in_end_window(x, x.max())]))
 
 
 def _mean_sd(values: list[float]) -> tuple[float, float]:

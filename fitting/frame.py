@@ -54,6 +54,5 @@ def variant_names(runs: pd.DataFrame) -> pd.Series:
     names = runs["run"].astype(str)
     if "seed" not in runs.columns:
         return names
-    suffix = "/s" + runs["seed"].astype(str)
-    own = pd.Series([name.endswith(end) for name, end in zip(names, suffix)], index=runs.index)
-    return names.where(~own, pd.Series([name[: -len(end)] for name, end in zip(names, suffix)], index=runs.index))
+    suffixes = "/s" + runs["seed"].astype(str)
+    return pd.Series([name.removesuffix(end) for name, end in zip(names, suffixes)], index=runs.index)

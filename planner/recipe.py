@@ -127,7 +127,7 @@ class Recipe(BaseModel):
 
     def is_eval_step(self, step: int) -> bool:
         """Whether the validation pass rate is recorded after `step` (the engines also record step 0 and the last)."""
-        return step % self.eval_every == 0 or step in self.early_eval_steps
+        return step % self.eval_every == 0 or (step < self.eval_every and step in self.early_eval_steps)
 
     @property
     def early_eval_steps(self) -> frozenset[int]:
