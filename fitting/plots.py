@@ -10,8 +10,9 @@ from rlscale.fitting.sigmoid import sigmoid
 
 
 def plot_study(records: pd.DataFrame, fits: pd.DataFrame, path, *, run_col="run", compute_col="compute",
-               reward_col="reward", title=None, extrapolate_to=None) -> Path:
-    """Path of the written PNG: per run, points (record breakers filled), the fitted curve (solid over the
+               reward_col="reward", title=None, extrapolate_to=None, record_breaking=True) -> Path:
+    """Path of the written PNG: per run, points (filled: those the fit used, the record breakers when
+    `record_breaking`, else every one), the fitted curve (solid over the
     observed compute, dashed beyond it up to `extrapolate_to`, default 2x the largest observed compute)
     and a band from the 95% interval on A; log-x axis. Runs without a fit show points only.
     """
@@ -36,7 +37,7 @@ def plot_study(records: pd.DataFrame, fits: pd.DataFrame, path, *, run_col="run"
         reward = group[reward_col].to_numpy(dtype=float)
         shown = compute > 0  # log axis
         ax.scatter(compute[shown], reward[shown], s=10, facecolors="none", edgecolors=color, alpha=0.5, lw=0.8)
-        best = record_breaking_points(compute[shown], reward[shown])
+        best = record_breaking_points(compute[shown], reward[shown]) if record_breaking else slice(None)
         ax.scatter(compute[shown][best], reward[shown][best], s=16, color=color)
         fit = fit_by_run.get(run)
         label = str(run)

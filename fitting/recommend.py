@@ -138,9 +138,8 @@ def best_fitted_rollouts(usable: pd.DataFrame, law: RolloutsLaw, budget: float, 
     """(n, why) without a law. When n* never moved over the observed compute: that n* when a run at it is
     identified; else the n of the identified, stable run with the highest fitted reward at the compute every run
     reached, provided no unidentified run's fitted reward there is higher by more than the noise band. When n* moved
-    (where it goes next is unknown) only if every run is identified and stable and their asymptotes A differ by
-    less than the noise band: beyond the observed compute n then moves the reward by less than the noise, and n comes
-    from the run with the highest fitted reward at `budget`. Raises Refusal otherwise."""
+    (a law would say where it goes next) only if every run is identified and stable: then each run's fitted curve is
+    pinned, and n comes from the run with the highest fitted reward at `budget`. Raises Refusal otherwise."""
     from rlscale.fitting.sigmoid import sigmoid
 
     constant = constant_optimal_rollouts(law)
@@ -148,7 +147,7 @@ def best_fitted_rollouts(usable: pd.DataFrame, law: RolloutsLaw, budget: float, 
     usable["stable"] = stable(usable, max_truncation)
     trusted = usable[usable["identified"].astype(bool) & usable["stable"]]
     if constant is None:
-        return _tied_asymptotes_rollouts(usable, trusted, law, budget, noise_band)
+        return _identified_runs_rollouts(usable, trusted, law, budget, noise_band)
     if trusted.empty:
         raise Refusal(f"no recommendation: the optimal-n law is not identified: {law.reason}; and no run has an "
                       "identified fit that trained stably")
@@ -169,7 +168,7 @@ def best_fitted_rollouts(usable: pd.DataFrame, law: RolloutsLaw, budget: float, 
                                 f"is more than {noise_band:g} above it there)")
 
 
-def _tied_asymptotes_rollouts(usable: pd.DataFrame, trusted: pd.DataFrame, law: RolloutsLaw, budget: float,
+def _identified_runs_rollouts(usable: pd.DataFrame, trusted: pd.DataFrame, law: RolloutsLaw, budget: float,
                               noise_band: float) -> tuple[int, str]:
     from rlscale.fitting.sigmoid import sigmoid
 
@@ -180,18 +179,16 @@ def _tied_asymptotes_rollouts(usable: pd.DataFrame, trusted: pd.DataFrame, law: 
                              if row.run not in set(trusted["run"]))
         raise Refusal(f"{refused}; and n* moved ({moved}) while not every run is identified and stable ({doubtful}), "
                       "so where it goes beyond the observed compute is unknown")
-    low, high = float(trusted["A"].min()), float(trusted["A"].max())
-    if not high - low < noise_band:
-        raise Refusal(f"{refused}; and n* moved ({moved}) while the runs' asymptotes differ by {high - low:.3f} "
-                      f"({low:.3f}-{high:.3f}, not within the {noise_band:g} noise band), so which n wins beyond the "
-                      "observed compute is unknown")
     reward_at = {row.run: float(sigmoid(budget, row.A, row.B, row.C_mid, row.R0)) for row in trusted.itertuples()}
     best = max(trusted.itertuples(), key=lambda row: reward_at[row.run])
+    close = [f"{row.run} {reward_at[row.run]:.3f}" for row in trusted.itertuples()
+             if row.run != best.run and reward_at[row.run] > reward_at[best.run] - noise_band]
+    tie = f"; within the {noise_band:g} noise band of it there: {', '.join(close)}" if close else ""
+    low, high = float(trusted["A"].min()), float(trusted["A"].max())
     return int(best.rollouts), (
-        f"n* moved over the compute the runs reached (it took {moved}), but every run is identified and their "
-        f"asymptotes lie within {high - low:.3f} of each other ({low:.3f}-{high:.3f}, inside the {noise_band:g} noise "
-        f"band), so beyond that compute n changes the reward by less than the noise; n = {int(best.rollouts)} from "
-        f"{best.run}, the run with the highest fitted reward at {budget:.4g} ({reward_at[best.run]:.3f})")
+        f"n* moved over the compute the runs reached (it took {moved}), but every run is identified and stable "
+        f"(asymptotes {low:.3f}-{high:.3f}), so each run's fitted curve is read at the budget instead of a law; "
+        f"n = {int(best.rollouts)} from {best.run}, the highest there ({reward_at[best.run]:.3f} at {budget:.4g}){tie}")
 
 
 def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_for: Callable[[float, int, int], int],
@@ -289,6 +286,12 @@ def frontier_segments(front: pd.DataFrame) -> list[dict]:
 COMPUTE_COLUMNS = {"gpu_hours": "gpu_hours", "rollouts": "rollouts", "tokens": "tokens"}
 
 
+def fits_record_breaking(study) -> bool:
+    """Whether a stored Study's runs are fitted on their record-breaking points (its `fit.points`); a study imported
+    without a spec (None) is read as a grid: every evaluation."""
+    return study is not None and study.fits_record_breaking
+
+
 def study_unit(study) -> str:
     """The compute unit (gpu_hours, rollouts, tokens) of a Study; gpu_hours when it does not say (or is None)."""
     return study.compute.unit if study is not None and study.compute is not None else "gpu_hours"
@@ -366,7 +369,8 @@ def recommend_study(store, study: str, budget: float, *, profile: str | None = N
     unit = study_unit(typed)
     if records["val_reward"].notna().sum() == 0:
         raise Refusal(f"no recommendation: study {study!r} has no evaluated records yet")
-    curves, draws = run_curves(records, runs, compute_col=COMPUTE_COLUMNS[unit], bootstrap=bootstrap, seed=seed)
+    curves, draws = run_curves(records, runs, compute_col=COMPUTE_COLUMNS[unit],
+                               record_breaking=fits_record_breaking(typed), bootstrap=bootstrap, seed=seed)
     usable = fitted(curves)
     if usable["rollouts"].nunique() < 2:
         raise Refusal(f"no recommendation: study {study!r} has fitted runs at {usable['rollouts'].nunique()} rollouts "

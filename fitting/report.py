@@ -19,7 +19,7 @@ from rlscale.fitting.backtest import BACKTEST_HEADER, BACKTEST_NOTE, backtest_ta
 from rlscale.fitting.compare import COMPARE_HEADER, compare_cells, compare_variants
 from rlscale.fitting.frame import run_labels, variant_names
 from rlscale.fitting.plots import save_figure
-from rlscale.fitting.recommend import run_curves, study_unit
+from rlscale.fitting.recommend import fits_record_breaking, run_curves, study_unit
 
 COMPUTE_LABELS = {"gpu_hours": "GPU-hours", "rollouts": "rollouts", "tokens": "tokens"}
 
@@ -150,6 +150,7 @@ class Report:
     description: str
     unit: str
     fits: list[dict]
+    fitted_on: str = "every evaluation"  # or "record-breaking points" (the study's fit.points)
     loo: list[dict] | None = None
     law: dict | None = None
     backtest: dict | None = None  # fitting.backtest.backtest_table: each run's first half vs its end
@@ -160,7 +161,8 @@ class Report:
 
     def to_dict(self) -> dict:
         """JSON-ready."""
-        return {"study": self.study, "method": self.method, "unit": self.unit, "fits": self.fits, "loo": self.loo,
+        return {"study": self.study, "method": self.method, "unit": self.unit, "fits": self.fits,
+                "fitted_on": self.fitted_on, "loo": self.loo,
                 "law": self.law, "backtest": self.backtest, "comparison": self.comparison, "notes": self.notes, "files": {k: str(v) for k, v in {**self.plots, **self.files}.items()}}
 
 
@@ -187,7 +189,8 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
         return write_report(report, out)
 
     # IsoCompute fits the running frontier (record-breaking points); ScaleRL fits every evaluation
-    record_breaking = method == "isocompute"
+    record_breaking = fits_record_breaking(stored)
+    report.fitted_on = "record-breaking points" if record_breaking else "every evaluation"
     per_run = runs.assign(run=runs["label"]).drop(columns=["run_id", "seed"], errors="ignore")
     curves, draws = run_curves(records.drop(columns=["run_id"]), per_run, compute_col=compute_col, reward_col=metric,
                                record_breaking=record_breaking, bootstrap=bootstrap, seed=seed)
@@ -199,7 +202,8 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
     report.backtest = backtest_table(records, run_col="run", compute_col=compute_col, reward_col=metric,
                                      bootstrap=bootstrap, seed=seed)
     report.plots["curves"] = plot_study(records, curves, out / "curves.png", run_col="run", compute_col=compute_col,
-                                        reward_col=metric, title=f"{study}: reward vs compute, fitted sigmoids "
+                                        reward_col=metric, record_breaking=record_breaking,
+                                        title=f"{study}: reward vs compute, fitted sigmoids "
                                         "(dashed: extrapolation, band: 95% interval on A)")
     linear_from = (records, curves)
     if method == "loo":
@@ -292,7 +296,8 @@ def render_markdown(report: Report) -> str:
         parts += ["## Variants across seeds", "", COMPARE_NOTE, "",
                   _md_table(COMPARE_HEADER, [compare_cells(r) for r in report.comparison["rows"]]), "",
                   f"- {report.comparison['summary']}", ""]
-    parts += ["## Per-run sigmoid fits", "", "R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)", "",
+    parts += ["## Per-run sigmoid fits", "", f"R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), fitted on {report.fitted_on}",
+              "",
               _md_table(FIT_HEADER, [fit_cells(r) for r in report.fits]), ""]
     if report.backtest is not None:
         parts += ["## Backtest (ScaleRL: fit on the first half, extrapolate)", "", BACKTEST_NOTE, "",
@@ -342,7 +347,8 @@ def render_html(report: Report) -> str:
         parts += ["<h2>Variants across seeds</h2>", f"<p>{html.escape(COMPARE_NOTE)}</p>",
                   _html_table(COMPARE_HEADER, [compare_cells(r) for r in report.comparison["rows"]]),
                   f"<p>{html.escape(report.comparison['summary'])}</p>"]
-    parts += ["<h2>Per-run sigmoid fits</h2>", "<p>R(C) = R0 + (A - R0) / (1 + (C_mid / C)<sup>B</sup>)</p>",
+    parts += ["<h2>Per-run sigmoid fits</h2>",
+              f"<p>R(C) = R0 + (A - R0) / (1 + (C_mid / C)<sup>B</sup>), fitted on {html.escape(report.fitted_on)}</p>",
               _html_table(FIT_HEADER, [fit_cells(r) for r in report.fits],
                           ["" if r["identified"] else "unidentified" for r in report.fits])]
     if report.backtest is not None:

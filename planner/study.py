@@ -127,6 +127,14 @@ class EarlyTerminate(_Strict):
         return (*fractions, 1.0) if fractions[-1] < 1 else tuple(fractions)
 
 
+class Fit(_Strict):
+    """How each run's sigmoid is fitted."""
+
+    points: Literal["record_breaking", "all"] | None = Field(
+        None, description="record_breaking: each run's running frontier (IsoCompute); all: every evaluation (ScaleRL); "
+                          "unset: record_breaking for isocompute studies, all otherwise")
+
+
 class Study(_Strict):
     """A study file. `recipe` is the base every run starts from; `parameters` are the axes."""
 
@@ -142,6 +150,7 @@ class Study(_Strict):
     leave_one_out: list[Revert] = Field(default_factory=list)
     n_trials: int | None = Field(None, ge=1)
     early_terminate: EarlyTerminate = Field(default_factory=EarlyTerminate)
+    fit: Fit = Field(default_factory=Fit)
 
     @field_validator("name", mode="before")
     @classmethod
@@ -176,6 +185,11 @@ class Study(_Strict):
         for path, message in _problems(self):
             raise FieldProblem(path, message)
         return self
+
+    @property
+    def fits_record_breaking(self) -> bool:
+        """Whether runs are fitted on their record-breaking points (`fit.points`, by default for isocompute)."""
+        return self.fit.points == "record_breaking" or (self.fit.points is None and self.method == "isocompute")
 
     def to_spec(self) -> dict:
         """The study as plain JSON (study-file keys, what the file set), as stored with the study.

@@ -80,8 +80,8 @@ def test_refuses_when_the_budget_buys_no_step():
 
 # --- the command, on a stored synthetic study --------------------------------------------------------------
 
-def seed_isocompute(url, name, truth, c_obs, prompts=(16, 32)):
-    """Store a synthetic IsoCompute study (runs and records) and return nothing."""
+def seed_isocompute(url, name, truth, c_obs, prompts=(16, 32), fit=None):
+    """Store a synthetic IsoCompute study (runs and records) and return nothing. fit: the study's `fit` section."""
     from rlscale.db.store import Store
     from rlscale.planner.study import parse_study
 
@@ -89,6 +89,7 @@ def seed_isocompute(url, name, truth, c_obs, prompts=(16, 32)):
     spec = parse_study({
         "name": name, "method": "isocompute", "compute": {"unit": "gpu_hours", "budget": c_obs, "profile": "tiny-cpu"},
         "parameters": {"prompts_per_batch": {"values": list(prompts)}, "rollouts": {"values": list(bench.ROLLOUTS)}},
+        **({"fit": fit} if fit else {}),
     }, file="test").to_spec()
     store = Store(url)
     store.upsert_study(name, spec)
@@ -137,3 +138,24 @@ def test_recommend_command_refuses_with_the_reason_and_exit_2(workdir, capsys, m
     assert code == 2
     assert json.loads(out)["refused"] is True
     assert "has not bent" in err and "\n" not in err.strip()
+
+
+@pytest.mark.parametrize("fit, expected", [(None, "record-breaking points"), ({"points": "all"}, "every evaluation")])
+def test_the_study_says_which_points_each_run_is_fitted_on(workdir, capsys, monkeypatch, fit, expected):
+    # IsoCompute fits each run's record-breaking points unless the study's `fit.points` says every evaluation
+    # (on validation noise as wide as the 0.01 bins, the record breakers are the noise's upper edge)
+    url = f"sqlite:///{workdir / 'rl.db'}"
+    truth, c_obs = bench.CASES["saturates_64"]
+    seed_isocompute(url, "iso", truth, c_obs, fit=fit)
+    from rlscale.db.store import Store
+
+    evaluations = Store(url).records_frame("iso").groupby("run_id")["val_reward"].count()
+    code, out, err = _cli(["report", "iso", "--db", url, "--out", "rep", "--bootstrap", "0", "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["fitted_on"] == expected
+    points = [row["n_points"] for row in report["fits"]]
+    if fit is None:
+        assert max(points) < evaluations.min()
+    else:
+        assert sorted(points) == sorted(evaluations.tolist())

@@ -36,7 +36,7 @@ def best_run(curves: pd.DataFrame, budget: float | None) -> tuple[pd.Series, str
 
 def best_run_recipe(store, study: str, budget: float | None = None) -> tuple[Recipe, list[str]]:
     """(the best run's recipe, header lines saying which run and why)."""
-    from rlscale.fitting.recommend import COMPUTE_COLUMNS, run_curves, study_unit
+    from rlscale.fitting.recommend import COMPUTE_COLUMNS, fits_record_breaking, run_curves, study_unit
     from rlscale.planner.study import stored_study
 
     typed = stored_study(store, study)
@@ -45,7 +45,8 @@ def best_run_recipe(store, study: str, budget: float | None = None) -> tuple[Rec
     if records["val_reward"].notna().sum() == 0:
         raise UserError(f"study {study!r} has no evaluated records yet", field="--study")
     unit = study_unit(typed)
-    curves, _ = run_curves(records, runs, compute_col=COMPUTE_COLUMNS[unit], bootstrap=20)
+    curves, _ = run_curves(records, runs, compute_col=COMPUTE_COLUMNS[unit], record_breaking=fits_record_breaking(typed),
+                           bootstrap=20)
     chosen, why, competing = best_run(curves, budget)
     config = runs.loc[runs["run_id"] == chosen["run_id"], "config"].iloc[0] if "run_id" in runs.columns else None
     base = typed.recipe.to_json() if typed is not None else {}

@@ -72,7 +72,8 @@ def _fit_and_plot(file, study, db, options, plot):
     if plot is not None:
         from rlscale.fitting.plots import plot_study
 
-        plot_study(records, fits, plot, run_col="run", compute_col="compute", reward_col="reward", title=title)
+        plot_study(records, fits, plot, run_col="run", compute_col="compute", reward_col="reward", title=title,
+                   record_breaking=False)  # `fit` fits every point
     return records, fits, title, store
 
 

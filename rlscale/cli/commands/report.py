@@ -52,7 +52,8 @@ def show(result) -> None:
         for row in result.loo:
             table.add_row(*map(safe, loo_cells(row)), style="bold red" if row["beyond_noise"] else None)
         console.print(table)
-    table = Table(title=f"{safe(result.study)}: sigmoid fits ({result.method})", caption_justify="left")
+    table = Table(title=f"{safe(result.study)}: sigmoid fits ({result.method}, on {result.fitted_on})",
+                  caption_justify="left")
     width = min(20, max((len(str(row["run"])) for row in result.fits), default=3))  # 100 columns in all
     for col in FIT_HEADER:
         # the interval on A stays on one line; on a narrow terminal the other cells wrap
