@@ -1,0 +1,92 @@
+"""Benchmark: which points should the quickstart's runs be fitted on, and does the demo still decide on a slow host?
+
+Reads the records of real `make demo` sweeps (bench/data/quickstart/*.csv: B_p 16 x n in {2, 4, 8, 16}, 0.035
+measured device-hours a run, validation 384 prompts x 4) and fits every run as `recommend` does, twice: on its
+record-breaking points (IsoCompute, 0.01 bins) and on every evaluation (ScaleRL). Each run is also cut to its
+first 80%, 70% and 50% of compute: a host that many percent slower reaches the same device-hours in that many fewer
+steps, and on the log-compute axis of the fit that is the same curve cut short. For each case: fits identified,
+A against the end reward (mean over the last 10% of compute), and the decision (`recommend` at the sweep's total
+compute, the tiny-cpu cost profile for M). Writes bench/results/fit_points.json.
+
+Run: `.venv/bin/python bench/fit_points.py` (~2 minutes on one core).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rlscale.fitting.optimal_n import fit_optimal_rollouts  # noqa: E402
+from rlscale.fitting.recommend import Refusal, fitted, recommend, run_curves  # noqa: E402
+from rlscale.planner.cost import TINY_CPU, step_gpu_hours, steps_within  # noqa: E402
+
+DATA = ROOT / "bench" / "data" / "quickstart"
+RESULT = ROOT / "bench" / "results" / "fit_points.json"
+FRACTIONS = (1.0, 0.8, 0.7, 0.5)
+BOOTSTRAP = 100
+
+
+def steps_for(budget: float, prompts: int, rollouts: int) -> int:
+    return steps_within(budget, step_gpu_hours(TINY_CPU, prompts, rollouts), TINY_CPU.startup_gpu_hours)
+
+
+def cut(records: pd.DataFrame, fraction: float) -> pd.DataFrame:
+    """Each run's records up to `fraction` of its own last compute."""
+    last = records.groupby("run")["gpu_hours"].transform("max")
+    return records[records["gpu_hours"] <= fraction * last]
+
+
+def end_reward(records: pd.DataFrame) -> pd.Series:
+    """Per run: the mean reward over its last 10% of compute."""
+    last = records.groupby("run")["gpu_hours"].transform("max")
+    return records[records["gpu_hours"] >= 0.9 * last].groupby("run")["val_reward"].mean()
+
+
+def case(records: pd.DataFrame, runs: pd.DataFrame, record_breaking: bool, budget: float) -> dict:
+    curves, draws = run_curves(records, runs, record_breaking=record_breaking, bootstrap=BOOTSTRAP, seed=0)
+    ends = end_reward(records)
+    out = {"runs": [{"run": row.run, "points": int(row.n_points), "A": round(float(row.A), 4),
+                     "A_lo": round(float(row.A_lo), 4), "A_hi": round(float(row.A_hi), 4),
+                     "identified": bool(row.identified), "end_reward": round(float(ends[row.run]), 4),
+                     "reason": row.reason or ""} for row in curves.itertuples()]}
+    out["identified"] = int(curves["identified"].sum())
+    try:
+        law = fit_optimal_rollouts(fitted(curves), draws=draws, bootstrap=BOOTSTRAP, seed=0)
+        rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=draws, allow_constant_n=True)
+    except (Refusal, ValueError) as err:
+        out["decision"] = f"not yet: {err}"
+    else:
+        lo, hi = rec.predicted_interval
+        out["decision"] = (f"B_p {rec.prompts_per_batch}, n {rec.rollouts}, M {rec.steps}: "
+                           f"{rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}]")
+    return out
+
+
+def main() -> None:
+    results = {}
+    for path in sorted(DATA.glob("*.csv")):
+        records = pd.read_csv(path)
+        runs = records.drop_duplicates("run")[["run", "prompts_per_batch", "rollouts"]].assign(status="done")
+        budget = float(records.groupby("run")["gpu_hours"].max().sum())
+        for fraction in FRACTIONS:
+            part = cut(records, fraction)
+            for points, record_breaking in (("record_breaking", True), ("all", False)):
+                got = case(part, runs, record_breaking, budget)
+                results[f"{path.stem} {fraction:.0%} {points}"] = got
+                a = [r["A"] for r in got["runs"]]
+                ends = [r["end_reward"] for r in got["runs"]]
+                print(f"{path.stem:20s} {fraction:4.0%} {points:15s} identified {got['identified']}/{len(a)}  "
+                      f"A {min(a):.3f}-{max(a):.3f}  end {min(ends):.3f}-{max(ends):.3f}  "
+                      f"A - end {np.mean(np.subtract(a, ends)):+.3f}  -> {got['decision'][:70]}")
+    RESULT.write_text(json.dumps({"data": [p.name for p in sorted(DATA.glob('*.csv'))], "bootstrap": BOOTSTRAP,
+                                  "cases": results}, indent=1) + "\n")
+    print(f"wrote {RESULT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
