@@ -6,7 +6,8 @@ record-breaking points (IsoCompute, 0.01 bins) and on every evaluation (ScaleRL)
 first 80%, 70% and 50% of compute: a host that many percent slower reaches the same device-hours in that many fewer
 steps, and on the log-compute axis of the fit that is the same curve cut short. For each case: fits identified,
 A against the end reward (mean over the last 10% of compute), and the decision (`recommend` at the sweep's total
-compute, the tiny-cpu cost profile for M). Writes bench/results/fit_points.json.
+compute; M from the tiny-cpu cost profile, where the sweep calibrates one on its own records, so M differs from the
+sweep's). Writes bench/results/fit_points.json.
 
 Run: `.venv/bin/python bench/fit_points.py` (~2 minutes on one core).
 """

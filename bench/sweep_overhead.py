@@ -93,9 +93,10 @@ def sweep(study_file: Path, workdir: Path) -> dict:
     summary = driver.run()
     timer.sweep_returned = time.time()  # after the driver's close()
     fitted = time.time()
-    records, fits = fit_study(store, study.name)
+    records, fits, record_breaking = fit_study(store, study.name)
     plot_study(records, fits, workdir / "reports" / f"{study.name}.png", run_col="run", compute_col="compute",
-               reward_col="reward", title=f"{study.name}: validation reward vs device-hours")
+               reward_col="reward", title=f"{study.name}: validation reward vs device-hours",
+               record_breaking=record_breaking)
     timer.seconds["fits"] = timer.seconds.get("fits", 0.0) + time.time() - fitted
     return {"summary": summary, "timer": timer, "records": records, "fits": fits}
 

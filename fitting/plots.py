@@ -1,4 +1,4 @@
-"""One PNG per study: reward points, record-breaking points, fitted sigmoids and their extrapolation."""
+"""One PNG per study: reward points (filled: those the fits used), fitted sigmoids and their extrapolation."""
 
 from pathlib import Path
 
@@ -10,7 +10,7 @@ from rlscale.fitting.sigmoid import sigmoid
 
 
 def plot_study(records: pd.DataFrame, fits: pd.DataFrame, path, *, run_col="run", compute_col="compute",
-               reward_col="reward", title=None, extrapolate_to=None, record_breaking=True) -> Path:
+               reward_col="reward", title=None, extrapolate_to=None, record_breaking=False) -> Path:
     """Path of the written PNG: per run, points (filled: those the fit used, the record breakers when
     `record_breaking`, else every one), the fitted curve (solid over the
     observed compute, dashed beyond it up to `extrapolate_to`, default 2x the largest observed compute)

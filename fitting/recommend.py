@@ -133,21 +133,23 @@ def constant_optimal_rollouts(law: RolloutsLaw) -> int | None:
     return values.pop() if len(values) == 1 else None
 
 
-def best_fitted_rollouts(usable: pd.DataFrame, law: RolloutsLaw, budget: float, *, noise_band: float = NOISE_BAND,
+def best_fitted_rollouts(curves: pd.DataFrame, law: RolloutsLaw, budget: float, *, noise_band: float = NOISE_BAND,
                          max_truncation: float = MAX_TRUNCATION) -> tuple[int, str]:
     """(n, why) without a law. When n* never moved over the observed compute: that n* when a run at it is
     identified; else the n of the identified, stable run with the highest fitted reward at the compute every run
     reached, provided no unidentified run's fitted reward there is higher by more than the noise band. When n* moved
     (a law would say where it goes next) only if every run is identified and stable: then each run's fitted curve is
-    pinned, and n comes from the run with the highest fitted reward at `budget`. Raises Refusal otherwise."""
+    pinned, and n comes from the run with the highest fitted reward at `budget`. Raises Refusal otherwise.
+    curves: every run's row (run_curves), those that could not be fitted included."""
     from rlscale.fitting.sigmoid import sigmoid
 
     constant = constant_optimal_rollouts(law)
-    usable = usable.copy()
+    usable = fitted(curves).copy()
     usable["stable"] = stable(usable, max_truncation)
     trusted = usable[usable["identified"].astype(bool) & usable["stable"]]
     if constant is None:
-        return _identified_runs_rollouts(usable, trusted, law, budget, noise_band)
+        unfitted = curves[~curves.index.isin(usable.index)]
+        return _identified_runs_rollouts(usable, trusted, unfitted, law, budget, noise_band)
     if trusted.empty:
         raise Refusal(f"no recommendation: the optimal-n law is not identified: {law.reason}; and no run has an "
                       "identified fit that trained stably")
@@ -168,27 +170,32 @@ def best_fitted_rollouts(usable: pd.DataFrame, law: RolloutsLaw, budget: float, 
                                 f"is more than {noise_band:g} above it there)")
 
 
-def _identified_runs_rollouts(usable: pd.DataFrame, trusted: pd.DataFrame, law: RolloutsLaw, budget: float,
-                              noise_band: float) -> tuple[int, str]:
+def _identified_runs_rollouts(usable: pd.DataFrame, trusted: pd.DataFrame, unfitted: pd.DataFrame, law: RolloutsLaw,
+                              budget: float, noise_band: float) -> tuple[int, str]:
     from rlscale.fitting.sigmoid import sigmoid
 
     moved = sorted({int(n) for n in law.frontier["rollouts"]})
     refused = f"no recommendation: the optimal-n law is not identified: {law.reason}"
-    if len(trusted) < len(usable):
-        doubtful = ", ".join(f"{row.run} ({row.reason or 'unstable'})" for row in usable.itertuples()
-                             if row.run not in set(trusted["run"]))
+    if trusted.empty or len(trusted) < len(usable) or len(unfitted):
+        doubtful = ", ".join([f"{row.run} ({row.reason or 'unstable'})" for row in usable.itertuples()
+                              if row.run not in set(trusted["run"])] +
+                             [f"{row.run} ({row.reason or 'not fitted'})" for row in unfitted.itertuples()])
         raise Refusal(f"{refused}; and n* moved ({moved}) while not every run is identified and stable ({doubtful}), "
                       "so where it goes beyond the observed compute is unknown")
     reward_at = {row.run: float(sigmoid(budget, row.A, row.B, row.C_mid, row.R0)) for row in trusted.itertuples()}
     best = max(trusted.itertuples(), key=lambda row: reward_at[row.run])
-    close = [f"{row.run} {reward_at[row.run]:.3f}" for row in trusted.itertuples()
-             if row.run != best.run and reward_at[row.run] > reward_at[best.run] - noise_band]
+    # the best run of each other n, where it is within the noise band of the chosen one
+    others = [max(group.itertuples(), key=lambda row: reward_at[row.run])
+              for n, group in trusted.groupby("rollouts") if n != best.rollouts]
+    close = [f"{row.run} {reward_at[row.run]:.3f}" for row in others if reward_at[row.run] > reward_at[best.run] - noise_band]
     tie = f"; within the {noise_band:g} noise band of it there: {', '.join(close)}" if close else ""
     low, high = float(trusted["A"].min()), float(trusted["A"].max())
+    reach = float(trusted["c_max"].max())
     return int(best.rollouts), (
         f"n* moved over the compute the runs reached (it took {moved}), but every run is identified and stable "
         f"(asymptotes {low:.3f}-{high:.3f}), so each run's fitted curve is read at the budget instead of a law; "
-        f"n = {int(best.rollouts)} from {best.run}, the highest there ({reward_at[best.run]:.3f} at {budget:.4g}){tie}")
+        f"n = {int(best.rollouts)} from {best.run}, the highest there ({reward_at[best.run]:.3f} at {budget:.4g}, "
+        f"{budget / reach:.1f}x the most compute a run reached){tie}")
 
 
 def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_for: Callable[[float, int, int], int],
@@ -210,7 +217,7 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
         n_lo, n_hi = (float(v) for v in law.predict_interval(budget))
         n_rec = int(2 ** round(np.log2(n_star)))
     elif allow_constant_n:
-        n_rec, why = best_fitted_rollouts(usable, law, budget, noise_band=noise_band,
+        n_rec, why = best_fitted_rollouts(curves, law, budget, noise_band=noise_band,
                                           max_truncation=max_truncation)
         n_star = n_lo = n_hi = float(n_rec)
         notes.append(f"no optimal-n law: {law.reason}. {why}; runs at larger compute levels would fit the law")

@@ -188,7 +188,7 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
         report.notes.append("no evaluated records yet: nothing to fit")
         return write_report(report, out)
 
-    # IsoCompute fits the running frontier (record-breaking points); ScaleRL fits every evaluation
+    # the study's fit.points: IsoCompute fits the running frontier (record-breaking points), ScaleRL every evaluation
     record_breaking = fits_record_breaking(stored)
     report.fitted_on = "record-breaking points" if record_breaking else "every evaluation"
     per_run = runs.assign(run=runs["label"]).drop(columns=["run_id", "seed"], errors="ignore")

@@ -5,6 +5,7 @@ import pandas as pd
 
 from rlscale.base.errors import UserError
 from rlscale.fitting.frame import fit_runs, run_labels
+from rlscale.fitting.records import record_breaking_points
 
 
 def study_records(store, study: str) -> pd.DataFrame:
@@ -18,9 +19,20 @@ def study_records(store, study: str) -> pd.DataFrame:
     return records.assign(run=records["run_id"].map(labels)).rename(columns={"gpu_hours": "compute", "val_reward": "reward"})
 
 
-def fit_study(store, study: str, **fit_kwargs) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(records, fits) of a stored study; the fits replace the study's saved sigmoid fits."""
+def fit_study(store, study: str, **fit_kwargs) -> tuple[pd.DataFrame, pd.DataFrame, bool]:
+    """(records, fits, record_breaking) of a stored study: each run fitted on the points its study's `fit.points`
+    names (record_breaking True: its record-breaking points; else every evaluation). The fits replace the study's
+    saved sigmoid fits."""
+    from rlscale.fitting.recommend import fits_record_breaking
+    from rlscale.planner.study import stored_study
+
     records = study_records(store, study)
-    fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", **fit_kwargs)
+    record_breaking = fits_record_breaking(stored_study(store, study))
+    points = records
+    if record_breaking:
+        keep = [group.index[record_breaking_points(group["compute"], group["reward"])]
+                for _, group in records.groupby("run", sort=False)]
+        points = records.loc[[index for part in keep for index in part]]
+    fits = fit_runs(points, run_col="run", compute_col="compute", reward_col="reward", **fit_kwargs)
     store.save_fits(study, fits.merge(records[["run", "run_id"]].drop_duplicates(), on="run"), model="sigmoid")
-    return records, fits
+    return records, fits, record_breaking

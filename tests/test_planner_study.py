@@ -155,6 +155,7 @@ GRID = {"name": "g", "method": "grid", "compute": {"budget": 0.05, "profile": "t
         (lambda d: d.update(leave_one_out=[{"name": "x", "overrides": {"loss": "dapo"}}]), "leave_one_out", "only for method loo"),
         (lambda d: d.update(early_terminate={"type": "median"}), "early_terminate.type", "'asymptote', 'hyperband' or 'none'"),
         (lambda d: d.update(n_trials=5), "n_trials", "only for method bayes"),
+        (lambda d: d.update(fit={"points": "best"}), "fit.points", "'record_breaking' or 'all'"),
         (lambda d: d.update(method="loo", parameters={}, leave_one_out=[{"name": "same", "overrides": {"loss": "cispo"}}]),
          "leave_one_out.0.overrides.loss", "change nothing"),
         (lambda d: d.update(method="loo", parameters={}, leave_one_out=[{"name": "v", "overrides": {"verifier": "a b"}}]),

@@ -144,18 +144,25 @@ def test_recommend_command_refuses_with_the_reason_and_exit_2(workdir, capsys, m
 def test_the_study_says_which_points_each_run_is_fitted_on(workdir, capsys, monkeypatch, fit, expected):
     # IsoCompute fits each run's record-breaking points unless the study's `fit.points` says every evaluation
     # (on validation noise as wide as the 0.01 bins, the record breakers are the noise's upper edge)
+    from rlscale.db.store import Store
+    from rlscale.fitting.records import record_breaking_points
+
     url = f"sqlite:///{workdir / 'rl.db'}"
     truth, c_obs = bench.CASES["saturates_64"]
     seed_isocompute(url, "iso", truth, c_obs, fit=fit)
-    from rlscale.db.store import Store
+    with Store(url) as store:
+        records = store.records_frame("iso").dropna(subset=["val_reward"])
+        names = dict(zip(store.runs_frame("iso")["run_id"], store.runs_frame("iso")["run"]))
+    points = {names[run_id]: len(record_breaking_points(group["gpu_hours"], group["val_reward"])) if fit is None
+              else len(group) for run_id, group in records.groupby("run_id")}
+    assert fit is not None or all(points[name] < (records["run_id"].map(names) == name).sum() for name in points)
 
-    evaluations = Store(url).records_frame("iso").groupby("run_id")["val_reward"].count()
     code, out, err = _cli(["report", "iso", "--db", url, "--out", "rep", "--bootstrap", "0", "--json"], capsys, monkeypatch)
     assert code == 0, err
     report = json.loads(out)
     assert report["fitted_on"] == expected
-    points = [row["n_points"] for row in report["fits"]]
-    if fit is None:
-        assert max(points) < evaluations.min()
-    else:
-        assert sorted(points) == sorted(evaluations.tolist())
+    assert {row["run"]: row["n_points"] for row in report["fits"]} == points
+    # `rlscale fit --study` fits (and saves) the same points
+    code, out, err = _cli(["fit", "--study", "iso", "--db", url, "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    assert {row["run"]: row["n_points"] for row in json.loads(out)} == points

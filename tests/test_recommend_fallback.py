@@ -57,12 +57,21 @@ def test_a_frontier_that_moved_is_decided_from_the_fitted_runs_only_when_every_r
     doubtful = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.71, 1.5, 10.0, False)])
     with pytest.raises(Refusal, match="not every run is identified"):
         recommend(doubtful, moved, budget=400.0, steps_for=_steps, allow_constant_n=True)
-    # every run pinned: the curves are read at the budget; n = 8 (A 0.75, slower) is ahead there: 0.740 vs 0.697
+    unstable = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.75, 1.5, 10.0, True)])
+    unstable.loc[1, "truncation_rate"] = 0.12  # ScaleRL: a run whose truncation climbs past 5% is crashing
+    with pytest.raises(Refusal, match=r"not every run is identified and stable \(n8 \(unstable\)\)"):
+        recommend(unstable, moved, budget=400.0, steps_for=_steps, allow_constant_n=True)
+    unfitted = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.75, 1.5, 10.0, True), (16, np.nan, np.nan, np.nan, False)])
+    unfitted.loc[2, "reason"] = "not fitted: fewer than 3 usable points"
+    with pytest.raises(Refusal, match=r"n16 \(not fitted: fewer than 3"):
+        recommend(unfitted, moved, budget=400.0, steps_for=_steps, allow_constant_n=True)
+    # every run pinned: the curves are read at the budget; n = 8 (A 0.75, slower) is ahead there: 0.748 vs 0.699
     apart = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.75, 1.5, 10.0, True)])
     rec = recommend(apart, moved, budget=400.0, steps_for=_steps, allow_constant_n=True)
     assert (rec.rollouts, rec.steps) == (8, 400 // (16 * 8)) and not rec.law_identified
     note = next(note for note in rec.notes if "n* moved" in note)
     assert "n = 8 from n8" in note and "0.700-0.750" in note and "noise band of it" not in note
+    assert "4.0x the most compute a run reached" in note
     # at a budget where the faster n = 4 still leads, it is chosen; n = 8 within the band is named beside it
     rec = recommend(apart, moved, budget=25.0, steps_for=lambda budget, bp, n: 10, allow_constant_n=True)
     at_25 = {4: 0.3 + 0.4 / (1 + (5 / 25) ** 1.5), 8: 0.3 + 0.45 / (1 + (10 / 25) ** 1.5)}

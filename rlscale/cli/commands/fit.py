@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         noise: str = typer.Option("auto", "--noise", help="reward noise around the curve: auto (chosen by likelihood), binomial (pass rates), constant (plain least squares), multiplicative"),
         unbounded: bool = typer.Option(False, "--unbounded", help="the metric is not a pass rate in [0, 1] (A and R0 unbounded)"),
         json_out: bool = typer.Option(False, "--json", help="print a JSON list, one object per run"),
-        plot: Path = typer.Option(None, "--plot", help="also write a PNG: points, record-breaking points, curves, bands"),
+        plot: Path = typer.Option(None, "--plot", help="also write a PNG: points (filled: those fitted), curves, bands"),
     ) -> None:
         """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) per run; say when A is not identified."""
         from rlscale.cli.console import console, print_json, safe
@@ -41,14 +41,15 @@ def register(app: typer.Typer) -> None:
         # result or a one-line error.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            records, fits, title, store = _fit_and_plot(file, study, db, options, plot)
+            records, fits, title, store, record_breaking = _fit_and_plot(file, study, db, options, plot)
 
         if json_out:
             print_json(fits_json(fits))
             return
         from rlscale.cli.views import fits_table
 
-        console.print(fits_table(fits, title=f"{title}: sigmoid fits"))
+        points = "record-breaking points" if record_breaking else "every evaluation"
+        console.print(fits_table(fits, title=f"{title}: sigmoid fits (on {points})"))
         if store is not None:
             console.print(f"saved {len(fits)} fits of study {safe(repr(study))} to {safe(store.url_for_display)}", highlight=False, soft_wrap=True)
         if plot is not None:
@@ -56,25 +57,26 @@ def register(app: typer.Typer) -> None:
 
 
 def _fit_and_plot(file, study, db, options, plot):
-    """(records, fits, title, store or None): the run log's or the stored study's fits, plotted when asked."""
+    """(records, fits, title, store or None, record_breaking): the run log's or the stored study's fits (on the points
+    the study's `fit.points` names; a run log's on every evaluation), plotted when asked."""
     if file is not None:
         from rlscale.db.importer import read_run_log
         from rlscale.fitting.frame import fit_runs
 
-        records, title, store = read_run_log(file), file.stem, None
+        records, title, store, record_breaking = read_run_log(file), file.stem, None, False
         fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", **options)
     else:
         from rlscale.db.store import Store
         from rlscale.fitting.stored import fit_study
 
         store, title = Store(db, create=False), study
-        records, fits = fit_study(store, study, **options)
+        records, fits, record_breaking = fit_study(store, study, **options)
     if plot is not None:
         from rlscale.fitting.plots import plot_study
 
         plot_study(records, fits, plot, run_col="run", compute_col="compute", reward_col="reward", title=title,
-                   record_breaking=False)  # `fit` fits every point
-    return records, fits, title, store
+                   record_breaking=record_breaking)
+    return records, fits, title, store, record_breaking
 
 
 def fits_json(fits) -> list[dict]:
