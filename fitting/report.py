@@ -268,7 +268,7 @@ LOO_HEADER = ["variant", "A [95%]", "B", "C_mid", "dA", "dB", f"beyond {NOISE_BA
 
 def fit_cells(row) -> list[str]:
     """Table cells of one per-run fit."""
-    return [str(row["run"]), _interval(row), _f(row["B"], "{:.2f}"), _f(row["C_mid"], "{:.4g}"), _f(row["R0"]),
+    return [str(row["run"]), _interval(row), _f(row["B"], "{:.2f}"), _f(row["C_mid"], "{:.3g}"), _f(row["R0"]),
             _f(row["r2"]), str(row["n_points"]), row["status"]]
 
 

@@ -166,3 +166,26 @@ def test_the_study_says_which_points_each_run_is_fitted_on(workdir, capsys, monk
     code, out, err = _cli(["fit", "--study", "iso", "--db", url, "--json"], capsys, monkeypatch)
     assert code == 0, err
     assert {row["run"]: row["n_points"] for row in json.loads(out)} == points
+
+
+def test_the_fits_table_of_a_quickstart_sized_study_fits_80_columns(workdir, capsys, monkeypatch):
+    # what `make demo` prints on an 80-column terminal: every cell whole, the "fit" column included
+    from rlscale.cli.console import console
+    from rlscale.fitting.report import fit_cells
+
+    url = f"sqlite:///{workdir / 'rl.db'}"
+    truth, c_obs = bench.CASES["still_rising"]  # some fits unidentified: "no (1)" must fit too
+    seed_isocompute(url, "iso", truth, c_obs)
+    code, out, err = _cli(["report", "iso", "--db", url, "--out", "rep", "--bootstrap", "20", "--json"], capsys, monkeypatch)
+    fits = json.loads(out)["fits"]
+    assert any(not row["identified"] for row in fits)
+    monkeypatch.setattr(console, "_width", 80)
+    code, out, err = _cli(["report", "iso", "--db", url, "--out", "rep", "--bootstrap", "20"], capsys, monkeypatch)
+    assert code == 0, err
+    table = out[out.index("sigmoid fits"):]
+    table = table[:table.index("└")]
+    rows = [line.rstrip() for line in table.splitlines()[1:]]  # rich crops what does not fit: the edge must show
+    assert rows and all(len(line) <= 80 and line[-1] in "┓┃┩│" for line in rows), "\n".join(rows)
+    for row in fits:
+        cells = fit_cells(row)
+        assert cells[1] in table and cells[3] in table, row["run"]  # A [lo, hi] and C_mid whole

@@ -52,12 +52,14 @@ def show(result) -> None:
         for row in result.loo:
             table.add_row(*map(safe, loo_cells(row)), style="bold red" if row["beyond_noise"] else None)
         console.print(table)
+    # 100 columns with run names of 20 characters, 80 with the quickstart's (no outer padding, "pts")
     table = Table(title=f"{safe(result.study)}: sigmoid fits ({result.method}, on {result.fitted_on})",
-                  caption_justify="left")
-    width = min(20, max((len(str(row["run"])) for row in result.fits), default=3))  # 100 columns in all
+                  caption_justify="left", pad_edge=False)
+    width = min(20, max((len(str(row["run"])) for row in result.fits), default=3))
     for col in FIT_HEADER:
         # the interval on A stays on one line; on a narrow terminal the other cells wrap
-        table.add_column(col, min_width=width if col == "run" else None, no_wrap=col == "A [95%]")
+        table.add_column("pts" if col == "points" else col, min_width=width if col == "run" else None,
+                         no_wrap=col == "A [95%]")
     reasons = []  # printed under the table, so a long reason does not squeeze the numbers
     for row in result.fits:
         cells = [safe(cell) for cell in fit_cells(row)]
