@@ -4,6 +4,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -102,11 +103,11 @@ def make_engine(url: URL, *, create: bool = True) -> Engine:
         # pysqlite's own transaction handling delays BEGIN and commits around DDL; let SQLAlchemy own it.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
         if not _is_memory(url) and not read_only:
             # WAL: readers (a report in another process) never wait for the sweep's writer.
-            cursor.execute("PRAGMA journal_mode=WAL")
+            _set_wal(cursor)
             cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
@@ -119,6 +120,20 @@ def make_engine(url: URL, *, create: bool = True) -> Engine:
 
     _translate_errors(engine, shown, read_only=bool(read_only))
     return engine
+
+
+def _set_wal(cursor) -> None:
+    # Switching a new file to WAL needs it alone; while other processes create the same store SQLite can answer
+    # "database is locked" at once, without its busy handler: retry within the busy timeout.
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def _sqlite_read_only(path: str, *, create: bool) -> str | None:
