@@ -27,11 +27,14 @@ from rlscale.fitting.backtest import backtest_runs, summarize, summary_lines  # 
 DATA = ROOT / "bench" / "data"
 RESULT = ROOT / "bench" / "results" / "backtest.json"
 TINY_CSV = DATA / "tiny" / "tiny_runs.csv"
+QUICKSTART_CSV = DATA / "quickstart" / "quickstart_runs.csv"
 # (name, file, compute column): the tiny runs twice, on measured device-hours (which the shared machine's load
 # bends) and on cumulative rollouts (B_p x n per step: exact, load-free)
 DATASETS = {
     "tiny_policy_cpu": (TINY_CSV, "compute"),
     "tiny_policy_cpu_rollouts": (TINY_CSV, "rollouts"),
+    "tiny_policy_quickstart_sweeps": (QUICKSTART_CSV, "compute"),
+    "tiny_policy_quickstart_sweeps_rollouts": (QUICKSTART_CSV, "rollouts"),
     "verl_qwen3_grpo_gsm8k": (DATA / "public" / "verl_qwen3_grpo_gsm8k.csv", "compute"),
     "cs336_grpo_qwen2.5_math_1.5b": (DATA / "public" / "cs336_grpo_math_eval_points.csv", "compute"),
 }
@@ -60,6 +63,20 @@ def miss_cause(result, peak: float) -> str:
     return f"full-run A {result.A_full:.3f} {side} the half's interval [{result.A_part_lo:.3f}, {result.A_part_hi:.3f}]"
 
 
+def quickstart_runs_csv() -> Path:
+    """bench/data/quickstart/quickstart_runs.csv from the `make demo` sweeps' records beside it: one run per
+    (sweep, run), named `sweepK.bp16_n8`; rollouts = B_p x n x step (cumulative, load-free)."""
+    frames = []
+    for path in sorted((DATA / "quickstart").glob("sweep*_*.csv")):
+        sweep = pd.read_csv(path)
+        frames.append(pd.DataFrame({
+            "run": path.stem.split("_")[0] + "." + sweep["run"].str.replace(",", "_"),
+            "step": sweep["step"], "compute": sweep["gpu_hours"], "reward": sweep["val_reward"],
+            "rollouts": sweep["step"] * sweep["prompts_per_batch"] * sweep["rollouts"]}))
+    pd.concat(frames).to_csv(QUICKSTART_CSV, index=False)
+    return QUICKSTART_CSV
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fraction", type=float, default=0.5)
@@ -68,6 +85,7 @@ def main() -> None:
     args = parser.parse_args()
 
     tiny_runs_csv()
+    quickstart_runs_csv()
     fit = dict(bootstrap=args.bootstrap, noise=args.noise, seed=0)
     started = time.perf_counter()
     datasets, everything, fallen = {}, [], set()

@@ -70,7 +70,7 @@ def case(records: pd.DataFrame, runs: pd.DataFrame, record_breaking: bool, budge
 
 def main() -> None:
     results = {}
-    for path in sorted(DATA.glob("*.csv")):
+    for path in sorted(DATA.glob("sweep*_*.csv")):
         records = pd.read_csv(path)
         runs = records.drop_duplicates("run")[["run", "prompts_per_batch", "rollouts"]].assign(status="done")
         budget = float(records.groupby("run")["gpu_hours"].max().sum())
@@ -84,7 +84,7 @@ def main() -> None:
                 print(f"{path.stem:20s} {fraction:4.0%} {points:15s} identified {got['identified']}/{len(a)}  "
                       f"A {min(a):.3f}-{max(a):.3f}  end {min(ends):.3f}-{max(ends):.3f}  "
                       f"A - end {np.mean(np.subtract(a, ends)):+.3f}  -> {got['decision'][:70]}")
-    RESULT.write_text(json.dumps({"data": [p.name for p in sorted(DATA.glob('*.csv'))], "bootstrap": BOOTSTRAP,
+    RESULT.write_text(json.dumps({"data": [p.name for p in sorted(DATA.glob("sweep*_*.csv"))], "bootstrap": BOOTSTRAP,
                                   "cases": results}, indent=1) + "\n")
     print(f"wrote {RESULT.relative_to(ROOT)}")
 

@@ -36,7 +36,8 @@ def plot_study(records: pd.DataFrame, fits: pd.DataFrame, path, *, run_col="run"
         compute = group[compute_col].to_numpy(dtype=float)
         reward = group[reward_col].to_numpy(dtype=float)
         shown = compute > 0  # log axis
-        ax.scatter(compute[shown], reward[shown], s=10, facecolors="none", edgecolors=color, alpha=0.5, lw=0.8)
+        if record_breaking:  # hollow: the points the fit left out
+            ax.scatter(compute[shown], reward[shown], s=10, facecolors="none", edgecolors=color, alpha=0.5, lw=0.8)
         best = record_breaking_points(compute[shown], reward[shown]) if record_breaking else slice(None)
         ax.scatter(compute[shown][best], reward[shown][best], s=16, color=color)
         fit = fit_by_run.get(run)

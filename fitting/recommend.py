@@ -15,7 +15,7 @@ from rlscale.base.numbers import NOISE_BAND
 from rlscale.fitting.bootstrap import percentile_interval
 from rlscale.fitting.frame import run_labels
 from rlscale.fitting.optimal_n import RolloutsLaw
-from rlscale.fitting.records import record_breaking_points
+from rlscale.fitting.records import fits_record_breaking, record_breaking_points
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
 MAX_TRUNCATION = 0.05  # ScaleRL: stable runs keep the truncation rate below 5%
@@ -291,12 +291,6 @@ def frontier_segments(front: pd.DataFrame) -> list[dict]:
 # --- the edge: a stored study in, a recommendation out --------------------------------------------------
 
 COMPUTE_COLUMNS = {"gpu_hours": "gpu_hours", "rollouts": "rollouts", "tokens": "tokens"}
-
-
-def fits_record_breaking(study) -> bool:
-    """Whether a stored Study's runs are fitted on their record-breaking points (its `fit.points`); a study imported
-    without a spec (None) is read as a grid: every evaluation."""
-    return study is not None and study.fits_record_breaking
 
 
 def study_unit(study) -> str:

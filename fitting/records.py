@@ -6,6 +6,17 @@ import numpy as np
 _EDGE = 1e-9
 
 
+def fits_record_breaking(study) -> bool:
+    """Whether a stored Study's runs are fitted on their record-breaking points (its `fit.points`); a study imported
+    without a spec (None) is read as a grid: every evaluation."""
+    return study is not None and study.fits_record_breaking
+
+
+def fitted_points_label(record_breaking: bool) -> str:
+    """The points a run's fit used, in words, for titles and reports."""
+    return "record-breaking points" if record_breaking else "every evaluation"
+
+
 def record_breaking_points(compute, reward, bin_width: float = 0.01) -> np.ndarray:
     """Indices (into the inputs) of the points that set a new reward record, in compute order.
 

@@ -19,7 +19,8 @@ from rlscale.fitting.backtest import BACKTEST_HEADER, BACKTEST_NOTE, backtest_ta
 from rlscale.fitting.compare import COMPARE_HEADER, compare_cells, compare_variants
 from rlscale.fitting.frame import run_labels, variant_names
 from rlscale.fitting.plots import save_figure
-from rlscale.fitting.recommend import fits_record_breaking, run_curves, study_unit
+from rlscale.fitting.recommend import run_curves, study_unit
+from rlscale.fitting.records import fits_record_breaking, fitted_points_label
 
 COMPUTE_LABELS = {"gpu_hours": "GPU-hours", "rollouts": "rollouts", "tokens": "tokens"}
 
@@ -190,7 +191,7 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
 
     # the study's fit.points: IsoCompute fits the running frontier (record-breaking points), ScaleRL every evaluation
     record_breaking = fits_record_breaking(stored)
-    report.fitted_on = "record-breaking points" if record_breaking else "every evaluation"
+    report.fitted_on = fitted_points_label(record_breaking)
     per_run = runs.assign(run=runs["label"]).drop(columns=["run_id", "seed"], errors="ignore")
     curves, draws = run_curves(records.drop(columns=["run_id"]), per_run, compute_col=compute_col, reward_col=metric,
                                record_breaking=record_breaking, bootstrap=bootstrap, seed=seed)

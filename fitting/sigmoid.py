@@ -10,8 +10,9 @@ together in one loop.
 Noise models (variance of a reward around the curve R, up to a common scale): constant (plain least
 squares), binomial R(1 - R) (pass rates over k samples), multiplicative R^2 (a relative error);
 "auto" picks the one of highest Gaussian likelihood on the residuals of a first, unweighted fit.
-Intervals come from a wild bootstrap, widened by the factor AR(1) noise of coefficient rho multiplies A's
-variance by, rho estimated from the residuals (training noise carries from one evaluation to the next).
+The interval on A is the hull of a wild-bootstrap percentile interval and the profile-likelihood interval, both
+widened by the factor AR(1) noise of coefficient rho multiplies A's variance by, rho estimated from the residuals
+(training noise carries from one evaluation to the next).
 """
 
 import warnings
@@ -55,7 +56,7 @@ def sigmoid(compute, A, B, C_mid, R0) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SigmoidFit:
-    """One run's fitted sigmoid, its 95% bootstrap interval on A and whether A is identified.
+    """One run's fitted sigmoid, its 95% interval on A and whether A is identified.
 
     A_upper: the profile-likelihood upper bound on A (see `fit_sigmoid`'s upper_level), NaN when not computed.
     noise: the noise model the fit weighted by (the one "auto" chose). rho: the residuals' lag-1
@@ -181,8 +182,10 @@ def fit_sigmoid(compute, reward, *, r0=None, min_compute=0.0, bounded=True, nois
     bounded: pass rates (A, R0 in [0, 1]); False for metrics not in [0, 1]. noise: the variance of a reward
     around the curve R, one of NOISE_MODELS: "constant" (plain least squares), "binomial" (R(1 - R), pass
     rates only), "multiplicative" (R^2) or "auto" (the most likely of these given the residuals; the one used
-    is in the fit's `noise`). bootstrap: wild-bootstrap resamples for A_lo/A_hi and predict_interval (0 for
-    none); intervals are widened by the residuals' estimated autocorrelation (`rho`). max_ci_width: an
+    is in the fit's `noise`). bootstrap: wild-bootstrap resamples for predict_interval and A_lo/A_hi (0 for
+    none: no interval), A's interval being the hull of the bootstrap's and the profile likelihood's (the second
+    follows a higher A reached more slowly, which the first misses on curves that creep after their bend);
+    intervals are widened by the residuals' estimated autocorrelation (`rho`). max_ci_width: an
     interval on A wider than this, or data that fit as well with A half of it away, mark the fit
     unidentified. upper_level: also compute A_upper, the one-sided profile-likelihood upper bound on A at
     this level (e.g. 0.975): unlike the bootstrap, it stays honest on a curve that has not bent yet, where
@@ -246,18 +249,24 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
         draws = np.clip(theta_hat + np.sqrt(inflation) * (draws[keep] - theta_hat), lower, upper)
         samples = _natural(draws, shift, unit, center)
     sigma2 = float(cost[0]) / dof * inflation if dof > 0 else float("nan")
-    A_upper = float("nan")
-    if upper_level is not None:
-        a_upper = _profile_upper_a(model, theta_hat, float(cost[0]), sigma2, u, ys, sqrt_w, lower, upper, free,
-                                   upper_level)
-        A_upper = shift + unit * a_upper
+    profile = _Profile(model, theta_hat, float(cost[0]), sigma2, u, ys, sqrt_w, lower, upper, free)
+    A_upper = float("nan") if upper_level is None else shift + unit * profile.bound(upper_level)
     A, B, C_mid, R0 = _natural(best, shift, unit, center)[0]
     rss = float(np.sum((y - (shift + unit * fitted)) ** 2))
     tss = float(np.sum((y - y.mean()) ** 2)) if np.ptp(y) > 0 else 0.0  # mean() of equal values can round
     r2 = 1.0 - rss / tss if tss > 0 else float("nan")
     if samples is not None and len(samples) >= 2:
         A_lo, A_hi = (float(v) for v in percentile_interval(samples[:, 0], 0.95))
-        width, how = A_hi - A_lo, "95% bootstrap interval"
+        # The percentile bootstrap resamples around the fitted bend and misses how far a higher A reached more
+        # slowly (lower B) still fits: on real runs that creep after their bend it was too narrow above. The
+        # profile likelihood follows that ridge; the interval is the hull of the two. (An exact fit has no noise
+        # scale for the profile's test: the bootstrap's interval alone.)
+        ends = [A_lo, A_hi]
+        for i, side in enumerate((-1, 1) if profile.testable() else ()):
+            scale = max(side * ((ends[i] - shift) / unit - theta_hat[_A]), 1.96 * se_a)  # the grid's step, fitting units
+            ends[i] = shift + unit * profile.bound(0.975, side, scale if 0 < scale < np.inf else None)
+        A_lo, A_hi = min(A_lo, ends[0]), max(A_hi, ends[1])
+        width, how = A_hi - A_lo, "95% interval"
     else:
         A_lo = A_hi = float("nan")
         width, how = 2 * 1.96 * unit * se_a, "approximate 95% interval"
@@ -265,8 +274,7 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
     reason = _unidentified_reason(x, y, A, B, C_mid, R0, n_free, width, how, max_ci_width, tss, a_bounds, A_lo, A_hi)
     if not reason:
         # The bootstrap resamples around the fitted bend; on data that has not bent, other asymptotes fit too.
-        a_alt = _profile_not_rejected(model, theta_hat, float(cost[0]), sigma2, u, ys, sqrt_w, lower, upper, free,
-                                      0.5 * max_ci_width / unit)
+        a_alt = profile.not_rejected(0.5 * max_ci_width / unit)
         if a_alt is not None:
             reason = (f"the data fit as well with A = {shift + unit * a_alt:.4g} "
                       f"(profile likelihood, 95%): the asymptote is not pinned down")
@@ -372,38 +380,91 @@ def _grid_starts(u, y, r0, bounded, n_starts=3) -> np.ndarray:
     return np.column_stack([A[minima], np.log(bb.ravel()[minima]), mm.ravel()[minima], R0[minima]])
 
 
-def _profile_upper_a(model, theta_hat, cost_hat, sigma2, u, y, sqrt_w, lower, upper, free, level, n_grid=48) -> float:
-    """One-sided `level` profile-likelihood upper bound on A (fitting units): the largest A whose best fit, every
-    other free parameter refitted, is not rejected by the F test (1, dof) on the weighted residuals. The profile
-    is solved on a grid of A from the estimate up to A's bound (denser near the estimate) and interpolated
-    after the last grid value that is not rejected, so a local minimum missed at one A cannot make the bound
-    too tight. Returns A's upper bound (1 for pass rates, +inf for unbounded metrics) when no value up to it is
-    rejected or the fit is exact (no noise scale to test against). sigma2: the noise variance of the weighted
+# Offsets from the estimate, in units of the bootstrap's half-width on that side, at which the profile interval
+# tests A (then A's bound): the crossing is interpolated between the last value not rejected and the next.
+_PROFILE_OFFSETS = np.array([0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0])
+
+
+@dataclass(frozen=True)
+class _Profile:
+    """A fit's likelihood profile in A (fitting units): the F statistic (1, dof) of the best fit with A held at a
+    value, every other free parameter refitted, against the fit. sigma2: the noise variance of the weighted
     residuals, widened for their autocorrelation."""
-    dof = len(y) - int(free.sum())
-    if dof <= 0 or not 0.5 < level < 1.0:
-        return float(upper[_A])
-    if not sigma2 > 1e-20 * float(np.mean((sqrt_w * y) ** 2)):
-        # An exact fit (e.g. every reward 0 so far) has no noise scale to test against: a higher A reached
-        # later fits it as exactly, so nothing bounds A below its ceiling.
-        return float(upper[_A])
-    critical = stats.f.ppf(2.0 * level - 1.0, 1, dof)  # two-sided F quantile = one-sided test of A >= a
-    top = upper[_A] if np.isfinite(upper[_A]) else theta_hat[_A] + 10.0 * (abs(theta_hat[_A] - theta_hat[_R0]) + np.ptp(y))
-    if not top > theta_hat[_A]:
-        return float(top)
-    a = theta_hat[_A] + (top - theta_hat[_A]) * np.linspace(0.0, 1.0, n_grid + 1)[1:] ** 2
-    starts = np.concatenate([_fixed_a_starts(a, theta_hat, u, y, sqrt_w, lower, upper, free[_R0]),
-                             np.column_stack([a, np.tile(theta_hat[1:], (len(a), 1))])])
-    _, cost = levenberg_marquardt(model, starts, y, sqrt_w, lower, upper, free & (np.arange(N_PARAMS) != _A))
-    statistic = (np.minimum(cost[:n_grid], cost[n_grid:]) - cost_hat) / sigma2
-    kept = np.flatnonzero(~(np.isfinite(statistic) & (statistic >= critical)))  # a failed fit: not rejected
-    if kept.size == 0:
-        return float(theta_hat[_A] + (a[0] - theta_hat[_A]) * min(1.0, critical / max(statistic[0], 1e-300)))
-    last = kept[-1]
-    if last == n_grid - 1:
-        return float(upper[_A])  # nothing up to `top` rejected: for unbounded metrics not even `top` bounds A
-    s0, s1 = max(statistic[last], 0.0), statistic[last + 1]
-    return float(a[last] + (a[last + 1] - a[last]) * (critical - s0) / max(s1 - s0, 1e-300))
+
+    model: object
+    theta_hat: np.ndarray
+    cost_hat: float
+    sigma2: float
+    u: np.ndarray
+    y: np.ndarray
+    sqrt_w: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    free: np.ndarray
+
+    @property
+    def dof(self) -> int:
+        return len(self.y) - int(self.free.sum())
+
+    def testable(self) -> bool:
+        """Whether there is a noise scale to test against (an exact fit, e.g. every reward 0 so far, has none:
+        a higher A reached later fits it as exactly)."""
+        return self.dof > 0 and self.sigma2 > 1e-20 * float(np.mean((self.sqrt_w * self.y) ** 2))
+
+    def statistic(self, a, **solver) -> np.ndarray:
+        """F statistic at each A in `a`; each fit from two starts (a grid's best shape and the fit's own)."""
+        t = self.theta_hat
+        starts = np.concatenate([_fixed_a_starts(a, t, self.u, self.y, self.sqrt_w, self.lower, self.upper, self.free[_R0]),
+                                 np.column_stack([a, np.tile(t[1:], (len(a), 1))])])
+        _, cost = levenberg_marquardt(self.model, starts, self.y, self.sqrt_w, self.lower, self.upper,
+                                      self.free & (np.arange(N_PARAMS) != _A), **solver)
+        return (np.minimum(cost[:len(a)], cost[len(a):]) - self.cost_hat) / self.sigma2
+
+    def bound(self, level, side=1, scale=None) -> float:
+        """One-sided `level` bound on A, above the estimate for side=1 and below it for side=-1: the farthest A
+        the F test does not reject. Tested on a grid from the estimate out to A's bound (denser near the
+        estimate; with `scale`, at _PROFILE_OFFSETS x scale, then the bound) and interpolated after the last
+        value not rejected, so a local minimum missed at one A cannot make the bound too tight. Returns A's bound
+        on that side (1 or 0 for pass rates, +-inf for unbounded metrics) when no value up to it is rejected or
+        there is no noise scale to test against."""
+        t = self.theta_hat
+        edge = float(self.upper[_A] if side > 0 else self.lower[_A])
+        if not (0.5 < level < 1.0 and self.testable()):
+            return edge
+        critical = stats.f.ppf(2.0 * level - 1.0, 1, self.dof)  # two-sided F quantile = one-sided test
+        end = edge if np.isfinite(edge) else t[_A] + side * 10.0 * (abs(t[_A] - t[_R0]) + np.ptp(self.y))
+        if not side * (end - t[_A]) > 0:
+            return float(end)
+        if scale is None:
+            a = t[_A] + (end - t[_A]) * np.linspace(0.0, 1.0, 49)[1:] ** 2
+            statistic = self.statistic(a)
+        else:  # an interval's end, not an estimate: a looser solve
+            a = t[_A] + side * scale * _PROFILE_OFFSETS
+            a = np.append(a[side * (end - a) > 0], end)
+            statistic = self.statistic(a, max_iter=40, xtol=1e-6)
+        kept = np.flatnonzero(~(np.isfinite(statistic) & (statistic >= critical)))  # a failed fit: not rejected
+        if kept.size == 0:
+            return float(t[_A] + (a[0] - t[_A]) * min(1.0, critical / max(statistic[0], 1e-300)))
+        last = kept[-1]
+        if last == len(a) - 1:
+            return edge  # nothing up to `end` rejected: for unbounded metrics not even `end` bounds A
+        s0, s1 = max(statistic[last], 0.0), statistic[last + 1]
+        return float(a[last] + (a[last + 1] - a[last]) * (critical - s0) / max(s1 - s0, 1e-300))
+
+    def not_rejected(self, offset) -> float | None:
+        """The first of A = A_hat + offset, A_hat - offset (kept within A's bounds) that the F test at 95% does
+        not reject; None when both are rejected (or there is no noise scale, or A_hat +- offset lies beyond A's
+        bounds on both sides)."""
+        t = self.theta_hat
+        if not self.testable():
+            return None
+        a = np.clip(t[_A] + np.array([offset, -offset]), self.lower[_A], self.upper[_A])
+        a = a[np.abs(a - t[_A]) > 0.5 * offset]  # A's bound itself is tested by the bound rule
+        if a.size == 0:
+            return None
+        statistic = self.statistic(a, max_iter=40, xtol=1e-6)  # a test at 95%, not an estimate
+        kept = np.flatnonzero(np.isfinite(statistic) & (statistic < stats.f.ppf(0.95, 1, self.dof)))
+        return float(a[kept[0]]) if kept.size else None
 
 
 def _fixed_a_starts(a, theta_hat, u, y, sqrt_w, lower, upper, r0_free) -> np.ndarray:
@@ -424,26 +485,6 @@ def _fixed_a_starts(a, theta_hat, u, y, sqrt_w, lower, upper, r0_free) -> np.nda
     best = np.argmin(np.einsum("n,agn->ag", w, resid**2), axis=1)
     starts = np.column_stack([a, np.log(bb[best]), mm[best], R0[np.arange(len(a)), best]])
     return np.minimum(np.maximum(starts, lower), upper)
-
-
-def _profile_not_rejected(model, theta_hat, cost_hat, sigma2, u, y, sqrt_w, lower, upper, free, offset):
-    """The first of A = A_hat + offset, A_hat - offset (kept within A's bounds) whose best fit, every other
-    free parameter refitted, the F test (1, dof) at 95% does not reject; None when both are rejected (or the
-    fit is exact, or A_hat +- offset lies beyond A's bounds on both sides)."""
-    dof = len(y) - int(free.sum())
-    if dof <= 0 or not sigma2 > 1e-20 * float(np.mean((sqrt_w * y) ** 2)):
-        return None
-    a = np.clip(theta_hat[_A] + np.array([offset, -offset]), lower[_A], upper[_A])
-    a = a[np.abs(a - theta_hat[_A]) > 0.5 * offset]  # A's bound itself is tested by the bound rule
-    if a.size == 0:
-        return None
-    starts = np.concatenate([_fixed_a_starts(a, theta_hat, u, y, sqrt_w, lower, upper, free[_R0]),
-                             np.column_stack([a, np.tile(theta_hat[1:], (len(a), 1))])])
-    _, cost = levenberg_marquardt(model, starts, y, sqrt_w, lower, upper, free & (np.arange(N_PARAMS) != _A),
-                                  max_iter=40, xtol=1e-6)  # a test at 95%, not an estimate: no need for 10 digits
-    statistic = (np.minimum(cost[:len(a)], cost[len(a):]) - cost_hat) / sigma2
-    kept = np.flatnonzero(np.isfinite(statistic) & (statistic < stats.f.ppf(0.95, 1, dof)))
-    return float(a[kept[0]]) if kept.size else None
 
 
 def _noise_sqrt_weights(noise, mean) -> np.ndarray:

@@ -5,7 +5,7 @@ import pandas as pd
 
 from rlscale.base.errors import UserError
 from rlscale.fitting.frame import fit_runs, run_labels
-from rlscale.fitting.records import record_breaking_points
+from rlscale.fitting.records import fits_record_breaking, record_breaking_points
 
 
 def study_records(store, study: str) -> pd.DataFrame:
@@ -23,7 +23,6 @@ def fit_study(store, study: str, **fit_kwargs) -> tuple[pd.DataFrame, pd.DataFra
     """(records, fits, record_breaking) of a stored study: each run fitted on the points its study's `fit.points`
     names (record_breaking True: its record-breaking points; else every evaluation). The fits replace the study's
     saved sigmoid fits."""
-    from rlscale.fitting.recommend import fits_record_breaking
     from rlscale.planner.study import stored_study
 
     records = study_records(store, study)

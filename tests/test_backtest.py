@@ -4,12 +4,15 @@ Checked on curves whose answer is known: a sigmoid, a flat run, a run that stops
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from rlscale.fitting.backtest import RISE, backtest_run, backtest_runs, summarize, summary_lines
-from rlscale.fitting.sigmoid import sigmoid
+from rlscale.db.importer import read_run_log
+from rlscale.fitting.bootstrap import percentile_interval
+from rlscale.fitting.sigmoid import fit_sigmoid, sigmoid
 
 A, B, C_MID, R0 = 0.8, 1.5, 30.0, 0.1
 COMPUTE = np.linspace(2.5, 100.0, 40)
@@ -32,6 +35,19 @@ def test_a_sigmoid_seen_to_half_its_compute_predicts_its_end():
     # the run is still rising at the half, and carrying its last value forward misses the end by far more
     assert result.rising is True
     assert abs(result.error) < 0.02 < abs(result.carry_forward_error)
+
+
+def test_a_real_run_that_creeps_after_its_bend_has_its_full_run_asymptote_inside_the_half_fits_interval():
+    # On a plateau that still creeps, a higher A reached more slowly fits the first half almost as well; the
+    # bootstrap's percentile interval alone missed that (full-run A 0.903 above it), the profile likelihood's not.
+    records = read_run_log(Path(__file__).parent / "data" / "creeping_run.csv")
+    compute, reward = records["compute"].to_numpy(), records["reward"].to_numpy()
+    result = backtest_run(compute, reward, run="bp16_n4", fraction=0.5, bootstrap=200, seed=0)
+    part = fit_sigmoid(compute[compute <= result.cut_compute], reward[compute <= result.cut_compute], seed=0)
+    _, bootstrap_hi = percentile_interval(part.samples[:, 0])
+    assert result.A_full > bootstrap_hi + 0.005
+    assert result.A_inside is True and result.A_part_lo <= result.A_full <= result.A_part_hi
+    assert result.A_part_hi - result.A_part_lo < 0.05  # still a usable interval, not everything
 
 
 def test_carry_forward_is_the_last_reward_of_the_part_and_observed_the_mean_of_the_last_tenth():

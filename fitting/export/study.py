@@ -36,7 +36,8 @@ def best_run(curves: pd.DataFrame, budget: float | None) -> tuple[pd.Series, str
 
 def best_run_recipe(store, study: str, budget: float | None = None) -> tuple[Recipe, list[str]]:
     """(the best run's recipe, header lines saying which run and why)."""
-    from rlscale.fitting.recommend import COMPUTE_COLUMNS, fits_record_breaking, run_curves, study_unit
+    from rlscale.fitting.recommend import COMPUTE_COLUMNS, run_curves, study_unit
+    from rlscale.fitting.records import fits_record_breaking
     from rlscale.planner.study import stored_study
 
     typed = stored_study(store, study)

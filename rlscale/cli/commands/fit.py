@@ -48,8 +48,9 @@ def register(app: typer.Typer) -> None:
             return
         from rlscale.cli.views import fits_table
 
-        points = "record-breaking points" if record_breaking else "every evaluation"
-        console.print(fits_table(fits, title=f"{title}: sigmoid fits (on {points})"))
+        from rlscale.fitting.records import fitted_points_label
+
+        console.print(fits_table(fits, title=f"{title}: sigmoid fits (on {fitted_points_label(record_breaking)})"))
         if store is not None:
             console.print(f"saved {len(fits)} fits of study {safe(repr(study))} to {safe(store.url_for_display)}", highlight=False, soft_wrap=True)
         if plot is not None:
