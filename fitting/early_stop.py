@@ -26,8 +26,8 @@ def asymptote_lower_bound(fit, noise_band: float = NOISE_BAND) -> float:
 
 def asymptote_upper_bound(fit, noise_band: float = NOISE_BAND) -> float:
     """The upper end of a fit's asymptote (reward units): its profile-likelihood bound A_upper, never tighter than
-    the noise band; +inf when the fit has no profile bound (fit_sigmoid without upper_level): the bootstrap
-    interval is too narrow on a curve that has not bent to stop a run on."""
+    the noise band; +inf when the fit has no profile bound (fit_sigmoid without upper_level): a run is never
+    stopped on less than the one-sided UPPER_LEVEL profile bound."""
     hi = fit.A_upper
     return max(hi, fit.A + noise_band) if np.isfinite(hi) else float("inf")
 

@@ -263,7 +263,10 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
         # scale for the profile's test: the bootstrap's interval alone.)
         ends = [A_lo, A_hi]
         for i, side in enumerate((-1, 1) if profile.testable() else ()):
-            scale = max(side * ((ends[i] - shift) / unit - theta_hat[_A]), 1.96 * se_a)  # the grid's step, fitting units
+            boot = (ends[i] - shift) / unit
+            if side * (boot - (upper[_A] if side > 0 else lower[_A])) >= 0:
+                continue  # the bootstrap already reaches A's bound on this side
+            scale = max(side * (boot - theta_hat[_A]), 1.96 * se_a)  # the profile grid's unit, fitting units
             ends[i] = shift + unit * profile.bound(0.975, side, scale if 0 < scale < np.inf else None)
         A_lo, A_hi = min(A_lo, ends[0]), max(A_hi, ends[1])
         width, how = A_hi - A_lo, "95% interval"
@@ -380,9 +383,11 @@ def _grid_starts(u, y, r0, bounded, n_starts=3) -> np.ndarray:
     return np.column_stack([A[minima], np.log(bb.ravel()[minima]), mm.ravel()[minima], R0[minima]])
 
 
-# Offsets from the estimate, in units of the bootstrap's half-width on that side, at which the profile interval
-# tests A (then A's bound): the crossing is interpolated between the last value not rejected and the next.
+# Offsets from the estimate at which the profile interval tests A, in units of the interval's scale on that side
+# (the bootstrap's half-width, at least the asymptotic 95% half-width), then on by factors of _PROFILE_GROWTH up
+# to A's bound: the crossing is interpolated between the last value not rejected and the next.
 _PROFILE_OFFSETS = np.array([0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0])
+_PROFILE_GROWTH = 1.5
 
 
 @dataclass(frozen=True)
@@ -426,7 +431,8 @@ class _Profile:
         estimate; with `scale`, at _PROFILE_OFFSETS x scale, then the bound) and interpolated after the last
         value not rejected, so a local minimum missed at one A cannot make the bound too tight. Returns A's bound
         on that side (1 or 0 for pass rates, +-inf for unbounded metrics) when no value up to it is rejected or
-        there is no noise scale to test against."""
+        there is no noise scale to test against; with `scale` (an interval's end) never an infinite one: the
+        search's end, 10 x the data's range from the estimate, stands for "not bounded" there."""
         t = self.theta_hat
         edge = float(self.upper[_A] if side > 0 else self.lower[_A])
         if not (0.5 < level < 1.0 and self.testable()):
@@ -439,7 +445,13 @@ class _Profile:
             a = t[_A] + (end - t[_A]) * np.linspace(0.0, 1.0, 49)[1:] ** 2
             statistic = self.statistic(a)
         else:  # an interval's end, not an estimate: a looser solve
-            a = t[_A] + side * scale * _PROFILE_OFFSETS
+            edge = float(end)
+            reach = abs(end - t[_A]) / scale
+            offsets = _PROFILE_OFFSETS
+            if reach > offsets[-1]:
+                offsets = np.append(offsets, offsets[-1] * _PROFILE_GROWTH ** np.arange(1, np.ceil(np.log(
+                    reach / offsets[-1]) / np.log(_PROFILE_GROWTH))))
+            a = t[_A] + side * scale * offsets
             a = np.append(a[side * (end - a) > 0], end)
             statistic = self.statistic(a, max_iter=40, xtol=1e-6)
         kept = np.flatnonzero(~(np.isfinite(statistic) & (statistic >= critical)))  # a failed fit: not rejected
@@ -448,7 +460,8 @@ class _Profile:
         last = kept[-1]
         if last == len(a) - 1:
             return edge  # nothing up to `end` rejected: for unbounded metrics not even `end` bounds A
-        s0, s1 = max(statistic[last], 0.0), statistic[last + 1]
+        s0 = max(statistic[last], 0.0) if np.isfinite(statistic[last]) else 0.0  # a failed fit: taken as 0
+        s1 = statistic[last + 1]
         return float(a[last] + (a[last + 1] - a[last]) * (critical - s0) / max(s1 - s0, 1e-300))
 
     def not_rejected(self, offset) -> float | None:
