@@ -487,15 +487,22 @@ def _fixed_a_starts(a, theta_hat, u, y, sqrt_w, lower, upper, r0_free) -> np.nda
     bb, mm, s = _shape_grid(u, (-0.5, 4.0), 30)
     bb, mm = bb.ravel(), mm.ravel()
     w = sqrt_w**2
+    # The residual R0 (1 - s) + A s - y is unchanged when R0, A and y all move by c (the weighted mean reward):
+    # the sums below stay small. Each (A, shape)'s weighted RSS comes from six weighted sums over the points, so
+    # memory grows with len(a) x shapes, not also with the points.
+    c = float(w @ y / w.sum())
+    yc, rest = y - c, 1.0 - s
+    w_rr, w_ss, w_rs = (np.einsum("n,gn,gn->g", w, p, q) for p, q in ((rest, rest), (s, s), (rest, s)))
+    w_ry, w_sy, w_yy = rest @ (w * yc), s @ (w * yc), float(w @ yc**2)
+    ac = (a - c)[:, None]
     if r0_free:
-        rest = 1.0 - s
-        denominator = np.maximum(np.einsum("n,gn,gn->g", w, rest, rest), 1e-300)
-        R0 = (np.einsum("n,gn,n->g", w, rest, y)[None, :] - a[:, None] * np.einsum("n,gn,gn->g", w, rest, s)[None, :])
-        R0 = np.clip(R0 / denominator[None, :], lower[_R0], upper[_R0])
+        R0 = c + (w_ry[None, :] - ac * w_rs[None, :]) / np.maximum(w_rr, 1e-300)[None, :]
+        R0 = np.clip(R0, lower[_R0], upper[_R0])
     else:
         R0 = np.full((len(a), len(bb)), theta_hat[_R0])
-    resid = R0[..., None] + (a[:, None, None] - R0[..., None]) * s[None] - y
-    best = np.argmin(np.einsum("n,agn->ag", w, resid**2), axis=1)
+    r0c = R0 - c
+    rss = r0c**2 * w_rr + ac**2 * w_ss + w_yy + 2.0 * r0c * ac * w_rs - 2.0 * r0c * w_ry - 2.0 * ac * w_sy
+    best = np.argmin(rss, axis=1)
     starts = np.column_stack([a, np.log(bb[best]), mm[best], R0[np.arange(len(a)), best]])
     return np.minimum(np.maximum(starts, lower), upper)
 
