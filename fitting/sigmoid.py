@@ -17,6 +17,7 @@ widened by the factor AR(1) noise of coefficient rho multiplies A's variance by,
 
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from scipy import signal, stats
@@ -416,10 +417,15 @@ class _Profile:
         a higher A reached later fits it as exactly)."""
         return self.dof > 0 and self.sigma2 > 1e-20 * float(np.mean((self.sqrt_w * self.y) ** 2))
 
+    @cached_property
+    def _shapes(self) -> tuple:
+        # the start search's grid and its sums over the points: the same for every A tested
+        return _shape_sums(self.u, self.y, self.sqrt_w)
+
     def statistic(self, a, **solver) -> np.ndarray:
         """F statistic at each A in `a`; each fit from two starts (a grid's best shape and the fit's own)."""
         t = self.theta_hat
-        starts = np.concatenate([_fixed_a_starts(a, t, self.u, self.y, self.sqrt_w, self.lower, self.upper, self.free[_R0]),
+        starts = np.concatenate([_fixed_a_starts(a, self._shapes, t, self.lower, self.upper, self.free[_R0]),
                                  np.column_stack([a, np.tile(t[1:], (len(a), 1))])])
         _, cost = levenberg_marquardt(self.model, starts, self.y, self.sqrt_w, self.lower, self.upper,
                                       self.free & (np.arange(N_PARAMS) != _A), **solver)
@@ -480,12 +486,11 @@ class _Profile:
         return float(a[kept[0]]) if kept.size else None
 
 
-def _fixed_a_starts(a, theta_hat, u, y, sqrt_w, lower, upper, r0_free) -> np.ndarray:
-    """Start rows (len(a), 4) for fits with A fixed at each value of `a`: the best (B, ln C_mid) of a grid, R0
-    solved exactly by weighted least squares (or kept at the fit's R0 when it is fixed)."""
+def _shape_sums(u, y, sqrt_w) -> tuple:
+    """(B, ln C_mid, c, w_rr, w_ss, w_rs, w_ry, w_sy, w_yy) of the fixed-A start grid: the grid's shapes s, and the
+    weighted sums over the points that give each (A, shape)'s RSS, with rewards measured from c (see below)."""
     # C_mid beyond the data too: a higher asymptote reached later is exactly what the bound must consider
     bb, mm, s = _shape_grid(u, (-0.5, 4.0), 30)
-    bb, mm = bb.ravel(), mm.ravel()
     w = sqrt_w**2
     # The residual R0 (1 - s) + A s - y is unchanged when R0, A and y all move by c (the weighted mean reward):
     # the sums below stay small. Each (A, shape)'s weighted RSS comes from six weighted sums over the points, so
@@ -493,7 +498,13 @@ def _fixed_a_starts(a, theta_hat, u, y, sqrt_w, lower, upper, r0_free) -> np.nda
     c = float(w @ y / w.sum())
     yc, rest = y - c, 1.0 - s
     w_rr, w_ss, w_rs = (np.einsum("n,gn,gn->g", w, p, q) for p, q in ((rest, rest), (s, s), (rest, s)))
-    w_ry, w_sy, w_yy = rest @ (w * yc), s @ (w * yc), float(w @ yc**2)
+    return bb.ravel(), mm.ravel(), c, w_rr, w_ss, w_rs, rest @ (w * yc), s @ (w * yc), float(w @ yc**2)
+
+
+def _fixed_a_starts(a, shapes, theta_hat, lower, upper, r0_free) -> np.ndarray:
+    """Start rows (len(a), 4) for fits with A fixed at each value of `a`: the best (B, ln C_mid) of the grid in
+    `shapes` (_shape_sums), R0 solved exactly by weighted least squares (or kept at the fit's R0 when it is fixed)."""
+    bb, mm, c, w_rr, w_ss, w_rs, w_ry, w_sy, w_yy = shapes
     ac = (a - c)[:, None]
     if r0_free:
         R0 = c + (w_ry[None, :] - ac * w_rs[None, :]) / np.maximum(w_rr, 1e-300)[None, :]
