@@ -1,7 +1,11 @@
 """Benchmark: which points should the quickstart's runs be fitted on, and does the demo still decide on a slow host?
 
-Reads the records of real `make demo` sweeps (bench/data/quickstart/*.csv: B_p 16 x n in {2, 4, 8, 16}, 0.035
-measured device-hours a run, validation 384 prompts x 4) and fits every run as `recommend` does, twice: on its
+Reads the records of real `make demo` sweeps (bench/data/quickstart/sweep*_*.csv: B_p 16 x n in {2, 4, 8, 16}, 0.035
+measured device-hours a run, validation 384 prompts x 4) and of the same study run with seeds 1, 2 and 3
+(seeds_*.csv, each seed read as a sweep of its own). The `make demo` sweeps all ran seed 0: a point's training is
+the same step for step in each of them (bench/backtest.py checks it); only the host's timing differs (the measured
+device-hours of each step, hence the step a run stopped at). So the sweep files measure how the decision holds up
+to the host's speed, and the seeds how it holds up to training noise. Every run is fitted as `recommend` does, twice: on its
 record-breaking points (IsoCompute, 0.01 bins) and on every evaluation (ScaleRL). Each run is also cut to its
 first 80%, 70% and 50% of compute: a host that many percent slower reaches the same device-hours in that many fewer
 steps, and on the log-compute axis of the fit that is the same curve cut short. For each case: fits identified,
@@ -68,23 +72,34 @@ def case(records: pd.DataFrame, runs: pd.DataFrame, record_breaking: bool, budge
     return out
 
 
-def main() -> None:
-    results = {}
+def sweeps():
+    """(name, records) of each `make demo` sweep (seed 0), then of each seed of the seeds sweeps."""
     for path in sorted(DATA.glob("sweep*_*.csv")):
+        yield path.stem, pd.read_csv(path)
+    for path in sorted(DATA.glob("seeds_*.csv")):
         records = pd.read_csv(path)
+        seed = records["run"].str.rsplit("/s", n=1).str[1]
+        for value in sorted(seed.unique(), key=int):
+            yield f"{path.stem}/s{value}", records[seed == value]
+
+
+def main() -> None:
+    results, names = {}, []
+    for name, records in sweeps():
+        names.append(name)
         runs = records.drop_duplicates("run")[["run", "prompts_per_batch", "rollouts"]].assign(status="done")
         budget = float(records.groupby("run")["gpu_hours"].max().sum())
         for fraction in FRACTIONS:
             part = cut(records, fraction)
             for points, record_breaking in (("record_breaking", True), ("all", False)):
                 got = case(part, runs, record_breaking, budget)
-                results[f"{path.stem} {fraction:.0%} {points}"] = got
+                results[f"{name} {fraction:.0%} {points}"] = got
                 a = [r["A"] for r in got["runs"]]
                 ends = [r["end_reward"] for r in got["runs"]]
-                print(f"{path.stem:20s} {fraction:4.0%} {points:15s} identified {got['identified']}/{len(a)}  "
+                print(f"{name:20s} {fraction:4.0%} {points:15s} identified {got['identified']}/{len(a)}  "
                       f"A {min(a):.3f}-{max(a):.3f}  end {min(ends):.3f}-{max(ends):.3f}  "
                       f"A - end {np.mean(np.subtract(a, ends)):+.3f}  -> {got['decision'][:70]}")
-    RESULT.write_text(json.dumps({"data": [p.name for p in sorted(DATA.glob("sweep*_*.csv"))], "bootstrap": BOOTSTRAP,
+    RESULT.write_text(json.dumps({"data": names, "bootstrap": BOOTSTRAP,
                                   "cases": results}, indent=1) + "\n")
     print(f"wrote {RESULT.relative_to(ROOT)}")
 
