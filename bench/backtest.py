@@ -100,11 +100,13 @@ def trajectory(run: str) -> str:
 
 def per_trajectory(results: list[tuple[str, object]]) -> dict:
     """The backtest's figures with each training counted once: (key, result) pairs, the copies of one training sharing
-    a key; a training's share of 'inside' is the share of its checked copies inside, its error their mean."""
+    a key; a training's share of 'inside' is the share of its checked copies inside; a training is rising when one of
+    its copies is, its errors then the mean over those copies."""
     groups: dict[str, list] = {}
     for key, result in results:
         if result.fitted:
             groups.setdefault(key, []).append(result)
+    trainings = len({key for key, _ in results})
     checked = [[r for r in g if r.A_inside is not None] for g in groups.values()]
     checked = [g for g in checked if g]
     inside = sum(sum(bool(r.A_inside) for r in g) / len(g) for g in checked)
@@ -114,7 +116,7 @@ def per_trajectory(results: list[tuple[str, object]]) -> dict:
     def mae(key):
         return float(np.mean([np.mean([abs(getattr(r, key)) for r in g]) for g in rising])) if rising else float("nan")
 
-    return {"trainings": len(groups), "rising": len(rising), "mae_fit_rising": mae("error"),
+    return {"trainings": trainings, "fitted": len(groups), "rising": len(rising), "mae_fit_rising": mae("error"),
             "mae_carry_forward_rising": mae("carry_forward_error"), "A_checked": len(checked),
             "A_inside": float(inside), "A_inside_share": inside / len(checked) if checked else float("nan")}
 
@@ -161,7 +163,7 @@ def main() -> None:
     trainings = per_trajectory(keyed)
     print(f"== each training once ({replicates['runs']} quickstart runs are {replicates['trajectories']} trainings: "
           f"replicates differ by at most {replicates['max_reward_difference_between_replicates_at_a_step']:.3g} at a step)")
-    print(f"   {trainings['trainings']} trainings; on the {trainings['rising']} rising at their half: |error| fit "
+    print(f"   {trainings['trainings']} trainings, {trainings['fitted']} fitted; on the {trainings['rising']} rising at their half: |error| fit "
           f"{trainings['mae_fit_rising']:.3f}, carry-forward {trainings['mae_carry_forward_rising']:.3f}; full-run A "
           f"inside {trainings['A_inside']:.1f} of {trainings['A_checked']} ({trainings['A_inside_share']:.0%})")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
