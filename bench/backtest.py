@@ -40,6 +40,7 @@ DATASETS = {
     "tiny_policy_quickstart_sweeps_rollouts": (QUICKSTART_CSV, "rollouts"),
     "verl_qwen3_grpo_gsm8k": (DATA / "public" / "verl_qwen3_grpo_gsm8k.csv", "compute"),
     "cs336_grpo_qwen2.5_math_1.5b": (DATA / "public" / "cs336_grpo_math_eval_points.csv", "compute"),
+    "deep_grpo_qwen2.5_0.5b_gsm8k": (DATA / "public" / "deep_grpo_qwen2.5_0.5b_gsm8k.csv", "compute"),
 }
 
 

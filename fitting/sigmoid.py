@@ -11,8 +11,10 @@ Noise models (variance of a reward around the curve R, up to a common scale): co
 squares), binomial R(1 - R) (pass rates over k samples), multiplicative R^2 (a relative error);
 "auto" picks the one of highest Gaussian likelihood on the residuals of a first, unweighted fit.
 The interval on A is the hull of a wild-bootstrap percentile interval and the profile-likelihood interval, both
-widened by the factor AR(1) noise of coefficient rho multiplies A's variance by, rho estimated from the residuals
-(training noise carries from one evaluation to the next).
+widened by the factor correlated noise multiplies A's variance by (training noise carries from one evaluation to
+the next): AR(1) of coefficient rho, rho from the residuals' lag-1 autocorrelation, or, where their lag-2
+autocorrelation says the noise fades slower than that, independent evaluation noise plus an AR(1) drift, whichever
+widens more.
 """
 
 import warnings
@@ -36,6 +38,8 @@ _RELATIVE_SD_FLOOR = 0.05
 _LOG_CMID_RANGE = (-708.0, 709.0)
 # Largest AR(1) coefficient of the noise used to widen intervals.
 _MAX_RHO = 0.9
+# One-sided z (5%) by which the residuals' lag-2 autocorrelation must exceed AR(1)'s for the noise-plus-drift model.
+_LAG2_EVIDENCE = 1.645
 # A and its interval closer than this to a bound of A (0 or 1 for pass rates) count as touching it.
 _AT_BOUND = 1e-6
 # Distinct compute values the fitted rise (10% to 90% of the gain) must span to count as seen.
@@ -60,8 +64,8 @@ class SigmoidFit:
     """One run's fitted sigmoid, its 95% interval on A and whether A is identified.
 
     A_upper: the profile-likelihood upper bound on A (see `fit_sigmoid`'s upper_level), NaN when not computed.
-    noise: the noise model the fit weighted by (the one "auto" chose). rho: the residuals' lag-1
-    autocorrelation the intervals were widened by (0 when none was found).
+    noise: the noise model the fit weighted by (the one "auto" chose). rho: the noise's lag-1
+    autocorrelation estimated from the residuals (0 when none was found); the intervals are widened for it.
     """
 
     A: float
@@ -201,7 +205,8 @@ def fit_sigmoid(compute, reward, *, r0=None, min_compute=0.0, bounded=True, nois
     is in the fit's `noise`). bootstrap: wild-bootstrap resamples for predict_interval and A_lo/A_hi (0 for
     none: no interval), A's interval being the hull of the bootstrap's and the profile likelihood's (the second
     follows a higher A reached more slowly, which the first misses on curves that creep after their bend);
-    intervals are widened by the residuals' estimated autocorrelation (`rho`). max_ci_width: an
+    intervals are widened by the residuals' estimated autocorrelation (`rho`; lag 2 as well, see
+    _autocorrelation_inflation). max_ci_width: an
     interval on A wider than this, or data that fit as well with A half of it away, mark the fit
     unidentified. upper_level: also compute A_upper, the one-sided profile-likelihood upper bound on A at
     this level (e.g. 0.975): unlike the bootstrap, it stays honest on a curve that has not bent yet, where
@@ -366,10 +371,20 @@ def _shape_grid(u, cmid_spans, n_cmid) -> tuple[np.ndarray, np.ndarray, np.ndarr
     in units of the data's log-compute span from its smallest value, so the grid is the same for any unit."""
     pos = u[np.isfinite(u)]
     lo, span = pos.min(), pos.max() - pos.min()
-    B = np.geomspace(0.3, 100.0, 12) / span
-    log_cmid = lo + np.linspace(*cmid_spans, n_cmid) * span
-    bb, mm = np.meshgrid(B, log_cmid, indexing="ij")
+    B = _GRID_B / span
+    log_cmid = lo + _cmid_fractions(*cmid_spans, n_cmid) * span
+    bb, mm = np.repeat(B[:, None], n_cmid, axis=1), np.repeat(log_cmid[None, :], B.size, axis=0)
     return bb, mm, expit(bb.ravel()[:, None] * (u[None, :] - mm.ravel()[:, None]))
+
+
+_GRID_B = np.geomspace(0.3, 100.0, 12)  # the shape grids' B, in units of 1 / the data's log-compute span
+
+
+@lru_cache(maxsize=8)
+def _cmid_fractions(lo, hi, n) -> np.ndarray:
+    fractions = np.linspace(lo, hi, n)
+    fractions.flags.writeable = False  # shared between calls
+    return fractions
 
 
 def _grid_starts(u, y, r0, bounded, n_starts=3) -> np.ndarray:
@@ -390,7 +405,8 @@ def _grid_starts(u, y, r0, bounded, n_starts=3) -> np.ndarray:
         A, R0 = np.clip(A, 0.0, 1.0), np.clip(R0, 0.0, 1.0)
     resid = R0[:, None] + (A - R0)[:, None] * s - y
     rss = np.einsum("gn,gn->g", resid, resid).reshape(bb.shape)
-    padded = np.pad(rss, 1, constant_values=np.inf)
+    padded = np.full((rss.shape[0] + 2, rss.shape[1] + 2), np.inf)
+    padded[1:-1, 1:-1] = rss
     neighbours = np.minimum.reduce([padded[:-2, 1:-1], padded[2:, 1:-1], padded[1:-1, :-2], padded[1:-1, 2:]])
     minima = np.flatnonzero((rss <= neighbours).ravel())
     minima = minima[np.argsort(rss.ravel()[minima], kind="stable")][:n_starts]
@@ -574,35 +590,66 @@ def _likeliest_noise(y, mean, bounded) -> str:
 
 
 def _autocorrelation_inflation(resid, jac) -> tuple[float, float]:
-    """(rho, inflation): the AR(1) coefficient of the noise behind weighted residuals `resid` (compute order)
-    of a fit with weighted Jacobian `jac` (n, p), and the factor by which it multiplies the variance of A's
+    """(rho, inflation): the lag-1 autocorrelation of the noise behind weighted residuals `resid` (compute order)
+    of a fit with weighted Jacobian `jac` (n, p), and the factor by which that noise multiplies the variance of A's
     (linearised) estimate over independent noise of the same size.
 
-    rho solves E[sum r_t r_t+1] / E[sum r_t^2] = the observed ratio for residuals r = (I - P) e, e AR(1)
-    with coefficient rho, P the fit's projection: a fit takes out slow noise and with it part of the
-    residuals' autocorrelation, so the raw lag-1 autocorrelation would be biased low. Kept in [0, _MAX_RHO]:
-    (0, 1) for independent noise, as intervals are only ever widened by it."""
+    Two models of the noise, the larger factor taken: AR(1) with coefficient rho, and evaluation noise plus training
+    drift, independent noise with an AR(1) part of coefficient phi and share c of the variance (correlation c phi^l at
+    lag l >= 1: slower to fade than AR(1) with the same lag-1 value, as on long real runs, whose policy wanders on its
+    plateau). AR(1) matches the residuals' lag-1 autocorrelation; the mixture matches lags 1 and 2. Expectations are
+    those of residuals r = (I - P) e, P the fit's projection: a fit takes out slow noise and with it part of the
+    residuals' autocorrelation, so the raw values would be biased low. rho is kept in [0, _MAX_RHO], (0, 1) for
+    independent noise, as intervals are only ever widened by it."""
     n, p = jac.shape
     denominator = float(resid @ resid)
     if n < 2 * p or not denominator > 0:
         return 0.0, 1.0
-    observed = float(resid[1:] @ resid[:-1]) / denominator
+    observed = np.array([float(resid[lag:] @ resid[:-lag]) / denominator for lag in (1, 2)])
     q, _ = np.linalg.qr(jac)  # orthonormal basis of what the fit can absorb
-    lag_q = 0.5 * (np.vstack([q[1:], np.zeros((1, p))]) + np.vstack([np.zeros((1, p)), q[:-1]]))  # A q, A the lag-1 form
-    qaq = q.T @ lag_q
-    if observed <= -np.trace(qaq) / (n - p):  # not above what independent noise gives: no carry-over
+    lag_q = np.stack([_lag_times(q, lag) for lag in (1, 2)])  # L q, L the symmetric lag-1 and lag-2 forms
+    qlq = np.einsum("np,lnq->lpq", q, lag_q)
+    independent = -np.einsum("lpp->l", qlq) / (n - p)  # expected lag-1 and lag-2 ratios under independent noise
+    if observed[0] <= independent[0]:  # not above what independent noise gives: no carry-over
         return 0.0, 1.0
-    rhos = np.linspace(0.0, _MAX_RHO, 19)
-    sigma_q = np.stack([_ar1_times(q, rho) for rho in rhos])  # Sigma_rho q, Sigma_rho[i, j] = rho^|i-j|
+    phis = np.linspace(0.0, _MAX_RHO, 19)
+    sigma_q = np.stack([_ar1_times(q, phi) for phi in phis])  # Sigma_phi q, Sigma_phi[i, j] = phi^|i-j|
     qsq = np.einsum("np,knq->kpq", q, sigma_q)
-    numerator = (n - 1) * rhos - 2.0 * np.einsum("np,knp->k", lag_q, sigma_q) + np.einsum("pq,kqp->k", qaq, qsq)
-    expected = numerator / (n - np.einsum("kpp->k", qsq))
-    rho = float(np.interp(observed, expected, rhos))  # expected rises with rho
+    # E[r' L r] and E[r' r] under AR(1) noise of coefficient phi, for each phi on the grid
+    lagged = np.stack([(n - lag) * phis**lag for lag in (1, 2)]) - 2.0 * np.einsum("lnp,knp->lk", lag_q, sigma_q) \
+        + np.einsum("lpq,kqp->lk", qlq, qsq)
+    total = n - np.einsum("kpp->k", qsq)
+    rho = float(np.interp(observed[0], lagged[0] / total, phis))  # AR(1): the expected lag-1 ratio rises with rho
     if rho <= 0.0:
         return 0.0, 1.0
-    # Row of A in the least-squares map (J'J)^-1 J': A's estimate is this combination of the rewards.
-    row = np.linalg.pinv(jac)[_A]
-    return rho, float(max(row @ _ar1_times(row, rho), row @ row) / (row @ row))
+    row = np.linalg.pinv(jac)[_A]  # A's estimate is this combination of the rewards (the least-squares map's row)
+    plain = float(row @ row)
+    inflation = max(float(row @ _ar1_times(row, rho)), plain) / plain
+    # Noise plus drift: for each phi, the share c that matches lag 1 (the ratio is linear-fractional in c), then the
+    # phi whose lag-2 ratio comes closest; c in (0, 1].
+    lagged_white = independent * (n - p)
+    with np.errstate(all="ignore"):
+        c = (observed[0] * (n - p) - lagged_white[0]) / (lagged[0] - lagged_white[0] - observed[0] * (total - (n - p)))
+        lag2 = ((1 - c) * lagged_white[1] + c * lagged[1]) / ((1 - c) * (n - p) + c * total)
+    valid = (phis > 0) & (c > 0) & (c <= 1) & np.isfinite(lag2)
+    # Only where lag 2 says so: its autocorrelation above what AR(1) at rho gives by more than 1.645 sd (Bartlett's
+    # variance of a sample autocorrelation at lag 2 under AR(1)); else AR(1) alone, as the mixture's two parameters
+    # from two noisy lags would widen intervals at random.
+    expected_lag2 = float(np.interp(rho, phis, lagged[1] / total))
+    sd_lag2 = np.sqrt(((1 + rho**2) ** 2 - 4 * rho**4) / n)
+    if valid.any() and observed[1] - expected_lag2 > _LAG2_EVIDENCE * sd_lag2:
+        best = np.flatnonzero(valid)[np.argmin(np.abs(lag2[valid] - observed[1]))]
+        mixed = (1 - c[best]) * plain + c[best] * float(row @ _ar1_times(row, phis[best]))
+        inflation = max(inflation, mixed / plain)
+    return rho, float(inflation)
+
+
+def _lag_times(v, lag) -> np.ndarray:
+    # L v for the symmetric lag form L[i, i + lag] = L[i + lag, i] = 1/2 (v' L v = sum v_t v_t+lag), v (n, p).
+    out = np.zeros_like(v)
+    out[:-lag] += 0.5 * v[lag:]
+    out[lag:] += 0.5 * v[:-lag]
+    return out
 
 
 def _ar1_times(v, rho) -> np.ndarray:
