@@ -99,6 +99,12 @@ def trajectory(run: str) -> str:
     return name if run.startswith("seeds.") else f"{name}_s0"
 
 
+def training_key(dataset: str, path: Path, run: str) -> str:
+    """The key a run is counted under when each training counts once: its training for the quickstart sweeps' copies,
+    else the run itself within its data set."""
+    return trajectory(run) if path == QUICKSTART_CSV else f"{dataset}.{run}"
+
+
 def per_trajectory(results: list[tuple[str, object]]) -> dict:
     """The backtest's figures with each training counted once: (key, result) pairs, the copies of one training sharing
     a key; a training's share of 'inside' is the share of its checked copies inside; a training is rising when one of
@@ -142,7 +148,7 @@ def main() -> None:
         fell = {r.run for r in results if r.fitted and r.observed < peaks[r.run] - FELL}
         if compute_col == "compute":  # the overall figures count each run once
             everything += results
-            keyed += [(trajectory(r.run) if path == QUICKSTART_CSV else f"{name}.{r.run}", r) for r in results]
+            keyed += [(training_key(name, path, r.run), r) for r in results]
             fallen |= {(name, run) for run in fell}
         summary = summarize(results, args.fraction)
         misses = {r.run: miss_cause(r, peaks[r.run]) for r in results if r.A_inside is False}

@@ -14,11 +14,13 @@ Noise models (the same curves under each):
                   that drifts), marginal sd 0.01: noise that fades slower than AR(1) with the same lag-1 value (~0.4),
                   as the residuals of long real runs do (bench/data/public/deep_grpo_*); no target in issue 17
 The reference frac_abs_err_A_le_0.02_at_cramer_rao_bound is what an unbiased estimator at the Cramer-Rao bound
-would reach on the same curves (no fit can do much better on average).
+would reach on the same curves (no unbiased fit can do better on average). One set of 1,000 curves measures a share
+near 90% to about +-1 point, so the accuracy and its reference are also measured on further sets of curves
+(`--accuracy-seeds`, point fits: the fitted A does not depend on the bootstrap).
 Targets (issue 17): |A_fit - A_true| <= 0.02 on >= 90% of curves and 95% coverage of A_true in 90-98% for
 the first three; coverage in 85-98% for ar1; one fit <= 5 ms median; 1,000 runs x 200 resamples <= 60 s.
 
-Usage: nice .venv/bin/python bench/fit_accuracy.py [--runs 1000] [--resamples 200] [--seed 0] [--noise ...]
+Usage: nice .venv/bin/python bench/fit_accuracy.py [--runs 1000] [--resamples 200] [--seed 0] [--noise ...] [--accuracy-seeds 3]
 Prints the numbers and writes bench/results/fit_accuracy.json (only when every noise model was run).
 """
 
@@ -118,6 +120,17 @@ def efficient_frac_within(truth, compute, noise) -> float:
     return float(2 * norm.cdf(TOLERANCE_A / sd_a) - 1)
 
 
+def accuracy_on_seed(noise: str, n_runs: int, seed: int) -> dict:
+    """Share of curves with |A_fit - A_true| <= 0.02 (point fits: A does not depend on the bootstrap) on the curves of
+    `seed`, beside what an unbiased fit at the Cramer-Rao bound would reach on the same curves."""
+    within, efficient = [], []
+    for truth, compute, reward in simulate(n_runs, seed, noise):
+        within.append(abs(fit_sigmoid(compute, reward, bootstrap=0).A - truth["A"]) <= TOLERANCE_A)
+        efficient.append(efficient_frac_within(truth, compute, noise))
+    return {"frac_abs_err_A_le_0.02": float(np.mean(within)),
+            "frac_abs_err_A_le_0.02_at_cramer_rao_bound": float(np.mean(efficient))}
+
+
 def run_noise_model(noise: str, n_runs: int, resamples: int, seed: int) -> dict:
     """Accuracy, coverage and timing of the default fit on n_runs curves with `noise`."""
     runs = list(simulate(n_runs, seed, noise))
@@ -169,6 +182,8 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--noise", default=",".join(NOISE_MODELS), help="comma-separated subset of " + ", ".join(NOISE_MODELS))
+    parser.add_argument("--accuracy-seeds", type=int, default=3,
+                        help="further seeds (curve sets) on which the accuracy and its Cramer-Rao reference are measured")
     args = parser.parse_args()
     chosen = args.noise.split(",")
     results = {
@@ -179,8 +194,17 @@ def main() -> None:
     for noise in chosen:
         print(f"-- {noise}: {NOISE_MODELS[noise]}")
         row = run_noise_model(noise, args.runs, args.resamples, args.seed)
+        # One set of 1,000 curves decides a 90% goal to about +-1 point: the same measure on other sets of curves
+        row["accuracy_on_further_seeds"] = {
+            str(seed): accuracy_on_seed(noise, args.runs, seed)
+            for seed in range(args.seed + 1, args.seed + 1 + args.accuracy_seeds)}
         results["noise_models"][noise] = row
         for key, value in row.items():
+            if key == "accuracy_on_further_seeds":
+                for seed, acc in value.items():
+                    print(f"   seed {seed}: A within 0.02 on {acc['frac_abs_err_A_le_0.02']:.3f} (Cramer-Rao "
+                          f"reference {acc['frac_abs_err_A_le_0.02_at_cramer_rao_bound']:.3f})")
+                continue
             print(f"   {key:40s} {value:.4g}" if isinstance(value, float) else f"   {key:40s} {value}")
     results["load_average_1min_at_end"] = os.getloadavg()[0]
     results["cpu_count"] = os.cpu_count()
