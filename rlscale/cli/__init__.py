@@ -18,6 +18,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # help paragraphs are Markdown: a docstring's line breaks are joined, so help wraps to the terminal's width
+    rich_markup_mode="markdown",
 )
 
 

@@ -23,7 +23,9 @@ def register(app: typer.Typer) -> None:
         compute_tag: str = typer.Option(None, "--compute-tag", help="TensorBoard/verl logs: a scalar of cumulative compute"),
         json_out: bool = typer.Option(False, "--json", help="print {source, fraction, runs: [...], summary: {...}} as JSON"),
     ) -> None:
-        """Per run: the part-fit's predicted reward at the run's end [95%], the observed reward there (mean over the
+        """Fit each run on its first part of compute, extrapolate to its end, and compare (ScaleRL's check).
+
+        Per run: the part-fit's predicted reward at the run's end [95%], the observed reward there (mean over the
         last 10% of compute), the error, a carry-forward baseline, and whether the full-run A is inside the
         part-fit's interval; then a summary. Exits 2 when no run can be fitted."""
         from rlscale.base.errors import UserError

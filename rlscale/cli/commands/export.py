@@ -24,8 +24,10 @@ def register(app: typer.Typer) -> None:
         prompt_tokens: int = typer.Option(1024, "--prompt-tokens", help="deployment: the longest prompt in the data (tokens)"),
         out: Path = typer.Option(None, "--out", help="write here instead of stdout"),
     ) -> None:
-        """Write a production config naming its target version; what the target cannot express is listed in a
-        `# not expressible:` block, and keys that are only the nearest form say how they differ.
+        """Write a production config (verl, TRL, OpenRLHF or rlscale's own YAML) naming its target version.
+
+        What the target cannot express is listed in a `# not expressible:` block, and keys that are only the
+        nearest form say how they differ.
 
         --study with --budget, for a study that varies rollouts: the study's recipe with the recommended B_p, n
         and M (exit 2 with the reason if `rlscale recommend` would refuse). Any other study, or no --budget: the

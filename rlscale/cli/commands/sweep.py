@@ -23,8 +23,10 @@ def register(app: typer.Typer) -> None:
             "print what each planned run would run (verl: entrypoint, overrides, data paths; builtin: the recipe) "
             "and submit nothing")),
     ) -> None:
-        """Run a study's planned runs as RL jobs (finished runs are skipped; interrupted ones resume), then write
-        the study's report and, for a study over rollouts, the recommended allocation of the compute it spent."""
+        """Run a study's planned runs as RL jobs on Ray, resumably; then its report and recommendation.
+
+        Finished runs are skipped and interrupted ones resume. At the end: the study's report and, for a study
+        over rollouts, the recommended allocation of the compute it spent."""
         from rlscale.db.store import Store
         from rlscale.planner.study import load_study
         from rlscale.cli.console import console, print_json, safe
