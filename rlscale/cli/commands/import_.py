@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
         study: str = typer.Option(..., "--study", help="study to add the runs to (created if new)"),
         db: DbUrl = None,
         json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
-        tag: str = typer.Option(None, "--tag", help="TensorBoard/verl logs: the reward scalar (default: verl's val-core/<source>/reward/mean@k)"),
+        tag: str = typer.Option(None, "--tag", help="TensorBoard/verl logs: the reward scalar (default: verl's `val-core/<source>/reward/mean@k`)"),
         compute_tag: str = typer.Option(None, "--compute-tag", help="TensorBoard/verl logs: a scalar of cumulative compute "
                                         "(default: GPU-hours from verl's perf/total_num_tokens / perf/throughput, else the step)"),
     ) -> None:
