@@ -107,7 +107,9 @@ def test_base_model_dir_is_a_cached_hf_model_with_room_to_climb(workdir):
     assert path.name.startswith("base-model-") and path.parent == workdir / "cache"
     info = json.loads((path / "rlscale_base_model.json").read_text())
     assert 0.8 <= info["sampled_pass_rate"] <= 0.9  # knows the sums: RL sharpens them to a plateau within minutes
-    assert base_model_dir() == path and (path / "model.safetensors").stat().st_mtime == path.joinpath("model.safetensors").stat().st_mtime
+    assert info["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # which kernels built it
+    built_ns = (path / "model.safetensors").stat().st_mtime_ns
+    assert base_model_dir() == path and (path / "model.safetensors").stat().st_mtime_ns == built_ns  # cached
     model, tokenizer = load_policy(path)
     assert model.config.head_dim >= 32 and tokenizer.eos_token_id == 2
 

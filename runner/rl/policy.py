@@ -1,7 +1,10 @@
 """The embedded tiny policy: a 2-layer Llama with a character vocabulary, SFT-warm-started on addition.
 
-`base_model_dir()` builds it once (deterministically, fixed seeds, one thread) into
-`cache_dir()/base-model-<version>` as a standard HF directory that transformers and vLLM both load.
+`base_model_dir()` builds it once (fixed seeds, one thread: the same weights every time on one machine) into
+`cache_dir()/base-model-<version>` as a standard HF directory that transformers and vLLM both load. Across CPUs the
+build differs: torch picks kernels by the instruction set and the SFT is chaotic, so where it reaches its target moves
+(1,150 steps with AVX-512, 2,200 capped at AVX2 on one machine: bench/base_policy_portability.py); the metadata
+file records the kernels used.
 The SFT stops as soon as the sampled (temperature 1) validation pass rate reaches SFT_TARGET_PASS_RATE.
 At 0.8 the policy knows most sums and RL mostly sharpens what it knows, which ends inside a few minutes of CPU.
 Measured by bench/base_policy.py (local loop, 16 x 4, lr 1e-4, temperature 1, 1,000 steps, 2026-11-23): mean pass
@@ -185,6 +188,7 @@ def _build_into(directory: Path, *, log=None) -> None:
     (directory / "rlscale_base_model.json").write_text(json.dumps({
         "version": BASE_MODEL_VERSION, "task": "arithmetic", "sft_steps": steps,
         "sampled_pass_rate": pass_rate, "eval_prompts": SFT_EVAL_PROMPTS, "temperature": 1.0,
+        "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }, indent=2) + "\n")
 
 

@@ -34,5 +34,7 @@ def register(app: typer.Typer) -> None:
         console.print(f"{path}", highlight=False, soft_wrap=True)
         console.print(
             f"initial sampled pass rate {info['sampled_pass_rate']:.3f} (temperature {info['temperature']}, "
-            f"{info['eval_prompts']} validation prompts) after {info['sft_steps']} SFT steps", highlight=False,
+            f"{info['eval_prompts']} validation prompts) after {info['sft_steps']} SFT steps"
+            + (f" (torch kernels: {info['torch_cpu_capability']})" if "torch_cpu_capability" in info else ""),
+            highlight=False,
         )
