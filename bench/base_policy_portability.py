@@ -4,7 +4,7 @@
 one machine. Across CPUs it is not: torch picks its kernels by the CPU's vector instruction set (AVX-512, AVX2, ...)
 and MKL and oneDNN do the same, and the SFT is chaotic: a rounding difference early on moves the step at which the
 sampled pass rate first reaches SFT_TARGET_PASS_RATE by hundreds of steps. RL from such different bases behaves
-differently (the quickstart demo decided on one, kept creeping on another: README, "What the demo shows").
+differently (the quickstart demo decided on one, kept creeping on another: README, "Sweep").
 
 This builds the base four times on this machine, each time in a child process with the instruction sets capped
 differently, as on CPUs of different generations: twice with the kernels chosen as a user's build chooses them (the
@@ -38,20 +38,19 @@ CASES = {  # name: (environment of the build, portable)
     "portable, MKL free": (PORTABLE, True),
     "portable, MKL capped at AVX2": ({**PORTABLE, "MKL_ENABLE_INSTRUCTIONS": "AVX2"}, True),
 }
-BUILD = ("import sys, torch; from pathlib import Path; from rlscale.runner.rl.policy import _build_into; "
-         "_build_into(Path(sys.argv[1])); print(torch.backends.cpu.get_cpu_capability())")
+BUILD = "import sys; from pathlib import Path; from rlscale.runner.rl.policy import _build_into; _build_into(Path(sys.argv[1]))"
 
 
 def build(env: dict) -> dict:
     """Build the base into a fresh directory in a child with `env`; what came out."""
     directory = Path(tempfile.mkdtemp(prefix="base_portability_"))
     started = time.perf_counter()
-    child = subprocess.run([sys.executable, "-c", BUILD, str(directory)], check=True, capture_output=True, text=True,
-                           env={**os.environ, **ONE_THREAD, **env})
+    subprocess.run([sys.executable, "-c", BUILD, str(directory)], check=True, capture_output=True,
+                   env={**os.environ, **ONE_THREAD, **env})
     seconds = time.perf_counter() - started
     info = json.loads((directory / "rlscale_base_model.json").read_text())
     digest = hashlib.sha256((directory / "model.safetensors").read_bytes()).hexdigest()
-    return {"torch_cpu_capability": child.stdout.split()[-1], "sft_steps": info["sft_steps"],
+    return {"torch_cpu_capability": info["torch_cpu_capability"], "sft_steps": info["sft_steps"],
             "sampled_pass_rate": info["sampled_pass_rate"], "sha256": digest, "seconds": round(seconds, 1),
             "seconds_per_sft_step": round(seconds / info["sft_steps"], 4)}
 

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import backtest as real  # noqa: E402  (bench/backtest.py: the real runs and the per-training count)
 import fit_accuracy as synthetic  # noqa: E402  (bench/fit_accuracy.py: the synthetic curves)
 
+from rlscale.base.numbers import json_safe  # noqa: E402
 from rlscale.db.importer import read_run_log  # noqa: E402
 from rlscale.fitting.backtest import backtest_runs  # noqa: E402
 from rlscale.fitting.sigmoid import fit_sigmoid  # noqa: E402
@@ -104,15 +105,6 @@ def widening_for_goal(rows, column: int) -> float:
     return math.inf
 
 
-def finite(value):
-    """`value` with every non-finite float (no interval: inf; not checked: NaN) as None, for strict JSON."""
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
 def main() -> None:
     started = time.perf_counter()
     runs, resamples = 1000, 200
@@ -155,7 +147,7 @@ def main() -> None:
                             for key, r, k, tau in misses],
         "seconds": time.perf_counter() - started,
     }
-    RESULT.write_text(json.dumps(finite(result), indent=2, allow_nan=False) + "\n")
+    RESULT.write_text(json.dumps(json_safe(result), indent=2, allow_nan=False) + "\n")
     print(f"wrote {RESULT.relative_to(ROOT)} in {result['seconds']:.0f} s")
 
 
