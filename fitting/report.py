@@ -81,9 +81,19 @@ def linearised(reward, A: float, R0: float) -> np.ndarray:
     return np.where((reward > lo) & (reward < hi) & (value > 0), value, np.nan)
 
 
+# F values the linearised plot draws a fitted line within: a dozen decades about F = 1 hold any evaluation's F
+# (pass rates in float64); beyond them a near-step fit's line only overflows the log transform.
+_LINE_RANGE = (1e-12, 1e12)
+
+
 def plot_linearised(records: pd.DataFrame, curves: pd.DataFrame, path, *, compute_col: str, reward_col: str,
                     title: str | None = None) -> Path:
-    """PNG of F(R) against compute on log-log axes per run: points and the fitted line (C_mid / C)^B."""
+    """PNG of F(R) against compute on log-log axes per run: points and the fitted line (C_mid / C)^B.
+
+    The axes span the points: a near-step fit's line (large B) runs to 0 and to overflow within the data, and is drawn
+    where it is within a dozen decades of F = 1. Without a point strictly between R0 and A anywhere, the axes show a
+    decade either side of F = 1 (C_mid), and say so.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,7 +101,7 @@ def plot_linearised(records: pd.DataFrame, curves: pd.DataFrame, path, *, comput
 
     fig, ax = plt.subplots(figsize=(10, 5), dpi=120)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    drawn = 0
+    drawn, shown = 0, []
     for i, row in enumerate(curves.to_dict("records")):
         if not np.isfinite(row["A"]):
             continue
@@ -101,13 +111,26 @@ def plot_linearised(records: pd.DataFrame, curves: pd.DataFrame, path, *, comput
         value = linearised(mine[reward_col].to_numpy(float), row["A"], row["R0"])
         ok = np.isfinite(value) & (compute > 0)
         ax.scatter(compute[ok], value[ok], s=12, color=color, alpha=0.6)
-        if ok.any():
-            grid = np.geomspace(compute[ok].min(), compute[ok].max() * 2, 50)
-            ax.plot(grid, (row["C_mid"] / grid) ** row["B"], color=color, lw=1.6,
-                    label=f"{row['run']}  B={row['B']:.2f}" + ("" if row["identified"] else " (not identified)"))
-            drawn += 1
+        shown.append(value[ok])
+        positive = compute[np.isfinite(compute) & (compute > 0)]
+        if positive.size:
+            grid = np.geomspace(positive.min(), positive.max() * 2, 50)
+            with np.errstate(over="ignore", under="ignore"):
+                line = (row["C_mid"] / grid) ** row["B"]
+            on_axes = (line > _LINE_RANGE[0]) & (line < _LINE_RANGE[1])  # NaN, 0 and overflow are off any axes
+            if on_axes.any():
+                ax.plot(grid[on_axes], line[on_axes], color=color, lw=1.6,
+                        label=f"{row['run']}  B={row['B']:.2f}" + ("" if row["identified"] else " (not identified)"))
+                drawn += 1
+    points = np.concatenate(shown) if shown else np.array([])
     ax.set_xscale("log")
     ax.set_yscale("log")
+    if points.size:
+        ax.set_ylim(points.min() / 3, points.max() * 3)
+    else:
+        ax.set_ylim(0.1, 10.0)
+        ax.text(0.5, 0.5, "no evaluation strictly between R0 and A to linearise", transform=ax.transAxes,
+                ha="center", va="center", fontsize=9, alpha=0.7)
     ax.set_xlabel(COMPUTE_LABELS.get(compute_col, compute_col))
     ax.set_ylabel("F(R) = (A - R) / (R - R0)")
     ax.set_title(title or "Linearised curves: slope -B, F = 1 at C_mid", fontsize=10)

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import run_cli
 
-from rlscale.fitting.report import linearised, loo_table
+from rlscale.fitting.report import linearised, loo_table, plot_linearised
 from rlscale.fitting.sigmoid import sigmoid
 
 ROOT = Path(__file__).parents[1]
@@ -63,6 +63,27 @@ def test_linearised_is_a_power_law_of_compute():
     slope = np.polyfit(np.log(c), np.log(f), 1)[0]
     assert slope == pytest.approx(-1.5, abs=1e-6)
     assert np.isnan(linearised([0.05, 0.9], 0.8, 0.1)).all()  # outside (R0, A) there is no F
+
+
+def test_linearised_plot_draws_fits_whose_line_overflows_or_has_no_point_to_linearise(tmp_path):
+    """Short runs fit with a near-step rise (B ~ 126: F overflows before C_mid, underflows after it) or with A = R0
+    (no point strictly between them), as a sweep's two-eval runs do: the plot is written, not a crash."""
+    import pandas as pd
+
+    records = pd.DataFrame({"run": ["step"] * 3 + ["flat"] * 3 + ["fell"] * 3,
+                            "gpu_hours": [0.0, 2.9e-4, 6.3e-4] * 3,
+                            "val_reward": [0.84375, 0.8125, 0.8125, 0.84375, 0.84375, 0.84375, 0.9, 0.5, 0.5]})
+    curves = pd.DataFrame({"run": ["step", "flat", "fell"], "A": [0.8125, 0.84375, 0.5], "R0": [0.84375, 0.84375, 0.9],
+                           "B": [126.03, 0.3714, 1e4], "C_mid": [1.92e-4, 1.96e-4, 1e-3], "identified": [False] * 3})
+    path = plot_linearised(records, curves, tmp_path / "linearised.png", compute_col="gpu_hours", reward_col="val_reward")
+    assert path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the same fits beside a run with points to linearise: that run's points set the axes
+    records = pd.concat([records, pd.DataFrame({"run": ["ok"] * 20, "gpu_hours": np.geomspace(1, 100, 20),
+                                                "val_reward": sigmoid(np.geomspace(1, 100, 20), 0.8, 1.5, 10, 0.1)})])
+    curves = pd.concat([curves, pd.DataFrame({"run": ["ok"], "A": [0.8], "R0": [0.1], "B": [1.5], "C_mid": [10.0],
+                                              "identified": [True]})])
+    path = plot_linearised(records, curves, tmp_path / "linearised_ok.png", compute_col="gpu_hours", reward_col="val_reward")
+    assert path.stat().st_size > 1000
 
 
 def test_loo_table_flags_only_differences_beyond_the_noise_band():
