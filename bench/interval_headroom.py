@@ -83,7 +83,8 @@ def synthetic_needs(noise: str, runs: int, resamples: int) -> np.ndarray:
 
 def largest_widening(needs: np.ndarray) -> float:
     """The largest widening (k or tau) at which the share of fits covered stays <= CEILING: the widening of the
-    fit at the CEILING quantile of the needs (fits needing none are covered at any widening)."""
+    fit at the CEILING quantile of the needs (fits needing none are covered at any widening); inf (null in the JSON)
+    when no widening of that kind takes the coverage past CEILING."""
     ranked = np.sort(needs)
     return float(ranked[int(math.floor(CEILING * len(ranked))) - 1])
 
@@ -98,11 +99,12 @@ def real_needs() -> list[tuple[str, object, tuple[float, float, float]]]:
         if compute_col != "compute":
             continue
         records = read_run_log(path)
+        by_run = {str(run): group for run, group in records.groupby("run", sort=False, dropna=False)}
         results = backtest_runs(records, fraction=0.5, run_col="run", compute_col=compute_col,
                                 reward_col="reward", bootstrap=200, noise="auto", seed=0)
         for r in results:
             key = real.training_key(name, path, r.run)
-            run = records[records["run"].astype(str) == r.run]
+            run = by_run[r.run]
             compute, reward = run[compute_col].to_numpy(float), run["reward"].to_numpy(float)
             part = np.isfinite(compute) & np.isfinite(reward) & (compute >= 0) & (compute <= r.cut_compute)
             needs = (needed(r.A_part, r.A_part_lo, r.A_part_hi, r.A_full, early_A(compute[part], reward[part]))

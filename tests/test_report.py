@@ -77,7 +77,7 @@ def test_linearised_plot_draws_fits_whose_line_overflows_or_has_no_point_to_line
                            "B": [126.03, 0.3714, 1e4], "C_mid": [1.92e-4, 1.96e-4, 1e-3], "identified": [False] * 3})
     path = plot_linearised(records, curves, tmp_path / "linearised.png", compute_col="gpu_hours", reward_col="val_reward")
     assert path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # the same fits beside a run with points to linearise: that run's points set the axes
+    # the same fits beside a run with points to linearise
     records = pd.concat([records, pd.DataFrame({"run": ["ok"] * 20, "gpu_hours": np.geomspace(1, 100, 20),
                                                 "val_reward": sigmoid(np.geomspace(1, 100, 20), 0.8, 1.5, 10, 0.1)})])
     curves = pd.concat([curves, pd.DataFrame({"run": ["ok"], "A": [0.8], "R0": [0.1], "B": [1.5], "C_mid": [10.0],
