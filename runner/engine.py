@@ -38,8 +38,18 @@ class JobResult:
     timings: dict = field(default_factory=dict)
 
 
+class DevicesUnavailable(RuntimeError):
+    """A job could not start because the devices it was admitted on were taken meanwhile (e.g. by another user's
+    job, as verl's `Total available GPUs X is less than total desired GPUs Y`). The sweep puts the run back in its
+    queue without counting an attempt."""
+
+
 class Engine(ABC):
-    """Trains runs. One engine serves a whole sweep (it may keep workers alive from one run to the next)."""
+    """Trains runs. One engine serves a whole sweep (it may keep workers alive from one run to the next).
+
+    A sweep with several runs in flight calls `run` from one thread per run, for different run keys at once:
+    an engine keeps per-run state local to the call (or under a lock) and shares only what is safe to share.
+    """
 
     name: str = ""
 
@@ -58,6 +68,12 @@ class Engine(ABC):
             compute is nearest it (the step count follows from the compute; recipe.steps is the plan's estimate).
         Raises when the run crashes; the driver decides whether to retry.
         """
+
+    def devices(self, recipe) -> list[dict[str, float]]:
+        """What one job of `recipe` holds while it runs, as Ray resources, one bundle per node (two 8-GPU nodes:
+        [{"GPU": 8}, {"GPU": 8}]). The sweep starts a job only when every bundle fits on a node's free devices.
+        Default: one node holding the generator's and the trainer's devices as GPUs."""
+        return [{"GPU": float(recipe.generator_devices + recipe.trainer_devices)}]
 
     def close(self) -> None:
         """Release everything the engine holds (workers, clusters it started). Idempotent."""
