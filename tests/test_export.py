@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import run_cli
-from rlscale.fitting.export import Deployment, export_config, openrlhf_mapping, trl_mapping, verl_mapping, verl_overrides
+from rlscale.planner.frameworks import Deployment, export_config, openrlhf_mapping, trl_mapping, verl_mapping, verl_overrides
 from rlscale.planner.recipe import Recipe
 
 RECIPE = Recipe(prompts_per_batch=48, rollouts=16, steps=1200, lr=1e-6, kl_coef=0.001, entropy_coef=0.002,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlscale.fitting.export import TARGETS, Deployment, export_config
+from rlscale.planner.frameworks import TARGETS, Deployment, export_config
 from rlscale.planner.recipe import Recipe
 from test_export import script_argv
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlscale.base.errors import UserError
-from rlscale.fitting.export.common import Deployment
-from rlscale.fitting.export.verl import ACTOR, ROLLOUT, hydra_value, verl_mapping
+from rlscale.planner.frameworks.common import Deployment
+from rlscale.planner.frameworks.verl import ACTOR, ROLLOUT, hydra_value, verl_mapping
 
 from .data import DATA_SOURCE
 
@@ -92,7 +92,7 @@ def _layout(devices: int, gpus_per_node: int, what: str) -> tuple[int, int]:
 def job_overrides(recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8,
                   max_prompt_tokens: int = 1024) -> list[str]:
     """verl 0.9.1 Hydra overrides for one segment of `recipe` up to `until_step`: the export's mapping
-    (rlscale.fitting.export.verl) with the devices, data, reward function, validation, checkpoints and file logger
+    (rlscale.planner.frameworks.verl) with the devices, data, reward function, validation, checkpoints and file logger
     this run uses."""
     if recipe.model == "tiny":
         raise UserError("engine: verl needs a HF model directory the cluster can read, not the tiny CPU policy",

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         from rlscale.base.errors import UserError
         from rlscale.base.names import check_budget, check_steps
         from rlscale.cli.console import console, safe
-        from rlscale.fitting.export import FORMATS, Deployment, export_config
+        from rlscale.planner.frameworks import FORMATS, Deployment, export_config
 
         if fmt not in FORMATS:
             raise UserError(f"expected one of {', '.join(FORMATS)}, got {fmt!r}", field="--format")

@@ -1,0 +1,39 @@
+"""A recipe as a production configuration: verl 0.9.1 (Hydra overrides), TRL 1.16.0 (GRPOConfig), OpenRLHF 0.11.2
+(command line), or an rlscale recipe file. The engines that run a recipe on a framework (rlscale.runner.verl,
+rlscale.runner.trl) read the same mappings, so what is exported is what they train.
+
+One mapping per target (verl.py, trl.py, openrlhf.py), each a table from the recipe's knobs to keys with the same
+meaning; each file says which keys are only the nearest form (and how they differ), what the pinned version cannot
+express (`# not expressible:`), and which keys are deployment choices (`--gpus/--nodes`), not part of the recipe.
+The frameworks' own parsers check these mappings in CI (tests/checkers/).
+"""
+
+import yaml
+
+from rlscale.planner.recipe import Recipe
+
+from . import openrlhf, trl, verl
+from .common import Deployment, Mapping
+from .openrlhf import openrlhf_argv, openrlhf_mapping
+from .trl import trl_mapping
+from .verl import verl_mapping, verl_overrides
+
+FORMATS = ("verl", "trl", "openrlhf", "yaml")
+# format -> (framework, pinned version); scripts/checker_envs.sh installs these versions
+TARGETS = {"verl": (verl.FRAMEWORK, verl.VERSION), "trl": (trl.FRAMEWORK, trl.VERSION),
+           "openrlhf": (openrlhf.FRAMEWORK, openrlhf.VERSION)}
+_RENDER = {"verl": verl.render, "trl": trl.render, "openrlhf": openrlhf.render}
+
+__all__ = ["FORMATS", "TARGETS", "Deployment", "Mapping", "export_config", "openrlhf_argv", "openrlhf_mapping",
+           "trl_mapping", "verl_mapping", "verl_overrides"]
+
+
+def export_config(recipe: Recipe, fmt: str, *, header: list[str] | None = None,
+                  deployment: Deployment | None = None) -> str:
+    """The text of `recipe` in format `fmt`; `header` lines (provenance) go on top as comments."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt == "yaml":  # every key explicit; `load_recipe` reads it back
+        lines = [f"# {line}" for line in header or []]
+        return "\n".join(lines) + ("\n" if lines else "") + yaml.safe_dump(recipe.to_json(), sort_keys=False)
+    return _RENDER[fmt](recipe, deployment or Deployment(), list(header or []))
