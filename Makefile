@@ -1,4 +1,5 @@
-# The two commands of the README. Both set up .venv on first use (scripts/setup.sh).
+# The two commands of the README. Both set up .venv on first use (scripts/setup.sh, ~2 min with a warm
+# pip cache); `make test` also builds the export checkers' venvs (scripts/checker_envs.sh, ~4 min more).
 .PHONY: setup venv demo test test-fast ci example bench
 
 setup: venv
