@@ -7,6 +7,10 @@ half, and the share of runs whose full-run A falls inside the half-fit's 95% int
 training counted once (`each_training_once`: the five `make demo` sweeps are copies of one seeded training per
 point, see bench/data/README.md), on which the goals are judged.
 Issue 17 goals: the fit beats carry-forward on the rising runs; full-run A inside the interval on >= 90%.
+Issue 33: the prediction interval of the end reward (fitting/predict.py), from the half and the quarter. Its drift
+constant is estimated here, with a held-out split by source: for each source, the constant fitted on the other sources
+scores that source's runs (the coverage and widths reported); the constant fitted on every source goes to
+fitting/drift.json, which `rlscale fit --at` and `rlscale backtest` use.
 Run: `.venv/bin/python bench/backtest.py`.
 """
 
@@ -26,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from rlscale.db.importer import read_run_log  # noqa: E402
 from rlscale.fitting.backtest import backtest_runs, summarize, summary_lines  # noqa: E402
+from rlscale.fitting.predict import DEFAULT_LEVEL, DRIFT_FILE, NO_DRIFT, calibrate_drift  # noqa: E402
 
 DATA = ROOT / "bench" / "data"
 RESULT = ROOT / "bench" / "results" / "backtest.json"
@@ -128,6 +133,110 @@ def per_trajectory(results: list[tuple[str, object]]) -> dict:
             "A_inside": float(inside), "A_inside_share": inside / len(checked) if checked else float("nan")}
 
 
+# Fractions the prediction interval is judged from (issue 33: the half and the quarter)
+PREDICTION_FRACTIONS = (0.5, 0.25)
+
+
+def held_out_predictions(rows: list[tuple[str, str, float, object]], level: float = DEFAULT_LEVEL) -> dict:
+    """The drift constant and the prediction intervals' coverage with a held-out split by source.
+
+    rows: (source, training key, fraction, RunBacktest) of runs backtested with no drift term (their sd_parameters,
+    sd_noise and drift_scale give the interval for any constant). Each training counts once (its copies share its
+    weight). For each source, the constant fitted on the others (both fractions pooled) scores that source's runs:
+    coverage and median width per fraction over every source scored that way, and per source. `constant`: fitted on
+    every source, for use."""
+    from scipy import stats
+
+    usable = [(src, key, f, r) for src, key, f, r in rows
+              if r.fitted and np.isfinite(r.sd_parameters) and np.isfinite(r.sd_noise) and np.isfinite(r.error)]
+    copies: dict = {}
+    for src, key, f, _ in usable:
+        copies[(key, f)] = copies.get((key, f), 0) + 1
+    z = float(stats.norm.ppf(0.5 + level / 2.0))
+
+    def arrays(subset):
+        err = np.array([r.error for *_, r in subset])
+        known = np.array([np.hypot(r.sd_parameters, r.sd_noise) for *_, r in subset])
+        scale = np.array([r.drift_scale for *_, r in subset])
+        weight = np.array([1.0 / copies[(key, f)] for _, key, f, _ in subset])
+        return err, known, scale, weight
+
+    sources = sorted({src for src, *_ in usable})
+    scored, per_source = [], {}
+    for src in sources:
+        constant = calibrate_drift(*arrays([row for row in usable if row[0] != src])[:3],
+                                   weights=arrays([row for row in usable if row[0] != src])[3], level=level)
+        held = [row for row in usable if row[0] == src]
+        err, known, scale, weight = arrays(held)
+        half_width = z * np.sqrt(known**2 + (constant * scale) ** 2)
+        per_source[src] = {"constant_from_other_sources": constant}
+        for f in PREDICTION_FRACTIONS:
+            at = np.array([row[2] == f for row in held])
+            inside = np.abs(err) <= half_width
+            per_source[src][f"from_{f:g}"] = {
+                "runs": int(at.sum()), "trainings": float(weight[at].sum()),
+                "coverage": float(np.sum(weight[at] * inside[at]) / weight[at].sum()) if at.any() else None,
+                "median_width": float(np.median(2 * half_width[at])) if at.any() else None}
+        scored += [(f, w, i, 2 * h) for (_, _, f, _), w, i, h in zip(held, weight, np.abs(err) <= half_width, half_width)]
+    overall = {}
+    for f in PREDICTION_FRACTIONS:
+        mine = [(w, i, width) for g, w, i, width in scored if g == f]
+        weight = np.array([w for w, _, _ in mine])
+        overall[f"from_{f:g}"] = {
+            "runs": len(mine), "trainings": float(weight.sum()),
+            "coverage": float(np.sum(weight * np.array([i for _, i, _ in mine])) / weight.sum()),
+            "median_width": float(np.median([width for *_, width in mine]))}
+    err, known, scale, weight = arrays(usable)
+    fractions = np.array([row[2] for row in usable])
+    inside = np.abs(err) <= z * known
+    without = {f"from_{f:g}": float(np.sum((weight * inside)[fractions == f]) / weight[fractions == f].sum())
+               for f in PREDICTION_FRACTIONS}
+    return {"level": level, "constant": calibrate_drift(err, known, scale, weights=weight, level=level),
+            "sources": sources, "held_out": overall, "per_source": per_source,
+            "coverage_without_drift": without,
+            "no_interval": sum(1 for src, key, f, r in rows if r.fitted and not np.isfinite(r.sd_parameters))}
+
+
+def estimate_drift(fit: dict) -> dict:
+    """Backtest every run (each data set on its compute column) from the half and the quarter with no drift term,
+    estimate the drift constant held out by source (`held_out_predictions`), write it to fitting/drift.json with its
+    provenance, and return the figures, with the fit's point error against carry-forward on the rising runs."""
+    rows, point = [], {}
+    for f in PREDICTION_FRACTIONS:
+        keyed = []
+        for name, (path, compute_col) in DATASETS.items():
+            if compute_col != "compute":
+                continue
+            results = backtest_runs(read_run_log(path), fraction=f, run_col="run", compute_col=compute_col,
+                                    reward_col="reward", drift=NO_DRIFT, **fit)
+            keyed += [(training_key(name, path, r.run), r) for r in results]
+            rows += [(name, training_key(name, path, r.run), f, r) for r in results]
+        once = per_trajectory(keyed)
+        point[f"from_{f:g}"] = {k: once[k] for k in ("trainings", "fitted", "rising", "mae_fit_rising",
+                                                     "mae_carry_forward_rising")}
+    figures = held_out_predictions(rows)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    DRIFT_FILE.write_text(json.dumps({
+        "per_gain": figures["constant"],
+        "provenance": {
+            "form": "drift sd = per_gain x |A - R0| x sqrt(ln(C / last compute seen))",
+            "estimated_on": {name: str(path.relative_to(ROOT)) for name, (path, col) in DATASETS.items() if col == "compute"},
+            "how": f"the smallest constant at which the {DEFAULT_LEVEL:.0%} prediction intervals of the end reward (mean "
+                   "over the last 10% of compute) hold that share of the runs, fitted on their first half and first "
+                   "quarter, each training counted once",
+            "held_out_coverage": figures["held_out"],
+            "command": ".venv/bin/python bench/backtest.py", "commit": commit,
+            "date": time.strftime("%Y-%m-%d", time.gmtime()), "settings": fit},
+    }, indent=2) + "\n")
+    print(f"== prediction intervals ({DEFAULT_LEVEL:.0%}), drift constant held out by source")
+    for key, value in figures["held_out"].items():
+        print(f"   {key}: coverage {value['coverage']:.1%} of {value['trainings']:.0f} trainings, "
+              f"median width {value['median_width']:.3f}; fit |error| on rising {point[key]['mae_fit_rising']:.3f} "
+              f"vs carry-forward {point[key]['mae_carry_forward_rising']:.3f}")
+    print(f"   constant on every source: {figures['constant']:.4f} (written to {DRIFT_FILE.relative_to(ROOT)})")
+    return {**figures, "point_error_rising": point}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fraction", type=float, default=0.5)
@@ -139,6 +248,7 @@ def main() -> None:
     _, replicates = quickstart_runs_csv()
     fit = dict(bootstrap=args.bootstrap, noise=args.noise, seed=0)
     started = time.perf_counter()
+    predictions = estimate_drift(fit)
     datasets, everything, fallen, keyed = {}, [], set(), []
     for name, (path, compute_col) in DATASETS.items():
         records = read_run_log(path)  # the parser `rlscale backtest FILE` uses
@@ -185,6 +295,16 @@ def main() -> None:
             "A_inside_share_at_least_0.9": bool(trainings["A_inside_share"] >= 0.9),
         },
         "each_training_once": trainings,
+        # issue 33: the prediction interval of the end reward, its drift constant held out by source
+        "predictions": predictions,
+        "prediction_goals": {
+            "coverage_0.88_to_0.97_from_half_and_quarter": all(
+                0.88 <= predictions["held_out"][k]["coverage"] <= 0.97 for k in ("from_0.5", "from_0.25")),
+            "median_width_at_most_0.06_from_half": bool(predictions["held_out"]["from_0.5"]["median_width"] <= 0.06),
+            "fit_beats_carry_forward_on_rising_runs": {
+                k: bool(v["mae_fit_rising"] < v["mae_carry_forward_rising"])
+                for k, v in predictions["point_error_rising"].items()},
+        },
         "quickstart_replicates": replicates,
         "all": overall.to_dict(),
         # the same without the runs whose end is FELL below their best evaluation (collapses a sigmoid cannot describe)

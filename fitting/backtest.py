@@ -3,7 +3,8 @@ the run's end, and compare with what the run then reached.
 
 Per run: the part-fit's predicted reward over the run's last 10% of compute (with its 95% band), the observed
 reward there (mean over those points), the error, a carry-forward baseline (the last reward observed in the part)
-and whether the full-run asymptote A falls inside the part-fit's interval on A. Pure: records in, plain data out.
+and whether the full-run asymptote A falls inside the part-fit's interval on A; and the prediction interval of the
+observed end reward (fitting/predict.py) and whether it holds it. Pure: records in, plain data out.
 """
 
 import math
@@ -15,6 +16,7 @@ import pandas as pd
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.base.numbers import format_number as _f
 from rlscale.fitting.bootstrap import percentile_interval
+from rlscale.fitting.predict import DEFAULT_LEVEL, Drift, drift_scale, predict_at
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 
 # The end of a run is judged on its last 10% of compute: one evaluation is too noisy to score a prediction.
@@ -37,6 +39,9 @@ class RunBacktest:
     A_inside: A_full within [A_part_lo, A_part_hi] (None when either fit is missing).
     rising: the run gained more than RISE from the part's end window to its own end window.
     identified, reason: the part-fit's identification and its reason (or why nothing was fitted).
+    level, pi_lo, pi_hi: the prediction interval at `level` of the observed end reward (fitting/predict.py);
+    pi_inside: observed within it (None without an interval). sd_parameters, sd_noise, drift_scale: its parts (the
+    drift's sd is the drift constant x drift_scale), kept so that the constant can be estimated on other runs.
     """
 
     run: str
@@ -61,6 +66,13 @@ class RunBacktest:
     A_inside: bool | None
     rising: bool | None
     identified: bool
+    level: float = DEFAULT_LEVEL
+    pi_lo: float = float("nan")
+    pi_hi: float = float("nan")
+    pi_inside: bool | None = None
+    sd_parameters: float = float("nan")
+    sd_noise: float = float("nan")
+    drift_scale: float = float("nan")
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN and inf become None."""
@@ -79,6 +91,8 @@ class BacktestSummary:
     and an interval; A_checked: how many such runs. A_no_interval: fitted runs whose part-fit had too few points
     for an interval (fewer than two per parameter): not checked, and counted here.
     A_inside_identified_share, A_checked_identified: the same over the runs whose full-run A is identified.
+    pi_checked, pi_inside, pi_coverage: runs with a prediction interval, how many held their observed end reward,
+    and the share; pi_median_width: its median width; level: its level.
     """
 
     fraction: float
@@ -96,6 +110,11 @@ class BacktestSummary:
     A_no_interval: int
     A_checked_identified: int
     A_inside_identified_share: float
+    level: float = DEFAULT_LEVEL
+    pi_checked: int = 0
+    pi_inside: int = 0
+    pi_coverage: float = float("nan")
+    pi_median_width: float = float("nan")
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN becomes None."""
@@ -107,9 +126,11 @@ def in_end_window(compute: np.ndarray, last: float) -> np.ndarray:
     return compute >= (1.0 - END_WINDOW) * last
 
 
-def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, **fit_kwargs) -> RunBacktest:
+def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, level: float = DEFAULT_LEVEL,
+                 drift: Drift | None = None, **fit_kwargs) -> RunBacktest:
     """Backtest of one run: fit its points at compute <= fraction x its last compute, score against the end.
 
+    level, drift: the prediction interval's level and drift (default: fitting/drift.json's constant).
     `fit_kwargs` go to `fit_sigmoid` for both the part and the full-run fit (r0, min_compute, bootstrap, ...).
     Never raises for data that cannot be fitted: the result says `fitted=False` and why.
     """
@@ -148,6 +169,8 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, **
         return RunBacktest(fitted=False, reason=f"first {fraction:.0%}: {err}", **empty)
     predicted = float(np.mean(fit.predict(x[end])))
     lo, hi = _mean_band(fit, x[end])
+    pi = predict_at(fit, x[part], y[part], last, level=level, window_compute=x[end], drift=drift)
+    pi_inside = bool(pi.lo <= observed <= pi.hi) if math.isfinite(pi.lo) and math.isfinite(pi.hi) else None
     try:
         full = fit_sigmoid(x, y, **fit_kwargs)
         A_full, A_full_identified = full.A, full.identified
@@ -158,12 +181,14 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, **
         inside = bool(fit.A_lo <= A_full <= fit.A_hi)
     empty.update(predicted=predicted, predicted_lo=lo, predicted_hi=hi, error=predicted - observed, A_part=fit.A,
                  A_part_lo=fit.A_lo, A_part_hi=fit.A_hi, A_full=float(A_full), A_full_identified=A_full_identified,
-                 A_inside=inside, identified=fit.identified)
+                 A_inside=inside, identified=fit.identified, level=float(level), pi_lo=pi.lo, pi_hi=pi.hi,
+                 pi_inside=pi_inside, sd_parameters=pi.sd_parameters, sd_noise=pi.sd_noise,
+                 drift_scale=drift_scale(fit, pi.distance))
     return RunBacktest(fitted=True, reason=fit.reason, **empty)
 
 
 def backtest_runs(records: pd.DataFrame, *, fraction: float = 0.5, run_col="run", compute_col="compute",
-                  reward_col="reward", **fit_kwargs) -> list[RunBacktest]:
+                  reward_col="reward", **kwargs) -> list[RunBacktest]:
     """`backtest_run` for every run of `records` (in order of first appearance; one run "all" without a run column)."""
     for col in (compute_col, reward_col):
         if col not in records.columns:
@@ -171,7 +196,7 @@ def backtest_runs(records: pd.DataFrame, *, fraction: float = 0.5, run_col="run"
     groups = records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns else [("all", records)]
     return [backtest_run(group[compute_col].to_numpy(dtype=float, na_value=np.nan),
                          group[reward_col].to_numpy(dtype=float, na_value=np.nan),
-                         run=str(run), fraction=fraction, **fit_kwargs)
+                         run=str(run), fraction=fraction, **kwargs)
             for run, group in groups]
 
 
@@ -188,6 +213,9 @@ def summarize(results: list[RunBacktest], fraction: float = 0.5) -> BacktestSumm
         values = [abs(getattr(r, key)) for r in rows if math.isfinite(getattr(r, key))]
         return float(np.mean(values)) if values else float("nan")
 
+    with_pi = [r for r in fitted if r.pi_inside is not None]
+    pi_inside = sum(bool(r.pi_inside) for r in with_pi)
+    level = with_pi[0].level if with_pi else DEFAULT_LEVEL
     mae_fit_rising, mae_cf_rising = mae(rising, "error"), mae(rising, "carry_forward_error")
     beats = bool(mae_fit_rising < mae_cf_rising) if rising and math.isfinite(mae_fit_rising) and math.isfinite(mae_cf_rising) else None
     return BacktestSummary(
@@ -197,7 +225,10 @@ def summarize(results: list[RunBacktest], fraction: float = 0.5) -> BacktestSumm
         A_checked=len(checked), A_inside=inside, A_inside_share=inside / len(checked) if checked else float("nan"),
         A_no_interval=sum(1 for r in fitted if math.isfinite(r.A_full) and not math.isfinite(r.A_part_lo)),
         A_checked_identified=len(checked_identified),
-        A_inside_identified_share=inside_identified / len(checked_identified) if checked_identified else float("nan"))
+        A_inside_identified_share=inside_identified / len(checked_identified) if checked_identified else float("nan"),
+        level=float(level), pi_checked=len(with_pi), pi_inside=pi_inside,
+        pi_coverage=pi_inside / len(with_pi) if with_pi else float("nan"),
+        pi_median_width=float(np.median([r.pi_hi - r.pi_lo for r in with_pi])) if with_pi else float("nan"))
 
 
 def _mean_band(fit, compute) -> tuple[float, float]:
@@ -235,6 +266,9 @@ def summary_lines(summary: BacktestSummary) -> list[str]:
         lines.append(f"Mean |error| at the end on the rising runs: fit {_f(summary.mae_fit_rising)}, "
                      f"carry-forward {_f(summary.mae_carry_forward_rising)} ({verdict}).")
     lines.append(f"Mean |error| on every fitted run: fit {_f(summary.mae_fit)}, carry-forward {_f(summary.mae_carry_forward)}.")
+    if summary.pi_checked:
+        lines.append(f"End reward inside the {summary.level:.0%} prediction interval: {summary.pi_inside} of "
+                     f"{summary.pi_checked} ({summary.pi_coverage:.0%}); median width {_f(summary.pi_median_width)}.")
     if summary.A_checked:
         lines.append(f"Full-run A inside the part-fit's 95% interval: {summary.A_inside} of {summary.A_checked} "
                      f"({summary.A_inside_share:.0%}); where the full run's own A is identified: "

@@ -138,11 +138,13 @@ def test_cli_json_has_one_object_per_run_and_a_summary(cli, tmp_path):
     assert set(payload["runs"][0]) == {
         "run", "fitted", "reason", "n_points", "n_part", "cut_compute", "last_compute", "predicted", "predicted_lo",
         "predicted_hi", "observed", "error", "carry_forward", "carry_forward_error", "A_part", "A_part_lo",
-        "A_part_hi", "A_full", "A_full_identified", "A_inside", "rising", "identified"}
+        "A_part_hi", "A_full", "A_full_identified", "A_inside", "rising", "identified", "level", "pi_lo", "pi_hi",
+        "pi_inside", "sd_parameters", "sd_noise", "drift_scale"}
     assert set(payload["summary"]) == {
         "fraction", "runs", "fitted", "rising", "mae_fit_rising", "mae_carry_forward_rising",
         "fit_beats_carry_forward_rising", "mae_fit", "mae_carry_forward", "A_checked", "A_inside", "A_inside_share",
-        "A_no_interval", "A_checked_identified", "A_inside_identified_share"}
+        "A_no_interval", "A_checked_identified", "A_inside_identified_share", "level", "pi_checked", "pi_inside",
+        "pi_coverage", "pi_median_width"}
     assert payload["summary"]["runs"] == 2 and payload["summary"]["fit_beats_carry_forward_rising"] is True
 
 
