@@ -226,3 +226,35 @@ def calibrate_drift(errors, sd_known, drift_scales, *, level: float = DEFAULT_LE
         if covered(float(kappa)) >= level:
             return float(kappa)
     return float("inf")
+
+
+def predict_runs(records, at: float, *, level: float = DEFAULT_LEVEL, run_col="run", compute_col="compute",
+                 reward_col="reward", **fit_kwargs):
+    """One row per run of `records` (in order of first appearance): run, at, predicted, predicted_lo, predicted_hi,
+    level (`predict_at` on each run's fit; NaN for a run that cannot be fitted or has no interval). `fit_kwargs`
+    go to `fit_sigmoid`; a missing `compute` column falls back to `gpu_hours`, a missing run column means one run."""
+    import pandas as pd
+
+    from rlscale.fitting.frame import SINGLE_RUN
+    from rlscale.fitting.sigmoid import FitError, fit_sigmoid
+
+    if compute_col not in records.columns and compute_col == "compute" and "gpu_hours" in records.columns:
+        compute_col = "gpu_hours"
+    groups = records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns else [(SINGLE_RUN, records)]
+    drift = Drift.load()
+    rows = []
+    for run, group in groups:
+        x = group[compute_col].to_numpy(dtype=float, na_value=np.nan)
+        y = group[reward_col].to_numpy(dtype=float, na_value=np.nan)
+        row = {"run": run, "at": float(at), "predicted": np.nan, "predicted_lo": np.nan, "predicted_hi": np.nan,
+               "level": float(level)}
+        try:
+            fit = fit_sigmoid(x, y, **fit_kwargs)
+        except FitError:
+            rows.append(row)
+            continue
+        used = np.isfinite(x) & np.isfinite(y) & (x >= float(fit_kwargs.get("min_compute") or 0.0))
+        p = predict_at(fit, x[used], y[used], at, level=level, drift=drift)
+        row.update(predicted=p.predicted, predicted_lo=p.lo, predicted_hi=p.hi)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["run", "at", "predicted", "predicted_lo", "predicted_hi", "level"])

@@ -10,6 +10,8 @@ from rlscale.cli.options import DbUrl, check_fit_source
 
 # Keys of `fit --json`, in order (docs/methods.md section 7); scripts rely on them. `noise`: the noise model used.
 JSON_KEYS = ("run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise")
+# Added by --at: the predicted mean reward over the last 10% of compute up to `at` and its prediction interval.
+PREDICTION_KEYS = ("at", "predicted", "predicted_lo", "predicted_hi", "level")
 
 
 def register(app: typer.Typer) -> None:
@@ -24,6 +26,8 @@ def register(app: typer.Typer) -> None:
         unbounded: bool = typer.Option(False, "--unbounded", help="the metric is not a pass rate in [0, 1] (A and R0 unbounded)"),
         json_out: bool = typer.Option(False, "--json", help="print a JSON list, one object per run"),
         plot: Path = typer.Option(None, "--plot", help="also write a PNG: points (filled: those fitted), curves, bands"),
+        at: float = typer.Option(None, "--at", help="also predict each run's mean reward over the last 10% of compute up to C, with a prediction interval"),
+        level: float = typer.Option(0.9, "--level", help="the prediction interval's level (with --at)"),
     ) -> None:
         """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) per run; say when A is not identified."""
         from rlscale.cli.console import console, print_json, safe
@@ -34,6 +38,10 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"expected a file name ending in .png, got {plot.name!r}", field="--plot")
         if plot is not None and plot.parent.exists() and not plot.parent.is_dir():
             raise UserError(f"{plot.parent} is a file: expected a directory for {plot.name}", field="--plot")
+        if at is not None and not (math.isfinite(at) and at > 0):
+            raise UserError(f"expected a finite compute > 0, got {at:g}", field="--at")
+        if not 0.0 < level < 1.0:
+            raise UserError(f"expected a level in (0, 1), got {level:g}", field="--level")
         if not math.isfinite(min_compute):
             raise UserError(f"expected a finite compute >= 0, got {min_compute:g}", field="--min-compute")
         options = dict(r0=r0, min_compute=min_compute, noise=noise, bounded=not unbounded)
@@ -43,8 +51,16 @@ def register(app: typer.Typer) -> None:
             warnings.simplefilter("ignore", RuntimeWarning)
             records, fits, title, store, record_breaking = _fit_and_plot(file, study, db, options, plot)
 
+        predictions = None
+        if at is not None:
+            from rlscale.fitting.predict import predict_runs
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                predictions = predict_runs(records, at, level=level, run_col="run", compute_col="compute",
+                                           reward_col="reward", **options)
         if json_out:
-            print_json(fits_json(fits))
+            print_json(fits_json(fits, predictions))
             return
         from rlscale.cli.views import fits_table
 
@@ -53,6 +69,8 @@ def register(app: typer.Typer) -> None:
         console.print(fits_table(fits, title=f"{title}: sigmoid fits (on {fitted_points_label(record_breaking)})"))
         if store is not None:
             console.print(f"saved {len(fits)} fits of study {safe(repr(study))} to {safe(store.url_for_display)}", highlight=False, soft_wrap=True)
+        if predictions is not None:
+            _print_predictions(predictions)
         if plot is not None:
             console.print(f"plot: {safe(plot)}", highlight=False, soft_wrap=True)
 
@@ -80,8 +98,20 @@ def _fit_and_plot(file, study, db, options, plot):
     return records, fits, title, store, record_breaking
 
 
-def fits_json(fits) -> list[dict]:
-    """The fits as plain JSON-ready dicts with JSON_KEYS (NaN and inf become null)."""
+def _print_predictions(predictions) -> None:
+    """One line per run: the predicted reward at the target compute and its prediction interval."""
+    from rlscale.base.numbers import format_number
+    from rlscale.cli.console import console, safe
+
+    for row in predictions.to_dict("records"):
+        console.print(f"{safe(row['run'])}: at {row['at']:.4g}: {format_number(row['predicted'])} "
+                      f"[{format_number(row['predicted_lo'])}, {format_number(row['predicted_hi'])}] "
+                      f"({row['level']:.0%} PI)", highlight=False, soft_wrap=True)
+
+
+def fits_json(fits, predictions=None) -> list[dict]:
+    """The fits as plain JSON-ready dicts with JSON_KEYS (NaN and inf become null); with `predictions`
+    (fitting.predict.predict_runs), each also has PREDICTION_KEYS."""
     from rlscale.base.numbers import json_safe
 
     out = []
@@ -99,4 +129,9 @@ def fits_json(fits) -> list[dict]:
                 value = int(value)
             item[key] = value
         out.append(item)
+    if predictions is not None:
+        by_run = {str(row["run"]): row for row in predictions.to_dict("records")}
+        for item in out:
+            row = by_run.get(item["run"], {})
+            item.update({key: json_safe(row.get(key)) for key in PREDICTION_KEYS})
     return out
