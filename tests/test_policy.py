@@ -1,4 +1,4 @@
-"""The tiny policy: tokenizer, HF format, sampler/trainer log-prob agreement, FP32 head, and the cached build."""
+"""The tiny policy: tokenizer, HF format, sampler/trainer log-prob agreement, FP32 head, and the shipped weights."""
 
 import json
 
@@ -97,21 +97,37 @@ def test_train_step_raises_probability_of_rewarded_rollouts(tokenizer):
     assert metrics["clip_fraction"] == 0.0  # on-policy: CISPO's weight is 1
 
 
-@pytest.mark.slow
-def test_base_model_dir_is_a_cached_hf_model_with_room_to_climb(workdir):
-    from rlscale.runner.rl.policy import base_model_dir, load_policy
+def test_the_shipped_base_policy_is_the_same_on_every_host_and_has_room_to_climb(workdir):
+    from rlscale.runner.rl.policy import PORTABLE_ENV, SHIPPED_DIR, base_model_dir, load_policy, sampled_pass_rate
+    from rlscale.runner.rl.tasks import arithmetic_task
 
     path = base_model_dir()
+    assert path == SHIPPED_DIR and not (workdir / "cache" / "base-model-v5").exists()  # nothing built on the way
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
             "generation_config.json"} <= {p.name for p in path.iterdir()}
-    assert path.name.startswith("base-model-") and path.parent == workdir / "cache"
     info = json.loads((path / "rlscale_base_model.json").read_text())
+    assert info["portable"] and info["environment"] == PORTABLE_ENV  # built the way --rebuild builds it
     assert 0.8 <= info["sampled_pass_rate"] <= 0.9  # knows the sums: RL sharpens them to a plateau within minutes
-    assert info["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # which kernels built it
-    built_ns = (path / "model.safetensors").stat().st_mtime_ns
-    assert base_model_dir() == path and (path / "model.safetensors").stat().st_mtime_ns == built_ns  # cached
     model, tokenizer = load_policy(path)
     assert model.config.head_dim >= 32 and tokenizer.eos_token_id == 2
+    task = arithmetic_task(2, 0)
+    rate = sampled_pass_rate(model, tokenizer, task, task.validation(info["eval_prompts"]), seed=0)
+    assert abs(rate - info["sampled_pass_rate"]) <= 0.05  # the weights are the policy the metadata describes
+
+
+def test_a_changed_base_policy_file_is_refused_with_the_file_it_is_in(tmp_path):
+    import shutil
+
+    from rlscale.base.errors import UserError
+    from rlscale.runner.rl.policy import SHIPPED_DIR, verify_checksums
+
+    copy = shutil.copytree(SHIPPED_DIR, tmp_path / "base")
+    verify_checksums(copy)
+    weights = bytearray((copy / "model.safetensors").read_bytes())
+    weights[-1] ^= 1  # one bit of the last weight
+    (copy / "model.safetensors").write_bytes(bytes(weights))
+    with pytest.raises(UserError, match=r"SHA256SUMS: the base policy's model.safetensors is damaged"):
+        verify_checksums(copy)
 
 
 def _sampled_batch(tokenizer, model, rewards):

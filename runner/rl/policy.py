@@ -1,26 +1,22 @@
 """The embedded tiny policy: a 2-layer Llama with a character vocabulary, SFT-warm-started on addition.
 
-`base_model_dir()` builds it once (fixed seeds, one thread: the same weights every time on one machine) into
-`cache_dir()/base-model-<version>` as a standard HF directory that transformers and vLLM both load. Across CPUs the
-build differs: torch picks kernels by the instruction set and the SFT is chaotic, so where it reaches its target moves
-(1,150 steps with AVX-512, 2,200 capped at AVX2 on one machine: bench/base_policy_portability.py); the metadata
-file records the kernels used.
-The SFT stops as soon as the sampled (temperature 1) validation pass rate reaches SFT_TARGET_PASS_RATE.
-At 0.8 the policy knows most sums and RL mostly sharpens what it knows, which ends inside a few minutes of CPU.
-Measured by bench/base_policy.py (local loop, 16 x 4, lr 1e-4, temperature 1, 1,000 steps, 2026-11-23): mean pass
-rate over steps 100-200 and 900-1000, and the fitted A:
-  SFT to 0.5: 0.52 at step 0, 0.63, 0.71 (still climbing; A not identified, interval 0.28 wide)
-  SFT to 0.7: 0.72, 0.81, 0.86 (still climbing; not identified, 0.15 wide)
-  SFT to 0.8: 0.78, 0.87, 0.91 (bends; A 0.908 [0.895, 0.939], identified)
-  SFT to 0.9: 0.91, 0.94, 0.95 (bends, but a gain of 0.04 is a few times the validation noise)
-Below 0.8 RL is still teaching the sums, slowly, so a few-minute run cannot pin its asymptote down.
+Its weights ship with rlscale (runner/rl/base/, checked against SHA256SUMS on first use), so every host starts RL
+from the same bytes. A build's SFT is chaotic and its floats depend on the CPU's kernels and on torch: where it
+reaches its target moves by hundreds of steps from one host to the next, even with portable numerics
+(bench/base_policy_portability.py). `rlscale base-model --rebuild` builds it again with PORTABLE_ENV, the build
+that made the shipped weights, and says whether the bytes match them.
+The SFT stops once the sampled (temperature 1) validation pass rate reaches SFT_TARGET_PASS_RATE: at 0.8 the policy
+knows most sums and RL mostly sharpens them, so a run's curve bends within minutes of CPU (bench/base_policy.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -30,7 +26,13 @@ from rlscale.base.settings import cache_dir
 from rlscale.runner.rl.sampling import sample
 from rlscale.runner.rl.tasks import Prompt, arithmetic_task
 
-BASE_MODEL_VERSION = "v4"  # bump when the architecture, vocabulary or SFT recipe changes
+BASE_MODEL_VERSION = "v5"  # bump when the architecture, vocabulary, SFT recipe or build numerics change
+SHIPPED_DIR = Path(__file__).with_name("base")  # the weights rlscale ships (built with PORTABLE_ENV)
+CHECKSUMS = "SHA256SUMS"  # sha256sum's format: one '<hex>  <file>' line per file of the model directory
+# Numerics that depend least on the CPU: torch's baseline kernels, MKL's and oneDNN's reproducible paths, one thread
+# (fixed reduction order). Read when torch loads, so a build runs in a child process with them.
+PORTABLE_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41",
+                "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 CHARACTERS = [chr(code) for code in range(32, 127)] + ["\n"]  # printable ASCII and newline
 
@@ -145,13 +147,18 @@ def warm_start(model, tokenizer, *, log=None) -> tuple[int, float]:
 
 
 def base_model_dir(rebuild: bool = False, *, log=None) -> Path:
-    """The tiny policy's HF directory (config, safetensors, tokenizer, generation config), built on first use."""
+    """The tiny policy's HF directory (config, safetensors, tokenizer, generation config): the shipped one, checked
+    against its SHA256SUMS; built into cache_dir() when rlscale was installed without it, or when `rebuild` is set.
+    log(step, loss, pass_rate) is called at each SFT check of a build."""
+    if not rebuild and (SHIPPED_DIR / "model.safetensors").is_file():
+        verify_checksums(SHIPPED_DIR)
+        return SHIPPED_DIR
     target = cache_dir() / f"base-model-{BASE_MODEL_VERSION}"
     if target.is_dir() and (target / "model.safetensors").is_file() and not rebuild:
         return target
     staging = Path(tempfile.mkdtemp(prefix=f".base-model-{BASE_MODEL_VERSION}-", dir=cache_dir()))
     try:
-        _build_into(staging, log=log)
+        build_portable(staging, log=log)
         if target.exists():
             trash = target.with_name(f".{target.name}-old-{os.getpid()}")
             os.replace(target, trash)
@@ -164,6 +171,61 @@ def base_model_dir(rebuild: bool = False, *, log=None) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def same_as_shipped(directory: Path) -> bool | None:
+    """Whether `directory`'s weights are the shipped ones bit for bit (None when rlscale ships none)."""
+    shipped = SHIPPED_DIR / "model.safetensors"
+    if not shipped.is_file():
+        return None
+    return _sha256(directory / "model.safetensors") == _sha256(shipped)
+
+
+_VERIFIED: set[tuple] = set()  # (directory, the files' sizes and mtimes) checked by this process
+
+
+def verify_checksums(directory: Path) -> None:
+    """Check every file SHA256SUMS lists in `directory` (again only if a file changed since); UserError naming the
+    first that differs."""
+    from rlscale.base.errors import UserError
+
+    stamp = (directory, tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(directory.iterdir())))
+    if stamp in _VERIFIED:
+        return
+    sums = directory / CHECKSUMS
+    for line in sums.read_text().splitlines():
+        expected, name = line.split(maxsplit=1)
+        path = directory / name
+        actual = _sha256(path) if path.is_file() else "missing"
+        if actual != expected:
+            raise UserError(f"the base policy's {name} is damaged or was changed (sha256 {actual[:16]}, expected "
+                            f"{expected[:16]}); reinstall rlscale, or build one: rlscale base-model --rebuild",
+                            file=str(sums))
+    _VERIFIED.add(stamp)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+_CHILD = ("import json, sys; from pathlib import Path; from rlscale.runner.rl.policy import _build_into; "
+          "_build_into(Path(sys.argv[1]), log=lambda *row: print(json.dumps(row), flush=True))")
+
+
+def build_portable(directory: Path, *, log=None) -> None:
+    """Build the base into `directory` in a child process with PORTABLE_ENV (minutes on one core); log(step, loss,
+    pass_rate) at each SFT check. RuntimeError with the child's last line if it fails."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile("w+") as errors:
+        with subprocess.Popen([sys.executable, "-c", _CHILD, str(directory)], env={**os.environ, **PORTABLE_ENV},
+                              stdout=subprocess.PIPE, stderr=errors, text=True) as child:
+            for line in child.stdout:
+                if log:
+                    log(*json.loads(line))
+        if child.returncode:
+            errors.seek(0)
+            last = ([line for line in errors.read().splitlines() if line.strip()] or ["no output"])[-1]
+            raise RuntimeError(f"the base policy's build failed (exit {child.returncode}): {last}")
 
 
 def _build_into(directory: Path, *, log=None) -> None:
@@ -185,11 +247,15 @@ def _build_into(directory: Path, *, log=None) -> None:
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
         do_sample=True, temperature=1.0, max_new_tokens=8,
     ).save_pretrained(directory)
+    environment = {key: os.environ.get(key) for key in PORTABLE_ENV}
     (directory / "rlscale_base_model.json").write_text(json.dumps({
         "version": BASE_MODEL_VERSION, "task": "arithmetic", "sft_steps": steps,
         "sampled_pass_rate": pass_rate, "eval_prompts": SFT_EVAL_PROMPTS, "temperature": 1.0,
         "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "portable": environment == PORTABLE_ENV, "environment": environment,
     }, indent=2) + "\n")
+    files = sorted(p.name for p in directory.iterdir() if p.is_file() and p.name != CHECKSUMS)
+    (directory / CHECKSUMS).write_text("".join(f"{_sha256(directory / name)}  {name}\n" for name in files))
 
 
 def _portable_tokenizer_class(path: Path) -> None:
