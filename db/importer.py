@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from rlscale.base.errors import UserError
-from rlscale.base.names import MAX_INT64, NAME_RULE, is_name
+from rlscale.base.names import MAX_INT64, run_name_problem
 from rlscale.base.numbers import is_missing as _missing
 
 if TYPE_CHECKING:
@@ -154,6 +155,11 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[
         obj = normalised
         if not rows:
             _check_header(path, number, list(obj))
+        elif set(COMPUTE_COLUMNS) <= set(columns) | set(obj):  # a later line names the compute axis anew
+            new = next(c for c in COMPUTE_COLUMNS if c in obj and c not in columns)
+            old = next(c for c in COMPUTE_COLUMNS if c != new)
+            raise UserError(f"earlier lines give '{old}': keep one compute column", file=f"{path}:{number}",
+                            field=f"column {new!r}")
         columns.update(dict.fromkeys(obj))
         rows.append((number, obj))
     if not rows:
@@ -234,6 +240,9 @@ def _validate(path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any
 
 
 _REQUIRED = object()  # default for cells that must hold a value
+# a number as a CSV or JSON writer spells it: ASCII digits, optional sign, point and exponent; inf and nan are
+# matched here so that the finite check below names them
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE | re.ASCII)
 
 
 class _Cells:
@@ -260,11 +269,15 @@ class _Cells:
         return str(self.row[column]).strip()
 
     def name(self, column: str, default: str) -> str:
-        """A run name (NAME_RULE); the default (the file's stem) is checked too."""
+        """A run name (RUN_NAME_RULE: printable text, as trackers write it); the default (the file's stem) too."""
+        raw = self.row.get(column)
+        if column in self.row and (isinstance(raw, bool) or not isinstance(raw, (str, int, float))):
+            raise self._fail(column, f"expected a run name (text), got {_short(json.dumps(raw))}")
         value = self.text(column, default)
-        if not is_name(value):
-            source = f"the file name gives {value!r}; add a 'run' column" if column not in self.row else f"got {value!r}"
-            raise self._fail(column, f"expected a run name of {NAME_RULE}; {source}")
+        problem = run_name_problem(value)
+        if problem:
+            source = "; the file name gives it: add a 'run' column" if column not in self.row else ""
+            raise self._fail(column, problem + source)
         return value
 
     def number(self, column: str, *, minimum: float | None = None, default: Any = _REQUIRED) -> float | None:
@@ -273,6 +286,9 @@ class _Cells:
         value = self.row[column]
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise self._fail(column, f"expected a number, got {json.dumps(value)}")
+        if isinstance(value, str) and not _DECIMAL.fullmatch(value.strip()):
+            # float() also takes Python's own syntax ("1_000", full-width digits), which no CSV writer means
+            raise self._fail(column, f"expected a number, got {_short(value.strip())}")
         try:
             number = float(value)
         except ValueError:
@@ -291,7 +307,7 @@ class _Cells:
         value = self.row[column]
         if isinstance(value, int) and not isinstance(value, bool):
             whole = value  # exact, however large (a float would round 2**63 - 1 up)
-        elif isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 20:
+        elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) <= 20:
             whole = int(value.strip())
         else:
             number = self.number(column)

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from rlscale.base.errors import UserError
-from rlscale.base.names import NAME_RULE, is_name
+from rlscale.base.names import run_name_problem
 from rlscale.db.importer import _DuplicateKey, _unique_keys  # one rule for keys given twice in a JSON line
 
 VERL_REWARD = re.compile(r"^val-core/.+/[^/]+/mean@\d+$")
@@ -171,8 +171,8 @@ def _tensorboard_runs(root: Path) -> list[_Run]:
         by_dir.setdefault(file.parent, []).append(file)
     runs = []
     for directory, event_files in by_dir.items():
-        # nested run directories (verl: tensorboard_log/<project>/<experiment>) give dotted names
-        name = root.resolve().name if directory == root else ".".join(directory.relative_to(root).parts)
+        # nested run directories (verl: tensorboard_log/<project>/<experiment>) are named by their path below root
+        name = root.resolve().name if directory == root else "/".join(directory.relative_to(root).parts)
         run = _Run(_run_name(name, str(directory), "the directory"), "tag")
         for file in event_files:  # file names start with the writer's start time: a resumed run's file comes later
             for step, tag, value in _scalars(file):
@@ -253,8 +253,9 @@ def _compute(run: _Run, compute_tag: str | None, path: Path) -> tuple[dict[int, 
 
 
 def _run_name(name: str, where: str, source: str) -> str:
-    if not is_name(name):
-        raise UserError(f"{source} gives the run name {name!r}: expected {NAME_RULE}; rename it", file=where)
+    problem = run_name_problem(name)
+    if problem:
+        raise UserError(f"{source} gives the run name: {problem}; rename it", file=where)
     return name
 
 

@@ -41,7 +41,7 @@ def plot_study(records: pd.DataFrame, fits: pd.DataFrame, path, *, run_col="run"
         best = record_breaking_points(compute[shown], reward[shown]) if record_breaking else slice(None)
         ax.scatter(compute[shown][best], reward[shown][best], s=16, color=color)
         fit = fit_by_run.get(run)
-        label = str(run)
+        label = plot_text(run)
         if fit is not None and np.isfinite(fit["A"]):
             observed_max = float(np.nanmax(compute))
             params = (fit["A"], fit["B"], fit["C_mid"], fit["R0"])
@@ -70,13 +70,26 @@ def plot_study(records: pd.DataFrame, fits: pd.DataFrame, path, *, run_col="run"
     return save_figure(fig, path)
 
 
+def plot_text(name) -> str:
+    """A run name as matplotlib shows it literally: `$` would start mathtext, and a legend drops labels
+    starting with `_`."""
+    text = str(name).replace("$", r"\$")
+    return " " + text if text.startswith("_") else text
+
+
 def save_figure(fig, path) -> Path:
     """Lay out `fig`, write it as PNG to `path` (parents created), close it; returns the path."""
+    import warnings
+
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    with warnings.catch_warnings():
+        # a run name in a script the font lacks (CJK in DejaVu Sans) is drawn as boxes; a warning per glyph
+        # would print above the command's result
+        warnings.filterwarnings("ignore", message="Glyph .* missing from", category=UserWarning)
+        fig.tight_layout()
+        fig.savefig(path)
     plt.close(fig)
     return path

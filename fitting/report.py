@@ -18,7 +18,7 @@ from rlscale.base.numbers import format_number as _f
 from rlscale.fitting.backtest import BACKTEST_HEADER, BACKTEST_NOTE, backtest_table, table_lines, table_rows
 from rlscale.fitting.compare import COMPARE_HEADER, compare_cells, compare_variants
 from rlscale.fitting.frame import run_labels, variant_names
-from rlscale.fitting.plots import save_figure
+from rlscale.fitting.plots import plot_text, save_figure
 from rlscale.fitting.recommend import run_curves, study_unit
 from rlscale.fitting.records import fits_record_breaking, fitted_points_label
 
@@ -120,7 +120,7 @@ def plot_linearised(records: pd.DataFrame, curves: pd.DataFrame, path, *, comput
             on_axes = (line > _LINE_RANGE[0]) & (line < _LINE_RANGE[1])  # NaN, 0 and overflow are off any axes
             if on_axes.any():
                 ax.plot(grid[on_axes], line[on_axes], color=color, lw=1.6,
-                        label=f"{row['run']}  B={row['B']:.2f}" + ("" if row["identified"] else " (not identified)"))
+                        label=f"{plot_text(row['run'])}  B={row['B']:.2f}" + ("" if row["identified"] else " (not identified)"))
                 drawn += 1
     points = np.concatenate(shown) if shown else np.array([])
     ax.set_xscale("log")

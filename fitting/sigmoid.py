@@ -23,6 +23,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 from scipy import signal, stats
+from scipy.optimize import isotonic_regression
 from scipy.special import expit
 
 from rlscale.fitting.bootstrap import percentile_interval, wild_resamples
@@ -120,18 +121,24 @@ def _curve_model(log_compute: np.ndarray):
         at_zero = None
 
     def model(theta):
+        # Each value is computed as in R0 + (A - R0) * s, s = expit(B (u - ln C_mid)), with fewer temporaries.
         A, log_b, log_cmid, R0 = theta[:, 0:1], theta[:, 1:2], theta[:, 2:3], theta[:, 3:4]
         B = np.exp(log_b)
-        z = B * (log_compute - log_cmid)
+        z = log_compute - log_cmid
+        z *= B
         s = expit(z)
         gain = A - R0
-        gain_slope = gain * (s * (1.0 - s))
+        rest = 1.0 - s
+        gain_slope = s * rest
+        gain_slope *= gain
         jac = np.empty(z.shape + (N_PARAMS,))
         jac[..., _A] = s
-        jac[..., _LOG_B] = gain_slope * (z if at_zero is None else np.where(at_zero, 0.0, z))
-        jac[..., _LOG_CMID] = -gain_slope * B
-        jac[..., _R0] = 1.0 - s
-        return R0 + gain * s, jac
+        np.multiply(gain_slope, z if at_zero is None else np.where(at_zero, 0.0, z), out=jac[..., _LOG_B])
+        np.multiply(gain_slope, -B, out=jac[..., _LOG_CMID])
+        jac[..., _R0] = rest
+        s *= gain
+        s += R0
+        return s, jac
 
     return model
 
@@ -139,58 +146,73 @@ def _curve_model(log_compute: np.ndarray):
 def levenberg_marquardt(model, theta0, y, sqrt_w, lower, upper, free, *, max_iter=200, xtol=1e-10):
     """Least-squares parameters (k, p) and costs (k,) for k problems solved together.
 
-    `model(theta) -> (f, J)` gives values (k, n) and Jacobian (k, n, p); `y` is (n,) or (k, n);
-    residuals are sqrt_w * (f - y). Bounds are kept by projection with an active set; `free` (p,)
+    `model(theta) -> (f, J)` gives values (k, n) and Jacobian (k, n, p) for any rows theta (k, p); `y` is (n,)
+    or (k, n); residuals are sqrt_w * (f - y). Bounds are kept by projection with an active set; `free` (p,)
     marks the parameters that move. Stops per row when a step changes theta by < xtol (relative).
     """
     theta = np.minimum(np.maximum(np.array(theta0, dtype=float), lower), upper)
-    k, p = theta.shape
+    p = theta.shape[1]
+    y = np.asarray(y, dtype=float)
 
-    def evaluate(t):
-        f, jac = model(t)
-        r = sqrt_w * (f - y)
-        jac = jac * sqrt_w[..., None]
+    def evaluate(t, rows):
+        r, jac = model(t)  # fresh arrays, weighted in place: r = sqrt_w * (f - y)
+        r -= y[rows] if y.ndim == 2 else y
+        r *= sqrt_w
+        jac *= sqrt_w[..., None]
         cost = np.einsum("kn,kn->k", r, r)
         return r, jac, np.where(np.isfinite(cost), cost, np.inf)
 
-    r, jac, cost = evaluate(theta)
-    lam = np.full(k, 1e-3)
-    active = np.isfinite(cost)
+    r, jac, cost = evaluate(theta, slice(None))
+    # Only the rows still moving are carried through an iteration (each row's arithmetic is its own): a batch
+    # whose rows mostly stopped costs what its few slow rows cost.
+    rows = np.flatnonzero(np.isfinite(cost))
+    t, c = theta[rows], cost[rows]
+    if rows.size < len(theta):
+        r, jac = r[rows], jac[rows]
+    lam = np.full(rows.size, 1e-3)
     fixed = ~np.asarray(free, dtype=bool)
     with np.errstate(all="ignore"):
         for _ in range(max_iter):
-            if not active.any():
+            if not rows.size:
                 break
+            k = rows.size
             grad = np.matmul(jac.transpose(0, 2, 1), r[..., None])[..., 0]
             # Parameters pinned at a bound by the gradient leave the step (active set).
-            pinned = ((theta <= lower) & (grad > 0)) | ((theta >= upper) & (grad < 0))
+            pinned = ((t <= lower) & (grad > 0)) | ((t >= upper) & (grad < 0))
             still = pinned | fixed
-            jm = jac * ~still[:, None, :]
+            any_still = still.any()
+            jm = jac * ~still[:, None, :] if any_still else jac
             hess = np.matmul(jm.transpose(0, 2, 1), jm)
             diag = hess.reshape(k, p * p)[:, ::p + 1]  # a view: writing to it writes hess's diagonal
             # Marquardt's damping on the moving parameters (scaled by their curvature), 1 + lam on the still ones.
             floor = 1e-12 * diag.max(axis=1, keepdims=True) + 1e-300
-            diag += np.where(still, lam[:, None] + 1.0, lam[:, None] * np.maximum(diag, floor))
-            rhs = np.where(still, 0.0, grad)
+            damping = lam[:, None] * np.maximum(diag, floor)
+            diag += np.where(still, lam[:, None] + 1.0, damping) if any_still else damping
+            rhs = np.where(still, 0.0, grad) if any_still else grad
             try:
                 step = -np.linalg.solve(hess, rhs[..., None])[..., 0]
             except np.linalg.LinAlgError:
                 step = -rhs / diag
-            step = np.where(np.isfinite(step) & active[:, None], step, 0.0)
-            trial = np.minimum(np.maximum(theta + step, lower), upper)
-            moved = trial - theta
-            r_t, jac_t, cost_t = evaluate(trial)
-            better = active & (cost_t <= cost)
+            step = np.where(np.isfinite(step), step, 0.0)
+            trial = np.minimum(np.maximum(t + step, lower), upper)
+            moved = trial - t
+            r_t, jac_t, cost_t = evaluate(trial, rows)
+            better = cost_t <= c
             if better.all():
-                theta, r, jac = trial, r_t, jac_t
+                t, r, jac = trial, r_t, jac_t
             elif better.any():
-                theta[better], r[better], jac[better] = trial[better], r_t[better], jac_t[better]
-            small = np.einsum("kp,kp->k", moved, moved) <= xtol**2 * (np.einsum("kp,kp->k", theta, theta) + xtol)
+                t[better], r[better], jac[better] = trial[better], r_t[better], jac_t[better]
+            small = np.einsum("kp,kp->k", moved, moved) <= xtol**2 * (np.einsum("kp,kp->k", t, t) + xtol)
             # No change in cost beyond rounding, accepted or not: at the minimum to machine precision.
-            flat = np.abs(cost - cost_t) <= 1e-14 * cost
-            cost = np.where(better, cost_t, cost)
+            flat = np.abs(c - cost_t) <= 1e-14 * c
+            c = np.where(better, cost_t, c)
             lam = np.where(better, np.maximum(lam / 3.0, 1e-12), lam * 5.0)
-            active &= ~(small | flat | (lam > 1e16))
+            done = small | flat | (lam > 1e16)
+            if done.any():
+                theta[rows[done]], cost[rows[done]] = t[done], c[done]
+                going = ~done
+                rows, t, c, lam, r, jac = rows[going], t[going], c[going], lam[going], r[going], jac[going]
+    theta[rows], cost[rows] = t, c
     return theta, cost
 
 
@@ -271,6 +293,7 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
         samples = _natural(draws, shift, unit, center)
     sigma2 = float(cost[0]) / dof * inflation if dof > 0 else float("nan")
     profile = _Profile(model, theta_hat, float(cost[0]), sigma2, u, ys, sqrt_w, lower, upper, free)
+    alt_offset = 0.5 * max_ci_width / unit  # the identification test's distance from the estimate
     A_upper = float("nan") if upper_level is None else shift + unit * profile.bound(upper_level)
     A, B, C_mid, R0 = _natural(best, shift, unit, center)[0]
     rss = float(np.sum((y - (shift + unit * fitted)) ** 2))
@@ -282,26 +305,32 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
         # slowly (lower B) still fits: on real runs that creep after their bend it was too narrow above. The
         # profile likelihood follows that ridge; the interval is the hull of the two. (An exact fit has no noise
         # scale for the profile's test: the bootstrap's interval alone.)
-        ends = [A_lo, A_hi]
+        ends, requests = [A_lo, A_hi], []
         for i, side in enumerate((-1, 1) if profile.testable() else ()):
             boot = (ends[i] - shift) / unit
             if side * (boot - (upper[_A] if side > 0 else lower[_A])) >= 0:
                 continue  # the bootstrap already reaches A's bound on this side
             scale = max(side * (boot - theta_hat[_A]), 1.96 * se_a)  # the profile grid's unit, fitting units
-            ends[i] = shift + unit * profile.bound(0.975, side, scale if 0 < scale < np.inf else None)
+            requests.append((i, side, scale if 0 < scale < np.inf else None))
+        # The identification test below is solved with the ends (one batch); its answer is used only if needed.
+        profile_ends, a_alt = profile.bounds(0.975, [request[1:] for request in requests], alt_offset)
+        alt_tested = True
+        for (i, _, _), end in zip(requests, profile_ends):
+            ends[i] = shift + unit * end
         A_lo, A_hi = min(A_lo, ends[0]), max(A_hi, ends[1])
         width, how = A_hi - A_lo, "95% interval"
     else:
         A_lo = A_hi = float("nan")
         width, how = 2 * 1.96 * unit * se_a, "approximate 95% interval"
+        a_alt, alt_tested = None, False  # tested below, only where the rest says identified
     a_bounds = (shift + unit * lower[_A], shift + unit * upper[_A])
     reason = _unidentified_reason(x, y, A, B, C_mid, R0, n_free, width, how, max_ci_width, tss, a_bounds, A_lo, A_hi)
-    if not reason:
-        # The bootstrap resamples around the fitted bend; on data that has not bent, other asymptotes fit too.
-        a_alt = profile.not_rejected(0.5 * max_ci_width / unit)
-        if a_alt is not None:
-            reason = (f"the data fit as well with A = {shift + unit * a_alt:.4g} "
-                      f"(profile likelihood, 95%): the asymptote is not pinned down")
+    # The bootstrap resamples around the fitted bend; on data that has not bent, other asymptotes fit too.
+    if not reason and not alt_tested:
+        a_alt = profile.not_rejected(alt_offset)
+    if not reason and a_alt is not None:
+        reason = (f"the data fit as well with A = {shift + unit * a_alt:.4g} "
+                  f"(profile likelihood, 95%): the asymptote is not pinned down")
     return SigmoidFit(A=float(A), B=float(B), C_mid=float(C_mid), R0=float(R0), rss=rss, r2=r2,
                       A_lo=A_lo, A_hi=A_hi, n_points=len(y), identified=not reason, reason=reason,
                       samples=samples, A_upper=float(A_upper), noise=used, rho=float(rho))
@@ -446,6 +475,10 @@ class _Profile:
     def testable(self) -> bool:
         """Whether there is a noise scale to test against (an exact fit, e.g. every reward 0 so far, has none:
         a higher A reached later fits it as exactly)."""
+        return self._testable
+
+    @cached_property
+    def _testable(self) -> bool:
         return self.dof > 0 and self.sigma2 > 1e-20 * float(np.mean((self.sqrt_w * self.y) ** 2))
 
     @cached_property
@@ -470,6 +503,67 @@ class _Profile:
         on that side (1 or 0 for pass rates, +-inf for unbounded metrics) when no value up to it is rejected or
         there is no noise scale to test against; with `scale` (an interval's end) never an infinite one: the
         search's end, 10 x the data's range from the estimate, stands for "not bounded" there."""
+        return self.bounds(level, [(side, scale)])[0][0]
+
+    def bounds(self, level, requests, offset=None) -> tuple[list[float], float | None]:
+        """`bound(level, side, scale)` for each (side, scale) in `requests`, and `not_rejected(offset)` when an
+        offset is given (else None), from as few batched solves as their solver settings allow: one for the
+        interval's two ends and the identification test. A values that the cost floor alone rejects are not
+        solved (see _screen)."""
+        plans = [self._bound_grid(level, side, scale) for side, scale in requests]
+        tests = [(a, critical, solver, True) for a, _, critical, solver in
+                 (plan for plan in plans if not isinstance(plan, float))]
+        alt = self._alternatives(offset) if offset is not None else None
+        if alt is not None:
+            tests.append((alt, _f_quantile(0.95, self.dof), _TEST_SOLVER, False))
+        screened = [self._screen(a, critical, crossing) for a, critical, _, crossing in tests]
+        for solver in {tuple(test[2].items()) for test in tests}:
+            members = [i for i, test in enumerate(tests) if tuple(test[2].items()) == solver]
+            solved = self.statistic(np.concatenate([tests[i][0][screened[i][1]] for i in members]), **dict(solver))
+            for i in members:
+                statistic, need = screened[i]
+                statistic[need], solved = solved[:need.sum()], solved[need.sum():]
+        statistics = [statistic for statistic, _ in screened]
+        ends = [plan if isinstance(plan, float) else _crossing(plan[0], statistics.pop(0), plan[2], plan[1],
+                                                               self.theta_hat[_A]) for plan in plans]
+        a_alt = None
+        if alt is not None:
+            kept = np.flatnonzero(np.isfinite(statistics[0]) & (statistics[0] < tests[-1][1]))
+            a_alt = float(alt[kept[0]]) if kept.size else None
+        return ends, a_alt
+
+    def _screen(self, a, critical, crossing) -> tuple[np.ndarray, np.ndarray]:
+        """(statistic, need) for the A values `a`: the F statistic of the cost floor (a lower bound on each one's
+        statistic) and which of them must be solved, namely those the floor does not reject at `critical`, and
+        for a crossing (see _crossing) also the first and each one right after one not rejected, whose values it
+        may interpolate. The others are rejected whatever the solver finds: their floor stands for them."""
+        floor = (self._cost_floor(a) * (1.0 - 1e-9) - self.cost_hat) / self.sigma2
+        rejected = floor >= critical * (1.0 + 1e-9)  # margins for rounding in the floor and the solver's costs
+        need = ~rejected
+        if crossing:
+            need[0] = True
+            need[1:] |= ~rejected[:-1]
+        return floor, need
+
+    @cached_property
+    def _monotone_fits(self) -> tuple[np.ndarray, np.ndarray]:
+        # the best non-decreasing and non-increasing sequences through the rewards (weighted least squares)
+        w = self.sqrt_w**2
+        return (isotonic_regression(self.y, weights=w).x, isotonic_regression(self.y, weights=w, increasing=False).x)
+
+    def _cost_floor(self, a) -> np.ndarray:
+        """A lower bound on the weighted RSS of every curve with A held at each value of `a`. At the points (in
+        compute order) such a curve runs monotonically from R0 toward A: non-decreasing and at most A when A >= R0,
+        non-increasing and at least A when not. The best sequence of either kind is the isotonic regression of the
+        rewards clipped at A, so no curve with that A fits better than the better of the two."""
+        rising, falling = self._monotone_fits
+        w = self.sqrt_w**2
+        a = np.asarray(a, dtype=float)[:, None]
+        return np.minimum((np.minimum(rising, a) - self.y) ** 2 @ w, (np.maximum(falling, a) - self.y) ** 2 @ w)
+
+    def _bound_grid(self, level, side, scale):
+        """The A values `bound` tests: (a, the bound when none is rejected, F critical value, solver settings),
+        or the bound itself (a float) when nothing needs testing."""
         t = self.theta_hat
         edge = float(self.upper[_A] if side > 0 else self.lower[_A])
         if not (0.5 < level < 1.0 and self.testable()):
@@ -479,42 +573,48 @@ class _Profile:
         if not side * (end - t[_A]) > 0:
             return float(end)
         if scale is None:
-            a = t[_A] + (end - t[_A]) * np.linspace(0.0, 1.0, 49)[1:] ** 2
-            statistic = self.statistic(a)
-        else:  # an interval's end, not an estimate: a looser solve
-            edge = float(end)
-            reach = abs(end - t[_A]) / scale
-            offsets = _PROFILE_OFFSETS
-            if reach > offsets[-1]:
-                offsets = np.append(offsets, offsets[-1] * _PROFILE_GROWTH ** np.arange(1, np.ceil(np.log(
-                    reach / offsets[-1]) / np.log(_PROFILE_GROWTH))))
-            a = t[_A] + side * scale * offsets
-            a = np.append(a[side * (end - a) > 0], end)
-            statistic = self.statistic(a, max_iter=40, xtol=1e-6)
-        kept = np.flatnonzero(~(np.isfinite(statistic) & (statistic >= critical)))  # a failed fit: not rejected
-        if kept.size == 0:
-            return float(t[_A] + (a[0] - t[_A]) * min(1.0, critical / max(statistic[0], 1e-300)))
-        last = kept[-1]
-        if last == len(a) - 1:
-            return edge  # nothing up to `end` rejected: for unbounded metrics not even `end` bounds A
-        s0 = max(statistic[last], 0.0) if np.isfinite(statistic[last]) else 0.0  # a failed fit: taken as 0
-        s1 = statistic[last + 1]
-        return float(a[last] + (a[last + 1] - a[last]) * (critical - s0) / max(s1 - s0, 1e-300))
+            return t[_A] + (end - t[_A]) * np.linspace(0.0, 1.0, 49)[1:] ** 2, edge, critical, {}
+        # an interval's end, not an estimate: a looser solve
+        reach = abs(end - t[_A]) / scale
+        offsets = _PROFILE_OFFSETS
+        if reach > offsets[-1]:
+            offsets = np.append(offsets, offsets[-1] * _PROFILE_GROWTH ** np.arange(1, np.ceil(np.log(
+                reach / offsets[-1]) / np.log(_PROFILE_GROWTH))))
+        a = t[_A] + side * scale * offsets
+        return np.append(a[side * (end - a) > 0], end), float(end), critical, _TEST_SOLVER
 
     def not_rejected(self, offset) -> float | None:
         """The first of A = A_hat + offset, A_hat - offset (kept within A's bounds) that the F test at 95% does
         not reject; None when both are rejected (or there is no noise scale, or A_hat +- offset lies beyond A's
         bounds on both sides)."""
+        return self.bounds(0.95, [], offset)[1]
+
+    def _alternatives(self, offset) -> np.ndarray | None:
+        # the A values not_rejected tests, None when there are none
         t = self.theta_hat
         if not self.testable():
             return None
         a = np.clip(t[_A] + np.array([offset, -offset]), self.lower[_A], self.upper[_A])
         a = a[np.abs(a - t[_A]) > 0.5 * offset]  # A's bound itself is tested by the bound rule
-        if a.size == 0:
-            return None
-        statistic = self.statistic(a, max_iter=40, xtol=1e-6)  # a test at 95%, not an estimate
-        kept = np.flatnonzero(np.isfinite(statistic) & (statistic < _f_quantile(0.95, self.dof)))
-        return float(a[kept[0]]) if kept.size else None
+        return a if a.size else None
+
+
+# A profile test at an interval's end or at 95%, not an estimate: a looser solve than the fit's.
+_TEST_SOLVER = {"max_iter": 40, "xtol": 1e-6}
+
+
+def _crossing(a, statistic, critical, edge, a_hat) -> float:
+    """Where the F statistic, tested at the A values `a` (moving away from the estimate `a_hat`), crosses
+    `critical` after the last value not rejected; `edge` when none up to the last is rejected."""
+    kept = np.flatnonzero(~(np.isfinite(statistic) & (statistic >= critical)))  # a failed fit: not rejected
+    if kept.size == 0:
+        return float(a_hat + (a[0] - a_hat) * min(1.0, critical / max(statistic[0], 1e-300)))
+    last = kept[-1]
+    if last == len(a) - 1:
+        return edge  # nothing up to `end` rejected: for unbounded metrics not even `end` bounds A
+    s0 = max(statistic[last], 0.0) if np.isfinite(statistic[last]) else 0.0  # a failed fit: taken as 0
+    s1 = statistic[last + 1]
+    return float(a[last] + (a[last + 1] - a[last]) * (critical - s0) / max(s1 - s0, 1e-300))
 
 
 @lru_cache(maxsize=1024)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, ValidationError, field_validator, model_validator
 
 from rlscale.planner.cost import DEFAULT_PROFILE, TINY_CPU, Profile, run_gpu_hours, step_gpu_hours
 from rlscale.planner.grid import allocate
@@ -151,6 +151,7 @@ class Study(_Strict):
     n_trials: int | None = Field(None, ge=1)
     early_terminate: EarlyTerminate = Field(default_factory=EarlyTerminate)
     fit: Fit = Field(default_factory=Fit)
+    _file: str | None = PrivateAttr(None)  # the YAML file it was read from, for messages
 
     @field_validator("name", mode="before")
     @classmethod
@@ -329,6 +330,7 @@ def load_study(path: str | Path) -> Study:
     data = load_yaml_mapping(path)
     data.setdefault("name", Path(path).stem)
     study = parse_study(data, file=str(path))
+    study._file = str(path)
     if study.compute is not None and study.compute.profile is not None:
         from rlscale.planner.profiles import load_profile
 
@@ -428,7 +430,7 @@ def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPl
         try:
             recipe = Recipe.model_validate({**base, **overrides})
         except ValidationError as err:
-            raise UserError(f"run {name}: {err.errors()[0]['msg']}", field="parameters") from None
+            raise UserError(f"run {name}: {err.errors()[0]['msg']}", file=study._file, field="parameters") from None
         if study.max_batch is not None and recipe.total_batch > study.max_batch:
             dropped.append((name, f"B_p * n = {recipe.total_batch} exceeds max_batch {study.max_batch}"))
         else:
@@ -452,7 +454,8 @@ def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPl
             runs.append(PlannedRun(name, final, seed, hours))
     if not runs and study.method != "bayes":
         reasons = "; ".join(f"{name}: {why}" for name, why in dropped[:3])
-        raise UserError(f"no run is left to plan ({reasons})", field="compute.budget" if compute else "max_batch")
+        raise UserError(f"no run is left to plan ({reasons})", file=study._file,
+                        field="compute.budget" if recipes else "max_batch")  # which one dropped the last point
     return StudyPlan(runs, dropped, profile, per_run, compute.unit if compute else "gpu_hours")
 
 

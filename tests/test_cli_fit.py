@@ -161,9 +161,10 @@ def test_noise_models_through_the_cli(monkeypatch, capsys, workdir):
 
 def test_a_metric_above_one_needs_unbounded_and_the_reason_names_the_flag(monkeypatch, capsys, workdir):
     _write_curve(workdir / "score.csv", A=7.0, R0=1.0, noise=0.02)
-    code, out, _ = run_cli(monkeypatch, capsys, "fit", "score.csv", "--json")
-    (fit,) = _strict_json(out)
-    assert code == 0 and fit["identified"] is False and "rlscale fit --unbounded" in fit["reason"]
+    code, out, err = run_cli(monkeypatch, capsys, "fit", "score.csv", "--json")
+    # the only run cannot be fitted as a pass rate: exit 2, the reason in the command line's words
+    assert (code, out) == (2, "") and err.startswith("error: score.csv: no run could be fitted (r: not fitted: ")
+    assert "use --unbounded" in err and "in the API" not in err and err.count("\n") == 1
     code, out, _ = run_cli(monkeypatch, capsys, "fit", "score.csv", "--unbounded", "--json")
     (fit,) = _strict_json(out)
     assert code == 0 and fit["identified"] is True and fit["A"] == pytest.approx(7.0, rel=0.02)
@@ -181,3 +182,20 @@ def test_compute_near_1e303_fits_like_the_same_curve_and_prints_no_warning(monke
     assert code == 0 and err == "" and fit["identified"] is True
     assert [fit["A"], fit["B"], fit["C_mid"] / 1e303, fit["r2"]] == pytest.approx(
         [plain["A"], plain["B"], plain["C_mid"], plain["r2"]], rel=1e-6)
+
+
+def test_a_file_without_a_fittable_run_exits_2_naming_the_run_and_why(monkeypatch, capsys, workdir):
+    (workdir / "two.csv").write_text("run,compute,reward\nshort,1,0.1\nshort,2,0.2\n")
+    code, out, err = run_cli(monkeypatch, capsys, "fit", "two.csv", "--plot", "two.png")
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert err.startswith("error: two.csv: no run could be fitted (short: not fitted: need at least 3 points")
+    assert not (workdir / "two.png").exists()  # nothing half-written
+
+
+def test_a_run_that_cannot_be_fitted_beside_others_is_listed_as_not_fitted(monkeypatch, capsys, workdir):
+    _write_curve(workdir / "runs.csv", run="full")
+    with (workdir / "runs.csv").open("a") as f:
+        f.write("short,1,0.1\nshort,2,0.2\n")
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", "runs.csv")
+    assert code == 0
+    assert "none (1)" in out and "(1) short: not fitted: need at least 3 points" in " ".join(out.split())

@@ -69,16 +69,19 @@ def test_report_never_writes_outside_reports(cli, workdir):
     assert child_path("reports", "ok-1.2_x", field="study") == Path("reports/ok-1.2_x")
 
 
-def test_study_files_and_imported_runs_follow_the_same_rule(cli, workdir):
+def test_study_files_keep_the_strict_rule_and_imported_runs_refuse_control_characters(cli, workdir):
     study = _write(workdir / "s.yaml", "name: '../x'\nmethod: grid\nparameters: {rollouts: {values: [8]}}\n")
     assert "name" in one_line_error(*cli("plan", str(study)))
     long_name = _write(workdir / "l.yaml", f"name: {'a' * 300}\nmethod: grid\nparameters: {{rollouts: {{values: [8]}}}}\n")
     assert "300 characters" in one_line_error(*cli("plan", str(long_name)))
     loo = _write(workdir / "loo.yaml", "name: loo\nmethod: loo\nleave_one_out: [{name: '[red]x', overrides: {loss: dapo}}]\n")
     assert "leave_one_out.0.name" in one_line_error(*cli("plan", str(loo)))
-    bad_run = _runs_csv(workdir, run="[/]x")
-    err = one_line_error(*cli("import", str(bad_run), "--study", "s", "--db", "sqlite:///s.db"))
-    assert "runs.csv:2" in err and "column 'run'" in err
+    # run names are printable text as trackers write them (markup included, shown literally), never control codes
+    for run, why in ((f"a{OSC52}", "U+001B"), ("a\u202eb", "U+202E"), ("x" * 201, "201"), ("a\x9bb", "U+009B")):
+        err = one_line_error(*cli("import", str(_runs_csv(workdir, run=run)), "--study", "s", "--db", "sqlite:///s.db"))
+        assert "runs.csv:2" in err and "column 'run'" in err and why in err
+    with Store("sqlite:///s.db") as store:
+        assert store.study_names() == []  # nothing was written
     assert check_name("a" * 100, field="f") and pytest.raises(UserError, check_name, "a" * 101, field="f")
 
 

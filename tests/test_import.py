@@ -87,6 +87,16 @@ MALFORMED = [
     ("broken.jsonl", '{"compute": 1, "reward": 0.1}\n{"compute": 2,\n', "broken.jsonl:2: column 15: not valid JSON"),
     ("missing_key.jsonl", '{"compute": 1, "reward": 0.1}\n{"compute": 2}\n', "missing_key.jsonl:2: column 'reward': missing"),
     ("log.txt", "run,compute,reward\na,1,0.1\n", "log.txt: unknown file type '.txt': expected .csv or .jsonl"),
+    # Python's own number syntax is no CSV number: float() reads "1_000" as 1000
+    ("underscore.csv", "run,compute,reward\na,1,0.1\na,2,1_000\n", "underscore.csv:3: column 'reward': expected a number, got '1_000'"),
+    ("fullwidth.csv", "run,step,compute,reward\na,\uff11,1,0.1\n", "fullwidth.csv:2: column 'step': expected a number, got '\uff11'"),
+    ("superscript.csv", "run,step,compute,reward\na,\u00b2,1,0.1\n", "superscript.csv:2: column 'step': expected a number"),
+    ("second_line.jsonl", '{"gpu_hours": 1, "reward": 0.1}\n{"gpu_hours": 2, "compute": 2, "reward": 0.2}\n',
+     "second_line.jsonl:2: column 'compute': earlier lines give 'gpu_hours': keep one compute column"),
+    ("switched.jsonl", '{"compute": 1, "reward": 0.1}\n{"gpu_hours": 2, "reward": 0.2}\n',
+     "switched.jsonl:2: column 'gpu_hours': earlier lines give 'compute'"),
+    ("object_run.jsonl", '{"run": {"a": 1}, "compute": 1, "reward": 0.1}\n',
+     "object_run.jsonl:1: column 'run': expected a run name (text), got"),
 ]
 
 

@@ -89,14 +89,14 @@ def test_tag_and_compute_tag_choose_the_scalars(tmp_path):
     assert default.attrs["compute_unit"] == "steps" and default["compute"].tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
-def test_nested_run_directories_give_dotted_run_names(tmp_path):
+def test_nested_run_directories_are_named_by_their_path(tmp_path):
     from rlscale.db.importer import read_run_log
 
-    # verl's default: tensorboard_log/<project>/<experiment>
-    write_events(tmp_path / "tensorboard_log" / "gsm8k" / "qwen-grpo", {0: {REWARD: 0.1}})
-    write_events(tmp_path / "tensorboard_log" / "gsm8k" / "qwen-ppo", {0: {REWARD: 0.2}})
+    # verl's default: tensorboard_log/<project>/<experiment>; the name is the path as TensorBoard shows it
+    write_events(tmp_path / "tensorboard_log" / "gsm8k" / "qwen-grpo (clip 0.2)", {0: {REWARD: 0.1}})
+    write_events(tmp_path / "tensorboard_log" / "gsm8k" / "lr=1e-6,bs=256", {0: {REWARD: 0.2}})
     rows = read_run_log(tmp_path / "tensorboard_log")
-    assert rows["run"].tolist() == ["gsm8k.qwen-grpo", "gsm8k.qwen-ppo"]
+    assert sorted(rows["run"]) == ["gsm8k/lr=1e-6,bs=256", "gsm8k/qwen-grpo (clip 0.2)"]
 
 
 def test_a_resumed_run_keeps_the_later_file_for_repeated_steps(tmp_path):
@@ -184,8 +184,8 @@ def empty_directory(tmp_path):
 
 
 def bad_run_name(tmp_path):
-    write_events(tmp_path / "tb" / "run 1", {0: {REWARD: 0.1}})
-    return tmp_path / "tb", f"{tmp_path / 'tb' / 'run 1'}: the directory gives the run name 'run 1': expected"
+    write_events(tmp_path / "tb" / "run\x1b[2J1", {0: {REWARD: 0.1}})  # a directory name that clears the screen
+    return tmp_path / "tb", "the directory gives the run name: expected a run name of printable text"
 
 
 def jsonl(name, lines):

@@ -88,6 +88,9 @@ BAD_STUDIES = [
     ({"compute": {"budget": -1, "profile": "tiny-cpu"}}, "compute.budget: Input should be greater than 0"),
     ({"parameters": {"loss": {"values": []}}}, "parameters.loss.values: List should have at least 1 item"),
     ({"early_terminate": {"type": "asymptote", "patience": 3}}, "early_terminate.patience: unknown key"),
+    # an axis value that leaves no run to plan: the file is named with the field
+    ({"max_batch": 4}, "max_batch: no run is left to plan"),
+    ({"compute": {"budget": 1e-6}}, "compute.budget: no run is left to plan"),
 ]
 
 
@@ -95,7 +98,7 @@ BAD_STUDIES = [
 def test_bad_study_exits_2_with_file_and_field_and_writes_nothing(workdir, monkeypatch, capsys, change, message):
     data = yaml.safe_load((ROOT / "studies" / "loss_ablation.yaml").read_text())
     for key, value in change.items():
-        data[key] = {**data.get(key, {}), **value} if key != "parameters" else value
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) and key != "parameters" else value
     path = workdir / "bad.yaml"
     path.write_text(yaml.safe_dump(data))
     code, out, err = rlscale(monkeypatch, capsys, "plan", path, "--save", "bad-plan")

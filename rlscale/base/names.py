@@ -1,10 +1,13 @@
 """Names a user gives (studies, runs) and the limits on what a study or plan may expand to.
 
-One rule for every entry point (study files, `import --study`, CLI arguments, imported run names), so a
-name can never carry a path, markup or an escape sequence into a file name or a terminal.
+Two rules. NAME_RULE, for names that may become paths or keys (studies, plans, profiles, a study's variants): a
+file-name-safe word at every entry point. RUN_NAME_RULE, for imported run names: any printable text, as
+trackers name runs (`qwen2.5-7b/lr=1e-6,bs=256`, `GRPO (clip 0.2)`); they never become paths, and the terminal
+shows them escaped (rlscale.cli.console.safe). Control characters are refused by both.
 """
 
 import re
+import unicodedata
 from pathlib import Path
 
 from rlscale.base.errors import UserError
@@ -21,6 +24,29 @@ MAX_GRID_POINTS = 10_000  # `rlscale plan`: B_p values x n values
 MAX_STEPS = 10**9  # steps of one run
 MAX_INT64 = 2**63 - 1  # the store's integer columns are 64-bit
 MAX_BUDGET = 1e15  # a compute budget in any unit (GPU-hours, rollouts, tokens)
+
+
+MAX_RUN_NAME_LENGTH = 200  # the store's run name column
+RUN_NAME_RULE = f"printable text (no control characters), not blank, at most {MAX_RUN_NAME_LENGTH} characters"
+# control, format (bidi overrides, zero-width), surrogate, private-use, unassigned, line and paragraph separators
+_UNPRINTABLE = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+
+
+def run_name_problem(value: object) -> str | None:
+    """Why `value` cannot be an imported run's name (RUN_NAME_RULE), in words; None if it can."""
+    if not isinstance(value, str) or not value.strip():
+        return f"expected a run name of {RUN_NAME_RULE}, got {value!r}"
+    if len(value) > MAX_RUN_NAME_LENGTH:
+        return f"expected a run name of at most {MAX_RUN_NAME_LENGTH} characters, got {len(value)}: {value[:40]!r}..."
+    for i, char in enumerate(value):
+        if unicodedata.category(char) in _UNPRINTABLE:
+            return (f"expected a run name of printable text, got {_cut(value)} "
+                    f"(character {i + 1}, U+{ord(char):04X}, is not printable)")
+    return None
+
+
+def _cut(text: str) -> str:
+    return repr(text) if len(text) <= 60 else f"{text[:60]!r}..."
 
 
 def check_budget(value: float, *, field: str = "--budget") -> float:

@@ -8,6 +8,7 @@ clipboard writes) are shown as \\x1b-style escapes instead of being sent to the 
 import json
 import re
 import sys
+import textwrap
 from typing import Any
 
 from rich.console import Console
@@ -30,6 +31,25 @@ def visible(value: Any) -> str:
 def safe(value: Any) -> str:
     """`str(value)` ready to print with Rich: control characters made visible, markup escaped."""
     return escape(visible(value))
+
+
+def wrapped(value: Any, *, first: str = "", rest: str | None = None, width: int | None = None) -> str:
+    """`value` made visible and wrapped at spaces to the console's width: `first` starts line 1, `rest` (default:
+    blanks as wide as `first`) the others. Words longer than a line (paths) stay whole."""
+    rest = " " * len(first) if rest is None else rest
+    return "\n".join(textwrap.wrap(visible(value), width=width or console.width, initial_indent=first,
+                                    subsequent_indent=rest, break_long_words=False, break_on_hyphens=False)
+                     or [first.rstrip()])
+
+
+def say(value: Any, *, first: str = "", rest: str | None = None) -> None:
+    """Print `value` as plain text (markup inert) wrapped to the terminal, continuation lines indented."""
+    console.print(wrapped(value, first=first, rest=rest), markup=False, highlight=False, soft_wrap=True)
+
+
+def bullet(value: Any) -> None:
+    """Print a note as a short bullet line: "- text", wrapped with a hanging indent."""
+    say(value, first="- ")
 
 
 def print_json(payload: Any) -> None:

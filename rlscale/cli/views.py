@@ -1,5 +1,7 @@
 """Rich renderings shared by several commands: the live sweep view and the fits table."""
 
+import re
+
 from rich.live import Live
 from rich.table import Table
 
@@ -57,26 +59,63 @@ class SweepView:
             self._live.update(sweep_table(self.study, runs))
 
 
+FITS_LEGEND = "pts: points fitted; fit: yes when A is identified (R^2 and the rest: --json)"
+
+
 def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
-    """A, B, C_mid with the interval on A, R^2 and whether A is identified; the reasons for runs whose
-    A is not identified are listed in words under the table."""
-    table = Table(title=safe(title), title_justify="left", caption_justify="left")
-    width = min(28, max((len(str(run)) for run in fits.get("run", [])), default=3))
-    for column in ("run", "A", "A 95% CI", "B", "C_mid", "R0", "R^2", "points", "identified"):
-        table.add_column(column, justify="left" if column in ("run", "identified") else "right",
-                         min_width=width if column == "run" else None)
-    reasons = []
-    for row in fits.to_dict("records"):
-        if row.get("identified"):
-            identified = "yes"
-        else:
-            reasons.append(f"{row.get('run')}: not identified: {row.get('reason') or '?'}")
-            identified = f"[yellow]no ({len(reasons)})[/]"
+    """A [95%], B, C_mid, R0 and points per run (a frame or dicts with fit_runs' columns), and whether A is
+    identified; 80 columns hold it with run names wrapped. The reasons go under it (`fit_reasons`)."""
+    rows = fits.to_dict("records") if hasattr(fits, "to_dict") else list(fits)
+    table = Table(title=safe(title), title_justify="left", caption_justify="left", caption=FITS_LEGEND,
+                  caption_style="dim")
+    for column in ("run", "A [95%]", "B", "C_mid", "R0", "pts", "fit"):
+        # numbers stay whole; a long run name wraps (folding where it has no spaces)
+        table.add_column(column, justify="left" if column in ("run", "fit") else "right",
+                         no_wrap=column != "run", overflow="fold" if column == "run" else "ellipsis")
+    for row in _numbered(rows):
+        status = "yes" if row["identified"] else f"{'no' if _fitted(row) else 'none'} ({row['note']})"
         table.add_row(
-            safe(row.get("run")), _num(row.get("A")), f"[{_num(row.get('A_lo'))}, {_num(row.get('A_hi'))}]",
-            _num(row.get("B"), "{:.2f}"), _num(row.get("C_mid"), "{:.4g}"), _num(row.get("R0")),
-            _num(row.get("r2")), str(row.get("n_points", "-")), identified,
+            safe(row.get("run")), f"{_num(row.get('A'))} [{_num(row.get('A_lo'))}, {_num(row.get('A_hi'))}]",
+            _num(row.get("B"), "{:.2f}"), _num(row.get("C_mid"), "{:.3g}"), _num(row.get("R0")),
+            str(row.get("n_points", "-")), status, style=None if row["identified"] else "dim",
         )
-    if reasons:
-        table.caption = "\n".join(f"({i}) {safe(reason)}" for i, reason in enumerate(reasons, 1))
     return table
+
+
+def fit_reasons(fits) -> list[str]:
+    """'(n) run: not identified|not fitted: reason' for each run whose A is not identified, numbered as in the table."""
+    rows = fits.to_dict("records") if hasattr(fits, "to_dict") else list(fits)
+    return [f"({row['note']}) {row.get('run')}: {'not identified' if _fitted(row) else 'not fitted'}: "
+            f"{cli_reason(row.get('reason')) or '?'}" for row in _numbered(rows) if not row["identified"]]
+
+
+def print_fits(fits, *, title: str) -> None:
+    """The fits table, then the reasons for fits whose A is not identified, wrapped to the terminal."""
+    from rlscale.cli.console import say
+
+    console.print(fits_table(fits, title=title))
+    for line in fit_reasons(fits):
+        say(line, rest="    ")
+
+
+def cli_reason(reason) -> str:
+    """A fit's reason in the command line's words (the fitting library's also names its API's arguments)."""
+    return "" if reason is None or reason != reason else _API_WORDS.sub(
+        "if the metric is not a pass rate, use --unbounded", str(reason))
+
+
+_API_WORDS = re.compile(r"fit metrics not in \[0, 1\] unbounded \(rlscale fit --unbounded; bounded=False in the API\)")
+
+
+def _fitted(row) -> bool:
+    A = row.get("A")
+    return A is not None and A == A
+
+
+def _numbered(rows):
+    """Each row with `identified` as a bool and `note`: its number among the rows whose A is not identified."""
+    count = 0
+    for row in rows:
+        identified = bool(row.get("identified"))
+        count += not identified
+        yield {**row, "identified": identified, "note": None if identified else count}

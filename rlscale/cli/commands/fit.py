@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         level: float = typer.Option(0.9, "--level", help="the prediction interval's level (with --at)"),
     ) -> None:
         """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) per run; say when A is not identified."""
-        from rlscale.cli.console import console, print_json, safe
+        from rlscale.cli.console import print_json
         from rlscale.base.errors import UserError
 
         check_fit_source(file, study, db, command="fit", noise=noise, unbounded=unbounded, r0=r0)
@@ -62,17 +62,17 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json(fits_json(fits, predictions))
             return
-        from rlscale.cli.views import fits_table
-
+        from rlscale.cli.console import say
+        from rlscale.cli.views import print_fits
         from rlscale.fitting.records import fitted_points_label
 
-        console.print(fits_table(fits, title=f"{title}: sigmoid fits (on {fitted_points_label(record_breaking)})"))
+        print_fits(fits, title=f"{title}: sigmoid fits (on {fitted_points_label(record_breaking)})")
         if store is not None:
-            console.print(f"saved {len(fits)} fits of study {safe(repr(study))} to {safe(store.url_for_display)}", highlight=False, soft_wrap=True)
+            say(f"saved {len(fits)} fits of study {study!r} to {store.url_for_display}")
         if predictions is not None:
             _print_predictions(predictions)
         if plot is not None:
-            console.print(f"plot: {safe(plot)}", highlight=False, soft_wrap=True)
+            say(f"plot: {plot}")
 
 
 def _fit_and_plot(file, study, db, options, plot):
@@ -84,6 +84,13 @@ def _fit_and_plot(file, study, db, options, plot):
 
         records, title, store, record_breaking = read_run_log(file), file.stem, None, False
         fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", **options)
+        if fits["A"].isna().all():  # nothing to show or plot: the file is no input for a fit
+            from rlscale.base.errors import UserError
+            from rlscale.cli.views import fit_reasons
+
+            shown = [reason.split(") ", 1)[1] for reason in fit_reasons(fits)]
+            more = f"; and {len(shown) - 3} more" if len(shown) > 3 else ""
+            raise UserError(f"no run could be fitted ({'; '.join(shown[:3])}{more})", file=str(file))
     else:
         from rlscale.db.store import Store
         from rlscale.fitting.stored import fit_study
