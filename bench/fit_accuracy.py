@@ -59,12 +59,13 @@ TARGETS = {
 }
 
 
-def simulate(n_runs: int, seed: int, noise: str):
-    """Yields (truth dict, compute, reward) for n_runs synthetic runs observed up to half their compute.
-    The curves depend on the seed only, so every noise model sees the same ones."""
+def simulate(n_runs: int, seed: int, noise: str, observed: float = FULL_GPU_HOURS / 2):
+    """Yields (truth dict, compute, reward) for n_runs synthetic runs observed up to `observed` GPU-hours (by
+    default half their compute), C_mid placed so the observed part passes the inflection. The curves depend on
+    the seed only, so every noise model sees the same ones."""
     rng = np.random.default_rng(seed)
     noise_rng = np.random.default_rng([seed, list(NOISE_MODELS).index(noise)])
-    compute = np.arange(EVAL_EVERY, FULL_GPU_HOURS / 2 + 1, EVAL_EVERY)
+    compute = np.arange(EVAL_EVERY, observed + 1, EVAL_EVERY)
     for _ in range(n_runs):
         truth = {
             "A": rng.uniform(0.4, 0.9),
