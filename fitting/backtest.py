@@ -241,7 +241,7 @@ def _mean_band(fit, compute) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-BACKTEST_HEADER = ["run", "fit on C <=", "predicted [95%]", "observed", "error", "carry-forward (error)",
+BACKTEST_HEADER = ["run", "fit on C <=", "predicted [PI]", "observed", "error", "carry-forward (error)",
                    "A part [95%]", "A full", "A inside", "rising", "part fit"]
 
 
@@ -250,7 +250,7 @@ def backtest_cells(result: RunBacktest) -> list[str]:
     yes_no = {True: "yes", False: "no", None: "-"}
     status = ("identified" if result.identified else "not identified") if result.fitted else "not fitted"
     return [result.run, _f(result.cut_compute, "{:.4g}"),
-            f"{_f(result.predicted)} [{_f(result.predicted_lo)}, {_f(result.predicted_hi)}]",
+            f"{_f(result.predicted)} [{_f(result.pi_lo)}, {_f(result.pi_hi)}]",
             _f(result.observed), _f(result.error, "{:+.3f}"),
             f"{_f(result.carry_forward)} ({_f(result.carry_forward_error, '{:+.3f}')})",
             f"{_f(result.A_part)} [{_f(result.A_part_lo)}, {_f(result.A_part_hi)}]", _f(result.A_full),
@@ -267,8 +267,8 @@ def summary_lines(summary: BacktestSummary) -> list[str]:
                      f"carry-forward {_f(summary.mae_carry_forward_rising)} ({verdict}).")
     lines.append(f"Mean |error| on every fitted run: fit {_f(summary.mae_fit)}, carry-forward {_f(summary.mae_carry_forward)}.")
     if summary.pi_checked:
-        lines.append(f"End reward inside the {summary.level:.0%} prediction interval: {summary.pi_inside} of "
-                     f"{summary.pi_checked} ({summary.pi_coverage:.0%}); median width {_f(summary.pi_median_width)}.")
+        lines.append(f"End reward inside its {summary.level:.0%} prediction interval: {summary.pi_inside} of "
+                     f"{summary.pi_checked} ({summary.pi_coverage:.0%}), median width {_f(summary.pi_median_width)}.")
     if summary.A_checked:
         lines.append(f"Full-run A inside the part-fit's 95% interval: {summary.A_inside} of {summary.A_checked} "
                      f"({summary.A_inside_share:.0%}); where the full run's own A is identified: "
@@ -280,15 +280,18 @@ def summary_lines(summary: BacktestSummary) -> list[str]:
 
 
 BACKTEST_NOTE = ("Each run fitted on its first half of compute and extrapolated to its end: predicted vs observed reward "
-                 "over the run's last 10% of compute, a carry-forward baseline (the half's last reward), and whether "
-                 "the full run's A falls inside the half-fit's 95% interval.")
+                 "over the run's last 10% of compute with its 90% prediction interval, a carry-forward baseline (the "
+                 "half's last reward), and whether the full run's A falls inside the half-fit's 95% interval.")
 
 
 def backtest_table(records: pd.DataFrame, *, fraction: float = 0.5, **kwargs) -> dict:
-    """{"fraction", "runs": [RunBacktest.to_dict()...], "summary": BacktestSummary.to_dict()} for a report;
-    `kwargs` go to `backtest_runs` (run_col, compute_col, reward_col, fit options)."""
+    """{"fraction", "runs": [RunBacktest.to_dict()...], "summary": BacktestSummary.to_dict(), "decision":
+    StudyDecision.to_dict() or None} for a report; `kwargs` go to `backtest_runs` and `study_decision` (run_col,
+    compute_col, reward_col, fit options)."""
     results = backtest_runs(records, fraction=fraction, **kwargs)
-    return {"fraction": fraction, "runs": [r.to_dict() for r in results], "summary": summarize(results, fraction).to_dict()}
+    decision = study_decision(records, fraction=fraction, **kwargs)
+    return {"fraction": fraction, "runs": [r.to_dict() for r in results], "summary": summarize(results, fraction).to_dict(),
+            "decision": None if decision is None else decision.to_dict()}
 
 
 def table_rows(table: dict) -> list[list[str]]:
@@ -299,4 +302,115 @@ def table_rows(table: dict) -> list[list[str]]:
 def table_lines(table: dict) -> list[str]:
     """The summary of a `backtest_table` in words, with the reasons for runs not fitted."""
     missed = [f"{row['run']}: not fitted: {row['reason']}" for row in table["runs"] if not row["fitted"]]
-    return missed + summary_lines(BacktestSummary(**table["summary"]))
+    decision = table.get("decision")
+    chosen = decision_lines(StudyDecision(**decision)) if decision else []
+    return missed + summary_lines(BacktestSummary(**table["summary"])) + chosen
+
+
+# How a study's pick is made from its runs cut short. prediction: the prediction at full compute with its interval
+# (fitting/predict.py): of the runs whose interval reaches the highest lower end among all (not surely beaten), the one
+# with the best reward at the cut; prediction_point: the highest point prediction alone; leader: the best reward over
+# the last 10% of the cut; A: the highest fitted asymptote.
+PICK_METHODS = ("prediction", "prediction_point", "leader", "A")
+
+
+@dataclass(frozen=True)
+class StudyDecision:
+    """One study's choice from its runs cut at `fraction` of each run's compute, scored against their ends.
+
+    end: each run's actual end reward (mean over its last 10% of compute); best: the run with the highest.
+    predicted, predicted_lo, predicted_hi: each run's prediction at its full compute and its interval (a run that
+    cannot be fitted: its leader value, and an unbounded interval); leader, A: the other methods' scores (A: the
+    leader value for a run not fitted). picks: the run each of PICK_METHODS picks; regret: best end reward minus the
+    picked run's.
+    """
+
+    fraction: float
+    end: dict
+    best: str
+    predicted: dict
+    predicted_lo: dict
+    predicted_hi: dict
+    leader: dict
+    A: dict
+    picks: dict
+    regret: dict
+
+    def to_dict(self) -> dict:
+        """JSON-ready: NaN becomes None."""
+        def clean(v):
+            if isinstance(v, dict):
+                return {k: clean(x) for k, x in v.items()}
+            return None if isinstance(v, float) and not math.isfinite(v) else v
+        return {k: clean(v) for k, v in asdict(self).items()}
+
+
+def decide_study(runs: dict, fraction: float, *, level: float = DEFAULT_LEVEL, drift: Drift | None = None,
+                 **fit_kwargs) -> StudyDecision:
+    """What a user choosing among `runs` ({name: (compute, reward)}) would pick at `fraction` of each run's compute,
+    by each of PICK_METHODS, and the regret of each pick against the runs' actual end rewards. `fit_kwargs` go to
+    `fit_sigmoid`. Runs with no evaluation in their cut are left out of the choice (and of `best`)."""
+    drift = Drift.load() if drift is None else drift
+    end, predicted, lo, hi, leader, asymptote = {}, {}, {}, {}, {}, {}
+    for name, (compute, reward) in runs.items():
+        x = np.asarray(compute, dtype=float)
+        y = np.asarray(reward, dtype=float)
+        keep = np.isfinite(x) & np.isfinite(y) & (x >= 0)
+        order = np.argsort(x[keep], kind="stable")
+        x, y = x[keep][order], y[keep][order]
+        if len(x) == 0 or not x[-1] > 0:
+            continue
+        last, cut = float(x[-1]), fraction * float(x[-1])
+        part = x <= cut
+        if not part.any():
+            continue
+        end[name] = float(np.mean(y[in_end_window(x, last)]))
+        leader[name] = float(np.mean(y[part & in_end_window(x, cut)])) if (part & in_end_window(x, cut)).any() \
+            else float(y[part][-1])
+        predicted[name] = asymptote[name] = leader[name]
+        lo[name], hi[name] = -math.inf, math.inf
+        try:
+            fit = fit_sigmoid(x[part], y[part], **fit_kwargs)
+        except FitError:
+            continue
+        p = predict_at(fit, x[part], y[part], last, level=level, drift=drift)
+        predicted[name], asymptote[name] = p.predicted, float(fit.A)
+        # no interval (too few points): a prediction that can neither be trusted nor rule another run out
+        lo[name], hi[name] = (p.lo, p.hi) if math.isfinite(p.lo) and math.isfinite(p.hi) else (-math.inf, math.inf)
+    if not end:
+        raise ValueError("no run has an evaluation to decide on")
+    best = max(end, key=end.get)
+    def top(score, among=None):
+        return max(among or score, key=lambda run: score[run] if math.isfinite(score[run]) else -math.inf)
+
+    # a run is surely beaten when its interval lies wholly below another's
+    floor = max(lo.values())
+    contenders = [run for run in end if hi[run] >= floor]
+    picks = {"prediction": top(leader, contenders), "prediction_point": top(predicted), "leader": top(leader),
+             "A": top(asymptote)}
+    regret = {method: end[best] - end[run] for method, run in picks.items()}
+    return StudyDecision(fraction=float(fraction), end=end, best=best, predicted=predicted, predicted_lo=lo,
+                         predicted_hi=hi, leader=leader, A=asymptote, picks=picks, regret=regret)
+
+
+def study_decision(records: pd.DataFrame, *, fraction: float, run_col="run", compute_col="compute",
+                   reward_col="reward", **kwargs) -> StudyDecision | None:
+    """`decide_study` over the runs of `records` taken as one study (None with fewer than two runs that can be cut)."""
+    if run_col not in records.columns:
+        return None
+    runs = {str(run): (g[compute_col].to_numpy(dtype=float, na_value=np.nan),
+                       g[reward_col].to_numpy(dtype=float, na_value=np.nan))
+            for run, g in records.groupby(run_col, sort=False, dropna=False)}
+    try:
+        decision = decide_study(runs, fraction, **kwargs)
+    except ValueError:
+        return None
+    return decision if len(decision.end) >= 2 else None
+
+
+def decision_lines(decision: StudyDecision) -> list[str]:
+    """The decision in words: the pick from the cut, the best run at the end, each method's regret."""
+    regret = ", ".join(f"{method} {decision.regret[method]:.3f}" for method in PICK_METHODS)
+    return [f"Picked at {decision.fraction:.0%} by prediction: {decision.picks['prediction']}",
+            f"Best at the end: {decision.best}",
+            f"Regret (best end - picked end): {regret}"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlscale.fitting.backtest import RISE, backtest_run, backtest_runs, summarize, summary_lines
+from rlscale.fitting.backtest import PICK_METHODS, RISE, backtest_run, backtest_runs, summarize, summary_lines
 from rlscale.db.importer import read_run_log
 from rlscale.fitting.bootstrap import percentile_interval
 from rlscale.fitting.sigmoid import fit_sigmoid, sigmoid
@@ -133,7 +133,8 @@ def test_cli_json_has_one_object_per_run_and_a_summary(cli, tmp_path):
     code, out, err = cli("backtest", str(path), "--json", "--bootstrap", "50")
     assert (code, err) == (0, "")
     payload = json.loads(out)
-    assert set(payload) == {"source", "fraction", "compute_unit", "runs", "summary"}
+    assert set(payload) == {"source", "fraction", "compute_unit", "runs", "summary", "decision"}
+    assert payload["decision"]["best"] in ("a", "b") and set(payload["decision"]["regret"]) == set(PICK_METHODS)
     assert payload["fraction"] == 0.5 and [r["run"] for r in payload["runs"]] == ["a", "b"]
     assert set(payload["runs"][0]) == {
         "run", "fitted", "reason", "n_points", "n_part", "cut_compute", "last_compute", "predicted", "predicted_lo",
@@ -224,3 +225,29 @@ def test_cli_checks_r0_and_noise_as_fit_does(cli, tmp_path, args, message):
     write_runs(path, {"a": noisy_sigmoid(0)})
     code, out, err = cli("backtest", str(path), *args)
     assert code == 2 and out == "" and err.startswith(message) and err.count("\n") == 1
+
+
+def study_runs():
+    """Three runs cut short: 'fast' leads early on a low plateau, 'twin' just behind it, 'slow' rises later to a
+    far higher one."""
+    rng = np.random.default_rng(0)
+    return {"fast": (COMPUTE, sigmoid(COMPUTE, 0.6, 2.0, 10.0, 0.1) + rng.normal(0.0, 0.003, COMPUTE.size)),
+            "slow": (COMPUTE, sigmoid(COMPUTE, 0.9, 2.0, 45.0, 0.1) + rng.normal(0.0, 0.003, COMPUTE.size)),
+            "twin": (COMPUTE, sigmoid(COMPUTE, 0.59, 2.0, 10.0, 0.1) + rng.normal(0.0, 0.003, COMPUTE.size))}
+
+
+def test_a_decision_switches_from_the_leader_only_when_the_prediction_is_sure():
+    from rlscale.fitting.backtest import decide_study
+    from rlscale.fitting.predict import Drift
+
+    drift = Drift(0.085, {})
+    half = decide_study(study_runs(), 0.5, drift=drift, seed=0)
+    # at the half the slow run is surely ahead at the end: its interval lies above the leader's
+    assert half.best == "slow" and half.picks["leader"] == "fast"
+    assert half.predicted_lo["slow"] > half.predicted_hi["fast"]
+    assert half.picks["prediction"] == "slow" and half.regret["prediction"] == 0.0
+    assert half.regret["leader"] == pytest.approx(half.end["slow"] - half.end["fast"]) and half.regret["leader"] > 0.1
+    # at the quarter the slow run has not bent: its interval still overlaps the leader's, and the leader is kept
+    quarter = decide_study(study_runs(), 0.25, drift=drift, seed=0)
+    assert quarter.predicted_lo["slow"] < quarter.predicted_hi["fast"]
+    assert quarter.picks["prediction"] == quarter.picks["leader"] == "fast"

@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
         last 10% of compute), the error, a carry-forward baseline, and whether the full-run A is inside the
         part-fit's interval; then a summary. Exits 2 when no run can be fitted."""
         from rlscale.base.errors import UserError
-        from rlscale.fitting.backtest import backtest_runs, summarize
+        from rlscale.fitting.backtest import backtest_runs, study_decision, summarize
 
         check_fit_source(file, study, db, command="backtest", noise=noise, unbounded=unbounded, r0=r0)
         if not 0.0 < fraction < 1.0:
@@ -49,13 +49,24 @@ def register(app: typer.Typer) -> None:
             reasons = "; ".join(f"{r.run}: {r.reason}" for r in results[:5]) + ("; ..." if len(results) > 5 else "")
             raise UserError(f"no run could be fitted on its first {fraction:.0%} of compute ({reasons})", file=source)
         summary = summarize(results, fraction)
+        # the runs of one file or study are those a user chooses between: what the cut would have picked
+        decision = study_decision(records, fraction=fraction, run_col="run", compute_col="compute",
+                                  reward_col="reward", r0=r0, min_compute=min_compute, bootstrap=bootstrap,
+                                  noise=noise, bounded=not unbounded)
         if json_out:
             from rlscale.cli.console import print_json
 
             print_json({"source": source, "fraction": fraction, "compute_unit": records.attrs.get("compute_unit"),
-                        "runs": [r.to_dict() for r in results], "summary": summary.to_dict()})
+                        "runs": [r.to_dict() for r in results], "summary": summary.to_dict(),
+                        "decision": None if decision is None else decision.to_dict()})
             return
         show(results, summary, title=f"{source}: fit on the first {fraction:.0%} of compute, extrapolated to the end")
+        if decision is not None:
+            from rlscale.cli.console import console
+            from rlscale.fitting.backtest import decision_lines
+
+            for line in decision_lines(decision):
+                console.print(line, highlight=False, soft_wrap=True)
 
 
 def show(results, summary, *, title: str) -> None:
