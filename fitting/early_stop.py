@@ -34,11 +34,8 @@ def asymptote_upper_bound(fit, noise_band: float = NOISE_BAND) -> float:
 
 # The one-sided level of the profile bound the driver asks fit_sigmoid for (upper_level).
 UPPER_LEVEL = 0.99
-# Observed compute must reach this multiple of C_mid (the point estimate) before a run is judged. At 1.0 (just
-# "past its inflection") the replayed late-regime studies of bench/early_termination.py lost the grid's best run
-# in 1 of 100: a steep, late curve seen to just past its fitted C_mid, whose residuals happened to be far below
-# their binomial noise, so even the profile bound excluded its true asymptote. At 2.0 it lost none (58% of the
-# grid's compute against 56%).
+# Observed compute must reach this multiple of C_mid (the point estimate) before a run is judged: a steep curve seen
+# just past its fitted C_mid can have a profile bound that excludes its true asymptote (bench/early_termination.py).
 PAST_INFLECTION = 2.0
 
 

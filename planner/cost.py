@@ -37,12 +37,9 @@ SCALERL_8B = Profile(
     description="ScaleRL's published scale: 8B model, 16k context, H100-class GPUs",
 )
 
-# The embedded tiny policy on 2 CPU cores (generator + trainer, one device each), measured: coefficients of
-# `rlscale plan --calibrate quickstart` on the records written by `bench/sweep_overhead.py`
-# (studies/quickstart.yaml: PipelineRL-1, B_p 32/64 x n 4/8, 159-341 steps), 2026-11-21, 2-core x86_64 host,
-# no GPU: 0.060 device-seconds per step plus 1.76 ms per rollout (a 64 x 8 step: ~0.96 s). Planned vs measured
-# device-hours of those 4 runs: within 6%. Startup 0: the device-hours clock starts once the engine and trainer
-# are up (their start-up is wall time, not charged compute).
+# The embedded tiny policy on 2 CPU cores (generator + trainer, one device each): `rlscale plan --calibrate` on a
+# quickstart sweep's records, 0.060 device-seconds per step plus 1.76 ms per rollout. Startup 0: the device-hours
+# clock starts once the engine and trainer are up (their start-up is wall time, not charged compute).
 TINY_CPU = Profile(
     name="tiny-cpu",
     gpu_hours_per_rollout=4.89054e-07,
