@@ -81,6 +81,8 @@ class RunProgress:
     compute: the largest compute in `fit`, in the fit's unit (the driver: the run's GPU-hours so far); tells
         whether the run is past its inflection. None means the fit's x axis is the fraction itself.
     stopped: the run was stopped or failed; it is ignored, as if left out of the list.
+    target: where the run's advance in flight is heading (0..1), None when no job of it runs: a sweep with several
+        runs in flight never hands a busy run another move, and counts one heading to 1.0 as a leader on its way.
     """
 
     key: Hashable
@@ -90,6 +92,12 @@ class RunProgress:
     last_reward: float | None = None
     compute: float | None = None
     stopped: bool = False
+    target: float | None = None
+
+    @property
+    def busy(self) -> bool:
+        """An advance of this run is in flight."""
+        return self.target is not None
 
     @property
     def done(self) -> bool:
@@ -125,7 +133,7 @@ def promise(run: RunProgress, noise_band: float = NOISE_BAND) -> float:
 def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...], leaders: int = 1,
               noise_band: float = NOISE_BAND, past_inflection: float = PAST_INFLECTION,
               rank: Callable[[RunProgress], float] | None = None) -> Move | None:
-    """The next thing the sweep should do, or None when every run is finished or stopped.
+    """The next thing the sweep should do, or None when every run is finished, stopped or busy (in flight).
 
     In this order:
     1. stop an unfinished run that `should_stop` says cannot reach `reference_fit(runs)`;
@@ -135,18 +143,22 @@ def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...], leaders: int
     4. advance, to its next rung, the most promising of the runs at the lowest rung (breadth first:
        at each rung the best-looking run goes ahead first, and once all survivors sit at the last rung
        before 1.0 they finish one by one, best first, each raising the reference for the rest).
+    Runs in flight (`busy`) are judged by rule 1 like the others (the sweep stops them at their next checkpoint)
+    but get no advance, and one heading to its full budget counts as a leader in rule 3; the sweep asks again
+    each time a slot frees, as ASHA promotes asynchronously.
     Pure: the same progress always gives the same move; ties go to the earlier run in `runs`.
     """
     active = [run for run in runs if not run.stopped and not run.done]
-    if not active:
-        return None
     best = reference_fit(runs)
     for run in active:
         compute = run.fraction if run.compute is None else run.compute
         decision = should_stop(run.fit, best, compute, noise_band=noise_band, past_inflection=past_inflection)
         if decision.stop:
             return Move("stop", run.key, reason=decision.reason)
-    behind = [run for run in active if run.fraction < rungs[0] - _EPS]
+    idle = [run for run in active if not run.busy]  # a run in flight gets no second move
+    if not idle:
+        return None
+    behind = [run for run in idle if run.fraction < rungs[0] - _EPS]
     if behind:
         return Move("advance", min(behind, key=lambda run: run.fraction).key, until=rungs[0])
 
@@ -155,13 +167,14 @@ def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...], leaders: int
             return promise(run, noise_band)
 
     identified = sum(1 for run in runs if run.done and run.fit is not None and run.fit.identified)
-    if identified < leaders:
-        return Move("advance", max(active, key=rank).key, until=1.0)
+    on_their_way = sum(1 for run in active if run.busy and run.target >= 1.0 - _EPS)
+    if identified + on_their_way < leaders:
+        return Move("advance", max(idle, key=rank).key, until=1.0)
 
     def rungs_reached(run):
         return sum(1 for rung in rungs if rung <= run.fraction + _EPS)
 
-    lowest = min(rungs_reached(run) for run in active)
-    leader = max((run for run in active if rungs_reached(run) == lowest), key=rank)
+    lowest = min(rungs_reached(run) for run in idle)
+    leader = max((run for run in idle if rungs_reached(run) == lowest), key=rank)
     until = min((rung for rung in rungs if rung > leader.fraction + _EPS), default=1.0)
     return Move("advance", leader.key, until=until)

@@ -151,7 +151,13 @@ class Study(_Strict):
     n_trials: int | None = Field(None, ge=1)
     early_terminate: EarlyTerminate = Field(default_factory=EarlyTerminate)
     fit: Fit = Field(default_factory=Fit)
+    max_concurrent: int | None = Field(None, ge=1, description=(
+        "runs in flight at once (rlscale sweep --max-concurrent overrides it); None: as many as the cluster's free "
+        "devices admit"))
     _file: str | None = PrivateAttr(None)  # the YAML file it was read from, for messages
+    extend: float = Field(1.0, ge=1, le=1000, allow_inf_nan=False, description=(
+        "multiply each run's planned compute (and steps) by this; the runs keep their identities, so finished ones "
+        "resume from their checkpoints (rlscale sweep --extend)"))
 
     @field_validator("name", mode="before")
     @classmethod
@@ -368,7 +374,8 @@ def stored_study(store, name: str) -> Study | None:
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One run of a study: its name (without the seed), full recipe, seed and estimated GPU-hours."""
+    """One run of a study: its name (without the seed), full recipe, seed and estimated GPU-hours (times the
+    study's `extend`; the recipe's steps are the plan's, so the run's identity does not change with it)."""
 
     name: str
     recipe: Recipe
@@ -450,7 +457,7 @@ def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPl
             continue
         for seed in study.seeds:
             final = Recipe.model_validate({**recipe.to_json(), "steps": m, "seed": seed})
-            hours = run_gpu_hours(profile, final.prompts_per_batch, final.rollouts, m)
+            hours = run_gpu_hours(profile, final.prompts_per_batch, final.rollouts, m) * study.extend
             runs.append(PlannedRun(name, final, seed, hours))
     if not runs and study.method != "bayes":
         reasons = "; ".join(f"{name}: {why}" for name, why in dropped[:3])

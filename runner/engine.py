@@ -16,7 +16,8 @@ from rlscale.base.errors import UserError
 DEFAULT_ENGINE = "builtin"
 # engine name -> "module:class"; imported on first use, so torch, Ray or vLLM load only when a run starts
 ENGINES = {"builtin": "rlscale.runner.builtin.engine:BuiltinEngine",
-           "verl": "rlscale.runner.verl.engine:VerlEngine"}
+           "verl": "rlscale.runner.verl.engine:VerlEngine",
+           "trl": "rlscale.runner.trl.engine:TrlEngine"}
 
 
 @dataclass
@@ -74,6 +75,11 @@ class Engine(ABC):
         [{"GPU": 8}, {"GPU": 8}]). The sweep starts a job only when every bundle fits on a node's free devices.
         Default: one node holding the generator's and the trainer's devices as GPUs."""
         return [{"GPU": float(recipe.generator_devices + recipe.trainer_devices)}]
+
+    def nodes(self) -> list | None:
+        """The cluster's alive nodes with their total and free devices (rlscale.runner.cluster.Node), or None when
+        the engine cannot see them (then only --max-concurrent bounds the sweep)."""
+        return None
 
     def close(self) -> None:
         """Release everything the engine holds (workers, clusters it started). Idempotent."""

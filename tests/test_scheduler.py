@@ -113,3 +113,86 @@ def test_the_schedule_of_a_study_rule_uses_its_rungs_min_fraction_and_margin():
     assert schedule.rungs == (0.125, 0.25, 0.5, 1.0) and schedule.min_fraction == 0.125
     assert schedule.noise_band == 0.03
     assert RungSchedule.from_rule(rule, leaders=2).leaders == 2
+
+
+class ConcurrentReplay(ReplayedStudy):
+    """The same runs advanced side by side: each tick of wait() every run in flight observes one more eval (a
+    run stopped while in flight ends at its next check), as jobs on a cluster progress together."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.flight: dict = {}  # key -> (until, check)
+        self.most_in_flight = 0
+        self.requested_stops: dict = {}
+
+    def start(self, key, until, check):
+        self.advances.append((key, self.view(key).fraction, until))
+        self.flight[key] = (until, check)
+        self.most_in_flight = max(self.most_in_flight, len(self.flight))
+
+    def stop(self, key, reason):
+        self.stop_moves.append(key)
+        if key in self.flight:
+            self.requested_stops[key] = reason
+        else:
+            self.stopped[key] = reason
+
+    def wait(self):
+        ended = []
+        for key, (until, check) in list(self.flight.items()):
+            self.seen[key] += 1
+            j = self.seen[key]
+            checked = j % self.check_every == 0
+            if checked and key in self.requested_stops:
+                self.stopped[key] = self.requested_stops.pop(key)
+            elif checked and (reason := check(self.view(key))):
+                self.stopped[key] = reason
+            if key in self.stopped or COMPUTE[j - 1] >= until - 1e-9:
+                ended.append(key)
+                del self.flight[key]
+        return ended
+
+
+def test_concurrent_rungs_fill_the_slots_finish_the_best_and_stop_only_clearly_worse_runs():
+    from rlscale.runner.sweep.scheduler import run_concurrently
+
+    study = ConcurrentReplay({"a": 0.50, "b": 0.62, "best": 0.80, "close": 0.79, "d": 0.45, "e": 0.55})
+    run_concurrently(RungSchedule(), study.progress, study.start, study.wait, study.stop, slots=3)
+    assert study.most_in_flight == 3  # the slots are used, never exceeded
+    assert study.seen["best"] == EVALS and "best" not in study.stopped
+    assert "close" not in study.stopped and study.seen["close"] == EVALS  # within the noise band: never judged worse
+    assert set(study.stopped) <= {"a", "b", "d", "e"} and len(study.stopped) >= 3
+    assert all("best run's lower bound" in reason for reason in study.stopped.values())
+    assert all(study.seen[key] == EVALS or key in study.stopped for key in study.asymptotes)  # every run ends
+    assert study.spent() < 0.7 * len(study.asymptotes)
+
+
+def test_admission_backfills_small_runs_but_never_starves_a_large_one():
+    from rlscale.runner.sweep.admission import Ledger
+    from rlscale.runner.sweep.scheduler import GridSchedule, run_concurrently
+
+    keys = ["small0", "big", *(f"small{i}" for i in range(1, 12))]
+    study = ConcurrentReplay(dict.fromkeys(keys, 0.7))
+    devices = {key: [{"GPU": 8.0 if key == "big" else 2.0}] for key in keys}
+    ledger = Ledger(nodes=[{"GPU": 8.0}])
+    started, most_gpus = [], [0.0]
+
+    def admit(key):
+        if not ledger.admit(key, devices[key]):
+            return False
+        started.append(key)
+        most_gpus[0] = max(most_gpus[0], ledger.busy("GPU"))
+        return True
+
+    def wait():
+        ended = study.wait()
+        for key in ended:
+            ledger.release(key)
+        return ended
+
+    run_concurrently(GridSchedule(), study.progress, study.start, wait, lambda key, reason: None, admit=admit,
+                     slots=8, max_skips=2)
+    assert sorted(started) == sorted(keys) and all(study.seen[key] == EVALS for key in keys)
+    assert most_gpus[0] <= 8.0  # never more than the cluster
+    # the 8-GPU run waited while 2-GPU runs backfilled, then held the queue until the cluster drained for it
+    assert 1 < started.index("big") < len(keys) - 1

@@ -52,7 +52,8 @@ def _records(url: str, study: str):
 
 @pytest.mark.slow
 def test_killed_sweep_resumes_with_every_record_once_and_status_reads_meanwhile(tmp_path):
-    study = write_study(tmp_path / "kill.yaml", "kill", {"rollouts": [4, 8]})
+    # 32 steps a run: slack for `rlscale status` to start on a loaded host before the sweep ends
+    study = write_study(tmp_path / "kill.yaml", "kill", {"rollouts": [4, 8]}, steps=32)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     env = dict(os.environ)
     sweep = [*RLSCALE, "sweep", str(study), "--db", url, "--out", str(tmp_path / "reports")]
@@ -77,16 +78,16 @@ def test_killed_sweep_resumes_with_every_record_once_and_status_reads_meanwhile(
         os.killpg(process.pid, signal.SIGKILL)  # the driver, its Ray cluster and the vLLM engine
         process.wait()
     records, runs = _records(url, "kill")
-    assert 9 <= len(records) < 2 * 17
+    assert 9 <= len(records) < 2 * 33
 
     resumed = subprocess.run(sweep + ["--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     records, runs = _records(url, "kill")
     assert list(runs["status"]) == ["done", "done"]
-    # an uninterrupted sweep stores steps 0..16 of both runs: exactly that, each once
-    assert len(records) == 2 * 17
+    # an uninterrupted sweep stores steps 0..32 of both runs: exactly that, each once
+    assert len(records) == 2 * 33
     assert not records.duplicated(["run_id", "step"]).any()
-    assert sorted(records.groupby("run_id")["step"].apply(list).iloc[0]) == list(range(17))
+    assert sorted(records.groupby("run_id")["step"].apply(list).iloc[0]) == list(range(33))
     assert records["gpu_hours"].is_monotonic_increasing or all(
         g["gpu_hours"].is_monotonic_increasing for _, g in records.groupby("run_id"))
     summary = json.loads(resumed.stdout)

@@ -47,7 +47,8 @@ def cluster():
          # every port of its own: another Ray cluster on this machine (a parallel test) holds the defaults
          f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
          f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
-         "--num-cpus=4", "--num-gpus=0", f"--temp-dir={temp}", "--disable-usage-stats"],
+         # logical GPUs: Ray places and releases GPU requests on them as on real ones (none here)
+         "--num-cpus=4", "--num-gpus=8", f"--temp-dir={temp}", "--disable-usage-stats"],
         start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         env={**os.environ, "RAY_AUTH_MODE": "disabled"})  # loopback only; Ray 2.60 would otherwise ask for a token
     address = f"http://127.0.0.1:{dashboard}"
@@ -144,7 +145,7 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def test_a_sweep_of_verl_jobs_survives_kill_9_of_its_driver(cluster, tmp_path):
+def test_a_sweep_of_verl_jobs_survives_kill_9_of_its_driver_with_two_runs_in_flight(cluster, tmp_path):
     import yaml
     from ray.job_submission import JobSubmissionClient
 
@@ -163,7 +164,8 @@ def test_a_sweep_of_verl_jobs_survives_kill_9_of_its_driver(cluster, tmp_path):
             if (tmp_path / "store.db").exists():
                 with Store(url) as store:
                     records = store.records_frame("killverl") if "killverl" in store.study_names() else []
-                if len(records) >= 8:  # the first run's job is mid-way: kill the driver, not the job
+                counts = records.groupby("run_id").size() if len(records) else []
+                if len(counts) == 2 and min(counts) >= 4:  # both runs' jobs mid-way: kill the driver, not the jobs
                     break
             time.sleep(0.3)
         assert driver.poll() is None, f"the driver ended before it could be killed: {driver.stderr.read()[-2000:]}"
@@ -181,3 +183,87 @@ def test_a_sweep_of_verl_jobs_survives_kill_9_of_its_driver(cluster, tmp_path):
     # the restarted driver adopted the running job (or read the finished one's log) rather than submitting another
     jobs = [j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("killverl-")]
     assert len(jobs) == 2 and all(job.endswith("-1") for job in jobs)
+
+
+def _study(tmp_path, name: str, parameters: dict, **recipe) -> Path:
+    import yaml
+
+    keys = ("engine", "model", "steps", "prompts_per_batch", "eval_every", "eval_prompts", "eval_samples",
+            "checkpoint_every", "async")
+    base = {k: v for k, v in RECIPE.to_json().items() if k in keys}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "method": "grid", "recipe": {**base, **recipe},
+                                    "parameters": parameters}))
+    return path
+
+
+def _timeline(cluster, prefix: str) -> list[tuple[float, float, int]]:
+    """(start s, end s, GPUs) of each job of the sweep, from the Jobs API's clock."""
+    from ray.job_submission import JobSubmissionClient
+
+    jobs = [j for j in JobSubmissionClient(cluster).list_jobs() if (j.submission_id or "").startswith(prefix)]
+    return [(j.start_time / 1000, j.end_time / 1000, int(j.metadata["gpus"])) for j in jobs if j.end_time]
+
+
+def test_a_sweep_runs_jobs_concurrently_admitted_by_free_gpus_and_finishes_every_run(cluster, tmp_path):
+    from rlscale.planner.study import load_study
+    from rlscale.runner.sweep.driver import SweepDriver
+
+    # six runs of 2 and 4 GPUs on the cluster's 8 logical GPUs
+    study = load_study(_study(tmp_path, "fill", {"trainer_devices": {"values": [2, 4]},
+                                                 "rollouts": {"values": [2, 4, 8]}}))
+    options = {"verl": {"shared_dir": tmp_path / "shared", "python": sys.executable, "module": "verl_standin",
+                        "poll_seconds": 0.2, "env_vars": {"PYTHONPATH": str(TESTS), "STANDIN_STEP_SECONDS": "0.3"}}}
+    seen = []
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        driver = SweepDriver(study, store, ray_address=cluster, engine_options=options, max_retries=0,
+                             on_update=lambda runs: seen.append(sum(run.status in ("starting", "running")
+                                                                    for run in runs)))
+        summary = driver.run()
+        records = store.records_frame("fill")
+    assert summary.count("done") == 6, [(run.name, run.status, run.note) for run in summary.runs]
+    assert not records.duplicated(["run_id", "step"]).any()
+    assert all(sorted(steps) == list(range(21)) for _, steps in records.groupby("run_id")["step"])
+    jobs = _timeline(cluster, "fill-")
+    assert len(jobs) == 6  # one job a run: none failed the GPU check and came again
+    moments = sorted({t for start, end, _ in jobs for t in (start, end)})
+    in_use = [sum(g for start, end, g in jobs if start <= t < end) for t in moments]
+    assert max(in_use) <= 8
+    # while at least two runs are left, at least two are in flight (a job's start-up aside)
+    fourth_end = sorted(end for _, end, _ in jobs)[-2]
+    spans = [(a, b) for a, b in zip(moments, moments[1:]) if b <= fourth_end]
+    two_or_more = sum(b - a for a, b in spans if sum(1 for s, e, _ in jobs if s <= a < e) >= 2)
+    assert two_or_more >= 0.8 * sum(b - a for a, b in spans)
+    assert max(seen) >= 3  # 2 + 2 + 4 GPUs: three at once fit
+
+
+def test_a_job_that_finds_its_gpus_taken_goes_back_to_the_queue_and_is_not_failed(cluster, tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    from rlscale.runner.engine import DevicesUnavailable
+
+    client = JobSubmissionClient(cluster)
+    hold = textwrap.dedent("""
+        import ray, time
+        from ray.util.placement_group import placement_group
+        ray.init()
+        ray.get(placement_group([{"GPU": 1}] * 6).ready())
+        open(%r, "w").close()
+        time.sleep(120)
+    """ % str(tmp_path / "held"))
+    client.submit_job(entrypoint=f"{sys.executable} -c {shlex_quote(hold)}", submission_id="someone-else")
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "held").exists() and time.time() < deadline:
+            time.sleep(0.2)
+        verl = engine(cluster, tmp_path)
+        with pytest.raises(DevicesUnavailable, match="Total available GPUs 2.0 is less than total desired GPUs 4"):
+            verl.run(RECIPE.model_copy(update={"trainer_devices": 4}), run_key="taken-1-cc", on_records=list)
+    finally:
+        client.stop_job("someone-else")
+
+
+def shlex_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)

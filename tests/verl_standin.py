@@ -4,6 +4,10 @@ does, and writes what verl's FileLogger writes ({"step": N, "data": {...}} lines
 opened "wb" as FileLogger opens it), checkpointing (latest_checkpointed_iteration.txt) before logging a step as
 verl's trainer does. It does not train: the val reward follows a fixed saturating curve of the step.
 
+Like verl at start, it checks the cluster: fewer free GPUs than its pools need (trainer.nnodes x
+trainer.n_gpus_per_node) fails with verl's ValueError message; otherwise it holds them in a placement group while it
+runs, so Ray sees them busy as it would see verl's workers.
+
 STANDIN_STEP_SECONDS: seconds per step (default 0.1). STANDIN_CRASH_FILE: if that file exists and holds a step
 number, the job dies (exit 1) at that step once, deleting the file.
 """
@@ -26,6 +30,7 @@ def main(argv: list[str]) -> None:
     seconds = float(os.environ.get("STANDIN_STEP_SECONDS", "0.1"))
     crash = Path(os.environ.get("STANDIN_CRASH_FILE", "/nonexistent"))
     metric = f"val-core/rlscale/reward/mean@{samples}"
+    hold_gpus(int(overrides["trainer.nnodes"]) * int(overrides["trainer.n_gpus_per_node"]))
     log = open(os.environ["VERL_FILE_LOGGER_PATH"], "wb", buffering=0)
 
     def write(data: dict) -> None:
@@ -51,6 +56,19 @@ def main(argv: list[str]) -> None:
             latest.write_text(str(step))
         write(data)
     log.close()
+
+
+def hold_gpus(gpus: int) -> None:
+    """verl's start-up check (ResourcePoolManager._check_resource_available), then the GPUs held until exit."""
+    import ray
+    from ray.util.placement_group import placement_group
+
+    ray.init(logging_level="ERROR", log_to_driver=False)
+    available = ray.available_resources().get("GPU", 0)
+    if available < gpus:
+        raise ValueError(f"Total available GPUs {available} is less than total desired GPUs {gpus}")
+    group = placement_group([{"GPU": 1}] * gpus, strategy="PACK")
+    ray.get(group.ready(), timeout=60)
 
 
 if __name__ == "__main__":

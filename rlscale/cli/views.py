@@ -9,26 +9,34 @@ from rlscale.base.numbers import format_number as _num
 from rlscale.cli.console import console, safe
 from rlscale.runner.sweep.state import FINISHED
 
-STATUS_STYLE = {"done": "green", "running": "cyan", "failed": "red", "stopped": "yellow", "paused": "magenta", "pending": "dim"}
+STATUS_STYLE = {"done": "green", "running": "cyan", "starting": "cyan", "failed": "red", "stopped": "yellow",
+                "paused": "magenta", "pending": "dim", "queued": "dim"}
+IN_FLIGHT = ("starting", "running")
+SWEEP_LEGEND = "hours: device-hours (GPU-hours on GPUs) spent; plan: planned"
 
 
-def sweep_table(study: str, runs) -> Table:
-    """One row per run: status, step, last validation reward, device/GPU-hours spent vs planned; a total row."""
-    table = Table(title=f"sweep {safe(study)}", title_justify="left")
-    width = min(28, max((len(run.name) for run in runs), default=3))
-    for column in ("run", "status", "step", "val reward", "gpu-hours", "planned", "note"):
-        table.add_column(column, justify="right" if column in ("step", "val reward", "gpu-hours", "planned") else "left",
-                         min_width=width if column == "run" else None)
+def sweep_table(study: str, runs, cluster: str = "") -> Table:
+    """One row per run: status (with the devices a run in flight holds), step, last validation reward,
+    device-hours spent and planned, note; a total row; the cluster line (devices busy / total, runs in flight,
+    runs queued) and the legend under it. Fits 80 columns: long names and notes wrap."""
+    lines = [cluster] if cluster else []
+    table = Table(title=f"sweep {safe(study)}", title_justify="left", caption_justify="left",
+                  caption="\n".join(safe(line) for line in [*lines, SWEEP_LEGEND]), caption_style="dim")
+    for column in ("run", "status", "step", "reward", "hours", "plan", "note"):
+        right = column in ("step", "reward", "hours", "plan")
+        table.add_column(column, justify="right" if right else "left", no_wrap=column not in ("run", "note"),
+                         overflow="fold", ratio=1 if column == "note" else None)
     for run in runs:
         style = STATUS_STYLE.get(run.status, "")
         steps = "-" if run.recipe is None else run.recipe.steps  # an imported run has no recipe
-        table.add_row(safe(run.name), f"[{style}]{safe(run.status)}[/]", f"{run.step}/{steps}", _num(run.val_reward),
-                      _num(run.gpu_hours, "{:.4f}"), _num(run.planned_gpu_hours, "{:.4f}"), safe(run.note[:60]))
+        status = f"{run.status} {run.devices}" if run.status in IN_FLIGHT and run.devices else run.status
+        table.add_row(safe(run.name), f"[{style}]{safe(status)}[/]", f"{run.step}/{steps}", _num(run.val_reward),
+                      _num(run.gpu_hours, "{:.4g}"), _num(run.planned_gpu_hours, "{:.4g}"), safe(run.note[:120]))
     spent = sum(run.gpu_hours for run in runs)
     planned = sum(run.planned_gpu_hours for run in runs)
     finished = sum(run.status in FINISHED for run in runs)
     table.add_section()
-    table.add_row("total", f"{finished}/{len(runs)} finished", "", "", _num(spent, "{:.4f}"), _num(planned, "{:.4f}"), "")
+    table.add_row("total", f"{finished}/{len(runs)} done", "", "", _num(spent, "{:.4g}"), _num(planned, "{:.4g}"), "")
     return table
 
 
@@ -40,6 +48,7 @@ class SweepView:
         self.enabled = enabled
         self._live = Live(console=console, refresh_per_second=4, transient=False) if enabled else None
         self._runs = []
+        self._cluster = ""
 
     def __enter__(self) -> "SweepView":
         if self._live:
@@ -52,11 +61,11 @@ class SweepView:
             self._live.__exit__(*exc)
             console.line()
 
-    def update(self, runs) -> None:
-        """Show the runs' current state."""
-        self._runs = runs
+    def update(self, runs, cluster: str = "") -> None:
+        """Show the runs' current state and the cluster line (devices busy / total, in flight, queued)."""
+        self._runs, self._cluster = runs, cluster
         if self._live:
-            self._live.update(sweep_table(self.study, runs))
+            self._live.update(sweep_table(self.study, runs, cluster))
 
 
 FITS_LEGEND = "pts: points fitted; fit: yes when A is identified (R^2 and the rest: --json)"

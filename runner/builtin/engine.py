@@ -1,9 +1,22 @@
-"""The `builtin` engine: each run is rlscale.runner.builtin.job.run_job on Ray, and consecutive runs share one
-generator (vLLM) and one trainer actor while they use the same model and devices."""
+"""The `builtin` engine: each run is rlscale.runner.builtin.job.run_job on Ray. A pool of worker sets (a generator
+(vLLM) and a trainer actor each) serves the runs in flight; a set that finishes a job is kept for the next job on
+the same model and devices, so consecutive runs skip the actors' start-up."""
 
+import os
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rlscale.runner.engine import Engine, JobResult
+
+
+@dataclass
+class WorkerSet:
+    """A generator and a trainer actor for recipes that share `key` (model, head precision, devices)."""
+
+    key: tuple
+    generator: object
+    trainer: object
 
 
 class BuiltinEngine(Engine):
@@ -13,80 +26,147 @@ class BuiltinEngine(Engine):
 
     def __init__(self, *, ray_address: str | None = None):
         self.ray_address = ray_address
-        self._actors: dict[str, tuple[tuple, object]] = {}  # role -> (key, live actor) shared by consecutive jobs
+        self._idle: list[WorkerSet] = []  # worker sets between jobs, ready for the next one with their key
+        self._busy: list[WorkerSet] = []
+        self._lock = threading.Lock()
         self._started_ray = False
 
     def run(self, recipe, *, run_key: str, on_records: Callable[[list[dict]], None],
             until_step: int | None = None, should_stop: Callable[[], str | None] | None = None,
             progress: Callable[[dict], None] | None = None, gpu_hours: float | None = None) -> JobResult:
         """See Engine.run. A dead actor (a crashed vLLM engine, an OOM-killed trainer) is released before the
-        error is raised, so a retry starts fresh ones."""
+        error is raised, so a retry starts fresh ones. Safe to call from several threads at once."""
         import ray
 
         from rlscale.runner.builtin.job import run_job
+        from rlscale.runner.builtin.local import resolve_model_dir
 
-        self._started_ray = _init_ray(self.ray_address) or self._started_ray
+        self._ensure_ray(recipe)
+        with self._lock:  # the tiny policy is built once, before any actor of any run reads it
+            resolve_model_dir(recipe)
+        workers = self._acquire(recipe)
         try:
             result = run_job(recipe, run_key=run_key, on_records=on_records, resume=True, ray_address=self.ray_address,
-                             generator=self._shared_actor("generator", recipe),
-                             trainer=self._shared_actor("trainer", recipe),
+                             generator=workers.generator, trainer=workers.trainer,
                              progress=progress, should_stop=should_stop, until_step=until_step,
                              gpu_hours=gpu_hours)
         except ray.exceptions.RayActorError:
-            self._release_actors()
+            self._release(workers, kill=True)
             raise
+        except BaseException:
+            self._release(workers, kill=False)
+            raise
+        self._release(workers, kill=False)
         return JobResult(steps=int(result["steps"]), stopped=bool(result.get("stopped")),
                          compute_reached=bool(result.get("compute_reached")),
                          stop_reason=result.get("stop_reason", ""), busy_seconds=float(result.get("busy_seconds", 0.0)),
                          timings=dict(result.get("timings") or {}))
 
+    def devices(self, recipe) -> list[dict[str, float]]:
+        """One node holding the generator's and the trainer's devices: GPUs on a cluster with GPUs, else CPU cores."""
+        import ray
+
+        self._ensure_ray(recipe)
+        kind = "GPU" if ray.cluster_resources().get("GPU", 0) >= 1 else "CPU"
+        return [{kind: float(recipe.generator_devices + recipe.trainer_devices)}]
+
+    def nodes(self) -> list:
+        """The cluster's nodes; devices held by idle worker sets count as free (the pool frees them for a job
+        that needs other workers)."""
+        from rlscale.runner.cluster import Node, ray_nodes
+
+        nodes = ray_nodes()
+        with self._lock:
+            idle = [self._held(workers) for workers in self._idle]
+        out = []
+        for node in nodes:
+            free = dict(node.free)
+            for held in idle:
+                for key, amount in held.items():
+                    if key in free:
+                        free[key] = min(node.total[key], free[key] + amount)
+            out.append(Node(node.total, free))
+        return out
+
     def close(self) -> None:
-        """Stop the shared actors, and the local Ray cluster if this engine started it."""
-        if not self._actors and not self._started_ray:
-            return
-        self._release_actors()
+        """Stop every worker set, and the local Ray cluster if this engine started it."""
+        with self._lock:
+            sets, self._idle, self._busy = self._idle + self._busy, [], []
+        for workers in sets:
+            _kill(workers)
         if self._started_ray:
             import ray
 
             ray.shutdown()
             self._started_ray = False
 
-    def _shared_actor(self, role: str, recipe):
-        """The live generator or trainer for `recipe`, started on first use and kept for the next job on the same
-        model: reloading base weights costs far less than a new actor (a vLLM engine takes 5-45 s to start, a
-        trainer a few seconds); a job on another model, head precision or device count gets fresh ones."""
-        if role == "generator":
-            from rlscale.runner.builtin.generator import create_generator as create
+    # ------------------------------------------------------------------------------------------
 
-            key = (recipe.model, recipe.fp32_head, recipe.generator_devices)
-        else:
-            from rlscale.runner.builtin.trainer import create_trainer as create
-
-            key = (recipe.model, recipe.trainer_devices)
-        held = self._actors.get(role)
-        if held is not None and held[0] != key:
-            self._release_actors(role)
-        if role not in self._actors:
-            self._actors[role] = (key, create(recipe))
-        return self._actors[role][1]
-
-    def _release_actors(self, *roles: str) -> None:
+    def _ensure_ray(self, recipe) -> None:
+        """Join `ray_address`, or start a local cluster with this host's cores (at least what one job holds)."""
         import ray
 
-        for role in roles or list(self._actors):
-            _key, actor = self._actors.pop(role, (None, None))
-            if actor is not None:
-                try:
-                    ray.kill(actor)
-                except Exception:  # already dead: nothing left to release
-                    pass
+        with self._lock:
+            if ray.is_initialized():
+                return
+            cores = len(os.sched_getaffinity(0))
+            ray.init(address=self.ray_address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                     num_cpus=None if self.ray_address else max(cores, recipe.generator_devices + recipe.trainer_devices))
+            self._started_ray = True
+
+    def _acquire(self, recipe) -> WorkerSet:
+        """An idle worker set for `recipe`'s key, else a new one; idle sets of other keys are stopped first, so the
+        devices they hold go to the new set (reloading base weights costs far less than new actors: a vLLM engine
+        takes 5-45 s to start, a trainer a few seconds)."""
+        from rlscale.runner.builtin.generator import create_generator
+        from rlscale.runner.builtin.trainer import create_trainer
+
+        key = (recipe.model, recipe.fp32_head, recipe.generator_devices, recipe.trainer_devices)
+        with self._lock:
+            match = next((workers for workers in self._idle if workers.key == key), None)
+            others = [] if match is not None else [workers for workers in self._idle if workers.key != key]
+            if match is not None:
+                self._idle.remove(match)
+                self._busy.append(match)
+                return match
+            self._idle = [workers for workers in self._idle if workers not in others]
+        for workers in others:
+            _kill(workers)
+        workers = WorkerSet(key, None, None)
+        with self._lock:
+            self._busy.append(workers)
+        try:
+            workers.generator = create_generator(recipe)
+            workers.trainer = create_trainer(recipe)
+        except BaseException:
+            self._release(workers, kill=True)
+            raise
+        return workers
+
+    def _release(self, workers: WorkerSet, *, kill: bool) -> None:
+        with self._lock:
+            if workers in self._busy:
+                self._busy.remove(workers)
+            if not kill:
+                self._idle.append(workers)
+        if kill:
+            _kill(workers)
+
+    @staticmethod
+    def _held(workers: WorkerSet) -> dict[str, float]:
+        _model, _head, generator, trainer = workers.key
+        import ray
+
+        kind = "GPU" if ray.cluster_resources().get("GPU", 0) >= 1 else "CPU"
+        return {kind: float(generator + trainer)}
 
 
-def _init_ray(address: str | None) -> bool:
-    """Start (or join) Ray unless it is up; True if this call started it."""
+def _kill(workers: WorkerSet) -> None:
     import ray
 
-    if ray.is_initialized():
-        return False
-    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    return True
+    for actor in (workers.generator, workers.trainer):
+        if actor is not None:
+            try:
+                ray.kill(actor)
+            except Exception:  # already dead: nothing left to release
+                pass

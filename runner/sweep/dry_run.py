@@ -9,7 +9,8 @@ RUN_KEY = "RUN_KEY"
 
 def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = None) -> list[dict]:
     """One dict per planned run: run, seed, engine; for verl the first job's entrypoint, Hydra overrides, data, log
-    and checkpoint paths (RUN_KEY standing for the run key), GPUs and cluster address; for builtin the recipe."""
+    and checkpoint paths (RUN_KEY standing for the run key), GPUs and cluster address; for trl the first job's
+    GRPOConfig as the export writes it (with its notes) and the run's keys; for builtin the recipe."""
     several_seeds = len(study.seeds) > 1
     out = []
     for point in planned_runs(study):
@@ -24,7 +25,47 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
                           "entrypoint": f"{engine.python} -m {engine.module}", "overrides": job.overrides,
                           "env_vars": job.env_vars, "train_file": str(job.train_file), "val_file": str(job.val_file),
                           "log_file": str(job.log_file), "gpus": job.gpus})
+        elif recipe.engine == "trl":
+            from rlscale.runner.trl.engine import TrlEngine
+
+            entry.update(TrlEngine(ray_address=ray_address, shared_dir=shared_dir).dry_run(recipe, RUN_KEY))
         else:
             entry["recipe"] = recipe.to_json()
         out.append(entry)
     return out
+
+
+def admission_plan(study, *, ray_address: str | None = None, shared_dir: str | None = None,
+                   max_concurrent: int | None = None) -> dict:
+    """How the sweep would admit the study's runs on the cluster as it is now: each run's devices (Ray bundles, one
+    per node), the runs that start at once (in plan order, whole jobs, runs that fit filling in behind one that does
+    not), and the bound on runs in flight. Reads the cluster (the dashboard, or this host for a local builtin
+    sweep); submits nothing. `nodes` is None when the cluster cannot be read: admission is then decided at run time."""
+    import os
+
+    from rlscale.runner.engine import get_engine
+    from rlscale.runner.sweep.admission import first_wave
+
+    several_seeds = len(study.seeds) > 1
+    jobs, nodes = [], None
+    for point in planned_runs(study):
+        recipe = point.recipe
+        if recipe.engine == "builtin":  # GPUs on a cluster, CPU cores of this host for a local sweep
+            devices = [{"GPU" if ray_address else "CPU": float(recipe.generator_devices + recipe.trainer_devices)}]
+            if ray_address is None:
+                nodes = [{"CPU": float(len(os.sched_getaffinity(0)))}]
+        else:
+            engine = get_engine(recipe.engine, ray_address=ray_address,
+                                **({"shared_dir": shared_dir} if shared_dir else {}))
+            devices = engine.devices(recipe)
+            if nodes is None and ray_address is not None:
+                try:
+                    found = engine.nodes()
+                except Exception:  # no cluster to read: admission is decided at run time
+                    found = None
+                nodes = [node.free for node in found] if found else None
+        jobs.append((run_name(point, several_seeds), devices))
+    limit = max_concurrent or study.max_concurrent
+    wave = first_wave(jobs, nodes, limit) if nodes else []
+    return {"devices": {name: devices for name, devices in jobs}, "nodes": nodes, "first": wave,
+            "max_concurrent": limit}

@@ -7,7 +7,7 @@ rlscale.fitting.early_stop's.
 """
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rlscale.fitting.early_stop import (NOISE_BAND, PAST_INFLECTION, Move, RunProgress, next_move, promise,
                                         reference_fit, should_stop)
@@ -66,30 +66,112 @@ class RungSchedule:
         return check
 
 
+@dataclass(frozen=True)
+class GridSchedule:
+    """No early termination by rungs: every run goes to its full budget, in the study's order (a study with
+    `early_terminate: none` or `hyperband`, whose pruner the driver asks at each checkpoint itself)."""
+
+    def next_move(self, runs: list[RunProgress]) -> Move | None:
+        """Advance the first idle unfinished run to its full budget; None when none is left idle."""
+        for run in runs:
+            if not run.stopped and not run.done and not run.busy:
+                return Move("advance", run.key, until=1.0)
+        return None
+
+    def stop_check(self, runs: list[RunProgress]) -> StopCheck:
+        return lambda run: None
+
+
+def run_concurrently(schedule, progress: Callable[[], list[RunProgress]],
+                     start: Callable[[Hashable, float, StopCheck], None],
+                     wait: Callable[[], list[Hashable]],
+                     stop: Callable[[Hashable, str], None], *,
+                     admit: Callable[[Hashable], bool] | None = None, slots: int = 1,
+                     max_skips: int = 4) -> int:
+    """Keep up to `slots` advances in flight, each admitted by `admit`, until every run is finished or stopped;
+    returns the number of moves. The one loop behind a sweep, one run at a time or many.
+
+    schedule: RungSchedule or GridSchedule (next_move, stop_check).
+    progress(): every run as the scheduler sees it now (runs in flight may carry their target; the loop sets it).
+    start(key, until, check): begin advancing run `key` to `until` x its planned compute, calling check(progress)
+        at its checkpoints; returns at once (or when done, for a caller that runs one thing at a time).
+    wait(): block until advances end; returns their keys ([] if none ended yet: the loop asks again).
+    stop(key, reason): end run `key` (in flight: at its next checkpoint; the loop waits for it to end).
+    admit(key): reserve the devices run `key` needs, False when they are not free (the loop then tries the next
+        move, backfilling; a run passed over `max_skips` times holds the queue until it fits, so none starves).
+    RuntimeError if a run ends where it started (a job that makes no progress would loop forever). With nothing in
+    flight and runs refused admission (other users hold the devices), the loop keeps asking after each wait():
+    the caller checks beforehand that every run fits the empty cluster (Ledger.fits_at_all).
+    """
+    moves, in_flight, stopping, skipped = 0, {}, set(), {}
+    before: dict[Hashable, tuple] = {}
+    while True:
+        runs = _overlay(progress(), in_flight, stopping)
+        blocked: set[Hashable] = set()
+        while len(in_flight) < slots:
+            move = schedule.next_move(_overlay(runs, {**in_flight, **dict.fromkeys(blocked, 1.0)}, stopping))
+            if move is None:
+                break
+            if move.kind == "stop":
+                moves += 1
+                stop(move.key, move.reason)
+                if move.key in in_flight:
+                    stopping.add(move.key)
+                runs = _overlay(progress(), in_flight, stopping)
+                continue
+            if admit is not None and not admit(move.key):
+                blocked.add(move.key)
+                skipped[move.key] = skipped.get(move.key, 0) + 1
+                if skipped[move.key] > max_skips:
+                    break  # it has waited long enough: no more backfilling past it
+                continue
+            moves += 1
+            skipped.pop(move.key, None)
+            before[move.key] = _state(runs, move.key)
+            in_flight[move.key] = move.until
+            start(move.key, move.until, schedule.stop_check(runs))
+            runs = _overlay(runs, in_flight, stopping)
+        if not in_flight and not blocked:
+            return moves
+        for key in wait():
+            in_flight.pop(key, None)
+            stopping.discard(key)
+            now = _overlay(progress(), in_flight, stopping)
+            if not _busy(now, key) and _state(now, key) == before.pop(key, None):
+                raise RuntimeError(f"run {key} made no progress")
+
+
 def run_by_rungs(schedule: RungSchedule, progress: Callable[[], list[RunProgress]],
                  advance: Callable[[Hashable, float, StopCheck], None],
                  stop: Callable[[Hashable, str], None]) -> int:
-    """Apply the schedule's moves until every run is finished or stopped; returns the number of moves.
+    """One advance at a time (run_concurrently with one slot, each advance run to its end when started); returns
+    the number of moves. advance(key, until, check) runs `key` on to `until` x its planned compute, calling
+    check(its progress) at each checkpoint and stopping the run there if it returns a reason."""
+    ended: list[Hashable] = []
 
-    progress(): every run as the scheduler sees it now (RunProgress; a run stopped or failed has stopped=True).
-    advance(key, until, check): run `key` on until `until` x its planned compute (0..1), then pause it; at each
-        checkpoint on the way, call check(its progress) and stop the run there if it returns a reason.
-    stop(key, reason): end run `key` now (it then reads as stopped in progress()).
-    RuntimeError if an advance leaves a run where it was (a job that makes no progress would loop forever).
-    """
-    moves, runs = 0, progress()
-    while (move := schedule.next_move(runs)) is not None:
-        moves += 1
-        if move.kind == "stop":
-            stop(move.key, move.reason)
-            runs = progress()
-            continue
-        before = _state(runs, move.key)
-        advance(move.key, move.until, schedule.stop_check(runs))
-        runs = progress()
-        if _state(runs, move.key) == before:
-            raise RuntimeError(f"run {move.key} made no progress towards {move.until:.0%} of its compute")
-    return moves
+    def start(key, until, check):
+        advance(key, until, check)
+        ended.append(key)
+
+    def wait():
+        done, ended[:] = list(ended), []
+        return done
+
+    return run_concurrently(schedule, progress, start, wait, stop, slots=1)
+
+
+def _overlay(runs: list[RunProgress], in_flight: dict, stopping: set) -> list[RunProgress]:
+    """`runs` with the loop's own view: runs in flight carry their target, runs being stopped read as stopped."""
+    out = []
+    for run in runs:
+        target = in_flight.get(run.key, run.target)
+        stopped = run.stopped or run.key in stopping
+        out.append(run if (target, stopped) == (run.target, run.stopped) else replace(run, target=target, stopped=stopped))
+    return out
+
+
+def _busy(runs: list[RunProgress], key: Hashable) -> bool:
+    return next(run for run in runs if run.key == key).busy
 
 
 def _state(runs: list[RunProgress], key: Hashable) -> tuple:

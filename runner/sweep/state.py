@@ -30,6 +30,7 @@ class RunState:
     attempts: int = 0
     note: str = ""
     created_at: object = None  # the run row's creation time: part of its checkpoint key
+    devices: str = ""  # what a run in flight holds, e.g. "2 GPU" (the live view shows it)
 
     def to_dict(self) -> dict:
         """The `rlscale status --json` row."""

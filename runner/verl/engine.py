@@ -10,18 +10,22 @@ from the shared directory while it runs (job.py says what lives there).
 
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from importlib.util import find_spec
 from pathlib import Path
 
 from rlscale.base.settings import cache_dir
-from rlscale.runner.engine import Engine, JobResult
+from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
 
-from .job import ENTRYPOINT, REWARD_IMPORTS, Job, RunDir, make_job, val_reward_metric
+from .job import ENTRYPOINT, REWARD_IMPORTS, Job, RunDir, job_devices, make_job, val_reward_metric
 from .logs import LogTail, RecordMaker
 
 RUNNING = ("PENDING", "RUNNING")
+# what verl 0.9.1 raises at start when the cluster lacks the GPUs its pools need
+# (ResourcePoolManager._check_resource_available in verl/trainer/ppo/ray_trainer.py)
+GPUS_TAKEN = "Total available GPUs"
 
 
 class VerlJobFailed(RuntimeError):
@@ -55,6 +59,8 @@ class VerlEngine(Engine):
         self.env_vars = dict(env_vars or {})
         self.poll_seconds = poll_seconds
         self._client = None
+        self._lock = threading.Lock()
+        self._started: set[str] = set()  # submission ids this engine submitted and has not seen end
 
     def job(self, recipe, run_key: str, number: int, *, until_step: int, base_gpu_seconds: float = 0.0) -> Job:
         """The run's `number`-th job (what dry-run prints and run submits); writes nothing."""
@@ -130,21 +136,44 @@ class VerlEngine(Engine):
                     return JobResult(steps=steps, busy_seconds=time.perf_counter() - started)
                 info = client.get_job_info(submission_id)
                 logs = client.get_job_logs(submission_id)[-2000:]
+                if GPUS_TAKEN in logs and last_step is None:
+                    raise DevicesUnavailable(f"verl job {submission_id}: {_line_with(logs, GPUS_TAKEN)}")
                 raise VerlJobFailed(f"verl job {submission_id} {status}: {info.message or ''}\n{logs}")
             time.sleep(self.poll_seconds)
 
+    def devices(self, recipe) -> list[dict[str, float]]:
+        """verl's pools, one bundle per node: the trainer's (hybrid engine: rollouts on the same GPUs), plus the
+        rollout pool's own nodes in `async: pipeline`."""
+        return [{"GPU": float(gpus)} for gpus in job_devices(recipe, self.gpus_per_node)]
+
+    def nodes(self) -> list | None:
+        """The cluster's nodes and their free GPUs, from the dashboard."""
+        from rlscale.runner.cluster import dashboard_nodes
+
+        return dashboard_nodes(self._jobs_client())
+
     def close(self) -> None:
-        """Nothing to release: jobs belong to the cluster (a paused or stopped run has none running)."""
+        """Stop the jobs this engine started that still run (an interrupted sweep); a paused or stopped run has
+        none running. A job adopted from an earlier driver is left to the cluster."""
+        with self._lock:
+            started, self._started = set(self._started), set()
+        for submission_id in started:
+            try:
+                if str(self._jobs_client().get_job_status(submission_id).value) in RUNNING:
+                    self._jobs_client().stop_job(submission_id)
+            except Exception:  # the cluster is gone: nothing left to stop
+                pass
         self._client = None
 
     # ------------------------------------------------------------------------------------------
 
     def _jobs_client(self):
-        if self._client is None:
-            from ray.job_submission import JobSubmissionClient
+        with self._lock:
+            if self._client is None:
+                from ray.job_submission import JobSubmissionClient
 
-            self._client = JobSubmissionClient(self.ray_address)
-        return self._client
+                self._client = JobSubmissionClient(self.ray_address)
+            return self._client
 
     def _run_jobs(self, run_key: str) -> list:
         """The run's jobs on the cluster (JobDetails), in submission order."""
@@ -162,6 +191,8 @@ class VerlEngine(Engine):
             try:
                 self._jobs_client().submit_job(entrypoint=job.entrypoint, submission_id=job.submission_id,
                                                runtime_env=runtime_env, metadata=metadata, entrypoint_num_cpus=0)
+                with self._lock:
+                    self._started.add(job.submission_id)
                 return
             except RuntimeError as err:
                 if "No available agent" not in str(err) or time.monotonic() > deadline:
@@ -198,6 +229,11 @@ def stage_reward_modules(target: Path) -> Path:
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target
+
+
+def _line_with(text: str, needle: str) -> str:
+    """The last line of `text` holding `needle` (a traceback's exception line, not its source line)."""
+    return next((line.strip() for line in reversed(text.splitlines()) if needle in line), needle)[:200]
 
 
 def _gpus(details) -> int:

@@ -80,6 +80,16 @@ def gpus_held(recipe) -> int:
     return recipe.trainer_devices + (recipe.generator_devices if recipe.async_mode == "pipeline" else 0)
 
 
+def job_devices(recipe, gpus_per_node: int) -> list[int]:
+    """GPUs per node of each node a job holds: the trainer pool's nodes, then the rollout pool's in `pipeline`."""
+    nodes, per_node = _layout(recipe.trainer_devices, gpus_per_node, "trainer")
+    layout = [per_node] * nodes
+    if recipe.async_mode == "pipeline":
+        nodes, per_node = _layout(recipe.generator_devices, gpus_per_node, "generator")
+        layout += [per_node] * nodes
+    return layout
+
+
 def _layout(devices: int, gpus_per_node: int, what: str) -> tuple[int, int]:
     """(nnodes, n_gpus_per_node) for `devices` GPUs on nodes of `gpus_per_node`."""
     nodes = math.ceil(devices / gpus_per_node)

@@ -22,6 +22,12 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help=(
             "print what each planned run would run (verl: entrypoint, overrides, data paths; builtin: the recipe) "
             "and submit nothing")),
+        max_concurrent: int = typer.Option(None, "--max-concurrent", min=1, help=(
+            "runs in flight at once (default: the study's max_concurrent, else as many as the cluster's free "
+            "devices admit, each job whole)")),
+        extend: float = typer.Option(None, "--extend", min=1.0, max=1000.0, help=(
+            "multiply each run's planned compute by this: finished runs resume from their last checkpoints to the "
+            "larger compute, nothing is trained twice (the end of a sweep says when and by how much)")),
     ) -> None:
         """Run a study's planned runs as RL jobs on Ray, resumably; then its report and recommendation.
 
@@ -29,19 +35,25 @@ def register(app: typer.Typer) -> None:
         over rollouts, the recommended allocation of the compute it spent."""
         from rlscale.db.store import Store
         from rlscale.planner.study import load_study
-        from rlscale.cli.console import console, print_json, safe
+        from rlscale.cli.console import console, print_json
         from rlscale.cli.views import SweepView
         from rlscale.runner.sweep.driver import SweepDriver
 
         study = load_study(study_file)
+        if extend is not None:
+            study = study.model_copy(update={"extend": extend})
         if dry_run:
-            _print_dry_run(study, ray_address, shared_dir, json_out)
+            _print_dry_run(study, ray_address, shared_dir, json_out, max_concurrent)
             return
+        from rlscale.runner.sweep.dry_run import dry_run as check_jobs
+
+        check_jobs(study, ray_address=ray_address, shared_dir=shared_dir)  # bad engine input: exit 2, nothing stored
         store = Store(db)
         view = SweepView(study.name, enabled=not json_out)
         options = {"verl": {"shared_dir": shared_dir}} if shared_dir else None
-        driver = SweepDriver(study, store, ray_address=ray_address, max_retries=max_retries, on_update=view.update,
-                             engine_options=options)
+        driver = SweepDriver(study, store, ray_address=ray_address, max_retries=max_retries,
+                             on_update=lambda runs: view.update(runs, driver.cluster_status or driver.store_note),
+                             engine_options=options, max_concurrent=max_concurrent)
         runs = driver.plan()
         with view:
             if study.method == "bayes":
@@ -54,6 +66,8 @@ def register(app: typer.Typer) -> None:
         report = _report(store, study.name, records, out or Path("reports") / study.name)
         spent = float(records.groupby("run_id")["gpu_hours"].max().sum()) if len(records) else 0.0  # as `status` reads it
         recommendation, refusal = _recommend(store, study, spent)
+        allocation = None if recommendation is not None else _next_allocation(store, study.name)
+        command = _extend_command(study_file, db, study.extend * allocation.factor) if allocation else None
         payload = {
             "study": study.name, "db": store.url_for_display, "runs": len(driver.runs or runs),
             "done": summary.count("done"), "failed": summary.count("failed"), "stopped": summary.count("stopped"),
@@ -64,6 +78,7 @@ def register(app: typer.Typer) -> None:
             "report": report.to_dict() if report else None,
             "recommendation": recommendation.to_dict() if recommendation else None,
             "no_recommendation": refusal,
+            "next_allocation": {**allocation.to_dict(), "command": command} if allocation else None,
         }
         if json_out:
             print_json(payload)
@@ -72,55 +87,111 @@ def register(app: typer.Typer) -> None:
                 from rlscale.cli.commands.report import show
 
                 show(report)
-            if recommendation is not None:
-                from rlscale.cli.commands.recommend import show as show_recommendation
+            from rlscale.cli.console import visible, wrapped
 
-                show_recommendation(recommendation, study.name)
-            elif refusal:
-                console.print(f"not yet: {safe(refusal)}", highlight=False, soft_wrap=True)
-            planned = payload["planned_gpu_hours"]
-            share = f" ({spent / planned:.0%})" if planned > 0 else ""
-            console.print(
-                f"{payload['done']} done, {payload['stopped']} stopped early, {payload['failed']} failed "
-                f"of {payload['runs']} runs in {summary.wall_seconds:.0f} s; {spent:.4g} of {planned:.4g} planned "
-                f"GPU-hours spent{share}; store: {safe(store.url_for_display)}",
-                highlight=False, soft_wrap=True)
-            for line in _closing_lines(study.name, f" --db {db}" if db else "", recommendation, refusal, spent):
-                console.print(safe(line), highlight=False, soft_wrap=True)
+            for line in _closing_lines(study, db, payload, recommendation, refusal, allocation, command):
+                # a command stays on one line, to copy; the rest wraps with a hanging indent
+                console.print(visible(line) if line.startswith("  rlscale ") else wrapped(line, rest="  "),
+                              markup=False, highlight=False, soft_wrap=True)
         if payload["failed"]:
             raise typer.Exit(1)
 
 
-def _closing_lines(study: str, db: str, recommendation, refusal, spent: float) -> list[str]:
-    """What the sweep decided and what to run next (db: the --db flag to repeat, or "")."""
+def _closing_lines(study, db: str | None, payload: dict, recommendation, refusal: str | None, allocation,
+                   command: str | None) -> list[str]:
+    """What the sweep spent, what it decided (once) and the one command to run next; plain text, each line
+    wrapped to the terminal by the caller except the command (an indented line starting 'rlscale')."""
+    import shlex
+
+    unit = _unit(study)
+    flag = f" --db {shlex.quote(db)}" if db else ""
+    planned, spent = payload["planned_gpu_hours"], payload["gpu_hours"]
+    share = f" ({spent / planned:.0%})" if planned > 0 else ""
+    lines = [f"{payload['done']} done, {payload['stopped']} stopped early, {payload['failed']} failed of "
+             f"{payload['runs']} runs in {payload['wall_seconds']:.0f} s",
+             f"spent {spent:.4g} of {planned:.4g} planned {unit}{share}; store: {payload['db']}"]
+    name = shlex.quote(study.name)
     if recommendation is not None:
-        how = ("from the optimal-n law" if recommendation.law_identified
-               else "from the best fitted runs (the optimal-n law is not identified; see the note above)")
-        return [f"decided: B_p {recommendation.prompts_per_batch}, n {recommendation.rollouts}, M {recommendation.steps} "
-                f"steps for {recommendation.budget:.4g} GPU-hours, {how}; predicted reward "
-                f"{recommendation.predicted_reward:.3f} [{recommendation.predicted_interval[0]:.3f}, "
-                f"{recommendation.predicted_interval[1]:.3f}]",
-                f"next: rlscale export --format verl --study {study} --budget {spent:.4g}{db}   "
-                f"(or: rlscale recommend --study {study} --budget B{db})"]
+        rec = recommendation
+        how = "the optimal-n law" if rec.law_identified else "the best fitted runs (no optimal-n law)"
+        lines += [f"decided: B_p {rec.prompts_per_batch}, n {rec.rollouts}, M {rec.steps:,} steps for "
+                  f"{rec.budget:.4g} {unit}, from {how}",
+                  f"predicted reward {rec.predicted_reward:.3f} [{rec.predicted_interval[0]:.3f}, "
+                  f"{rec.predicted_interval[1]:.3f}], from run {rec.predicted_from}'s curve"]
+        lines += [f"- {part}" for note in rec.notes for part in _parts(note)]
+        lines += ["next: the recipe for your framework:",
+                  f"  rlscale export --format verl --study {name} --budget {spent:.4g}{flag}",
+                  "the evidence (runs at n, frontier):",
+                  f"  rlscale recommend --study {name} --budget {spent:.4g}{flag}"]
+        return lines
     if refusal:
-        return ["decided: nothing yet (see 'not yet' above)",
-                f"next: rlscale report {study}{db} for the fits; more compute per run, or more runs, then sweep again"]
-    return [f"next: rlscale export --format verl --study {study}{db}   (the best run's recipe; the fits are above)"]
+        lines += ["not yet: no decision"] + [f"- {part}" for part in _parts(refusal.removeprefix("no recommendation: "))]
+    if allocation is not None:
+        each = planned / max(1, payload["runs"])
+        lines.append(f"next: extend every run {allocation.factor:g}x ({each:.2g} -> {each * allocation.factor:.2g} "
+                     f"{unit} each) to {allocation.goal}:")
+        lines += [f"- {run['run']}: {run['why']}" for run in allocation.runs if run["why"]]
+        lines.append(f"  {command}")
+        return lines
+    if refusal:
+        lines += ["next: more runs (the fits are in the report):", f"  rlscale report {name}{flag}"]
+        return lines
+    lines += ["next: the best run's recipe for your framework (the fits are above):",
+              f"  rlscale export --format verl --study {name}{flag}"]
+    return lines
 
 
-def _print_dry_run(study, ray_address: str | None, shared_dir: Path | None, json_out: bool) -> None:
+def _parts(text: str) -> list[str]:
+    """A long message as short clauses (split at '; ', a leading 'and' dropped)."""
+    return [part.strip().removeprefix("and ") for part in text.split("; ") if part.strip()]
+
+
+def _unit(study) -> str:
+    unit = study.compute.unit if study.compute is not None else "gpu_hours"
+    return {"gpu_hours": "GPU-hours"}.get(unit, unit)
+
+
+def _extend_command(study_file: Path, db: str | None, factor: float) -> str:
+    """The sweep command that extends every run of the study to `factor` times its planned compute."""
+    import shlex
+
+    flag = f" --db {shlex.quote(db)}" if db else ""
+    return f"rlscale sweep {shlex.quote(str(study_file))} --extend {factor:.3g}{flag}"
+
+
+def _next_allocation(store, study: str):
+    """The runs to extend, and by how much, when fits or the optimal-n law are not identified; else None."""
+    from rlscale.fitting.recommend import next_allocation_study
+
+    return next_allocation_study(store, study)
+
+
+def _print_dry_run(study, ray_address: str | None, shared_dir: Path | None, json_out: bool,
+                   max_concurrent: int | None = None) -> None:
     import shlex
 
     from rlscale.cli.console import console, print_json, safe
-    from rlscale.runner.sweep.dry_run import RUN_KEY, dry_run
+    from rlscale.runner.sweep.dry_run import RUN_KEY, admission_plan, dry_run
 
     points = dry_run(study, ray_address=ray_address, shared_dir=shared_dir)
+    plan = admission_plan(study, ray_address=ray_address, shared_dir=shared_dir, max_concurrent=max_concurrent)
+    for point in points:
+        point["devices_per_node"] = plan["devices"][point["run"]]
+        point["starts_first"] = point["run"] in plan["first"]
     if json_out:
         print_json(points)
         return
     for point in points:
         console.print(f"[bold]{safe(point['run'])}[/bold] (seed {point['seed']}, engine {point['engine']})",
                       highlight=False, soft_wrap=True)
+        if point["engine"] == "trl":
+            for line in [f"job {point['submission_id']} at {point['ray_address']}, holding {point['devices']}",
+                         f"records: {point['log_file']}", f"entrypoint: {point['entrypoint']}",
+                         "GRPOConfig (as rlscale export --format trl writes it, with the run's keys):"]:
+                console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
+            for line in point["config_text"].splitlines():
+                console.print(f"    {safe(line)}", highlight=False, soft_wrap=True)
+            continue
         if point["engine"] != "verl":
             for key, value in point["recipe"].items():
                 console.print(f"  {key}: {safe(value)}", highlight=False, soft_wrap=True)
@@ -134,8 +205,26 @@ def _print_dry_run(study, ray_address: str | None, shared_dir: Path | None, json
             console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
         for override in point["overrides"]:
             console.print(f"    {safe(shlex.quote(override))}", highlight=False, soft_wrap=True)
+    for line in _admission_lines(plan, len(points)):
+        console.print(safe(line), highlight=False, soft_wrap=True)
     console.print(f"{len(points)} runs; nothing submitted. {RUN_KEY}: the run's key, given when the sweep first "
                   "stores the run.", highlight=False, soft_wrap=True)
+
+
+def _admission_lines(plan: dict, runs: int) -> list[str]:
+    """The admission plan in words: the cluster's free devices, the runs that start first, the bound."""
+    from rlscale.runner.sweep.driver import devices_text
+
+    bound = f"at most {plan['max_concurrent']} at once" if plan["max_concurrent"] else "no --max-concurrent bound"
+    if not plan["nodes"]:
+        return [f"admission: the cluster could not be read; runs start as their devices free up ({bound})"]
+    free = ", ".join(devices_text([node]) for node in plan["nodes"])
+    first = plan["first"]
+    lines = [f"admission: free now {free}; {bound}",
+             f"  starts first ({len(first)} of {runs}): {', '.join(first) or 'none fits yet'}"]
+    if len(first) < runs:
+        lines.append("  the others start as runs finish, whole jobs only, in plan order")
+    return lines
 
 
 def _report(store, study: str, records, out: Path):

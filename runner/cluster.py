@@ -1,0 +1,54 @@
+"""What a Ray cluster has and has free, per node, as the sweep admits jobs on it: read from a connected Ray driver
+(the builtin engine) or from the dashboard's HTTP API (the Jobs-API engines, which never join the cluster)."""
+
+from dataclasses import dataclass
+
+# the resources admission counts; Ray's others (memory, object store, node:<ip>) are not devices
+DEVICES = ("GPU", "CPU", "TPU")
+
+
+@dataclass(frozen=True)
+class Node:
+    """One alive node: its total devices and those free now (Ray resource names, e.g. {"GPU": 8.0})."""
+
+    total: dict
+    free: dict
+
+
+def ray_nodes() -> list[Node]:
+    """The nodes of the cluster this process's Ray driver is connected to (ray.init first)."""
+    import ray
+    from ray._private.state import state
+
+    available = state.available_resources_per_node()
+    nodes = []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        total = _devices(node.get("Resources", {}))
+        if total:
+            free = _devices(available.get(node["NodeID"], {}))
+            nodes.append(Node(total, {key: free.get(key, 0.0) for key in total}))
+    return nodes
+
+
+def dashboard_nodes(client) -> list[Node] | None:
+    """The nodes of the cluster behind a Jobs API client (ray.job_submission.JobSubmissionClient), from the
+    dashboard's cluster status (refreshed by Ray every few seconds); None when the dashboard does not report it."""
+    response = client._do_request("GET", "/api/cluster_status")
+    if response.status_code != 200:
+        return None
+    status = (response.json().get("data") or {}).get("clusterStatus") or {}
+    by_node = (status.get("loadMetricsReport") or {}).get("usageByNode")
+    if not by_node:
+        return None
+    nodes = []
+    for usage in by_node.values():  # resource -> [used, total]
+        total = _devices({key: pair[1] for key, pair in usage.items()})
+        if total:
+            nodes.append(Node(total, {key: max(0.0, total[key] - float(usage[key][0])) for key in total}))
+    return nodes
+
+
+def _devices(resources: dict) -> dict:
+    return {key: float(resources[key]) for key in DEVICES if float(resources.get(key, 0.0)) > 0}

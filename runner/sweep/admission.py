@@ -1,0 +1,104 @@
+"""Admission by free devices: a run starts only when every device its job holds is free, whole jobs only.
+
+Pure: devices are Ray resource dicts ({"GPU": 8}). A job is a list of bundles, each packed on one node (as Ray
+places a placement group's node bundle; verl asks one per node of each pool); it is placed when every bundle fits
+on some node's free devices together. The sweep driver feeds the cluster's
+nodes (what Ray reports free, less what its own admitted jobs hold but Ray may not show yet);
+bench/cluster_schedule.py feeds a simulated cluster. Both admit through `Ledger`.
+"""
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+Bundle = Mapping[str, float]
+_EPS = 1e-9
+
+
+def place(bundles: Sequence[Bundle], free: Sequence[Bundle]) -> list[int] | None:
+    """Node index for each bundle (in the bundles' order), all of them fitting together, or None when the job does
+    not fit whole. Largest bundles first, each on the node that leaves it least room (best fit), so small jobs do
+    not fragment the nodes a large one needs."""
+    room = [dict(node) for node in free]
+    order = sorted(range(len(bundles)), key=lambda i: -sum(bundles[i].values()))
+    nodes: list[int | None] = [None] * len(bundles)
+    for i in order:
+        fits = [n for n in range(len(room))
+                if all(room[n].get(key, 0.0) + _EPS >= amount for key, amount in bundles[i].items())]
+        if not fits:
+            return None
+        best = min(fits, key=lambda n: sum(room[n].get(key, 0.0) - amount for key, amount in bundles[i].items()))
+        for key, amount in bundles[i].items():
+            room[best][key] = room[best].get(key, 0.0) - amount
+        nodes[i] = best
+    return [int(n) for n in nodes]
+
+
+def total(bundles: Sequence[Bundle], key: str) -> float:
+    """How much of resource `key` a job's bundles hold together."""
+    return float(sum(bundle.get(key, 0.0) for bundle in bundles))
+
+
+@dataclass
+class Ledger:
+    """The cluster as the sweep admits on it: each node's devices, what the sweep's own jobs hold, and (optional)
+    what the cluster itself reports free, which counts other users' jobs.
+
+    nodes: every node's total resources. observed: each node's free resources as last reported (None: unknown,
+    trust the ledger alone). A node's free devices are the smaller of its total less the sweep's own jobs and
+    what it reports free: a job admitted a moment ago may not show in the report yet, another user's job shows
+    only there.
+    """
+
+    nodes: list[dict[str, float]]
+    observed: list[dict[str, float]] | None = None
+    held: dict[Hashable, tuple[list[int], list[Bundle]]] = field(default_factory=dict)
+
+    def free(self) -> list[dict[str, float]]:
+        """Each node's free resources now."""
+        free = [dict(node) for node in self.nodes]
+        for nodes, bundles in self.held.values():
+            for n, bundle in zip(nodes, bundles):
+                for key, amount in bundle.items():
+                    free[n][key] = free[n].get(key, 0.0) - amount
+        if self.observed is not None and len(self.observed) == len(free):
+            free = [{key: min(amount, seen.get(key, amount)) for key, amount in node.items()}
+                    for node, seen in zip(free, self.observed)]
+        return free
+
+    def fits_at_all(self, bundles: Sequence[Bundle]) -> bool:
+        """Whether the job fits on the cluster when it is empty (else it can never start)."""
+        return place(bundles, self.nodes) is not None
+
+    def admit(self, key: Hashable, bundles: Sequence[Bundle]) -> bool:
+        """Reserve the job's devices if it fits whole on the free devices now; False (nothing reserved) if not."""
+        nodes = place(bundles, self.free())
+        if nodes is None:
+            return False
+        self.held[key] = (nodes, list(bundles))
+        return True
+
+    def release(self, key: Hashable) -> None:
+        """The job ended: its devices are free again."""
+        self.held.pop(key, None)
+
+    def busy(self, resource: str) -> float:
+        """How much of `resource` the sweep's own jobs hold."""
+        return sum(total(bundles, resource) for _nodes, bundles in self.held.values())
+
+    def capacity(self, resource: str) -> float:
+        """The cluster's total of `resource`."""
+        return float(sum(node.get(resource, 0.0) for node in self.nodes))
+
+
+def first_wave(jobs: Sequence[tuple[Hashable, Sequence[Bundle]]], nodes: Sequence[Bundle],
+               limit: int | None = None) -> list[Hashable]:
+    """The jobs (key, bundles), in queue order, that start at once on the empty `nodes`, at most `limit` of them:
+    what `rlscale sweep --dry-run` shows of the admission plan."""
+    ledger = Ledger([dict(node) for node in nodes])
+    started = []
+    for key, bundles in jobs:
+        if limit is not None and len(started) >= limit:
+            break
+        if ledger.admit(key, bundles):
+            started.append(key)
+    return started
