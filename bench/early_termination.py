@@ -11,9 +11,8 @@ curve. Compute fraction = compute spent / the full grid's (12 budgets).
 
 How far past their inflection the runs are planned decides what any asymptote rule can save: a run cannot be
 judged before its curve bends. So the studies are replayed in three regimes of C_mid as a fraction of the
-per-run budget (REGIMES): "late" (C_mid 8-30% of the budget: runs end at 3.3-12x C_mid; the regime of the
-earlier measurements), "mid" (4-15%) and "early" (2-8%: runs planned to 12-50x C_mid, as a study planned to
-extrapolate from well past the bend would be).
+per-run budget (REGIMES): "late" (C_mid 8-30% of the budget: runs end at 3.3-12x C_mid), "mid" (4-15%) and
+"early" (2-8%: runs planned to 12-50x C_mid, as a study planned to extrapolate from well past the bend would be).
 
 Asymptote rule: the sweep driver's loop itself. Each study goes through `run_by_rungs`
 (runner/sweep/scheduler.py), the function SweepDriver calls: every run's progress and its sigmoid fit so far
@@ -32,17 +31,6 @@ asymptote.
 
 Writes bench/results/early_termination.json (one entry per regime); `--variants N` measures instead the variants
 in VARIANTS on N studies of the "late" regime (stored under "variants", beside the regimes' results).
-
-Earlier rules, measured on the "late" regime's seeds but on curves without the step-0 eval (same best / compute
-mean):
-- runs one after another in a random order, bootstrap bound on A, past 2 x C_mid: 100% / 69%;
-- the rung scheduler with the bootstrap bound, past 2 x the 90th percentile of the bootstrap C_mid: 100% / 62%;
-  on the C_mid point estimate instead: 96% / 59%; at 1 x C_mid: 90% / 55%. The bootstrap interval of a
-  partial curve is too narrow (a slow curve looks saturated), so that rule needed the margin; the profile
-  bound does not, which is what lowered the compute.
-- on an earlier next_move, depth-first (advance the most promising run to its next rung whatever rung it is
-  at), with the bootstrap bound on the C_mid point estimate: 95-96% / 59-62% whatever the ranking, leaders
-  or rungs; breadth-first (the default since) 99% / 63%.
 """
 
 import argparse

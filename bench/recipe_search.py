@@ -5,8 +5,8 @@ or two keys of the quickstart recipe; every variant's curve is fitted like the s
 sigmoid on cumulative rollouts, every evaluation and the record-breaking points). Writes
 bench/results/recipe_search.json and recipe_search.png (validation pass rate against steps, one line per variant).
 
-results/recipe_search.json was measured on base policy v3 (SFT to a 0.5 pass rate): every variant crept, which led
-to the v4 base (SFT to 0.8; bench/base_policy.py compares the two). Re-running it now measures the v4 base.
+results/recipe_search.json was measured on a base SFT'd to a 0.5 pass rate, where every variant crept; the base is now
+SFT'd to 0.8 (bench/base_policy.py compares the two), and re-running this measures it.
 
 Run: `.venv/bin/python bench/recipe_search.py [--jobs 2]` (two variants at a time on 2 cores, ~10 minutes), or
 `--from DIR` to fit and plot outputs already made (DIR/<variant>.json, as written by `rlscale run --json`).

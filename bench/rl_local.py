@@ -3,7 +3,7 @@
 Measures the validation pass-rate rise, wall time and the sigmoid fit of (device-hours, val_reward),
 and writes bench/results/rl_local.json. Run: `.venv/bin/python bench/rl_local.py [--steps N]`.
 Issue 4 targets: rise >= 0.25 absolute, R^2 >= 0.9, at most 5 minutes on a 2-core machine. The rise target was
-set on bases that started at 0.18-0.5; the v4 base starts near 0.8 (SFT to 0.8, so that runs end in a plateau:
+set on bases that started lower; this base starts near 0.8 (SFT to 0.8, so that runs end in a plateau:
 bench/base_policy.py), which leaves about 0.12 to gain.
 """
 

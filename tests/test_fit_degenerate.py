@@ -22,7 +22,7 @@ def early_points(n, upto, seed, sd=0.01):
 
 @pytest.mark.parametrize("noise", NOISE_MODELS)
 def test_five_noisy_points_long_before_the_inflection_are_never_identified(noise):
-    # The case: true A 0.7, five points up to 5% of C_mid; e994211 said A = 0.21 +- 0.0005 in 4 of 8.
+    # The case: true A 0.7, five points up to 5% of C_mid, once fitted as A = 0.21 +- 0.0005 on 4 of 8 seeds.
     for seed in range(8):
         fit = fit_sigmoid(*early_points(5, 0.05, seed), noise=noise, bootstrap=100, seed=seed)
         assert not fit.identified and fit.reason, (seed, fit)

@@ -395,7 +395,7 @@ def test_warnings_never_precede_a_one_line_error(workdir):
         try:
             import rlscale.db.importer as importer
             from rlscale.base.errors import UserError
-        except ImportError:  # the layout before rlscale.* (e994211)
+        except ImportError:  # the layout before the rlscale.* namespace
             import db.importer as importer
             from rlscale.errors import UserError
 
