@@ -237,11 +237,50 @@ def estimate_drift(fit: dict) -> dict:
     return {**figures, "point_error_rising": point}
 
 
+def synthetic_coverage(n_runs: int, drift, seed: int = 0) -> dict:
+    """The prediction interval's coverage and median width on synthetic curves with a known end, each fitted on its
+    first half and predicting its mean reward over its last 10% of compute: bench/fit_accuracy.py's curves (160
+    evaluations) with its independent ('constant'), AR(1) and slow-drift noise, which are stationary; and the same
+    independent noise on a plateau that wanders as a random walk in ln(compute) of the size the drift term assumes
+    (`drift.per_gain` x |A - R0| per sqrt(ln(compute))). Each with and without the drift term."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from fit_accuracy import FULL_GPU_HOURS, simulate
+
+    from rlscale.fitting.backtest import in_end_window
+    from rlscale.fitting.predict import predict_at
+    from rlscale.fitting.sigmoid import fit_sigmoid
+
+    out = {}
+    for noise in ("constant", "ar1", "drift", "random_walk_plateau"):
+        rng = np.random.default_rng([seed, 7])
+        inside, widths = {"with": [], "without": []}, {"with": [], "without": []}
+        curves = simulate(n_runs, seed, "constant" if noise == "random_walk_plateau" else noise, observed=FULL_GPU_HOURS)
+        for truth, compute, reward in curves:
+            if noise == "random_walk_plateau":
+                log_c = np.log(compute)
+                steps = rng.standard_normal(compute.size) * np.sqrt(np.diff(log_c, prepend=log_c[0]))
+                reward = np.clip(reward + drift.per_gain * abs(truth["A"] - truth["R0"]) * np.cumsum(steps), 0.0, 1.0)
+            part, end = compute <= compute[-1] / 2, in_end_window(compute, compute[-1])
+            fit = fit_sigmoid(compute[part], reward[part], seed=0)
+            observed = float(np.mean(reward[end]))
+            for key, d in (("with", drift), ("without", NO_DRIFT)):
+                p = predict_at(fit, compute[part], reward[part], float(compute[-1]), window_compute=compute[end], drift=d)
+                inside[key].append(p.lo <= observed <= p.hi)
+                widths[key].append(p.width)
+        out[noise] = {f"{key}_drift_term": {"coverage": float(np.mean(inside[key])),
+                                            "median_width": float(np.median(widths[key]))} for key in inside}
+        print(f"   synthetic {noise}: coverage {out[noise]['with_drift_term']['coverage']:.1%} (width "
+              f"{out[noise]['with_drift_term']['median_width']:.3f}); without the drift term "
+              f"{out[noise]['without_drift_term']['coverage']:.1%} ({out[noise]['without_drift_term']['median_width']:.3f})")
+    return {"runs_per_noise": n_runs, "level": DEFAULT_LEVEL, "noise": out}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fraction", type=float, default=0.5)
     parser.add_argument("--bootstrap", type=int, default=200)
     parser.add_argument("--noise", default="auto")
+    parser.add_argument("--synthetic-runs", type=int, default=200, help="synthetic curves per noise model")
     args = parser.parse_args()
 
     tiny_runs_csv()
@@ -249,6 +288,9 @@ def main() -> None:
     fit = dict(bootstrap=args.bootstrap, noise=args.noise, seed=0)
     started = time.perf_counter()
     predictions = estimate_drift(fit)
+    from rlscale.fitting.predict import Drift
+
+    predictions["synthetic"] = synthetic_coverage(args.synthetic_runs, Drift.load())
     datasets, everything, fallen, keyed = {}, [], set(), []
     for name, (path, compute_col) in DATASETS.items():
         records = read_run_log(path)  # the parser `rlscale backtest FILE` uses
@@ -304,6 +346,9 @@ def main() -> None:
             "fit_beats_carry_forward_on_rising_runs": {
                 k: bool(v["mae_fit_rising"] < v["mae_carry_forward_rising"])
                 for k, v in predictions["point_error_rising"].items()},
+            "synthetic_coverage_within_3_points": {
+                noise: bool(abs(v["with_drift_term"]["coverage"] - DEFAULT_LEVEL) <= 0.03)
+                for noise, v in predictions["synthetic"]["noise"].items()},
         },
         "quickstart_replicates": replicates,
         "all": overall.to_dict(),
