@@ -2,7 +2,8 @@
 
 Tune n first (the optimal-n law), take the smallest B_p whose asymptote is within the noise band of the
 best and that trained stably (ScaleRL: truncation rate < 5%), give the rest of the budget to steps M.
-Refuses (Refusal, with the reason) when the evidence cannot support the decision.
+Refuses (Refusal, with the reason) when the evidence cannot support the decision; `next_allocation` then says
+which runs to extend, to what compute, to identify the fits and the law.
 """
 
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from rlscale.fitting.records import fits_record_breaking, record_breaking_points
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
 MAX_TRUNCATION = 0.05  # ScaleRL: stable runs keep the truncation rate below 5%
+MAX_EXTEND = 8.0  # the most one extension multiplies a run's compute by: beyond it, plan a new study
 CURVE_COLUMNS = ["run_id", "run", "prompts_per_batch", "rollouts", "status", "A", "B", "C_mid", "R0", "A_lo", "A_hi",
                  "r2", "n_points", "identified", "reason", "c_min", "c_max", "truncation_rate"]
 
@@ -276,6 +278,48 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
     )
 
 
+@dataclass(frozen=True)
+class NextAllocation:
+    """The runs to extend, and by how much, so that their fits and the optimal-n law can be identified."""
+
+    factor: float  # multiply every run's compute by this (runs of an IsoCompute study stay at equal compute)
+    runs: list[dict]  # {run, compute (reached), target, why}: why it needs the compute, "" for equal compute
+    goal: str  # what the extension should identify
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready values."""
+        return {"factor": self.factor, "runs": self.runs, "goal": self.goal}
+
+
+def next_allocation(curves: pd.DataFrame, law_identified: bool | None) -> NextAllocation | None:
+    """Which runs to extend, to what compute, so that the fits and the optimal-n law are identified (law_identified:
+    None where the study has no law to fit); None when they all are, or no run has compute to extend. A run not yet past its inflection needs at least twice its
+    fitted C_mid (the curve is then ~3/4 of the way up for B ~ 1.5); any other unidentified fit, and a law whose
+    frontier has not bent, twice the compute reached: a longer plateau narrows A and shows where n* settles."""
+    usable = curves[np.isfinite(curves["c_max"].astype(float)) & (curves["c_max"].astype(float) > 0)]
+    if usable.empty:
+        return None
+    needs = {}
+    for row in usable.itertuples():
+        if bool(row.identified):
+            continue
+        factor = 2.0
+        if np.isfinite(row.C_mid) and row.C_mid > row.c_max / 2:
+            factor = max(factor, 2.0 ** np.ceil(np.log2(2 * row.C_mid / row.c_max)))
+        needs[row.run] = (min(factor, MAX_EXTEND), row.reason or "not identified")
+    law_open = law_identified is False
+    if not needs and not law_open:
+        return None
+    factor = max([factor for factor, _ in needs.values()], default=2.0)
+    if needs:
+        goal = f"identify {len(needs)} of {len(usable)} fits" + (" and the optimal-n law" if law_open else "")
+    else:
+        goal = "identify the optimal-n law (the runs' fits are)"
+    runs = [{"run": row.run, "compute": float(row.c_max), "target": float(row.c_max * factor),
+             "why": needs[row.run][1] if row.run in needs else ""} for row in usable.itertuples()]
+    return NextAllocation(factor=float(factor), runs=runs, goal=goal)
+
+
 def frontier_segments(front: pd.DataFrame) -> list[dict]:
     """The frontier as runs of constant n*: [{rollouts, prompts_per_batch, run, compute_from, compute_to}]."""
     segments = []
@@ -358,33 +402,59 @@ def pick_study(store, study: str | None) -> str:
     return candidates[0]
 
 
-def recommend_study(store, study: str, budget: float, *, profile: str | None = None, bootstrap: int = 100,
-                    seed: int = 0) -> tuple[Recommendation, object]:
-    """(recommendation, the stored Study or None) for a stored study; Refusal when the evidence is not enough."""
-    from rlscale.fitting.optimal_n import fit_optimal_rollouts
+def study_curves(store, study: str, *, bootstrap: int = 100, seed: int = 0):
+    """(the stored Study or None, runs, records, curves, draws) of a stored study, fitted as its sweep fits them."""
     from rlscale.planner.study import stored_study
 
     typed = stored_study(store, study)
     runs = store.runs_frame(study)
     records = store.records_frame(study)
-    unit = study_unit(typed)
     if records["val_reward"].notna().sum() == 0:
         raise Refusal(f"no recommendation: study {study!r} has no evaluated records yet")
-    curves, draws = run_curves(records, runs, compute_col=COMPUTE_COLUMNS[unit],
+    curves, draws = run_curves(records, runs, compute_col=COMPUTE_COLUMNS[study_unit(typed)],
                                record_breaking=fits_record_breaking(typed), bootstrap=bootstrap, seed=seed)
+    return typed, runs, records, curves, draws
+
+
+def _rollouts_law(study: str, curves: pd.DataFrame, draws: dict, bootstrap: int, seed: int) -> RolloutsLaw:
+    from rlscale.fitting.optimal_n import fit_optimal_rollouts
+
     usable = fitted(curves)
     if usable["rollouts"].nunique() < 2:
         raise Refusal(f"no recommendation: study {study!r} has fitted runs at {usable['rollouts'].nunique()} rollouts "
                       "value(s); the optimal-n law needs an IsoCompute study that varies rollouts")
     try:
-        law = fit_optimal_rollouts(usable, draws=draws, bootstrap=bootstrap, seed=seed)
+        return fit_optimal_rollouts(usable, draws=draws, bootstrap=bootstrap, seed=seed)
     except ValueError as err:  # e.g. every run stopped before its inflection: no frontier to fit a law to
         raise Refusal(f"no recommendation: the optimal-n law cannot be fitted: {err} "
                       "(have the runs passed their inflection?)") from None
+
+
+def recommend_study(store, study: str, budget: float, *, profile: str | None = None, bootstrap: int = 100,
+                    seed: int = 0) -> tuple[Recommendation, object]:
+    """(recommendation, the stored Study or None) for a stored study; Refusal when the evidence is not enough."""
+    typed, runs, records, curves, draws = study_curves(store, study, bootstrap=bootstrap, seed=seed)
+    law = _rollouts_law(study, curves, draws, bootstrap, seed)
     steps_for, cost_how = steps_model(typed, records, runs, profile=profile)
     rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=draws, allow_constant_n=True)
-    rec.notes.append(f"compute in {unit}; steps from the cost model: {cost_how}")
+    rec.notes.append(f"compute in {study_unit(typed)}; steps from the cost model: {cost_how}")
     return rec, typed
+
+
+def next_allocation_study(store, study: str, *, bootstrap: int = 100, seed: int = 0) -> NextAllocation | None:
+    """next_allocation for a stored study's finished runs (the law too, for a study that varies rollouts); None
+    when nothing is left to identify or no run finished (failed and stopped runs are not extended)."""
+    try:
+        _typed, _runs, _records, curves, draws = study_curves(store, study, bootstrap=bootstrap, seed=seed)
+    except Refusal:
+        return None
+    law_identified = None
+    if fitted(curves)["rollouts"].nunique() >= 2:
+        try:
+            law_identified = _rollouts_law(study, curves, draws, bootstrap, seed).identified
+        except Refusal:  # no frontier to fit a law to yet
+            law_identified = False
+    return next_allocation(curves[curves["status"] == "done"], law_identified)
 
 
 def _base_recipe(study):

@@ -142,8 +142,15 @@ def _closing_lines(study, db: str | None, payload: dict, recommendation, refusal
 
 
 def _parts(text: str) -> list[str]:
-    """A long message as short clauses (split at '; ', a leading 'and' dropped)."""
-    return [part.strip().removeprefix("and ") for part in text.split("; ") if part.strip()]
+    """A long message as short clauses: split at '; ' outside parentheses, a leading 'and' dropped."""
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and text.startswith("; ", index):
+            parts.append(text[start:index])
+            start = index + 2
+    parts.append(text[start:])
+    return [part.strip().removeprefix("and ") for part in parts if part.strip()]
 
 
 def _unit(study) -> str:
