@@ -3,6 +3,8 @@
 .PHONY: setup venv demo test test-fast ci example bench
 
 setup: venv
+	@ls .venv-verl/.rlscale-checker .venv-trl/.rlscale-checker .venv-openrlhf/.rlscale-checker >/dev/null 2>&1 || \
+	  echo "make: building the export checkers' venvs (first time: ~4 min)"
 	@bash scripts/checker_envs.sh  # verl / TRL / OpenRLHF, each in its own venv, for the export tests
 
 venv:
