@@ -107,6 +107,26 @@ def _summary(rows: list[dict], pairs: list[dict], noise_band: float) -> str:
             f"{abs(widest['end_gap']):.3f} ({widest['better']} vs {widest['worse']}){spread}{A_note}")
 
 
+def summary_lines(comparison: dict, *, limit: int = 3) -> list[str]:
+    """The summary as short lines for a terminal: the verdict, then at most `limit` separated pairs (the widest
+    end-reward gaps first) and how many more report.md lists."""
+    pairs = comparison["pairs"]
+    separated = [p for p in pairs if p["end_separated"] or p["A_separated"]]
+    if not separated:
+        return [comparison["summary"]]
+    one_seed = all(r["seeds"] < 2 for r in comparison["rows"])
+    lines = [f"{len(separated)} of {len(pairs)} pairs of variants separated beyond the {comparison['noise_band']:g} "
+             "noise band" + (" (one seed each: the band is ScaleRL's 3-seed spread)" if one_seed else "") + ":"]
+    widest = sorted(separated, key=lambda p: -abs(p["end_gap"]) if math.isfinite(p["end_gap"]) else 0.0)
+    for p in widest[:limit]:
+        what = [f"end reward +{p['end_gap']:.3f}"] if p["end_separated"] else []
+        what += [f"A {p['A_gap']:+.3f}"] if p["A_separated"] else []
+        lines.append(f"{p['better']} above {p['worse']} ({', '.join(what)})")
+    if len(separated) > limit:
+        lines.append(f"and {len(separated) - limit} more (report.md)")
+    return lines
+
+
 def compare_cells(row: dict) -> list[str]:
     """Table cells of one variant's row."""
     def pm(mean, sd):

@@ -7,6 +7,7 @@ markdown, HTML, and rich in the terminal (the command).
 
 import base64
 import html
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -303,9 +304,19 @@ def loo_cells(row) -> list[str]:
 
 
 def _md_table(header, rows) -> str:
+    """A markdown table; the first column (run or variant names) is escaped so that it shows as typed."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    lines += ["| " + " | ".join([_md_text(row[0]), *(cell.replace("|", "\\|") for cell in row[1:])]) + " |"
+              for row in rows]
     return "\n".join(lines)
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|!~$])")
+
+
+def _md_text(text) -> str:
+    """`text` (a run name, or prose quoting one) with markdown's punctuation escaped, so it renders as typed."""
+    return _MD_SPECIAL.sub(r"\\\1", str(text))
 
 
 def render_markdown(report: Report) -> str:
@@ -319,7 +330,7 @@ def render_markdown(report: Report) -> str:
     if report.comparison is not None:
         parts += ["## Variants across seeds", "", COMPARE_NOTE, "",
                   _md_table(COMPARE_HEADER, [compare_cells(r) for r in report.comparison["rows"]]), "",
-                  f"- {report.comparison['summary']}", ""]
+                  f"- {_md_text(report.comparison['summary'])}", ""]
     parts += ["## Per-run sigmoid fits", "", f"R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), fitted on {report.fitted_on}",
               "",
               _md_table(FIT_HEADER, [fit_cells(r) for r in report.fits]), ""]
@@ -333,7 +344,7 @@ def render_markdown(report: Report) -> str:
                   f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))); "
                   f"{'identified' if law['identified'] else 'not identified'}: {law['reason']}", ""]
     for note in report.notes:
-        parts.append(f"- {note}")
+        parts.append(f"- {_md_text(note)}")
     if report.notes:
         parts.append("")
     for name, path in report.plots.items():

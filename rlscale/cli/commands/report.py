@@ -36,59 +36,66 @@ def register(app: typer.Typer) -> None:
 
 
 def show(result) -> None:
-    """Rich tables of the report, then where the files are."""
+    """Rich tables of the report (80 columns hold them; report.md has every column), notes as bullets, then where
+    the files are."""
     from rich.table import Table
 
     from rlscale.base.numbers import NOISE_BAND
-    from rlscale.fitting.report import FIT_HEADER, LOO_HEADER, fit_cells, loo_cells
-    from rlscale.cli.console import console, safe
+    from rlscale.cli.console import bullet, console, safe, say
+    from rlscale.cli.views import print_fits
+    from rlscale.fitting.report import loo_cells
 
     if result.loo is not None:
-        table = Table(title=f"{safe(result.study)}: leave-one-out (|dA| < {NOISE_BAND:g} is noise)")
-        width = min(28, max(len(str(row["variant"])) for row in result.loo))
-        for col in LOO_HEADER:
-            # names stay whole; on a narrow terminal the other cells wrap
-            table.add_column(col, min_width=width if col == "variant" else None)
+        table = Table(title=f"{safe(result.study)}: leave-one-out", title_justify="left", caption_justify="left",
+                      caption=f"dA: the variant's A minus the full recipe's; better/worse: |dA| beyond the "
+                              f"{NOISE_BAND:g} noise band (C_mid, dB and verdicts in words: report.md)",
+                      caption_style="dim")
+        for col in ("variant", "A [95%]", "dA", "B", "verdict"):
+            # numbers stay whole; names fold
+            table.add_column(col, no_wrap=col != "variant", overflow="fold" if col == "variant" else None,
+                             justify="right" if col in ("dA", "B") else "left")
         for row in result.loo:
-            table.add_row(*map(safe, loo_cells(row)), style="bold red" if row["beyond_noise"] else None)
+            variant, interval, B, _, dA, *_ = loo_cells(row)
+            table.add_row(safe(variant), interval, dA, B, _loo_verdict(row), style="bold red" if row["beyond_noise"] else None)
         console.print(table)
-    # 100 columns with run names of 20 characters, 80 with the quickstart's (no outer padding, "pts")
-    table = Table(title=f"{safe(result.study)}: sigmoid fits ({result.method}, on {result.fitted_on})",
-                  caption_justify="left", pad_edge=False)
-    width = min(20, max((len(str(row["run"])) for row in result.fits), default=3))
-    for col in FIT_HEADER:
-        # the interval on A stays on one line; on a narrow terminal the other cells wrap
-        table.add_column("pts" if col == "points" else col, min_width=width if col == "run" else None,
-                         no_wrap=col == "A [95%]")
-    reasons = []  # printed under the table, so a long reason does not squeeze the numbers
-    for row in result.fits:
-        cells = [safe(cell) for cell in fit_cells(row)]
-        cells[-1] = "yes"
-        if not row["identified"]:
-            reasons.append(f"({len(reasons) + 1}) {safe(row['run'])}: {safe(row['status'])}")
-            cells[-1] = f"no ({len(reasons)})"
-        table.add_row(*cells, style=None if row["identified"] else "dim")
-    table.caption = "\n".join(reasons) or None
-    console.print(table)
+    fits = [{**row, "reason": row["status"].removeprefix("not identified: ")} for row in result.fits]
+    print_fits(fits, title=f"{result.study}: sigmoid fits ({result.method}, on {result.fitted_on})")
     if result.backtest is not None:
-        # the summary only: the per-run table has 11 columns and is unreadable under ~160 (report.md/html and
-        # `rlscale backtest --study` have it)
+        # the summary only: the per-run table is in report.md/html and `rlscale backtest --study`
         from rlscale.fitting.backtest import BacktestSummary, summary_lines
 
-        console.print(f"backtest (each run fitted on its first half, extrapolated; table: rlscale backtest --study "
-                      f"{safe(result.study)}):", highlight=False, soft_wrap=True)
+        say(f"backtest: each run fitted on its first half, extrapolated (table: rlscale backtest --study "
+            f"{result.study})")
         for line in summary_lines(BacktestSummary(**result.backtest["summary"])):
-            console.print(f"  {line}", highlight=False, soft_wrap=True)
+            bullet(line)
     if result.comparison is not None:
-        from rlscale.fitting.compare import COMPARE_HEADER, compare_cells
+        from rlscale.fitting.compare import compare_cells, summary_lines as compare_lines
 
-        table = Table(title=f"{safe(result.study)}: variants across seeds (end: mean over the last 10% of compute)")
-        for col in COMPARE_HEADER:
-            table.add_column(col)
+        table = Table(title=f"{safe(result.study)}: variants across seeds", title_justify="left",
+                      caption="ident.: seeds whose A is identified; end: mean reward over the last 10% of compute; "
+                              "vs best: end minus the best variant's", caption_justify="left", caption_style="dim")
+        for col in ("variant", "seeds", "ident.", "A mean +- sd", "end +- sd", "vs best"):
+            table.add_column(col, no_wrap=col != "variant", overflow="fold" if col == "variant" else None,
+                             justify="left" if col == "variant" else "right")
         for row in result.comparison["rows"]:
             table.add_row(*map(safe, compare_cells(row)))
         console.print(table)
-        console.print(safe(result.comparison["summary"]), highlight=False, soft_wrap=True)
+        first, *rest = compare_lines(result.comparison)
+        say(first)
+        for line in rest:
+            bullet(line)
     for note in result.notes:
-        console.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
-    console.print(f"report: {safe(result.files['html'])}  (markdown: {safe(result.files['markdown'])})", highlight=False, soft_wrap=True)
+        bullet(note)
+    say(f"report: {result.files['html']}")
+    say(f"markdown: {result.files['markdown']}")
+
+
+def _loo_verdict(row) -> str:
+    """A leave-one-out row's verdict in a word (report.md has the sentence)."""
+    if row["dA"] == 0.0 and row["verdict"] == "full recipe":
+        return "full recipe"
+    if row["dA"] != row["dA"]:
+        return "no fit"
+    if row["beyond_noise"]:
+        return "better" if row["dA"] > 0 else "worse"
+    return "noise" if row["verdict"].startswith("within noise") else "not identified"
