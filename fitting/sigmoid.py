@@ -146,19 +146,21 @@ def _curve_model(log_compute: np.ndarray):
 def levenberg_marquardt(model, theta0, y, sqrt_w, lower, upper, free, *, max_iter=200, xtol=1e-10):
     """Least-squares parameters (k, p) and costs (k,) for k problems solved together.
 
-    `model(theta) -> (f, J)` gives values (k, n) and Jacobian (k, n, p) for any rows theta (k, p); `y` is (n,)
-    or (k, n); residuals are sqrt_w * (f - y). Bounds are kept by projection with an active set; `free` (p,)
-    marks the parameters that move. Stops per row when a step changes theta by < xtol (relative).
+    `model(theta) -> (f, J)` gives values (k, n) and Jacobian (k, n, p) for any rows theta (k, p), as new arrays
+    (the solver weights them in place); `y` is (n,) or (k, n), `sqrt_w` (n,); residuals are sqrt_w * (f - y).
+    Bounds are kept by projection with an active set; `free` (p,) marks the parameters that move. Stops per row
+    when a step changes theta by < xtol (relative).
     """
     theta = np.minimum(np.maximum(np.array(theta0, dtype=float), lower), upper)
     p = theta.shape[1]
     y = np.asarray(y, dtype=float)
+    sqrt_w_jac = np.repeat(sqrt_w[:, None], p, axis=1)  # (n, p): one contiguous stretch per row, not p at a time
 
     def evaluate(t, rows):
         r, jac = model(t)  # fresh arrays, weighted in place: r = sqrt_w * (f - y)
         r -= y[rows] if y.ndim == 2 else y
         r *= sqrt_w
-        jac *= sqrt_w[..., None]
+        jac *= sqrt_w_jac
         cost = np.einsum("kn,kn->k", r, r)
         return r, jac, np.where(np.isfinite(cost), cost, np.inf)
 
