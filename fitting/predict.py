@@ -228,15 +228,41 @@ def calibrate_drift(errors, sd_known, drift_scales, *, level: float = DEFAULT_LE
     return float("inf")
 
 
+def predict_run(compute, reward, at: float, *, level: float = DEFAULT_LEVEL, drift: Drift | None = None,
+                **fit_kwargs) -> Prediction | None:
+    """`predict_at` on the sigmoid fitted to one run's (compute, reward) by `fit_sigmoid(**fit_kwargs)`; None when
+    the run cannot be fitted."""
+    from rlscale.fitting.sigmoid import FitError, fit_sigmoid
+
+    x = np.asarray(compute, dtype=float)
+    y = np.asarray(reward, dtype=float)
+    try:
+        fit = fit_sigmoid(x, y, **fit_kwargs)
+    except FitError:
+        return None
+    used = np.isfinite(x) & np.isfinite(y) & (x >= float(fit_kwargs.get("min_compute") or 0.0))
+    return predict_at(fit, x[used], y[used], at, level=level, drift=drift)
+
+
+def predict_stored_run(records, chosen, compute_col: str, at: float, *, reward_col: str = "val_reward",
+                       **kwargs) -> Prediction | None:
+    """`predict_run` on the records of one run of a stored study: those whose run_id (else run name) is `chosen`'s
+    (a row of the study's fits). None when it cannot be fitted or has no interval."""
+    key = "run_id" if "run_id" in records.columns and "run_id" in chosen.index else "run"
+    mine = records[records[key] == chosen[key]]
+    p = predict_run(mine[compute_col].to_numpy(dtype=float, na_value=np.nan),
+                    mine[reward_col].to_numpy(dtype=float, na_value=np.nan), at, **kwargs)
+    return p if p is not None and math.isfinite(p.lo) and math.isfinite(p.hi) else None
+
+
 def predict_runs(records, at: float, *, level: float = DEFAULT_LEVEL, run_col="run", compute_col="compute",
                  reward_col="reward", **fit_kwargs):
     """One row per run of `records` (in order of first appearance): run, at, predicted, predicted_lo, predicted_hi,
-    level (`predict_at` on each run's fit; NaN for a run that cannot be fitted or has no interval). `fit_kwargs`
-    go to `fit_sigmoid`; a missing `compute` column falls back to `gpu_hours`, a missing run column means one run."""
+    level (`predict_run` on each; NaN for a run that cannot be fitted or has no interval). `fit_kwargs` go to
+    `fit_sigmoid`; a missing `compute` column falls back to `gpu_hours`, a missing run column means one run."""
     import pandas as pd
 
     from rlscale.fitting.frame import SINGLE_RUN
-    from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
     if compute_col not in records.columns and compute_col == "compute" and "gpu_hours" in records.columns:
         compute_col = "gpu_hours"
@@ -244,17 +270,10 @@ def predict_runs(records, at: float, *, level: float = DEFAULT_LEVEL, run_col="r
     drift = Drift.load()
     rows = []
     for run, group in groups:
-        x = group[compute_col].to_numpy(dtype=float, na_value=np.nan)
-        y = group[reward_col].to_numpy(dtype=float, na_value=np.nan)
-        row = {"run": run, "at": float(at), "predicted": np.nan, "predicted_lo": np.nan, "predicted_hi": np.nan,
-               "level": float(level)}
-        try:
-            fit = fit_sigmoid(x, y, **fit_kwargs)
-        except FitError:
-            rows.append(row)
-            continue
-        used = np.isfinite(x) & np.isfinite(y) & (x >= float(fit_kwargs.get("min_compute") or 0.0))
-        p = predict_at(fit, x[used], y[used], at, level=level, drift=drift)
-        row.update(predicted=p.predicted, predicted_lo=p.lo, predicted_hi=p.hi)
-        rows.append(row)
+        p = predict_run(group[compute_col].to_numpy(dtype=float, na_value=np.nan),
+                        group[reward_col].to_numpy(dtype=float, na_value=np.nan), at, level=level, drift=drift,
+                        **fit_kwargs)
+        nan = float("nan")
+        rows.append({"run": run, "at": float(at), "predicted": p.predicted if p else nan,
+                     "predicted_lo": p.lo if p else nan, "predicted_hi": p.hi if p else nan, "level": float(level)})
     return pd.DataFrame(rows, columns=["run", "at", "predicted", "predicted_lo", "predicted_hi", "level"])

@@ -117,6 +117,7 @@ class Recommendation:
     evidence: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     law_identified: bool = True  # False: n is the one n* the frontier showed, not a law's prediction
+    predicted_level: float = 0.95  # the level of predicted_interval
 
     def to_dict(self) -> dict:
         """Plain JSON-ready values."""
@@ -126,6 +127,7 @@ class Recommendation:
             "predicted_reward": self.predicted_reward, "predicted_interval": list(self.predicted_interval),
             "predicted_from": self.predicted_from, "extrapolation": self.extrapolation, "law": self.law,
             "evidence": self.evidence, "notes": self.notes, "law_identified": self.law_identified,
+            "predicted_level": self.predicted_level,
         }
 
 
@@ -437,8 +439,27 @@ def recommend_study(store, study: str, budget: float, *, profile: str | None = N
     law = _rollouts_law(study, curves, draws, bootstrap, seed)
     steps_for, cost_how = steps_model(typed, records, runs, profile=profile)
     rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=draws, allow_constant_n=True)
+    rec = _with_prediction_interval(rec, records, curves, COMPUTE_COLUMNS[study_unit(typed)])
     rec.notes.append(f"compute in {study_unit(typed)}; steps from the cost model: {cost_how}")
     return rec, typed
+
+
+def _with_prediction_interval(rec: Recommendation, records: pd.DataFrame, curves: pd.DataFrame,
+                              compute_col: str) -> Recommendation:
+    """`rec` with its reward at the budget as fitting/predict.py gives it: the chosen run's mean reward over the last
+    10% of the budget and its prediction interval (parameters, evaluation noise, the plateau's drift). Unchanged
+    (the curve's bootstrap band) when the run has too few evaluations for an interval."""
+    from dataclasses import replace
+
+    from rlscale.fitting.predict import predict_stored_run
+
+    chosen = curves[curves["run"] == rec.predicted_from]
+    p = None if chosen.empty else predict_stored_run(records, chosen.iloc[0], compute_col, rec.budget)
+    if p is None:
+        return rec
+    return replace(rec, predicted_reward=p.predicted, predicted_interval=(p.lo, p.hi), predicted_level=p.level,
+                   notes=[*rec.notes, f"reward at the budget: the mean over its last 10%, with a {p.level:.0%} "
+                          "prediction interval (fit, evaluation noise and drift past the data)"])
 
 
 def next_allocation_study(store, study: str, *, bootstrap: int = 100, seed: int = 0) -> NextAllocation | None:

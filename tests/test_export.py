@@ -233,4 +233,5 @@ def test_export_scalerl_leave_one_out_by_predicted_reward(workdir, capsys, monke
                            "--gpus", "2"], capsys, monkeypatch)
     assert code == 0, err
     assert "best run of study scalerl_loo: baseline" in out and "predicted reward at a budget of 0.05" in out
+    assert "reward at 0.05: " in out and "(90% prediction interval" in out
     assert "data.train_batch_size=32" in script_argv(out, workdir)

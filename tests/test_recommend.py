@@ -123,6 +123,7 @@ def test_recommend_command_recovers_n_star_and_prices_the_steps(workdir, capsys,
     assert rec["steps"] == steps_within(budget, cost, TINY_CPU.startup_gpu_hours)
     lo, hi = rec["predicted_interval"]
     assert lo <= rec["predicted_reward"] <= hi
+    assert rec["predicted_level"] == 0.9  # the prediction interval of the reward at the budget (fitting/predict.py)
     assert any(row["chosen"] for row in rec["evidence"])
 
     code, out, _ = _cli(["recommend", "--budget", str(budget), "--study", "iso", "--db", url,

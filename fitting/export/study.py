@@ -57,6 +57,20 @@ def best_run_recipe(store, study: str, budget: float | None = None) -> tuple[Rec
         recipe = Recipe.model_validate({**base, **keys})
     except ValueError as err:
         raise UserError(f"run {chosen['run']}: its config is not a valid recipe ({err})", field="--study") from None
-    return recipe, [f"rlscale export: best run of study {study}: {chosen['run']} ({why}; "
-                    f"{competing} fitted run(s) compared, compute in {unit})",
-                    "the run's own recipe: B_p, n and M as it ran"]
+    header = [f"rlscale export: best run of study {study}: {chosen['run']} ({why}; "
+              f"{competing} fitted run(s) compared, compute in {unit})",
+              "the run's own recipe: B_p, n and M as it ran"]
+    if budget is not None:
+        header.append(_reward_at_budget(records, chosen, COMPUTE_COLUMNS[unit], budget))
+    return recipe, header
+
+
+def _reward_at_budget(records: pd.DataFrame, chosen: pd.Series, compute_col: str, budget: float) -> str:
+    """The chosen run's predicted reward at the budget with its prediction interval (fitting/predict.py), in words."""
+    from rlscale.fitting.predict import predict_stored_run
+
+    p = predict_stored_run(records, chosen, compute_col, budget)
+    if p is None:
+        return f"reward at {budget:g}: no prediction interval (too few evaluations)"
+    return (f"reward at {budget:g}: {p.predicted:.3f} [{p.lo:.3f}, {p.hi:.3f}] ({p.level:.0%} prediction interval "
+            "of the mean over the last 10% of compute)")

@@ -51,7 +51,7 @@ def show(rec, study: str) -> None:
 
     top = Table(title=f"recommendation for {rec.budget:g} ({safe(study)})", show_header=True)
     n_from = "n* from the law [95%]" if rec.law_identified else "n from"
-    for col in ("B_p", "n", "M steps", n_from, "predicted reward [95%]"):
+    for col in ("B_p", "n", "M steps", n_from, f"predicted reward [{rec.predicted_level:.0%}]"):
         top.add_column(col)
     top.add_row(str(rec.prompts_per_batch), str(rec.rollouts), str(rec.steps),
                 f"{rec.n_star:.0f} [{rec.n_star_interval[0]:.0f}, {rec.n_star_interval[1]:.0f}]" if rec.law_identified
