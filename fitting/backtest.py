@@ -267,8 +267,8 @@ def summary_lines(summary: BacktestSummary) -> list[str]:
                      f"carry-forward {_f(summary.mae_carry_forward_rising)} ({verdict}).")
     lines.append(f"Mean |error| on every fitted run: fit {_f(summary.mae_fit)}, carry-forward {_f(summary.mae_carry_forward)}.")
     if summary.pi_checked:
-        lines.append(f"End reward inside its {summary.level:.0%} prediction interval: {summary.pi_inside} of "
-                     f"{summary.pi_checked} ({summary.pi_coverage:.0%}), median width {_f(summary.pi_median_width)}.")
+        lines.append(f"End reward in its {summary.level:.0%} prediction interval: {summary.pi_inside} of "
+                     f"{summary.pi_checked} ({summary.pi_coverage:.0%}); median width {_f(summary.pi_median_width)}.")
     if summary.A_checked:
         lines.append(f"Full-run A inside the part-fit's 95% interval: {summary.A_inside} of {summary.A_checked} "
                      f"({summary.A_inside_share:.0%}); where the full run's own A is identified: "
@@ -410,7 +410,8 @@ def study_decision(records: pd.DataFrame, *, fraction: float, run_col="run", com
 
 def decision_lines(decision: StudyDecision) -> list[str]:
     """The decision in words: the pick from the cut, the best run at the end, each method's regret."""
-    regret = ", ".join(f"{method} {decision.regret[method]:.3f}" for method in PICK_METHODS)
+    short = {"prediction": "prediction", "prediction_point": "point", "leader": "leader", "A": "A"}
+    regret = ", ".join(f"{short[method]} {decision.regret[method]:.3f}" for method in PICK_METHODS)
     return [f"Picked at {decision.fraction:.0%} by prediction: {decision.picks['prediction']}",
             f"Best at the end: {decision.best}",
             f"Regret (best end - picked end): {regret}"]

@@ -251,3 +251,17 @@ def test_a_decision_switches_from_the_leader_only_when_the_prediction_is_sure():
     quarter = decide_study(study_runs(), 0.25, drift=drift, seed=0)
     assert quarter.predicted_lo["slow"] < quarter.predicted_hi["fast"]
     assert quarter.picks["prediction"] == quarter.picks["leader"] == "fast"
+
+
+def test_cli_level_sets_the_prediction_intervals_level_and_a_bad_one_is_refused(cli, tmp_path):
+    path = tmp_path / "runs.csv"
+    write_runs(path, {"a": noisy_sigmoid(0), "b": noisy_sigmoid(1)})
+    code, out, _ = cli("backtest", str(path), "--json", "--bootstrap", "50", "--level", "0.5")
+    assert code == 0
+    narrow = json.loads(out)["runs"][0]
+    code, out, _ = cli("backtest", str(path), "--json", "--bootstrap", "50")
+    wide = json.loads(out)["runs"][0]
+    assert narrow["level"] == 0.5 and wide["level"] == 0.9
+    assert narrow["pi_hi"] - narrow["pi_lo"] < wide["pi_hi"] - wide["pi_lo"]
+    code, out, err = cli("backtest", str(path), "--level", "1")
+    assert code == 2 and out == "" and "--level" in err

@@ -14,6 +14,7 @@ def register(app: typer.Typer) -> None:
         study: str = typer.Option(None, "--study", help="backtest the stored records of this study instead of a file"),
         db: DbUrl = None,
         fraction: float = typer.Option(0.5, "--fraction", help="fit on the points at compute <= this share of each run's last compute"),
+        level: float = typer.Option(0.9, "--level", help="the level of the end reward's prediction interval"),
         r0: float = typer.Option(None, "--r0", help="reward before RL, held fixed (default: fitted)"),
         min_compute: float = typer.Option(0.0, "--min-compute", min=0.0, help="drop points below this compute"),
         bootstrap: int = typer.Option(200, "--bootstrap", min=2, help="bootstrap resamples for the intervals"),
@@ -34,6 +35,8 @@ def register(app: typer.Typer) -> None:
         check_fit_source(file, study, db, command="backtest", noise=noise, unbounded=unbounded, r0=r0)
         if not 0.0 < fraction < 1.0:
             raise UserError(f"expected a share of compute in (0, 1), got {fraction:g}", field="--fraction")
+        if not 0.0 < level < 1.0:
+            raise UserError(f"expected a level in (0, 1), got {level:g}", field="--level")
         if file is not None:
             from rlscale.db.importer import read_run_log
 
@@ -44,15 +47,16 @@ def register(app: typer.Typer) -> None:
 
             records, source = study_records(Store(db, create=False), study), study
         results = backtest_runs(records, fraction=fraction, run_col="run", compute_col="compute", reward_col="reward",
-                                r0=r0, min_compute=min_compute, bootstrap=bootstrap, noise=noise, bounded=not unbounded)
+                                level=level, r0=r0, min_compute=min_compute, bootstrap=bootstrap, noise=noise,
+                                bounded=not unbounded)
         if not any(r.fitted for r in results):
             reasons = "; ".join(f"{r.run}: {r.reason}" for r in results[:5]) + ("; ..." if len(results) > 5 else "")
             raise UserError(f"no run could be fitted on its first {fraction:.0%} of compute ({reasons})", file=source)
         summary = summarize(results, fraction)
         # the runs of one file or study are those a user chooses between: what the cut would have picked
         decision = study_decision(records, fraction=fraction, run_col="run", compute_col="compute",
-                                  reward_col="reward", r0=r0, min_compute=min_compute, bootstrap=bootstrap,
-                                  noise=noise, bounded=not unbounded)
+                                  reward_col="reward", level=level, r0=r0, min_compute=min_compute,
+                                  bootstrap=bootstrap, noise=noise, bounded=not unbounded)
         if json_out:
             from rlscale.cli.console import print_json
 
