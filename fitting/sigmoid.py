@@ -156,15 +156,18 @@ def levenberg_marquardt(model, theta0, y, sqrt_w, lower, upper, free, *, max_ite
     y = np.asarray(y, dtype=float)
     sqrt_w_jac = np.repeat(sqrt_w[:, None], p, axis=1)  # (n, p): one contiguous stretch per row, not p at a time
 
-    def evaluate(t, rows):
-        r, jac = model(t)  # fresh arrays, weighted in place: r = sqrt_w * (f - y)
-        r -= y[rows] if y.ndim == 2 else y
+    def evaluate(t, rows, shared=False):
+        # shared: every row of t is one point (bootstrap resamples all start at the fit), so the model runs once
+        f, jac = model(t[:1] if shared else t)
+        r = f - (y[rows] if y.ndim == 2 else y)  # weighted below: r = sqrt_w * (f - y)
         r *= sqrt_w
-        jac *= sqrt_w_jac
+        jac *= sqrt_w_jac  # a new array from the model
+        if shared:
+            r, jac = np.repeat(r, len(t) // len(r), axis=0), np.repeat(jac, len(t), axis=0)
         cost = np.einsum("kn,kn->k", r, r)
         return r, jac, np.where(np.isfinite(cost), cost, np.inf)
 
-    r, jac, cost = evaluate(theta, slice(None))
+    r, jac, cost = evaluate(theta, slice(None), shared=len(theta) > 1 and bool((theta == theta[0]).all()))
     # Only the rows still moving are carried through an iteration (each row's arithmetic is its own): a batch
     # whose rows mostly stopped costs what its few slow rows cost.
     rows = np.flatnonzero(np.isfinite(cost))
