@@ -512,23 +512,23 @@ class _Profile:
 
     def bounds(self, level, requests, offset=None) -> tuple[list[float], float | None]:
         """`bound(level, side, scale)` for each (side, scale) in `requests`, and `not_rejected(offset)` when an
-        offset is given (else None), from as few batched solves as their solver settings allow: one for the
-        interval's two ends and the identification test. A values that the cost floor alone rejects are not
-        solved (see _screen)."""
+        offset is given (else None), from as few batched solves as their solver settings allow: the interval's two
+        ends and the identification test together. An A value whose cost floor (_cost_floor) the test already
+        rejects is not solved unless a crossing interpolates to it: the floor's statistic stands for it."""
         plans = [self._bound_grid(level, side, scale) for side, scale in requests]
         tests = [(a, critical, solver, True) for a, _, critical, solver in
                  (plan for plan in plans if not isinstance(plan, float))]
         alt = self._alternatives(offset) if offset is not None else None
         if alt is not None:
             tests.append((alt, _f_quantile(0.95, self.dof), _TEST_SOLVER, False))
-        screened = [self._screen(a, critical, crossing) for a, critical, _, crossing in tests]
-        for solver in {tuple(test[2].items()) for test in tests}:
-            members = [i for i, test in enumerate(tests) if tuple(test[2].items()) == solver]
-            solved = self.statistic(np.concatenate([tests[i][0][screened[i][1]] for i in members]), **dict(solver))
-            for i in members:
-                statistic, need = screened[i]
-                statistic[need], solved = solved[:need.sum()], solved[need.sum():]
-        statistics = [statistic for statistic, _ in screened]
+        statistics = [(self._cost_floor(a) * (1.0 - 1e-9) - self.cost_hat) / self.sigma2 for a, *_ in tests]
+        solved = [np.zeros(len(a), dtype=bool) for a, *_ in tests]
+        # The values the floor does not reject (margins for rounding in the floor and the solver's costs) ...
+        self._solve(tests, statistics, solved, [statistic < critical * (1.0 + 1e-9)
+                                                for statistic, (_, critical, *_) in zip(statistics, tests)])
+        # ... then the one each crossing interpolates to, where the floor stood for it
+        self._solve(tests, statistics, solved, [_crossing_row(statistic, critical) if crossing else None
+                                                for statistic, (_, critical, _, crossing) in zip(statistics, tests)])
         ends = [plan if isinstance(plan, float) else _crossing(plan[0], statistics.pop(0), plan[2], plan[1],
                                                                self.theta_hat[_A]) for plan in plans]
         a_alt = None
@@ -537,18 +537,22 @@ class _Profile:
             a_alt = float(alt[kept[0]]) if kept.size else None
         return ends, a_alt
 
-    def _screen(self, a, critical, crossing) -> tuple[np.ndarray, np.ndarray]:
-        """(statistic, need) for the A values `a`: the F statistic of the cost floor (a lower bound on each one's
-        statistic) and which of them must be solved, namely those the floor does not reject at `critical`, and
-        for a crossing (see _crossing) also the first and each one right after one not rejected, whose values it
-        may interpolate. The others are rejected whatever the solver finds: their floor stands for them."""
-        floor = (self._cost_floor(a) * (1.0 - 1e-9) - self.cost_hat) / self.sigma2
-        rejected = floor >= critical * (1.0 + 1e-9)  # margins for rounding in the floor and the solver's costs
-        need = ~rejected
-        if crossing:
-            need[0] = True
-            need[1:] |= ~rejected[:-1]
-        return floor, need
+    def _solve(self, tests, statistics, solved, wanted) -> None:
+        # F statistics of the `wanted` A values (a mask or index per test, None for none) not yet solved, written
+        # into `statistics`; one batched solve per solver setting
+        for solver in {tuple(test[2].items()) for test in tests}:
+            rows = []
+            for i, test in enumerate(tests):
+                mask = np.zeros(len(test[0]), dtype=bool)
+                if tuple(test[2].items()) == solver and wanted[i] is not None:
+                    mask[wanted[i]] = True
+                rows.append(mask & ~solved[i])
+            if not any(mask.any() for mask in rows):
+                continue
+            values = self.statistic(np.concatenate([test[0][mask] for test, mask in zip(tests, rows)]), **dict(solver))
+            for i, mask in enumerate(rows):
+                statistics[i][mask], values = values[:mask.sum()], values[mask.sum():]
+                solved[i] |= mask
 
     @cached_property
     def _monotone_fits(self) -> tuple[np.ndarray, np.ndarray]:
@@ -606,6 +610,15 @@ class _Profile:
 
 # A profile test at an interval's end or at 95%, not an estimate: a looser solve than the fit's.
 _TEST_SOLVER = {"max_iter": 40, "xtol": 1e-6}
+
+
+def _crossing_row(statistic, critical) -> int | None:
+    """The index whose exact value _crossing interpolates to besides the last one not rejected: the next one, or
+    the first when none is kept; None when the crossing needs none (nothing up to the end is rejected)."""
+    kept = np.flatnonzero(~(np.isfinite(statistic) & (statistic >= critical)))
+    if kept.size == 0:
+        return 0
+    return int(kept[-1]) + 1 if kept[-1] < len(statistic) - 1 else None
 
 
 def _crossing(a, statistic, critical, edge, a_hat) -> float:
