@@ -2,7 +2,8 @@
 
 What is predicted: the mean validation reward over a window of evaluations ending at compute C (the last WINDOW of
 C), as the run's own evaluations would measure it. The interval carries three independent parts, added in variance:
-- the fit's parameter uncertainty: the spread of the window's mean over the fit's bootstrap draws;
+- the fit's parameter uncertainty: the spread of the window's mean over the fit's bootstrap draws, widened as the
+  fit's interval on A widens the bootstrap's (its profile likelihood follows a higher A reached more slowly);
 - evaluation noise over the window: the residuals' variance over the window's evaluations (AR(1)-correlated);
 - drift: the plateau's wander and creep beyond what the data shows, a random walk in log compute whose size is in
   proportion to the fitted gain: sd = drift x |A - R0| x sqrt(ln(C / last compute seen)), zero inside the data. Its
@@ -169,7 +170,18 @@ def _parameter_sd(fit: SigmoidFit, points: np.ndarray) -> float:
         return float("nan")
     tail = (1.0 - _DRAW_LEVEL) / 2.0
     lo, hi = np.quantile(means, [tail, 1.0 - tail])
-    return float((hi - lo) / (2.0 * stats.norm.ppf(1.0 - tail)))
+    return float((hi - lo) / (2.0 * stats.norm.ppf(1.0 - tail))) * _profile_widening(fit)
+
+
+def _profile_widening(fit: SigmoidFit) -> float:
+    """How much wider the fit's interval on A (the hull of the bootstrap's and the profile likelihood's) is than the
+    bootstrap's percentile interval on A alone (>= 1): the draws miss the same ridge for a prediction past the data."""
+    draws = fit.samples[:, 0]
+    lo, hi = np.quantile(draws[np.isfinite(draws)], [0.025, 0.975])
+    hull = fit.A_hi - fit.A_lo
+    if not (math.isfinite(hull) and hi - lo > 0):
+        return 1.0
+    return max(1.0, float(hull / (hi - lo)))
 
 
 def _linearised_sd(fit: SigmoidFit, compute, reward, points: np.ndarray, level: float) -> float:
