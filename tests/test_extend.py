@@ -122,7 +122,7 @@ def test_the_sweep_ends_with_the_one_command_that_extends_it_in_80_columns(tmp_p
         {"run": f"n{n}", "compute": 0.035, "target": 0.07, "why": "A sits at its bound 1" if n == 16 else ""}
         for n in (2, 4, 8, 16)])
     command = _extend_command(tmp_path / "grow.yaml", None, 2.0)
-    payload = {"done": 4, "stopped": 0, "failed": 0, "runs": 4, "wall_seconds": 470.0, "gpu_hours": 0.14,
+    payload = {"done": 4, "stopped": 0, "failed": 0, "runs": 4, "wall_seconds": 470.0, "gpu_hours": 0.14, "budget": 0.14,
                "planned_gpu_hours": 0.14, "db": "sqlite:///store.db"}
     refusal = ("no recommendation: the optimal-n law is not identified: the frontier has not bent: n* takes only "
                "[2, 4, 8]; and n* moved ([2, 4, 8]) while not every run is identified and stable (n16 (A sits at "

@@ -65,13 +65,14 @@ def register(app: typer.Typer) -> None:
         records = store.records_frame(study.name)
         report = _report(store, study.name, records, out or Path("reports") / study.name)
         spent = float(records.groupby("run_id")["gpu_hours"].max().sum()) if len(records) else 0.0  # as `status` reads it
-        recommendation, refusal = _recommend(store, study, spent)
+        budget = float(records.groupby("run_id")[_UNITS[_unit_key(study)]].max().sum()) if len(records) else 0.0
+        recommendation, refusal = _recommend(store, study, budget)
         allocation = None if recommendation is not None else _next_allocation(store, study.name)
         command = _extend_command(study_file, db, study.extend * allocation.factor) if allocation else None
         payload = {
             "study": study.name, "db": store.url_for_display, "runs": len(driver.runs or runs),
             "done": summary.count("done"), "failed": summary.count("failed"), "stopped": summary.count("stopped"),
-            "gpu_hours": spent,
+            "gpu_hours": spent, "budget": budget,
             "planned_gpu_hours": sum(run.planned_gpu_hours for run in driver.runs),
             "wall_seconds": round(summary.wall_seconds, 2), "busy_seconds": round(summary.busy_seconds, 2),
             "timings": {k: round(v, 2) for k, v in summary.timings.items()},
@@ -105,11 +106,11 @@ def _closing_lines(study, db: str | None, payload: dict, recommendation, refusal
 
     unit = _unit(study)
     flag = f" --db {shlex.quote(db)}" if db else ""
-    planned, spent = payload["planned_gpu_hours"], payload["gpu_hours"]
+    planned, spent, budget = payload["planned_gpu_hours"], payload["gpu_hours"], payload["budget"]
     share = f" ({spent / planned:.0%})" if planned > 0 else ""
     lines = [f"{payload['done']} done, {payload['stopped']} stopped early, {payload['failed']} failed of "
              f"{payload['runs']} runs in {payload['wall_seconds']:.0f} s",
-             f"spent {spent:.4g} of {planned:.4g} planned {unit}{share}; store: {payload['db']}"]
+             f"spent {spent:.4g} of {planned:.4g} planned GPU-hours{share}; store: {payload['db']}"]
     name = shlex.quote(study.name)
     if recommendation is not None:
         rec = recommendation
@@ -120,15 +121,15 @@ def _closing_lines(study, db: str | None, payload: dict, recommendation, refusal
                   f"{rec.predicted_interval[1]:.3f}], from run {rec.predicted_from}'s curve"]
         lines += [f"- {part}" for note in rec.notes for part in _parts(note)]
         lines += ["next: the recipe for your framework:",
-                  f"  rlscale export --format verl --study {name} --budget {spent:.4g}{flag}",
+                  f"  rlscale export --format verl --study {name} --budget {budget:.4g}{flag}",
                   "the evidence (runs at n, frontier):",
-                  f"  rlscale recommend --study {name} --budget {spent:.4g}{flag}"]
+                  f"  rlscale recommend --study {name} --budget {budget:.4g}{flag}"]
         return lines
     if refusal:
         lines += ["not yet: no decision"] + [f"- {part}" for part in _parts(refusal.removeprefix("no recommendation: "))]
     if allocation is not None:
-        each = planned / max(1, payload["runs"])
-        lines.append(f"next: extend every run {allocation.factor:g}x ({each:.2g} -> {each * allocation.factor:.2g} "
+        each = max(run["compute"] for run in allocation.runs)
+        lines.append(f"next: extend every run {allocation.factor:g}x ({each:.3g} -> {each * allocation.factor:.3g} "
                      f"{unit} each) to {allocation.goal}:")
         lines += [f"- {run['run']}: {run['why']}" for run in allocation.runs if run["why"]]
         lines.append(f"  {command}")
@@ -153,9 +154,15 @@ def _parts(text: str) -> list[str]:
     return [part.strip().removeprefix("and ") for part in parts if part.strip()]
 
 
+_UNITS = {"gpu_hours": "gpu_hours", "rollouts": "rollouts", "tokens": "tokens"}  # compute unit -> records column
+
+
+def _unit_key(study) -> str:
+    return study.compute.unit if study.compute is not None else "gpu_hours"
+
+
 def _unit(study) -> str:
-    unit = study.compute.unit if study.compute is not None else "gpu_hours"
-    return {"gpu_hours": "GPU-hours"}.get(unit, unit)
+    return {"gpu_hours": "GPU-hours"}.get(_unit_key(study), _unit_key(study))
 
 
 def _extend_command(study_file: Path, db: str | None, factor: float) -> str:
