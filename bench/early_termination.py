@@ -89,11 +89,11 @@ VARIANTS = {
 }
 
 
-def make_study(rng, c_mid_range=REGIMES["late"]) -> list[dict]:
+def make_study(rng, c_mid_range=REGIMES["late"], n_runs=N_RUNS) -> list[dict]:
     """One study's true curves and their noisy eval records (compute in GPU-hours, budget 1.0 per run): the eval
     at step 0 (compute 0), which the driver records and fits too, then N_EVALS up to the budget."""
     runs = []
-    for _ in range(N_RUNS):
+    for _ in range(n_runs):
         A = rng.uniform(0.45, 0.85)
         B = rng.uniform(1.0, 2.5)
         C_mid = rng.uniform(*c_mid_range)

@@ -151,6 +151,11 @@ def _sqlite_read_only(path: str, *, create: bool) -> str | None:
     return "mode=ro"
 
 
+class StoreUnreachable(UserError):
+    """The database server did not take a connection: a wrong URL when a command opens the store, or a server
+    restarting under a running sweep (whose writes wait for it)."""
+
+
 def _translate_errors(engine: Engine, shown: str, *, read_only: bool = False) -> None:
     """Turn errors the user caused (not a database, read-only, bad driver options) into one-line UserErrors."""
 
@@ -166,7 +171,7 @@ def _translate_errors(engine: Engine, shown: str, *, read_only: bool = False) ->
             raise UserError(f"cannot open the store {shown} ({text}; does its directory exist?)", field="--db") from None
         if context.connection is None and not isinstance(orig, sqlite3.Error):
             # a failure to connect (server, host, port, credentials, driver options): the store cannot be opened
-            raise UserError(f"cannot open the store {shown}: {text}", field="--db") from None
+            raise StoreUnreachable(f"cannot open the store {shown}: {text}", field="--db") from None
 
 
 def migrate(engine: Engine, *, shown: str | None = None) -> None:

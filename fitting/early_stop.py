@@ -132,7 +132,7 @@ def promise(run: RunProgress, noise_band: float = NOISE_BAND) -> float:
 
 def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...], leaders: int = 1,
               noise_band: float = NOISE_BAND, past_inflection: float = PAST_INFLECTION,
-              rank: Callable[[RunProgress], float] | None = None) -> Move | None:
+              rank: Callable[[RunProgress], float] | None = None, slots: int = 1) -> Move | None:
     """The next thing the sweep should do, or None when every run is finished, stopped or busy (in flight).
 
     In this order:
@@ -143,6 +143,8 @@ def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...], leaders: int
     4. advance, to its next rung, the most promising of the runs at the lowest rung (breadth first:
        at each rung the best-looking run goes ahead first, and once all survivors sit at the last rung
        before 1.0 they finish one by one, best first, each raising the reference for the rest).
+    With `slots` > 1 (runs in flight at once) rule 3 takes one leader more and comes before rule 2 once the runs
+    still to explore take no longer on the other slots than a leader takes to finish.
     Runs in flight (`busy`) are judged by rule 1 like the others (the sweep stops them at their next checkpoint)
     but get no advance, and one heading to its full budget counts as a leader in rule 3; the sweep asks again
     each time a slot frees, as ASHA promotes asynchronously.
@@ -158,16 +160,24 @@ def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...], leaders: int
     idle = [run for run in active if not run.busy]  # a run in flight gets no second move
     if not idle:
         return None
-    behind = [run for run in idle if run.fraction < rungs[0] - _EPS]
-    if behind:
-        return Move("advance", min(behind, key=lambda run: run.fraction).key, until=rungs[0])
-
     if rank is None:
         def rank(run):
             return promise(run, noise_band)
 
+    behind = [run for run in idle if run.fraction < rungs[0] - _EPS]
     identified = sum(1 for run in runs if run.done and run.fit is not None and run.fit.identified)
     on_their_way = sum(1 for run in active if run.busy and run.target >= 1.0 - _EPS)
+    if slots > 1:  # the first leader is picked from the runs explored so far: a second raises the reference sooner
+        leaders += 1
+    explored = [run for run in idle if run.fraction >= rungs[0] - _EPS]
+    # with several slots the leader starts while the last runs are explored, timed to finish as they do, so the
+    # reference is there when the promotions begin: exploring `behind` on the other slots takes
+    # len(behind) x rungs[0] / (slots - 1) runs' time, the leader (1 - rungs[0]) of one
+    early = slots > 1 and len(behind) * rungs[0] <= (slots - 1) * (1.0 - rungs[0])
+    if identified + on_their_way < leaders and explored and (not behind or early):
+        return Move("advance", max(explored, key=rank).key, until=1.0)
+    if behind:
+        return Move("advance", min(behind, key=lambda run: run.fraction).key, until=rungs[0])
     if identified + on_their_way < leaders:
         return Move("advance", max(idle, key=rank).key, until=1.0)
 

@@ -34,7 +34,7 @@ def db_url(request, tmp_path):
     if not base:
         pytest.skip("RLSCALE_TEST_PG_URL is not set (CI sets it; see .ci/run)")
     schema = f"rlscale_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
+    admin = create_engine(base, pool_pre_ping=True)  # a test may restart the server meanwhile
     with admin.begin() as conn:
         conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
     # the schema goes first on the search path, so the store (and alembic's version table) live in it

@@ -28,31 +28,44 @@ def run_bayes(driver) -> SweepSummary:
     started = time.perf_counter()
     summary = SweepSummary(driver.runs)
     base = study.recipe.to_json()
+    # trials open at once: --max-concurrent or the study's (TPE then proposes each batch from the trials told)
+    batch = driver.max_concurrent or study.max_concurrent or 1
     try:
-        for trial in search.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            _run_trial(driver, search, trial.number, trial.params, base, summary)  # interrupted earlier
-        while _finished(search) < study.n_trials:
-            trial = search.ask()
-            params = {key: _suggest(trial, key, axis) for key, axis in study.parameters.items()}
-            _run_trial(driver, search, trial.number, params, base, summary)
+        interrupted = search.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        if interrupted:
+            _run_trials(driver, search, [(t.number, t.params) for t in interrupted], base, summary)
+        while (open_now := min(batch, study.n_trials - _finished(search))) > 0:
+            trials = [search.ask() for _ in range(open_now)]
+            _run_trials(driver, search, [(trial.number, {key: _suggest(trial, key, axis)
+                                                         for key, axis in study.parameters.items()})
+                                         for trial in trials], base, summary)
     finally:
         driver.close()
     summary.wall_seconds = time.perf_counter() - started
     return summary
 
 
-def _run_trial(driver, search, number: int, params: dict, base: dict, summary: SweepSummary) -> None:
-    from rlscale.planner.study import trial_recipe
+def _run_trials(driver, search, trials: list[tuple[int, dict]], base: dict, summary: SweepSummary) -> None:
+    """Run the trials' runs side by side (admitted by free devices, as a grid sweep's), then tell Optuna each
+    trial's objective."""
+    import optuna
 
-    recipe, planned_gpu_hours = trial_recipe(driver.study, {**base, **params})
-    run = driver.add_run(f"trial-{number}", recipe, driver.study.seeds[0], planned_gpu_hours)
-    if run.status not in ("done", "failed", "stopped"):
-        driver.run_one(run, summary)
-    value = _objective(driver, run.run_id)
-    if value is None:
-        search.tell(number, state=__import__("optuna").trial.TrialState.FAIL)
-    else:
-        search.tell(number, value)
+    from rlscale.planner.study import trial_recipe
+    from rlscale.runner.sweep.scheduler import GridSchedule
+
+    runs = []
+    for number, params in trials:
+        recipe, planned_gpu_hours = trial_recipe(driver.study, {**base, **params})
+        runs.append(driver.add_run(f"trial-{number}", recipe, driver.study.seeds[0], planned_gpu_hours))
+    todo = [run for run in runs if run.status not in ("done", "failed", "stopped")]
+    if todo:
+        driver.run_schedule(GridSchedule(), todo, summary)
+    for (number, _params), run in zip(trials, runs):
+        value = _objective(driver, run.run_id)
+        if value is None:
+            search.tell(number, state=optuna.trial.TrialState.FAIL)
+        else:
+            search.tell(number, value)
 
 
 def _objective(driver, run_id: int) -> float | None:

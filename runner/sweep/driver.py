@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from rlscale.planner.recipe import Recipe
@@ -139,22 +139,16 @@ class SweepDriver:
 
         by_id = {run.run_id: run for run in runs}
         pool = JobPool(self, by_id, summary)
+        if hasattr(schedule, "slots"):  # the rung schedule judges the runs itself
+            schedule = replace(schedule, slots=pool.slots)
+        else:  # every run to its end, each judged by the study's rule at its checkpoints (hyperband, or a bayes trial)
+            pool.judge = self._should_stop
         try:
             run_concurrently(schedule, lambda: self._progress(runs, pool.waiting()), pool.start, pool.wait,
                              pool.stop, admit=pool.admit, slots=pool.slots)
         except BaseException:
             pool.interrupt()
             raise
-
-    def run_one(self, run: RunState, summary: SweepSummary, until_step: int | None = None,
-                should_stop: Callable[[], str | None] | None = None) -> None:
-        """Run one job to the end, or pause it at `until_step` (retrying crashes), then refit the study's curves.
-        should_stop: asked at each checkpoint (default: the study's early_terminate rule for one run at a time)."""
-        self._run_with_retries(run, summary, until_step, should_stop or (lambda: self._should_stop(run)))
-        self._refit()
-        if self._hyperband is not None and run.status != "paused":
-            with self._lock:
-                self._hyperband.finish(run.run_id, run.val_reward if run.status == "done" else None)
 
     def _run_with_retries(self, run: RunState, summary: SweepSummary, until_step: int | None,
                           should_stop: Callable[[], str | None]) -> bool:
@@ -165,7 +159,9 @@ class SweepDriver:
         while True:
             run.attempts += 1
             run.status, run.note = "running", ("" if run.attempts == 1 else f"retry {run.attempts - 1}")
-            self._store(self.store.set_run_status, run.run_id, "running")
+            # `rlscale status` in another terminal shows what a run in flight holds
+            self._store(self.store.set_run_status, run.run_id, "running",
+                        error=f"on {run.devices}" if run.devices else None)
             self.on_update(self.runs)
             try:
                 result = self.engine_for(run.recipe).run(
@@ -211,16 +207,19 @@ class SweepDriver:
         restart): its connection errors are retried for up to STORE_OUTAGE_SECONDS, with a note on the runs."""
         from sqlalchemy.exc import DBAPIError
 
+        from rlscale.db.engine import StoreUnreachable
+
         deadline = time.monotonic() + STORE_OUTAGE_SECONDS
         delay = 0.5
         while True:
             try:
                 with self._lock:
                     return method(*args, **kwargs)
-            except DBAPIError as err:
-                if not (err.connection_invalidated or _is_disconnect(err)) or time.monotonic() > deadline:
+            except (DBAPIError, StoreUnreachable) as err:
+                gone = isinstance(err, StoreUnreachable) or err.connection_invalidated or _is_disconnect(err)
+                if not gone or time.monotonic() > deadline:
                     raise
-                self.store_note = f"store unreachable, retrying: {str(err.orig).splitlines()[0][:60]}"
+                self.store_note = f"store unreachable, retrying: {str(getattr(err, 'orig', None) or err).splitlines()[0][:60]}"
                 self.on_update(self.runs)
                 time.sleep(delay)
                 delay = min(5.0, delay * 2)
@@ -254,8 +253,8 @@ class SweepDriver:
     # early termination ----------------------------------------------------------------------------
 
     def _should_stop(self, run: RunState) -> str | None:
-        """A reason to stop `run` now by the study's early_terminate rule when it runs on its own (not by rungs:
-        e.g. a bayes trial), or None."""
+        """A reason to stop `run` now by the study's early_terminate rule when it runs to its end (not by rungs:
+        hyperband, or a bayes trial), or None."""
         rule = self.study.early_terminate
         if rule.type == "none":
             return None
@@ -373,6 +372,7 @@ class JobPool:
         self.stop_requests: dict[int, str] = {}
         self.requeued: dict[int, float] = {}  # run_id -> monotonic time it may be admitted again
         self.errors: list[BaseException] = []
+        self.judge = lambda run: None  # a run's stop reason at a checkpoint, besides the schedule's check
         todo = [run for run in runs.values() if run.status not in FINISHED and run.recipe is not None]
         engines = [driver.engine_for(run.recipe) for run in todo]
         self.devices = {run.run_id: engine.devices(run.recipe) for run, engine in zip(todo, engines)}
@@ -413,13 +413,12 @@ class JobPool:
         run = self.runs[run_id]
         run.status, run.note = "starting", ""
         until_step = max(run.step + 1, math.ceil(until * run.recipe.steps - 1e-9))
-        driver, rule = self.driver, self.driver.study.early_terminate.type
+        driver = self.driver
 
         def should_stop() -> str | None:
             if run_id in self.stop_requests:
                 return self.stop_requests[run_id]
-            reason = check(driver._progress_of(run))
-            return reason or (driver._should_stop(run) if rule == "hyperband" else None)
+            return check(driver._progress_of(run)) or self.judge(run)
 
         def advance() -> None:
             try:

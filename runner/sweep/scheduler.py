@@ -34,6 +34,7 @@ class RungSchedule:
     noise_band: float = NOISE_BAND
     past_inflection: float = PAST_INFLECTION
     rank: Callable[[RunProgress], float] | None = None
+    slots: int = 1  # runs in flight at once (the sweep's bound), which times the leader's start
 
     @classmethod
     def from_rule(cls, rule, **overrides) -> "RungSchedule":
@@ -45,7 +46,7 @@ class RungSchedule:
         """What to do next (see rlscale.fitting.early_stop.next_move), or None when every run is finished or stopped."""
         rank = self.rank or (lambda run: promise(run, self.noise_band))
         return next_move(runs, rungs=self.rungs, leaders=self.leaders, noise_band=self.noise_band,
-                         past_inflection=self.past_inflection, rank=rank)
+                         past_inflection=self.past_inflection, rank=rank, slots=self.slots)
 
     def stop_check(self, runs: list[RunProgress]) -> StopCheck:
         """The check to apply while one run advances: a reason to stop it once it has spent min_fraction of its
@@ -131,7 +132,7 @@ def run_concurrently(schedule, progress: Callable[[], list[RunProgress]],
             in_flight[move.key] = move.until
             start(move.key, move.until, schedule.stop_check(runs))
             runs = _overlay(runs, in_flight, stopping)
-        if not in_flight and not blocked:
+        if not in_flight and not blocked and not any(run.busy for run in runs):  # busy: waiting to be requeued
             return moves
         for key in wait():
             in_flight.pop(key, None)

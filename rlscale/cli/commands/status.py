@@ -25,4 +25,13 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json([state.to_dict() for state in states])
             return
-        console.print(sweep_table(study, states))
+        console.print(sweep_table(study, states, cluster_line(states)))
+
+
+def cluster_line(states) -> str:
+    """Runs in flight (with what they hold) and runs queued, as the store has them."""
+    running = [state for state in states if state.status == "running"]
+    held = [state.note[3:] for state in running if state.note.startswith("on ")]
+    queued = sum(state.status in ("pending", "paused") for state in states)
+    holding = f" (holding {', '.join(held)})" if held else ""
+    return f"{len(running)} in flight{holding}, {queued} queued"

@@ -1,0 +1,135 @@
+"""A sweep with several runs in flight: jobs whose devices were taken go back to the queue, the store going away
+mid-sweep (a PostgreSQL restart) loses nothing, and two real builtin runs trained at once store what they store
+one by one. The scheduling and admission themselves: tests/test_scheduler.py; verl jobs on logical GPUs:
+tests/test_verl_jobs.py."""
+
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+import yaml
+
+from rlscale.db.store import Store
+from rlscale.planner.study import load_study
+from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
+from rlscale.runner.sweep.driver import SweepDriver
+
+
+def write_study(path, name: str, parameters: dict, **recipe):
+    base = {"steps": 16, "prompts_per_batch": 8, "rollouts": 4, "eval_every": 4, "eval_prompts": 16,
+            "eval_samples": 2, "checkpoint_every": 4, "async": "sync", "lr": 3e-4, "lr_reference_batch": 256}
+    path.write_text(yaml.safe_dump({"name": name, "method": "grid", "recipe": {**base, **recipe},
+                                    "parameters": {k: {"values": v} for k, v in parameters.items()}}))
+    return load_study(path)
+
+
+class PacedEngine(Engine):
+    """Steps of `seconds` each, a checkpoint (and its records) every 2 steps, resumable; the first call for lr 1e-4
+    finds its devices taken (this test isolates the driver's queue from Ray on purpose). Thread-safe: the driver
+    calls it from a thread per run."""
+
+    name = "paced"
+
+    def __init__(self, seconds: float = 0.0):
+        self.seconds = seconds
+        self.calls: list[float] = []
+        self.reached: dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.in_flight = self.most_in_flight = 0
+
+    def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None):
+        with self.lock:
+            self.calls.append(recipe.lr)
+            if recipe.lr == 1e-4 and self.calls.count(1e-4) == 1:
+                raise DevicesUnavailable("Total available GPUs 0 is less than total desired GPUs 2")
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            start = self.reached.get(run_key, -1) + 1
+            last = until_step or recipe.steps
+            for step in range(start, last + 1):
+                time.sleep(self.seconds)
+                if step % 2 == 0 or step == last:
+                    on_records([{"step": s, "gpu_hours": 0.01 * s, "rollouts": s, "tokens": 0,
+                                 "val_reward": 0.5 if s % 2 == 0 else None, "metrics": {}}
+                                for s in range(self.reached.get(run_key, -1) + 1, step + 1)])
+                    self.reached[run_key] = step
+            return JobResult(steps=self.reached[run_key])
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def test_a_job_whose_devices_were_taken_goes_back_to_the_queue_without_using_an_attempt(tmp_path, monkeypatch):
+    import rlscale.runner.sweep.driver as driver_module
+
+    monkeypatch.setattr(driver_module, "REQUEUE_SECONDS", 0.2)
+    engine = PacedEngine(seconds=0.05)  # 3 s a run: the requeued run starts again while the other one runs
+    study = write_study(tmp_path / "queue.yaml", "queue", {"lr": [1e-4, 2e-4]}, steps=60)
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        summary = SweepDriver(study, store, engine=engine, max_retries=0, max_concurrent=2).run()
+        records = store.records_frame("queue")
+    assert summary.count("done") == 2 and summary.count("failed") == 0  # no retries allowed, yet not failed
+    assert engine.calls.count(1e-4) == 2 and engine.calls.count(2e-4) == 1
+    assert engine.most_in_flight == 2
+    assert len(records) == 2 * 61 and not records.duplicated(["run_id", "step"]).any()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_postgresql_restart_under_a_running_sweep_loses_no_record_and_stores_none_twice(db_url, tmp_path):
+    ctl = os.environ.get("RLSCALE_TEST_PG_CTL")
+    if not ctl:
+        pytest.skip("RLSCALE_TEST_PG_CTL is not set (.ci/run sets it with the server it starts)")
+    engine = PacedEngine(seconds=0.05)
+    study = write_study(tmp_path / "restart.yaml", "restart", {"lr": [2e-4, 3e-4, 4e-4]}, steps=160)
+    with Store(db_url) as store:
+        driver = SweepDriver(study, store, engine=engine, max_concurrent=3)
+        outage = {}
+
+        def restart():
+            while not engine.reached or min(engine.reached.values(), default=0) < 20:
+                time.sleep(0.1)
+            outage["at"] = dict(engine.reached)
+            subprocess.run([ctl, "stop"], check=True, capture_output=True)
+            time.sleep(5)
+            subprocess.run([ctl, "start"], check=True, capture_output=True)
+
+        restarter = threading.Thread(target=restart)
+        restarter.start()
+        summary = driver.run()
+        restarter.join()
+        records, runs = store.records_frame("restart"), store.runs_frame("restart")
+    assert outage and max(outage["at"].values()) < 160  # the server went away mid-sweep
+    assert summary.count("done") == 3 and list(runs["status"]) == ["done"] * 3
+    assert not records.duplicated(["run_id", "step"]).any()
+    assert all(sorted(steps) == list(range(161)) for _, steps in records.groupby("run_id")["step"])
+
+
+@pytest.mark.slow
+def test_two_builtin_runs_train_at_once_and_store_what_they_store_one_by_one(tmp_path):
+    import ray
+
+    study = write_study(tmp_path / "pair.yaml", "pair", {"rollouts": [4, 8]}, steps=8)
+    results = {}
+    for label, concurrent in (("together", None), ("alone", 1)):
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")  # 2 CPUs a run
+        seen = []
+        try:
+            with Store(f"sqlite:///{tmp_path / label}.db") as store:
+                summary = SweepDriver(study, store, max_concurrent=concurrent,
+                                      on_update=lambda runs: seen.append(
+                                          sorted(run.name for run in runs if run.status == "running"))).run()
+                results[label] = store.records_frame("pair").sort_values(["run", "step"])
+        finally:
+            ray.shutdown()
+        assert summary.count("done") == 2
+        assert max(map(len, seen)) == (2 if concurrent is None else 1)
+    together, alone = results["together"], results["alone"]
+    assert list(zip(together["run"], together["step"])) == list(zip(alone["run"], alone["step"]))
+    assert list(together["rollouts"]) == list(alone["rollouts"])
+    assert together["val_reward"].notna().tolist() == alone["val_reward"].notna().tolist()
+    print("val rewards together vs alone:", together["val_reward"].dropna().round(3).tolist(),
+          alone["val_reward"].dropna().round(3).tolist())
