@@ -133,3 +133,37 @@ def test_two_builtin_runs_train_at_once_and_store_what_they_store_one_by_one(tmp
     assert together["val_reward"].notna().tolist() == alone["val_reward"].notna().tolist()
     print("val rewards together vs alone:", together["val_reward"].dropna().round(3).tolist(),
           alone["val_reward"].dropna().round(3).tolist())
+
+
+def test_admission_places_whole_jobs_and_the_first_wave_fills_the_free_devices():
+    from rlscale.runner.sweep.admission import Ledger, first_wave, place
+
+    assert place([{"GPU": 8}, {"GPU": 8}], [{"GPU": 8}, {"GPU": 4}]) is None  # never half a job
+    assert place([{"GPU": 4}], [{"GPU": 8}, {"GPU": 4}]) == [1]  # best fit: the 8-GPU node stays whole
+    ledger = Ledger([{"GPU": 8}], observed=[{"GPU": 6}])  # someone else holds 2
+    assert ledger.admit("a", [{"GPU": 4}]) and not ledger.admit("b", [{"GPU": 4}])
+    assert ledger.free() == [{"GPU": 2}] and ledger.busy("GPU") == 4
+    jobs = [("a", [{"GPU": 4}]), ("b", [{"GPU": 8}]), ("c", [{"GPU": 2}]), ("d", [{"GPU": 2}])]
+    assert first_wave(jobs, [{"GPU": 8}]) == ["a", "c", "d"]
+    assert first_wave(jobs, [{"GPU": 8}], limit=2) == ["a", "c"]
+
+
+def test_dry_run_prints_the_admission_plan_and_status_the_runs_in_flight(tmp_path, monkeypatch, capsys):
+    from conftest import run_cli
+
+    study = write_study(tmp_path / "plan.yaml", "plan", {"rollouts": [2, 4, 8]})
+    code, out, _ = run_cli(monkeypatch, capsys, "sweep", str(tmp_path / "plan.yaml"), "--dry-run",
+                           "--max-concurrent", "2")
+    cores = len(os.sched_getaffinity(0))
+    first = min(2, cores // 2)  # a builtin run holds 2 CPU cores of a local sweep
+    assert code == 0 and f"admission: free now {cores} CPU; at most 2 at once" in out
+    assert f"starts first ({first} of 3): n2" in out
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store(url) as store:
+        driver = SweepDriver(study, store)
+        runs = driver.plan()
+        store.set_run_status(runs[0].run_id, "running", error="on 2 GPU")
+        store.set_run_status(runs[1].run_id, "running", error="on 4 GPU")
+    code, out, _ = run_cli(monkeypatch, capsys, "status", "plan", "--db", url)
+    assert code == 0 and "2 in flight (holding 2 GPU, 4 GPU), 1 queued" in out
+    assert all(len(line) <= 80 for line in out.splitlines())

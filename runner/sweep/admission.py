@@ -44,25 +44,29 @@ class Ledger:
     what the cluster itself reports free, which counts other users' jobs.
 
     nodes: every node's total resources. observed: each node's free resources as last reported (None: unknown,
-    trust the ledger alone). A node's free devices are the smaller of its total less the sweep's own jobs and
-    what it reports free: a job admitted a moment ago may not show in the report yet, another user's job shows
-    only there.
+    trust the ledger alone; set it with `observe`). A node's free devices are the smaller of its total less the
+    sweep's own jobs and what it reported free less the jobs admitted since: the report may predate a job, and
+    another user's job shows only there.
     """
 
     nodes: list[dict[str, float]]
     observed: list[dict[str, float]] | None = None
     held: dict[Hashable, tuple[list[int], list[Bundle]]] = field(default_factory=dict)
+    since_observed: set = field(default_factory=set)  # jobs admitted after the report
+
+    def observe(self, free: list[dict[str, float]] | None) -> None:
+        """A new report of each node's free resources (None: none to be had)."""
+        self.observed = free
+        self.since_observed = set()
 
     def free(self) -> list[dict[str, float]]:
         """Each node's free resources now."""
-        free = [dict(node) for node in self.nodes]
-        for nodes, bundles in self.held.values():
-            for n, bundle in zip(nodes, bundles):
-                for key, amount in bundle.items():
-                    free[n][key] = free[n].get(key, 0.0) - amount
+        free = _less([dict(node) for node in self.nodes], self.held.values())
         if self.observed is not None and len(self.observed) == len(free):
-            free = [{key: min(amount, seen.get(key, amount)) for key, amount in node.items()}
-                    for node, seen in zip(free, self.observed)]
+            seen = _less([dict(node) for node in self.observed],
+                         [self.held[key] for key in self.since_observed if key in self.held])
+            free = [{key: min(amount, node_seen.get(key, amount)) for key, amount in node.items()}
+                    for node, node_seen in zip(free, seen)]
         return free
 
     def fits_at_all(self, bundles: Sequence[Bundle]) -> bool:
@@ -75,11 +79,13 @@ class Ledger:
         if nodes is None:
             return False
         self.held[key] = (nodes, list(bundles))
+        self.since_observed.add(key)
         return True
 
     def release(self, key: Hashable) -> None:
         """The job ended: its devices are free again."""
         self.held.pop(key, None)
+        self.since_observed.discard(key)
 
     def busy(self, resource: str) -> float:
         """How much of `resource` the sweep's own jobs hold."""
@@ -88,6 +94,15 @@ class Ledger:
     def capacity(self, resource: str) -> float:
         """The cluster's total of `resource`."""
         return float(sum(node.get(resource, 0.0) for node in self.nodes))
+
+
+def _less(free: list[dict[str, float]], jobs) -> list[dict[str, float]]:
+    """`free` (per node) less what `jobs` ((nodes, bundles) pairs) hold."""
+    for nodes, bundles in jobs:
+        for n, bundle in zip(nodes, bundles):
+            for key, amount in bundle.items():
+                free[n][key] = free[n].get(key, 0.0) - amount
+    return free
 
 
 def first_wave(jobs: Sequence[tuple[Hashable, Sequence[Bundle]]], nodes: Sequence[Bundle],

@@ -400,7 +400,7 @@ class JobPool:
             return True
         if time.monotonic() - self.polled > CLUSTER_POLL_SECONDS:
             nodes = self.engine.nodes()
-            self.ledger.observed = [node.free for node in nodes] if nodes else None
+            self.ledger.observe([node.free for node in nodes] if nodes else None)
             self.polled = time.monotonic()
         admitted = self.ledger.admit(run_id, self.devices[run_id])
         if admitted:

@@ -46,7 +46,7 @@ def run_states(runs: pd.DataFrame, records: pd.DataFrame, planned_gpu_hours: Map
     by_run = {run_id: rows for run_id, rows in records.groupby("run_id")} if len(records) else {}
     states = []
     for row in runs.to_dict("records"):
-        error = row.get("error") or ""
+        error = row.get("error") if isinstance(row.get("error"), str) else ""  # None or NaN when there is none
         state = RunState(int(row["run_id"]), row["run"], _recipe(row["config"]), int(row["seed"]),
                          float(planned_gpu_hours.get(row["run"], math.nan)), status=row["status"],
                          note=error.splitlines()[0] if error else "", created_at=row.get("created_at"))
