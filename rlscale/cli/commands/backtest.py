@@ -50,7 +50,9 @@ def register(app: typer.Typer) -> None:
                                 level=level, r0=r0, min_compute=min_compute, bootstrap=bootstrap, noise=noise,
                                 bounded=not unbounded)
         if not any(r.fitted for r in results):
-            reasons = "; ".join(f"{r.run}: {r.reason}" for r in results[:5]) + ("; ..." if len(results) > 5 else "")
+            from rlscale.cli.views import cli_reason
+
+            reasons = "; ".join(f"{r.run}: {cli_reason(r.reason)}" for r in results[:5]) + ("; ..." if len(results) > 5 else "")
             raise UserError(f"no run could be fitted on its first {fraction:.0%} of compute ({reasons})", file=source)
         summary = summarize(results, fraction)
         # the runs of one file or study are those a user chooses between: what the cut would have picked
@@ -66,33 +68,43 @@ def register(app: typer.Typer) -> None:
             return
         show(results, summary, title=f"{source}: fit on the first {fraction:.0%} of compute, extrapolated to the end")
         if decision is not None:
-            from rlscale.cli.console import console
+            from rlscale.cli.console import bullet
             from rlscale.fitting.backtest import decision_lines
 
             for line in decision_lines(decision):
-                console.print(line, highlight=False, soft_wrap=True)
+                bullet(line)
 
 
 def show(results, summary, *, title: str) -> None:
-    """The backtest table, the reasons for runs not fitted under it, then the summary in words."""
-    from rich.markup import escape
+    """The backtest table (80 columns hold it; --json has every column), the reasons for runs not fitted under it,
+    then the summary as bullets."""
     from rich.table import Table
 
-    from rlscale.cli.console import console
-    from rlscale.fitting.backtest import BACKTEST_HEADER, backtest_cells, summary_lines
+    from rlscale.base.numbers import format_number as _f
+    from rlscale.cli.console import bullet, console, safe, say
+    from rlscale.fitting.backtest import summary_lines
 
-    table = Table(title=escape(title), title_justify="left", caption_justify="left")
-    width = min(28, max((len(r.run) for r in results), default=3))
-    for column in BACKTEST_HEADER:
-        table.add_column(column, min_width=width if column == "run" else None)
+    table = Table(title=safe(title), title_justify="left", caption_justify="left", caption_style="dim",
+                  caption=f"pred. [PI]: the part-fit's reward at the run's end, {summary.level:.0%} prediction "
+                          "interval; obs.: mean over the last 10% of compute; err: pred. - obs.; carry: the error of "
+                          "carrying the part's last reward forward; A in: the full run's A inside the part-fit's 95% "
+                          "interval; fit: the part-fit's A identified (every column: --json)")
+    for column in ("run", "pred. [PI]", "obs.", "err", "carry", "A in", "fit"):
+        table.add_column(column, no_wrap=column != "run", overflow="fold" if column == "run" else None,
+                         justify="left" if column in ("run", "A in", "fit") else "right")
     notes = []
-    for result in results:
-        cells = [escape(cell) for cell in backtest_cells(result)]
-        if not result.fitted:
-            notes.append(f"({len(notes) + 1}) {escape(result.run)}: not fitted: {escape(result.reason)}")
-            cells[-1] = f"not fitted ({len(notes)})"
-        table.add_row(*cells, style=None if result.fitted else "dim")
-    table.caption = "\n".join(notes) or None
+    yes_no = {True: "yes", False: "no", None: "-"}
+    for r in results:
+        if r.fitted:
+            fit = "yes" if r.identified else "no"
+        else:
+            notes.append(f"({len(notes) + 1}) {r.run}: not fitted: {r.reason}")
+            fit = f"none ({len(notes)})"
+        table.add_row(safe(r.run), f"{_f(r.predicted)} [{_f(r.pi_lo)}, {_f(r.pi_hi)}]", _f(r.observed),
+                      _f(r.error, "{:+.3f}"), _f(r.carry_forward_error, "{:+.3f}"), yes_no[r.A_inside], fit,
+                      style=None if r.fitted else "dim")
     console.print(table)
+    for note in notes:
+        say(note, rest="    ")
     for line in summary_lines(summary):
-        console.print(line, highlight=False, soft_wrap=True)
+        bullet(line)

@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
         from rlscale.db.importer import import_run_log, read_run_log
         from rlscale.db.store import Store
-        from rlscale.cli.console import console, print_json, safe
+        from rlscale.cli.console import print_json, say
 
         rows = read_run_log(file, tag=tag, compute_tag=compute_tag)  # the whole file is checked before the store is opened (or created)
         store = Store(db)
@@ -33,14 +33,10 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json({**asdict(summary), "db": store.url_for_display, "compute_unit": rows.attrs.get("compute_unit")})
             return
-        console.print(
-            f"{safe(summary.file)} -> study [bold]{safe(summary.study)}[/] in {safe(store.url_for_display)}: "
-            f"{summary.runs} runs ({summary.runs_created} new), "
-            f"{summary.records_added} records added, {summary.records_skipped} already stored",
-            highlight=False,
-            soft_wrap=True,
-        )
+        say(f"{summary.file} -> study {summary.study} in {store.url_for_display}: {summary.runs} runs "
+            f"({summary.runs_created} new), {summary.records_added} records added, {summary.records_skipped} "
+            "already stored")
         if rows.attrs.get("compute_unit"):
             from rlscale.db.logs import compute_note
 
-            console.print(f"compute: {safe(compute_note(rows.attrs['compute_unit']))}", highlight=False, soft_wrap=True)
+            say(f"compute: {compute_note(rows.attrs['compute_unit'])}")

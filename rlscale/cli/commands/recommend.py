@@ -43,13 +43,15 @@ def register(app: typer.Typer) -> None:
 
 
 def show(rec, study: str) -> None:
-    """Rich tables: the allocation, then the runs it rests on."""
+    """Rich tables: the allocation, then the runs it rests on (80 columns hold them); the law and notes in short
+    lines."""
     from rich.table import Table
 
     from rlscale.base.numbers import NOISE_BAND
-    from rlscale.cli.console import console, safe
+    from rlscale.cli.console import bullet, console, safe, say
+    from rlscale.cli.views import cli_reason
 
-    top = Table(title=f"recommendation for {rec.budget:g} ({safe(study)})", show_header=True)
+    top = Table(title=f"recommendation for {rec.budget:g} ({safe(study)})", title_justify="left")
     n_from = "n* from the law [95%]" if rec.law_identified else "n from"
     for col in ("B_p", "n", "M steps", n_from, f"predicted reward [{rec.predicted_level:.0%}]"):
         top.add_column(col)
@@ -58,21 +60,30 @@ def show(rec, study: str) -> None:
                 else "best fitted runs",
                 f"{rec.predicted_reward:.3f} [{rec.predicted_interval[0]:.3f}, {rec.predicted_interval[1]:.3f}]")
     console.print(top)
-    evidence = Table(title=f"evidence: runs at n = {rec.evidence[0]['rollouts'] if rec.evidence else '-'}")
-    for col in ("run", "B_p", "A [95%]", "identified", "truncation", f"within {NOISE_BAND:g} of best", "chosen"):
-        evidence.add_column(col, no_wrap=col == "A [95%]")  # the interval stays on one line
+    evidence = Table(title=f"evidence: runs at n = {rec.evidence[0]['rollouts'] if rec.evidence else '-'}",
+                     title_justify="left", caption_justify="left", caption_style="dim",
+                     caption=f"ident.: A identified; trunc.: truncation rate; near best: A within {NOISE_BAND:g} of "
+                             "the best; *: chosen")
+    for col in ("run", "B_p", "A [95%]", "ident.", "trunc.", "near best", "chosen"):
+        evidence.add_column(col, no_wrap=col != "run", overflow="fold" if col == "run" else None)
+    reasons = []
     for row in rec.evidence:
-        evidence.add_row(safe(row["run"]), str(row["prompts_per_batch"]), f"{row['A']:.3f} [{row['A_lo']:.3f}, {row['A_hi']:.3f}]",
-                         "yes" if row["identified"] else f"no: {safe(row['reason'])}",
+        if not row["identified"]:
+            reasons.append(f"({len(reasons) + 1}) {row['run']}: not identified: {cli_reason(row['reason'])}")
+        evidence.add_row(safe(row["run"]), str(row["prompts_per_batch"]),
+                         f"{row['A']:.3f} [{row['A_lo']:.3f}, {row['A_hi']:.3f}]",
+                         "yes" if row["identified"] else f"no ({len(reasons)})",
                          "-" if row["truncation_rate"] != row["truncation_rate"] else f"{row['truncation_rate']:.1%}",
                          "yes" if row["within_noise_of_best"] else "no", "*" if row["chosen"] else "")
     console.print(evidence)
+    for line in reasons:
+        say(line, rest="    ")
     law = rec.law
     if rec.law_identified:
-        console.print(f"law: log2 n* = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))),"
-                      f" observed {law['compute_min']:.3g}-{law['compute_max']:.3g}; budget is {rec.extrapolation:.1f}x beyond",
-                      highlight=False, soft_wrap=True)
-    console.print("frontier: " + ", ".join(f"n={s['rollouts']} (B_p {s['prompts_per_batch']}) {s['compute_from']:.3g}-{s['compute_to']:.3g}"
-                                         for s in law["frontier"]), highlight=False, soft_wrap=True)
+        say(f"law: log2 n* = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} "
+            f"(ln C - {law['c0']:.2f}))); observed {law['compute_min']:.3g}-{law['compute_max']:.3g}; the budget is "
+            f"{rec.extrapolation:.1f}x beyond", rest="  ")
+    say("frontier: " + ", ".join(f"n={s['rollouts']} (B_p {s['prompts_per_batch']}) {s['compute_from']:.3g}-"
+                                 f"{s['compute_to']:.3g}" for s in law["frontier"]), rest="  ")
     for note in rec.notes:
-        console.print(f"note: {safe(note)}", highlight=False, soft_wrap=True)
+        bullet(note)

@@ -23,9 +23,12 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json(rows)
             return
-        table = Table(title=f"studies in {safe(store.url_for_display)}")
-        for column in ("study", "runs", *RUN_STATUSES, "records", "fits"):
-            table.add_column(column, justify="left" if column == "study" else "right")
+        table = Table(title=f"studies in {safe(store.url_for_display)}", title_justify="left")
+        for column in ("study", "runs", "by status", "records", "fits"):
+            table.add_column(column, justify="left" if column in ("study", "by status") else "right",
+                             overflow="fold" if column == "study" else None)
         for row in rows:
-            table.add_row(safe(row["study"]), *(str(row[k]) for k in ("runs", *RUN_STATUSES, "records", "fits")))
+            # the statuses a study's runs are in, in lifecycle order, instead of a column each (80 columns)
+            statuses = ", ".join(f"{row[status]} {status}" for status in RUN_STATUSES if row[status]) or "-"
+            table.add_row(safe(row["study"]), str(row["runs"]), statuses, str(row["records"]), str(row["fits"]))
         console.print(table if rows else f"no studies in {safe(store.url_for_display)}")
