@@ -36,7 +36,7 @@ def sweep_table(study: str, runs, cluster: str = "") -> Table:
     planned = sum(run.planned_gpu_hours for run in runs)
     finished = sum(run.status in FINISHED for run in runs)
     table.add_section()
-    table.add_row("total", f"{finished}/{len(runs)} done", "", "", _num(spent, "{:.4g}"), _num(planned, "{:.4g}"), "")
+    table.add_row("total", f"{finished}/{len(runs)} ended", "", "", _num(spent, "{:.4g}"), _num(planned, "{:.4g}"), "")
     return table
 
 
