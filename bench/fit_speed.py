@@ -9,7 +9,7 @@ then in blocks of runs, the order alternating) so that a shared machine's load f
 Wall and CPU time (this process's own) are both recorded: the machine is shared. With --old, every fit of both
 measures is also compared with the old copy's, field by field (the result object's fields and the bootstrap draws).
 
-Usage: nice .venv/bin/python bench/fit_speed.py [--old /tmp/sigmoid_old.py] [--repeats 5] [--runs 1000]
+Usage: nice .venv/bin/python bench/fit_speed.py [--old /tmp/sigmoid_old.py --old-label TEXT] [--repeats 5] [--runs 1000]
 Prints the numbers and writes bench/results/fit_speed.json.
 """
 
@@ -84,7 +84,7 @@ class Differences:
 
 
 def per_call(implementations, repeats: int, differences) -> dict:
-    """Median wall and CPU ms per default call on the 30-point curves, each implementation interleaved curve by curve."""
+    """Median wall and CPU ms per default call on the 30-point curves, the implementations interleaved per curve."""
     curves = [(compute, reward) for _, compute, reward in simulate(CALL_CURVES, 0, "binomial", CALL_OBSERVED)]
     for module in implementations.values():
         module.fit_sigmoid(*curves[0])  # warm-up: imports, caches
@@ -136,6 +136,7 @@ def cpu_model() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", help="a copy of an earlier fitting/sigmoid.py to time beside the current one")
+    parser.add_argument("--old-label", default="", help="what the old copy is (e.g. the commit it was taken at)")
     parser.add_argument("--repeats", type=int, default=5, help="passes over the 60 curves for the per-call median")
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--resamples", type=int, default=200)
@@ -164,7 +165,7 @@ def main() -> None:
         "note": "shared machine: wall-clock times are upper bounds; cpu_* are this process's own CPU time",
     }
     if args.old:
-        results["old"] = args.old
+        results["old"] = f"{args.old_label} ({args.old})" if args.old_label else args.old
         results["results_compared"] = {"per_call": call_diff.summary(), "runs_with_bootstrap": runs_diff.summary()}
         for label, diff in results["results_compared"].items():
             print(f"   {label}: {diff['fits_differing']} of {diff['fits']} fits differ from the old copy's"
