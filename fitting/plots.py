@@ -61,19 +61,32 @@ def plot_study(records: pd.DataFrame, fits: pd.DataFrame, path, *, run_col="run"
                 label += " (not identified)"
         ax.plot([], [], color=color, marker="o", label=label)
     ax.set_xscale("log")
-    ax.set_xlabel(compute_col.replace("_", " "))
+    ax.set_xlabel("GPU-hours" if compute_col == "gpu_hours" else compute_col.replace("_", " "))
     ax.set_ylabel(reward_col.replace("_", " "))
-    ax.set_title(title or "Reward vs compute: fitted sigmoids (dashed: extrapolation, band: 95% interval on A)",
-                 fontsize=10)
+    set_title(ax, title or "Reward vs compute: fitted sigmoids (dashed: extrapolation, band: 95% interval on A)")
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8, loc="upper left")  # sigmoids leave the top-left corner empty
     return save_figure(fig, path)
 
 
-def plot_text(name) -> str:
-    """A run name as matplotlib shows it literally: `$` would start mathtext, and a legend drops labels
-    starting with `_`."""
-    text = str(name).replace("$", r"\$")
+def set_title(ax, text: str, *, fontsize: float = 10, max_lines: int = 3) -> None:
+    """Title `ax` with `text` wrapped to the figure's width (at most `max_lines` lines, the rest cut with "...")."""
+    import textwrap
+
+    # DejaVu Sans runs about 0.6 em per character of prose; a margin keeps the longest line inside the figure
+    per_line = max(20, int(0.9 * ax.figure.get_figwidth() * 72 / (fontsize * 0.6)))
+    lines = textwrap.wrap(text, per_line, break_long_words=True)
+    if len(lines) > max_lines:
+        lines = lines[:max_lines]
+        lines[-1] = lines[-1][:per_line - 3].rstrip() + "..."
+    ax.set_title("\n".join(lines), fontsize=fontsize)
+
+
+def plot_text(name, limit: int = 48) -> str:
+    """A run name as a legend shows it literally: `$` would start mathtext, a legend drops labels starting with
+    `_`, and a name past `limit` characters is cut with "..." (a long label would squeeze the axes away)."""
+    text = str(name) if len(str(name)) <= limit else str(name)[:limit - 3] + "..."
+    text = text.replace("$", r"\$")
     return " " + text if text.startswith("_") else text
 
 

@@ -19,7 +19,7 @@ from rlscale.base.numbers import format_number as _f
 from rlscale.fitting.backtest import BACKTEST_HEADER, BACKTEST_NOTE, backtest_table, table_lines, table_rows
 from rlscale.fitting.compare import COMPARE_HEADER, compare_cells, compare_variants
 from rlscale.fitting.frame import run_labels, variant_names
-from rlscale.fitting.plots import plot_text, save_figure
+from rlscale.fitting.plots import plot_text, save_figure, set_title
 from rlscale.fitting.recommend import run_curves, study_unit
 from rlscale.fitting.records import fits_record_breaking, fitted_points_label
 
@@ -134,7 +134,7 @@ def plot_linearised(records: pd.DataFrame, curves: pd.DataFrame, path, *, comput
                 ha="center", va="center", fontsize=9, alpha=0.7)
     ax.set_xlabel(COMPUTE_LABELS.get(compute_col, compute_col))
     ax.set_ylabel("F(R) = (A - R) / (R - R0)")
-    ax.set_title(title or "Linearised curves: slope -B, F = 1 at C_mid", fontsize=10)
+    set_title(ax, title or "Linearised curves: slope -B, F = 1 at C_mid")
     ax.grid(True, which="both", alpha=0.25)
     if drawn:  # outside the axes: with many runs an inside legend hides the points
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
@@ -160,7 +160,8 @@ def plot_frontier(law, path, *, compute_col: str, extrapolate_to: float | None =
     ax.set_yscale("log", base=2)
     ax.set_xlabel(COMPUTE_LABELS.get(compute_col, compute_col))
     ax.set_ylabel("rollouts per prompt n*")
-    ax.set_title("Optimal n: frontier and law" + ("" if law.identified else f" - {law.reason[:80]}"), fontsize=9)
+    set_title(ax, "Optimal n: frontier and law" + ("" if law.identified else f" (not identified: {law.reason})"),
+              fontsize=9)
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8)
     return save_figure(fig, path)

@@ -128,3 +128,23 @@ def test_export_names_the_chosen_run_as_typed(cli, workdir):
     code, out, err = cli("export", "--format", "yaml", "--study", "runs", "--db", url)
     assert (code, err) == (0, "")
     assert "best run of study runs: qwen2.5-7b/lr=1e-6,bs=256 (" in out
+
+
+def test_a_long_plot_title_wraps_inside_its_figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlscale.fitting.plots import set_title
+
+    reason = ("the frontier has not bent: n* is still moving at the largest compute observed (30); the last n* = 32 "
+              "holds over only 2% of the log-compute range (need 20%), so extrapolation would be a guess")
+    for size, fontsize in (((8, 4), 9), ((8, 5), 10), ((10, 5), 10)):
+        fig, ax = plt.subplots(figsize=size, dpi=120)
+        set_title(ax, f"Optimal n: frontier and law (not identified: {reason})", fontsize=fontsize)
+        fig.tight_layout()
+        fig.canvas.draw()
+        box = ax.title.get_window_extent()
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, (size, box)
+        plt.close(fig)
