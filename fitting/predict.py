@@ -27,6 +27,8 @@ WINDOW = 0.1
 DEFAULT_LEVEL = 0.9
 # The drift constant and where it was estimated (bench/backtest.py --drift writes it).
 DRIFT_FILE = Path(__file__).with_name("drift.json")
+# The window's mean curve is taken over at most this many evaluations (a target far past the data may hold billions).
+_MAX_GRID = 1000
 # Parameter uncertainty is read from the draws' central 90% (a robust scale: draws of a fit that has not bent
 # have long tails the variance would be dominated by).
 _DRAW_LEVEL = 0.9
@@ -90,11 +92,16 @@ def evaluation_spacing(compute) -> float:
     return float(np.median(steps))
 
 
-def window_evaluations(compute, at: float, window: float = WINDOW) -> np.ndarray:
-    """The compute of the evaluations expected in [(1 - window) at, at], spaced as the data's (at least one)."""
+def window_evaluations(compute, at: float, window: float = WINDOW) -> tuple[np.ndarray, int]:
+    """(compute grid, n): the n evaluations expected in [(1 - window) at, at], spaced as the data's (at least one),
+    and a grid of at most _MAX_GRID of them spanning the same compute, for the curve's mean over the window."""
     spacing = evaluation_spacing(compute)
-    n = 1 if not spacing > 0 else max(1, int(math.floor(window * at / spacing + 1e-9)) + 1)
-    return np.linspace(at - (n - 1) * spacing, at, n) if n > 1 else np.array([float(at)])
+    span = window * at / spacing if spacing > 0 else 0.0
+    n = int(min(math.floor(span + 1e-9), 1e15)) + 1 if math.isfinite(span) else int(1e15)
+    if n == 1:
+        return np.array([float(at)]), 1
+    grid = min(n, _MAX_GRID)
+    return np.linspace(at - (n - 1) * spacing, at, grid), n
 
 
 def noise_sd(fit: SigmoidFit, compute, reward) -> float:
@@ -112,11 +119,10 @@ def noise_sd(fit: SigmoidFit, compute, reward) -> float:
 
 
 def _mean_of_ar1_variance(n: int, rho: float) -> float:
-    """Variance of the mean of n AR(1) values of unit variance and coefficient rho."""
+    """Variance of the mean of n AR(1) values of unit variance and coefficient rho (closed form)."""
     if n <= 1 or rho <= 0:
         return 1.0 / max(n, 1)
-    lags = np.arange(1, n)
-    return float((n + 2.0 * np.sum((n - lags) * rho**lags)) / n**2)
+    return float((1.0 + rho) / (1.0 - rho) / n - 2.0 * rho * (1.0 - rho**n) / ((1.0 - rho) ** 2 * n**2))
 
 
 def predict_at(fit: SigmoidFit, compute, reward, at: float, *, level: float = DEFAULT_LEVEL,
@@ -134,12 +140,16 @@ def predict_at(fit: SigmoidFit, compute, reward, at: float, *, level: float = DE
     drift = Drift.load() if drift is None else drift
     x = np.asarray(compute, dtype=float)
     seen = x[np.isfinite(x)]
-    points = window_evaluations(seen, at, window) if window_compute is None else np.asarray(window_compute, float)
+    if window_compute is None:
+        points, n_window = window_evaluations(seen, at, window)
+    else:
+        points = np.asarray(window_compute, dtype=float)
+        n_window = len(points)
     predicted = float(np.mean(fit.predict(points)))
     sd_parameters = _parameter_sd(fit, points)
     if not math.isfinite(sd_parameters):  # too few points for a bootstrap: the linearised sd
         sd_parameters = _linearised_sd(fit, compute, reward, points, level)
-    sd_noise = noise_sd(fit, compute, reward) * math.sqrt(_mean_of_ar1_variance(len(points), fit.rho))
+    sd_noise = noise_sd(fit, compute, reward) * math.sqrt(_mean_of_ar1_variance(n_window, fit.rho))
     middle = float(np.mean(points))
     last = float(np.max(seen)) if seen.size else float("nan")
     distance = max(0.0, math.log(middle / last)) if last > 0 and middle > 0 else 0.0
@@ -149,7 +159,7 @@ def predict_at(fit: SigmoidFit, compute, reward, at: float, *, level: float = DE
     lo, hi = predicted - z * sd, predicted + z * sd
     return Prediction(at=float(at), level=float(level), predicted=predicted, lo=float(lo), hi=float(hi),
                       sd_parameters=sd_parameters, sd_noise=float(sd_noise), sd_drift=float(sd_drift),
-                      distance=distance, n_window=len(points))
+                      distance=distance, n_window=n_window)
 
 
 def drift_scale(fit: SigmoidFit, distance: float) -> float:

@@ -120,3 +120,10 @@ def test_fit_at_refuses_a_bad_target_or_level(cli, tmp_path, args):
     write_run(path)
     code, out, err = cli("fit", str(path), "--json", *args)
     assert code == 2 and out == "" and args[-2] in err
+
+
+def test_a_target_far_past_the_data_is_predicted_without_listing_its_evaluations():
+    reward, _ = drifting_curve(3)
+    fit = fit_sigmoid(COMPUTE[PART], reward[PART], seed=0)
+    p = predict_at(fit, COMPUTE[PART], reward[PART], 1e14, drift=Drift(DRIFT, {}))
+    assert p.n_window > 1e11 and math.isfinite(p.predicted) and p.lo < p.predicted < p.hi
