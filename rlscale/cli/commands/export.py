@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         """
         from rlscale.base.errors import UserError
         from rlscale.base.names import check_budget, check_steps
-        from rlscale.cli.console import console, safe
+        from rlscale.cli.console import say
         from rlscale.planner.frameworks import FORMATS, Deployment, export_config
 
         if fmt not in FORMATS:
@@ -88,4 +88,4 @@ def register(app: typer.Typer) -> None:
             out.write_text(text)
         except OSError as err:  # a file where a directory should be, a full disk, no permission
             raise UserError(f"cannot write {out}: {err.strerror or err}", field="--out") from None
-        console.print(f"wrote {safe(fmt)} config to {safe(out)}", highlight=False, soft_wrap=True)
+        say(f"wrote {fmt} config to {out}")

@@ -6,7 +6,7 @@ import typer
 
 from rlscale.base.errors import UserError
 from rlscale.base.numbers import format_number
-from rlscale.cli.console import console, print_json, safe
+from rlscale.cli.console import console, print_json, safe, say
 
 
 def _fmt(value: float) -> str:
@@ -111,7 +111,7 @@ def _plan_study(path: str, *, profile, as_json, save, db) -> None:
         each = "" if study.compute is None else f", {_fmt(study.compute.budget)} {study.compute.unit} each"
         console.print(f"study {safe(study.name)} (bayes): {study.n_trials} trials sampled by Optuna{each}")
         for key, axis in study.parameters.items():
-            console.print(f"  {safe(key)}: {safe(axis.model_dump(exclude_none=True))}")
+            say(f"{key}: {axis.model_dump(exclude_none=True)}", first="  ", rest="    ")
         if save is not None:
             console.print(f"saved plan {save!r}")
         return
@@ -120,7 +120,9 @@ def _plan_study(path: str, *, profile, as_json, save, db) -> None:
     budget = "" if plan.per_run_budget is None else f", {_fmt(plan.per_run_budget)} {plan.unit} per run"
     table = Table(title=f"study {safe(study.name)} ({study.method}): {len(plan.runs)} runs{budget}, profile {safe(plan.profile.name)}")
     for column in ("run", "seed", "B_p", "n", "steps", "GPU-hours", "total rollouts"):
-        table.add_column(column, justify="left" if column == "run" else "right")
+        # numbers stay whole; a long run name folds onto a second line
+        table.add_column(column, justify="left" if column == "run" else "right", no_wrap=column != "run",
+                         overflow="fold" if column == "run" else None)
     for r in plan.runs:
         table.add_row(safe(r.name), str(r.seed), str(r.recipe.prompts_per_batch), str(r.recipe.rollouts), str(r.recipe.steps),
                       f"{_fmt(r.gpu_hours)}", f"{r.recipe.total_batch * r.recipe.steps:,}")
@@ -141,8 +143,8 @@ def _print_dropped(dropped: list[tuple[str, str]]) -> None:
         return
     from rich.table import Table
 
-    table = Table(title=f"dropped ({len(dropped)})", title_style="yellow")
-    table.add_column("point")
+    table = Table(title=f"dropped ({len(dropped)})", title_style="yellow", title_justify="left")
+    table.add_column("point", overflow="fold")
     table.add_column("reason")
     for name, reason in dropped:
         table.add_row(safe(name), safe(reason))
