@@ -130,9 +130,8 @@ def test_two_builtin_runs_train_at_once_and_store_what_they_store_one_by_one(tmp
     together, alone = results["together"], results["alone"]
     assert list(zip(together["run"], together["step"])) == list(zip(alone["run"], alone["step"]))
     assert list(together["rollouts"]) == list(alone["rollouts"])
-    assert together["val_reward"].notna().tolist() == alone["val_reward"].notna().tolist()
-    print("val rewards together vs alone:", together["val_reward"].dropna().round(3).tolist(),
-          alone["val_reward"].dropna().round(3).tolist())
+    # the same seeds give the same samples and updates, whichever run shares the host
+    assert together["val_reward"].fillna(-1).tolist() == alone["val_reward"].fillna(-1).tolist()
 
 
 def test_admission_places_whole_jobs_and_the_first_wave_fills_the_free_devices():

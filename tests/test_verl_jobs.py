@@ -267,3 +267,31 @@ def shlex_quote(text: str) -> str:
     import shlex
 
     return shlex.quote(text)
+
+
+def test_ctrl_c_of_a_sweep_stops_the_jobs_it_started(cluster, tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    study = _study(tmp_path, "interrupt", {"rollouts": {"values": [2, 4]}}, steps=200)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared"), str(TESTS)]
+    driver = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    client = JobSubmissionClient(cluster)
+
+    def running() -> list[str]:
+        return [j.submission_id for j in client.list_jobs()
+                if (j.submission_id or "").startswith("interrupt-") and str(j.status.value) == "RUNNING"]
+
+    try:
+        deadline = time.time() + 180
+        while len(running()) < 2 and time.time() < deadline and driver.poll() is None:
+            time.sleep(0.5)
+        assert len(running()) == 2, driver.stderr.read()[-2000:] if driver.poll() is not None else "jobs not up"
+        driver.send_signal(signal.SIGINT)  # Ctrl-C
+        driver.wait(120)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert running() == []
+    jobs = [j for j in client.list_jobs() if (j.submission_id or "").startswith("interrupt-")]
+    assert len(jobs) == 2 and {str(j.status.value) for j in jobs} == {"STOPPED"}
