@@ -166,3 +166,26 @@ def test_dry_run_prints_the_admission_plan_and_status_the_runs_in_flight(tmp_pat
     code, out, _ = run_cli(monkeypatch, capsys, "status", "plan", "--db", url)
     assert code == 0 and "2 in flight (holding 2 GPU, 4 GPU), 1 queued" in out
     assert all(len(line) <= 80 for line in out.splitlines())
+
+
+def test_bayes_opens_max_concurrent_trials_at_once_and_tells_optuna_each(tmp_path):
+    import optuna
+
+    from rlscale.runner.sweep.bayes import run_bayes
+
+    path = tmp_path / "tpe.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "tpe", "method": "bayes", "n_trials": 4, "max_concurrent": 2,
+        "recipe": {"steps": 20, "eval_every": 2, "checkpoint_every": 2, "async": "sync"},
+        "parameters": {"lr": {"min": 2e-4, "max": 6e-4, "distribution": "log_uniform"}}}))
+    engine = PacedEngine(seconds=0.02)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store(url) as store:
+        driver = SweepDriver(load_study(path), store, engine=engine)
+        driver.plan()
+        summary = run_bayes(driver)
+        runs = store.runs_frame("tpe")
+    assert summary.count("done") == 4 and list(runs["run"]) == [f"trial-{i}" for i in range(4)]
+    assert engine.most_in_flight == 2  # two trials open at once, never more
+    trials = optuna.load_study(study_name="rlscale:tpe", storage=url).trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 4
