@@ -32,8 +32,8 @@ class Recipe(BaseModel):
     # allow_inf_nan: `lr: .inf` is bad input, not a recipe
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
-    # what trains it: rlscale's own Ray job, or verl 0.9.1 jobs on a Ray cluster (rlscale.runner.engine.ENGINES)
-    engine: Literal["builtin", "verl"] = "builtin"
+    # what trains it: rlscale's own Ray job, or verl 0.9.1 / TRL 1.16.0 jobs on a Ray cluster (runner.engine.ENGINES)
+    engine: Literal["builtin", "verl", "trl"] = "builtin"
 
     # what is trained, on what
     model: str = Field("tiny", description="'tiny' (the embedded CPU policy) or a HF model directory")

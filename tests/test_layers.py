@@ -18,6 +18,7 @@ LAYERS = [
     ("rlscale.fitting", 2),
     # runner/: the algorithm, then what engines share (runner/*.py), then the engines (builtin, verl), then the sweep
     ("rlscale.runner.rl", 3), ("rlscale.runner", 3.5), ("rlscale.runner.builtin", 4), ("rlscale.runner.verl", 4),
+    ("rlscale.runner.trl", 4),
     ("rlscale.runner.sweep", 5),
     ("rlscale.cli", 6), ("rlscale.__main__", 7),
     ("rlscale", 0),  # rlscale/__init__.py (the version) is part of the base

@@ -21,6 +21,7 @@ class Deployment:
     max_prompt_tokens: the longest prompt the data holds (the recipe fixes only the response length).
     max_tokens_per_gpu: tokens one GPU packs into a forward/backward (dynamic batching); at least one full
     sequence. micro_batch_per_gpu: completions per forward/backward where a target has no dynamic batching (TRL).
+    cpu: one process on CPU cores (TRL: generation with transformers, not vLLM; float32, not bf16).
     """
 
     gpus_per_node: int = 8
@@ -29,6 +30,7 @@ class Deployment:
     max_prompt_tokens: int = 1024
     max_tokens_per_gpu: int = 16384
     micro_batch_per_gpu: int = 4
+    cpu: bool = False
 
     def __post_init__(self):
         for name in ("gpus_per_node", "nodes", "tensor_parallel", "max_prompt_tokens", "max_tokens_per_gpu",

@@ -68,6 +68,9 @@ def trl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mapping
     r["temperature"] = recipe.temperature
     r["cast_lm_head_to_fp32"] = recipe.fp32_head
     r["seed"] = recipe.seed
+    if recipe.lr_warmup_steps:
+        m.nearest.append(f"lr_warmup_steps {recipe.lr_warmup_steps}: TRL's warmup takes its first update at lr 0 "
+                         "(lr x u / warmup_steps at update u); rlscale's at lr / (warmup + 1)")
     if recipe.adv_norm != "none":
         m.nearest.append("adv_norm: TRL divides by (std + 1e-4); rlscale by (std + 1e-6)")
     if not recipe.recompute_logprobs:
@@ -88,11 +91,16 @@ def trl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mapping
     d["per_device_train_batch_size"] = micro
     d["gradient_accumulation_steps"] = accumulation
     d["steps_per_generation"] = accumulation * k
-    d["use_vllm"] = True
-    d["vllm_mode"] = "colocate"
-    d["vllm_tensor_parallel_size"] = dep.tensor_parallel
-    d["vllm_max_model_length"] = dep.max_prompt_tokens + recipe.max_new_tokens
-    d["bf16"] = True
+    if dep.cpu:  # TRL's CPU path: transformers' generate in the training process, float32
+        d["use_vllm"] = False
+        d["use_cpu"] = True
+        d["bf16"] = False
+    else:
+        d["use_vllm"] = True
+        d["vllm_mode"] = "colocate"
+        d["vllm_tensor_parallel_size"] = dep.tensor_parallel
+        d["vllm_max_model_length"] = dep.max_prompt_tokens + recipe.max_new_tokens
+        d["bf16"] = True
     d["output_dir"] = "/path/to/output"
 
     m.missing += common_missing(recipe, "TRL")
@@ -106,9 +114,11 @@ def trl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mapping
     return m
 
 
-def render(recipe: Recipe, deployment: Deployment, header: list[str]) -> str:
-    """GRPOConfig fields as one flat YAML mapping: the recipe's keys, then the deployment's."""
+def render(recipe: Recipe, deployment: Deployment, header: list[str], run_keys: dict | None = None) -> str:
+    """GRPOConfig fields as one flat YAML mapping: the recipe's keys, then the deployment's; `run_keys` (the trl
+    engine's output_dir, checkpoints and logging for one run) last, replacing the deployment's placeholders."""
     m = trl_mapping(recipe, deployment)
+    run_keys = dict(run_keys or {})
     model = recipe.model if recipe.model != "tiny" else MODEL_PLACEHOLDER
     lines = [f"# target: {FRAMEWORK} {VERSION} (trl.GRPOConfig fields; `trl grpo --config FILE` or GRPOConfig(**yaml))"]
     lines += [f"# {line}" for line in header]
@@ -122,5 +132,8 @@ def render(recipe: Recipe, deployment: Deployment, header: list[str]) -> str:
     lines += ["# the recipe: keys with rlscale's meaning"]
     lines += yaml.safe_dump(m.recipe, sort_keys=False).splitlines()
     lines += [f"# deployment choices ({deployment.describe()}): how the job is laid out, not what it trains"]
-    lines += yaml.safe_dump(m.deployment, sort_keys=False).splitlines()
+    lines += yaml.safe_dump({k: v for k, v in m.deployment.items() if k not in run_keys}, sort_keys=False).splitlines()
+    if run_keys:
+        lines += ["# the run's own keys (engine trl): where its checkpoints and logs go"]
+        lines += yaml.safe_dump(run_keys, sort_keys=False).splitlines()
     return "\n".join(lines) + "\n"

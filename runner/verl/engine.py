@@ -18,11 +18,13 @@ from pathlib import Path
 
 from rlscale.base.settings import cache_dir
 from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
+from rlscale.runner.jobs_api import RUNNING, run_jobs, stop_job
+from rlscale.runner.jobs_api import base_seconds as _base
+from rlscale.runner.jobs_api import wall_seconds as _wall_seconds
 
 from .job import ENTRYPOINT, REWARD_IMPORTS, Job, RunDir, job_devices, make_job, val_reward_metric
 from .logs import LogTail, RecordMaker
 
-RUNNING = ("PENDING", "RUNNING")
 # what verl 0.9.1 raises at start when the cluster lacks the GPUs its pools need
 # (ResourcePoolManager._check_resource_available in verl/trainer/ppo/ray_trainer.py)
 GPUS_TAKEN = "Total available GPUs"
@@ -176,13 +178,7 @@ class VerlEngine(Engine):
             return self._client
 
     def _run_jobs(self, run_key: str) -> list:
-        """The run's jobs on the cluster (JobDetails), in submission order."""
-        numbered = []
-        for details in self._jobs_client().list_jobs():
-            prefix, _, number = (details.submission_id or "").rpartition("-")
-            if prefix == run_key and number.isdigit():
-                numbered.append((int(number), details))
-        return [details for _, details in sorted(numbered, key=lambda pair: pair[0])]
+        return run_jobs(self._jobs_client(), run_key)
 
     def _submit(self, job: Job, *, runtime_env: dict, metadata: dict, wait_seconds: float = 60.0) -> None:
         """Submit `job`; while the head's job agent is not up yet (a cluster just started), try again."""
@@ -200,10 +196,7 @@ class VerlEngine(Engine):
                 time.sleep(1.0)
 
     def _stop(self, submission_id: str) -> None:
-        client = self._jobs_client()
-        client.stop_job(submission_id)
-        while str(client.get_job_status(submission_id).value) in RUNNING:
-            time.sleep(min(self.poll_seconds, 1.0))
+        stop_job(self._jobs_client(), submission_id, self.poll_seconds)
 
     def _prepare(self, recipe, run_dir: RunDir) -> None:
         """The run's parquet files (once) and the reward module's package for the job's py_modules."""
@@ -238,15 +231,3 @@ def _line_with(text: str, needle: str) -> str:
 
 def _gpus(details) -> int:
     return int((details.metadata or {}).get("gpus", 1))
-
-
-def _base(details) -> float:
-    return float((details.metadata or {}).get("base_gpu_seconds", 0.0))
-
-
-def _wall_seconds(details) -> float:
-    """Seconds the job ran, by the Jobs API's clock (start to end; 0 if it never started)."""
-    if not details.start_time:
-        return 0.0
-    end = details.end_time or time.time() * 1000
-    return max(0.0, (end - details.start_time) / 1000.0)

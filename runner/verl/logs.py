@@ -2,38 +2,18 @@
 
 verl's FileLogger (verl/utils/tracking.py) writes one line `{"step": N, "data": {metric: value}}` per logged step to
 VERL_FILE_LOGGER_PATH, unbuffered. A job's file is read while the job runs, from the byte offset read so far, whole
-lines only (a line still being written waits for the next read).
+lines only (a line still being written waits for the next read: rlscale.runner.jobs_api.LogTail).
 """
 
-import json
-import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from rlscale.db.logs import VERL_HEALTH
+from rlscale.runner.jobs_api import LogTail, finite_number as _number
+
+__all__ = ["LogTail", "RecordMaker"]
 
 STEP_SECONDS = "timing_s/step"  # verl's wall seconds of one training step (generation, reward, update, eval, save)
 RESPONSE_LENGTH = "response_length/mean"  # mean response tokens over the step's B_p x n rollouts
-
-
-@dataclass
-class LogTail:
-    """Reads the complete lines appended to one file since the last read."""
-
-    path: Path
-    offset: int = 0  # bytes read and parsed so far
-
-    def read(self) -> list[dict]:
-        """The lines completed since the last call, parsed ({} if the file does not exist yet)."""
-        try:
-            with self.path.open("rb") as handle:
-                handle.seek(self.offset)
-                chunk = handle.read()
-        except FileNotFoundError:
-            return []
-        end = chunk.rfind(b"\n") + 1
-        self.offset += end
-        return [json.loads(line) for line in chunk[:end].splitlines() if line.strip()]
 
 
 @dataclass
@@ -72,10 +52,3 @@ class RecordMaker:
                             if (value := _number(data.get(source))) is not None},
             })
         return out, job_seconds
-
-
-def _number(value) -> float | None:
-    """A finite number, or None (verl writes NaN as null; a missing metric is None)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)

@@ -1,0 +1,209 @@
+"""The trl engine: real TRL 1.16.0 GRPOTrainer jobs on the tiny policy, submitted through the Jobs API of a real
+local Ray head (tests/test_verl_jobs.py's `cluster`): a study trained to its planned compute, a driver killed with
+-9 whose run resumes from TRL's checkpoint, a job killed mid-run and retried, a run paused at a rung. Also: the
+dry-run prints the GRPOConfig the export prints, and bad input exits 2 with nothing stored."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlscale.db.store import Store
+from rlscale.planner.recipe import Recipe
+from test_verl_jobs import cluster  # noqa: F401  (the module-scoped Ray head with the Jobs API)
+
+TESTS = Path(__file__).resolve().parent
+# sync, one update per batch, group normalisation, token aggregation, clip 0.2/0.28: what TRL expresses exactly
+RECIPE = dict(engine="trl", model="tiny", task="arithmetic", prompts_per_batch=4, rollouts=4, steps=8,
+              loss="dapo", loss_agg="token", adv_norm="group", zero_variance_filter=False,
+              no_positive_resampling=None, length_control="truncate", max_new_tokens=8, lr=1e-4,
+              lr_reference_batch=16, lr_warmup_steps=0, eval_every=4, eval_prompts=16, eval_samples=2,
+              checkpoint_every=2, trainer_devices=1)
+RECIPE["async"] = "sync"
+
+
+def trl_engine(cluster, tmp_path):
+    from rlscale.runner.trl.engine import TrlEngine
+
+    return TrlEngine(ray_address=cluster, shared_dir=tmp_path / "shared", poll_seconds=0.2)
+
+
+def write_study(path: Path, name: str, parameters: dict, compute: dict | None = None, **recipe) -> Path:
+    """A grid study over `parameters` of RECIPE with `recipe` changes; with `compute`, IsoCompute (no steps key)."""
+    keys = {key: value for key, value in {**RECIPE, **recipe}.items() if not (compute and key == "steps")}
+    spec = {"name": name, "method": "grid", "recipe": keys,
+            "parameters": {key: {"values": values} for key, values in parameters.items()}}
+    if compute:
+        spec.update(method="isocompute", compute=compute)
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+# ------------------------------------------------------------------------------------------ no Ray, no training
+
+def test_dry_run_prints_the_grpo_config_that_the_export_prints(cli, tmp_path):
+    pytest.importorskip("trl")
+    import trl
+
+    changes = {"loss": "cispo", "zero_variance_filter": True}  # TRL keeps all-pass/all-fail groups: a note
+    study = write_study(tmp_path / "dry.yaml", "dry", {"rollouts": [4]}, **changes)
+    code, out, err = cli("sweep", study, "--dry-run", "--db", f"sqlite:///{tmp_path / 'x.db'}")
+    assert code == 0, err
+    recipe_file = tmp_path / "recipe.yaml"
+    recipe_file.write_text(yaml.safe_dump({**RECIPE, **changes, "rollouts": 4}))
+    code, exported, err = cli("export", "--format", "trl", "--recipe", recipe_file)
+    assert code == 0, err
+
+    def recipe_part(text: str) -> list[str]:  # the lr note, the notes and the recipe's keys (not the header/layout)
+        lines = [line.strip() for line in text.splitlines()]
+        start = next(i for i, line in enumerate(lines) if line.startswith("# lr "))
+        end = next(i for i, line in enumerate(lines) if line.startswith("# deployment choices"))
+        return lines[start:end]
+
+    assert recipe_part(out) == recipe_part(exported)
+    assert "loss_type: cispo" in recipe_part(out) and "# not expressible:" in recipe_part(out)
+    assert not (tmp_path / "x.db").exists()
+    # the job's own config is one TRL builds: one generation batch of B_p x n per update, on CPU without vLLM
+    code, out, err = cli("sweep", study, "--dry-run", "--json")
+    point = yaml.safe_load(out)[0]
+    config = trl.GRPOConfig(**point["config"])
+    assert config.generation_batch_size == 4 * 4 and config.num_generations == 4 and not config.use_vllm
+    assert config.loss_type == "cispo" and config.epsilon_high == 5.0 and config.output_dir.endswith("checkpoints")
+    assert point["submission_id"] == "RUN_KEY-1" and point["devices"] == [{"CPU": 1.0}]
+
+
+def test_bad_input_exits_2_naming_the_field_or_package_and_stores_nothing(cli, tmp_path, monkeypatch):
+    db = tmp_path / "store.db"
+    lower = write_study(tmp_path / "lower.yaml", "lower", {"rollouts": [4]}, loss="cispo", clip_low=0.2)
+    code, out, err = cli("sweep", lower, "--db", f"sqlite:///{db}")
+    assert code == 2 and "clip_low" in err and "CISPO" in err and len(err.strip().splitlines()) == 1
+    plain = write_study(tmp_path / "plain.yaml", "plain", {"rollouts": [4]})
+    monkeypatch.setitem(sys.modules, "trl", None)  # as if TRL were not installed
+    code, out, err = cli("sweep", plain, "--db", f"sqlite:///{db}")
+    assert code == 2 and "trl==1.16.0" in err and len(err.strip().splitlines()) == 1
+    assert not db.exists() or not Store(f"sqlite:///{db}").study_names()
+
+
+# ------------------------------------------------------------------------------------------ real TRL jobs on Ray
+
+def _kill_job(tmp_path: Path, submission_id: str) -> None:
+    """kill -9 the job's python process (its command line ends with its spec file; not Ray's shell around it)."""
+    import psutil
+
+    spec = str(tmp_path / "shared" / submission_id.rsplit("-", 1)[0] / "jobs" / f"{submission_id}.json")
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if cmdline[-1:] == [spec] and "rlscale.runner.trl.train" in cmdline:
+            os.kill(process.info["pid"], signal.SIGKILL)
+            return
+    raise LookupError(submission_id)
+
+
+@pytest.mark.slow
+def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(cluster, tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    from rlscale.runner.trl.engine import TrlJobFailed
+
+    recipe = Recipe.model_validate({**RECIPE, "steps": 6})
+    engine = trl_engine(cluster, tmp_path)
+    got = []
+    killed = threading.Event()
+
+    def kill_at_step_3(records):
+        got.extend(records)
+        if not killed.is_set() and any(r["step"] >= 3 for r in records):
+            _kill_job(tmp_path, "life-1-aa-1")
+            killed.set()
+
+    # the first job is killed with -9 after its checkpoint at step 2: the engine raises
+    with pytest.raises(TrlJobFailed, match="life-1-aa-1 FAILED"):
+        engine.run(recipe, run_key="life-1-aa", on_records=kill_at_step_3)
+    # the retry resumes from TRL's checkpoint-2 and pauses at the rung, checkpointed there
+    result = engine.run(recipe, run_key="life-1-aa", on_records=got.extend, until_step=4)
+    assert result.steps == 4 and not result.stopped and result.timings["launch"] > 0
+    checkpoints = tmp_path / "shared" / "life-1-aa" / "checkpoints"
+    assert (checkpoints / "checkpoint-4" / "trainer_state.json").is_file()
+    second = (tmp_path / "shared" / "life-1-aa" / "logs" / "life-1-aa-2.jsonl").read_text().splitlines()
+    assert [yaml.safe_load(line)["step"] for line in second] == [3, 4]  # no step 0 again: resumed at step 2
+    assert sorted({r["step"] for r in got}) == list(range(5))  # the retry hands job 1's records over again too
+    firsts = {}
+    for record in got:
+        firsts.setdefault(record["step"], record)
+    hours = [firsts[s]["gpu_hours"] for s in range(5)]
+    assert hours == sorted(hours) and hours[0] > 0  # measured device-hours, the failed job's included
+    assert all(firsts[s]["val_reward"] is not None for s in (0, 4)) and firsts[3]["val_reward"] is None
+    assert 0 < firsts[4]["val_reward"] <= 1 and firsts[4]["rollouts"] == 4 * 16 and firsts[4]["tokens"] > 4 * 16
+    assert {"train_reward", "entropy", "grad_norm", "clip_fraction", "truncation_rate"} <= set(firsts[4]["metrics"])
+    jobs = sorted(j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("life-1-aa-"))
+    assert jobs == ["life-1-aa-1", "life-1-aa-2"]
+    # a driver that comes back with a planned compute the jobs passed unwatched: the run ends at the plan's step
+    ended = []
+    result = engine.run(recipe, run_key="life-1-aa", on_records=ended.extend, gpu_hours=firsts[3]["gpu_hours"])
+    assert result.compute_reached and result.steps == 3 and max(r["step"] for r in ended) == 3
+
+
+DRIVER = textwrap.dedent("""
+    import sys
+    from rlscale.db.store import Store
+    from rlscale.planner.study import load_study
+    from rlscale.runner.sweep.driver import SweepDriver
+    study_file, url, address, shared = sys.argv[1:]
+    options = {"trl": {"shared_dir": shared, "poll_seconds": 0.2}}
+    with Store(url) as store:
+        SweepDriver(load_study(study_file), store, ray_address=address, engine_options=options).run()
+""")
+
+
+@pytest.mark.slow
+def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned_compute(cluster, tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    # IsoCompute over n at 64 rollouts per run: n 2 trains 8 steps, n 4 trains 4
+    study = write_study(tmp_path / "killtrl.yaml", "killtrl", {"rollouts": [2, 4]},
+                        compute={"unit": "rollouts", "budget": 64}, eval_every=2)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared")]
+    driver = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    client = JobSubmissionClient(cluster)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and driver.poll() is None:
+            if (tmp_path / "store.db").exists():
+                with Store(url) as store:
+                    records = store.records_frame("killtrl") if "killtrl" in store.study_names() else []
+                if len(records) and records["step"].max() >= 3:  # past the checkpoint at step 2
+                    break
+            time.sleep(0.3)
+        assert driver.poll() is None, f"the driver ended before it could be killed: {driver.stderr.read()[-2000:]}"
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    # the node goes too: the job dies with its driver, so the next sweep must resume from TRL's checkpoint
+    first = next(j.submission_id for j in client.list_jobs() if j.submission_id.startswith("killtrl-"))
+    client.stop_job(first)
+    while str(client.get_job_status(first).value) in ("PENDING", "RUNNING"):
+        time.sleep(0.2)
+    restarted = subprocess.run(args, capture_output=True, text=True, timeout=400)
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    with Store(url) as store:
+        records, runs = store.records_frame("killtrl"), store.runs_frame("killtrl")
+    assert list(runs["status"]) == ["done", "done"]
+    assert not records.duplicated(["run_id", "step"]).any()
+    for _, mine in records.groupby("run_id"):
+        last = int(mine["step"].max())
+        assert sorted(mine["step"]) == list(range(last + 1))  # no step lost
+        assert mine.loc[mine["step"] == last, "rollouts"].item() == 64  # ended at its planned compute
+        assert mine["val_reward"].notna().sum() >= 3 and mine["gpu_hours"].is_monotonic_increasing
+    jobs = sorted(j.submission_id for j in client.list_jobs() if j.submission_id.startswith("killtrl-"))
+    assert len(jobs) == 3 and first[:-2] + "-2" in jobs
+    lines = (tmp_path / "shared" / first[:-2] / "logs" / f"{first[:-2]}-2.jsonl").read_text().splitlines()
+    resumed_at = yaml.safe_load(lines[0])["step"] - 1
+    assert resumed_at >= 2 and resumed_at % 2 == 0  # from a checkpoint (every 2 steps) the killed job saved, not step 0
