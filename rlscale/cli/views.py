@@ -68,7 +68,7 @@ class SweepView:
             self._live.update(sweep_table(self.study, runs, cluster))
 
 
-FITS_LEGEND = "pts: points fitted; fit: yes when A is identified (R^2 and the rest: --json)"
+FITS_LEGEND = "pts: points fitted; fit: yes = A identified, none = no fit; R^2 etc.: --json"
 
 
 def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
