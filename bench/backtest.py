@@ -358,7 +358,8 @@ def main() -> None:
         "seconds": seconds,
         "commit": commit,
         # the fit code measured, when it differed from that commit (other work in progress in the same tree)
-        "uncommitted_fitting_files": subprocess.run(["git", "diff", "--name-only", "HEAD", "--", "fitting/", "rlscale/base/"],
+        "uncommitted_fitting_files": subprocess.run(["git", "diff", "--name-only", "HEAD", "--", "fitting/", "rlscale/base/",
+                                                     ":(exclude)fitting/drift.json"],
                                                     capture_output=True, text=True, cwd=ROOT).stdout.split(),
         "machine": {"platform": platform.platform()},
     }
