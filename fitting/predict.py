@@ -25,7 +25,7 @@ from rlscale.fitting.sigmoid import SigmoidFit, sigmoid
 # The reward at C is read as the mean over the evaluations at compute in [(1 - WINDOW) C, C].
 WINDOW = 0.1
 DEFAULT_LEVEL = 0.9
-# The drift constant and where it was estimated (bench/backtest.py --drift writes it).
+# The drift constant and where it was estimated (bench/backtest.py writes it).
 DRIFT_FILE = Path(__file__).with_name("drift.json")
 # The window's mean curve is taken over at most this many evaluations (a target far past the data may hold billions).
 _MAX_GRID = 1000
@@ -55,7 +55,8 @@ NO_DRIFT = Drift(0.0, {"note": "no drift term"})
 class Prediction:
     """Mean reward over the evaluations in [(1 - window) at, at] and its prediction interval at `level`.
 
-    predicted, lo, hi: the point prediction and the interval (NaN ends when the fit has no bootstrap draws).
+    predicted, lo, hi: the point prediction and the interval (NaN ends when a fit without bootstrap draws has no
+    degrees of freedom left for its linearised sd).
     sd_parameters, sd_noise, sd_drift: the interval's three parts (reward units; they add in variance).
     distance: ln of the window's middle over the last compute seen (0 inside the data). n_window: evaluations
     the window's mean is over.
