@@ -8,9 +8,9 @@ clipboard writes) are shown as \\x1b-style escapes instead of being sent to the 
 import json
 import re
 import sys
-import textwrap
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 
@@ -34,12 +34,21 @@ def safe(value: Any) -> str:
 
 
 def wrapped(value: Any, *, first: str = "", rest: str | None = None, width: int | None = None) -> str:
-    """`value` made visible and wrapped at spaces to the console's width: `first` starts line 1, `rest` (default:
-    blanks as wide as `first`) the others. Words longer than a line (paths) stay whole."""
+    """`value` made visible and wrapped at spaces to the console's width in terminal cells (CJK letters take two):
+    `first` starts line 1, `rest` (default: blanks as wide as `first`) the others. Words longer than a line (paths)
+    stay whole."""
     rest = " " * len(first) if rest is None else rest
-    return "\n".join(textwrap.wrap(visible(value), width=width or console.width, initial_indent=first,
-                                    subsequent_indent=rest, break_long_words=False, break_on_hyphens=False)
-                     or [first.rstrip()])
+    width = width or console.width
+    lines, line, empty = [], first, True
+    for word in visible(value).split():
+        if empty:
+            line, empty = line + word, False
+        elif cell_len(line) + 1 + cell_len(word) > width:
+            lines.append(line)
+            line = rest + word
+        else:
+            line += " " + word
+    return "\n".join([*lines, line.rstrip()])
 
 
 def say(value: Any, *, first: str = "", rest: str | None = None) -> None:
