@@ -432,9 +432,7 @@ class JobPool:
             except BaseException as err:  # surfaces in the scheduler's thread (wait)
                 self.errors.append(err)
             finally:
-                if self.ledger is not None:
-                    self.ledger.release(run_id)
-                self.ended.put(run_id)
+                self.ended.put(run_id)  # wait() releases its devices, in the scheduler's thread
 
         thread = threading.Thread(target=advance, name=f"run-{run.name}", daemon=True)
         self.threads[run_id] = thread
@@ -453,6 +451,8 @@ class JobPool:
         for run_id in ended:
             self.threads.pop(run_id, None)
             self.stop_requests.pop(run_id, None)
+            if self.ledger is not None:
+                self.ledger.release(run_id)
         if self.errors:
             raise self.errors[0]
         self._show()
