@@ -42,6 +42,7 @@ class RunBacktest:
     level, pi_lo, pi_hi: the prediction interval at `level` of the observed end reward (fitting/predict.py);
     pi_inside: observed within it (None without an interval). sd_parameters, sd_noise, drift_scale: its parts (the
     drift's sd is the drift constant x drift_scale), kept so that the constant can be estimated on other runs.
+    leader: the mean reward over the part's own last 10% of compute (what the run shows at the cut).
     """
 
     run: str
@@ -73,6 +74,7 @@ class RunBacktest:
     sd_parameters: float = float("nan")
     sd_noise: float = float("nan")
     drift_scale: float = float("nan")
+    leader: float = float("nan")
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN and inf become None."""
@@ -161,8 +163,10 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, le
     observed = float(np.mean(y[end]))
     carry = float(y[part][-1]) if part.any() else nan
     part_end = part & in_end_window(x, cut)
-    rising = bool(observed - float(np.mean(y[part_end])) > RISE) if part_end.any() else None
-    empty.update(observed=observed, carry_forward=carry, carry_forward_error=carry - observed, rising=rising)
+    leader = float(np.mean(y[part_end])) if part_end.any() else carry
+    rising = bool(observed - leader > RISE) if part_end.any() else None
+    empty.update(observed=observed, carry_forward=carry, carry_forward_error=carry - observed, rising=rising,
+                 leader=leader)
     try:
         fit = fit_sigmoid(x[part], y[part], **fit_kwargs)
     except FitError as err:
@@ -289,7 +293,7 @@ def backtest_table(records: pd.DataFrame, *, fraction: float = 0.5, **kwargs) ->
     StudyDecision.to_dict() or None} for a report; `kwargs` go to `backtest_runs` and `study_decision` (run_col,
     compute_col, reward_col, fit options)."""
     results = backtest_runs(records, fraction=fraction, **kwargs)
-    decision = study_decision(records, fraction=fraction, **kwargs)
+    decision = study_decision(results, fraction)
     return {"fraction": fraction, "runs": [r.to_dict() for r in results], "summary": summarize(results, fraction).to_dict(),
             "decision": None if decision is None else decision.to_dict()}
 
@@ -379,7 +383,13 @@ def decide_study(runs: dict, fraction: float, *, level: float = DEFAULT_LEVEL, d
         lo[name], hi[name] = (p.lo, p.hi) if math.isfinite(p.lo) and math.isfinite(p.hi) else (-math.inf, math.inf)
     if not end:
         raise ValueError("no run has an evaluation to decide on")
+    return _decision(fraction, end, predicted, lo, hi, leader, asymptote)
+
+
+def _decision(fraction, end, predicted, lo, hi, leader, asymptote) -> StudyDecision:
+    """The picks of PICK_METHODS from each run's scores ({run: value}, the same runs in each) and their regret."""
     best = max(end, key=end.get)
+
     def top(score, among=None):
         return max(among or score, key=lambda run: score[run] if math.isfinite(score[run]) else -math.inf)
 
@@ -393,19 +403,19 @@ def decide_study(runs: dict, fraction: float, *, level: float = DEFAULT_LEVEL, d
                          predicted_hi=hi, leader=leader, A=asymptote, picks=picks, regret=regret)
 
 
-def study_decision(records: pd.DataFrame, *, fraction: float, run_col="run", compute_col="compute",
-                   reward_col="reward", **kwargs) -> StudyDecision | None:
-    """`decide_study` over the runs of `records` taken as one study (None with fewer than two runs that can be cut)."""
-    if run_col not in records.columns:
+def study_decision(results: list[RunBacktest], fraction: float) -> StudyDecision | None:
+    """The decision `decide_study` makes, from a backtest's runs taken as one study and the fits already made for it
+    (their prediction over the observed end window); None with fewer than two runs that reached past the cut."""
+    scored = [r for r in results if math.isfinite(r.observed) and math.isfinite(r.leader)]
+    if len(scored) < 2:
         return None
-    runs = {str(run): (g[compute_col].to_numpy(dtype=float, na_value=np.nan),
-                       g[reward_col].to_numpy(dtype=float, na_value=np.nan))
-            for run, g in records.groupby(run_col, sort=False, dropna=False)}
-    try:
-        decision = decide_study(runs, fraction, **kwargs)
-    except ValueError:
-        return None
-    return decision if len(decision.end) >= 2 else None
+    sure = {r.run: r.fitted and math.isfinite(r.pi_lo) and math.isfinite(r.pi_hi) for r in scored}
+    return _decision(
+        fraction, {r.run: r.observed for r in scored},
+        {r.run: r.predicted if r.fitted else r.leader for r in scored},
+        {r.run: r.pi_lo if sure[r.run] else -math.inf for r in scored},
+        {r.run: r.pi_hi if sure[r.run] else math.inf for r in scored},
+        {r.run: r.leader for r in scored}, {r.run: r.A_part if r.fitted else r.leader for r in scored})
 
 
 def decision_lines(decision: StudyDecision) -> list[str]:

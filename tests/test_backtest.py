@@ -140,7 +140,7 @@ def test_cli_json_has_one_object_per_run_and_a_summary(cli, tmp_path):
         "run", "fitted", "reason", "n_points", "n_part", "cut_compute", "last_compute", "predicted", "predicted_lo",
         "predicted_hi", "observed", "error", "carry_forward", "carry_forward_error", "A_part", "A_part_lo",
         "A_part_hi", "A_full", "A_full_identified", "A_inside", "rising", "identified", "level", "pi_lo", "pi_hi",
-        "pi_inside", "sd_parameters", "sd_noise", "drift_scale"}
+        "pi_inside", "sd_parameters", "sd_noise", "drift_scale", "leader"}
     assert set(payload["summary"]) == {
         "fraction", "runs", "fitted", "rising", "mae_fit_rising", "mae_carry_forward_rising",
         "fit_beats_carry_forward_rising", "mae_fit", "mae_carry_forward", "A_checked", "A_inside", "A_inside_share",
@@ -265,3 +265,18 @@ def test_cli_level_sets_the_prediction_intervals_level_and_a_bad_one_is_refused(
     assert narrow["pi_hi"] - narrow["pi_lo"] < wide["pi_hi"] - wide["pi_lo"]
     code, out, err = cli("backtest", str(path), "--level", "1")
     assert code == 2 and out == "" and "--level" in err
+
+
+def test_the_backtests_decision_is_the_one_decide_study_makes():
+    import pandas as pd
+
+    from rlscale.fitting.backtest import decide_study, study_decision
+    from rlscale.fitting.predict import Drift
+
+    runs = study_runs()
+    records = pd.concat([pd.DataFrame({"run": name, "compute": c, "reward": r}) for name, (c, r) in runs.items()])
+    drift = Drift(0.085, {})
+    from_backtest = study_decision(backtest_runs(records, fraction=0.5, drift=drift, seed=0), 0.5)
+    direct = decide_study(runs, 0.5, drift=drift, seed=0)
+    assert from_backtest.picks == direct.picks and from_backtest.best == direct.best == "slow"
+    assert from_backtest.leader == pytest.approx(direct.leader)

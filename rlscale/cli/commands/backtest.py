@@ -56,9 +56,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"no run could be fitted on its first {fraction:.0%} of compute ({reasons})", file=source)
         summary = summarize(results, fraction)
         # the runs of one file or study are those a user chooses between: what the cut would have picked
-        decision = study_decision(records, fraction=fraction, run_col="run", compute_col="compute",
-                                  reward_col="reward", level=level, r0=r0, min_compute=min_compute,
-                                  bootstrap=bootstrap, noise=noise, bounded=not unbounded)
+        decision = study_decision(results, fraction)
         if json_out:
             from rlscale.cli.console import print_json
 
