@@ -22,13 +22,14 @@ def register(app: typer.Typer) -> None:
         unbounded: bool = typer.Option(False, "--unbounded", help="the metric is not a pass rate in [0, 1]"),
         tag: str = typer.Option(None, "--tag", help="TensorBoard/verl logs: the reward scalar"),
         compute_tag: str = typer.Option(None, "--compute-tag", help="TensorBoard/verl logs: a scalar of cumulative compute"),
-        json_out: bool = typer.Option(False, "--json", help="print {source, fraction, runs: [...], summary: {...}} as JSON"),
+        json_out: bool = typer.Option(False, "--json", help="print {source, fraction, runs: [...], summary: {...}, decision: {...}} as JSON"),
     ) -> None:
         """Fit each run on its first part of compute, extrapolate to its end, and compare (ScaleRL's check).
 
-        Per run: the part-fit's predicted reward at the run's end [95%], the observed reward there (mean over the
-        last 10% of compute), the error, a carry-forward baseline, and whether the full-run A is inside the
-        part-fit's interval; then a summary. Exits 2 when no run can be fitted."""
+        Per run: the part-fit's predicted reward at the run's end with its prediction interval (--level), the
+        observed reward there (mean over the last 10% of compute), the error, a carry-forward baseline, and whether
+        the full-run A is inside the part-fit's interval; then a summary: the interval's coverage and width, and
+        which run the cut would have picked among them and its regret. Exits 2 when no run can be fitted."""
         from rlscale.base.errors import UserError
         from rlscale.fitting.backtest import backtest_runs, study_decision, summarize
 
