@@ -17,8 +17,8 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(None, "--out", help="directory for the study's report (default: reports/STUDY)"),
         json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
         shared_dir: Path = typer.Option(None, "--shared-dir", help=(
-            "engine verl: a directory the driver and every Ray node see (data, checkpoints, file-logger logs); "
-            "default RLSCALE_SHARED_DIR or ~/.cache/rlscale/verl")),
+            "engines verl, trl: a directory the driver and every Ray node see (data, checkpoints, logs); "
+            "default RLSCALE_SHARED_DIR or ~/.cache/rlscale/<engine>")),
         dry_run: bool = typer.Option(False, "--dry-run", help=(
             "print what each planned run would run (verl: entrypoint, overrides, data paths; builtin: the recipe) "
             "and submit nothing")),
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         check_jobs(study, ray_address=ray_address, shared_dir=shared_dir)  # bad engine input: exit 2, nothing stored
         store = Store(db)
         view = SweepView(study.name, enabled=not json_out)
-        options = {"verl": {"shared_dir": shared_dir}} if shared_dir else None
+        options = {"verl": {"shared_dir": shared_dir}, "trl": {"shared_dir": shared_dir}} if shared_dir else None
         driver = SweepDriver(study, store, ray_address=ray_address, max_retries=max_retries,
                              on_update=lambda runs: view.update(runs, driver.cluster_status or driver.store_note),
                              engine_options=options, max_concurrent=max_concurrent)
