@@ -94,8 +94,13 @@ def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
 def fit_reasons(fits) -> list[str]:
     """'(n) run: not identified|not fitted: reason' for each run whose A is not identified, numbered as in the table."""
     rows = fits.to_dict("records") if hasattr(fits, "to_dict") else list(fits)
-    return [f"({row['note']}) {row.get('run')}: {'not identified' if _fitted(row) else 'not fitted'}: "
-            f"{cli_reason(row.get('reason')) or '?'}" for row in _numbered(rows) if not row["identified"]]
+    return [f"({row['note']}) {reason_line(row)}" for row in _numbered(rows) if not row["identified"]]
+
+
+def reason_line(row) -> str:
+    """'run: not identified|not fitted: reason' for one fit (a dict with fit_runs' columns)."""
+    return (f"{row.get('run')}: {'not identified' if _fitted(row) else 'not fitted'}: "
+            f"{cli_reason(row.get('reason')) or '?'}")
 
 
 def print_fits(fits, *, title: str) -> None:

@@ -86,9 +86,9 @@ def _fit_and_plot(file, study, db, options, plot):
         fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", **options)
         if fits["A"].isna().all():  # nothing to show or plot: the file is no input for a fit
             from rlscale.base.errors import UserError
-            from rlscale.cli.views import fit_reasons
+            from rlscale.cli.views import reason_line
 
-            shown = [reason.split(") ", 1)[1] for reason in fit_reasons(fits)]
+            shown = [reason_line(row) for row in fits.to_dict("records")]
             more = f"; and {len(shown) - 3} more" if len(shown) > 3 else ""
             raise UserError(f"no run could be fitted ({'; '.join(shown[:3])}{more})", file=str(file))
     else:
