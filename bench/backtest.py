@@ -290,12 +290,13 @@ def main() -> None:
     predictions = estimate_drift(fit)
     from rlscale.fitting.predict import Drift
 
-    predictions["synthetic"] = synthetic_coverage(args.synthetic_runs, Drift.load())
+    drift = Drift(predictions["constant"], {})  # the constant just written to fitting/drift.json
+    predictions["synthetic"] = synthetic_coverage(args.synthetic_runs, drift)
     datasets, everything, fallen, keyed = {}, [], set(), []
     for name, (path, compute_col) in DATASETS.items():
         records = read_run_log(path)  # the parser `rlscale backtest FILE` uses
         results = backtest_runs(records, fraction=args.fraction, run_col="run", compute_col=compute_col,
-                                reward_col="reward", **fit)
+                                reward_col="reward", drift=drift, **fit)
         peaks = records.groupby("run", sort=False)["reward"].max()
         fell = {r.run for r in results if r.fitted and r.observed < peaks[r.run] - FELL}
         if compute_col == "compute":  # the overall figures count each run once

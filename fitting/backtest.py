@@ -4,7 +4,9 @@ the run's end, and compare with what the run then reached.
 Per run: the part-fit's predicted reward over the run's last 10% of compute (with its 95% band), the observed
 reward there (mean over those points), the error, a carry-forward baseline (the last reward observed in the part)
 and whether the full-run asymptote A falls inside the part-fit's interval on A; and the prediction interval of the
-observed end reward (fitting/predict.py) and whether it holds it. Pure: records in, plain data out.
+observed end reward (fitting/predict.py) and whether it holds it. For runs taken as one study: which run the cut
+would have picked and the regret of that pick at the end (decide_study, study_decision). Pure: records in, plain
+data out.
 """
 
 import math

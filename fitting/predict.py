@@ -15,6 +15,7 @@ this one is for a future measurement, which is why it is wider where the target 
 import json
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +45,14 @@ class Drift:
 
     @classmethod
     def load(cls, path: Path = DRIFT_FILE) -> "Drift":
-        data = json.loads(Path(path).read_text())
-        return cls(per_gain=float(data["per_gain"]), provenance=data.get("provenance", {}))
+        """The drift in `path` (default: the one the package ships, read once)."""
+        return _load_drift(str(path))
+
+
+@lru_cache(maxsize=4)
+def _load_drift(path: str) -> Drift:
+    data = json.loads(Path(path).read_text())
+    return Drift(per_gain=float(data["per_gain"]), provenance=data.get("provenance", {}))
 
 
 NO_DRIFT = Drift(0.0, {"note": "no drift term"})
