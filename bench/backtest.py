@@ -351,6 +351,13 @@ def main() -> None:
                 noise: bool(abs(v["with_drift_term"]["coverage"] - DEFAULT_LEVEL) <= 0.03)
                 for noise, v in predictions["synthetic"]["noise"].items()},
         },
+        "prediction_goal_notes": {
+            "coverage": "held out by source; " + "; ".join(
+                f"{k}: {v['coverage']:.1%} of {v['trainings']:.0f} trainings" for k, v in predictions["held_out"].items()),
+            "synthetic": "the drift term is learned on real runs, whose plateaus wander; on synthetic curves that do not "
+                         "it over-covers; without it: " + "; ".join(
+                f"{noise} {v['without_drift_term']['coverage']:.1%}" for noise, v in predictions["synthetic"]["noise"].items()),
+        },
         "quickstart_replicates": replicates,
         "all": overall.to_dict(),
         # the same without the runs whose end is FELL below their best evaluation (collapses a sigmoid cannot describe)

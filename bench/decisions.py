@@ -109,6 +109,11 @@ def main() -> None:
                 quarter["prediction"]["share_regret_at_most_0.02"] >= quarter["leader"]["share_regret_at_most_0.02"]
                 and quarter["prediction"]["mean_regret"] <= quarter["leader"]["mean_regret"]),
         },
+        # how often the interval let a prediction overturn the current leader
+        "prediction_differs_from_leader": {
+            "decisions": sum(len(s[f"at_{f:g}"]["decisions"]) for s in per_study.values() for f in FRACTIONS),
+            "differ": sum(d["picks"]["prediction"] != d["picks"]["leader"]
+                          for s in per_study.values() for f in FRACTIONS for d in s[f"at_{f:g}"]["decisions"])},
         "summary": summary, "studies": per_study, "seconds": seconds, "commit": commit,
         "uncommitted_fitting_files": subprocess.run(["git", "diff", "--name-only", "HEAD", "--", "fitting/", ":(exclude)fitting/drift.json"],
                                                     capture_output=True, text=True, cwd=ROOT).stdout.split(),
