@@ -253,7 +253,7 @@ def test_engines_are_chosen_by_name_and_an_unknown_name_is_a_user_error():
     engine = get_engine(DEFAULT_ENGINE, ray_address="auto")
     assert isinstance(engine, BuiltinEngine) and engine.ray_address == "auto"
     engine.close()  # nothing started yet: nothing to stop
-    with pytest.raises(UserError, match="unknown engine 'nope'; expected one of: builtin, verl"):
+    with pytest.raises(UserError, match="unknown engine 'nope'; expected one of: builtin, trl, verl"):
         get_engine("nope")
 
 
