@@ -16,7 +16,7 @@ LAYERS = [
     ("rlscale.base", 0),
     ("rlscale.db", 1), ("rlscale.planner", 1),
     ("rlscale.fitting", 2),
-    # runner/: the algorithm, then what engines share (runner/*.py), then the engines (builtin, verl), then the sweep
+    # runner/: the algorithm, then what engines share (runner/*.py), then the engines (builtin, verl, trl), then the sweep
     ("rlscale.runner.rl", 3), ("rlscale.runner", 3.5), ("rlscale.runner.builtin", 4), ("rlscale.runner.verl", 4),
     ("rlscale.runner.trl", 4),
     ("rlscale.runner.sweep", 5),
