@@ -2,7 +2,7 @@
 
 L = 1 - pass@1 (test loss), X = the resource (compute, data or steps), N = model size (parameters).
 Each size gets a straight-line fit of log L on log X (slope -k, intercept E); K_max and N0 are then
-fitted to the per-size learning efficiencies k(N).
+fitted to the per-size learning efficiencies k(N), and E(N) to a line in ln N, so sizes not trained can be predicted.
 """
 
 from dataclasses import dataclass
@@ -28,6 +28,8 @@ class PowerLawFit:
     sizes: np.ndarray
     k: np.ndarray
     E: np.ndarray
+    E_intercept: float = float("nan")  # E(N) = E_intercept + E_slope ln N across the fitted sizes
+    E_slope: float = float("nan")
 
     def loss(self, model_size, resource) -> np.ndarray:
         """Predicted L = 1 - pass@1 at a fitted model size and resource X: exp(-k(N) log X + E(N))."""
@@ -41,6 +43,12 @@ class PowerLawFit:
     def pass_rate(self, model_size, resource) -> np.ndarray:
         """Predicted pass@1 = 1 - L."""
         return 1.0 - self.loss(model_size, resource)
+
+    def extrapolated_loss(self, model_size, resource) -> np.ndarray:
+        """L at any size N, fitted or not: k(N) from K_max and N0, E(N) from its line in ln N."""
+        model_size = np.asarray(model_size, dtype=float)
+        E = self.E_intercept + self.E_slope * np.log(model_size)
+        return np.exp(-learning_efficiency(model_size, self.K_max, self.N0) * np.log(resource) + E)
 
 
 def fit_size(resource, loss) -> tuple[float, float]:
@@ -78,4 +86,14 @@ def fit_power_law(model_size, resource, pass_rate) -> PowerLawFit:
     result = least_squares(lambda t: learning_efficiency(sizes, t[0], np.exp(t[1])) - k,
                            x0=[K0, np.log(N00)], bounds=([0.0, -np.inf], [np.inf, np.inf]),
                            x_scale="jac", xtol=1e-14, ftol=1e-14, gtol=1e-14)
-    return PowerLawFit(K_max=float(result.x[0]), N0=float(np.exp(result.x[1])), sizes=sizes, k=k, E=E)
+    E_slope, E_intercept = np.polyfit(np.log(sizes), E, 1)
+    return PowerLawFit(K_max=float(result.x[0]), N0=float(np.exp(result.x[1])), sizes=sizes, k=k, E=E,
+                       E_intercept=float(E_intercept), E_slope=float(E_slope))
+
+
+def crossover_resource(k_small: float, E_small: float, k_large: float, E_large: float) -> float:
+    """The resource X at which two sizes' losses are equal: ln X = (E_large - E_small) / (k_large - k_small);
+    NaN for parallel lines. At equal compute X is the compute, so this is the crossover budget."""
+    if k_large == k_small:
+        return float("nan")
+    return float(np.exp((E_large - E_small) / (k_large - k_small)))

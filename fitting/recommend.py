@@ -492,3 +492,40 @@ def recommended_recipe(study, rec: Recommendation):
     base = _base_recipe(study).to_json()
     return Recipe.model_validate({**base, "prompts_per_batch": rec.prompts_per_batch, "rollouts": rec.rollouts,
                                   "steps": rec.steps})
+
+
+def model_parameters(study) -> dict[str, float]:
+    """HF directory -> parameter count for a study with a `model` axis (its `models`); {} otherwise."""
+    return {} if study is None else {name: size.parameters for name, size in study.models.items()}
+
+
+def study_size_law(store, study: str, *, bootstrap: int = 100, seed: int = 0):
+    """(the stored Study, SizeLaw) of a study with a `model` axis; Refusal when its sizes cannot be fitted."""
+    from rlscale.fitting.model_size import fit_size_law, size_frame
+    from rlscale.planner.study import stored_study
+
+    typed = stored_study(store, study)
+    parameters = model_parameters(typed)
+    if not parameters:
+        raise Refusal(f"no size recommendation: study {study!r} has no `model` axis with `models`")
+    frame = size_frame(store.records_frame(study), store.runs_frame(study), parameters,
+                       compute_col=COMPUTE_COLUMNS[study_unit(typed)], reward_col=typed.metric)
+    try:
+        return typed, fit_size_law(frame, bootstrap=bootstrap, seed=seed)
+    except FitError as err:
+        raise Refusal(f"no size recommendation: the power law across sizes cannot be fitted: {err}") from None
+
+
+def recommend_size_study(store, study: str, budget: float, *, bootstrap: int = 100, seed: int = 0):
+    """The model size for `budget` (fitting.model_size.SizeChoice) from a stored study with a `model` axis."""
+    from rlscale.fitting.model_size import choose_size
+
+    _typed, law = study_size_law(store, study, bootstrap=bootstrap, seed=seed)
+    return choose_size(law, budget)
+
+
+def sweeps_models(store, study: str) -> bool:
+    """Whether stored study `study` has a `model` axis (then recommend names a model size)."""
+    from rlscale.planner.study import stored_study
+
+    return bool(model_parameters(stored_study(store, study)))

@@ -19,6 +19,7 @@ from rlscale.base.numbers import format_number as _f
 from rlscale.fitting.backtest import BACKTEST_HEADER, BACKTEST_NOTE, backtest_table, table_lines, table_rows
 from rlscale.fitting.compare import COMPARE_HEADER, compare_cells, compare_variants
 from rlscale.fitting.frame import run_labels, variant_names
+from rlscale.fitting.model_size import SIZE_HEADER, SIZE_NOTE, size_rows, size_summary
 from rlscale.fitting.plots import plot_text, save_figure, set_title
 from rlscale.fitting.recommend import run_curves, study_unit
 from rlscale.fitting.records import fits_record_breaking, fitted_points_label
@@ -181,6 +182,7 @@ class Report:
     law: dict | None = None
     backtest: dict | None = None  # fitting.backtest.backtest_table: each run's first half vs its end
     comparison: dict | None = None  # fitting.compare.compare_variants: variants across their seeds
+    sizes: dict | None = None  # fitting.model_size.SizeLaw.to_dict: the power law across a `model` axis
     notes: list[str] = field(default_factory=list)
     plots: dict[str, Path] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
@@ -189,7 +191,7 @@ class Report:
         """JSON-ready."""
         return {"study": self.study, "method": self.method, "unit": self.unit, "fits": self.fits,
                 "fitted_on": self.fitted_on, "loo": self.loo,
-                "law": self.law, "backtest": self.backtest, "comparison": self.comparison, "notes": self.notes, "files": {k: str(v) for k, v in {**self.plots, **self.files}.items()}}
+                "law": self.law, "sizes": self.sizes, "backtest": self.backtest, "comparison": self.comparison, "notes": self.notes, "files": {k: str(v) for k, v in {**self.plots, **self.files}.items()}}
 
 
 def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, study: str,
@@ -265,11 +267,26 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
             else:
                 report.law = law.to_dict()
                 report.plots["optimal_n"] = plot_frontier(law, out / "optimal_n.png", compute_col=compute_col)
+    if stored is not None and stored.models:
+        _add_size_law(report, stored, runs, records, compute_col, metric, bootstrap, seed)
     unidentified = [row["run"] for row in report.fits if not row["identified"]]
     if unidentified:
         report.notes.append(f"{len(unidentified)} of {len(report.fits)} fits are not identified: their A is not "
                             "a measurement (see the reason in each row)")
     return write_report(report, out)
+
+
+def _add_size_law(report: Report, stored, runs, records, compute_col, metric, bootstrap, seed) -> None:
+    """The power law across the study's model sizes into report.sizes, or a note saying why it cannot be fitted."""
+    from rlscale.fitting.model_size import fit_size_law, size_frame
+    from rlscale.fitting.sigmoid import FitError
+
+    frame = size_frame(records, runs, {name: size.parameters for name, size in stored.models.items()},
+                       compute_col=compute_col, reward_col=metric)
+    try:
+        report.sizes = fit_size_law(frame, bootstrap=min(bootstrap, 100), seed=seed).to_dict()
+    except FitError as err:
+        report.notes.append(f"no power law across model sizes: {err}")
 
 
 def write_report(report: Report, out: Path) -> Report:
@@ -344,6 +361,9 @@ def render_markdown(report: Report) -> str:
         parts += ["## Optimal rollouts per prompt", "",
                   f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))); "
                   f"{'identified' if law['identified'] else 'not identified'}: {law['reason']}", ""]
+    if report.sizes is not None:
+        parts += ["## Across model sizes (Tan et al.)", "", SIZE_NOTE, "",
+                  _md_table(SIZE_HEADER, size_rows(report.sizes)), "", f"- {_md_text(size_summary(report.sizes))}", ""]
     for note in report.notes:
         parts.append(f"- {_md_text(note)}")
     if report.notes:
@@ -397,6 +417,9 @@ def render_html(report: Report) -> str:
         parts.append(f"<h2>Optimal rollouts per prompt</h2><p>log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / "
                      f"(1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))); {'identified' if law['identified'] else 'not identified'}: "
                      f"{html.escape(law['reason'])}</p>")
+    if report.sizes is not None:
+        parts += ["<h2>Across model sizes (Tan et al.)</h2>", f"<p>{html.escape(SIZE_NOTE)}</p>",
+                  _html_table(SIZE_HEADER, size_rows(report.sizes)), f"<p>{html.escape(size_summary(report.sizes))}</p>"]
     parts += [f'<p class="note">{html.escape(note)}</p>' for note in report.notes]
     for name, path in report.plots.items():
         data = base64.b64encode(Path(path).read_bytes()).decode()

@@ -127,6 +127,13 @@ class EarlyTerminate(_Strict):
         return (*fractions, 1.0) if fractions[-1] < 1 else tuple(fractions)
 
 
+class ModelSize(_Strict):
+    """One value of a `model` axis: its parameter count (Tan et al.'s N) and the cost profile its steps are priced by."""
+
+    parameters: float = Field(gt=0, allow_inf_nan=False, description="parameter count, e.g. 1.7e9")
+    profile: str = Field(pattern=NAME_PATTERN, description="cost profile of one step of this model")
+
+
 class Fit(_Strict):
     """How each run's sigmoid is fitted."""
 
@@ -151,6 +158,8 @@ class Study(_Strict):
     n_trials: int | None = Field(None, ge=1)
     early_terminate: EarlyTerminate = Field(default_factory=EarlyTerminate)
     fit: Fit = Field(default_factory=Fit)
+    models: dict[str, ModelSize] = Field(default_factory=dict, description=(
+        "a `model` axis: each HF directory's parameter count and cost profile (the power law across sizes)"))
     max_concurrent: int | None = Field(None, ge=1, description=(
         "runs in flight at once (rlscale sweep --max-concurrent overrides it); None: as many as the cluster's free "
         "devices admit"))
@@ -254,6 +263,7 @@ def _problems(study: Study):
             yield ("parameters",), "method isocompute needs a prompts_per_batch or rollouts axis"
     if study.max_batch is not None and method not in ("grid", "isocompute"):
         yield ("max_batch",), f"only for methods grid and isocompute, not {method}"
+    yield from _model_axis_problems(study)
     if study.compute is not None and "steps" in study.recipe.model_fields_set:
         yield ("recipe", "steps"), "steps are set by compute.budget; remove one of the two"
     yield from _recipe_problems(study.recipe.verifier, ("recipe", "verifier"))
@@ -290,6 +300,25 @@ def _problems(study: Study):
                 yield from _value_problems(base, key, value, path)
                 if value == base[RECIPE_KEYS[key]]:
                     yield path, f"{value!r} is already the base recipe's value; this run would change nothing"
+
+
+def _model_axis_problems(study: Study):
+    """A `model` axis and `models` name the same HF directories, each once."""
+    axis = study.parameters.get("model")
+    if axis is None:
+        if study.models:
+            yield ("models",), "only for a study with a `model` axis (parameters.model.values)"
+        return
+    if axis.values is None:
+        yield ("parameters", "model"), "a model axis needs `values: [...]` (HF directories)"
+        return
+    for i, value in enumerate(axis.values):
+        if isinstance(value, str) and value not in study.models:
+            yield ("parameters", "model", "values", i), (
+                f"{value!r} has no entry in `models` (expected {{parameters: COUNT, profile: NAME}})")
+    for name in study.models:
+        if name not in axis.values:
+            yield ("models", name), "not a value of the `model` axis"
 
 
 def _key_problems(key: str, path: tuple, study: Study):
@@ -337,10 +366,12 @@ def load_study(path: str | Path) -> Study:
     data.setdefault("name", Path(path).stem)
     study = parse_study(data, file=str(path))
     study._file = str(path)
-    if study.compute is not None and study.compute.profile is not None:
-        from rlscale.planner.profiles import load_profile
+    from rlscale.planner.profiles import load_profile
 
+    if study.compute is not None and study.compute.profile is not None:
         load_profile(study.compute.profile, field="compute.profile", file=str(path))
+    for name, size in study.models.items():
+        load_profile(size.profile, field=f"models.{name}.profile", file=str(path))
     return study
 
 
@@ -424,13 +455,24 @@ def default_profile(study: Study) -> Profile:
     return TINY_CPU if study.recipe.model == "tiny" else load_profile(DEFAULT_PROFILE)
 
 
+def model_profiles(study: Study) -> dict[str, Profile]:
+    """HF directory -> the cost profile of its steps, for a study with a `model` axis ({} otherwise)."""
+    from rlscale.planner.profiles import load_profile
+
+    return {name: load_profile(size.profile, field=f"models.{name}.profile", file=study._file)
+            for name, size in study.models.items()}
+
+
 def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPlan:
-    """Every run of the study (points x seeds) with steps set by the compute budget, if there is one."""
+    """Every run of the study (points x seeds) with steps set by the compute budget, if there is one. On a
+    `model` axis each model's steps are priced by its own profile (`models`), so equal compute buys fewer steps
+    of a larger model; `profile` prices the others."""
     from rlscale.planner.profiles import load_profile
 
     if isinstance(profile, str):
         profile = load_profile(profile)
     profile = profile or default_profile(study)
+    by_model = model_profiles(study)
     base = study.recipe.to_json()
     recipes, dropped = [], []
     for name, overrides in study_points(study):
@@ -445,7 +487,7 @@ def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPl
     compute = study.compute
     per_run, steps = None, [r.steps for _, r in recipes]
     if compute is not None and recipes:
-        costs = [_step_cost(r, compute.unit, profile) for _, r in recipes]
+        costs = [_step_cost(r, compute.unit, by_model.get(r.model, profile)) for _, r in recipes]
         startup = profile.startup_gpu_hours if compute.unit == "gpu_hours" else 0.0
         per_run, steps = allocate(costs, compute.budget, per_run=compute.scope == "per_run",
                                   min_steps=compute.min_steps, startup=startup, replicas=len(study.seeds),
@@ -457,7 +499,8 @@ def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPl
             continue
         for seed in study.seeds:
             final = Recipe.model_validate({**recipe.to_json(), "steps": m, "seed": seed})
-            hours = run_gpu_hours(profile, final.prompts_per_batch, final.rollouts, m) * study.extend
+            hours = run_gpu_hours(by_model.get(final.model, profile), final.prompts_per_batch, final.rollouts,
+                                  m) * study.extend
             runs.append(PlannedRun(name, final, seed, hours))
     if not runs and study.method != "bayes":
         reasons = "; ".join(f"{name}: {why}" for name, why in dropped[:3])

@@ -50,3 +50,11 @@ def test_bad_inputs_raise_fit_error():
         fit_power_law([1e9, 1e9, 2e9, 2e9], [10, 100, 10, 100], [0.3, 0.2, 0.3, 0.4])
     with pytest.raises(ValueError, match="fitted sizes"):
         fit_power_law(*records()).loss(2e9, 100)
+
+
+def test_a_size_left_out_of_the_fit_is_predicted_from_k_max_n0_and_the_line_of_E():
+    n, x, p = records()
+    smaller = n < 32e9  # fit on 0.5B-14B, predict 32B (Tan et al.'s inter-model extrapolation)
+    fit = fit_power_law(n[smaller], x[smaller], p[smaller])
+    true_loss = np.exp(-learning_efficiency(32e9, K_MAX, N0) * np.log(STEPS) + E[32e9])
+    np.testing.assert_allclose(fit.extrapolated_loss(32e9, STEPS), true_loss, rtol=1e-6)

@@ -17,11 +17,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Tune n by the optimal-n law, take the smallest stable B_p within noise of the best, give the rest to M.
 
+        A study with a `model` axis instead gets the model size for the budget (the power law across sizes) and
+        the crossover budgets where a larger size starts to win.
+
         Exit 0 with a recommendation; exit 2 when it refuses (the law or the fits are not identified, or the
         input is bad), with the reason on stderr (and {"refused": true, "reason": ...} on stdout with --json).
         """
         from rlscale.db.store import Store
-        from rlscale.fitting.recommend import Refusal, pick_study, recommend_study
+        from rlscale.fitting.recommend import Refusal, pick_study, recommend_size_study, recommend_study, sweeps_models
         from rlscale.cli.console import print_json
         from rlscale.base.errors import UserError
         from rlscale.base.names import check_budget, check_steps
@@ -30,6 +33,13 @@ def register(app: typer.Typer) -> None:
         store = Store(db, create=False)
         name = pick_study(store, study)
         try:
+            if sweeps_models(store, name):  # a `model` axis: the size for the budget, by the power law across sizes
+                choice = recommend_size_study(store, name, budget, bootstrap=bootstrap)
+                if json_out:
+                    print_json({"study": name, "refused": False, **choice.to_dict()})
+                else:
+                    show_size(choice, name)
+                return
             rec, _study = recommend_study(store, name, budget, profile=profile, bootstrap=bootstrap)
         except Refusal as refusal:
             if json_out:
@@ -86,4 +96,29 @@ def show(rec, study: str) -> None:
     say("frontier: " + ", ".join(f"n={s['rollouts']} (B_p {s['prompts_per_batch']}) {s['compute_from']:.3g}-"
                                  f"{s['compute_to']:.3g}" for s in law["frontier"]), rest="  ")
     for note in rec.notes:
+        bullet(note)
+
+
+def show_size(choice, study: str) -> None:
+    """The model size for the budget: each size's predicted reward, then the crossover budgets."""
+    from rich.table import Table
+
+    from rlscale.cli.console import bullet, console, safe, say
+
+    level = f"{choice.level:.0%}"
+    top = Table(title=f"model size for {choice.budget:g} ({safe(study)})", title_justify="left")
+    for col in ("model", "params", f"reward at budget [{level}]", "chosen"):
+        top.add_column(col, overflow="fold" if col == "model" else None)
+    for row in choice.predicted:
+        top.add_row(safe(row["model"]), f"{row['parameters']:.3g}",
+                    f"{row['reward']:.3f} [{row['reward_lo']:.3f}, {row['reward_hi']:.3f}]",
+                    "*" if row["model"] == choice.model else "")
+    console.print(top)
+    say(f"chosen: {choice.model} (picked in {choice.pick_share:.0%} of the bootstrap draws)", rest="  ")
+    for c in choice.crossovers:
+        say(f"crossover: {c['above']} beats {c['below']} above {c['budget']:.3g} "
+            f"[{level}: {c['budget_lo']:.3g}, {c['budget_hi']:.3g}]", rest="  ")
+    if not choice.crossovers:
+        say("crossover: none; one size has the lowest loss at every budget", rest="  ")
+    for note in choice.notes:
         bullet(note)
