@@ -122,11 +122,12 @@ def run_concurrently(schedule, progress: Callable[[], list[RunProgress]],
                 continue
             if admit is not None and not admit(move.key):
                 blocked.add(move.key)
-                skipped[move.key] = skipped.get(move.key, 0) + 1
-                if skipped[move.key] > max_skips:
-                    break  # it has waited long enough: no more backfilling past it
+                if skipped.get(move.key, 0) >= max_skips:
+                    break  # passed over often enough: nothing more starts ahead of it
                 continue
             moves += 1
+            for key in blocked:  # runs that wait for devices while this one starts ahead of them
+                skipped[key] = skipped.get(key, 0) + 1
             skipped.pop(move.key, None)
             before[move.key] = _state(runs, move.key)
             in_flight[move.key] = move.until
