@@ -14,6 +14,7 @@ from rlscale.fitting.powerlaw import PowerLawFit, crossover_resource, fit_power_
 from rlscale.fitting.sigmoid import FitError
 
 MAX_BEYOND = 8.0  # a budget more than this times the largest compute measured is not predicted
+CROSSOVER_SPAN = 100.0  # a crossover whose interval spans more than this factor is not located by the data
 SIZE_COLUMNS = ["model", "parameters", "run", "compute", "loss"]
 
 
@@ -127,7 +128,8 @@ class SizeChoice:
     parameters: float
     pick_share: float  # the share of bootstrap draws that pick the same size
     predicted: list[dict]  # per size: model, parameters, reward, reward_lo, reward_hi
-    crossovers: list[dict]  # where the winner changes: below, above, budget, budget_lo, budget_hi
+    crossovers: list[dict]  # where the winner changes: below, above, budget [lo, hi], measured (inside both runs'
+    # data), identified (the interval spans at most CROSSOVER_SPAN)
     level: float
     notes: list[str] = field(default_factory=list)
 
@@ -163,10 +165,10 @@ def choose_size(law: SizeLaw, budget: float) -> SizeChoice:
         if not law.k[i] > 0 or not lo > 0:
             raise Refusal(f"no size recommendation: the loss of {model} does not clearly fall with compute "
                           f"(k = {law.k[i]:.3g}, {law.level:.0%} interval from {lo:.3g}); train it longer")
-    reach = float(law.compute_max.max())
-    if budget > MAX_BEYOND * reach:
-        raise Refusal(f"no size recommendation: the budget {budget:g} is {budget / reach:.0f}x the largest compute "
-                      f"measured ({reach:.3g}); at most {MAX_BEYOND:g}x is predicted")
+    for model, reach in zip(law.models, law.compute_max):
+        if budget > MAX_BEYOND * reach:
+            raise Refusal(f"no size recommendation: the budget {budget:g} is {budget / reach:.0f}x the largest compute "
+                          f"measured for {model} ({reach:.3g}); at most {MAX_BEYOND:g}x is predicted")
     t = np.log(budget)
     best = int(np.argmin(-law.k * t + law.E))
     loss_draws = np.exp(-law.k_draws * t + law.E_draws)
@@ -182,11 +184,14 @@ def choose_size(law: SizeLaw, budget: float) -> SizeChoice:
                           for kb, Eb in zip(law.k_draws, law.E_draws)])
         lo, hi = law.interval(draws)
         crossovers.append({"below": law.models[below], "above": law.models[above], "budget": at,
-                           "budget_lo": lo, "budget_hi": hi})
+                           "budget_lo": lo, "budget_hi": hi,
+                           "measured": bool(at <= min(law.compute_max[below], law.compute_max[above])),
+                           "identified": bool(hi / lo <= CROSSOVER_SPAN)})
     notes = [f"lines ln(1 - reward) = -k ln C + E per size; {law.level:.0%} intervals from a bootstrap over each "
              "size's runs (its evaluations when it has one run)"]
-    if budget > reach:
-        notes.append(f"the budget is {budget / reach:.1f}x the largest compute measured: an extrapolation")
+    beyond = [m for m, reach in zip(law.models, law.compute_max) if budget > reach]
+    if beyond:
+        notes.append(f"the budget is past the compute measured for {', '.join(beyond)}: their lines are extrapolated")
     notes.append(f"K_max, N0 across sizes: {law.across_reason}")
     return SizeChoice(budget=budget, model=law.models[best], parameters=float(law.parameters[best]),
                       pick_share=float(np.mean(picks == best)), predicted=predicted, crossovers=crossovers,

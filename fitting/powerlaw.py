@@ -75,8 +75,12 @@ def fit_power_law(model_size, resource, pass_rate) -> PowerLawFit:
     if len(sizes) < 2:
         raise FitError(f"need at least 2 model sizes to fit K_max and N0, got {len(sizes)}")
     per_size = [fit_size(x[n == size], 1.0 - p[n == size]) for size in sizes]
-    k = np.array([ke[0] for ke in per_size])
-    E = np.array([ke[1] for ke in per_size])
+    return fit_across_sizes(sizes, np.array([ke[0] for ke in per_size]), np.array([ke[1] for ke in per_size]))
+
+
+def fit_across_sizes(sizes, k, E) -> PowerLawFit:
+    """K_max, N0 and the line of E(N) from per-size lines (k, E) at ascending `sizes`; FitError if a k <= 0."""
+    sizes, k, E = (np.asarray(v, dtype=float) for v in (sizes, k, E))
     if np.any(k <= 0):
         raise FitError(f"loss does not fall with the resource at sizes {sizes[k <= 0].tolist()} (k <= 0)")
     # Linear start from 1/k = 1/K_max + (N0/K_max) (1/N), then least squares on k in log N0.

@@ -49,7 +49,7 @@ def test_the_crossover_budget_is_where_the_two_sizes_predicted_losses_cross():
     choice = choose_size(law, at * 2)
     assert choice.model == "/m/large"
     c = choice.crossovers[0]
-    assert c["budget_lo"] < CROSSOVER < c["budget_hi"] and c["budget_hi"] / c["budget_lo"] < 2
+    assert c["budget_lo"] < CROSSOVER < c["budget_hi"] and c["budget_hi"] / c["budget_lo"] < 2 and c["identified"]
 
 
 def test_crossover_resource_is_analytic_and_nan_for_parallel_lines():
@@ -61,7 +61,7 @@ def test_refuses_when_a_size_does_not_learn_or_the_budget_is_far_past_the_data()
     flat = frame({**LINES, "/m/large": (4e9, 0.0, -1.0)}, noise=0.05)
     with pytest.raises(Refusal, match="/m/large does not clearly fall"):
         choose_size(fit_size_law(flat, bootstrap=40), 100.0)
-    with pytest.raises(Refusal, match="largest compute measured"):
+    with pytest.raises(Refusal, match="largest compute measured for /m/small"):
         choose_size(fit_size_law(frame(), bootstrap=20), 1e6)
 
 

@@ -117,7 +117,9 @@ def show_size(choice, study: str) -> None:
     say(f"chosen: {choice.model} (picked in {choice.pick_share:.0%} of the bootstrap draws)", rest="  ")
     for c in choice.crossovers:
         say(f"crossover: {c['above']} beats {c['below']} above {c['budget']:.3g} "
-            f"[{level}: {c['budget_lo']:.3g}, {c['budget_hi']:.3g}]", rest="  ")
+            f"[{level}: {c['budget_lo']:.3g}, {c['budget_hi']:.3g}]"
+            f"{'' if c['identified'] else ' (not identified)'}"
+            f"{'' if c['measured'] else ' (past the data: extrapolated)'}", rest="  ")
     if not choice.crossovers:
         say("crossover: none; one size has the lowest loss at every budget", rest="  ")
     for note in choice.notes:
