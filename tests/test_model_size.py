@@ -138,3 +138,16 @@ def test_bad_model_axis_input_exits_2_naming_the_file_and_field(sizes_study, cap
     code, out, err = run_cli(monkeypatch, capsys, "plan", str(sizes_study))
     assert code == 2
     assert f"sizes.yaml: {field}" in err and len(err.strip().splitlines()) == 1
+
+
+def test_k_max_and_n0_are_recovered_across_sizes_and_a_falling_k_is_not_identified():
+    from rlscale.fitting.powerlaw import learning_efficiency
+
+    sizes = [0.5e9, 2e9, 8e9, 32e9]
+    rising = {f"/m/{n:g}": (n, float(learning_efficiency(n, 0.4, 3e9)), 0.1 * np.log(n / 1e9)) for n in sizes}
+    law = fit_size_law(frame(rising, noise=0.002), bootstrap=10)
+    assert law.across_identified, law.across_reason
+    assert law.across.K_max == pytest.approx(0.4, rel=0.05) and law.across.N0 == pytest.approx(3e9, rel=0.15)
+    falling = {name: (n, 0.5 - k, E) for name, (n, k, E) in rising.items()}
+    law = fit_size_law(frame(falling, noise=0.002), bootstrap=10)
+    assert not law.across_identified and "does not rise with N" in law.across_reason
