@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
         shared_dir: Path = typer.Option(None, "--shared-dir", help=(
             "engines verl, trl: a directory the driver and every Ray node see (data, checkpoints, logs); "
-            "default RLSCALE_SHARED_DIR or ~/.cache/rlscale/<engine>")),
+            "default RLSCALE_SHARED_DIR or ~/.cache/rlscale/ENGINE")),
         dry_run: bool = typer.Option(False, "--dry-run", help=(
             "print what each planned run would run (verl: entrypoint, overrides, data paths; builtin: the recipe) "
             "and submit nothing")),
