@@ -113,8 +113,9 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
     from ray.job_submission import JobSubmissionClient
 
     from rlscale.runner.trl.engine import TrlJobFailed
+    from rlscale.runner.trl.job import RunDir
 
-    recipe = Recipe.model_validate({**RECIPE, "steps": 6})
+    recipe = Recipe.model_validate({**RECIPE, "steps": 8})
     engine = trl_engine(cluster, tmp_path)
     got = []
     killed = threading.Event()
@@ -125,25 +126,27 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
             _kill_job(tmp_path, "life-1-aa-1")
             killed.set()
 
-    # the first job is killed with -9 after its checkpoint at step 2: the engine raises
+    # the first job is killed with -9 after its checkpoint at step 2 (or 4, if it got there first): the engine raises
     with pytest.raises(TrlJobFailed, match="life-1-aa-1 FAILED"):
         engine.run(recipe, run_key="life-1-aa", on_records=kill_at_step_3)
-    # the retry resumes from TRL's checkpoint-2 and pauses at the rung, checkpointed there
-    result = engine.run(recipe, run_key="life-1-aa", on_records=got.extend, until_step=4)
-    assert result.steps == 4 and not result.stopped and result.timings["launch"] > 0
-    checkpoints = tmp_path / "shared" / "life-1-aa" / "checkpoints"
-    assert (checkpoints / "checkpoint-4" / "trainer_state.json").is_file()
-    second = (tmp_path / "shared" / "life-1-aa" / "logs" / "life-1-aa-2.jsonl").read_text().splitlines()
-    assert [yaml.safe_load(line)["step"] for line in second] == [3, 4]  # no step 0 again: resumed at step 2
-    assert sorted({r["step"] for r in got}) == list(range(5))  # the retry hands job 1's records over again too
+    run_dir = RunDir(tmp_path / "shared" / "life-1-aa")
+    saved = run_dir.checkpointed_step(recipe)
+    assert saved in (2, 4)
+    # the retry resumes from TRL's last checkpoint and pauses at the rung at step 6, checkpointed there
+    result = engine.run(recipe, run_key="life-1-aa", on_records=got.extend, until_step=6)
+    assert result.steps == 6 and not result.stopped and result.timings["launch"] > 0
+    assert (run_dir.checkpoints / "checkpoint-6" / "trainer_state.json").is_file()
+    second = run_dir.log("life-1-aa-2").read_text().splitlines()
+    assert [yaml.safe_load(line)["step"] for line in second] == list(range(saved + 1, 7))  # no step 0 again
+    assert sorted({r["step"] for r in got}) == list(range(7))  # the retry hands job 1's records over again too
     firsts = {}
     for record in got:
         firsts.setdefault(record["step"], record)
-    hours = [firsts[s]["gpu_hours"] for s in range(5)]
+    hours = [firsts[s]["gpu_hours"] for s in range(7)]
     assert hours == sorted(hours) and hours[0] > 0  # measured device-hours, the failed job's included
-    assert all(firsts[s]["val_reward"] is not None for s in (0, 4)) and firsts[3]["val_reward"] is None
-    assert 0 < firsts[4]["val_reward"] <= 1 and firsts[4]["rollouts"] == 4 * 16 and firsts[4]["tokens"] > 4 * 16
-    assert {"train_reward", "entropy", "grad_norm", "clip_fraction", "truncation_rate"} <= set(firsts[4]["metrics"])
+    assert all(firsts[s]["val_reward"] is not None for s in (0, 4, 6)) and firsts[3]["val_reward"] is None
+    assert 0 < firsts[6]["val_reward"] <= 1 and firsts[6]["rollouts"] == 6 * 16 and firsts[6]["tokens"] > 6 * 16
+    assert {"train_reward", "entropy", "grad_norm", "clip_fraction", "truncation_rate"} <= set(firsts[6]["metrics"])
     jobs = sorted(j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("life-1-aa-"))
     assert jobs == ["life-1-aa-1", "life-1-aa-2"]
     # a driver that comes back with a planned compute the jobs passed unwatched: the run ends at the plan's step
@@ -168,9 +171,9 @@ DRIVER = textwrap.dedent("""
 def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned_compute(cluster, tmp_path):
     from ray.job_submission import JobSubmissionClient
 
-    # IsoCompute over n at 64 rollouts per run: n 2 trains 8 steps, n 4 trains 4
+    # IsoCompute over n at 128 rollouts per run: n 2 trains 16 steps, n 4 trains 8
     study = write_study(tmp_path / "killtrl.yaml", "killtrl", {"rollouts": [2, 4]},
-                        compute={"unit": "rollouts", "budget": 64}, eval_every=2)
+                        compute={"unit": "rollouts", "budget": 128}, eval_every=4)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared")]
     driver = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -188,11 +191,20 @@ def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
-    # the node goes too: the job dies with its driver, so the next sweep must resume from TRL's checkpoint
-    first = next(j.submission_id for j in client.list_jobs() if j.submission_id.startswith("killtrl-"))
-    client.stop_job(first)
-    while str(client.get_job_status(first).value) in ("PENDING", "RUNNING"):
+    # the node goes too: the running jobs die with the driver, so the next sweep must resume from TRL's checkpoints
+    from rlscale.runner.trl.job import RunDir
+
+    stopped = [j.submission_id for j in client.list_jobs()
+               if j.submission_id.startswith("killtrl-") and str(j.status.value) in ("PENDING", "RUNNING")]
+    for job in stopped:
+        client.stop_job(job)
+    while any(str(client.get_job_status(job).value) in ("PENDING", "RUNNING") for job in stopped):
         time.sleep(0.2)
+    saved = {}  # run key -> the step of the last checkpoint TRL saved before its job was stopped (0: none)
+    for job in stopped:
+        last = RunDir(tmp_path / "shared" / job[:-2]).last_checkpoint()
+        saved[job[:-2]] = int(last.name.split("-")[1]) if last else 0
+    assert max(saved.values()) >= 2  # the run that reached step 3 had its checkpoint at step 2
     restarted = subprocess.run(args, capture_output=True, text=True, timeout=400)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     with Store(url) as store:
@@ -202,10 +214,10 @@ def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned
     for _, mine in records.groupby("run_id"):
         last = int(mine["step"].max())
         assert sorted(mine["step"]) == list(range(last + 1))  # no step lost
-        assert mine.loc[mine["step"] == last, "rollouts"].item() == 64  # ended at its planned compute
+        assert mine.loc[mine["step"] == last, "rollouts"].item() == 128  # ended at its planned compute
         assert mine["val_reward"].notna().sum() >= 3 and mine["gpu_hours"].is_monotonic_increasing
     jobs = sorted(j.submission_id for j in client.list_jobs() if j.submission_id.startswith("killtrl-"))
-    assert len(jobs) == 3 and first[:-2] + "-2" in jobs
-    lines = (tmp_path / "shared" / first[:-2] / "logs" / f"{first[:-2]}-2.jsonl").read_text().splitlines()
-    resumed_at = yaml.safe_load(lines[0])["step"] - 1
-    assert resumed_at >= 2 and resumed_at % 2 == 0  # from a checkpoint (every 2 steps) the killed job saved, not step 0
+    assert len(jobs) == len(runs) + len(stopped)  # one more job per stopped one; a running one would be adopted
+    for run_key, step in saved.items():
+        lines = (tmp_path / "shared" / run_key / "logs" / f"{run_key}-2.jsonl").read_text().splitlines()
+        assert yaml.safe_load(lines[0])["step"] == (step + 1 if step else 0)  # from TRL's checkpoint, if it had one
