@@ -115,7 +115,7 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
     from rlscale.runner.trl.engine import TrlJobFailed
     from rlscale.runner.trl.job import RunDir
 
-    recipe = Recipe.model_validate({**RECIPE, "steps": 8})
+    recipe = Recipe.model_validate({**RECIPE, "steps": 40})
     engine = trl_engine(cluster, tmp_path)
     got = []
     killed = threading.Event()
@@ -126,27 +126,31 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
             _kill_job(tmp_path, "life-1-aa-1")
             killed.set()
 
-    # the first job is killed with -9 after its checkpoint at step 2 (or 4, if it got there first): the engine raises
+    # the first job is killed with -9 once it is past its checkpoint at step 2: the engine raises
     with pytest.raises(TrlJobFailed, match="life-1-aa-1 FAILED"):
         engine.run(recipe, run_key="life-1-aa", on_records=kill_at_step_3)
     run_dir = RunDir(tmp_path / "shared" / "life-1-aa")
-    saved = run_dir.checkpointed_step(recipe)
-    assert saved in (2, 4)
-    # the retry resumes from TRL's last checkpoint and pauses at the rung at step 6, checkpointed there
-    result = engine.run(recipe, run_key="life-1-aa", on_records=got.extend, until_step=6)
-    assert result.steps == 6 and not result.stopped and result.timings["launch"] > 0
-    assert (run_dir.checkpoints / "checkpoint-6" / "trainer_state.json").is_file()
-    second = run_dir.log("life-1-aa-2").read_text().splitlines()
-    assert [yaml.safe_load(line)["step"] for line in second] == list(range(saved + 1, 7))  # no step 0 again
-    assert sorted({r["step"] for r in got}) == list(range(7))  # the retry hands job 1's records over again too
+    saved = run_dir.checkpointed_step(recipe)  # 2, or later on a host fast enough to step on before the kill lands
+    assert saved >= 2
+    # the retry resumes from TRL's last checkpoint and pauses at the next rung, checkpointed there
+    rung = saved + 2
+    result = engine.run(recipe, run_key="life-1-aa", on_records=got.extend, until_step=rung)
+    assert result.steps == rung and not result.stopped and result.timings["launch"] > 0
+    assert (run_dir.checkpoints / f"checkpoint-{rung}" / "trainer_state.json").is_file()
+    second = [yaml.safe_load(line) for line in run_dir.log("life-1-aa-2").read_text().splitlines()]
+    assert [line["step"] for line in second] == [saved + 1, saved + 2]  # no step 0 again
+    assert sorted({r["step"] for r in got}) == list(range(max(r["step"] for r in got) + 1))  # nothing lost
     firsts = {}
     for record in got:
         firsts.setdefault(record["step"], record)
-    hours = [firsts[s]["gpu_hours"] for s in range(7)]
+    hours = [firsts[s]["gpu_hours"] for s in sorted(firsts)]
     assert hours == sorted(hours) and hours[0] > 0  # measured device-hours, the failed job's included
-    assert all(firsts[s]["val_reward"] is not None for s in (0, 4, 6)) and firsts[3]["val_reward"] is None
-    assert 0 < firsts[6]["val_reward"] <= 1 and firsts[6]["rollouts"] == 6 * 16 and firsts[6]["tokens"] > 6 * 16
-    assert {"train_reward", "entropy", "grad_norm", "clip_fraction", "truncation_rate"} <= set(firsts[6]["metrics"])
+    assert firsts[0]["val_reward"] is not None and firsts[4]["val_reward"] is not None
+    assert firsts[3]["val_reward"] is None  # not an eval step
+    end = got[-1]  # the rung's record from the retry: evaluated, with TRL's health metrics
+    assert end["step"] == rung and 0 < end["val_reward"] <= 1 and end["rollouts"] == rung * 16
+    assert end["tokens"] > rung * 16
+    assert {"train_reward", "entropy", "grad_norm", "clip_fraction", "truncation_rate"} <= set(end["metrics"])
     jobs = sorted(j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("life-1-aa-"))
     assert jobs == ["life-1-aa-1", "life-1-aa-2"]
     # a driver that comes back with a planned compute the jobs passed unwatched: the run ends at the plan's step
@@ -171,9 +175,9 @@ DRIVER = textwrap.dedent("""
 def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned_compute(cluster, tmp_path):
     from ray.job_submission import JobSubmissionClient
 
-    # IsoCompute over n at 128 rollouts per run: n 2 trains 16 steps, n 4 trains 8
+    # IsoCompute over n at 256 rollouts per run: n 2 trains 32 steps, n 4 trains 16
     study = write_study(tmp_path / "killtrl.yaml", "killtrl", {"rollouts": [2, 4]},
-                        compute={"unit": "rollouts", "budget": 128}, eval_every=4)
+                        compute={"unit": "rollouts", "budget": 256}, eval_every=8)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared")]
     driver = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -214,7 +218,7 @@ def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned
     for _, mine in records.groupby("run_id"):
         last = int(mine["step"].max())
         assert sorted(mine["step"]) == list(range(last + 1))  # no step lost
-        assert mine.loc[mine["step"] == last, "rollouts"].item() == 128  # ended at its planned compute
+        assert mine.loc[mine["step"] == last, "rollouts"].item() == 256  # ended at its planned compute
         assert mine["val_reward"].notna().sum() >= 3 and mine["gpu_hours"].is_monotonic_increasing
     jobs = sorted(j.submission_id for j in client.list_jobs() if j.submission_id.startswith("killtrl-"))
     assert len(jobs) == len(runs) + len(stopped)  # one more job per stopped one; a running one would be adopted
