@@ -412,7 +412,8 @@ class JobPool:
         """Advance run_id to `until` x its planned compute on a thread of its own."""
         run = self.runs[run_id]
         run.status, run.note = "starting", ""
-        until_step = max(run.step + 1, math.ceil(until * run.recipe.steps - 1e-9))
+        # to its end: the job's own stop (its planned compute, or recipe.steps) decides; a rung: that step
+        until_step = None if until >= 1.0 - 1e-9 else max(run.step + 1, math.ceil(until * run.recipe.steps - 1e-9))
         driver = self.driver
 
         def should_stop() -> str | None:
