@@ -9,10 +9,11 @@ DEVICES = ("GPU", "CPU", "TPU")
 
 @dataclass(frozen=True)
 class Node:
-    """One alive node: its total devices and those free now (Ray resource names, e.g. {"GPU": 8.0})."""
+    """One alive node: its total devices and those free now (Ray resource names, e.g. {"GPU": 8.0}; free None when
+    the cluster has not reported it yet)."""
 
     total: dict
-    free: dict
+    free: dict | None
 
 
 def ray_nodes() -> list[Node]:
@@ -36,12 +37,16 @@ def dashboard_nodes(client) -> list[Node] | None:
     """The nodes of the cluster behind a Jobs API client (ray.job_submission.JobSubmissionClient), from the
     dashboard's cluster status (refreshed by Ray every few seconds); None when the dashboard does not report it."""
     response = client._do_request("GET", "/api/cluster_status")
-    if response.status_code != 200:
-        return None
-    status = (response.json().get("data") or {}).get("clusterStatus") or {}
+    status = ((response.json().get("data") or {}).get("clusterStatus") or {}) if response.status_code == 200 else {}
     by_node = (status.get("loadMetricsReport") or {}).get("usageByNode")
-    if not by_node:
-        return None
+    if not by_node:  # Ray's first usage report comes a few seconds after the head starts: the totals alone
+        response = client._do_request("GET", "/api/v0/nodes?detail=1")
+        if response.status_code != 200:
+            return None
+        listed = ((response.json().get("data") or {}).get("result") or {}).get("result") or []
+        nodes = [Node(total, None) for node in listed if node.get("state") == "ALIVE"
+                 for total in [_devices(node.get("resources_total") or {})] if total]
+        return nodes or None
     nodes = []
     for usage in by_node.values():  # resource -> [used, total]
         total = _devices({key: pair[1] for key, pair in usage.items()})

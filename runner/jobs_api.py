@@ -4,6 +4,7 @@ reading the lines a running job appends to its log file."""
 
 import json
 import math
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,55 @@ def stop_job(client, submission_id: str, poll_seconds: float = 1.0) -> None:
     client.stop_job(submission_id)
     while str(client.get_job_status(submission_id).value) in RUNNING:
         time.sleep(min(poll_seconds, 1.0))
+
+
+class JobsApiEngine:
+    """What an engine whose jobs go through Ray's Jobs API (verl, trl) does alike: its client, the cluster's nodes
+    from the dashboard, and on close stopping the jobs it started. The engine calls _start_jobs_api in __init__."""
+
+    def _start_jobs_api(self, ray_address: str | None) -> None:
+        self.ray_address = ray_address  # the dashboard, http://HEAD:8265 (RAY_ADDRESS when None)
+        self._client = None
+        self._lock = threading.Lock()
+        self._started: set[str] = set()  # submission ids submitted here (close stops those still running)
+        self._closed = False  # after close nothing more is submitted (a sweep's threads may still be retrying)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the engine is closed: the sweep is ending")
+
+    def nodes(self) -> list | None:
+        """The cluster's nodes and their free devices, from the dashboard."""
+        from rlscale.runner.cluster import dashboard_nodes
+
+        return dashboard_nodes(self._jobs_client())
+
+    def close(self, wait_seconds: float = 60.0) -> None:
+        """Stop the jobs this engine submitted that still run (an interrupted sweep), and wait until the Jobs API
+        reports them ended; a paused or stopped run has none running. A job adopted from an earlier driver is left
+        to the cluster."""
+        with self._lock:
+            started, self._started, self._closed = set(self._started), set(), True
+        try:
+            client = self._jobs_client()
+            live = [job for job in started if str(client.get_job_status(job).value) in RUNNING]
+            for job in live:
+                client.stop_job(job)
+            deadline = time.monotonic() + wait_seconds
+            while live and time.monotonic() < deadline:
+                time.sleep(0.5)
+                live = [job for job in live if str(client.get_job_status(job).value) in RUNNING]
+        except Exception:  # the cluster is gone: nothing left to stop
+            pass
+        self._client = None
+
+    def _jobs_client(self):
+        with self._lock:
+            if self._client is None:
+                from ray.job_submission import JobSubmissionClient
+
+                self._client = JobSubmissionClient(self.ray_address)
+            return self._client
 
 
 def wall_seconds(details) -> float:

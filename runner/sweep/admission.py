@@ -53,18 +53,23 @@ class Ledger:
     observed: list[dict[str, float]] | None = None
     held: dict[Hashable, tuple[list[int], list[Bundle]]] = field(default_factory=dict)
     since_observed: set = field(default_factory=set)  # jobs admitted after the report
+    released_since: list = field(default_factory=list)  # (nodes, bundles) of jobs that ended after the report
 
     def observe(self, free: list[dict[str, float]] | None) -> None:
         """A new report of each node's free resources (None: none to be had)."""
         self.observed = free
         self.since_observed = set()
+        self.released_since = []
 
     def free(self) -> list[dict[str, float]]:
         """Each node's free resources now."""
         free = _less([dict(node) for node in self.nodes], self.held.values())
         if self.observed is not None and len(self.observed) == len(free):
+            # the report less the jobs admitted since, plus those that ended since (it may still count them)
             seen = _less([dict(node) for node in self.observed],
                          [self.held[key] for key in self.since_observed if key in self.held])
+            seen = _less(seen, [(nodes, [{key: -amount for key, amount in bundle.items()} for bundle in bundles])
+                                for nodes, bundles in self.released_since])
             free = [{key: min(amount, node_seen.get(key, amount)) for key, amount in node.items()}
                     for node, node_seen in zip(free, seen)]
         return free
@@ -84,7 +89,9 @@ class Ledger:
 
     def release(self, key: Hashable) -> None:
         """The job ended: its devices are free again."""
-        self.held.pop(key, None)
+        job = self.held.pop(key, None)
+        if job is not None and key not in self.since_observed:
+            self.released_since.append(job)
         self.since_observed.discard(key)
 
     def busy(self, resource: str) -> float:

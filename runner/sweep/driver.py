@@ -58,6 +58,7 @@ class SweepDriver:
         self.max_concurrent = max_concurrent
         self.cluster_status = ""  # "GPU 6/8 busy" while a sweep runs (for the live view)
         self.store_note = ""  # set while the store is unreachable and writes are being retried
+        self.interrupted = False  # the sweep is ending early: jobs that end now are not retried
         self._lock = threading.RLock()  # the store's one writer, and the driver's shared state
         self._fits_lock = threading.Lock()
         self._engines_lock = threading.Lock()
@@ -181,6 +182,10 @@ class SweepDriver:
                 return False
             except Exception as err:  # a crashing job must not end the sweep
                 message = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+                if self.interrupted:  # the sweep is ending (Ctrl-C): its jobs were stopped, not crashed
+                    run.status, run.note = "paused", "interrupted"
+                    self._store(self.store.set_run_status, run.run_id, "paused", error="interrupted")
+                    return True
                 if run.attempts <= self.max_retries:
                     run.note = f"attempt {run.attempts} failed: {message}"
                     continue
@@ -378,7 +383,7 @@ class JobPool:
         self.devices = {run.run_id: engine.devices(run.recipe) for run, engine in zip(todo, engines)}
         self.engine = engines[0] if engines else None
         nodes = self.engine.nodes() if self.engine is not None else None
-        self.ledger = Ledger([node.total for node in nodes], [node.free for node in nodes]) if nodes else None
+        self.ledger = Ledger([node.total for node in nodes], _free(nodes)) if nodes else None
         self.polled = time.monotonic()
         for run in todo:
             if self.ledger is not None and not self.ledger.fits_at_all(self.devices[run.run_id]):
@@ -400,7 +405,7 @@ class JobPool:
             return True
         if time.monotonic() - self.polled > CLUSTER_POLL_SECONDS:
             nodes = self.engine.nodes()
-            self.ledger.observe([node.free for node in nodes] if nodes else None)
+            self.ledger.observe(_free(nodes) if nodes else None)
             self.polled = time.monotonic()
         admitted = self.ledger.admit(run_id, self.devices[run_id])
         if admitted:
@@ -478,6 +483,7 @@ class JobPool:
     def interrupt(self) -> None:
         """The sweep is ending early (Ctrl-C, an error): ask every job in flight to stop at its next checkpoint;
         the engines' close() then releases what they hold."""
+        self.driver.interrupted = True
         for run_id in list(self.threads):
             self.stop_requests[run_id] = "interrupted"
 
@@ -494,6 +500,12 @@ class JobPool:
         parts.append(f"{queued} queued")
         self.driver.cluster_status = ", ".join(parts)
         self.driver.on_update(self.driver.runs)
+
+
+def _free(nodes) -> list | None:
+    """Each node's free devices as the cluster reported them, or None if it has not reported every node's."""
+    free = [node.free for node in nodes]
+    return None if any(entry is None for entry in free) else free
 
 
 def devices_text(bundles) -> str:

@@ -63,7 +63,7 @@ def admission_plan(study, *, ray_address: str | None = None, shared_dir: str | N
                     found = engine.nodes()
                 except Exception:  # no cluster to read: admission is decided at run time
                     found = None
-                nodes = [node.free for node in found] if found else None
+                nodes = [node.free or node.total for node in found] if found else None
         jobs.append((run_name(point, several_seeds), devices))
     limit = max_concurrent or study.max_concurrent
     wave = first_wave(jobs, nodes, limit) if nodes else []

@@ -10,14 +10,13 @@ followed at once from different threads: all per-run state is local to `run`; on
 
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from rlscale.base.settings import cache_dir
 from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
-from rlscale.runner.jobs_api import RUNNING, LogTail, run_jobs, stop_job
+from rlscale.runner.jobs_api import RUNNING, JobsApiEngine, LogTail, run_jobs, stop_job
 from rlscale.runner.jobs_api import base_seconds as _base
 from rlscale.runner.jobs_api import wall_seconds as _wall_seconds
 
@@ -37,7 +36,7 @@ def default_shared_dir() -> Path:
     return Path(os.environ.get("RLSCALE_SHARED_DIR") or cache_dir() / "trl")
 
 
-class TrlEngine(Engine):
+class TrlEngine(JobsApiEngine, Engine):
     """Runs each segment of a run as a TRL job submitted to the Ray cluster at `ray_address` (the dashboard's
     address, http://HEAD:8265; RAY_ADDRESS when None).
 
@@ -52,15 +51,12 @@ class TrlEngine(Engine):
     def __init__(self, *, ray_address: str | None = None, shared_dir: str | Path | None = None,
                  python: str = sys.executable, gpus: bool = False, micro_batch: int = 64,
                  max_prompt_tokens: int = 1024, env_vars: dict | None = None, poll_seconds: float = 2.0):
-        self.ray_address = ray_address
+        self._start_jobs_api(ray_address)
         self.shared_dir = Path(shared_dir) if shared_dir else default_shared_dir()
         self.python, self.gpus = python, gpus
         self.micro_batch, self.max_prompt_tokens = micro_batch, max_prompt_tokens
         self.env_vars = dict(env_vars or {})
         self.poll_seconds = poll_seconds
-        self._client = None
-        self._lock = threading.Lock()
-        self._started: set[str] = set()  # submission ids this engine submitted (close stops those still running)
 
     def devices(self, recipe) -> list[dict[str, float]]:
         """One node: the trainer's devices as GPUs (generation colocated), or as CPU cores."""
@@ -169,37 +165,11 @@ class TrlEngine(Engine):
                 raise TrlJobFailed(f"trl job {submission_id} {status}: {info.message or ''}\n{logs}")
             time.sleep(self.poll_seconds)
 
-    def nodes(self) -> list | None:
-        """The cluster's nodes and their free devices, from the dashboard."""
-        from rlscale.runner.cluster import dashboard_nodes
-
-        return dashboard_nodes(self._jobs_client())
-
-    def close(self) -> None:
-        """Stop the jobs this engine submitted that still run (an interrupted sweep); a paused or stopped run has
-        none running. A job adopted from an earlier driver is left to the cluster."""
-        with self._lock:
-            started, self._started = set(self._started), set()
-        for submission_id in started:
-            try:
-                if str(self._jobs_client().get_job_status(submission_id).value) in RUNNING:
-                    self._jobs_client().stop_job(submission_id)
-            except Exception:  # the cluster is gone: nothing left to stop
-                pass
-        self._client = None
-
     # ------------------------------------------------------------------------------------------
-
-    def _jobs_client(self):
-        with self._lock:
-            if self._client is None:
-                from ray.job_submission import JobSubmissionClient
-
-                self._client = JobSubmissionClient(self.ray_address)
-            return self._client
 
     def _submit(self, job: Job, wait_seconds: float = 60.0) -> None:
         """Submit `job`, holding its devices as Ray resources; while the head's job agent is not up yet, try again."""
+        self._check_open()
         env = {**self.env_vars}
         if not job.gpus:
             env.setdefault("OMP_NUM_THREADS", str(job.devices))

@@ -10,7 +10,6 @@ from the shared directory while it runs (job.py says what lives there).
 
 import os
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from importlib.util import find_spec
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from rlscale.base.settings import cache_dir
 from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
-from rlscale.runner.jobs_api import RUNNING, run_jobs, stop_job
+from rlscale.runner.jobs_api import RUNNING, JobsApiEngine, run_jobs, stop_job
 from rlscale.runner.jobs_api import base_seconds as _base
 from rlscale.runner.jobs_api import wall_seconds as _wall_seconds
 
@@ -40,7 +39,7 @@ def default_shared_dir() -> Path:
     return Path(os.environ.get("RLSCALE_SHARED_DIR") or cache_dir() / "verl")
 
 
-class VerlEngine(Engine):
+class VerlEngine(JobsApiEngine, Engine):
     """Runs each segment of a run as a verl job submitted to the Ray cluster at `ray_address` (the dashboard's
     address, http://HEAD:8265; RAY_ADDRESS when None).
 
@@ -54,15 +53,12 @@ class VerlEngine(Engine):
     def __init__(self, *, ray_address: str | None = None, shared_dir: str | Path | None = None,
                  python: str = "python3", module: str = ENTRYPOINT, gpus_per_node: int = 8,
                  max_prompt_tokens: int = 1024, env_vars: dict | None = None, poll_seconds: float = 5.0):
-        self.ray_address = ray_address
+        self._start_jobs_api(ray_address)
         self.shared_dir = Path(shared_dir) if shared_dir else default_shared_dir()
         self.python, self.module = python, module
         self.gpus_per_node, self.max_prompt_tokens = gpus_per_node, max_prompt_tokens
         self.env_vars = dict(env_vars or {})
         self.poll_seconds = poll_seconds
-        self._client = None
-        self._lock = threading.Lock()
-        self._started: set[str] = set()  # submission ids this engine submitted and has not seen end
 
     def job(self, recipe, run_key: str, number: int, *, until_step: int, base_gpu_seconds: float = 0.0) -> Job:
         """The run's `number`-th job (what dry-run prints and run submits); writes nothing."""
@@ -148,40 +144,14 @@ class VerlEngine(Engine):
         rollout pool's own nodes in `async: pipeline`."""
         return [{"GPU": float(gpus)} for gpus in job_devices(recipe, self.gpus_per_node)]
 
-    def nodes(self) -> list | None:
-        """The cluster's nodes and their free GPUs, from the dashboard."""
-        from rlscale.runner.cluster import dashboard_nodes
-
-        return dashboard_nodes(self._jobs_client())
-
-    def close(self) -> None:
-        """Stop the jobs this engine started that still run (an interrupted sweep); a paused or stopped run has
-        none running. A job adopted from an earlier driver is left to the cluster."""
-        with self._lock:
-            started, self._started = set(self._started), set()
-        for submission_id in started:
-            try:
-                if str(self._jobs_client().get_job_status(submission_id).value) in RUNNING:
-                    self._jobs_client().stop_job(submission_id)
-            except Exception:  # the cluster is gone: nothing left to stop
-                pass
-        self._client = None
-
     # ------------------------------------------------------------------------------------------
-
-    def _jobs_client(self):
-        with self._lock:
-            if self._client is None:
-                from ray.job_submission import JobSubmissionClient
-
-                self._client = JobSubmissionClient(self.ray_address)
-            return self._client
 
     def _run_jobs(self, run_key: str) -> list:
         return run_jobs(self._jobs_client(), run_key)
 
     def _submit(self, job: Job, *, runtime_env: dict, metadata: dict, wait_seconds: float = 60.0) -> None:
         """Submit `job`; while the head's job agent is not up yet (a cluster just started), try again."""
+        self._check_open()
         deadline = time.monotonic() + wait_seconds
         while True:
             try:
