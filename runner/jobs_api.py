@@ -78,6 +78,14 @@ class JobsApiEngine:
             return self._client
 
 
+def report_progress(records: list[dict], progress) -> None:
+    """Hand the live view a batch's last step, compute and latest validation reward (progress may be None)."""
+    if progress and records:
+        progress({"step": records[-1]["step"], "gpu_hours": records[-1]["gpu_hours"],
+                  "val_reward": next((r["val_reward"] for r in reversed(records) if r["val_reward"] is not None),
+                                     None)})
+
+
 def wall_seconds(details) -> float:
     """Seconds the job ran, by the Jobs API's clock (start to end; 0 if it never started)."""
     if not details.start_time:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rlscale.base.settings import cache_dir
 from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
-from rlscale.runner.jobs_api import RUNNING, JobsApiEngine, LogTail, run_jobs, stop_job
+from rlscale.runner.jobs_api import RUNNING, JobsApiEngine, report_progress, LogTail, run_jobs, stop_job
 from rlscale.runner.jobs_api import base_seconds as _base
 from rlscale.runner.jobs_api import wall_seconds as _wall_seconds
 
@@ -141,10 +141,7 @@ class TrlEngine(JobsApiEngine, Engine):
                 on_records(records)
                 last = records[-1]
                 last_step = last["step"]
-                if progress:
-                    progress({"step": last_step, "gpu_hours": last["gpu_hours"],
-                              "val_reward": next((r["val_reward"] for r in reversed(records)
-                                                  if r["val_reward"] is not None), None)})
+                report_progress(records, progress)
                 checkpoint = any(r["step"] % recipe.checkpoint_every == 0 for r in records if r["step"] > 0)
                 reason = should_stop() if (status in RUNNING and checkpoint and should_stop and not reached) else None
                 if reached or reason:

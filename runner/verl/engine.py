@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rlscale.base.settings import cache_dir
 from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
-from rlscale.runner.jobs_api import RUNNING, JobsApiEngine, run_jobs, stop_job
+from rlscale.runner.jobs_api import RUNNING, JobsApiEngine, report_progress, run_jobs, stop_job
 from rlscale.runner.jobs_api import base_seconds as _base
 from rlscale.runner.jobs_api import wall_seconds as _wall_seconds
 
@@ -114,10 +114,7 @@ class VerlEngine(JobsApiEngine, Engine):
                 on_records(records)
                 last = records[-1]
                 last_step = last["step"]
-                if progress:
-                    progress({"step": last_step, "gpu_hours": last["gpu_hours"],
-                              "val_reward": next((r["val_reward"] for r in reversed(records)
-                                                  if r["val_reward"] is not None), None)})
+                report_progress(records, progress)
                 if status in RUNNING:
                     reached = gpu_hours is not None and last["gpu_hours"] >= gpu_hours
                     checkpoint = any(r["step"] % recipe.checkpoint_every == 0 for r in records if r["step"] > 0)
