@@ -9,8 +9,8 @@ to the host's speed, and the seeds how it holds up to training noise. Every run 
 record-breaking points (IsoCompute, 0.01 bins) and on every evaluation (ScaleRL). Each run is also cut to its
 first 80%, 70% and 50% of compute: a host that many percent slower reaches the same device-hours in that many fewer
 steps, and on the log-compute axis of the fit that is the same curve cut short. For each case: fits identified,
-A against the end reward (mean over the last 10% of compute), and the decision (`recommend` at the sweep's total
-compute; M from the tiny-cpu cost profile, where the sweep calibrates one on its own records, so M differs from the
+A against the end reward (mean over the last 10% of compute), and the decision (`recommend` at the compute every
+run reached, as the sweep decides an IsoCompute study; M from the tiny-cpu cost profile, where the sweep calibrates one on its own records, so M differs from the
 sweep's). Writes bench/results/fit_points.json.
 
 Run: `.venv/bin/python bench/fit_points.py` (~2 minutes on one core).
@@ -88,9 +88,10 @@ def main() -> None:
     for name, records in sweeps():
         names.append(name)
         runs = records.drop_duplicates("run")[["run", "prompts_per_batch", "rollouts"]].assign(status="done")
-        budget = float(records.groupby("run")["gpu_hours"].max().sum())
         for fraction in FRACTIONS:
             part = cut(records, fraction)
+            evaluated = part[part["val_reward"].notna()]
+            budget = float(evaluated.groupby("run")["gpu_hours"].max().min())  # the level every run reached
             for points, record_breaking in (("record_breaking", True), ("all", False)):
                 got = case(part, runs, record_breaking, budget)
                 results[f"{name} {fraction:.0%} {points}"] = got

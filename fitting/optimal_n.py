@@ -84,7 +84,9 @@ def frontier(curves: pd.DataFrame, grid: np.ndarray, min_progress: float = 0.1) 
     `curves` has one row per run: run, prompts_per_batch, rollouts, A, B, C_mid, R0 and optionally c_max;
     a run's curve is not used beyond the largest compute it observed (c_max), where it would be extrapolation.
     Grid points where the leader has made less than `min_progress` of its gain (A - R0) are left out: there
-    every curve still sits at R0 and the leader is decided by noise in the fitted R0.
+    every curve still sits at R0 and the leader is decided by noise in the fitted R0. So are points that fewer than
+    two runs reached (when there are two): a lone run leads there by default, e.g. the one whose last step
+    overshot an IsoCompute budget the most.
     """
     params = curves[["A", "B", "C_mid", "R0"]].to_numpy(float)
     rewards = np.stack([sigmoid(grid, *row) for row in params])  # (runs, grid)
@@ -95,7 +97,8 @@ def frontier(curves: pd.DataFrame, grid: np.ndarray, min_progress: float = 0.1) 
     gain = params[leader, 0] - params[leader, 3]
     with np.errstate(divide="ignore", invalid="ignore"):
         progress = (rewards[leader, np.arange(grid.size)] - params[leader, 3]) / gain
-    keep = np.isfinite(rewards).any(axis=0) & (progress >= min_progress)
+    contested = np.isfinite(rewards).sum(axis=0) >= min(2, len(curves))
+    keep = contested & (progress >= min_progress)
     best = np.argmax(rewards[:, keep], axis=0)
     rows = curves.iloc[best]
     return pd.DataFrame({

@@ -174,6 +174,41 @@ def best_fitted_rollouts(curves: pd.DataFrame, law: RolloutsLaw, budget: float, 
                                 f"is more than {noise_band:g} above it there)")
 
 
+def reach_of_finished(curves: pd.DataFrame) -> float:
+    """The compute every fitted run that was not stopped early reached (0 when none): below it a fitted curve is
+    read inside its own data."""
+    usable = fitted(curves)
+    usable = usable[usable["status"].fillna("done") != "stopped"]
+    return float(usable["c_max"].astype(float).min()) if len(usable) and "c_max" in usable else 0.0
+
+
+def best_rollouts_within_data(curves: pd.DataFrame, budget: float, *, noise_band: float = NOISE_BAND,
+                              max_truncation: float = MAX_TRUNCATION) -> tuple[int, str]:
+    """(n, why) at a budget every finished run reached: each run's fitted curve is read inside its own data, where
+    the curve is pinned whether or not its A is identified. Runs stopped early are left out (the scheduler judged
+    them already). Raises Refusal when a run could not be fitted or none trained stably."""
+    from rlscale.fitting.sigmoid import sigmoid
+
+    usable = fitted(curves)
+    unfitted = curves[~curves.index.isin(usable.index) & (curves["status"].fillna("done") != "failed")]
+    if len(unfitted):
+        names = ", ".join(f"{row.run} ({row.reason or 'not fitted'})" for row in unfitted.itertuples())
+        raise Refusal(f"no recommendation: some runs could not be fitted, so the best at {budget:.4g} is unknown "
+                      f"({names})")
+    usable = usable[(usable["status"].fillna("done") != "stopped") & stable(usable, max_truncation)]
+    if usable.empty:
+        raise Refusal("no recommendation: no run finished and trained stably")
+    reward_at = {row.run: float(sigmoid(budget, row.A, row.B, row.C_mid, row.R0)) for row in usable.itertuples()}
+    best = max(usable.itertuples(), key=lambda row: reward_at[row.run])
+    others = [max(group.itertuples(), key=lambda row: reward_at[row.run])
+              for n, group in usable.groupby("rollouts") if n != best.rollouts]
+    close = [f"{row.run} {reward_at[row.run]:.3f}" for row in others if reward_at[row.run] > reward_at[best.run] - noise_band]
+    tie = f"; also within the {noise_band:g} noise band there: {', '.join(close)}" if close else ""
+    return int(best.rollouts), (f"every run reached {budget:.4g}, so each fitted curve is read inside its own data, "
+                                f"where it holds whether or not A is identified; n = {int(best.rollouts)} from "
+                                f"{best.run}, the highest there ({reward_at[best.run]:.3f}){tie}")
+
+
 def _identified_runs_rollouts(usable: pd.DataFrame, trusted: pd.DataFrame, unfitted: pd.DataFrame, law: RolloutsLaw,
                               budget: float, noise_band: float) -> tuple[int, str]:
     from rlscale.fitting.sigmoid import sigmoid
@@ -208,23 +243,28 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
     """(B_p, n, M) for `budget`: n from the law, the smallest stable B_p within noise of the best A, M = steps_for.
 
     steps_for(budget, prompts_per_batch, rollouts) -> steps is the cost model. allow_constant_n: when the law is
-    unidentified, take n from the best fitted runs (best_fitted_rollouts; said in the notes, `law_identified`
-    False). Raises Refusal when the law is unidentified (and allow_constant_n is off, or the fitted runs cannot
-    decide), when the runs at the recommended n have no identified fit, or when no step fits the budget.
+    unidentified, take n from the best fitted runs (said in the notes, `law_identified` False): at a budget every
+    finished run reached, the best fitted reward there, identified or not (best_rollouts_within_data); past it,
+    best_fitted_rollouts. Raises Refusal when the law is unidentified (and allow_constant_n is off, or the fitted
+    runs cannot decide), when the runs at the recommended n have no usable fit, or when no step fits the budget.
     """
     if not budget > 0:
         raise ValueError(f"budget must be > 0, got {budget}")
     notes = []
     usable = fitted(curves)
+    within_data = budget <= reach_of_finished(curves) * (1 + 1e-9)  # no extrapolation: A's identification is moot
     if law.identified:
         n_star = float(law.predict(budget))
         n_lo, n_hi = (float(v) for v in law.predict_interval(budget))
         n_rec = int(2 ** round(np.log2(n_star)))
     elif allow_constant_n:
-        n_rec, why = best_fitted_rollouts(curves, law, budget, noise_band=noise_band,
-                                          max_truncation=max_truncation)
+        if within_data:
+            n_rec, why = best_rollouts_within_data(curves, budget, noise_band=noise_band, max_truncation=max_truncation)
+        else:
+            n_rec, why = best_fitted_rollouts(curves, law, budget, noise_band=noise_band, max_truncation=max_truncation)
         n_star = n_lo = n_hi = float(n_rec)
-        notes.append(f"no optimal-n law: {law.reason}. {why}; runs at larger compute levels would fit the law")
+        notes.append(f"no optimal-n law: {law.reason}; {why}" if within_data else
+                     f"no optimal-n law: {law.reason}. {why}; runs at larger compute levels would fit the law")
     else:
         raise Refusal(f"no recommendation: the optimal-n law is not identified: {law.reason}")
 
@@ -234,13 +274,22 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
         notes.append(f"n = {n_rec} was not tested; B_p and the predicted reward come from the runs at n = {n_ev}")
     at_n = usable[usable["rollouts"] == n_ev].copy()
     at_n["stable"] = stable(at_n, max_truncation)
-    trusted = at_n[at_n["identified"].astype(bool) & at_n["stable"]]
+    from rlscale.fitting.sigmoid import sigmoid
+
+    # B_p by A; inside the data (no extrapolation) by the fitted reward at the budget, identified or not
+    at_n["score"] = (sigmoid(budget, *at_n[["A", "B", "C_mid", "R0"]].to_numpy(float).T) if within_data
+                     else at_n["A"].astype(float))
+    if within_data:
+        trusted = at_n[at_n["stable"] & (at_n["status"].fillna("done") != "stopped")]
+    else:
+        trusted = at_n[at_n["identified"].astype(bool) & at_n["stable"]]
     if trusted.empty:
         why = "; ".join(f"{r.run}: {r.reason or 'unstable (truncation or failed)'}" for r in at_n.itertuples())
         law_why = "" if law.identified else f"the optimal-n law is not identified: {law.reason}; and "
         raise Refusal(f"no recommendation: {law_why}no run at n = {n_ev} has an identified fit and trained stably ({why})")
-    best_A = float(trusted["A"].max())
-    within = trusted[trusted["A"] >= best_A - noise_band].sort_values(["prompts_per_batch", "A"], ascending=[True, False])
+    best_score = float(trusted["score"].max())
+    within = trusted[trusted["score"] >= best_score - noise_band].sort_values(["prompts_per_batch", "score"],
+                                                                              ascending=[True, False])
     chosen = within.iloc[0]
     prompts = int(chosen["prompts_per_batch"])
     steps = int(steps_for(budget, prompts, n_rec))
@@ -248,8 +297,6 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
         raise Refusal(f"no recommendation: a budget of {budget:g} does not pay for one step at B_p = {prompts}, n = {n_rec}")
 
     params = chosen[["A", "B", "C_mid", "R0"]].to_numpy(float)
-    from rlscale.fitting.sigmoid import sigmoid
-
     reward = float(sigmoid(budget, *params))
     samples = (draws or {}).get(chosen["run"])
     if samples is not None and len(samples) >= 2:
@@ -268,7 +315,7 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
             "run": row.run, "prompts_per_batch": int(row.prompts_per_batch), "rollouts": int(row.rollouts),
             "A": row.A, "A_lo": row.A_lo, "A_hi": row.A_hi, "identified": bool(row.identified),
             "reason": row.reason or "", "truncation_rate": row.truncation_rate, "stable": bool(row.stable),
-            "within_noise_of_best": bool(row.identified and row.stable and row.A >= best_A - noise_band),
+            "within_noise_of_best": bool(row.run in set(trusted["run"]) and row.score >= best_score - noise_band),
             "chosen": row.run == chosen["run"],
         })
     return Recommendation(

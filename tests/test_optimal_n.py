@@ -42,8 +42,22 @@ def test_frontier_picks_the_best_run_and_ignores_runs_beyond_their_data():
         {"run": "slow", "prompts_per_batch": 32, "rollouts": 64, "A": 0.9, "B": 2.0, "C_mid": 10.0, "R0": 0.1, "c_max": 50.0},
     ])
     front = frontier(curves, np.array([0.5, 40.0, 80.0]))
-    # early the fast run leads, later the high-ceiling run; past its last point (50) it is not trusted
-    assert list(front["run"]) == ["fast", "slow", "fast"]
+    # early the fast run leads, later the high-ceiling run; past its last point (50) it is not trusted, and the
+    # fast run alone there compares with nothing, so 80 is no frontier point
+    assert list(front["run"]) == ["fast", "slow"]
+
+
+def test_a_run_that_overshot_an_isocompute_budget_does_not_lead_the_frontier_alone():
+    # equal budgets; n2's last step overshot the most, so only it reaches the last grid point
+    curves = pd.DataFrame([
+        {"run": "n2", "prompts_per_batch": 16, "rollouts": 2, "A": 0.87, "B": 1.2, "C_mid": 5e-4, "R0": 0.78,
+         "c_max": 0.0700},
+        {"run": "n8", "prompts_per_batch": 16, "rollouts": 8, "A": 0.90, "B": 0.7, "C_mid": 7e-4, "R0": 0.77,
+         "c_max": 0.0698},
+    ])
+    front = frontier(curves, np.geomspace(1e-3, 0.0700, 20))
+    assert list(front["run"].unique()) == ["n8"]  # before, n2 took the last point and n* "moved" 8 -> 2
+    assert front["compute"].max() <= 0.0698
 
 
 @pytest.mark.parametrize("case", ["saturates_64", "saturates_32"])

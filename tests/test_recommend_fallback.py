@@ -1,6 +1,7 @@
 """Without an optimal-n law `recommend` takes n from the best fitted runs and says so: when n* never moved over the
-observed compute (still refusing when an unidentified run could be better beyond the noise band), or when it moved
-but every run is identified and stable (its fitted curve read at the budget)."""
+observed compute (still refusing when an unidentified run could be better beyond the noise band), when it moved
+but every run is identified and stable (its fitted curve read at the budget), or at a budget every run reached
+(each fitted curve read inside its own data, identified or not)."""
 
 import numpy as np
 import pandas as pd
@@ -72,9 +73,30 @@ def test_a_frontier_that_moved_is_decided_from_the_fitted_runs_only_when_every_r
     note = next(note for note in rec.notes if "n* moved" in note)
     assert "n = 8 from n8" in note and "0.700-0.750" in note and "noise band of it" not in note
     assert "4.0x the most compute a run reached" in note
-    # at a budget where the faster n = 4 still leads, it is chosen; n = 8 within the band is named beside it
+    # at a budget inside the data where the faster n = 4 still leads, it is chosen; n = 8 within the band is named
     rec = recommend(apart, moved, budget=25.0, steps_for=lambda budget, bp, n: 10, allow_constant_n=True)
     at_25 = {4: 0.3 + 0.4 / (1 + (5 / 25) ** 1.5), 8: 0.3 + 0.45 / (1 + (10 / 25) ** 1.5)}
     assert at_25[4] > at_25[8] > at_25[4] - 0.02
     assert rec.rollouts == 4
-    assert any(f"within the 0.02 noise band of it there: n8 {at_25[8]:.3f}" in note for note in rec.notes)
+    assert any(f"within the 0.02 noise band there: n8 {at_25[8]:.3f}" in note for note in rec.notes)
+
+
+def test_at_a_budget_every_run_reached_unidentified_runs_count_and_the_best_there_is_chosen():
+    moved = _flat_law([4, 4, 8])
+    # n8 is not identified (A could be higher) but its curve is pinned by its data up to c_max = 100
+    curves = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.80, 1.0, 20.0, False), (16, 0.72, 1.0, 30.0, True)])
+    at_100 = {n: 0.3 + (A - 0.3) / (1 + (c_mid / 100.0) ** B) for n, A, B, c_mid in
+              [(4, 0.70, 1.5, 5.0), (8, 0.80, 1.0, 20.0), (16, 0.72, 1.0, 30.0)]}
+    assert max(at_100, key=at_100.get) == 8
+    rec = recommend(curves, moved, budget=100.0, steps_for=lambda budget, bp, n: 10, allow_constant_n=True)
+    assert rec.rollouts == 8 and rec.predicted_from == "n8" and not rec.law_identified
+    assert rec.predicted_reward == pytest.approx(at_100[8])
+    assert any("read inside its own data" in note for note in rec.notes)
+    # past the compute the runs reached, the unidentified run blocks the decision as before
+    with pytest.raises(Refusal, match="not every run is identified"):
+        recommend(curves, moved, budget=400.0, steps_for=_steps, allow_constant_n=True)
+    # a run that could not be fitted leaves the best at the budget unknown
+    unfitted = _curves([(4, 0.70, 1.5, 5.0, True), (8, np.nan, np.nan, np.nan, False)])
+    unfitted.loc[1, "reason"] = "not fitted: fewer than 3 usable points"
+    with pytest.raises(Refusal, match="could not be fitted"):
+        recommend(unfitted, moved, budget=100.0, steps_for=lambda budget, bp, n: 10, allow_constant_n=True)

@@ -65,9 +65,11 @@ def register(app: typer.Typer) -> None:
         records = store.records_frame(study.name)
         report = _report(store, study.name, records, out or Path("reports") / study.name)
         spent = float(records.groupby("run_id")["gpu_hours"].max().sum()) if len(records) else 0.0  # as `status` reads it
-        budget = float(records.groupby("run_id")[_UNITS[_unit_key(study)]].max().sum()) if len(records) else 0.0
+        budget = _decision_budget(store, study, records)
         recommendation, refusal = _recommend(store, study, budget)
-        allocation = None if recommendation is not None else _next_allocation(store, study.name)
+        # with no law, a decision holds at the sweep's compute only: say what would extend it
+        allocation = (None if recommendation is not None and recommendation.law_identified
+                      else _next_allocation(store, study.name))
         command = _extend_command(study_file, db, study.extend * allocation.factor) if allocation else None
         payload = {
             "study": study.name, "db": store.url_for_display, "runs": len(driver.runs or runs),
@@ -124,6 +126,9 @@ def _closing_lines(study, db: str | None, payload: dict, recommendation, refusal
                   f"  rlscale export --format verl --study {name} --budget {budget:.4g}{flag}",
                   "the evidence (runs at n, frontier):",
                   f"  rlscale recommend --study {name} --budget {budget:.4g}{flag}"]
+        if allocation is not None:
+            lines += [f"to decide past {budget:.4g} {unit}: extend every run {allocation.factor:g}x to "
+                      f"{allocation.goal}:", f"  {command}"]
         return lines
     if refusal:
         lines += ["not yet: no decision"] + [f"- {part}" for part in _parts(refusal.removeprefix("no recommendation: "))]
@@ -248,6 +253,22 @@ def _report(store, study: str, records, out: Path):
     if not records["val_reward"].notna().any():
         return None
     return study_report(store, study, out)
+
+
+def _decision_budget(store, study, records) -> float:
+    """The compute the sweep decides for, in the study's unit: for IsoCompute the compute every finished run
+    reached (the level the study asks about); otherwise all the sweep spent, as if on one run."""
+    if not len(records):
+        return 0.0
+    per_run = records.groupby("run_id")[_UNITS[_unit_key(study)]].max()
+    if study.method == "isocompute":
+        evaluated = records[records["val_reward"].notna()]  # the fits reach the last evaluation, not the last step
+        per_run = evaluated.groupby("run_id")[_UNITS[_unit_key(study)]].max()
+        runs = store.runs_frame(study.name)
+        done = per_run[per_run.index.isin(runs.loc[runs["status"] == "done", "run_id"])]
+        if len(done):
+            return float(done.min())
+    return float(per_run.sum())
 
 
 def _recommend(store, study, budget_gpu_hours: float):
