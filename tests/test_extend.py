@@ -137,6 +137,27 @@ def test_the_sweep_ends_with_the_one_command_that_extends_it_in_80_columns(tmp_p
     assert all(len(text) <= 80 for text in shown if "sqlite:" not in text)
 
 
+def test_a_decision_without_a_law_also_names_the_extension_that_would_decide_larger_budgets(tmp_path):
+    from rlscale.cli.commands.sweep import _closing_lines, _extend_command
+    from rlscale.fitting.recommend import Recommendation
+
+    study = load_study(write_study(tmp_path / "grow.yaml", "grow", 0.035, rollouts=(2, 4, 8, 16)))
+    rec = Recommendation(budget=0.035, prompts_per_batch=16, rollouts=8, steps=440, n_star=8.0, n_star_interval=(8, 8),
+                         predicted_reward=0.886, predicted_interval=(0.866, 0.905), predicted_from="n8",
+                         extrapolation=1.0, law={}, notes=["every run reached 0.035"], law_identified=False)
+    plan = NextAllocation(factor=2.0, goal="identify the optimal-n law (the runs' fits are)", runs=[
+        {"run": f"n{n}", "compute": 0.035, "target": 0.07, "why": ""} for n in (2, 4, 8, 16)])
+    command = _extend_command(tmp_path / "grow.yaml", None, 2.0)
+    payload = {"done": 4, "stopped": 0, "failed": 0, "runs": 4, "wall_seconds": 415.0, "gpu_hours": 0.14,
+               "budget": 0.035, "planned_gpu_hours": 0.14, "db": "sqlite:///store.db"}
+    lines = _closing_lines(study, None, payload, rec, None, plan, command)
+    assert sum(line.startswith("decided") or line.startswith("not yet") for line in lines) == 1
+    assert lines[-1] == f"  rlscale sweep {tmp_path / 'grow.yaml'} --extend 2"
+    assert any(line.startswith("to decide past 0.035 GPU-hours: extend every run 2x") for line in lines)
+    assert not any(line.startswith("to decide past") for line in _closing_lines(study, None, payload, rec, None,
+                                                                                 None, None))
+
+
 @pytest.mark.slow
 def test_sweep_extend_resumes_real_runs_from_their_checkpoints_and_refits(tmp_path, monkeypatch, cli):
     pytest.importorskip("ray")
@@ -163,6 +184,9 @@ def test_sweep_extend_resumes_real_runs_from_their_checkpoints_and_refits(tmp_pa
     with Store(url) as store:
         before = store.records_frame("grow")
     last = before.groupby("run_id")["step"].max()
+    # an IsoCompute sweep decides for the compute every run reached at its last evaluation
+    evaluated = before[before["val_reward"].notna()]
+    assert first["budget"] == pytest.approx(float(evaluated.groupby("run_id")["gpu_hours"].max().min()))
 
     code, out, err = cli(*sweep, "--extend", "2")
     assert code == 0, err[-2000:]
