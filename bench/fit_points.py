@@ -69,7 +69,36 @@ def case(records: pd.DataFrame, runs: pd.DataFrame, record_breaking: bool, budge
         lo, hi = rec.predicted_interval
         out["decision"] = (f"B_p {rec.prompts_per_batch}, n {rec.rollouts}, M {rec.steps}: "
                            f"{rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}]")
+        out["picked_run"] = rec.predicted_from
     return out
+
+
+def summary(results: dict, names: list[str]) -> dict:
+    """Per data group, points and cut: decisions made, fits identified, A - end reward, and the decision's regret
+    (the best full run's end reward minus the picked run's: was the n chosen from the cut run the one that won?)."""
+    groups = {"demo sweeps": [n for n in names if n.startswith("sweep")],
+              "seeds": [n for n in names if n.startswith("seeds")]}
+    table = {}
+    for group, members in groups.items():
+        for points in ("all", "record_breaking"):
+            for fraction in FRACTIONS:
+                regrets, decided = [], 0
+                for name in members:
+                    got = results[f"{name} {fraction:.0%} {points}"]
+                    ends = {r["run"]: r["end_reward"] for r in results[f"{name} 100% {points}"]["runs"]}
+                    if "picked_run" in got:
+                        decided += 1
+                        regrets.append(max(ends.values()) - ends[got["picked_run"]])
+                full = [results[f"{name} 100% {points}"] for name in members]
+                table[f"{group} {points} {fraction:.0%}"] = {
+                    "studies": len(members), "decided": decided,
+                    "regret_within_0.02": int(sum(r <= 0.02 for r in regrets)),
+                    "mean_regret": float(np.mean(regrets)) if regrets else None,
+                    "identified_at_100%": int(sum(c["identified"] for c in full)),
+                    "runs": int(sum(len(c["runs"]) for c in full)),
+                    "A_minus_end_at_100%": float(np.mean([r["A"] - r["end_reward"] for c in full for r in c["runs"]])),
+                }
+    return table
 
 
 def sweeps():
@@ -100,7 +129,11 @@ def main() -> None:
                 print(f"{name:20s} {fraction:4.0%} {points:15s} identified {got['identified']}/{len(a)}  "
                       f"A {min(a):.3f}-{max(a):.3f}  end {min(ends):.3f}-{max(ends):.3f}  "
                       f"A - end {np.mean(np.subtract(a, ends)):+.3f}  -> {got['decision'][:70]}")
-    RESULT.write_text(json.dumps({"data": names, "bootstrap": BOOTSTRAP,
+    table = summary(results, names)
+    for key, row in table.items():
+        print(f"{key:36s} decided {row['decided']}/{row['studies']}  regret <= 0.02: {row['regret_within_0.02']}  "
+              f"mean {row['mean_regret']:.3f}")
+    RESULT.write_text(json.dumps({"data": names, "bootstrap": BOOTSTRAP, "summary": table,
                                   "cases": results}, indent=1) + "\n")
     print(f"wrote {RESULT.relative_to(ROOT)}")
 
