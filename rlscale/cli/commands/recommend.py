@@ -72,8 +72,8 @@ def show(rec, study: str) -> None:
     console.print(top)
     evidence = Table(title=f"evidence: runs at n = {rec.evidence[0]['rollouts'] if rec.evidence else '-'}",
                      title_justify="left", caption_justify="left", caption_style="dim",
-                     caption=f"ident.: A identified; trunc.: truncation rate; near best: A within {NOISE_BAND:g} of "
-                             "the best; *: chosen")
+                     caption=f"ident.: A identified; trunc.: truncation rate; near best: within {NOISE_BAND:g} of "
+                             "the best A (at a budget every run reached: of the best reward there); *: chosen")
     for col in ("run", "B_p", "A [95%]", "ident.", "trunc.", "near best", "chosen"):
         evidence.add_column(col, no_wrap=col != "run", overflow="fold" if col == "run" else None)
     reasons = []
