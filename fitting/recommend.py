@@ -199,14 +199,20 @@ def best_rollouts_within_data(curves: pd.DataFrame, budget: float, *, noise_band
     if usable.empty:
         raise Refusal("no recommendation: no run finished and trained stably")
     reward_at = {row.run: float(sigmoid(budget, row.A, row.B, row.C_mid, row.R0)) for row in usable.itertuples()}
-    best = max(usable.itertuples(), key=lambda row: reward_at[row.run])
-    others = [max(group.itertuples(), key=lambda row: reward_at[row.run])
-              for n, group in usable.groupby("rollouts") if n != best.rollouts]
-    close = [f"{row.run} {reward_at[row.run]:.3f}" for row in others if reward_at[row.run] > reward_at[best.run] - noise_band]
+    best, close = _best_and_close(usable, reward_at, noise_band)
     tie = f"; also within the {noise_band:g} noise band there: {', '.join(close)}" if close else ""
     return int(best.rollouts), (f"every run reached {budget:.4g}, so each fitted curve is read inside its own data, "
                                 f"where it holds whether or not A is identified; n = {int(best.rollouts)} from "
                                 f"{best.run}, the highest there ({reward_at[best.run]:.3f}){tie}")
+
+
+def _best_and_close(runs: pd.DataFrame, reward_at: dict, noise_band: float) -> tuple:
+    """(the run with the highest reward_at, ["run reward"] for the best run of each other n within noise_band)."""
+    best = max(runs.itertuples(), key=lambda row: reward_at[row.run])
+    others = [max(group.itertuples(), key=lambda row: reward_at[row.run])
+              for n, group in runs.groupby("rollouts") if n != best.rollouts]
+    return best, [f"{row.run} {reward_at[row.run]:.3f}" for row in others
+                  if reward_at[row.run] > reward_at[best.run] - noise_band]
 
 
 def _identified_runs_rollouts(usable: pd.DataFrame, trusted: pd.DataFrame, unfitted: pd.DataFrame, law: RolloutsLaw,
@@ -222,11 +228,7 @@ def _identified_runs_rollouts(usable: pd.DataFrame, trusted: pd.DataFrame, unfit
         raise Refusal(f"{refused}; and n* moved ({moved}) while not every run is identified and stable ({doubtful}), "
                       "so where it goes beyond the observed compute is unknown")
     reward_at = {row.run: float(sigmoid(budget, row.A, row.B, row.C_mid, row.R0)) for row in trusted.itertuples()}
-    best = max(trusted.itertuples(), key=lambda row: reward_at[row.run])
-    # the best run of each other n, where it is within the noise band of the chosen one
-    others = [max(group.itertuples(), key=lambda row: reward_at[row.run])
-              for n, group in trusted.groupby("rollouts") if n != best.rollouts]
-    close = [f"{row.run} {reward_at[row.run]:.3f}" for row in others if reward_at[row.run] > reward_at[best.run] - noise_band]
+    best, close = _best_and_close(trusted, reward_at, noise_band)
     tie = f"; within the {noise_band:g} noise band of it there: {', '.join(close)}" if close else ""
     low, high = float(trusted["A"].min()), float(trusted["A"].max())
     reach = float(trusted["c_max"].max())
@@ -286,7 +288,8 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
     if trusted.empty:
         why = "; ".join(f"{r.run}: {r.reason or 'unstable (truncation or failed)'}" for r in at_n.itertuples())
         law_why = "" if law.identified else f"the optimal-n law is not identified: {law.reason}; and "
-        raise Refusal(f"no recommendation: {law_why}no run at n = {n_ev} has an identified fit and trained stably ({why})")
+        fit_kind = "a fit" if within_data else "an identified fit"
+        raise Refusal(f"no recommendation: {law_why}no run at n = {n_ev} has {fit_kind} and trained stably ({why})")
     best_score = float(trusted["score"].max())
     within = trusted[trusted["score"] >= best_score - noise_band].sort_values(["prompts_per_batch", "score"],
                                                                               ascending=[True, False])
