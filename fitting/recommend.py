@@ -175,10 +175,10 @@ def best_fitted_rollouts(curves: pd.DataFrame, law: RolloutsLaw, budget: float, 
 
 
 def reach_of_finished(curves: pd.DataFrame) -> float:
-    """The compute every fitted run that was not stopped early reached (0 when none): below it a fitted curve is
-    read inside its own data."""
+    """The compute every fitted run that finished (neither stopped early nor failed) reached, 0 when none: below it
+    a fitted curve is read inside its own data."""
     usable = fitted(curves)
-    usable = usable[usable["status"].fillna("done") != "stopped"]
+    usable = usable[~usable["status"].fillna("done").isin(["stopped", "failed"])]
     return float(usable["c_max"].astype(float).min()) if len(usable) and "c_max" in usable else 0.0
 
 

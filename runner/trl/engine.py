@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rlscale.base.settings import cache_dir
 from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
-from rlscale.runner.jobs_api import RUNNING, JobsApiEngine, report_progress, LogTail, run_jobs, stop_job
+from rlscale.runner.jobs_api import RUNNING, JobsApiEngine, LogTail, report_progress, run_jobs, stop_job
 from rlscale.runner.jobs_api import base_seconds as _base
 from rlscale.runner.jobs_api import wall_seconds as _wall_seconds
 

@@ -260,15 +260,14 @@ def _decision_budget(store, study, records) -> float:
     reached (the level the study asks about); otherwise all the sweep spent, as if on one run."""
     if not len(records):
         return 0.0
-    per_run = records.groupby("run_id")[_UNITS[_unit_key(study)]].max()
+    column = _UNITS[_unit_key(study)]
     if study.method == "isocompute":
-        evaluated = records[records["val_reward"].notna()]  # the fits reach the last evaluation, not the last step
-        per_run = evaluated.groupby("run_id")[_UNITS[_unit_key(study)]].max()
         runs = store.runs_frame(study.name)
-        done = per_run[per_run.index.isin(runs.loc[runs["status"] == "done", "run_id"])]
+        # the fits reach each run's last evaluation, not its last step
+        done = records[records["val_reward"].notna() & records["run_id"].isin(runs.loc[runs["status"] == "done", "run_id"])]
         if len(done):
-            return float(done.min())
-    return float(per_run.sum())
+            return float(done.groupby("run_id")[column].max().min())
+    return float(records.groupby("run_id")[column].max().sum())
 
 
 def _recommend(store, study, budget_gpu_hours: float):
