@@ -9,9 +9,9 @@ and the fit's F test is plain least squares', as lmfit's is; noise="constant" gi
 import lmfit
 import numpy as np
 import pytest
-
 from rlscale.fitting import sigmoid as sigmoid_module
-from rlscale.fitting.sigmoid import _PROFILE_OFFSETS, fit_sigmoid, sigmoid
+from rlscale.fitting.profile_likelihood import PROFILE_OFFSETS
+from rlscale.fitting.sigmoid import fit_sigmoid, sigmoid
 
 TRUE = {"A": 0.7, "B": 1.5, "C_mid": 800.0, "R0": 0.15}
 
@@ -44,12 +44,12 @@ def fitted(monkeypatch):
     """fit(seed) -> (fit, its profile, lmfit's result) for the curve of `seed`."""
     profiles = []
 
-    class Recorded(sigmoid_module._Profile):
+    class Recorded(sigmoid_module.Profile):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             profiles.append(self)
 
-    monkeypatch.setattr(sigmoid_module, "_Profile", Recorded)
+    monkeypatch.setattr(sigmoid_module, "Profile", Recorded)
 
     def fit(seed, **options):
         compute, reward = curve(seed)
@@ -92,14 +92,14 @@ def test_upper_bound_matches_lmfit_conf_interval(fitted, seed):
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_interval_ends_agree_with_lmfit_to_the_grid(fitted, seed):
-    # The hull interval's profile ends: tested at _PROFILE_OFFSETS x scale from the estimate and interpolated in
+    # The hull interval's profile ends: tested at PROFILE_OFFSETS x scale from the estimate and interpolated in
     # one batched solve. Each lies in the grid step that holds lmfit's end, within 12% of the half-width of it.
     fit, profile, reference = fitted(seed)
     lo, hi = lmfit_a_interval(reference, 0.95)
     scale = 0.6 * (hi - lo)  # off the grid's points, as the bootstrap's half-width generally is
     ours, _ = profile.bounds(0.975, [(-1, scale), (1, scale)])
     for side, end, exact in ((-1, ours[0], lo), (1, ours[1], hi)):
-        grid = fit.A + side * scale * _PROFILE_OFFSETS
+        grid = fit.A + side * scale * PROFILE_OFFSETS
         step = np.searchsorted(side * (grid - fit.A), side * (exact - fit.A))
         assert 0 < step < len(grid)
         assert side * (grid[step - 1] - fit.A) <= side * (end - fit.A) <= side * (grid[step] - fit.A)
