@@ -64,16 +64,24 @@ def writer(engine: Engine) -> Engine:
     return engine.execution_options(**{WRITE_OPTION: True})
 
 
-def make_engine(url: URL, *, create: bool = True) -> Engine:
+def make_engine(url: URL, *, create: bool = True, read_only: bool = False) -> Engine:
     """An engine for `url`; SQLite gets WAL, a busy timeout, foreign keys and real BEGINs.
 
     A SQLite file that this process cannot write (read-only file, directory or filesystem) is opened
     read-only, so commands that only read still work; a write then fails with a one-line UserError.
+    `read_only`: the database itself refuses writes (SQLite mode=ro; PostgreSQL read-only transactions), and
+    a SQLite file that does not exist is a UserError rather than a new store.
     """
     shown = display_url(url)
     if url.get_backend_name() != "sqlite":
+        # the server refuses every write in this session: a viewer cannot change a sweep's store by mistake
+        options = {}
+        if read_only:  # libpq's `options` of the URL (a search_path, say) are kept beside it
+            given = url.query.get("options", "")
+            given = " ".join(given) if isinstance(given, tuple) else given
+            options = {"connect_args": {"options": f"{given} -c default_transaction_read_only=on".strip()}}
         try:
-            engine = create_engine(url, pool_pre_ping=True)
+            engine = create_engine(url, pool_pre_ping=True, **options)
         except (NoSuchModuleError, ImportError) as err:
             hint = ""
             if url.get_backend_name() == "postgresql":  # the postgres extra ships psycopg 3, not psycopg2
@@ -87,7 +95,10 @@ def make_engine(url: URL, *, create: bool = True) -> Engine:
     if unknown:
         raise UserError(f"unknown option(s) {', '.join(unknown)} in {shown}: expected sqlite:///path/to/file.db "
                         f"(options: {', '.join(sorted(SQLITE_OPTIONS))})", field="--db")
+    wanted = read_only
     read_only = None if _is_memory(url) else _sqlite_read_only(url.database, create=create)
+    if wanted and read_only is None:
+        read_only = read_only_request(url)
     if _is_memory(url):
         engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
     elif read_only:
@@ -134,6 +145,17 @@ def _set_wal(cursor) -> None:
             if "locked" not in str(err) or time.monotonic() > deadline:
                 raise
             time.sleep(0.02)
+
+
+def read_only_request(url: URL) -> str:
+    """The SQLite URI option that opens a writable file read-only (mode=ro: readers still see a writer's commits
+    through WAL); UserError for a file that does not exist (opening would create it) or an in-memory store."""
+    if _is_memory(url):
+        raise UserError("an in-memory store has nothing to read: expected a SQLite file or a server URL", field="--db")
+    if not os.path.exists(url.database):
+        raise UserError(f"no store at {url.database}: expected an existing SQLite file (a sweep creates it)",
+                        field="--db")
+    return "mode=ro"
 
 
 def _sqlite_read_only(path: str, *, create: bool) -> str | None:
@@ -188,6 +210,35 @@ def migrate(engine: Engine, *, shown: str | None = None) -> None:
         _upgrade(engine, shown or display_url(engine.url))
         if key is not None:
             _migrated.add(key)
+
+
+def check_schema(engine: Engine, *, shown: str | None = None) -> None:
+    """Read-only stores are not migrated: UserError unless the schema is at the newest alembic revision."""
+    from alembic.runtime.migration import MigrationContext
+
+    shown = shown or display_url(engine.url)
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+            current = context.get_current_revision()
+    except DBAPIError as err:
+        reason = _first_line(err.orig) if err.orig else _first_line(err)
+        raise UserError(f"cannot open the store {shown}: {reason}", field="--db") from None
+    head = _head_revision()
+    if current is None:
+        raise UserError(f"{shown} has no rlscale tables yet (a sweep or an import creates them)", field="--db")
+    if current != head:
+        raise UserError(f"{shown} is at schema revision {current}, this rlscale reads {head}: open it once with a "
+                        "command that writes (rlscale sweep or import) to upgrade it", field="--db")
+
+
+def _head_revision() -> str:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return ScriptDirectory.from_config(config).get_current_head()
 
 
 def _upgrade(engine: Engine, shown: str) -> None:

@@ -14,7 +14,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from rlscale.db.engine import display_url, make_engine, migrate, parse_url, writer
+from rlscale.db.engine import check_schema, display_url, make_engine, migrate, parse_url, writer
 from rlscale.db.models import RUN_STATUSES, Fit, Plan, Record, Run, Study, utcnow
 from rlscale.base import settings
 from rlscale.base.errors import UserError
@@ -33,16 +33,23 @@ _FIT_FIELDS = {"run_id", "run", "model", "A_lo", "A_hi", "identified", "reason",
 class Store:
     """Studies, runs, records, fits and plans in one SQL database (SQLite by default, any SQLAlchemy URL)."""
 
-    def __init__(self, url: str | None = None, *, create: bool = True):
+    def __init__(self, url: str | None = None, *, create: bool = True, read_only: bool = False):
         """`create=False` (commands that only read): a SQLite file that does not exist is read as an empty
-        store kept in memory, so reading never leaves a new database file behind."""
+        store kept in memory, so reading never leaves a new database file behind.
+        `read_only=True` (a viewer beside a running sweep): never migrated, and the database refuses writes; a
+        missing file, an empty database or an older schema is a UserError."""
         self.url = parse_url(settings.db_url(url))
         self.url_for_display = display_url(self.url)
-        if not create and self.url.get_backend_name() == "sqlite" and self.url.database not in (None, "", ":memory:"):
+        self.read_only = read_only
+        if not create and not read_only and self.url.get_backend_name() == "sqlite" and \
+                self.url.database not in (None, "", ":memory:"):
             if not os.path.exists(self.url.database):
                 self.url = self.url.set(database=":memory:")
-        self.engine = make_engine(self.url, create=create)
-        migrate(self.engine, shown=self.url_for_display)
+        self.engine = make_engine(self.url, create=create and not read_only, read_only=read_only)
+        if read_only:
+            check_schema(self.engine, shown=self.url_for_display)
+        else:
+            migrate(self.engine, shown=self.url_for_display)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         # transactions that write take SQLite's write lock up front (concurrent writers wait, see db/engine.py)
         self._writes = sessionmaker(writer(self.engine), expire_on_commit=False)
@@ -106,6 +113,17 @@ class Store:
             row["records"] = records.get(name, 0)
             row["fits"] = fits.get(name, 0)
         return [counts[name] for name in sorted(counts)]
+
+    def study_stamp(self, name: str) -> tuple:
+        """What changes whenever the study's runs or records do: (runs, last run update, records, last record id),
+        read in one query, so a viewer polls it cheaply and rereads the frames only when it moves."""
+        with self._sessions() as session:
+            study = self._study(session, name)
+            runs = session.execute(select(func.count(Run.id), func.max(Run.updated_at))
+                                   .where(Run.study_id == study.id)).one()
+            records = session.execute(select(func.count(Record.id), func.max(Record.id))
+                                      .join(Run, Run.id == Record.run_id).where(Run.study_id == study.id)).one()
+        return (runs[0], str(runs[1]), records[0], records[1])
 
     def study_spec(self, name: str) -> dict:
         """The spec saved with the study; UserError naming the known studies if there is none."""
