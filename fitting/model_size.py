@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-
 from rlscale.fitting.powerlaw import PowerLawFit, crossover_resource, fit_power_law, fit_size
 from rlscale.fitting.sigmoid import FitError
 
@@ -157,18 +156,19 @@ def winner_changes(k: np.ndarray, E: np.ndarray) -> list[tuple[int, int, float]]
 
 def choose_size(law: SizeLaw, budget: float) -> SizeChoice:
     """The size with the lowest predicted loss at `budget` (the study's compute), with intervals; Refusal (from
-    fitting.recommend) when a size's loss does not clearly fall with compute or the budget is far past the data."""
-    from rlscale.fitting.recommend import Refusal
+    fitting.reasons; codes size_not_learning, size_budget_past_data) when a size's loss does not clearly fall with
+    compute or the budget is far past the data."""
+    from rlscale.fitting.reasons import Reason, Refusal
 
     for i, model in enumerate(law.models):
         lo, _ = law.interval(law.k_draws[:, i])
         if not law.k[i] > 0 or not lo > 0:
-            raise Refusal(f"no size recommendation: the loss of {model} does not clearly fall with compute "
-                          f"(k = {law.k[i]:.3g}, {law.level:.0%} interval from {lo:.3g}); train it longer")
+            raise Refusal(Reason("size_not_learning", {"model": model, "k": float(law.k[i]), "k_lo": float(lo),
+                                                       "level": law.level}))
     for model, reach in zip(law.models, law.compute_max):
         if budget > MAX_BEYOND * reach:
-            raise Refusal(f"no size recommendation: the budget {budget:g} is {budget / reach:.0f}x the largest compute "
-                          f"measured for {model} ({reach:.3g}); at most {MAX_BEYOND:g}x is predicted")
+            raise Refusal(Reason("size_budget_past_data", {"budget": budget, "factor": budget / reach, "model": model,
+                                                           "reach": float(reach), "max_beyond": MAX_BEYOND}))
     t = np.log(budget)
     best = int(np.argmin(-law.k * t + law.E))
     loss_draws = np.exp(-law.k_draws * t + law.E_draws)

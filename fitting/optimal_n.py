@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
-
 from rlscale.fitting.bootstrap import percentile_interval
-from rlscale.fitting.sigmoid import sigmoid
+from rlscale.fitting.reasons import Reason
+from rlscale.fitting.standing import fitted_rewards
+from scipy.optimize import least_squares
 
 LAW_PARAMS = ("lo", "hi", "k", "c0")
 
@@ -33,10 +33,15 @@ class RolloutsLaw:
     k: float
     c0: float
     identified: bool
-    reason: str
+    verdict: Reason  # why the law is (code "law_identified") or is not identified, with the numbers
     compute_range: tuple[float, float]  # the compute the frontier was observed over
     frontier: pd.DataFrame = field(repr=False)  # compute, reward, rollouts, prompts_per_batch, run
     samples: np.ndarray | None = field(default=None, repr=False)  # (m, 4) law parameter draws
+
+    @property
+    def reason(self) -> str:
+        """The verdict in words."""
+        return self.verdict.text()
 
     def log2_rollouts(self, compute) -> np.ndarray:
         """log2 n*(C) from the point estimate."""
@@ -64,7 +69,7 @@ class RolloutsLaw:
         return {
             "lo": self.lo, "hi": self.hi, "k": self.k, "c0": self.c0,
             "n_low": 2.0**self.lo, "n_saturation": 2.0**self.hi,
-            "identified": self.identified, "reason": self.reason,
+            "identified": self.identified, "reason": self.reason, "verdict": self.verdict.to_dict(),
             "compute_min": self.compute_range[0], "compute_max": self.compute_range[1],
             "frontier_rollouts": sorted({int(n) for n in self.frontier["rollouts"]}),
         }
@@ -89,7 +94,7 @@ def frontier(curves: pd.DataFrame, grid: np.ndarray, min_progress: float = 0.1) 
     overshot an IsoCompute budget the most.
     """
     params = curves[["A", "B", "C_mid", "R0"]].to_numpy(float)
-    rewards = np.stack([sigmoid(grid, *row) for row in params])  # (runs, grid)
+    rewards = fitted_rewards(curves, grid)  # (runs, grid): each run read as every view reads it
     if "c_max" in curves:
         beyond = grid[None, :] > curves["c_max"].to_numpy(float)[:, None] * (1 + 1e-9)
         rewards = np.where(beyond, -np.inf, rewards)
@@ -143,34 +148,31 @@ def fit_law(compute: np.ndarray, log2_n: np.ndarray, start: np.ndarray | None = 
 
 
 def _law_verdict(theta: np.ndarray, front: pd.DataFrame, *, min_distinct: int, plateau_tol: float,
-                 min_plateau: float) -> tuple[bool, str]:
-    """Whether the frontier has bent enough to pin the law, and why not."""
+                 min_plateau: float) -> tuple[bool, Reason]:
+    """Whether the frontier has bent enough to pin the law, and the Reason (code and numbers) either way."""
     distinct = sorted({int(n) for n in front["rollouts"]})
     c_lo, c_hi = float(front["compute"].iloc[0]), float(front["compute"].iloc[-1])
     if len(distinct) < min_distinct:
-        return False, (f"the frontier has not bent: n* takes only {distinct} over compute {c_lo:.3g}-{c_hi:.3g} "
-                       f"(need at least {min_distinct} distinct values; add runs with more rollouts or more compute)")
+        return False, Reason("frontier_few_n", {"rollouts": distinct, "compute_lo": c_lo, "compute_hi": c_hi,
+                                                "min_distinct": min_distinct})
     lo, hi, k, c0 = theta
     if hi < lo - 0.5:
-        return False, (f"n* falls with compute (fitted from n={2**lo:.0f} to n={2**hi:.0f}), not the rise-then-saturate "
-                       "shape of the Playbook: check the low-compute runs")
+        return False, Reason("n_falls", {"n_low": float(2**lo), "n_high": float(2**hi)})
     # saturation must be seen, not inferred: the last n* has to hold over a real stretch of the data
     log_c = np.log(front["compute"].to_numpy(float))
     last = front["rollouts"].to_numpy()
     start_last = log_c[np.flatnonzero(last != last[-1])[-1] + 1] if (last != last[-1]).any() else log_c[0]
     held = (log_c[-1] - start_last) / max(log_c[-1] - log_c[0], 1e-12)
     if held < min_plateau:
-        return False, (f"the frontier has not bent: n* is still moving at the largest compute observed ({c_hi:.3g}); "
-                       f"the last n* = {int(last[-1])} holds over only {held:.0%} of the log-compute range "
-                       f"(need {min_plateau:.0%}), so extrapolation would be a guess")
+        return False, Reason("n_still_moving", {"compute_hi": c_hi, "rollouts": int(last[-1]), "held": float(held),
+                                                "min_plateau": min_plateau})
     log_c_hi = np.log(c_hi)
     gap_end = abs(float(optimal_rollouts_law(c_hi, *theta)) - hi)
     if gap_end > plateau_tol or c0 >= log_c_hi:
-        return False, (f"the frontier has not bent: n* is still moving at the largest compute observed ({c_hi:.3g}); "
-                       f"its plateau (n={2**hi:.0f}) is not in the data, so extrapolation would be a guess")
+        return False, Reason("plateau_unseen", {"compute_hi": c_hi, "n_plateau": float(2**hi)})
     if abs(hi - lo) < 0.5:
-        return False, "the law is flat (n* varies by less than a factor sqrt(2)): noise, not a trend"
-    return True, "n* rises and saturates within the observed compute"
+        return False, Reason("law_flat")
+    return True, Reason("law_identified")
 
 
 def fit_optimal_rollouts(
@@ -203,12 +205,12 @@ def fit_optimal_rollouts(
         raise ValueError("the frontier has fewer than 4 points where any run has risen above its start")
     log2_n = np.log2(front["rollouts"].to_numpy(float))
     theta, _ = fit_law(front["compute"].to_numpy(), log2_n)
-    identified, reason = _law_verdict(theta, front, min_distinct=min_distinct, plateau_tol=plateau_tol,
+    identified, verdict = _law_verdict(theta, front, min_distinct=min_distinct, plateau_tol=plateau_tol,
                                       min_plateau=min_plateau)
     samples = _bootstrap_law(curves, grid, front, draws, bootstrap, seed, theta, min_progress) if bootstrap > 0 else None
     return RolloutsLaw(
         lo=float(theta[0]), hi=float(theta[1]), k=float(theta[2]), c0=float(theta[3]),
-        identified=identified, reason=reason,
+        identified=identified, verdict=verdict,
         compute_range=(float(front["compute"].iloc[0]), float(front["compute"].iloc[-1])),
         frontier=front, samples=samples,
     )

@@ -13,18 +13,18 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from rlscale.base.numbers import NOISE_BAND
-from rlscale.base.numbers import format_number as _f
 from rlscale.fitting.backtest import BACKTEST_HEADER, BACKTEST_NOTE, backtest_table, table_lines, table_rows
 from rlscale.fitting.compare import COMPARE_HEADER, compare_cells, compare_variants
+from rlscale.fitting.curves import UNIT_LABELS, compute_column, run_curves, study_unit
 from rlscale.fitting.frame import run_labels, variant_names
 from rlscale.fitting.model_size import SIZE_HEADER, SIZE_NOTE, size_rows, size_summary
 from rlscale.fitting.plots import plot_text, save_figure, set_title
-from rlscale.fitting.recommend import run_curves, study_unit
 from rlscale.fitting.records import fits_record_breaking, fitted_points_label
 
-COMPUTE_LABELS = {"gpu_hours": "GPU-hours", "rollouts": "rollouts", "tokens": "tokens"}
+from rlscale.base.numbers import NOISE_BAND
+from rlscale.base.numbers import format_number as _f
+
+COMPUTE_LABELS = UNIT_LABELS
 
 
 def identified_in_words(row) -> str:
@@ -204,7 +204,7 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
     out.mkdir(parents=True, exist_ok=True)
     method = stored.method if stored is not None else "grid"
     unit = study_unit(stored)
-    compute_col = {"gpu_hours": "gpu_hours", "rollouts": "rollouts", "tokens": "tokens"}[unit]
+    compute_col = compute_column(stored)
     metric = stored.metric if stored is not None else "val_reward"
     records = records[pd.to_numeric(records[metric], errors="coerce").notna()].copy()
     runs = runs.copy()

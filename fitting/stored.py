@@ -1,11 +1,14 @@
-"""Fits of a stored study: its evaluated records in, per-run sigmoid fits out and saved beside them.
-Takes any object with the Store's frame methods (fitting never imports the runner)."""
+"""A stored study in, fits and decisions out: its evaluated records fitted per run (and saved beside them), its
+decision, its recommendation and its model size. Takes any object with the Store's frame methods (fitting never
+imports the runner); the work itself is in the pure modules (fitting.curves, fitting.recommend, fitting.decision)."""
 
 import pandas as pd
+from rlscale.fitting.curves import compute_column, run_curves, run_geometry
+from rlscale.fitting.frame import fit_runs, run_labels
+from rlscale.fitting.reasons import Reason, Refusal
+from rlscale.fitting.records import fits_record_breaking, record_breaking_points
 
 from rlscale.base.errors import UserError
-from rlscale.fitting.frame import fit_runs, run_labels
-from rlscale.fitting.records import fits_record_breaking, record_breaking_points
 
 
 def study_records(store, study: str) -> pd.DataFrame:
@@ -35,3 +38,97 @@ def fit_study(store, study: str, **fit_kwargs) -> tuple[pd.DataFrame, pd.DataFra
     fits = fit_runs(points, run_col="run", compute_col="compute", reward_col="reward", **fit_kwargs)
     store.save_fits(study, fits.merge(records[["run", "run_id"]].drop_duplicates(), on="run"), model="sigmoid")
     return records, fits, record_breaking
+
+
+# --- a stored study's decision: the store's frames in, fitting.decision on them --------------------------------
+
+
+def pick_study(store, study: str | None) -> str:
+    """`study`, or the only stored study whose runs try more than one rollouts value."""
+    if study is not None:
+        store.study_spec(study)  # UserError naming the known studies if it does not exist
+        return study
+    candidates = [name for name in store.study_names()
+                  if run_geometry(store.runs_frame(name))["rollouts"].nunique() >= 2]
+    if len(candidates) != 1:
+        known = ", ".join(candidates) or "none"
+        raise UserError(f"pick the study with --study (studies that vary rollouts: {known})", field="--study")
+    return candidates[0]
+
+
+def study_curves(store, study: str, *, bootstrap: int = 100, seed: int = 0):
+    """(the stored Study or None, runs, records, curves, draws) of a stored study, fitted as its sweep fits them;
+    Refusal (no_evaluations) before any run is evaluated."""
+    from rlscale.planner.study import stored_study
+
+    typed = stored_study(store, study)
+    runs = store.runs_frame(study)
+    records = store.records_frame(study)
+    if records["val_reward"].notna().sum() == 0:
+        raise Refusal(Reason("no_evaluations", {"study": study}))
+    curves, draws = run_curves(records, runs, compute_col=compute_column(typed),
+                               record_breaking=fits_record_breaking(typed), bootstrap=bootstrap, seed=seed)
+    return typed, runs, records, curves, draws
+
+
+def recommend_study(store, study: str, budget: float, *, profile: str | None = None, bootstrap: int = 100,
+                    seed: int = 0) -> tuple:
+    """(Recommendation, the stored Study or None) for a stored study at `budget` (its unit); Refusal when the
+    evidence is not enough."""
+    from rlscale.fitting.decision import recommend_from_frames
+
+    typed, runs, records, curves, draws = study_curves(store, study, bootstrap=bootstrap, seed=seed)
+    return recommend_from_frames(typed, study, runs, records, curves, draws, budget, profile=profile,
+                                 bootstrap=bootstrap, seed=seed), typed
+
+
+def study_decision(store, study: str, *, budget: float | None = None, extend: float = 1.0, bootstrap: int = 100,
+                   seed: int = 0):
+    """The Decision (fitting.decision) of a stored study at `budget` (default: its decision budget); None before any
+    run is evaluated."""
+    from rlscale.fitting.decision import decide
+
+    try:
+        typed, runs, records, curves, draws = study_curves(store, study, bootstrap=bootstrap, seed=seed)
+    except Refusal:
+        return None
+    return decide(typed, study, runs, records, curves, draws, budget=budget, bootstrap=bootstrap, seed=seed,
+                  extend=extend)
+
+
+def model_parameters(study) -> dict[str, float]:
+    """HF directory -> parameter count for a study with a `model` axis (its `models`); {} otherwise."""
+    return {} if study is None else {name: size.parameters for name, size in study.models.items()}
+
+
+def study_size_law(store, study: str, *, bootstrap: int = 100, seed: int = 0):
+    """(the stored Study, SizeLaw) of a study with a `model` axis; Refusal when its sizes cannot be fitted."""
+    from rlscale.fitting.model_size import fit_size_law, size_frame
+    from rlscale.fitting.sigmoid import FitError
+    from rlscale.planner.study import stored_study
+
+    typed = stored_study(store, study)
+    parameters = model_parameters(typed)
+    if not parameters:
+        raise Refusal(Reason("no_model_axis", {"study": study}))
+    frame = size_frame(store.records_frame(study), store.runs_frame(study), parameters,
+                       compute_col=compute_column(typed), reward_col=typed.metric)
+    try:
+        return typed, fit_size_law(frame, bootstrap=bootstrap, seed=seed)
+    except FitError as err:
+        raise Refusal(Reason("size_law_not_fitted", {"error": str(err)})) from None
+
+
+def recommend_size_study(store, study: str, budget: float, *, bootstrap: int = 100, seed: int = 0):
+    """The model size for `budget` (fitting.model_size.SizeChoice) from a stored study with a `model` axis."""
+    from rlscale.fitting.model_size import choose_size
+
+    _typed, law = study_size_law(store, study, bootstrap=bootstrap, seed=seed)
+    return choose_size(law, budget)
+
+
+def sweeps_models(store, study: str) -> bool:
+    """Whether stored study `study` has a `model` axis (then recommend names a model size)."""
+    from rlscale.planner.study import stored_study
+
+    return bool(model_parameters(stored_study(store, study)))

@@ -9,9 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-
 from rlscale.db.store import Store
-from rlscale.fitting.recommend import CURVE_COLUMNS, NextAllocation, next_allocation
+from rlscale.fitting.allocation import NextAllocation, next_allocation
+from rlscale.fitting.curves import CURVE_COLUMNS
+from rlscale.fitting.decision import Decision, extend_command
+from rlscale.fitting.reasons import Reason
 from rlscale.planner.study import load_study
 from rlscale.runner.engine import Engine, JobResult
 from rlscale.runner.sweep.driver import SweepDriver
@@ -106,28 +108,37 @@ def test_next_allocation_extends_every_run_by_what_the_least_advanced_unidentifi
     # n16 needs twice its C_mid (0.12 > 3.4x what it reached): 4x, and every run goes to it (equal compute)
     assert plan.factor == 4 and [run["target"] for run in plan.runs] == pytest.approx([0.14] * 3)
     assert [run["why"] != "" for run in plan.runs] == [False, False, True]
-    assert "1 of 3 fits and the optimal-n law" in plan.goal
+    assert plan.goal == Reason("identify_fits_and_law", {"unidentified": 1, "runs": 3})
 
     settled = _curves([{"run": "n2", "rollouts": 2, **identified}, {"run": "n4", "rollouts": 4, **identified}])
-    assert next_allocation(settled, law_identified=False).factor == 2  # the law alone: twice the compute
+    law_only = next_allocation(settled, law_identified=False)
+    assert law_only.factor == 2 and law_only.goal.code == "identify_law"  # the law alone: twice the compute
     assert next_allocation(settled, law_identified=True) is None  # nothing left to identify
     assert next_allocation(settled, law_identified=None) is None  # a study with no law to fit
 
 
+def _decision(tmp_path, study, plan, **fields) -> tuple:
+    """(Decision, its commands) of study `grow` at 0.035 GPU-hours with the next allocation `plan`."""
+    decision = Decision(study=study.name, kind="allocation", unit="gpu_hours", budget=0.035, compute=0.035,
+                        export_format="verl", next_allocation=plan, **fields)
+    return decision, decision.commands(study_file=tmp_path / "grow.yaml")
+
+
 def test_the_sweep_ends_with_the_one_command_that_extends_it_in_80_columns(tmp_path):
-    from rlscale.cli.commands.sweep import _closing_lines, _extend_command
+    from rlscale.cli.commands.sweep import _closing_lines
 
     study = load_study(write_study(tmp_path / "grow.yaml", "grow", 0.035, rollouts=(2, 4, 8, 16)))
-    plan = NextAllocation(factor=2.0, goal="identify 1 of 4 fits and the optimal-n law", runs=[
+    plan = NextAllocation(factor=2.0, goal=Reason("identify_fits_and_law", {"unidentified": 1, "runs": 4}), runs=[
         {"run": f"n{n}", "compute": 0.035, "target": 0.07, "why": "A sits at its bound 1" if n == 16 else ""}
         for n in (2, 4, 8, 16)])
-    command = _extend_command(tmp_path / "grow.yaml", None, 2.0)
     payload = {"done": 4, "stopped": 0, "failed": 0, "runs": 4, "wall_seconds": 470.0, "gpu_hours": 0.14, "budget": 0.14,
                "planned_gpu_hours": 0.14, "db": "sqlite:///store.db"}
-    refusal = ("no recommendation: the optimal-n law is not identified: the frontier has not bent: n* takes only "
-               "[2, 4, 8]; and n* moved ([2, 4, 8]) while not every run is identified and stable (n16 (A sits at "
-               "its bound 1)), so where it goes beyond the observed compute is unknown")
-    lines = _closing_lines(study, None, payload, None, refusal, plan, command)
+    refusal = (Reason("law_not_identified", {"law": Reason("frontier_few_n", {
+        "rollouts": [2, 4, 8], "compute_lo": 0.001, "compute_hi": 0.035, "min_distinct": 3})}),
+        Reason("runs_not_pinned", {"moved": [2, 4, 8], "runs": [{"run": "n16", "why": "A sits at its bound 1"}]}))
+    decision, commands = _decision(tmp_path, study, plan, refusal=refusal)
+    assert commands["extend"] == extend_command(tmp_path / "grow.yaml", None, 2.0)
+    lines = _closing_lines(study, None, payload, decision, commands)
     assert lines[-1] == f"  rlscale sweep {tmp_path / 'grow.yaml'} --extend 2"
     assert sum(line.startswith("not yet") or line.startswith("decided") for line in lines) == 1
     assert "- n16: A sits at its bound 1" in lines
@@ -138,24 +149,30 @@ def test_the_sweep_ends_with_the_one_command_that_extends_it_in_80_columns(tmp_p
 
 
 def test_a_decision_without_a_law_also_names_the_extension_that_would_decide_larger_budgets(tmp_path):
-    from rlscale.cli.commands.sweep import _closing_lines, _extend_command
     from rlscale.fitting.recommend import Recommendation
+
+    from rlscale.cli.commands.sweep import _closing_lines
 
     study = load_study(write_study(tmp_path / "grow.yaml", "grow", 0.035, rollouts=(2, 4, 8, 16)))
     rec = Recommendation(budget=0.035, prompts_per_batch=16, rollouts=8, steps=440, n_star=8.0, n_star_interval=(8, 8),
                          predicted_reward=0.886, predicted_interval=(0.866, 0.905), predicted_from="n8",
-                         extrapolation=1.0, law={}, notes=["every run reached 0.035"], law_identified=False)
-    plan = NextAllocation(factor=2.0, goal="identify the optimal-n law (the runs' fits are)", runs=[
+                         extrapolation=1.0, law={}, law_identified=False, basis=Reason("within_data", {
+                             "compute": 0.035, "run": "n8", "rollouts": 8, "reward": 0.886, "within_band": [],
+                             "noise_band": 0.02}))
+    plan = NextAllocation(factor=2.0, goal=Reason("identify_law", {"unidentified": 0, "runs": 4}), runs=[
         {"run": f"n{n}", "compute": 0.035, "target": 0.07, "why": ""} for n in (2, 4, 8, 16)])
-    command = _extend_command(tmp_path / "grow.yaml", None, 2.0)
     payload = {"done": 4, "stopped": 0, "failed": 0, "runs": 4, "wall_seconds": 415.0, "gpu_hours": 0.14,
                "budget": 0.035, "planned_gpu_hours": 0.14, "db": "sqlite:///store.db"}
-    lines = _closing_lines(study, None, payload, rec, None, plan, command)
+    decision, commands = _decision(tmp_path, study, plan, recommendation=rec)
+    lines = _closing_lines(study, None, payload, decision, commands)
     assert sum(line.startswith("decided") or line.startswith("not yet") for line in lines) == 1
     assert lines[-1] == f"  rlscale sweep {tmp_path / 'grow.yaml'} --extend 2"
-    assert any(line.startswith("to decide past 0.035 GPU-hours: extend every run 2x") for line in lines)
-    assert not any(line.startswith("to decide past") for line in _closing_lines(study, None, payload, rec, None,
-                                                                                 None, None))
+    extension = next(line for line in lines if line.startswith("to decide past"))
+    assert "0.035" in extension and "2x" in extension and extension.endswith(":")  # the sentence is whole
+    decision, commands = _decision(tmp_path, study, None, recommendation=rec)
+    lines = _closing_lines(study, None, payload, decision, commands)
+    assert not any(line.startswith("to decide past") for line in lines)
+    assert lines[-1] == "  rlscale export --format verl --study grow --budget 0.035"  # the decision ends the output
 
 
 @pytest.mark.slow

@@ -5,12 +5,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import run_cli
-
-from rlscale.fitting.model_size import choose_size, fit_size_law, winner_changes
+from rlscale.fitting.model_size import MAX_BEYOND, choose_size, fit_size_law, winner_changes
 from rlscale.fitting.powerlaw import crossover_resource
-from rlscale.fitting.recommend import Refusal
+from rlscale.fitting.reasons import Refusal
 from rlscale.planner.cost import Profile
 
 # ln L = -k ln C + E: the small model starts lower but learns slower; they cross at C* = exp(0.8 / 0.15) ~ 207
@@ -59,10 +57,14 @@ def test_crossover_resource_is_analytic_and_nan_for_parallel_lines():
 
 def test_refuses_when_a_size_does_not_learn_or_the_budget_is_far_past_the_data():
     flat = frame({**LINES, "/m/large": (4e9, 0.0, -1.0)}, noise=0.05)
-    with pytest.raises(Refusal, match="/m/large does not clearly fall"):
+    with pytest.raises(Refusal) as refused:
         choose_size(fit_size_law(flat, bootstrap=40), 100.0)
-    with pytest.raises(Refusal, match="largest compute measured for /m/small"):
+    assert refused.value.codes == ["size_not_learning"] and refused.value.reasons[0]["model"] == "/m/large"
+    with pytest.raises(Refusal) as refused:
         choose_size(fit_size_law(frame(), bootstrap=20), 1e6)
+    past = refused.value.reasons[0]
+    assert refused.value.codes == ["size_budget_past_data"] and past["model"] == "/m/small"
+    assert past["budget"] == 1e6 and past["factor"] == pytest.approx(1e6 / past["reach"]) and past["factor"] > MAX_BEYOND
 
 
 @pytest.fixture
@@ -122,8 +124,9 @@ def test_a_study_with_a_model_axis_reports_the_law_and_recommends_the_size(sizes
         choice = json.loads(out)
         assert choice["model"] == model
         assert choice["crossovers"][0]["budget"] == pytest.approx(CROSSOVER, rel=0.15)
-    code, out, err = run_cli(monkeypatch, capsys, "recommend", "--study", name, "--db", url, "--budget", "1e7")
-    assert code == 2 and "largest compute measured" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_cli(monkeypatch, capsys, "recommend", "--study", name, "--db", url, "--budget", "1e7", "--json")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert [reason["code"] for reason in json.loads(out)["reasons"]] == ["size_budget_past_data"]
 
 
 @pytest.mark.parametrize("edit, field", [

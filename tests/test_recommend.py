@@ -7,10 +7,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import run_cli
-
 from rlscale.fitting.optimal_n import RolloutsLaw
+from rlscale.fitting.reasons import Reason
 from rlscale.fitting.recommend import Refusal, recommend
 from rlscale.planner.cost import TINY_CPU, step_gpu_hours, steps_within
 from rlscale.planner.recipe import Recipe
@@ -23,9 +22,10 @@ _spec.loader.exec_module(bench)
 def _law(identified=True, hi=6.0):
     front = pd.DataFrame({"compute": [1.0, 100.0], "reward": [0.3, 0.7], "rollouts": [4, 64],
                           "prompts_per_batch": [32, 32], "run": ["a", "b"]})
-    return RolloutsLaw(lo=2.0, hi=hi, k=3.0, c0=np.log(10.0), identified=identified,
-                       reason="ok" if identified else "the frontier has not bent: test", compute_range=(1.0, 100.0),
-                       frontier=front)
+    verdict = Reason("law_identified") if identified else Reason("frontier_few_n", {
+        "rollouts": [4, 64], "compute_lo": 1.0, "compute_hi": 100.0, "min_distinct": 3})
+    return RolloutsLaw(lo=2.0, hi=hi, k=3.0, c0=np.log(10.0), identified=identified, verdict=verdict,
+                       compute_range=(1.0, 100.0), frontier=front)
 
 
 def _curves(rows):
@@ -61,21 +61,29 @@ def test_skips_runs_that_trained_unstably():
 
 def test_refuses_when_the_law_is_not_identified():
     curves = _curves([("bp32", 32, 64, 0.8, {}), ("n4", 32, 4, 0.5, {})])
-    with pytest.raises(Refusal, match="has not bent"):
+    with pytest.raises(Refusal) as refused:
         recommend(curves, _law(identified=False), budget=1e5, steps_for=_steps)
+    assert refused.value.codes == ["law_not_identified"]
+    assert refused.value.reasons[0]["law"].code == "frontier_few_n"
 
 
 def test_refuses_when_the_fits_at_the_recommended_n_are_unidentified():
     curves = _curves([("bp32", 32, 64, 0.8, {"identified": False, "reason": "has not passed the inflection"}),
                       ("n4", 32, 4, 0.5, {})])
-    with pytest.raises(Refusal, match="has not passed the inflection"):
+    with pytest.raises(Refusal) as refused:
         recommend(curves, _law(), budget=1e5, steps_for=_steps)
+    assert refused.value.codes == ["no_trusted_run_at_n"]
+    reason = refused.value.reasons[0]
+    assert reason["rollouts"] == 64 and reason["identified_required"]
+    assert reason["runs"] == [{"run": "bp32", "why": "has not passed the inflection"}]
 
 
 def test_refuses_when_the_budget_buys_no_step():
     curves = _curves([("bp32", 32, 64, 0.8, {}), ("n4", 32, 4, 0.5, {})])
-    with pytest.raises(Refusal, match="one step"):
+    with pytest.raises(Refusal) as refused:
         recommend(curves, _law(), budget=10.0, steps_for=_steps)
+    assert refused.value.codes == ["budget_buys_no_step"]
+    assert refused.value.reasons[0].values == {"budget": 10.0, "prompts_per_batch": 32, "rollouts": 64}
 
 
 # --- the command, on a stored synthetic study --------------------------------------------------------------
@@ -137,8 +145,11 @@ def test_recommend_command_refuses_with_the_reason_and_exit_2(workdir, capsys, m
     seed_isocompute(url, "rising", truth, c_obs)
     code, out, err = _cli(["recommend", "--budget", "120", "--db", url, "--bootstrap", "0", "--json"], capsys, monkeypatch)
     assert code == 2
-    assert json.loads(out)["refused"] is True
-    assert "has not bent" in err and "\n" not in err.strip()
+    refusal = json.loads(out)
+    assert refusal["refused"] is True and refusal["reasons"][0]["code"] == "law_not_identified"
+    # the frontier has not bent: n* still moves at the largest compute observed
+    assert refusal["reasons"][0]["values"]["law"]["code"] in ("n_still_moving", "plateau_unseen")
+    assert err.startswith("error") and "\n" not in err.strip()
 
 
 @pytest.mark.parametrize("fit, expected", [(None, "record-breaking points"), ({"points": "all"}, "every evaluation")])
@@ -171,8 +182,9 @@ def test_the_study_says_which_points_each_run_is_fitted_on(workdir, capsys, monk
 
 def test_the_fits_table_of_a_quickstart_sized_study_fits_80_columns(workdir, capsys, monkeypatch):
     # what `make demo` prints on an 80-column terminal: every cell whole, the "fit" column included
-    from rlscale.cli.console import console
     from rlscale.fitting.report import fit_cells
+
+    from rlscale.cli.console import console
 
     url = f"sqlite:///{workdir / 'rl.db'}"
     truth, c_obs = bench.CASES["still_rising"]  # some fits unidentified: "no (1)" must fit too

@@ -6,17 +6,25 @@ but every run is identified and stable (its fitted curve read at the budget), or
 import numpy as np
 import pandas as pd
 import pytest
-
 from rlscale.fitting.optimal_n import RolloutsLaw
+from rlscale.fitting.reasons import Reason
 from rlscale.fitting.recommend import Refusal, recommend
 
 
 def _flat_law(frontier_n):
     front = pd.DataFrame({"compute": [1.0, 10.0, 100.0], "reward": [0.3, 0.5, 0.6], "rollouts": frontier_n,
                           "prompts_per_batch": [16] * 3, "run": [f"n{n}" for n in frontier_n]})
-    return RolloutsLaw(lo=2.0, hi=2.0, k=1.0, c0=0.0, identified=False,
-                       reason=f"the frontier has not bent: n* takes only {sorted(set(frontier_n))}",
-                       compute_range=(1.0, 100.0), frontier=front)
+    verdict = Reason("frontier_few_n", {"rollouts": sorted(set(frontier_n)), "compute_lo": 1.0, "compute_hi": 100.0,
+                                        "min_distinct": 3})
+    return RolloutsLaw(lo=2.0, hi=2.0, k=1.0, c0=0.0, identified=False, verdict=verdict, compute_range=(1.0, 100.0),
+                       frontier=front)
+
+
+def _refusal(curves, law, budget, steps_for=None):
+    """The Refusal `recommend` raises (with allow_constant_n) for `curves` at `budget`."""
+    with pytest.raises(Refusal) as refused:
+        recommend(curves, law, budget=budget, steps_for=steps_for or _steps, allow_constant_n=True)
+    return refused.value
 
 
 def _curves(rows):
@@ -36,9 +44,14 @@ def test_a_frontier_that_never_moved_gives_its_n_from_the_fitted_runs_and_says_s
     rec = recommend(curves, _flat_law([4, 4, 4]), budget=400.0, steps_for=_steps, allow_constant_n=True)
     assert (rec.rollouts, rec.prompts_per_batch, rec.steps) == (4, 16, 400 // 64)
     assert not rec.law_identified and rec.to_dict()["law_identified"] is False
-    assert any("no optimal-n law" in note and "n = 4" in note for note in rec.notes)
-    with pytest.raises(Refusal, match="has not bent"):  # off by default: the law's refusal stands
+    assert rec.basis.code == "constant_frontier" and rec.basis["rollouts"] == 4
+    assert [reason.code for reason in rec.reasons][:2] == ["law_not_identified", "law_needs_more_compute"]
+    assert rec.to_dict()["basis"] == {"code": "constant_frontier",
+                                      "values": {"rollouts": 4, "compute_lo": 1.0, "compute_hi": 100.0}}
+    with pytest.raises(Refusal) as refused:  # off by default: the law's refusal stands
         recommend(curves, _flat_law([4, 4, 4]), budget=400.0, steps_for=_steps)
+    assert refused.value.codes == ["law_not_identified"]
+    assert refused.value.reasons[0]["law"].code == "frontier_few_n"
 
 
 def test_an_unidentified_frontier_run_is_replaced_only_when_no_unidentified_run_is_beyond_noise():
@@ -47,38 +60,48 @@ def test_an_unidentified_frontier_run_is_replaced_only_when_no_unidentified_run_
     at_100 = {4: 0.3 + 0.6 / 2, 8: 0.3 + 0.32 / (1 + 0.1**1.5)}
     assert at_100[4] - at_100[8] < 0.02
     rec = recommend(close, _flat_law([4, 4, 4]), budget=400.0, steps_for=_steps, allow_constant_n=True)
-    assert rec.rollouts == 8 and any("no run at n = 4 is identified" in note for note in rec.notes)
+    assert rec.rollouts == 8 and rec.basis.code == "constant_frontier_substitute"
+    assert rec.basis.values == {"frontier_rollouts": 4, "rollouts": 8, "run": "n8", "compute": 100.0,
+                                "reward": pytest.approx(at_100[8]), "noise_band": 0.02}
     far = _curves([(4, 1.0, 0.5, 100.0, False), (8, 0.62, 1.5, 10.0, True)])  # n = 4 fits 0.650 vs 0.610: beyond
-    with pytest.raises(Refusal, match="n4"):
-        recommend(far, _flat_law([4, 4, 4]), budget=400.0, steps_for=_steps, allow_constant_n=True)
+    refusal = _refusal(far, _flat_law([4, 4, 4]), 400.0)
+    assert refusal.codes == ["law_not_identified", "unidentified_run_ahead"]
+    ahead = refusal.reasons[1]
+    assert (ahead["run"], ahead["best_run"], ahead["compute"]) == ("n4", "n8", 100.0)
+    assert ahead["reward"] == pytest.approx(0.65) and ahead["best_reward"] == pytest.approx(at_100[8])
 
 
 def test_a_frontier_that_moved_is_decided_from_the_fitted_runs_only_when_every_run_is_identified():
     moved = _flat_law([4, 4, 8])
     doubtful = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.71, 1.5, 10.0, False)])
-    with pytest.raises(Refusal, match="not every run is identified"):
-        recommend(doubtful, moved, budget=400.0, steps_for=_steps, allow_constant_n=True)
+    refusal = _refusal(doubtful, moved, 400.0)
+    assert refusal.codes == ["law_not_identified", "runs_not_pinned"]
+    assert refusal.reasons[1].values == {"moved": [4, 8], "runs": [{"run": "n8", "why": "has not passed the inflection"}]}
     unstable = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.75, 1.5, 10.0, True)])
     unstable.loc[1, "truncation_rate"] = 0.12  # ScaleRL: a run whose truncation climbs past 5% is crashing
-    with pytest.raises(Refusal, match=r"not every run is identified and stable \(n8 \(unstable\)\)"):
-        recommend(unstable, moved, budget=400.0, steps_for=_steps, allow_constant_n=True)
+    refusal = _refusal(unstable, moved, 400.0)
+    assert refusal.codes == ["law_not_identified", "runs_not_pinned"]
+    assert refusal.reasons[1]["runs"] == [{"run": "n8", "why": "unstable"}]
     unfitted = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.75, 1.5, 10.0, True), (16, np.nan, np.nan, np.nan, False)])
     unfitted.loc[2, "reason"] = "not fitted: fewer than 3 usable points"
-    with pytest.raises(Refusal, match=r"n16 \(not fitted: fewer than 3"):
-        recommend(unfitted, moved, budget=400.0, steps_for=_steps, allow_constant_n=True)
+    refusal = _refusal(unfitted, moved, 400.0)
+    assert refusal.reasons[1]["runs"] == [{"run": "n16", "why": "not fitted: fewer than 3 usable points"}]
     # every run pinned: the curves are read at the budget; n = 8 (A 0.75, slower) is ahead there: 0.748 vs 0.699
     apart = _curves([(4, 0.70, 1.5, 5.0, True), (8, 0.75, 1.5, 10.0, True)])
     rec = recommend(apart, moved, budget=400.0, steps_for=_steps, allow_constant_n=True)
     assert (rec.rollouts, rec.steps) == (8, 400 // (16 * 8)) and not rec.law_identified
-    note = next(note for note in rec.notes if "n* moved" in note)
-    assert "n = 8 from n8" in note and "0.700-0.750" in note and "noise band of it" not in note
-    assert "4.0x the most compute a run reached" in note
+    basis = rec.basis
+    assert basis.code == "all_runs_pinned" and basis["moved"] == [4, 8] and (basis["run"], basis["rollouts"]) == ("n8", 8)
+    assert (basis["A_low"], basis["A_high"]) == pytest.approx((0.70, 0.75))
+    assert basis["compute"] / basis["reach"] == pytest.approx(4.0)  # 4x the most compute a run reached
+    assert basis["within_band"] == []  # n4 (0.699 vs 0.748) is beyond the band
     # at a budget inside the data where the faster n = 4 still leads, it is chosen; n = 8 within the band is named
     rec = recommend(apart, moved, budget=25.0, steps_for=lambda budget, bp, n: 10, allow_constant_n=True)
     at_25 = {4: 0.3 + 0.4 / (1 + (5 / 25) ** 1.5), 8: 0.3 + 0.45 / (1 + (10 / 25) ** 1.5)}
     assert at_25[4] > at_25[8] > at_25[4] - 0.02
-    assert rec.rollouts == 4
-    assert any(f"within the 0.02 noise band there: n8 {at_25[8]:.3f}" in note for note in rec.notes)
+    assert rec.rollouts == 4 and rec.basis.code == "within_data"
+    assert rec.basis["within_band"] == [{"run": "n8", "reward": pytest.approx(at_25[8])}]
+    assert rec.standing.within_band == ["n4", "n8"]
 
 
 def test_at_a_budget_every_run_reached_unidentified_runs_count_and_the_best_there_is_chosen():
@@ -91,12 +114,13 @@ def test_at_a_budget_every_run_reached_unidentified_runs_count_and_the_best_ther
     rec = recommend(curves, moved, budget=100.0, steps_for=lambda budget, bp, n: 10, allow_constant_n=True)
     assert rec.rollouts == 8 and rec.predicted_from == "n8" and not rec.law_identified
     assert rec.predicted_reward == pytest.approx(at_100[8])
-    assert any("read inside its own data" in note for note in rec.notes)
+    assert rec.basis.code == "within_data" and rec.basis["compute"] == 100.0  # each curve read inside its own data
     # past the compute the runs reached, the unidentified run blocks the decision as before
-    with pytest.raises(Refusal, match="not every run is identified"):
-        recommend(curves, moved, budget=400.0, steps_for=_steps, allow_constant_n=True)
+    assert _refusal(curves, moved, 400.0).codes == ["law_not_identified", "runs_not_pinned"]
     # a run that could not be fitted leaves the best at the budget unknown
     unfitted = _curves([(4, 0.70, 1.5, 5.0, True), (8, np.nan, np.nan, np.nan, False)])
     unfitted.loc[1, "reason"] = "not fitted: fewer than 3 usable points"
-    with pytest.raises(Refusal, match="could not be fitted"):
-        recommend(unfitted, moved, budget=100.0, steps_for=lambda budget, bp, n: 10, allow_constant_n=True)
+    refusal = _refusal(unfitted, moved, 100.0, lambda budget, bp, n: 10)
+    assert refusal.codes == ["runs_not_fitted"]
+    assert refusal.reasons[0].values == {"compute": 100.0,
+                                         "runs": [{"run": "n8", "why": "not fitted: fewer than 3 usable points"}]}

@@ -7,14 +7,14 @@ recipe, by predicted reward at the budget when one is given, else by fitted asym
 
 import numpy as np
 import pandas as pd
+from rlscale.planner.recipe import Recipe
 
 from rlscale.base.errors import UserError
-from rlscale.planner.recipe import Recipe
 
 
 def best_run(curves: pd.DataFrame, budget: float | None) -> tuple[pd.Series, str, int]:
     """(the chosen curve row, why in words, how many runs competed) among identified, stable fits."""
-    from rlscale.fitting.recommend import fitted, stable
+    from rlscale.fitting.curves import fitted, stable
     from rlscale.fitting.sigmoid import sigmoid
 
     usable = fitted(curves)
@@ -36,7 +36,7 @@ def best_run(curves: pd.DataFrame, budget: float | None) -> tuple[pd.Series, str
 
 def best_run_recipe(store, study: str, budget: float | None = None) -> tuple[Recipe, list[str]]:
     """(the best run's recipe, header lines saying which run and why)."""
-    from rlscale.fitting.recommend import COMPUTE_COLUMNS, run_curves, study_unit
+    from rlscale.fitting.curves import compute_column, run_curves, study_unit
     from rlscale.fitting.records import fits_record_breaking
     from rlscale.planner.study import stored_study
 
@@ -46,7 +46,7 @@ def best_run_recipe(store, study: str, budget: float | None = None) -> tuple[Rec
     if records["val_reward"].notna().sum() == 0:
         raise UserError(f"study {study!r} has no evaluated records yet", field="--study")
     unit = study_unit(typed)
-    curves, _ = run_curves(records, runs, compute_col=COMPUTE_COLUMNS[unit], record_breaking=fits_record_breaking(typed),
+    curves, _ = run_curves(records, runs, compute_col=compute_column(typed), record_breaking=fits_record_breaking(typed),
                            bootstrap=20)
     chosen, why, competing = best_run(curves, budget)
     config = runs.loc[runs["run_id"] == chosen["run_id"], "config"].iloc[0] if "run_id" in runs.columns else None
@@ -61,7 +61,7 @@ def best_run_recipe(store, study: str, budget: float | None = None) -> tuple[Rec
               f"{competing} fitted run(s) compared, compute in {unit})",
               "the run's own recipe: B_p, n and M as it ran"]
     if budget is not None:
-        header.append(_reward_at_budget(records, chosen, COMPUTE_COLUMNS[unit], budget))
+        header.append(_reward_at_budget(records, chosen, compute_column(typed), budget))
     return recipe, header
 
 

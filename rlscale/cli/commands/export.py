@@ -56,9 +56,11 @@ def register(app: typer.Typer) -> None:
             chosen, header = load_recipe(recipe), [f"rlscale export of {recipe}"]
         else:
             from rlscale.db.store import Store
+            from rlscale.fitting.curves import run_geometry
+            from rlscale.fitting.decision import recommended_recipe
             from rlscale.fitting.export.study import best_run_recipe
-            from rlscale.fitting.recommend import (Refusal, pick_study, recommend_study, recommended_recipe,
-                                                   run_geometry)
+            from rlscale.fitting.reasons import Refusal
+            from rlscale.fitting.stored import pick_study, recommend_study
 
             store = Store(db, create=False)
             name = pick_study(store, study)
@@ -71,7 +73,9 @@ def register(app: typer.Typer) -> None:
                 check_steps(rec.steps)
                 chosen = recommended_recipe(stored, rec)
                 lo, hi = rec.predicted_interval
-                n_from = f"law n* {rec.n_star:.0f}" if rec.law_identified else "no optimal-n law: from the best fitted runs"
+                n_from = (f"law n* {rec.n_star:.0f}" if rec.basis.code == "law" else
+                          "from the runs' fits at the budget" if rec.basis.code == "within_data" else
+                          "no optimal-n law: from the best fitted runs")
                 header = [f"rlscale export: recommendation from study {name} for a budget of {budget:g}",
                           f"B_p {rec.prompts_per_batch}, n {rec.rollouts} ({n_from}), M {rec.steps} steps; predicted "
                           f"reward {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] from run {rec.predicted_from}"]

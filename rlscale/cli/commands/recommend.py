@@ -21,13 +21,15 @@ def register(app: typer.Typer) -> None:
         the crossover budgets where a larger size starts to win.
 
         Exit 0 with a recommendation; exit 2 when it refuses (the law or the fits are not identified, or the
-        input is bad), with the reason on stderr (and {"refused": true, "reason": ...} on stdout with --json).
+        input is bad), with the reason on stderr (and {"refused": true, "reason": ..., "reasons": [{code, values},
+        ...]} on stdout with --json).
         """
-        from rlscale.db.store import Store
-        from rlscale.fitting.recommend import Refusal, pick_study, recommend_size_study, recommend_study, sweeps_models
-        from rlscale.cli.console import print_json
         from rlscale.base.errors import UserError
         from rlscale.base.names import check_budget, check_steps
+        from rlscale.cli.console import print_json
+        from rlscale.db.store import Store
+        from rlscale.fitting.reasons import Refusal
+        from rlscale.fitting.stored import pick_study, recommend_size_study, recommend_study, sweeps_models
 
         check_budget(budget)
         store = Store(db, create=False)
@@ -43,7 +45,7 @@ def register(app: typer.Typer) -> None:
             rec, _study = recommend_study(store, name, budget, profile=profile, bootstrap=bootstrap)
         except Refusal as refusal:
             if json_out:
-                print_json({"study": name, "budget": budget, "refused": True, "reason": str(refusal)})
+                print_json({"study": name, "budget": budget, "reason": str(refusal), **refusal.to_dict()})
             raise UserError(str(refusal), field=f"study {name}") from None
         check_steps(rec.steps)
         if json_out:
@@ -62,18 +64,21 @@ def show(rec, study: str) -> None:
     from rlscale.cli.views import cli_reason
 
     top = Table(title=f"recommendation for {rec.budget:g} ({safe(study)})", title_justify="left")
-    n_from = "n* from the law [95%]" if rec.law_identified else "n from"
+    from_law = rec.basis.code == "law"
+    n_from = "n* from the law [95%]" if from_law else "n from"
     for col in ("B_p", "n", "M steps", n_from, f"predicted reward [{rec.predicted_level:.0%}]"):
         top.add_column(col)
     top.add_row(str(rec.prompts_per_batch), str(rec.rollouts), str(rec.steps),
-                f"{rec.n_star:.0f} [{rec.n_star_interval[0]:.0f}, {rec.n_star_interval[1]:.0f}]" if rec.law_identified
-                else "best fitted runs",
+                f"{rec.n_star:.0f} [{rec.n_star_interval[0]:.0f}, {rec.n_star_interval[1]:.0f}]" if from_law
+                else "runs at the budget" if rec.basis.code == "within_data" else "best fitted runs",
                 f"{rec.predicted_reward:.3f} [{rec.predicted_interval[0]:.3f}, {rec.predicted_interval[1]:.3f}]")
     console.print(top)
+    measure = (f"the best fitted reward at {rec.budget:.4g} (the runs reached it)" if rec.basis.code == "within_data"
+               else "the best A")
     evidence = Table(title=f"evidence: runs at n = {rec.evidence[0]['rollouts'] if rec.evidence else '-'}",
                      title_justify="left", caption_justify="left", caption_style="dim",
                      caption=f"ident.: A identified; trunc.: truncation rate; near best: within {NOISE_BAND:g} of "
-                             "the best A (at a budget every run reached: of the best reward there); *: chosen")
+                             f"{measure}; *: chosen")
     for col in ("run", "B_p", "A [95%]", "ident.", "trunc.", "near best", "chosen"):
         evidence.add_column(col, no_wrap=col != "run", overflow="fold" if col == "run" else None)
     reasons = []

@@ -33,10 +33,11 @@ def register(app: typer.Typer) -> None:
 
         Finished runs are skipped and interrupted ones resume. At the end: the study's report and, for a study
         over rollouts, the recommended allocation of the compute it spent."""
-        from rlscale.db.store import Store
-        from rlscale.planner.study import load_study
         from rlscale.cli.console import console, print_json
         from rlscale.cli.views import SweepView
+        from rlscale.db.store import Store
+        from rlscale.fitting.reasons import Refusal
+        from rlscale.planner.study import load_study
         from rlscale.runner.sweep.driver import SweepDriver
 
         study = load_study(study_file)
@@ -65,23 +66,23 @@ def register(app: typer.Typer) -> None:
         records = store.records_frame(study.name)
         report = _report(store, study.name, records, out or Path("reports") / study.name)
         spent = float(records.groupby("run_id")["gpu_hours"].max().sum()) if len(records) else 0.0  # as `status` reads it
-        budget = _decision_budget(store, study, records)
-        recommendation, refusal = _recommend(store, study, budget)
-        # with no law, a decision holds at the sweep's compute only: say what would extend it
-        allocation = (None if recommendation is not None and recommendation.law_identified
-                      else _next_allocation(store, study.name))
-        command = _extend_command(study_file, db, study.extend * allocation.factor) if allocation else None
+        decision = _decision(store, study)
+        commands = decision.commands(study_file=study_file, db=db) if decision is not None else {}
+        recommendation = decision.recommendation if decision is not None else None
+        refusal = str(Refusal(*decision.refusal)) if decision is not None and decision.refusal else None
+        allocation = decision.next_allocation if decision is not None else None
         payload = {
             "study": study.name, "db": store.url_for_display, "runs": len(driver.runs or runs),
             "done": summary.count("done"), "failed": summary.count("failed"), "stopped": summary.count("stopped"),
-            "gpu_hours": spent, "budget": budget,
+            "gpu_hours": spent, "budget": decision.budget if decision is not None else 0.0,
             "planned_gpu_hours": sum(run.planned_gpu_hours for run in driver.runs),
             "wall_seconds": round(summary.wall_seconds, 2), "busy_seconds": round(summary.busy_seconds, 2),
             "timings": {k: round(v, 2) for k, v in summary.timings.items()},
             "report": report.to_dict() if report else None,
             "recommendation": recommendation.to_dict() if recommendation else None,
             "no_recommendation": refusal,
-            "next_allocation": {**allocation.to_dict(), "command": command} if allocation else None,
+            "next_allocation": {**allocation.to_dict(), "command": commands["extend"]} if allocation else None,
+            "decision": decision.to_dict(study_file=study_file, db=db) if decision is not None else None,
         }
         if json_out:
             print_json(payload)
@@ -92,7 +93,7 @@ def register(app: typer.Typer) -> None:
                 show(report)
             from rlscale.cli.console import visible, wrapped
 
-            for line in _closing_lines(study, db, payload, recommendation, refusal, allocation, command):
+            for line in _closing_lines(study, db, payload, decision, commands):
                 # a command stays on one line, to copy; the rest wraps with a hanging indent
                 console.print(visible(line) if line.startswith("  rlscale ") else wrapped(line, rest="  "),
                               markup=False, highlight=False, soft_wrap=True)
@@ -100,89 +101,29 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
-def _closing_lines(study, db: str | None, payload: dict, recommendation, refusal: str | None, allocation,
-                   command: str | None) -> list[str]:
-    """What the sweep spent, what it decided (once) and the one command to run next; plain text, each line
-    wrapped to the terminal by the caller except the command (an indented line starting 'rlscale')."""
+def _closing_lines(study, db: str | None, payload: dict, decision, commands: dict) -> list[str]:
+    """What the sweep spent, the evidence command, then the decision (once, last) and the one command to run next;
+    plain text, each line wrapped to the terminal by the caller except commands (indented lines starting
+    'rlscale')."""
     import shlex
 
-    unit = _unit(study)
-    flag = f" --db {shlex.quote(db)}" if db else ""
-    planned, spent, budget = payload["planned_gpu_hours"], payload["gpu_hours"], payload["budget"]
+    from rlscale.fitting.curves import unit_label
+    from rlscale.fitting.wording import decision_lines
+
+    planned, spent = payload["planned_gpu_hours"], payload["gpu_hours"]
     share = f" ({spent / planned:.0%})" if planned > 0 else ""
     lines = [f"{payload['done']} done, {payload['stopped']} stopped early, {payload['failed']} failed of "
              f"{payload['runs']} runs in {payload['wall_seconds']:.0f} s",
-             f"spent {spent:.4g} of {planned:.4g} planned GPU-hours{share}; store: {payload['db']}"]
-    name = shlex.quote(study.name)
-    if recommendation is not None:
-        rec = recommendation
-        how = "the optimal-n law" if rec.law_identified else "the best fitted runs (no optimal-n law)"
-        lines += [f"decided: B_p {rec.prompts_per_batch}, n {rec.rollouts}, M {rec.steps:,} steps for "
-                  f"{rec.budget:.4g} {unit}, from {how}",
-                  f"predicted reward {rec.predicted_reward:.3f} [{rec.predicted_interval[0]:.3f}, "
-                  f"{rec.predicted_interval[1]:.3f}], from run {rec.predicted_from}'s curve"]
-        lines += [f"- {part}" for note in rec.notes for part in _parts(note)]
-        lines += ["next: the recipe for your framework:",
-                  f"  rlscale export --format verl --study {name} --budget {budget:.4g}{flag}",
-                  "the evidence (runs at n, frontier):",
-                  f"  rlscale recommend --study {name} --budget {budget:.4g}{flag}"]
-        if allocation is not None:
-            lines += [f"to decide past {budget:.4g} {unit}: extend every run {allocation.factor:g}x to "
-                      f"{allocation.goal}:", f"  {command}"]
-        return lines
-    if refusal:
-        lines += ["not yet: no decision"] + [f"- {part}" for part in _parts(refusal.removeprefix("no recommendation: "))]
-    if allocation is not None:
-        each = max(run["compute"] for run in allocation.runs)
-        lines.append(f"next: extend every run {allocation.factor:g}x ({each:.3g} -> {each * allocation.factor:.3g} "
-                     f"{unit} each) to {allocation.goal}:")
-        lines += [f"- {run['run']}: {run['why']}" for run in allocation.runs if run["why"]]
-        lines.append(f"  {command}")
-        return lines
-    if refusal:
-        lines += ["next: more runs (the fits are in the report):", f"  rlscale report {name}{flag}"]
-        return lines
-    lines += ["next: the best run's recipe for your framework (the fits are above):",
-              f"  rlscale export --format verl --study {name}{flag}"]
+             f"spent {spent:.4g} of {planned:.4g} planned {unit_label('gpu_hours')}{share}; store: {payload['db']}"]
+    if decision is None:
+        return lines + ["not yet: no run has an evaluation"]
+    if commands.get("evidence"):
+        lines += ["the evidence (runs at n, frontier):", f"  {commands['evidence']}"]
+    lines += decision_lines(decision, commands)
+    if decision.refusal and decision.next_allocation is None:
+        flag = f" --db {shlex.quote(db)}" if db else ""
+        lines += ["next: more runs (the fits are in the report):", f"  rlscale report {shlex.quote(study.name)}{flag}"]
     return lines
-
-
-def _parts(text: str) -> list[str]:
-    """A long message as short clauses: split at '; ' outside parentheses, a leading 'and' dropped."""
-    parts, depth, start = [], 0, 0
-    for index, char in enumerate(text):
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth == 0 and text.startswith("; ", index):
-            parts.append(text[start:index])
-            start = index + 2
-    parts.append(text[start:])
-    return [part.strip().removeprefix("and ") for part in parts if part.strip()]
-
-
-_UNITS = {"gpu_hours": "gpu_hours", "rollouts": "rollouts", "tokens": "tokens"}  # compute unit -> records column
-
-
-def _unit_key(study) -> str:
-    return study.compute.unit if study.compute is not None else "gpu_hours"
-
-
-def _unit(study) -> str:
-    return {"gpu_hours": "GPU-hours"}.get(_unit_key(study), _unit_key(study))
-
-
-def _extend_command(study_file: Path, db: str | None, factor: float) -> str:
-    """The sweep command that extends every run of the study to `factor` times its planned compute."""
-    import shlex
-
-    flag = f" --db {shlex.quote(db)}" if db else ""
-    return f"rlscale sweep {shlex.quote(str(study_file))} --extend {factor:.3g}{flag}"
-
-
-def _next_allocation(store, study: str):
-    """The runs to extend, and by how much, when fits or the optimal-n law are not identified; else None."""
-    from rlscale.fitting.recommend import next_allocation_study
-
-    return next_allocation_study(store, study)
 
 
 def _print_dry_run(study, ray_address: str | None, shared_dir: Path | None, json_out: bool,
@@ -255,29 +196,8 @@ def _report(store, study: str, records, out: Path):
     return study_report(store, study, out)
 
 
-def _decision_budget(store, study, records) -> float:
-    """The compute the sweep decides for, in the study's unit: for IsoCompute the compute every finished run
-    reached (the level the study asks about); otherwise all the sweep spent, as if on one run."""
-    if not len(records):
-        return 0.0
-    column = _UNITS[_unit_key(study)]
-    if study.method == "isocompute":
-        runs = store.runs_frame(study.name)
-        # the fits reach each run's last evaluation, not its last step
-        done = records[records["val_reward"].notna() & records["run_id"].isin(runs.loc[runs["status"] == "done", "run_id"])]
-        if len(done):
-            return float(done.groupby("run_id")[column].max().min())
-    return float(records.groupby("run_id")[column].max().sum())
+def _decision(store, study):
+    """The study's Decision (fitting.decision) at its decision budget; None before any run has an evaluation."""
+    from rlscale.fitting.stored import study_decision
 
-
-def _recommend(store, study, budget_gpu_hours: float):
-    """(recommendation, None) for the compute this sweep spent, or (None, why not) for a study over rollouts."""
-    if "rollouts" not in study.parameters or not budget_gpu_hours > 0:
-        return None, None
-    from rlscale.fitting.recommend import Refusal, recommend_study
-
-    try:
-        recommendation, _study = recommend_study(store, study.name, budget_gpu_hours)
-    except Refusal as refusal:
-        return None, str(refusal)
-    return recommendation, None
+    return study_decision(store, study.name, extend=study.extend)

@@ -1,0 +1,112 @@
+"""Per-run sigmoid fits of a study's records, as the decision, the report and the export read them (pure: frames in,
+one row per run out), and the study's compute unit and the records column that meters it."""
+
+import numpy as np
+import pandas as pd
+from rlscale.fitting.frame import run_labels
+from rlscale.fitting.records import record_breaking_points
+from rlscale.fitting.sigmoid import FitError, fit_sigmoid
+
+MAX_TRUNCATION = 0.05  # ScaleRL: stable runs keep the truncation rate below 5%
+CURVE_COLUMNS = ["run_id", "run", "prompts_per_batch", "rollouts", "status", "A", "B", "C_mid", "R0", "A_lo", "A_hi",
+                 "r2", "n_points", "identified", "reason", "c_min", "c_max", "truncation_rate"]
+# A study's compute unit is also the name of the records column that meters it (db.models: records).
+COMPUTE_UNITS = ("gpu_hours", "rollouts", "tokens")
+UNIT_LABELS = {"gpu_hours": "GPU-hours", "rollouts": "rollouts", "tokens": "tokens"}
+
+
+def study_unit(study) -> str:
+    """The compute unit (gpu_hours, rollouts, tokens) of a Study; gpu_hours when it does not say (or is None)."""
+    return study.compute.unit if study is not None and study.compute is not None else "gpu_hours"
+
+
+def compute_column(study) -> str:
+    """The records column that holds a Study's compute (its unit's column); gpu_hours for None."""
+    unit = study_unit(study)
+    if unit not in COMPUTE_UNITS:
+        raise ValueError(f"unknown compute unit {unit!r} (expected one of {', '.join(COMPUTE_UNITS)})")
+    return unit
+
+
+def unit_label(unit: str) -> str:
+    """A compute unit as people write it: GPU-hours, rollouts, tokens."""
+    return UNIT_LABELS.get(unit, unit)
+
+
+def run_geometry(runs: pd.DataFrame) -> pd.DataFrame:
+    """runs with prompts_per_batch and rollouts columns, taken from each run's `config` when not given."""
+    runs = runs.copy()
+    for key in ("prompts_per_batch", "rollouts"):
+        if key not in runs.columns:
+            runs[key] = [(cfg or {}).get(key) for cfg in runs.get("config", [None] * len(runs))]
+    return runs
+
+
+def late_truncation_rate(records: pd.DataFrame) -> float:
+    """Mean truncation rate over the last quarter of a run's records (where a crashing run climbs); NaN if
+    unrecorded."""
+    if "truncation_rate" not in records.columns:
+        return float("nan")
+    rates = pd.to_numeric(records.sort_values("step")["truncation_rate"], errors="coerce").dropna().to_numpy()
+    if rates.size == 0:
+        return float("nan")
+    return float(rates[-max(1, rates.size // 4):].mean())
+
+
+def run_curves(records: pd.DataFrame, runs: pd.DataFrame, *, compute_col: str = "gpu_hours",
+               reward_col: str = "val_reward", record_breaking: bool = True, bin_width: float = 0.01,
+               min_compute: float = 0.0, bootstrap: int = 100, seed: int = 0) -> tuple[pd.DataFrame, dict]:
+    """Per-run sigmoid fits for the optimal-n law and the decision: (curves, draws).
+
+    curves: one row per run (CURVE_COLUMNS); runs that cannot be fitted keep NaN parameters and the reason.
+    draws: {run: (m, 4) bootstrap (A, B, C_mid, R0)}. Fits use the record-breaking points (IsoCompute) when
+    record_breaking is set. Runs are keyed by run_id when both frames have it, else by name.
+    """
+    runs = run_geometry(runs)
+    key = "run_id" if "run_id" in runs.columns and "run_id" in records.columns else "run"
+    runs["label"] = run_labels(runs)
+    rows, draws = [], {}
+    for run in runs.to_dict("records"):
+        mine = records[records[key] == run[key]]
+        mine = mine[np.isfinite(pd.to_numeric(mine[reward_col], errors="coerce").astype(float))]
+        compute = mine[compute_col].to_numpy(float)
+        reward = mine[reward_col].to_numpy(float)
+        label = run["label"]
+        row = {"run_id": run.get("run_id"), "run": label, "prompts_per_batch": run["prompts_per_batch"],
+               "rollouts": run["rollouts"], "status": run.get("status", "done"),
+               "c_min": float(compute[compute > 0].min()) if (compute > 0).any() else np.nan,
+               "c_max": float(compute.max()) if compute.size else np.nan,
+               "truncation_rate": late_truncation_rate(mine)}
+        keep = record_breaking_points(compute, reward, bin_width) if record_breaking else np.arange(compute.size)
+        try:
+            fit = fit_sigmoid(compute[keep], reward[keep], min_compute=min_compute, bootstrap=bootstrap, seed=seed)
+        except FitError as err:
+            row.update(A=np.nan, B=np.nan, C_mid=np.nan, R0=np.nan, A_lo=np.nan, A_hi=np.nan, r2=np.nan,
+                       n_points=int(keep.size), identified=False, reason=f"not fitted: {err}")
+        else:
+            row.update({k: v for k, v in fit.to_dict().items() if k != "rss"})
+            if fit.samples is not None and len(fit.samples):
+                draws[label] = fit.samples
+        rows.append(row)
+    return pd.DataFrame(rows, columns=CURVE_COLUMNS), draws
+
+
+def fitted(curves: pd.DataFrame) -> pd.DataFrame:
+    """Runs with finite curve parameters (identified or not) and known geometry."""
+    ok = curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)
+    ok &= curves["prompts_per_batch"].notna() & curves["rollouts"].notna()
+    return curves[ok]
+
+
+def stable(curves: pd.DataFrame, max_truncation: float = MAX_TRUNCATION) -> pd.Series:
+    """Runs that finished without failing and kept truncation below the limit (when it was recorded)."""
+    truncation = curves["truncation_rate"].astype(float)
+    return (curves["status"].fillna("done") != "failed") & ~(truncation >= max_truncation)
+
+
+def reach_of_finished(curves: pd.DataFrame) -> float:
+    """The compute every fitted run that finished (neither stopped early nor failed) reached, 0 when none: below it
+    a fitted curve is read inside its own data."""
+    usable = fitted(curves)
+    usable = usable[~usable["status"].fillna("done").isin(["stopped", "failed"])]
+    return float(usable["c_max"].astype(float).min()) if len(usable) and "c_max" in usable else 0.0

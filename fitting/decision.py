@@ -1,0 +1,219 @@
+"""A study's decision in one object, built once from its frames and fits: what to run at the decision budget (or
+why not yet), the runs within the noise band there, and what to run next, with the commands that do it. The
+terminal, report.md and the dashboard render the same Decision (fitting.wording puts its reasons into words)."""
+
+import shlex
+from dataclasses import dataclass, replace
+
+import pandas as pd
+from rlscale.fitting.allocation import NextAllocation, decision_budget, next_allocation
+from rlscale.fitting.curves import compute_column, fitted, reach_of_finished, run_geometry, study_unit
+from rlscale.fitting.optimal_n import RolloutsLaw
+from rlscale.fitting.reasons import Reason, Refusal
+from rlscale.fitting.recommend import Recommendation, recommend
+from rlscale.fitting.standing import Standing, decision_runs, standing_at
+
+EXPORT_FORMATS = {"trl": "trl", "verl": "verl"}  # a recipe's engine -> the export format its users run
+
+
+def export_format(study) -> str:
+    """The `rlscale export --format` of a study's own framework: its recipe's engine (trl, verl); verl for the
+    builtin engine and for a study imported without a spec."""
+    return EXPORT_FORMATS.get(_base_recipe(study).engine, "verl")
+
+
+def _base_recipe(study):
+    """The study's base recipe; the default Recipe for a study imported without a spec (None)."""
+    from rlscale.planner.recipe import Recipe
+
+    return study.recipe if study is not None else Recipe()
+
+
+def recommended_recipe(study, rec: Recommendation):
+    """The base recipe of `study` (a Study, or None: the default recipe) with the recommended B_p, n and M."""
+    from rlscale.planner.recipe import Recipe
+
+    return Recipe.model_validate({**_base_recipe(study).to_json(), "prompts_per_batch": rec.prompts_per_batch,
+                                  "rollouts": rec.rollouts, "steps": rec.steps})
+
+
+def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: str | None = None):
+    """(steps_for(budget, B_p, n) -> steps, how: a Reason) in the study's compute unit.
+
+    GPU-hours use, in order: the named profile, a profile calibrated on the study's own measured records, the
+    study's profile (compute.profile, else the default for its model). `study`: a Study, or None for a study imported
+    without a spec (then the default profile of the default recipe's model)."""
+    from rlscale.planner.cost import DEFAULT_PROFILE, calibrate, step_gpu_hours, steps_within
+    from rlscale.planner.profiles import load_profile
+    from rlscale.planner.study import default_profile
+
+    unit = study_unit(study)
+    if unit == "rollouts":
+        return (lambda budget, bp, n: steps_within(budget, bp * n)), Reason("steps_per_rollout")
+    if unit == "tokens":
+        both = records.dropna(subset=["tokens", "rollouts"]) if {"tokens", "rollouts"} <= set(records.columns) \
+            else records.iloc[:0]
+        both = both[both["rollouts"].astype(float) > 0]
+        per_rollout = (float((both["tokens"].astype(float) / both["rollouts"].astype(float)).median()) if len(both)
+                       else float(_base_recipe(study).max_new_tokens))
+        return ((lambda budget, bp, n: steps_within(budget, bp * n * per_rollout)),
+                Reason("steps_per_token", {"tokens_per_rollout": per_rollout}))
+    chosen = how = None
+    if profile is not None:
+        chosen, how = load_profile(profile), Reason("steps_profile", {"profile": profile})
+    else:
+        try:
+            calibrated, quality = calibrate(records, runs, name="measured")
+            if quality.r2 >= 0.5:
+                chosen, how = calibrated, Reason("steps_calibrated", {"r2": float(quality.r2)})
+        except Exception:  # any calibration failure falls back to the study's profile
+            chosen = None
+        if chosen is None:
+            # a study imported from logs has no spec: they come from real models, not the tiny policy
+            chosen = default_profile(study) if study is not None else load_profile(DEFAULT_PROFILE)
+            how = Reason("steps_profile", {"profile": chosen.name})
+    return (lambda budget, bp, n: steps_within(budget, step_gpu_hours(chosen, bp, n), chosen.startup_gpu_hours)), how
+
+
+def rollouts_law(study: str, curves: pd.DataFrame, draws: dict, *, bootstrap: int = 100,
+                 seed: int = 0) -> RolloutsLaw:
+    """The optimal-n law of a study's fitted runs; Refusal when they do not vary rollouts or have no frontier."""
+    from rlscale.fitting.optimal_n import fit_optimal_rollouts
+
+    usable = fitted(curves)
+    if usable["rollouts"].nunique() < 2:
+        raise Refusal(Reason("one_rollouts_value", {"study": study, "values": int(usable["rollouts"].nunique())}))
+    try:
+        return fit_optimal_rollouts(usable, draws=draws, bootstrap=bootstrap, seed=seed)
+    except ValueError as err:  # e.g. every run stopped before its inflection: no frontier to fit a law to
+        raise Refusal(Reason("no_frontier", {"error": str(err)})) from None
+
+
+def recommend_from_frames(typed, study: str, runs: pd.DataFrame, records: pd.DataFrame, curves: pd.DataFrame,
+                          draws: dict, budget: float, *, profile: str | None = None, bootstrap: int = 100,
+                          seed: int = 0) -> Recommendation:
+    """The Recommendation for `budget` from a study's frames and fits (fitting.curves.run_curves); its predicted
+    reward is the chosen run's predicted mean over the last 10% of the budget with its prediction interval
+    (fitting.predict) where the run has the evaluations for one. Refusal when the evidence is not enough."""
+    from rlscale.fitting.predict import predict_stored_run
+
+    law = rollouts_law(study, curves, draws, bootstrap=bootstrap, seed=seed)
+    steps_for, cost_how = steps_model(typed, records, runs, profile=profile)
+    rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=draws, allow_constant_n=True)
+    chosen = curves[curves["run"] == rec.predicted_from]
+    p = None if chosen.empty else predict_stored_run(records, chosen.iloc[0], compute_column(typed), rec.budget)
+    notes = [Reason("cost_model", {"unit": study_unit(typed), "how": cost_how})]
+    if p is not None:
+        rec = replace(rec, predicted_reward=p.predicted, predicted_interval=(p.lo, p.hi), predicted_level=p.level)
+        notes.insert(0, Reason("prediction_interval", {"level": p.level}))
+    return replace(rec, reasons=(*rec.reasons, *notes))
+
+
+def varies_rollouts(typed, runs: pd.DataFrame) -> bool:
+    """Whether a study decides n: its spec has a rollouts axis, or (imported without a spec) its runs try more than
+    one rollouts value."""
+    if typed is not None:
+        return "rollouts" in typed.parameters
+    return run_geometry(runs)["rollouts"].nunique() >= 2
+
+
+@dataclass
+class Decision:
+    """What a study decided and what it should run next. kind: "allocation" (a study over rollouts: B_p, n, M) or
+    "best_run" (any other study: its best run at the compute every finished run reached). Compute in `unit`.
+
+    recommendation: the allocation, or None with `refusal` (the reasons) when the evidence is not enough;
+    standing: the runs at the compute every finished run reached (`compute`), the best and those within the noise
+    band, as the variants table and the frontier read them; next_allocation: the extension that would identify the
+    fits and the law (None when nothing is left to identify, or the law decides); export_format: the study's own
+    framework; recipe: the recipe to run (the study's base with the recommended B_p, n, M) as JSON."""
+
+    study: str
+    kind: str
+    unit: str
+    budget: float
+    compute: float
+    export_format: str
+    recommendation: Recommendation | None = None
+    refusal: tuple = ()
+    standing: Standing | None = None
+    next_allocation: NextAllocation | None = None
+    recipe: dict | None = None
+    extend: float = 1.0  # the study's current extension of its planned compute (the next command multiplies it)
+
+    @property
+    def best_run(self) -> str | None:
+        """The run the decision rests on: the recommendation's, else the standing's best."""
+        if self.recommendation is not None:
+            return self.recommendation.predicted_from
+        return self.standing.best["run"] if self.standing is not None and self.kind == "best_run" else None
+
+    def commands(self, *, study_file=None, db: str | None = None) -> dict:
+        """{"export", "evidence", "extend"}: the command lines that export the recipe, show the evidence and run the
+        next allocation (None where there is none). study_file: the study's YAML (STUDY.yaml when unknown)."""
+        flag = f" --db {shlex.quote(db)}" if db else ""
+        name = shlex.quote(self.study)
+        budget = f" --budget {self.budget:.4g}" if self.kind == "allocation" else f" --budget {self.compute:.4g}"
+        export = evidence = None
+        if self.recommendation is not None or (self.kind == "best_run" and self.standing is not None):
+            export = f"rlscale export --format {self.export_format} --study {name}{budget}{flag}"
+        if self.recommendation is not None:
+            evidence = f"rlscale recommend --study {name}{budget}{flag}"
+        extend = None
+        if self.next_allocation is not None:
+            extend = extend_command(study_file or "STUDY.yaml", db, self.extend * self.next_allocation.factor)
+        return {"export": export, "evidence": evidence, "extend": extend}
+
+    def to_dict(self, *, study_file=None, db: str | None = None) -> dict:
+        """JSON-ready: every field, the refusal as {refused, reasons}, and the commands."""
+        return {"study": self.study, "kind": self.kind, "unit": self.unit, "budget": self.budget,
+                "compute": self.compute, "export_format": self.export_format, "best_run": self.best_run,
+                "recommendation": self.recommendation.to_dict() if self.recommendation else None,
+                "refusal": Refusal(*self.refusal).to_dict() if self.refusal else None,
+                "standing": self.standing.to_dict() if self.standing else None,
+                "next_allocation": self.next_allocation.to_dict() if self.next_allocation else None,
+                "recipe": self.recipe, "commands": self.commands(study_file=study_file, db=db)}
+
+
+def extend_command(study_file, db: str | None, factor: float) -> str:
+    """The sweep command that extends every run of the study to `factor` times its planned compute."""
+    flag = f" --db {shlex.quote(db)}" if db else ""
+    return f"rlscale sweep {shlex.quote(str(study_file))} --extend {factor:.3g}{flag}"
+
+
+def decide(typed, study: str, runs: pd.DataFrame, records: pd.DataFrame, curves: pd.DataFrame, draws: dict, *,
+           budget: float | None = None, profile: str | None = None, bootstrap: int = 100, seed: int = 0,
+           extend: float = 1.0) -> Decision:
+    """The Decision of a study from its frames (the store's runs and records) and fits (fitting.curves.run_curves):
+    at `budget` (default: fitting.allocation.decision_budget), in the study's unit. extend: the study's current
+    extension factor (the next allocation's command multiplies it)."""
+    budget = decision_budget(typed, runs, records) if budget is None else float(budget)
+    compute = reach_of_finished(curves)
+    standing = standing_at(decision_runs(curves), compute) if compute > 0 else None
+    kind = "allocation" if varies_rollouts(typed, runs) else "best_run"
+    decision = Decision(study=study, kind=kind, unit=study_unit(typed), budget=budget, compute=compute,
+                        export_format=export_format(typed), standing=standing, extend=extend)
+    law_identified = None  # no law to fit: the study does not vary rollouts
+    if kind == "allocation" and budget > 0:
+        try:
+            rec = recommend_from_frames(typed, study, runs, records, curves, draws, budget, profile=profile,
+                                        bootstrap=bootstrap, seed=seed)
+        except Refusal as refusal:
+            decision.refusal = refusal.reasons
+            law_identified = _law_identified(refusal.codes)
+        else:
+            decision.recommendation = rec
+            decision.recipe = recommended_recipe(typed, rec).to_json()
+            law_identified = rec.law_identified
+    if decision.recommendation is None or not decision.recommendation.law_identified:
+        # with no law, a decision holds at the sweep's compute only: say what would extend it
+        decision.next_allocation = next_allocation(curves[curves["status"] == "done"], law_identified)
+    return decision
+
+
+def _law_identified(codes: list[str]) -> bool | None:
+    """Whether a refused decision's optimal-n law is identified: None when there is no law to fit (one rollouts
+    value), False when it could not be fitted or is not identified."""
+    if "one_rollouts_value" in codes or "no_evaluations" in codes:
+        return None
+    return not ({"no_frontier", "law_not_identified"} & set(codes))

@@ -1,0 +1,103 @@
+"""One measure and one rule for every view of a study: a run's reward at a compute is its fitted sigmoid read there,
+and two rewards are separated when their gap reaches ScaleRL's noise band (and twice the seeds' pooled sd, where there
+are seeds). The decision, the variants comparison, the frontier and the report all read runs through this module, so
+they name the same best run and the same runs within the band."""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from rlscale.fitting.curve import sigmoid
+from rlscale.fitting.curves import MAX_TRUNCATION, fitted, stable
+
+from rlscale.base.numbers import NOISE_BAND
+
+MEASURE = "fitted reward"  # what Standing.reward is, for labels: the run's fitted sigmoid at the compute
+
+
+def fitted_rewards(curves: pd.DataFrame, compute) -> np.ndarray:
+    """Each run's fitted reward (its sigmoid with A, B, C_mid, R0 from `curves`) at `compute`: shape (runs,) for a
+    number, (runs, len(compute)) for an array; NaN for a run without a fit."""
+    params = curves[["A", "B", "C_mid", "R0"]].to_numpy(float)
+    grid = np.asarray(compute, dtype=float)
+    if grid.ndim == 0:
+        return sigmoid(grid, *params.T)
+    return np.stack([sigmoid(grid, *row) for row in params]) if len(params) else np.empty((0, grid.size))
+
+
+def pooled_sd(sds) -> float:
+    """The root mean square of the finite sds (seed-to-seed spreads); NaN when none is finite."""
+    finite = [float(s) for s in sds if s is not None and math.isfinite(s)]
+    return math.sqrt(sum(s * s for s in finite) / len(finite)) if finite else float("nan")
+
+
+def beyond_noise(gap: float, spread: float = float("nan"), noise_band: float = NOISE_BAND) -> bool:
+    """Whether a reward gap separates two runs (or variants): |gap| at least the noise band and, where seeds give a
+    pooled sd `spread`, at least twice it."""
+    floor = max(noise_band, 2.0 * spread) if math.isfinite(spread) else noise_band
+    return bool(math.isfinite(gap) and abs(gap) >= floor)
+
+
+def decision_runs(curves: pd.DataFrame, max_truncation: float = MAX_TRUNCATION) -> pd.DataFrame:
+    """The runs a decision reads inside the data: fitted, trained stably and not stopped early (the scheduler judged
+    those already)."""
+    usable = fitted(curves)
+    return usable[(usable["status"].fillna("done") != "stopped") & stable(usable, max_truncation)]
+
+
+@dataclass(frozen=True)
+class Standing:
+    """The runs at one compute: each one's fitted reward there, the best, and which are within the noise band of it.
+
+    runs: [{run, prompts_per_batch, rollouts, reward, gap (best's reward minus this one's), within_band}], best
+    first. compute: in the study's unit."""
+
+    compute: float
+    runs: tuple
+    noise_band: float = NOISE_BAND
+    measure: str = MEASURE
+
+    @property
+    def best(self) -> dict:
+        """The best run's row."""
+        return self.runs[0]
+
+    @property
+    def best_rollouts(self) -> int:
+        """n of the best run."""
+        return int(self.best["rollouts"])
+
+    @property
+    def within_band(self) -> list[str]:
+        """Names of the runs within the noise band of the best (the best included), best first."""
+        return [row["run"] for row in self.runs if row["within_band"]]
+
+    def reward(self, run: str) -> float:
+        """The fitted reward of `run` at the compute."""
+        return next(row["reward"] for row in self.runs if row["run"] == run)
+
+    def to_dict(self) -> dict:
+        """{compute, measure, noise_band, best, best_rollouts, within_band, runs}: JSON-ready."""
+        return {"compute": self.compute, "measure": self.measure, "noise_band": self.noise_band,
+                "best": self.best["run"], "best_rollouts": self.best_rollouts, "within_band": self.within_band,
+                "runs": [dict(row) for row in self.runs]}
+
+
+def standing_at(curves: pd.DataFrame, compute: float, *, noise_band: float = NOISE_BAND) -> Standing | None:
+    """The Standing of `curves`' fitted runs at `compute` (ties go to the earlier run); None when no run is fitted.
+    Pass decision_runs(curves) for the runs a decision reads."""
+    usable = fitted(curves)
+    if usable.empty or not compute > 0:
+        return None
+    rewards = fitted_rewards(usable, float(compute))
+    order = sorted(range(len(usable)), key=lambda i: (-rewards[i], i))
+    best = float(rewards[order[0]])
+    rows = []
+    for i in order:
+        row = usable.iloc[i]
+        gap = best - float(rewards[i])
+        rows.append({"run": str(row["run"]), "prompts_per_batch": int(row["prompts_per_batch"]),
+                     "rollouts": int(row["rollouts"]), "reward": float(rewards[i]), "gap": gap,
+                     "within_band": not beyond_noise(gap, noise_band=noise_band)})
+    return Standing(compute=float(compute), runs=tuple(rows), noise_band=noise_band)

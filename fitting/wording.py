@@ -1,0 +1,218 @@
+"""The English of every Reason code (fitting.reasons): the one place where a decision's codes and numbers become
+words. The command line, report.md and the dashboard render through here; tests assert codes and numbers instead."""
+
+from rlscale.fitting.reasons import Reason
+
+
+def _runs(items) -> str:
+    # "a (why), b (why)"
+    return ", ".join(f"{item['run']} ({item['why']})" for item in items)
+
+
+def _band(v) -> str:
+    close = v.get("within_band") or []
+    if not close:
+        return ""
+    return (f"; also within the {v['noise_band']:g} noise band there: "
+            + ", ".join(f"{item['run']} {item['reward']:.3f}" for item in close))
+
+
+def _fit_reason(v) -> str:
+    return v.get("fit_reason") or "not identified"
+
+
+_TEXT = {
+    # the optimal-n law's verdict (fitting.optimal_n)
+    "law_identified": lambda v: "n* rises and saturates within the observed compute",
+    "frontier_few_n": lambda v: (
+        f"the frontier has not bent: n* takes only {v['rollouts']} over compute {v['compute_lo']:.3g}-"
+        f"{v['compute_hi']:.3g} (need at least {v['min_distinct']} distinct values; add runs with more rollouts or "
+        "more compute)"),
+    "n_falls": lambda v: (
+        f"n* falls with compute (fitted from n={v['n_low']:.0f} to n={v['n_high']:.0f}), not the rise-then-saturate "
+        "shape of the Playbook: check the low-compute runs"),
+    "n_still_moving": lambda v: (
+        f"the frontier has not bent: n* is still moving at the largest compute observed ({v['compute_hi']:.3g}); "
+        f"the last n* = {v['rollouts']} holds over only {v['held']:.0%} of the log-compute range "
+        f"(need {v['min_plateau']:.0%}), so extrapolation would be a guess"),
+    "plateau_unseen": lambda v: (
+        f"the frontier has not bent: n* is still moving at the largest compute observed ({v['compute_hi']:.3g}); "
+        f"its plateau (n={v['n_plateau']:.0f}) is not in the data, so extrapolation would be a guess"),
+    "law_flat": lambda v: "the law is flat (n* varies by less than a factor sqrt(2)): noise, not a trend",
+    # how n was chosen (Recommendation.basis)
+    "law": lambda v: (
+        f"n* = {v['n_star']:.0f} [{v['n_lo']:.0f}, {v['n_hi']:.0f}] from the optimal-n law at {v['compute']:.4g} "
+        f"({v['extrapolation']:.1f}x the largest compute observed)"),
+    "within_data": lambda v: (
+        f"every run reached {v['compute']:.4g}, so each fitted curve is read inside its own data, where it holds "
+        f"whether or not A is identified; n = {v['rollouts']} from {v['run']}, the highest there "
+        f"({v['reward']:.3f}){_band(v)}"),
+    "constant_frontier": lambda v: (
+        f"n = {v['rollouts']} was the best n at every compute the runs reached ({v['compute_lo']:.3g}-"
+        f"{v['compute_hi']:.3g}), so n comes from its fitted runs"),
+    "constant_frontier_substitute": lambda v: (
+        f"n* was {v['frontier_rollouts']} at every compute the runs reached, but no run at n = "
+        f"{v['frontier_rollouts']} is identified; n = {v['rollouts']} from {v['run']}, the identified run with the "
+        f"highest fitted reward at {v['compute']:.3g} ({v['reward']:.3f}; no unidentified run is {v['noise_band']:g} "
+        "or more above it there)"),
+    "all_runs_pinned": lambda v: (
+        f"n* moved over the compute the runs reached (it took {v['moved']}), but every run is identified and stable "
+        f"(asymptotes {v['A_low']:.3f}-{v['A_high']:.3f}), so each run's fitted curve is read at the budget instead "
+        f"of a law; n = {v['rollouts']} from {v['run']}, the highest there ({v['reward']:.3f} at {v['compute']:.4g}, "
+        f"{v['compute'] / v['reach']:.1f}x the most compute a run reached){_band(v)}"),
+    # notes beside a recommendation
+    "law_needs_more_compute": lambda v: "runs at larger compute levels would fit the optimal-n law",
+    "n_untested": lambda v: (
+        f"n = {v['rollouts']} was not tested; B_p and the predicted reward come from the runs at n = {v['tested']}"),
+    "no_draws": lambda v: f"no bootstrap draws for run {v['run']}: the reward interval is unknown",
+    "far_extrapolation": lambda v: (
+        f"the budget is {v['factor']:.0f}x the largest compute observed: treat the law as a guess there"),
+    "prediction_interval": lambda v: (
+        f"reward at the budget: the mean over its last 10%, with a {v['level']:.0%} prediction interval (fit, "
+        "evaluation noise and drift past the data)"),
+    "cost_model": lambda v: f"compute in {v['unit']}; steps from the cost model: {_text(v['how'])}",
+    "steps_per_rollout": lambda v: "rollouts: B_p x n per step",
+    "steps_per_token": lambda v: f"tokens: {v['tokens_per_rollout']:.1f} per rollout",
+    "steps_profile": lambda v: f"profile {v['profile']}",
+    "steps_calibrated": lambda v: f"calibrated on the study's records (r2 {v['r2']:.2f})",
+    # refusals
+    "no_evaluations": lambda v: f"study {v['study']!r} has no evaluated records yet",
+    "one_rollouts_value": lambda v: (
+        f"study {v['study']!r} has fitted runs at {v['values']} rollouts value(s); the optimal-n law needs an "
+        "IsoCompute study that varies rollouts"),
+    "no_frontier": lambda v: (
+        f"the optimal-n law cannot be fitted: {v['error']} (have the runs passed their inflection?)"),
+    "law_not_identified": lambda v: f"the optimal-n law is not identified: {_text(v['law'])}",
+    "no_trusted_run": lambda v: "no run has an identified fit that trained stably",
+    "unidentified_run_ahead": lambda v: (
+        f"run {v['run']} (not identified: {_fit_reason(v)}) fits {v['reward']:.3f} at {v['compute']:.3g}, "
+        f"{v['noise_band']:g} or more above the best identified run {v['best_run']} ({v['best_reward']:.3f})"),
+    "runs_not_pinned": lambda v: (
+        f"n* moved ({v['moved']}) while not every run is identified and stable ({_runs(v['runs'])}), so where it "
+        "goes beyond the observed compute is unknown"),
+    "runs_not_fitted": lambda v: (
+        f"some runs could not be fitted, so the best at {v['compute']:.4g} is unknown ({_runs(v['runs'])})"),
+    "no_stable_finished_run": lambda v: "no run finished and trained stably",
+    "no_trusted_run_at_n": lambda v: (
+        f"no run at n = {v['rollouts']} has {'an identified fit' if v['identified_required'] else 'a fit'} and "
+        f"trained stably ({_runs(v['runs'])})"),
+    "budget_buys_no_step": lambda v: (
+        f"a budget of {v['budget']:g} does not pay for one step at B_p = {v['prompts_per_batch']}, "
+        f"n = {v['rollouts']}"),
+    # the model-size recommendation (fitting.model_size)
+    "no_model_axis": lambda v: f"study {v['study']!r} has no `model` axis with `models`",
+    "size_law_not_fitted": lambda v: f"the power law across sizes cannot be fitted: {v['error']}",
+    "size_not_learning": lambda v: (
+        f"the loss of {v['model']} does not clearly fall with compute (k = {v['k']:.3g}, {v['level']:.0%} interval "
+        f"from {v['k_lo']:.3g}); train it longer"),
+    "size_budget_past_data": lambda v: (
+        f"the budget {v['budget']:g} is {v['factor']:.0f}x the largest compute measured for {v['model']} "
+        f"({v['reach']:.3g}); at most {v['max_beyond']:g}x is predicted"),
+    # what the next allocation should identify (fitting.allocation)
+    "identify_fits": lambda v: f"identify {v['unidentified']} of {v['runs']} fits",
+    "identify_fits_and_law": lambda v: f"identify {v['unidentified']} of {v['runs']} fits and the optimal-n law",
+    "identify_law": lambda v: "identify the optimal-n law (every run's fit is identified already)",
+    # the compute to reach a target reward (fitting.target)
+    "reached": lambda v: (
+        f"reaches {v['target']:.3f} at {v['compute']:.4g} [{v['compute_lo']:.4g}, {v['compute_hi']:.4g}]"),
+    "reached_unbounded": lambda v: (
+        f"reaches {v['target']:.3f} at {v['compute']:.4g} (from {v['compute_lo']:.4g}; {v['share_unreached']:.0%} "
+        f"of the bootstrap draws never reach it)"),
+    "at_start": lambda v: f"starts at or above {v['target']:.3f} (R0 {v['R0']:.3f})",
+    "not_reached": lambda v: f"does not reach {v['target']:.3f} below A = {v['A']:.3f}",
+    "not_fitted": lambda v: f"no fit: {v['error']}",
+}
+
+
+def _text(reason) -> str:
+    """A Reason, or its dict form, in words."""
+    return reason_text(reason if isinstance(reason, Reason) else Reason(reason["code"], reason.get("values", {})))
+
+
+def reason_text(reason: Reason) -> str:
+    """The English of one Reason; an unknown code is shown as the code and its values."""
+    render = _TEXT.get(reason.code)
+    if render is None:
+        return f"{reason.code} {reason.values}"
+    return render(reason.values)
+
+
+_SIZE_CODES = ("no_model_axis", "size_law_not_fitted", "size_not_learning", "size_budget_past_data")
+
+
+def refusal_text(reasons) -> str:
+    """"no recommendation: <first>; and <second> ..." ("no size recommendation" for the model-size decision)."""
+    subject = "size recommendation" if reasons and reasons[0].code in _SIZE_CODES else "recommendation"
+    return f"no {subject}: " + "; and ".join(_text(reason) for reason in reasons)
+
+
+def known_codes() -> set[str]:
+    """Every code this module can put into words."""
+    return set(_TEXT)
+
+
+def clauses(text: str) -> list[str]:
+    """A long message as short clauses: split at '; ' outside parentheses, a leading 'and' dropped."""
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and text.startswith("; ", index):
+            parts.append(text[start:index])
+            start = index + 2
+    parts.append(text[start:])
+    return [part.strip().removeprefix("and ") for part in parts if part.strip()]
+
+
+_HOW = {"law": "from the optimal-n law", "within_data": "from the runs' fitted rewards there"}
+
+
+def standing_line(standing) -> str:
+    """The runs at a compute: the best, and the others within the noise band (fitted rewards)."""
+    best = standing.best
+    close = [f"{row['run']} {row['reward']:.3f}" for row in standing.runs[1:] if row["within_band"]]
+    others = f"; within the {standing.noise_band:g} noise band of it: {', '.join(close)}" if close else \
+        f"; no other run within the {standing.noise_band:g} noise band"
+    return f"best at {standing.compute:.4g} ({standing.measure}): {best['run']} {best['reward']:.3f}{others}"
+
+
+def decision_lines(decision, commands: dict) -> list[str]:
+    """A Decision (fitting.decision) as lines, last the one command to run next: plain sentences, "- " bullets and
+    command lines ("  rlscale ..."). The terminal wraps them; report.md renders bullets and code."""
+    from rlscale.fitting.curves import unit_label
+
+    unit = unit_label(decision.unit)
+    rec = decision.recommendation
+    lines = []
+    if rec is not None:
+        how = _HOW.get(rec.basis.code, "from the best fitted runs (no optimal-n law)")
+        lo, hi = rec.predicted_interval
+        predicted = ("predicted mean reward over the last 10% of the budget"
+                     if any(r.code == "prediction_interval" for r in rec.reasons) else "predicted reward")
+        lines += [f"decided: B_p {rec.prompts_per_batch}, n {rec.rollouts}, M {rec.steps:,} steps for "
+                  f"{rec.budget:.4g} {unit}, {how}",
+                  f"{predicted} {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] ({rec.predicted_level:.0%} "
+                  f"interval), from run {rec.predicted_from}'s curve"]
+        standing = rec.standing or decision.standing
+        if standing is not None:
+            lines.append(standing_line(standing))
+        lines += [f"- {part}" for note in rec.notes for part in clauses(note)]
+        lines += ["next: the recipe for your framework:", f"  {commands['export']}"]
+    elif decision.refusal:
+        lines.append("not yet: no decision")
+        lines += [f"- {part}" for reason in decision.refusal for part in clauses(_text(reason))]
+    elif decision.standing is not None:
+        lines += [f"decided: the best run, {decision.best_run}", standing_line(decision.standing),
+                  "next: the best run's recipe for your framework:", f"  {commands['export']}"]
+    plan = decision.next_allocation
+    if plan is None:
+        return lines
+    if rec is not None:
+        lines += [f"to decide past {decision.budget:.4g} {unit}: extend every run {plan.factor:g}x to "
+                  f"{plan.goal.text()}:", f"  {commands['extend']}"]
+        return lines
+    each = max(run["compute"] for run in plan.runs)
+    lines.append(f"next: extend every run {plan.factor:g}x ({each:.3g} -> {each * plan.factor:.3g} {unit} each) to "
+                 f"{plan.goal.text()}:")
+    lines += [f"- {run['run']}: {run['why']}" for run in plan.runs if run["why"]]
+    lines.append(f"  {commands['extend']}")
+    return lines
