@@ -23,17 +23,15 @@ import argparse
 import json
 import platform
 import time
-from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
 import numpy as np
 
 from early_termination import CHECK_EVERY, N_EVALS, REGIMES, RULE, WITHIN, FitCache, full_grid_best, make_study
-from rlscale.fitting.early_stop import RunProgress
 from rlscale.planner.study import load_study, planned_runs
 from rlscale.runner.sweep.admission import Ledger
-from rlscale.runner.sweep.scheduler import GridSchedule, RungSchedule, run_concurrently
+from rlscale.runner.sweep.scheduler import GridSchedule, RungSchedule, RunProgress, run_concurrently
 
 ROOT = Path(__file__).resolve().parents[1]
 GPUS_PER_NODE, NODES, GPUS_PER_RUN = 8, 8, 8
@@ -160,7 +158,7 @@ def main() -> None:
         if k == 0:  # the full grid's schedule does not depend on the curves
             grid = schedule_study(runs, hours, fits, GridSchedule(), slots)
         row["full_grid"] = {**grid, "pick": row["grid_best"]}
-        row["early_termination"] = schedule_study(runs, hours, fits, replace(rungs, slots=slots), slots)
+        row["early_termination"] = schedule_study(runs, hours, fits, rungs, slots)
         row["one_at_a_time"] = schedule_study(runs, hours, fits, rungs, 1)
         rows.append(row)
         print(f"study {k + 1}/{args.studies}: concurrent {row['early_termination']['makespan_hours']:.0f} h, "

@@ -17,7 +17,7 @@ per-run budget (REGIMES): "late" (C_mid 8-30% of the budget: runs end at 3.3-12x
 Asymptote rule: the sweep driver's loop itself. Each study goes through `run_by_rungs`
 (runner/sweep/scheduler.py), the function SweepDriver calls: every run's progress and its sigmoid fit so far
 (bootstrap 100, and the profile-likelihood upper bound on A at early_stop.UPPER_LEVEL) go in, `next_move`
-(fitting/early_stop.py) says what to do next; an "advance" replays that run's evals up to the move's fraction of
+(runner/sweep/scheduler.py) says what to do next; an "advance" replays that run's evals up to the move's fraction of
 its budget (rung boundaries fall on evaluations), asking the scheduler's stop check every other eval (it judges
 from a quarter of the budget on, against `reference_fit`, the best finished run), so a run can also stop
 mid-rung. The pick is the finished run with the highest fitted asymptote. "floor": the same check with the
@@ -41,10 +41,10 @@ from pathlib import Path
 import numpy as np
 
 from rlscale.fitting import early_stop
-from rlscale.fitting.early_stop import RunProgress, best_fit_of
+from rlscale.fitting.early_stop import best_fit_of
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 from rlscale.planner.study import EarlyTerminate
-from rlscale.runner.sweep.scheduler import RungSchedule, run_by_rungs
+from rlscale.runner.sweep.scheduler import RungSchedule, RunProgress, run_by_rungs
 
 N_RUNS, N_EVALS, EVAL_SAMPLES, REPLICATES = 12, 40, 2048, 100
 # C_mid drawn uniformly from this range, as a fraction of the per-run budget (see the module docstring)

@@ -88,7 +88,7 @@ def sweep(study_file: Path, workdir: Path) -> dict:
     store = Store(f"sqlite:///{workdir / 'rlscale.db'}")
     store.add_records = timer.wrap("store_writes", store.add_records)
     driver = SweepDriver(study, store)
-    driver._refit = timer.wrap("fits", driver._refit)
+    driver.refit = timer.wrap("fits", driver.refit)
     driver.plan()
     summary = driver.run()
     timer.sweep_returned = time.time()  # after the driver's close()

@@ -135,10 +135,10 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
-            obj = json.loads(line, object_pairs_hook=_unique_keys)
+            obj = json.loads(line, object_pairs_hook=unique_keys)
         except json.JSONDecodeError as err:
             raise UserError(f"column {err.colno}: not valid JSON ({err.msg})", file=f"{path}:{number}") from None
-        except _DuplicateKey as err:
+        except DuplicateKey as err:
             raise UserError("key appears twice in one object", file=f"{path}:{number}", field=f"column {err.key!r}") from None
         except RecursionError:
             raise UserError("not valid JSON here (nested too deeply)", file=f"{path}:{number}") from None
@@ -167,18 +167,18 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[
     return list(columns), rows
 
 
-class _DuplicateKey(ValueError):
+class DuplicateKey(ValueError):
     def __init__(self, key: str):
         super().__init__(key)
         self.key = key
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict:
     # a key given twice is ambiguous (json.loads would keep the last silently), as a repeated CSV header is
     obj = {}
     for key, value in pairs:
         if key in obj:
-            raise _DuplicateKey(key)
+            raise DuplicateKey(key)
         obj[key] = value
     return obj
 

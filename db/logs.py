@@ -20,7 +20,7 @@ import pandas as pd
 
 from rlscale.base.errors import UserError
 from rlscale.base.names import run_name_problem
-from rlscale.db.importer import _DuplicateKey, _unique_keys  # one rule for keys given twice in a JSON line
+from rlscale.db.importer import DuplicateKey, unique_keys  # one rule for keys given twice in a JSON line
 
 VERL_REWARD = re.compile(r"^val-core/.+/[^/]+/mean@\d+$")
 LEGACY_VERL_REWARD = re.compile(r"^val/test_score/.+$")
@@ -140,10 +140,10 @@ def _verl_jsonl_run(path: Path) -> _Run:
             continue
         where = f"{path}:{number}"
         try:
-            obj = json.loads(line, object_pairs_hook=_unique_keys)
+            obj = json.loads(line, object_pairs_hook=unique_keys)
         except json.JSONDecodeError as err:
             raise UserError(f"column {err.colno}: not valid JSON ({err.msg})", file=where) from None
-        except _DuplicateKey as err:
+        except DuplicateKey as err:
             raise UserError("key appears twice in one object", file=where, field=f"column {err.key!r}") from None
         except RecursionError:
             raise UserError("not valid JSON here (nested too deeply)", file=where) from None

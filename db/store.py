@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from rlscale.db.engine import check_schema, display_url, make_engine, migrate, parse_url, writer
+from rlscale.db.outage import OutagePolicy, waits_out_outages
 from rlscale.db.models import RUN_STATUSES, Fit, Plan, Record, Run, Study, utcnow
 from rlscale.base import settings
 from rlscale.base.errors import UserError
@@ -53,6 +54,14 @@ class Store:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         # transactions that write take SQLite's write lock up front (concurrent writers wait, see db/engine.py)
         self._writes = sessionmaker(writer(self.engine), expire_on_commit=False)
+        self.outage = OutagePolicy()  # wait_out_outages() makes every call wait for a database that went away
+
+    def wait_out_outages(self, seconds: float, on_note=None) -> None:
+        """From now on, a call whose database went away (a server restart) is retried for up to `seconds`;
+        on_note(text) hears a one-line note while it waits, and "" once the database answers again."""
+        self.outage.seconds = seconds
+        if on_note is not None:
+            self.outage.on_note = on_note
 
     def __repr__(self) -> str:
         return f"Store({self.url_for_display!r})"
@@ -69,6 +78,7 @@ class Store:
 
     # studies -------------------------------------------------------------------------------------
 
+    @waits_out_outages
     def upsert_study(self, name: str, spec: dict) -> int:
         """The study's id; creates it, or replaces its spec if it exists."""
         check_name(name, field="study", what="study name")
@@ -82,11 +92,13 @@ class Store:
             session.flush()
             return study.id
 
+    @waits_out_outages
     def study_names(self) -> list[str]:
         """All study names, sorted."""
         with self._sessions() as session:
             return list(session.scalars(select(Study.name).order_by(Study.name)))
 
+    @waits_out_outages
     def study_counts(self) -> list[dict]:
         """Per study: its name, runs, runs by status, records and sigmoid fits (for listings)."""
         with self._sessions() as session:
@@ -114,6 +126,7 @@ class Store:
             row["fits"] = fits.get(name, 0)
         return [counts[name] for name in sorted(counts)]
 
+    @waits_out_outages
     def study_stamp(self, name: str) -> tuple:
         """What changes whenever the study's runs or records do: (runs, last run update, records, last record id),
         read in one query, so a viewer polls it cheaply and rereads the frames only when it moves."""
@@ -125,6 +138,7 @@ class Store:
                                       .join(Run, Run.id == Record.run_id).where(Run.study_id == study.id)).one()
         return (runs[0], str(runs[1]), records[0], records[1])
 
+    @waits_out_outages
     def study_spec(self, name: str) -> dict:
         """The spec saved with the study; UserError naming the known studies if there is none."""
         with self._sessions() as session:
@@ -132,6 +146,7 @@ class Store:
 
     # runs ----------------------------------------------------------------------------------------
 
+    @waits_out_outages
     def ensure_run(self, study: str, name: str, config: dict, seed: int = 0) -> int:
         """The id of the run of `study` with this config and seed, created (pending) if new."""
         for _attempt in range(2):  # a concurrent writer may insert the same run between our select and insert
@@ -142,6 +157,7 @@ class Store:
                 continue
         raise RuntimeError(f"could not create run {name!r} in study {study!r}")
 
+    @waits_out_outages
     def set_run_status(self, run_id: int, status: str, error: str | None = None) -> None:
         """Set a run's status (pending, running, paused, done, failed, stopped) and error text."""
         if status not in RUN_STATUSES:
@@ -154,6 +170,7 @@ class Store:
             run.error = error
             run.updated_at = utcnow()
 
+    @waits_out_outages
     def runs_frame(self, study: str) -> pd.DataFrame:
         """One row per run of `study`: run_id, run, seed, status, error, config (dict), created_at, updated_at."""
         with self._sessions() as session:
@@ -167,11 +184,13 @@ class Store:
 
     # records -------------------------------------------------------------------------------------
 
+    @waits_out_outages
     def add_records(self, run_id: int, records: list[dict]) -> int:
         """Store a run's records; steps already stored are skipped. Returns how many rows were inserted."""
         with self._writes.begin() as session:
             return _add_records(session, run_id, records)
 
+    @waits_out_outages
     def import_runs(self, study: str, runs: list[tuple[str, dict, list[dict]]]) -> tuple[int, int, int]:
         """In one transaction, ensure each (name, config, records) run (seed 0) and add its records.
 
@@ -188,6 +207,7 @@ class Store:
                 skipped += len(records) - added
         return created, inserted, skipped
 
+    @waits_out_outages
     def records_frame(self, study: str) -> pd.DataFrame:
         """One row per (run, step) of `study`: run_id, run, step, gpu_hours, rollouts, tokens, val_reward, + metrics."""
         with self._sessions() as session:
@@ -212,6 +232,7 @@ class Store:
 
     # fits ----------------------------------------------------------------------------------------
 
+    @waits_out_outages
     def save_fits(self, study: str, fits: pd.DataFrame, model: str = "sigmoid") -> None:
         """Replace the study's fits of `model` by `fits` (one row per run, keyed by run_id or a unique run name)."""
         with self._writes.begin() as session:
@@ -240,6 +261,7 @@ class Store:
             session.execute(delete(Fit).where(Fit.model == model, Fit.run_id.in_(run_ids)))
             session.add_all(new)
 
+    @waits_out_outages
     def fits_frame(self, study: str, model: str = "sigmoid") -> pd.DataFrame:
         """The study's stored fits of `model`: run_id, run, model, the curve parameters, A_lo, A_hi, identified, reason, fitted_on."""
         with self._sessions() as session:
@@ -266,6 +288,7 @@ class Store:
 
     # plans ---------------------------------------------------------------------------------------
 
+    @waits_out_outages
     def save_plan(self, name: str, plan: dict) -> int:
         """The plan's id; a plan saved again under the same name replaces the old one."""
         with self._writes.begin() as session:
@@ -279,6 +302,7 @@ class Store:
             session.flush()
             return row.id
 
+    @waits_out_outages
     def plan(self, name: str) -> dict:
         """The plan saved under `name`; UserError if there is none."""
         with self._sessions() as session:

@@ -203,6 +203,11 @@ class Study(_Strict):
         return self
 
     @property
+    def file(self) -> str | None:
+        """The YAML file the study was read from (None for a study built in code or read from the store)."""
+        return self._file
+
+    @property
     def fits_record_breaking(self) -> bool:
         """Whether runs are fitted on their record-breaking points (`fit.points`, by default for isocompute)."""
         return self.fit.points == "record_breaking" or (self.fit.points is None and self.method == "isocompute")
@@ -459,7 +464,7 @@ def model_profiles(study: Study) -> dict[str, Profile]:
     """HF directory -> the cost profile of its steps, for a study with a `model` axis ({} otherwise)."""
     from rlscale.planner.profiles import load_profile
 
-    return {name: load_profile(size.profile, field=f"models.{name}.profile", file=study._file)
+    return {name: load_profile(size.profile, field=f"models.{name}.profile", file=study.file)
             for name, size in study.models.items()}
 
 
@@ -479,7 +484,7 @@ def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPl
         try:
             recipe = Recipe.model_validate({**base, **overrides})
         except ValidationError as err:
-            raise UserError(f"run {name}: {err.errors()[0]['msg']}", file=study._file, field="parameters") from None
+            raise UserError(f"run {name}: {err.errors()[0]['msg']}", file=study.file, field="parameters") from None
         if study.max_batch is not None and recipe.total_batch > study.max_batch:
             dropped.append((name, f"B_p * n = {recipe.total_batch} exceeds max_batch {study.max_batch}"))
         else:
@@ -504,7 +509,7 @@ def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPl
             runs.append(PlannedRun(name, final, seed, hours))
     if not runs and study.method != "bayes":
         reasons = "; ".join(f"{name}: {why}" for name, why in dropped[:3])
-        raise UserError(f"no run is left to plan ({reasons})", file=study._file,
+        raise UserError(f"no run is left to plan ({reasons})", file=study.file,
                         field="compute.budget" if recipes else "max_batch")  # which one dropped the last point
     return StudyPlan(runs, dropped, profile, per_run, compute.unit if compute else "gpu_hours")
 

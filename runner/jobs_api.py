@@ -1,48 +1,226 @@
-"""What the engines that run each segment of a run as a Ray job (verl, trl) share: a run's jobs by submission id
-(`<run key>-<k>`), stopping one and waiting until it has stopped, the wall seconds the Jobs API saw it run, and
-reading the lines a running job appends to its log file."""
+"""The engines whose runs are chains of Ray jobs (verl, trl): the algorithm written once.
+
+A run is a chain of jobs submitted through Ray's Jobs API, `<run key>-<k>` for its k-th job, so a restarted driver
+finds a run's jobs on the cluster, adopts the one still running and replays the records of the finished ones (the
+store keeps each (run, step) once). A job pauses a run at a rung by ending at that step with a checkpoint; the next
+job resumes from it. A run with planned compute ends at the first record that reaches it; a job that ends short of
+it (a segment) is followed by the next, up to a runaway cap of COMPUTE_STEP_CAP x the planned steps. A crashed job
+raises; the driver's retry submits the next job, which resumes from the last checkpoint.
+
+An engine says only what differs (JobsApiEngine's hooks): the job's spec (`submission`), what to write before it
+(`prepare`), how its log lines become records (`record_maker`), where its checkpoint is (`checkpointed_step`), and
+how it reports devices taken by someone else (`devices_taken`). Several runs may be followed at once from different
+threads: per-run state is local to `run`; only the Jobs API client is shared.
+"""
 
 import json
 import math
 import threading
 import time
-from dataclasses import dataclass
+from abc import abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
+
 RUNNING = ("PENDING", "RUNNING")
+COMPUTE_STEP_CAP = 10  # a run stopped by compute takes at most this many times its planned steps (a runaway guard)
+# Ray's reason when a job waited longer than RAY_JOB_START_TIMEOUT_SECONDS for the resources it asked for
+START_TIMEOUT = "failed to start within"
 
 
-def run_jobs(client, run_key: str) -> list:
-    """The run's jobs on the cluster (JobDetails from a JobSubmissionClient), in submission order."""
-    numbered = []
-    for details in client.list_jobs():
-        prefix, _, number = (details.submission_id or "").rpartition("-")
-        if prefix == run_key and number.isdigit():
-            numbered.append((int(number), details))
-    return [details for _, details in sorted(numbered, key=lambda pair: pair[0])]
+class JobFailed(RuntimeError):
+    """A job ended FAILED or STOPPED by someone else; the message carries the Jobs API's reason and log tail."""
 
 
-def stop_job(client, submission_id: str, poll_seconds: float = 1.0) -> None:
-    """Stop the job and wait until the Jobs API no longer reports it running."""
-    client.stop_job(submission_id)
-    while str(client.get_job_status(submission_id).value) in RUNNING:
-        time.sleep(min(poll_seconds, 1.0))
+@dataclass(frozen=True)
+class RunDir:
+    """A run's files on the shared directory, <shared_dir>/<run key>/: data/ (what the jobs read), checkpoints/,
+    jobs/<submission id>.json (a job's spec), logs/<submission id>.jsonl (the records a job writes; each job its
+    own file), py_modules/ (code shipped in the job's runtime env)."""
+
+    root: Path
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def modules(self) -> Path:
+        return self.root / "py_modules" / "rlscale"
+
+    def spec(self, submission_id: str) -> Path:
+        return self.root / "jobs" / f"{submission_id}.json"
+
+    def log(self, submission_id: str) -> Path:
+        return self.root / "logs" / f"{submission_id}.jsonl"
 
 
-class JobsApiEngine:
-    """What an engine whose jobs go through Ray's Jobs API (verl, trl) does alike: its client, the cluster's nodes
-    from the dashboard, and on close stopping the jobs it started. The engine calls _start_jobs_api in __init__."""
+@dataclass(frozen=True)
+class Submission:
+    """One job as the Jobs API takes it: what `rlscale sweep --dry-run` shows and what `run` submits.
 
-    def _start_jobs_api(self, ray_address: str | None) -> None:
-        self.ray_address = ray_address  # the dashboard, http://HEAD:8265 (RAY_ADDRESS when None)
+    devices: what the job holds, counted in device-hours (GPUs, or CPU cores). resources: the Jobs API's
+    entrypoint_num_* keywords. metadata: stored with the job; the engine reads a run's history back from it.
+    """
+
+    submission_id: str
+    entrypoint: str
+    devices: int
+    until_step: int
+    runtime_env: dict = field(default_factory=dict)
+    resources: dict = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+
+
+class JobsApiEngine(Engine):
+    """Trains each run as a chain of jobs on the Ray cluster at `ray_address` (the dashboard, http://HEAD:8265;
+    RAY_ADDRESS when None), the run's files under `shared_dir`, a running job's status and records read every
+    `poll_seconds`."""
+
+    failure: type[JobFailed] = JobFailed
+
+    def __init__(self, *, ray_address: str | None, shared_dir: Path, poll_seconds: float):
+        self.ray_address = ray_address
+        self.shared_dir = Path(shared_dir)
+        self.poll_seconds = poll_seconds
         self._client = None
         self._lock = threading.Lock()
         self._started: set[str] = set()  # submission ids submitted here (close stops those still running)
         self._closed = False  # after close nothing more is submitted (a sweep's threads may still be retrying)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("the engine is closed: the sweep is ending")
+    # what an engine says ------------------------------------------------------------------------
+
+    @abstractmethod
+    def submission(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int,
+                   base_device_seconds: float) -> Submission:
+        """The job that trains `recipe` from its last checkpoint to `until_step`; writes nothing."""
+
+    def prepare(self, recipe, run_dir: RunDir, job: Submission) -> None:
+        """Write what the job reads before it is submitted (its spec, data); default nothing."""
+
+    @abstractmethod
+    def record_maker(self, recipe):
+        """An object with records(lines, *, job, devices, base_device_seconds, started) -> list[dict]: a run's
+        records from its jobs' log lines, fed the jobs in the order they ran."""
+
+    @abstractmethod
+    def checkpointed_step(self, recipe, run_dir: RunDir) -> int:
+        """The step of the run's last whole checkpoint (0 without one)."""
+
+    def devices_taken(self, logs: str, last_step: int | None) -> str | None:
+        """The line of a failed job's log saying its devices were taken by someone else, or None."""
+        return None
+
+    # the algorithm ------------------------------------------------------------------------------
+
+    def job(self, recipe, run_key: str, number: int, *, until_step: int, base_device_seconds: float = 0.0
+            ) -> Submission:
+        """The run's `number`-th job."""
+        return self.submission(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-{number}",
+                               until_step=until_step, base_device_seconds=base_device_seconds)
+
+    def run(self, recipe, *, run_key: str, on_records: Callable[[list[dict]], None],
+            until_step: int | None = None, should_stop: Callable[[], str | None] | None = None,
+            progress: Callable[[dict], None] | None = None, gpu_hours: float | None = None) -> JobResult:
+        """See Engine.run. Raises the engine's JobFailed when a job fails (its checkpoints stay for the retry), and
+        DevicesUnavailable when it could not get the devices it was admitted on."""
+        cap = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
+        until = min(until_step or cap, cap)
+        run_dir = RunDir(self.shared_dir / run_key)
+        maker, budget = self.record_maker(recipe), ComputeStop(gpu_hours)
+        jobs = run_jobs(self._jobs_client(), run_key)
+        live, last_step = None, None
+        for details in jobs:  # earlier jobs, in order: their records again (a killed driver may have missed some)
+            if details.status in RUNNING:
+                live = details
+                break
+            records = budget.trim(maker.records(LogTail(run_dir.log(details.submission_id)).read(),
+                                                job=details.submission_id, devices=job_devices(details),
+                                                base_device_seconds=base_seconds(details),
+                                                started=(details.start_time or 0) / 1000))
+            if records:
+                on_records(records)
+                last_step = records[-1]["step"]
+            if budget.reached:  # it trained past its plan while no driver watched: the plan's step ends it
+                return JobResult(steps=last_step, compute_reached=True)
+        timings: dict[str, float] = {}
+        base = sum(job_devices(details) * wall_seconds(details) for details in jobs if details is not live)
+        number = len(jobs)
+        if live is None and number and self.checkpointed_step(recipe, run_dir) >= until:
+            return JobResult(steps=self.checkpointed_step(recipe, run_dir))  # got there while no driver watched
+        while True:
+            if live is None:
+                number += 1
+                job = self.job(recipe, run_key, number, until_step=until, base_device_seconds=base)
+                self.prepare(recipe, run_dir, job)
+                submitted = time.time()
+                self._submit(job)
+                submission_id, devices, job_base, job_until = job.submission_id, job.devices, base, until
+            else:
+                submission_id, devices, job_base = live.submission_id, job_devices(live), base_seconds(live)
+                submitted, job_until = None, int((live.metadata or {}).get("until_step", until))
+            ended = self._follow(recipe, run_dir, submission_id, devices=devices, base=job_base, submitted=submitted,
+                                 maker=maker, budget=budget, on_records=on_records, should_stop=should_stop,
+                                 progress=progress, timings=timings)
+            if ended.stopped or ended.compute_reached or ended.steps >= job_until or budget.target is None:
+                return ended
+            if last_step is not None and ended.steps <= last_step:
+                raise self.failure(f"{self.name} job {submission_id} ended at step {ended.steps} without progress")
+            # the segment ended short of its step and of the planned compute: the next one resumes from it
+            last_step, live = ended.steps, None
+            base = job_base + devices * wall_seconds(self._jobs_client().get_job_info(submission_id))
+
+    def _follow(self, recipe, run_dir: RunDir, submission_id: str, *, devices: int, base: float,
+                submitted: float | None, maker, budget: "ComputeStop", on_records, should_stop, progress,
+                timings: dict) -> JobResult:
+        """Read the job's records while it runs; stop it where should_stop or the planned compute says."""
+        client = self._jobs_client()
+        tail, started, last_step = LogTail(run_dir.log(submission_id)), None, None
+        following = time.perf_counter()
+
+        def result(**kwargs) -> JobResult:
+            timings["train"] = timings.get("train", 0.0) + time.perf_counter() - following
+            return JobResult(busy_seconds=timings["train"], timings=timings, **kwargs)
+
+        while True:
+            status = str(client.get_job_status(submission_id).value)
+            lines = tail.read()
+            if lines and started is None:
+                started = (client.get_job_info(submission_id).start_time or 0) / 1000
+                if submitted is not None and "time" in lines[0]:  # submit -> the job's first record
+                    timings["launch"] = timings.get("launch", 0.0) + max(0.0, float(lines[0]["time"]) - submitted)
+            records = budget.trim(maker.records(lines, job=submission_id, devices=devices, base_device_seconds=base,
+                                                started=started or 0.0))
+            if records:
+                on_records(records)
+                last_step = records[-1]["step"]
+                report_progress(records, progress)
+                checkpoint = any(r["step"] % recipe.checkpoint_every == 0 for r in records if r["step"] > 0)
+                ask = status in RUNNING and checkpoint and should_stop is not None and not budget.reached
+                reason = should_stop() if ask else None
+                if budget.reached or reason:
+                    if status in RUNNING:
+                        stop_job(client, submission_id, self.poll_seconds)
+                    return result(steps=last_step, compute_reached=budget.reached, stopped=not budget.reached,
+                                  stop_reason=reason or "")
+            if status not in RUNNING:
+                if status == "SUCCEEDED":
+                    return result(steps=max(self.checkpointed_step(recipe, run_dir), last_step or 0))
+                info = client.get_job_info(submission_id)
+                logs = client.get_job_logs(submission_id)[-2000:]
+                taken = self.devices_taken(logs, last_step)
+                if taken or START_TIMEOUT in (info.message or ""):
+                    raise DevicesUnavailable(f"{self.name} job {submission_id}: {taken or info.message}")
+                raise self.failure(f"{self.name} job {submission_id} {status}: {info.message or ''}\n{logs}")
+            time.sleep(self.poll_seconds)
+
+    # the cluster --------------------------------------------------------------------------------
 
     def nodes(self) -> list | None:
         """The cluster's nodes and their free devices, from the dashboard."""
@@ -69,6 +247,24 @@ class JobsApiEngine:
             pass
         self._client = None
 
+    def _submit(self, job: Submission, wait_seconds: float = 60.0) -> None:
+        """Submit `job`; while the head's job agent is not up yet (a cluster just started), try again."""
+        if self._closed:
+            raise RuntimeError("the engine is closed: the sweep is ending")
+        deadline = time.monotonic() + wait_seconds
+        metadata = {**job.metadata, "devices": str(job.devices), "until_step": str(job.until_step)}
+        while True:
+            try:
+                self._jobs_client().submit_job(entrypoint=job.entrypoint, submission_id=job.submission_id,
+                                               runtime_env=job.runtime_env, metadata=metadata, **job.resources)
+                with self._lock:
+                    self._started.add(job.submission_id)
+                return
+            except RuntimeError as err:
+                if "No available agent" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+
     def _jobs_client(self):
         with self._lock:
             if self._client is None:
@@ -76,6 +272,44 @@ class JobsApiEngine:
 
                 self._client = JobSubmissionClient(self.ray_address)
             return self._client
+
+
+@dataclass
+class ComputeStop:
+    """Where a run with planned compute `target` (GPU- or device-hours; None: no compute stop) ends: at the first
+    record whose gpu_hours reaches it. Fed the run's records in order, across its jobs."""
+
+    target: float | None
+    reached: bool = False
+
+    def trim(self, records: list[dict]) -> list[dict]:
+        """`records` up to the first that reaches the target (all of them if none does, none once reached)."""
+        if self.target is None:
+            return records
+        if self.reached:
+            return []
+        for index, record in enumerate(records):
+            if record["gpu_hours"] >= self.target:
+                self.reached = True
+                return records[:index + 1]
+        return records
+
+
+def run_jobs(client, run_key: str) -> list:
+    """The run's jobs on the cluster (JobDetails from a JobSubmissionClient), in submission order."""
+    numbered = []
+    for details in client.list_jobs():
+        prefix, _, number = (details.submission_id or "").rpartition("-")
+        if prefix == run_key and number.isdigit():
+            numbered.append((int(number), details))
+    return [details for _, details in sorted(numbered, key=lambda pair: pair[0])]
+
+
+def stop_job(client, submission_id: str, poll_seconds: float = 1.0) -> None:
+    """Stop the job and wait until the Jobs API no longer reports it running."""
+    client.stop_job(submission_id)
+    while str(client.get_job_status(submission_id).value) in RUNNING:
+        time.sleep(min(poll_seconds, 1.0))
 
 
 def report_progress(records: list[dict], progress) -> None:
@@ -99,6 +333,12 @@ def base_seconds(details) -> float:
     return float((details.metadata or {}).get("base_gpu_seconds", 0.0))
 
 
+def job_devices(details) -> int:
+    """The devices a submitted job holds, from its metadata."""
+    metadata = details.metadata or {}
+    return int(metadata.get("devices", metadata.get("gpus", 1)))
+
+
 @dataclass
 class LogTail:
     """Reads the complete lines appended to one file since the last read."""
@@ -107,7 +347,7 @@ class LogTail:
     offset: int = 0  # bytes read and parsed so far
 
     def read(self) -> list[dict]:
-        """The lines completed since the last call, parsed ({} if the file does not exist yet)."""
+        """The lines completed since the last call, parsed ([] if the file does not exist yet)."""
         try:
             with self.path.open("rb") as handle:
                 handle.seek(self.offset)
@@ -124,3 +364,12 @@ def finite_number(value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
+
+
+def write_whole(path: Path, text: str) -> Path:
+    """Write `text` to `path` so that a reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.replace(path)
+    return path

@@ -4,9 +4,9 @@ cannot write, and it never creates or migrates a database (SQLite and PostgreSQL
 import sqlite3
 
 import pytest
+from rlscale.db.store import Store
 
 from rlscale.base.errors import UserError
-from rlscale.db.store import Store
 
 
 def _seed(url: str) -> int:

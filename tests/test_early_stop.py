@@ -2,11 +2,11 @@
 
 import numpy as np
 
-from rlscale.fitting.early_stop import UPPER_LEVEL, Move, RunProgress, best_fit_of, next_move, should_stop
+from rlscale.fitting.early_stop import UPPER_LEVEL, best_fit_of, should_stop
 from rlscale.fitting.sigmoid import SigmoidFit, fit_sigmoid, sigmoid
 from rlscale.planner.study import EarlyTerminate
 from rlscale.runner.sweep.hyperband import HyperbandStopper
-from rlscale.runner.sweep.scheduler import RungSchedule, run_by_rungs
+from rlscale.runner.sweep.scheduler import Move, RungSchedule, RunProgress, next_move, run_by_rungs
 
 RUNGS = EarlyTerminate(type="asymptote").rungs  # the study default: 0.25, 0.5, 1.0
 

@@ -1,4 +1,4 @@
-"""Layers import downward only: base < db, planner < fitting < runner (rl < builtin < sweep) < cli.
+"""Layers import downward only: base < db, planner < fitting < runner (rl < builtin < sweep) < dashboard < cli.
 
 A lower layer that imports the CLI (or fitting that imports the runner, ...) fails this test, so the layout
 the README describes stays the layout the code has."""
@@ -20,6 +20,7 @@ LAYERS = [
     ("rlscale.runner.rl", 3), ("rlscale.runner", 3.5), ("rlscale.runner.builtin", 4), ("rlscale.runner.verl", 4),
     ("rlscale.runner.trl", 4),
     ("rlscale.runner.sweep", 5),
+    ("rlscale.dashboard", 5.5),  # the web app: reads the store, fits (fitting) and run states (runner.sweep.state)
     ("rlscale.cli", 6), ("rlscale.__main__", 7),
     ("rlscale", 0),  # rlscale/__init__.py (the version) is part of the base
 ]
@@ -117,3 +118,56 @@ def test_every_package_folder_is_installed():
                 continue
             found.add(".".join([package, *init.parent.relative_to(ROOT / folder).parts]))
     assert found - listed == set()
+
+
+# Private names of other libraries that rlscale uses on purpose: JobSubmissionClient has no public call for the
+# dashboard's cluster-status endpoint (runner/cluster.py)
+THIRD_PARTY_PRIVATE = {"_do_request"}
+
+
+def private_reaches(modules: dict[str, str]) -> list[str]:
+    """'module: what' for each private name a module takes from another rlscale module: `from x import _name`, or
+    `obj._name` (obj not self or cls) where no module of the same name defines `_name` itself."""
+    defined = {module: _private_names(source) for module, source in modules.items()}
+    found = []
+    for module, source in modules.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("rlscale")):
+                found += [f"{module}: from {node.module} import {alias.name}" for alias in node.names
+                          if _is_private(alias.name)]
+            elif isinstance(node, ast.Attribute) and _is_private(node.attr) and not (
+                    isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                if node.attr not in defined[module] and node.attr not in THIRD_PARTY_PRIVATE:
+                    found.append(f"{module}: {ast.unparse(node)}")
+    return sorted(set(found))
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_names(source: str) -> set[str]:
+    """The private names a module defines: functions, classes, attributes it assigns, annotated fields."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {name for name in names if _is_private(name)}
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    assert private_reaches(repo_modules()) == []
+
+
+def test_a_private_reach_is_caught():
+    modules = {
+        "rlscale.runner.sweep.pool": "def start(driver):\n    driver._refit()\n",
+        "rlscale.runner.sweep.driver": "class D:\n    def _refit(self):\n        self._fits = 1\n",
+        "rlscale.db.logs": "from rlscale.db.importer import _unique_keys\n",
+    }
+    assert private_reaches(modules) == ["rlscale.db.logs: from rlscale.db.importer import _unique_keys",
+                                        "rlscale.runner.sweep.pool: driver._refit"]

@@ -4,10 +4,10 @@ the compute spent out. No Ray and no store: the same loop SweepDriver and bench/
 import numpy as np
 import pytest
 
-from rlscale.fitting.early_stop import UPPER_LEVEL, RunProgress
+from rlscale.fitting.early_stop import UPPER_LEVEL
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 from rlscale.planner.study import EarlyTerminate
-from rlscale.runner.sweep.scheduler import RungSchedule, run_by_rungs
+from rlscale.runner.sweep.scheduler import RungSchedule, RunProgress, run_by_rungs
 
 EVALS = 40
 COMPUTE = np.linspace(1 / EVALS, 1.0, EVALS)  # one eval every 1/40 of each run's budget

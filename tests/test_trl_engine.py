@@ -113,7 +113,8 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
     from ray.job_submission import JobSubmissionClient
 
     from rlscale.runner.trl.engine import TrlJobFailed
-    from rlscale.runner.trl.job import RunDir
+    from rlscale.runner.jobs_api import RunDir
+    from rlscale.runner.trl.job import checkpointed_step
 
     recipe = Recipe.model_validate({**RECIPE, "steps": 40})
     engine = trl_engine(cluster, tmp_path)
@@ -130,7 +131,7 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
     with pytest.raises(TrlJobFailed, match="life-1-aa-1 FAILED"):
         engine.run(recipe, run_key="life-1-aa", on_records=kill_at_step_3)
     run_dir = RunDir(tmp_path / "shared" / "life-1-aa")
-    saved = run_dir.checkpointed_step(recipe)  # 2, or later on a host fast enough to step on before the kill lands
+    saved = checkpointed_step(recipe, run_dir)  # 2, or later on a host fast enough to step on before the kill lands
     assert saved >= 2
     # the retry resumes from TRL's last checkpoint and pauses at the next rung, checkpointed there
     rung = saved + 2
@@ -196,7 +197,8 @@ def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
     # the node goes too: the running jobs die with the driver, so the next sweep must resume from TRL's checkpoints
-    from rlscale.runner.trl.job import RunDir
+    from rlscale.runner.jobs_api import RunDir
+    from rlscale.runner.trl.job import last_checkpoint
 
     stopped = [j.submission_id for j in client.list_jobs()
                if j.submission_id.startswith("killtrl-") and str(j.status.value) in ("PENDING", "RUNNING")]
@@ -206,7 +208,7 @@ def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned
         time.sleep(0.2)
     saved = {}  # run key -> the step of the last checkpoint TRL saved before its job was stopped (0: none)
     for job in stopped:
-        last = RunDir(tmp_path / "shared" / job[:-2]).last_checkpoint()
+        last = last_checkpoint(RunDir(tmp_path / "shared" / job[:-2]))
         saved[job[:-2]] = int(last.name.split("-")[1]) if last else 0
     assert max(saved.values()) >= 2  # the run that reached step 3 had its checkpoint at step 2
     restarted = subprocess.run(args, capture_output=True, text=True, timeout=400)

@@ -16,8 +16,9 @@ from rlscale.db.store import Store
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.verl.data import DATA_SOURCE, task_rows, write_task_parquet
 from rlscale.runner.verl.engine import VerlEngine, stage_reward_modules
-from rlscale.runner.verl.job import RunDir, val_reward_metric
-from rlscale.runner.verl.logs import LogTail, RecordMaker
+from rlscale.runner.jobs_api import LogTail, RunDir
+from rlscale.runner.verl.job import val_reward_metric
+from rlscale.runner.verl.logs import RecordMaker
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKER = ROOT / "tests" / "checkers" / "verl_engine_check.py"
@@ -61,8 +62,8 @@ def verl_check(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("verl_engine")
     engine = VerlEngine(shared_dir=tmp / "shared")
-    job = engine.job(RECIPE, "study-1-abc", 1, until_step=10)
     run_dir = RunDir(tmp / "shared" / "study-1-abc")
+    job = engine.verl_job(RECIPE, run_dir, "study-1-abc-1", until_step=10)
     write_task_parquet(RECIPE, run_dir.data)
     stage_reward_modules(run_dir.modules)
     tokenizer = tmp / "tokenizer"
@@ -121,20 +122,20 @@ def test_verls_reward_loader_finds_rlscales_verifier(verl_check):
 
 def ingest(store: Store, run_id: int, path: Path, cut: int | None = None) -> None:
     """What the engine does with a job's log: read whole lines from the byte offset, make records, store them."""
-    maker, tail, seconds = RecordMaker(RECIPE, val_reward_metric(RECIPE)), LogTail(path), 0.0
+    maker, tail = RecordMaker(RECIPE, val_reward_metric(RECIPE)), LogTail(path)
     if cut is None:
-        records, seconds = maker.records(tail.read(), gpus=4, base_gpu_seconds=0.0, job_seconds=seconds)
+        records = maker.records(tail.read(), job="study-1-abc-1", devices=4, base_device_seconds=0.0)
         store.add_records(run_id, records)
         return
     partial = path.with_name("partial.jsonl")
     data = path.read_bytes()
     partial.write_bytes(data[:cut])  # the job has written part of a line so far
     tail.path = partial
-    records, seconds = maker.records(tail.read(), gpus=4, base_gpu_seconds=0.0, job_seconds=seconds)
+    records = maker.records(tail.read(), job="study-1-abc-1", devices=4, base_device_seconds=0.0)
     store.add_records(run_id, records)
     assert tail.offset < cut  # the half-written line waits
     partial.write_bytes(data)
-    records, seconds = maker.records(tail.read(), gpus=4, base_gpu_seconds=0.0, job_seconds=seconds)
+    records = maker.records(tail.read(), job="study-1-abc-1", devices=4, base_device_seconds=0.0)
     store.add_records(run_id, records)
 
 

@@ -43,7 +43,7 @@ class Task:
         self.name = name
         self.train = train
         self.validation_prompts = validation
-        self._verifier = verifier
+        self.verifier = verifier  # (answer, completion) -> bool
         self._rng = random.Random(seed)
 
     def train_prompts(self, count: int) -> list[Prompt]:
@@ -56,7 +56,7 @@ class Task:
 
     def verify(self, prompt: Prompt, completion: str) -> float:
         """1.0 if `completion` answers `prompt` correctly, else 0.0."""
-        return float(self._verifier(prompt.answer, completion))
+        return float(self.verifier(prompt.answer, completion))
 
 
 # ---------------------------------------------------------------- verifiers (answer, completion) -> 0/1
@@ -178,6 +178,6 @@ def make_task(recipe_or_name, seed: int | None = None) -> Task:
     if name in ARITHMETIC_DIGITS or match:
         task = arithmetic_task(ARITHMETIC_DIGITS.get(name) or int(match.group(1)), seed, name=name)
         if verifier_spec:
-            task._verifier = load_verifier(verifier_spec)
+            task.verifier = load_verifier(verifier_spec)
         return task
     raise UserError(f"expected 'arithmetic', 'arithmetic_hard', 'arithmetic_<d>d' or a .jsonl file, got {name!r}", field="task")

@@ -51,7 +51,6 @@ def _run_trials(driver, search, trials: list[tuple[int, dict]], base: dict, summ
     import optuna
 
     from rlscale.planner.study import trial_recipe
-    from rlscale.runner.sweep.scheduler import GridSchedule
 
     runs = []
     for number, params in trials:
@@ -59,7 +58,7 @@ def _run_trials(driver, search, trials: list[tuple[int, dict]], base: dict, summ
         runs.append(driver.add_run(f"trial-{number}", recipe, driver.study.seeds[0], planned_gpu_hours))
     todo = [run for run in runs if run.status not in ("done", "failed", "stopped")]
     if todo:
-        driver.run_schedule(GridSchedule(), todo, summary)
+        driver.run_schedule(driver.schedule(todo, by_rungs=False), todo, summary)
     for (number, _params), run in zip(trials, runs):
         value = _objective(driver, run.run_id)
         if value is None:

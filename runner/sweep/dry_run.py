@@ -16,19 +16,12 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
     for point in planned_runs(study):
         recipe = point.recipe
         entry = {"run": run_name(point, several_seeds), "seed": point.seed, "engine": recipe.engine}
-        if recipe.engine == "verl":
-            from rlscale.runner.verl.engine import VerlEngine
+        if recipe.engine in ("verl", "trl"):
+            from rlscale.runner.engine import get_engine
 
-            engine = VerlEngine(ray_address=ray_address, shared_dir=shared_dir)
-            job = engine.job(recipe, RUN_KEY, 1, until_step=recipe.steps)
-            entry.update({"ray_address": ray_address or "RAY_ADDRESS", "submission_id": job.submission_id,
-                          "entrypoint": f"{engine.python} -m {engine.module}", "overrides": job.overrides,
-                          "env_vars": job.env_vars, "train_file": str(job.train_file), "val_file": str(job.val_file),
-                          "log_file": str(job.log_file), "gpus": job.gpus})
-        elif recipe.engine == "trl":
-            from rlscale.runner.trl.engine import TrlEngine
-
-            entry.update(TrlEngine(ray_address=ray_address, shared_dir=shared_dir).dry_run(recipe, RUN_KEY))
+            engine = get_engine(recipe.engine, ray_address=ray_address,
+                                **({"shared_dir": shared_dir} if shared_dir else {}))
+            entry.update(engine.dry_run(recipe, RUN_KEY))
         else:
             entry["recipe"] = recipe.to_json()
         out.append(entry)

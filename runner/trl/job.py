@@ -10,13 +10,14 @@ Nothing here submits; only write_spec writes.
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
 from rlscale.base.errors import UserError
 from rlscale.planner.frameworks.common import Deployment, Mapping, updates_per_batch
 from rlscale.planner.frameworks.trl import VERSION, trl_mapping
+from rlscale.runner.jobs_api import RunDir, write_whole
 
 ENTRYPOINT = "rlscale.runner.trl.train"
 CHECKPOINT_PREFIX = "checkpoint-"  # TRL's (transformers.Trainer's) checkpoint directories: checkpoint-<global step>
@@ -24,33 +25,17 @@ TRAINER_STATE = "trainer_state.json"  # written last into a checkpoint: its pres
 DEVICES_TAKEN = "rlscale-trl: devices unavailable"  # the job's stderr line when the GPUs it was given are not there
 
 
-@dataclass(frozen=True)
-class RunDir:
-    """A run's files on the shared directory: <shared_dir>/<run_key>/."""
+def last_checkpoint(run_dir: RunDir) -> Path | None:
+    """The run's newest whole TRL checkpoint directory (None if there is none)."""
+    whole = [(int(path.name[len(CHECKPOINT_PREFIX):]), path) for path in run_dir.checkpoints.glob(f"{CHECKPOINT_PREFIX}*")
+             if path.name[len(CHECKPOINT_PREFIX):].isdigit() and (path / TRAINER_STATE).is_file()]
+    return max(whole)[1] if whole else None
 
-    root: Path
 
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    def spec(self, submission_id: str) -> Path:
-        return self.root / "jobs" / f"{submission_id}.json"
-
-    def log(self, submission_id: str) -> Path:
-        """The records one job's callback writes (each job its own file)."""
-        return self.root / "logs" / f"{submission_id}.jsonl"
-
-    def last_checkpoint(self) -> Path | None:
-        """The newest whole checkpoint directory (None if there is none)."""
-        whole = [(int(path.name[len(CHECKPOINT_PREFIX):]), path) for path in self.checkpoints.glob(f"{CHECKPOINT_PREFIX}*")
-                 if path.name[len(CHECKPOINT_PREFIX):].isdigit() and (path / TRAINER_STATE).is_file()]
-        return max(whole)[1] if whole else None
-
-    def checkpointed_step(self, recipe) -> int:
-        """The rlscale step of the run's last checkpoint (TRL counts optimizer updates; 0 without one)."""
-        last = self.last_checkpoint()
-        return int(last.name[len(CHECKPOINT_PREFIX):]) // updates_per_batch(recipe) if last else 0
+def checkpointed_step(recipe, run_dir: RunDir) -> int:
+    """The rlscale step of the run's last checkpoint (TRL counts optimizer updates; 0 without one)."""
+    last = last_checkpoint(run_dir)
+    return int(last.name[len(CHECKPOINT_PREFIX):]) // updates_per_batch(recipe) if last else 0
 
 
 @dataclass(frozen=True)
@@ -68,7 +53,6 @@ class Job:
     until_step: int
     devices: int
     gpus: bool
-    metadata: dict = field(default_factory=dict)
 
     def spec(self, recipe) -> dict:
         """What the job reads (train.py): the recipe, its GRPOConfig, where to stop and where to write records."""
@@ -97,35 +81,33 @@ def deployment(recipe, *, gpus: bool, micro_batch: int, max_prompt_tokens: int) 
                       micro_batch_per_gpu=micro_batch, cpu=not gpus)
 
 
-def run_keys(recipe, run_dir: RunDir) -> dict:
-    """The GRPOConfig keys that belong to the run, not the recipe: checkpoints every checkpoint_every steps into the
-    run's directory, a log line per optimizer update, no trackers."""
-    return {"output_dir": str(run_dir.checkpoints), "save_strategy": "steps",
+def run_keys(recipe, run_dir: RunDir, until_step: int | None = None) -> dict:
+    """The GRPOConfig keys that belong to the run, not the recipe: the segment's last step (a run stopped by its
+    compute may pass the plan's), checkpoints every checkpoint_every steps into the run's directory, a log line per
+    optimizer update, no trackers."""
+    return {"max_steps": (until_step or recipe.steps) * updates_per_batch(recipe),
+            "output_dir": str(run_dir.checkpoints), "save_strategy": "steps",
             "save_steps": recipe.checkpoint_every * updates_per_batch(recipe), "logging_steps": 1,
             "report_to": "none", "disable_tqdm": True}
 
 
 def make_job(recipe, run_dir: RunDir, submission_id: str, *, until_step: int, python: str, gpus: bool = False,
-             micro_batch: int = 64, max_prompt_tokens: int = 64, metadata: dict | None = None) -> Job:
+             micro_batch: int = 64, max_prompt_tokens: int = 64) -> Job:
     """The job of one segment: `python -m rlscale.runner.trl.train SPEC` (on several GPUs, under accelerate launch)."""
     check_recipe(recipe)
     layout = deployment(recipe, gpus=gpus, micro_batch=micro_batch, max_prompt_tokens=max_prompt_tokens)
     mapping = trl_mapping(recipe, layout)
-    keys = run_keys(recipe, run_dir)
+    keys = run_keys(recipe, run_dir, until_step)
     spec = run_dir.spec(submission_id)
     launcher = [python, "-m", "accelerate.commands.launch", "--num_processes", str(layout.gpus)] \
         if gpus and layout.gpus > 1 else [python]
     entrypoint = " ".join(shlex.quote(word) for word in [*launcher, "-m", ENTRYPOINT, str(spec)])
     return Job(submission_id=submission_id, entrypoint=entrypoint, deployment=layout, mapping=mapping,
                config={**mapping.keys(), **keys}, run_keys=keys, spec_file=spec, log_file=run_dir.log(submission_id),
-               until_step=until_step, devices=recipe.trainer_devices, gpus=gpus, metadata=dict(metadata or {}))
+               until_step=until_step, devices=recipe.trainer_devices, gpus=gpus)
 
 
 def write_spec(job: Job, recipe) -> Path:
     """Write the job's spec file whole (a reader never sees half of it)."""
-    job.spec_file.parent.mkdir(parents=True, exist_ok=True)
     job.log_file.parent.mkdir(parents=True, exist_ok=True)
-    partial = job.spec_file.with_name(job.spec_file.name + ".partial")
-    partial.write_text(json.dumps(job.spec(recipe), indent=1))
-    partial.replace(job.spec_file)
-    return job.spec_file
+    return write_whole(job.spec_file, json.dumps(job.spec(recipe), indent=1))

@@ -34,8 +34,9 @@ class RecordMaker:
     recipe: object
     tokens_by_step: dict = field(default_factory=dict)
 
-    def records(self, lines: list[dict], *, devices: int, base_device_seconds: float, started: float) -> list[dict]:
-        """Records of `lines` from one job that started at epoch second `started`."""
+    def records(self, lines: list[dict], *, job: str, devices: int, base_device_seconds: float,
+                started: float) -> list[dict]:
+        """Records of `lines`, the next lines of job `job`, which started at epoch second `started`."""
         batch = self.recipe.total_batch
         out = []
         for line in lines:

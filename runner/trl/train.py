@@ -19,7 +19,9 @@ def main(spec_path: str) -> None:
 
     from rlscale.planner.recipe import Recipe
 
-    from .job import DEVICES_TAKEN, RunDir
+    from rlscale.runner.jobs_api import RunDir
+
+    from .job import DEVICES_TAKEN, last_checkpoint
 
     recipe = Recipe.model_validate(spec["recipe"])
     if not spec["config"].get("use_vllm"):
@@ -51,7 +53,7 @@ def main(spec_path: str) -> None:
                              until_step=int(spec["until_step"]))
     trainer = trl.GRPOTrainer(model=model, reward_funcs=[task_reward(task)], args=config,
                               train_dataset=train_dataset(task), processing_class=tokenizer, callbacks=[records])
-    last = RunDir(Path(config.output_dir).parent).last_checkpoint()
+    last = last_checkpoint(RunDir(Path(config.output_dir).parent))
     try:
         trainer.train(resume_from_checkpoint=str(last) if last else None)
     finally:

@@ -12,7 +12,7 @@ def verifier_name(recipe) -> str:
     """What extra_info["verifier"] names: the recipe's 'module:function', or the task's own verifier by name."""
     if recipe.verifier:
         return recipe.verifier
-    verifier = make_task(recipe)._verifier
+    verifier = make_task(recipe).verifier
     return {exact_match: "exact_match", math_match: "math_match"}[verifier]
 
 

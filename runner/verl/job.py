@@ -9,12 +9,13 @@ reward module (py_modules). Nothing here submits or writes: engine.py does.
 
 import math
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlscale.base.errors import UserError
 from rlscale.planner.frameworks.common import Deployment
-from rlscale.planner.frameworks.verl import ACTOR, ROLLOUT, hydra_value, verl_mapping
+from rlscale.planner.frameworks.verl import ROLLOUT, hydra_value, verl_mapping
+from rlscale.runner.jobs_api import RunDir
 
 from .data import DATA_SOURCE
 
@@ -28,34 +29,12 @@ REWARD_IMPORTS = ("rlscale", "rlscale.base", "rlscale.base.errors", "rlscale.run
                   "rlscale.runner.rl.tasks", "rlscale.runner.verl", "rlscale.runner.verl.reward")
 
 
-@dataclass(frozen=True)
-class RunDir:
-    """A run's files on the shared directory: <shared_dir>/<run_key>/."""
-
-    root: Path
-
-    @property
-    def data(self) -> Path:
-        return self.root / "data"
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def modules(self) -> Path:
-        return self.root / "py_modules" / "rlscale"
-
-    def log(self, submission_id: str) -> Path:
-        """verl's file-logger JSONL of one job (FileLogger truncates its file, so each job writes its own)."""
-        return self.root / "logs" / f"{submission_id}.jsonl"
-
-    def checkpointed_step(self) -> int:
-        """The step of the run's last checkpoint (0 if it has none)."""
-        try:
-            return int((self.checkpoints / LATEST_CHECKPOINT).read_text().strip())
-        except (OSError, ValueError):
-            return 0
+def checkpointed_step(run_dir: RunDir) -> int:
+    """The step of the run's last verl checkpoint (0 if it has none)."""
+    try:
+        return int((run_dir.checkpoints / LATEST_CHECKPOINT).read_text().strip())
+    except (OSError, ValueError):
+        return 0
 
 
 @dataclass(frozen=True)
@@ -71,7 +50,6 @@ class Job:
     log_file: Path
     until_step: int
     gpus: int
-    metadata: dict = field(default_factory=dict)
 
 
 def gpus_held(recipe) -> int:
@@ -119,7 +97,7 @@ def job_overrides(recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: in
     if pipeline:
         keys[f"{ROLLOUT}.nnodes"], keys[f"{ROLLOUT}.n_gpus_per_node"] = _layout(recipe.generator_devices,
                                                                                 gpus_per_node, "generator")
-    fresh = run_dir.checkpointed_step() == 0
+    fresh = checkpointed_step(run_dir) == 0
     keys.update({
         "actor_rollout_ref.model.path": recipe.model,
         "data.train_files": str(run_dir.data / "train.parquet"),
@@ -152,12 +130,11 @@ def val_reward_metric(recipe) -> str:
 
 def make_job(recipe, run_dir: RunDir, submission_id: str, *, until_step: int,
              python: str = "python3", module: str = ENTRYPOINT, gpus_per_node: int = 8,
-             max_prompt_tokens: int = 1024, metadata: dict | None = None, env_vars: dict | None = None) -> Job:
+             max_prompt_tokens: int = 1024, env_vars: dict | None = None) -> Job:
     """The job of one segment: `python -m module overrides...` with VERL_FILE_LOGGER_PATH set."""
     overrides = job_overrides(recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node, max_prompt_tokens=max_prompt_tokens)
     log = run_dir.log(submission_id)
     entrypoint = " ".join([shlex.quote(python), "-m", shlex.quote(module), *map(shlex.quote, overrides)])
     return Job(submission_id=submission_id, entrypoint=entrypoint, overrides=overrides,
                env_vars={**(env_vars or {}), "VERL_FILE_LOGGER_PATH": str(log)}, train_file=run_dir.data / "train.parquet",
-               val_file=run_dir.data / "val.parquet", log_file=log, until_step=until_step, gpus=gpus_held(recipe),
-               metadata=dict(metadata or {}))
+               val_file=run_dir.data / "val.parquet", log_file=log, until_step=until_step, gpus=gpus_held(recipe))

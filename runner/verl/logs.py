@@ -8,9 +8,7 @@ lines only (a line still being written waits for the next read: rlscale.runner.j
 from dataclasses import dataclass, field
 
 from rlscale.db.logs import VERL_HEALTH
-from rlscale.runner.jobs_api import LogTail, finite_number as _number
-
-__all__ = ["LogTail", "RecordMaker"]
+from rlscale.runner.jobs_api import finite_number as _number
 
 STEP_SECONDS = "timing_s/step"  # verl's wall seconds of one training step (generation, reward, update, eval, save)
 RESPONSE_LENGTH = "response_length/mean"  # mean response tokens over the step's B_p x n rollouts
@@ -21,7 +19,7 @@ class RecordMaker:
     """A run's records from its jobs' lines, in the order the jobs ran.
 
     gpu_hours at a step = (GPU-seconds of the run's earlier jobs, whole wall time from start to end as the Jobs API
-    reports it + GPUs held x the seconds of this job's steps so far, verl's timing_s/step) / 3600. rollouts: B_p x n
+    reports it + GPUs held x the seconds of this job's steps so far, verl's timing_s/step summed per job) / 3600. rollouts: B_p x n
     x step. tokens: generated response tokens so far, response_length/mean x B_p x n summed over steps.
     A step logged by two jobs (a job resumed from a checkpoint before its predecessor's last step) keeps the first.
     """
@@ -29,11 +27,14 @@ class RecordMaker:
     recipe: object
     val_metric: str
     tokens_by_step: dict = field(default_factory=dict)
+    step_seconds: dict = field(default_factory=dict)  # job -> its timing_s/step summed over the lines read so far
 
-    def records(self, lines: list[dict], *, gpus: int, base_gpu_seconds: float, job_seconds: float) -> tuple[list[dict], float]:
-        """(records of `lines` from one job, that job's step seconds after them); job_seconds: its step seconds
-        before them."""
+    def records(self, lines: list[dict], *, job: str, devices: int, base_device_seconds: float,
+                started: float = 0.0) -> list[dict]:
+        """Records of `lines`, the next lines of job `job` (`started`, its start, is not needed: verl times its
+        steps itself)."""
         batch = self.recipe.prompts_per_batch * self.recipe.rollouts
+        gpus, base_gpu_seconds, job_seconds = devices, base_device_seconds, self.step_seconds.get(job, 0.0)
         out = []
         for line in lines:
             step, data = int(line["step"]), line.get("data") or {}
@@ -51,4 +52,5 @@ class RecordMaker:
                 "metrics": {name: value for name, source in VERL_HEALTH.items()
                             if (value := _number(data.get(source))) is not None},
             })
-        return out, job_seconds
+        self.step_seconds[job] = job_seconds
+        return out

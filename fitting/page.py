@@ -1,0 +1,313 @@
+"""The study page: one renderer for report.html and the dashboard's live page (pure: data in, HTML out).
+
+The page opens with the decision, then the runs (in flight, queued, done, stopped) with their fits, each run's
+reward-vs-compute curve with its fitted sigmoid and band, the frontier and the optimal-n law, the early-termination
+state, and whatever further evidence the caller has (tables, figures, notes). Every name and every word that comes
+from data is escaped here; page.js inserts only HTML made here and draws names with textContent.
+
+report.html inlines the styles, uPlot and page.js (one file, nothing fetched); the dashboard links them from its
+/assets/ route and polls for the live sections (`live_sections`) and charts (`chart_data`).
+"""
+
+import base64
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+from rlscale.base.numbers import format_number as _f
+
+ASSET_DIR = Path(__file__).parent / "assets"
+# the files the page uses, by name -> content type: the dashboard serves these and nothing else
+ASSETS = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8",
+          "uPlot.min.css": "text/css; charset=utf-8", "uPlot.iife.min.js": "text/javascript; charset=utf-8",
+          "uPlot.LICENSE": "text/plain; charset=utf-8"}
+_STYLES = ("uPlot.min.css", "page.css")
+_SCRIPTS = ("uPlot.iife.min.js", "page.js")
+LIVE_SECTIONS = ("decision", "flight", "runs", "law", "stopped")  # what a refresh replaces, besides the charts
+UNIT_LABELS = {"gpu_hours": "GPU-hours", "rollouts": "rollouts", "tokens": "tokens"}
+# runs table: (key, header); a column shows when any row has a value for it
+_TEXT_COLUMNS = ("run", "note", "fit")  # the columns that wrap; numbers and statuses stay whole
+_NUMBER = ' class="num"'
+RUN_COLUMNS = [("run", "run"), ("status", "status"), ("note", "holds / note"), ("step", "step"),
+               ("compute", "compute"), ("reward", "last reward"), ("A", "A [95%]"), ("B", "B"), ("C_mid", "C_mid"),
+               ("R0", "R0"), ("r2", "r2"), ("n_points", "points"), ("fit", "fit")]
+
+
+@dataclass
+class Table:
+    """A further table of evidence (the report's leave-one-out, variants, backtest, sizes), cells as text."""
+
+    id: str
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    classes: list[str] | None = None  # a CSS class per row ("beyond", "unidentified", "")
+    note: str = ""
+    lines: list[str] = field(default_factory=list)  # sentences under the table
+
+
+@dataclass
+class StudyPage:
+    """Everything the study page shows, as plain data.
+
+    decision: {verdict ("decided" or "not yet"), lines: the decision as the terminal prints it (fitting.wording's
+    decision_lines: sentences, "- " bullets, "  rlscale ..." commands)}. runs: one dict per run with any of run,
+    status, note, step, compute, planned, reward, A, A_lo, A_hi, B, C_mid, R0, r2, n_points, identified, reason,
+    color (palette slot). flight: {running: [[run, holds]],
+    queued: int, counts: {status: n}} (live only). stopped: [{run, reason}] or None where statuses are unknown.
+    curves / frontier: fitting/page_charts.py's chart data. law: RolloutsLaw.to_dict(). figures: name -> PNG
+    data URI, static charts for what has no chart data (curves and optimal_n take their slots).
+    """
+
+    study: str
+    method: str = ""
+    unit: str = "gpu_hours"
+    description: str = ""
+    fitted_on: str = ""
+    decision: dict | None = None
+    runs: list[dict] = field(default_factory=list)
+    flight: dict | None = None
+    stopped: list[dict] | None = None
+    rule: str = ""
+    curves: dict | None = None
+    frontier: dict | None = None
+    law: dict | None = None
+    tables: list[Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    figures: dict[str, str] = field(default_factory=dict)
+
+
+def esc(value) -> str:
+    """`value` as HTML text (quotes too, so it is safe in an attribute)."""
+    return html.escape(str(value), quote=True)
+
+
+def asset(name: str) -> bytes:
+    """The bytes of one of the page's own files; KeyError for any other name (nothing else is ever read)."""
+    if name not in ASSETS:
+        raise KeyError(name)
+    return (ASSET_DIR / name).read_bytes()
+
+
+def png_data_uri(path) -> str:
+    """A PNG file as a data: URI (report.html carries its images inside)."""
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode()
+
+
+def script_json(data) -> str:
+    """JSON to embed in <script type="application/json">: '<', '>' and '&' escaped so no name can close it."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def study_href(study: str) -> str:
+    """The dashboard's path of a study's page (names are file-safe words; quoted all the same)."""
+    return "study/" + quote(str(study), safe="")
+
+
+def chart_data(page: StudyPage) -> dict:
+    """The charts page.js draws: {curves, frontier}, either None."""
+    return {"curves": page.curves, "frontier": page.frontier}
+
+
+def live_sections(page: StudyPage) -> dict[str, str]:
+    """The inner HTML of each section a live page replaces on refresh, by element id."""
+    return {"decision": _decision(page.decision), "flight": _flight(page.flight), "runs": _runs(page.runs),
+            "law": _law(page.law, page.frontier), "stopped": _stopped(page.stopped, page.rule)}
+
+
+def render_study_page(page: StudyPage, *, live_url: str | None = None, stamp: str = "", assets_href: str = "") -> str:
+    """The whole study page. live_url: the dashboard's JSON route to poll (assets linked from `assets_href`);
+    None: a static page with every asset inlined (report.html)."""
+    sections = live_sections(page)
+    unit = UNIT_LABELS.get(page.unit, page.unit)
+    meta = [f"Method: <b>{esc(page.method)}</b>" if page.method else "", f"Compute: {esc(unit)}",
+            f"Fits on {esc(page.fitted_on)}" if page.fitted_on else "", esc(page.description)]
+    body = [f'<header><h1>{esc(page.study)}</h1><p class="meta">{". ".join(m for m in meta if m)}</p>',
+            '<p id="live-status" class="live-status"></p></header>' if live_url else "</header>"]
+    if page.decision is not None or live_url:
+        body.append(f'<section id="decision" class="decision">{sections["decision"]}</section>')
+    if page.flight is not None or live_url:
+        body.append(f'<section id="flight">{sections["flight"]}</section>')
+    body.append(f'<section id="runs">{sections["runs"]}</section>')
+    body.append(_chart_section("curves", "Reward vs compute", page.curves, page.figures.get("curves"),
+                               "points: evaluations; line: fitted sigmoid (dashed past the run's last compute); "
+                               "band: 95% interval of the fit"))
+    if page.law is not None or page.frontier is not None or "optimal_n" in page.figures or live_url:
+        body.append(_chart_section("frontier", "Frontier and optimal-n law", page.frontier,
+                                   page.figures.get("optimal_n"), "steps: the frontier's n*; line: the law "
+                                   "(dashed: extrapolated)", f'<div id="law">{sections["law"]}</div>'))
+    if page.stopped is not None or live_url:
+        body.append(f'<section id="stopped">{sections["stopped"]}</section>')
+    body += [_table(table) for table in page.tables]
+    if page.notes:
+        body.append("<section><h2>Notes</h2>" + "".join(f'<p class="note">{esc(n)}</p>' for n in page.notes)
+                    + "</section>")
+    for name, uri in page.figures.items():
+        if name not in ("curves", "optimal_n"):
+            body.append(f'<section><h2>{esc(name.replace("_", " "))}</h2>'
+                        f'<img alt="{esc(name)}" src="{esc(uri)}"></section>')
+    charts = chart_data(page)
+    if any(charts.values()) or live_url:
+        body.append(f'<script type="application/json" id="page-charts">{script_json(charts)}</script>')
+    attrs = f' data-live="{esc(live_url)}" data-stamp="{esc(stamp)}"' if live_url else ""
+    scripts = _SCRIPTS if any(charts.values()) or live_url else ()
+    return _document(f"{page.study}: study", "".join(body), attrs, scripts, assets_href if live_url else None)
+
+
+def render_index(studies: list[dict], *, store: str = "", error: str = "") -> str:
+    """The dashboard's first page: every study with its runs by status, each linking to its page."""
+    rows = []
+    for row in studies:
+        name = esc(row["study"])
+        counts = [str(row.get(key, 0)) for key in ("runs", "running", "pending", "done", "stopped", "failed",
+                                                   "records")]
+        rows.append(f'<tr><td><a href="{esc(study_href(row["study"]))}">{name}</a></td>'
+                    + "".join(f"<td>{c}</td>" for c in counts) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("study", "runs", "running", "queued", "done", "stopped", "failed",
+                                              "records"))
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>" if rows else \
+        "<p>No studies in this store yet.</p>"
+    problem = f'<p class="note">{esc(error)}</p>' if error else ""
+    body = f"<header><h1>Studies</h1><p class=\"meta\">Store: {esc(store)} (read-only)</p></header>{problem}{table}"
+    return _document("rlscale studies", body, "", (), "assets/")
+
+
+def _document(title: str, body: str, attrs: str, scripts, assets_href: str | None) -> str:
+    """The HTML document: assets linked (the dashboard; CSP allows only its own files) or inlined (report.html)."""
+    if assets_href is not None:
+        head = "".join(f'<link rel="stylesheet" href="{esc(assets_href + name)}">' for name in _STYLES)
+        tail = "".join(f'<script src="{esc(assets_href + name)}"></script>' for name in scripts)
+    else:
+        head = "<style>" + "\n".join(asset(name).decode() for name in _STYLES) + "</style>"
+        tail = "".join(f"<script>{asset(name).decode()}</script>" for name in scripts)
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+            # an empty icon: browsers ask for /favicon.ico otherwise
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
+            f"{head}</head>"
+            f"<body{attrs}>{body}{tail}</body></html>\n")
+
+
+def _chart_section(name: str, title: str, chart: dict | None, figure: str | None, caption: str,
+                   extra: str = "") -> str:
+    if chart is not None:
+        # the static image stays for readers without scripts (a report opened where scripts are off)
+        shown = f'<div class="chart" id="chart-{name}"></div><p class="caption">{esc(caption)}</p>'
+        if figure:
+            shown += f'<noscript><img alt="{esc(name)}" src="{esc(figure)}"></noscript>'
+    elif figure:
+        shown = f'<img alt="{esc(name)}" src="{esc(figure)}">'
+    else:
+        shown = f'<div class="chart" id="chart-{name}"></div><p class="caption">{esc(caption)}</p>'
+    return f'<section id="section-{name}"><h2>{esc(title)}</h2>{extra}{shown}</section>'
+
+
+def _decision(decision: dict | None) -> str:
+    """The decision's lines as the terminal prints them (fitting.wording): the first as the headline, "- " lines
+    as bullets, indented "  rlscale ..." lines as commands to copy, the rest as sentences."""
+    if decision is None:
+        return "<h2>Decision</h2><p>No decision yet: no run has been evaluated.</p>"
+    verdict = str(decision.get("verdict", "")).replace(" ", "-")
+    lines = list(decision.get("lines") or [])
+    parts = ["<h2>Decision</h2>"]
+    if lines:
+        parts.append(f'<p class="headline {esc(verdict)}">{esc(lines.pop(0))}</p>')
+    bullets: list[str] = []
+    for line in lines + [""]:
+        if line.startswith("- "):
+            bullets.append(f"<li>{esc(line[2:])}</li>")
+            continue
+        if bullets:
+            parts.append("<ul>" + "".join(bullets) + "</ul>")
+            bullets = []
+        if line.startswith("  "):
+            parts.append(f'<pre class="command"><code>{esc(line.strip())}</code></pre>')
+        elif line:
+            parts.append(f"<p>{esc(line)}</p>")
+    return "".join(parts)
+
+
+def _flight(flight: dict | None) -> str:
+    if flight is None:
+        return ""
+    running = flight.get("running") or []
+    held = ", ".join(f"{run} ({holds})" if holds else str(run) for run, holds in running)
+    counts = flight.get("counts") or {}
+    rest = ", ".join(f"{counts[key]} {key}" for key in ("done", "stopped", "failed") if counts.get(key))
+    text = f"{len(running)} in flight" + (f": {held}" if held else "") + f"; {flight.get('queued', 0)} queued"
+    return f'<p class="flight">{esc(text)}{esc("; " + rest) if rest else ""}</p>'
+
+
+def _runs(runs: list[dict]) -> str:
+    if not runs:
+        return "<h2>Runs</h2><p>No runs yet.</p>"
+    columns = [(key, header) for key, header in RUN_COLUMNS
+               if key in ("run", "A", "fit") or any(row.get(key) not in (None, "") for row in runs)]
+    head = "".join(f"<th>{esc(header)}</th>" for _, header in columns)
+    body = []
+    for row in runs:
+        classes = [f"status-{row['status']}" if row.get("status") else "",
+                   "" if row.get("identified", True) else "unidentified"]
+        cells = "".join(f"<td{'' if key in _TEXT_COLUMNS else _NUMBER}>{_cell(row, key)}</td>" for key, _ in columns)
+        body.append(f'<tr class="{" ".join(c for c in classes if c)}">{cells}</tr>')
+    return f"<h2>Runs</h2><table class=\"runs\"><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _cell(row: dict, key: str) -> str:
+    value = row.get(key)
+    if key == "run":
+        swatch = f'<span class="swatch c{int(row["color"])}"></span>' if row.get("color") is not None else ""
+        return swatch + esc(value)
+    if key == "A":
+        return esc(f"{_f(row.get('A'))} [{_f(row.get('A_lo'))}, {_f(row.get('A_hi'))}]")
+    if key == "fit":
+        if "identified" not in row:
+            return ""
+        if row["identified"]:
+            return "identified"
+        return esc(f"not identified: {row['reason']}" if row.get("reason") else "not identified")
+    if key == "compute":
+        planned = row.get("planned")
+        text = _f(value, "{:.4g}")
+        if planned is not None and planned == planned and planned > 0:
+            text += f" of {planned:.4g} ({value / planned:.0%})"
+        return esc(text)
+    if value is None or value == "":
+        return ""
+    formats = {"B": "{:.2f}", "C_mid": "{:.3g}", "reward": "{:.3f}", "R0": "{:.3f}", "r2": "{:.3f}"}
+    return esc(_f(value, formats[key]) if key in formats else value)
+
+
+def _law(law: dict | None, frontier: dict | None) -> str:
+    if law is None:
+        reason = (frontier or {}).get("reason", "")
+        return f"<p>No optimal-n law yet{esc(': ' + reason) if reason else ''}.</p>" if frontier is None else ""
+    verdict = "identified" if law["identified"] else "not identified"
+    formula = (f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / "
+               f"(1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f})))")
+    return f"<p>{esc(formula)}; {verdict}: {esc(law['reason'])}</p>"
+
+
+def _stopped(stopped: list[dict] | None, rule: str) -> str:
+    if stopped is None:
+        return ""
+    title = "<h2>Early termination</h2>"
+    ruled = f"<p>Rule: {esc(rule)}.</p>" if rule else ""
+    if not stopped:
+        return f"{title}{ruled}<p>No run stopped early.</p>"
+    items = "".join(f'<li><b>{esc(row["run"])}</b>: {esc(row.get("reason") or "stopped")}</li>' for row in stopped)
+    return f'{title}{ruled}<ul class="stopped">{items}</ul>'
+
+
+def _table(table: Table) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in table.header)
+    body = []
+    for i, row in enumerate(table.rows):
+        cls = table.classes[i] if table.classes and table.classes[i] else ""
+        body.append(f'<tr class="{esc(cls)}">' + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
+    note = f"<p>{esc(table.note)}</p>" if table.note else ""
+    lines = "".join(f"<p>{esc(line)}</p>" for line in table.lines)
+    return (f'<section id="{esc(table.id)}"><h2>{esc(table.title)}</h2>{note}<table><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table>{lines}</section>")

@@ -1,0 +1,215 @@
+"""One study as the dashboard shows it: read from the store, fitted on the fly, rebuilt only when it changed.
+
+A study's page is rebuilt when the store's stamp for it moves (a record or a run's status). Each run is refitted
+only when its evaluations change (cached by their count and last step), the optimal-n law only when a fit changed,
+and the decision only when a run's status did, so a refresh while a sweep runs costs one fit.
+"""
+
+import shlex
+import threading
+
+import pandas as pd
+
+from rlscale.base.errors import UserError
+from rlscale.fitting.frame import run_labels
+from rlscale.fitting.page import UNIT_LABELS, StudyPage
+from rlscale.fitting.page_charts import color_index, curve_chart, frontier_chart
+from rlscale.fitting.recommend import Refusal, fitted, run_curves
+from rlscale.fitting.records import fits_record_breaking, fitted_points_label
+from rlscale.planner.study import stored_study
+from rlscale.runner.sweep.state import planned_gpu_hours, run_states
+
+BOOTSTRAP = 100  # draws per run fit: the band on each curve (as the sweep's own fits)
+
+
+class StudyView:
+    """The page of one study, kept between requests; `refresh` is safe from several request threads."""
+
+    def __init__(self, name: str, db: str | None = None):
+        self.name, self.db = name, db  # db: the --db the page's commands carry (None: the default store)
+        self.stamp: str | None = None
+        self.page: StudyPage | None = None
+        self._fits: dict[int, tuple] = {}  # run_id -> ((evaluations, last step), curve row, draws)
+        self._law: tuple = (None, None)  # (the fits' keys, RolloutsLaw or None)
+        # the decision refits every run with its bootstrap (tens of seconds on 2 cores): worked out on a thread of
+        # its own when a run's status changes; the page shows the last one meanwhile
+        self._decision: tuple = (None, None)  # (the runs' statuses it is for, decision)
+        self._deciding = None  # the key being worked out
+        self._decided = 0  # how many decisions were worked out: part of the stamp, so pages pick a new one up
+        self._lock = threading.Lock()
+
+    def refresh(self, store) -> tuple[str, StudyPage]:
+        """(stamp, page), rebuilt if the store's stamp for the study moved since the last call."""
+        with self._lock:
+            # read first: a write after this moves it again
+            stamp = "-".join(map(str, store.study_stamp(self.name))) + f"-d{self._decided}"
+            if stamp != self.stamp or self.page is None:
+                self.page = self._build(store)
+                self.stamp = stamp
+            return self.stamp, self.page
+
+    def _build(self, store) -> StudyPage:
+        typed = stored_study(store, self.name)
+        runs, records = store.runs_frame(self.name), store.records_frame(self.name)
+        unit = compute_col = _unit(typed)
+        metric = typed.metric if typed is not None else "val_reward"
+        runs = runs.assign(label=run_labels(runs))
+        label_of = dict(zip(runs["run_id"], runs["label"]))
+        evaluated = records[pd.to_numeric(records[metric], errors="coerce").notna()].copy() if len(records) else records
+        evaluated["run"] = evaluated["run_id"].map(label_of)
+        curves, draws = self._curves(runs, evaluated, compute_col, metric, fits_record_breaking(typed))
+        states = run_states(runs.drop(columns=["label"]), records, planned_gpu_hours(typed))
+        page = StudyPage(study=self.name, method=typed.method if typed is not None else "imported", unit=unit,
+                         description=typed.description if typed is not None else "",
+                         fitted_on=fitted_points_label(fits_record_breaking(typed)))
+        fit_of = {row["run_id"]: row for row in curves.to_dict("records")}
+        for position, state in enumerate(states):
+            fit = fit_of.get(state.run_id, {})
+            page.runs.append({
+                "run": label_of[state.run_id], "color": color_index(position), "status": state.status,
+                "note": state.note, "step": state.step, "compute": state.gpu_hours,
+                "planned": state.planned_gpu_hours, "reward": state.val_reward,
+                **{k: fit.get(k) for k in ("A", "A_lo", "A_hi", "B", "C_mid", "R0", "r2", "n_points", "reason")},
+                "identified": bool(fit.get("identified", False))})
+        page.flight = {"running": [[label_of[s.run_id], s.note.removeprefix("on ")] for s in states
+                                   if s.status == "running"],
+                       "queued": sum(s.status in ("pending", "paused") for s in states),
+                       "counts": {status: sum(s.status == status for s in states) for status in ("done", "stopped",
+                                                                                               "failed")}}
+        page.stopped = [{"run": label_of[s.run_id], "reason": s.note} for s in states if s.status == "stopped"]
+        page.rule = _rule_words(typed)
+        page.curves = curve_chart(evaluated, curves, compute_col=compute_col, reward_col=metric, draws=draws,
+                                  unit_label=UNIT_LABELS.get(unit, unit), reward_label=metric.replace("_", " "))
+        law = self._rollouts_law(curves)
+        if law is not None:
+            page.law = law.to_dict()
+            page.frontier = frontier_chart(law, unit_label=UNIT_LABELS.get(unit, unit))
+        page.decision = self._cached_decision(store, typed, runs)
+        return page
+
+    def _curves(self, runs: pd.DataFrame, evaluated: pd.DataFrame, compute_col: str, metric: str,
+                record_breaking: bool) -> tuple[pd.DataFrame, dict]:
+        """Every run's curve row (fitting.recommend.run_curves) and bootstrap draws; refitted only when changed."""
+        rows, draws = [], {}
+        for run in runs.to_dict("records"):
+            mine = evaluated[evaluated["run_id"] == run["run_id"]]
+            key = (len(mine), int(mine["step"].max()) if len(mine) else -1, run["label"])
+            cached = self._fits.get(run["run_id"])
+            if cached is None or cached[0] != key:
+                # the run's study-wide label as its name, so the fit and its draws carry it
+                one = pd.DataFrame([{**run, "run": run["label"]}]).drop(columns=["seed", "label"])
+                curve, got = run_curves(mine.drop(columns=["run"]), one, compute_col=compute_col, reward_col=metric,
+                                        record_breaking=record_breaking, bootstrap=BOOTSTRAP)
+                cached = self._fits[run["run_id"]] = (key, curve.iloc[0].to_dict(), got.get(run["label"]))
+            rows.append({**cached[1], "status": run["status"]})
+            if cached[2] is not None:
+                draws[run["label"]] = cached[2]
+        return pd.DataFrame(rows), draws
+
+    def _rollouts_law(self, curves: pd.DataFrame):
+        """The optimal-n law over the fitted runs (no bootstrap: the chart draws the point estimate), or None."""
+        from rlscale.fitting.optimal_n import fit_optimal_rollouts
+
+        usable = fitted(curves) if len(curves) else curves
+        key = tuple(entry[0] for entry in self._fits.values())
+        if self._law[0] != key:
+            law = None
+            if len(usable) and usable["rollouts"].nunique() >= 2:
+                try:
+                    law = fit_optimal_rollouts(usable, bootstrap=0)
+                except ValueError:  # no frontier yet: every run still near its start
+                    law = None
+            self._law = (key, law)
+        return self._law[1]
+
+    def _cached_decision(self, store, typed, runs) -> dict | None:
+        """The last decision worked out; a new one is started when the runs' statuses moved since."""
+        key = tuple(zip(runs["run_id"], runs["status"]))
+        if self._decision[0] != key and self._deciding is None:
+            self._deciding = key
+
+            def work():
+                from rlscale.db.store import Store
+
+                try:
+                    # a store of its own: the app may close its store (Ctrl-C) while this one still reads
+                    with Store(store.url.render_as_string(hide_password=False), read_only=True) as own:
+                        decision = study_decision(own, self.name, typed, db=self.db)
+                except Exception as err:  # the page says so; the next status change tries again
+                    decision = {"verdict": "not yet", "lines": [f"no decision: {type(err).__name__}: {err}"]}
+                self._decision, self._deciding = (key, decision), None
+                self._decided += 1
+
+            threading.Thread(target=work, name=f"decide-{self.name}", daemon=True).start()
+        decision = self._decision[1]
+        if self._decision[0] != key:
+            working = "working out the decision for the runs as they are now (it refits every run)"
+            decision = {**decision, "lines": [*decision["lines"], f"- {working}"]} if decision else \
+                {"verdict": "not yet", "lines": [working[0].upper() + working[1:] + "..."]}
+        return decision
+
+
+def _rule_words(typed) -> str:
+    """The study's early-termination rule in words ("" for none)."""
+    rule = None if typed is None else typed.early_terminate
+    if rule is None or rule.type == "none":
+        return "none (every run goes to its planned compute)"
+    if rule.type == "asymptote":
+        return (f"asymptote: runs pause at {', '.join(f'{r:g}' for r in rule.rungs)} of their compute; one is stopped "
+                f"when its A's upper bound is below the best run's A less {rule.margin:g}")
+    return f"hyperband: keep 1/{rule.eta} of the runs at each rung, from {rule.min_fraction:g} of the steps"
+
+
+def study_decision(store, study: str, typed, *, db: str | None = None) -> dict | None:
+    """The decision as `rlscale sweep` prints it at its end, as the page shows it: {verdict, lines} (fitting/page.py);
+    None before any run is evaluated.
+
+    The one place the dashboard asks fitting for a decision: the structured Decision (fitting.decision, worded by
+    fitting.wording), or, where that is not installed yet, the recommendation fitting/recommend.py makes."""
+    try:
+        from rlscale.fitting.stored import study_decision as decide
+        from rlscale.fitting.wording import decision_lines
+    except ImportError:
+        return _recommendation(store, study, typed, db=db)
+    decision = decide(store, study, extend=getattr(typed, "extend", 1.0))
+    if decision is None:
+        return None
+    lines = decision_lines(decision, decision.commands(db=db))
+    return {"verdict": "decided" if lines and lines[0].startswith("decided") else "not yet", "lines": lines}
+
+
+def _recommendation(store, study: str, typed, *, db: str | None = None) -> dict | None:
+    """The decision from fitting.recommend alone (before fitting.decision): the allocation at the compute every
+    finished run reached, or why not."""
+    from rlscale.fitting.recommend import recommend_study
+
+    runs, records = store.runs_frame(study), store.records_frame(study)
+    if not records["val_reward"].notna().any():
+        return None
+    flag = f" --db {shlex.quote(db)}" if db else ""
+    name = shlex.quote(study)
+    if typed is None or "rollouts" not in typed.parameters:
+        return {"verdict": "decided", "lines": ["next: the best run's recipe for your framework:",
+                                                f"  rlscale export --format verl --study {name}{flag}"]}
+    column = _unit(typed)
+    done = records[records["val_reward"].notna() & records["run_id"].isin(runs.loc[runs["status"] == "done", "run_id"])]
+    if not len(done):
+        return {"verdict": "not yet", "lines": ["not yet: no decision", "- no run has finished"]}
+    budget = float(done.groupby("run_id")[column].max().min()) if typed.method == "isocompute" else \
+        float(records.groupby("run_id")[column].max().sum())
+    try:
+        rec, _ = recommend_study(store, study, budget)
+    except (Refusal, UserError) as refusal:
+        return {"verdict": "not yet", "lines": ["not yet: no decision", f"- {refusal}"]}
+    lo, hi = rec.predicted_interval
+    return {"verdict": "decided", "lines": [
+        f"decided: B_p {rec.prompts_per_batch}, n {rec.rollouts}, M {rec.steps:,} steps for {budget:.4g} "
+        f"{UNIT_LABELS.get(column, column)}",
+        f"predicted reward {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}], from run {rec.predicted_from}'s curve",
+        *(f"- {note}" for note in rec.notes), "next: the recipe for your framework:",
+        f"  rlscale export --format verl --study {name} --budget {budget:.4g}{flag}"]}
+
+
+def _unit(typed) -> str:
+    """The study's compute unit, which is also its records' column (gpu_hours, rollouts, tokens)."""
+    return typed.compute.unit if typed is not None and typed.compute is not None else "gpu_hours"
