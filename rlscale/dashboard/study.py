@@ -5,16 +5,14 @@ only when its evaluations change (cached by their count and last step), the opti
 and the decision only when a run's status did, so a refresh while a sweep runs costs one fit.
 """
 
-import shlex
 import threading
 
 import pandas as pd
 
-from rlscale.base.errors import UserError
+from rlscale.fitting.curves import fitted, run_curves
 from rlscale.fitting.frame import run_labels
 from rlscale.fitting.page import UNIT_LABELS, StudyPage
 from rlscale.fitting.page_charts import color_index, curve_chart, frontier_chart
-from rlscale.fitting.recommend import Refusal, fitted, run_curves
 from rlscale.fitting.records import fits_record_breaking, fitted_points_label
 from rlscale.planner.study import stored_study
 from rlscale.runner.sweep.state import planned_gpu_hours, run_states
@@ -162,52 +160,16 @@ def _rule_words(typed) -> str:
 
 def study_decision(store, study: str, typed, *, db: str | None = None) -> dict | None:
     """The decision as `rlscale sweep` prints it at its end, as the page shows it: {verdict, lines} (fitting/page.py);
-    None before any run is evaluated.
+    None before any run is evaluated. The one place the dashboard asks fitting for a decision: fitting.decision's
+    Decision, worded by fitting.wording as in the terminal."""
+    from rlscale.fitting.stored import study_decision as decide
+    from rlscale.fitting.wording import decision_lines
 
-    The one place the dashboard asks fitting for a decision: the structured Decision (fitting.decision, worded by
-    fitting.wording), or, where that is not installed yet, the recommendation fitting/recommend.py makes."""
-    try:
-        from rlscale.fitting.stored import study_decision as decide
-        from rlscale.fitting.wording import decision_lines
-    except ImportError:
-        return _recommendation(store, study, typed, db=db)
     decision = decide(store, study, extend=getattr(typed, "extend", 1.0))
     if decision is None:
         return None
     lines = decision_lines(decision, decision.commands(db=db))
     return {"verdict": "decided" if lines and lines[0].startswith("decided") else "not yet", "lines": lines}
-
-
-def _recommendation(store, study: str, typed, *, db: str | None = None) -> dict | None:
-    """The decision from fitting.recommend alone (before fitting.decision): the allocation at the compute every
-    finished run reached, or why not."""
-    from rlscale.fitting.recommend import recommend_study
-
-    runs, records = store.runs_frame(study), store.records_frame(study)
-    if not records["val_reward"].notna().any():
-        return None
-    flag = f" --db {shlex.quote(db)}" if db else ""
-    name = shlex.quote(study)
-    if typed is None or "rollouts" not in typed.parameters:
-        return {"verdict": "decided", "lines": ["next: the best run's recipe for your framework:",
-                                                f"  rlscale export --format verl --study {name}{flag}"]}
-    column = _unit(typed)
-    done = records[records["val_reward"].notna() & records["run_id"].isin(runs.loc[runs["status"] == "done", "run_id"])]
-    if not len(done):
-        return {"verdict": "not yet", "lines": ["not yet: no decision", "- no run has finished"]}
-    budget = float(done.groupby("run_id")[column].max().min()) if typed.method == "isocompute" else \
-        float(records.groupby("run_id")[column].max().sum())
-    try:
-        rec, _ = recommend_study(store, study, budget)
-    except (Refusal, UserError) as refusal:
-        return {"verdict": "not yet", "lines": ["not yet: no decision", f"- {refusal}"]}
-    lo, hi = rec.predicted_interval
-    return {"verdict": "decided", "lines": [
-        f"decided: B_p {rec.prompts_per_batch}, n {rec.rollouts}, M {rec.steps:,} steps for {budget:.4g} "
-        f"{UNIT_LABELS.get(column, column)}",
-        f"predicted reward {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}], from run {rec.predicted_from}'s curve",
-        *(f"- {note}" for note in rec.notes), "next: the recipe for your framework:",
-        f"  rlscale export --format verl --study {name} --budget {budget:.4g}{flag}"]}
 
 
 def _unit(typed) -> str:
