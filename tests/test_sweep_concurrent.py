@@ -63,9 +63,9 @@ class PacedEngine(Engine):
 
 
 def test_a_job_whose_devices_were_taken_goes_back_to_the_queue_without_using_an_attempt(tmp_path, monkeypatch):
-    import rlscale.runner.sweep.driver as driver_module
+    import rlscale.runner.sweep.pool as pool_module
 
-    monkeypatch.setattr(driver_module, "REQUEUE_SECONDS", 0.2)
+    monkeypatch.setattr(pool_module, "REQUEUE_SECONDS", 0.2)
     engine = PacedEngine(seconds=0.05)  # 3 s a run: the requeued run starts again while the other one runs
     study = write_study(tmp_path / "queue.yaml", "queue", {"lr": [1e-4, 2e-4]}, steps=60)
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
