@@ -6,6 +6,7 @@ and the decision only when a run's status did, so a refresh while a sweep runs c
 """
 
 import threading
+import time
 
 import pandas as pd
 
@@ -18,6 +19,7 @@ from rlscale.planner.study import stored_study
 from rlscale.runner.sweep.state import planned_gpu_hours, run_states
 
 BOOTSTRAP = 100  # draws per run fit: the band on each curve (as the sweep's own fits)
+LAW_EVERY_S = 10.0  # the optimal-n law is refitted at most this often while records arrive
 
 
 class StudyView:
@@ -26,9 +28,12 @@ class StudyView:
     def __init__(self, name: str, db: str | None = None):
         self.name, self.db = name, db  # db: the --db the page's commands carry (None: the default store)
         self.stamp: str | None = None
+        self._seen: str | None = None  # the store's stamp and the decisions' count the page was built on
         self.page: StudyPage | None = None
         self._fits: dict[int, tuple] = {}  # run_id -> ((evaluations, last step), curve row, draws)
         self._law: tuple = (None, None)  # (the fits' keys, RolloutsLaw or None)
+        self._law_when, self._law_due = 0.0, None  # when it was fitted; when a refit held back is due
+        self._law_fits = 0  # part of the stamp: a refit held back and done later changes the page
         # the decision refits every run with its bootstrap (tens of seconds on 2 cores): worked out on a thread of
         # its own when a run's status changes; the page shows the last one meanwhile
         self._decision: tuple = (None, None)  # (the runs' statuses it is for, decision)
@@ -40,10 +45,12 @@ class StudyView:
         """(stamp, page), rebuilt if the store's stamp for the study moved since the last call."""
         with self._lock:
             # read first: a write after this moves it again
-            stamp = "-".join(map(str, store.study_stamp(self.name))) + f"-d{self._decided}"
-            if stamp != self.stamp or self.page is None:
+            seen = "-".join(map(str, store.study_stamp(self.name))) + f"-d{self._decided}"
+            due = self._law_due is not None and time.monotonic() >= self._law_due
+            if seen != self._seen or self.page is None or due:
                 self.page = self._build(store)
-                self.stamp = stamp
+                self._seen = seen
+            self.stamp = f"{seen}-l{self._law_fits}"
             return self.stamp, self.page
 
     def _build(self, store) -> StudyPage:
@@ -105,20 +112,28 @@ class StudyView:
         return pd.DataFrame(rows), draws
 
     def _rollouts_law(self, curves: pd.DataFrame):
-        """The optimal-n law over the fitted runs (no bootstrap: the chart draws the point estimate), or None."""
+        """The optimal-n law over the fitted runs (no bootstrap: the chart draws the point estimate), or None;
+        refitted at most every LAW_EVERY_S while records arrive (its multi-start fit is most of a rebuild)."""
         from rlscale.fitting.optimal_n import fit_optimal_rollouts
 
-        usable = fitted(curves) if len(curves) else curves
         key = tuple(entry[0] for entry in self._fits.values())
-        if self._law[0] != key:
-            law = None
-            if len(usable) and usable["rollouts"].nunique() >= 2:
-                try:
-                    law = fit_optimal_rollouts(usable, bootstrap=0)
-                except ValueError:  # no frontier yet: every run still near its start
-                    law = None
-            self._law = (key, law)
-        return self._law[1]
+        if self._law[0] == key:
+            self._law_due = None
+            return self._law[1]
+        now = time.monotonic()
+        if self._law[0] is not None and now < self._law_when + LAW_EVERY_S:
+            self._law_due = self._law_when + LAW_EVERY_S  # refresh() rebuilds then, records or not
+            return self._law[1]
+        usable = fitted(curves) if len(curves) else curves
+        law = None
+        if len(usable) and usable["rollouts"].nunique() >= 2:
+            try:
+                law = fit_optimal_rollouts(usable, bootstrap=0)
+            except ValueError:  # no frontier yet: every run still near its start
+                law = None
+        self._law, self._law_when, self._law_due = (key, law), now, None
+        self._law_fits += 1
+        return law
 
     def _cached_decision(self, store, typed, runs) -> dict | None:
         """The last decision worked out; a new one is started when the runs' statuses moved since."""
