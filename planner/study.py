@@ -142,6 +142,20 @@ class Fit(_Strict):
                           "unset: record_breaking for isocompute studies, all otherwise")
 
 
+class Setup(_Strict):
+    """The user's own verl or TRL setup the study starts from (planner/frameworks/setup.py); paths are relative to
+    the study file. rlscale changes in it only the study's axes and what each run must own."""
+
+    config: str | None = Field(None, description="verl: a verl YAML config; trl: the YAML `trl grpo --config` reads")
+    overrides: list[str] = Field(default_factory=list, description="verl: Hydra overrides, as on verl's command line")
+    overrides_file: str | None = Field(None, description="verl: a file of Hydra overrides (e.g. a launch script's)")
+    keep: list[str] = Field(default_factory=list, description="keys the study changes where the user's value wins")
+    replace: list[str] = Field(default_factory=list, description="keys the user's files set that the study changes")
+    reward_metric: str | None = Field(None, min_length=1, max_length=200, description=(
+        "the logged metric that is the study's reward; default verl: val-core/<data_source>/reward/mean@<n>, "
+        "trl: eval_reward (the reward on the held-out split)"))
+
+
 class Study(_Strict):
     """A study file. `recipe` is the base every run starts from; `parameters` are the axes."""
 
@@ -163,6 +177,7 @@ class Study(_Strict):
     max_concurrent: int | None = Field(None, ge=1, description=(
         "runs in flight at once (rlscale sweep --max-concurrent overrides it); None: as many as the cluster's free "
         "devices admit"))
+    setup: Setup | None = Field(None, description="start from the user's own verl or TRL setup (engine verl or trl)")
     _file: str | None = PrivateAttr(None)  # the YAML file it was read from, for messages
     extend: float = Field(1.0, ge=1, le=1000, allow_inf_nan=False, description=(
         "multiply each run's planned compute (and steps) by this; the runs keep their identities, so finished ones "
@@ -269,6 +284,7 @@ def _problems(study: Study):
     if study.max_batch is not None and method not in ("grid", "isocompute"):
         yield ("max_batch",), f"only for methods grid and isocompute, not {method}"
     yield from _model_axis_problems(study)
+    yield from _setup_problems(study)
     if study.compute is not None and "steps" in study.recipe.model_fields_set:
         yield ("recipe", "steps"), "steps are set by compute.budget; remove one of the two"
     yield from _recipe_problems(study.recipe.verifier, ("recipe", "verifier"))
@@ -305,6 +321,26 @@ def _problems(study: Study):
                 yield from _value_problems(base, key, value, path)
                 if value == base[RECIPE_KEYS[key]]:
                     yield path, f"{value!r} is already the base recipe's value; this run would change nothing"
+
+
+def _setup_problems(study: Study):
+    """A setup block names files its engine reads, and the engine is fixed for the study."""
+    setup, engine = study.setup, study.recipe.engine
+    if setup is None:
+        return
+    if engine not in ("verl", "trl"):
+        yield ("setup",), f"a setup is a verl or TRL one: expected recipe.engine verl or trl, got {engine}"
+    elif engine == "trl" and setup.config is None:
+        yield ("setup", "config"), "required for engine trl: the YAML `trl grpo --config FILE` reads"
+    elif engine == "trl" and (setup.overrides or setup.overrides_file):
+        yield ("setup", "overrides"), "engine trl takes its keys from setup.config only"
+    elif engine == "verl" and not (setup.config or setup.overrides or setup.overrides_file):
+        yield ("setup",), "engine verl needs setup.config, setup.overrides or setup.overrides_file"
+    if "engine" in study.parameters:
+        yield ("parameters", "engine"), "a study with a setup runs one engine"
+    both = set(setup.keep) & set(setup.replace)
+    if both:
+        yield ("setup", "keep"), f"{sorted(both)[0]} is in both keep and replace"
 
 
 def _model_axis_problems(study: Study):
@@ -371,12 +407,43 @@ def load_study(path: str | Path) -> Study:
     data.setdefault("name", Path(path).stem)
     study = parse_study(data, file=str(path))
     study._file = str(path)
+    if study.setup is not None:
+        study = _with_setup(study, Path(path).parent)
     from rlscale.planner.profiles import load_profile
 
     if study.compute is not None and study.compute.profile is not None:
         load_profile(study.compute.profile, field="compute.profile", file=str(path))
     for name, size in study.models.items():
         load_profile(size.profile, field=f"models.{name}.profile", file=str(path))
+    return study
+
+
+def _with_setup(study: Study, folder: Path) -> Study:
+    """The study with its setup's paths made absolute (from the study file's folder) and its recipe filled in from
+    the user's keys where the study's recipe block does not set a field; UserError for a conflict between the two
+    (planner/frameworks/setup.py)."""
+    from rlscale.planner.frameworks.setup import check_study_setup, recipe_from_setup, study_setup
+
+    block = study.setup
+    paths = {key: str((folder / value).resolve()) for key in ("config", "overrides_file")
+             if (value := getattr(block, key)) is not None}
+    shown = study.file
+    study = study.model_copy(update={"setup": block.model_copy(update=paths)})
+    study._file = shown
+    derived = recipe_from_setup(study_setup(study))
+    explicit = study.recipe.model_dump(by_alias=True, exclude_unset=True)
+    if study.compute is None and "steps" not in explicit and derived.get("max_steps"):
+        derived["steps"] = derived["max_steps"]
+    derived.pop("max_steps", None)
+    try:
+        recipe = Recipe.model_validate({**derived, **explicit})
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise UserError(f"{first['msg']} (from your setup's {'.'.join(map(str, first['loc']))})", file=shown,
+                        field="setup") from None
+    study = study.model_copy(update={"recipe": recipe})
+    study._file = shown
+    check_study_setup(study, [run.recipe for run in planned_runs(study)])
     return study
 
 

@@ -114,6 +114,45 @@ def trl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mapping
     return m
 
 
+# a user's own TRL setup (rlscale.planner.frameworks.setup): the recipe fields its GRPOConfig keys say, and the keys
+# each job of a run sets itself (its stop, checkpoints, logging cadence, seed, run name)
+RECIPE_FROM_KEYS = {
+    "rollouts": "num_generations",
+    "model": "model_name_or_path",
+    "max_new_tokens": "max_completion_length",
+    "lr": "learning_rate",
+    "temperature": "temperature",
+    "kl_coef": "beta",
+    "entropy_coef": "entropy_coef",
+}
+RUN_KEYS = frozenset({"max_steps", "output_dir", "save_strategy", "save_steps", "logging_steps", "seed", "run_name",
+                      "disable_tqdm", "eval_strategy"})
+
+
+def recipe_from_keys(keys: dict) -> dict:
+    """The recipe fields a user's GRPOConfig keys say (only those they set): rollouts, prompts per batch (the
+    generation batch over num_generations, on one process), model, lengths, lr (unscaled), temperature, KL."""
+    out = {field: keys[key] for field, key in RECIPE_FROM_KEYS.items() if keys.get(key) is not None}
+    batch = keys.get("generation_batch_size")
+    if batch is None and keys.get("per_device_train_batch_size") is not None:
+        per_generation = keys.get("steps_per_generation") or keys.get("gradient_accumulation_steps") or 1
+        batch = keys["per_device_train_batch_size"] * per_generation
+    if batch is not None and out.get("rollouts"):
+        out["prompts_per_batch"] = max(1, int(batch) // int(out["rollouts"]))
+    if "lr" in out:
+        out["lr_scaling"] = "none"
+    if keys.get("max_steps") is not None and keys["max_steps"] > 0:
+        out["max_steps"] = keys["max_steps"]
+    out["async"] = "sync"  # GRPOTrainer generates and trains in turn
+    return out
+
+
+def axis_values(recipe: Recipe) -> dict:
+    """The recipe's GRPOConfig keys that carry its meaning, with the generation batch (B_p x n completions) that
+    TRL derives from the layout keys otherwise."""
+    return {**trl_mapping(recipe).recipe, "generation_batch_size": recipe.total_batch}
+
+
 def render(recipe: Recipe, deployment: Deployment, header: list[str], run_keys: dict | None = None) -> str:
     """GRPOConfig fields as one flat YAML mapping: the recipe's keys, then the deployment's; `run_keys` (the trl
     engine's output_dir, checkpoints and logging for one run) last, replacing the deployment's placeholders."""

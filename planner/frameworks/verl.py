@@ -145,6 +145,48 @@ def verl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mappin
     return m
 
 
+# a user's own verl setup (rlscale.planner.frameworks.setup): the recipe fields its keys say, and the keys each job of
+# a run sets itself (the segment's stop, checkpoints, resume, validation cadence, devices, seeds, loggers)
+RECIPE_FROM_KEYS = {
+    "prompts_per_batch": "data.train_batch_size",
+    "rollouts": f"{ROLLOUT}.n",
+    "model": "actor_rollout_ref.model.path",
+    "max_new_tokens": "data.max_response_length",
+    "lr": f"{ACTOR}.optim.lr",
+    "temperature": f"{ROLLOUT}.temperature",
+    "entropy_coef": f"{ACTOR}.entropy_coeff",
+    "eval_samples": f"{ROLLOUT}.val_kwargs.n",
+}
+RUN_KEYS = frozenset({
+    "trainer.total_training_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.resume_mode",
+    "trainer.resume_from_path", "trainer.default_local_dir", "trainer.del_local_ckpt_after_load",
+    f"{ACTOR}.checkpoint.async_save", "trainer.val_before_train", "trainer.test_freq", "trainer.nnodes",
+    "trainer.n_gpus_per_node", f"{ROLLOUT}.nnodes", f"{ROLLOUT}.n_gpus_per_node", "data.seed",
+    f"{ACTOR}.data_loader_seed", f"{ACTOR}.fsdp_config.seed", "actor_rollout_ref.ref.fsdp_config.seed",
+    f"{ROLLOUT}.seed", "trainer.logger", "trainer.project_name", "trainer.experiment_name",
+})
+
+
+def recipe_from_keys(keys: dict) -> dict:
+    """The recipe fields a user's verl keys say (only those they set): batch, rollouts, model, lengths, lr (unscaled:
+    the user's lr is the lr), temperature, entropy, validation samples; KL when it is a loss term."""
+    out = {field: keys[key] for field, key in RECIPE_FROM_KEYS.items() if keys.get(key) is not None}
+    if keys.get(f"{ACTOR}.use_kl_loss") and keys.get(f"{ACTOR}.kl_loss_coef") is not None:
+        out["kl_coef"] = keys[f"{ACTOR}.kl_loss_coef"]
+    if "lr" in out:
+        out["lr_scaling"] = "none"
+    if keys.get("trainer.total_training_steps") is not None:
+        out["max_steps"] = keys["trainer.total_training_steps"]
+    mode = keys.get("trainer.v1.trainer_mode")
+    out["async"] = "pipeline" if mode == "separate_async" else "sync"
+    return out
+
+
+def axis_values(recipe: Recipe) -> dict:
+    """The recipe's verl keys that carry its meaning (the mapping's recipe part; layout keys are the user's)."""
+    return verl_mapping(recipe).recipe
+
+
 def hydra_value(value) -> str:
     """A Python value in Hydra's override grammar (strings quoted, so paths with any character stay one value)."""
     if value is None:

@@ -1,0 +1,254 @@
+"""The user's own verl or TRL setup as the base of a study (the study's `setup:` block).
+
+A team that trains with verl or TRL keeps its config, data, rewards and trackers; rlscale changes only what it
+must own. This module is the planner's half of that, with no framework installed: it reads the files as the keys
+they set (verl: a YAML config and Hydra overrides; TRL: the YAML `trl grpo --config FILE` reads), the recipe
+values those keys say (so plans price the user's own batch), and the keys the study's axes change, found through
+the one export mapping (rlscale.planner.frameworks.verl / .trl): a key whose mapped value differs between the
+study's runs is the study's. A key the study changes that the user's files also set is a conflict, unless the
+study says whose value wins (`keep`: the user's; `replace`: the study's). The frameworks' own parsers check the
+result in the runner (TRL's TrlParser) and in CI (verl's Hydra config).
+"""
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlscale.base.errors import UserError
+from rlscale.planner.loading import StrictLoader, load_yaml_mapping
+
+# verl YAML keys that are Hydra's own, not the trainer's config
+HYDRA_KEYS = ("defaults", "hydra")
+
+
+@dataclass(frozen=True)
+class UserSetup:
+    """What the user's files set: `keys` in the framework's own names (verl: dotted Hydra keys; TRL: GRPOConfig
+    and script fields), each with the file that sets it (`source`). verl overrides keep their order in
+    `overrides`; a TRL file's `env:` block is kept apart in `env` (the job's environment, not the driver's)."""
+
+    framework: str
+    keys: dict[str, Any]
+    source: dict[str, str]
+    config_file: str | None = None
+    overrides: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+    def sets(self, key: str) -> bool:
+        return key in self.keys
+
+
+@dataclass(frozen=True)
+class Change:
+    """One key rlscale sets in the user's config for a run: `before` is the user's value (None: not set there),
+    `after` rlscale's (None: removed), `why` the study's reason in a few words (an axis, the compute stop, ...)."""
+
+    key: str
+    before: Any
+    after: Any
+    why: str
+
+    def line(self) -> str:
+        """`~ key: before -> after  (why)`; `+` for a key the user did not set, `-` for one rlscale removes."""
+        if self.after is None:
+            return f"- {self.key}: {_shown(self.before)}  ({self.why})"
+        if self.before is None:
+            return f"+ {self.key}: {_shown(self.after)}  ({self.why})"
+        return f"~ {self.key}: {_shown(self.before)} -> {_shown(self.after)}  ({self.why})"
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "before": self.before, "after": self.after, "why": self.why}
+
+
+def _shown(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    return text.removesuffix("\n...").removesuffix(" ...")
+
+
+# reading the files ---------------------------------------------------------------------------------------------
+
+def read_setup(framework: str, *, config: str | None, overrides: list[str], overrides_file: str | None,
+               study_file: str | None) -> UserSetup:
+    """The keys the user's files set. verl: the YAML config's leaves (dotted), then the overrides file's, then the
+    study's `overrides` (later ones win, as on verl's command line); TRL: the YAML's keys. UserError naming the
+    file for a file that is missing, not YAML, or holds something that is not an override."""
+    keys: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    env: dict[str, str] = {}
+    if config is not None:
+        data = load_yaml_mapping(config)
+        if framework == "trl":
+            env = {str(k): str(v) for k, v in (data.pop("env", None) or {}).items()}
+            leaves = {str(key): value for key, value in data.items()}
+        else:
+            leaves = dict(_flatten({k: v for k, v in data.items() if k not in HYDRA_KEYS}))
+        keys.update(leaves)
+        source.update(dict.fromkeys(leaves, config))
+    words: list[tuple[str, str]] = []
+    if overrides_file is not None:
+        words += [(word, overrides_file) for word in override_words(overrides_file)]
+    words += [(word, study_file or "the study") for word in overrides]
+    for word, origin in words:
+        key, value = parse_override(word, file=origin)
+        if value is _DELETE:
+            keys.pop(key, None)
+            source.pop(key, None)
+        else:
+            keys[key], source[key] = value, origin
+    return UserSetup(framework, keys, source, config_file=config, overrides=tuple(word for word, _ in words), env=env)
+
+
+def override_words(path: str) -> list[str]:
+    """The Hydra overrides in a file as the shell would pass them: one or many a line, `\\` continuations,
+    `#` comments; a leading `python3 -m verl.trainer.main_ppo` (a copied launch line) is skipped."""
+    file = Path(path)
+    if not file.is_file():
+        raise UserError("file not found", file=path)
+    try:
+        words = shlex.split(file.read_text().replace("\\\n", " "), comments=True)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UserError(f"not a list of Hydra overrides ({err})", file=path) from None
+    while words and "=" not in words[0] and not words[0].startswith("~"):
+        words.pop(0)  # python3 -m verl.trainer.main_ppo
+    return words
+
+
+_DELETE = object()
+
+
+def parse_override(word: str, *, file: str) -> tuple[str, Any]:
+    """(key, value) of one Hydra override `key=value`, `+key=value`, `++key=value` or `~key` (value _DELETE);
+    the value read as YAML 1.2 (as Hydra reads the values configs hold: numbers such as 1e-6, true/false, null,
+    quoted strings, [lists])."""
+    if word.startswith("~"):
+        return word[1:].split("=", 1)[0], _DELETE
+    key, sep, text = word.lstrip("+").partition("=")
+    if not sep or not key or any(c.isspace() for c in key):
+        raise UserError(f"expected a Hydra override key=value, got {word[:80]!r}", file=file)
+    try:
+        value = yaml.load(text, Loader=StrictLoader) if text.strip() else ""  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError:
+        value = text  # Hydra reads what YAML cannot (e.g. a bare interpolation) as a string
+    return key, value
+
+
+def _flatten(data: dict, prefix: str = ""):
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            yield from _flatten(value, dotted + ".")
+        else:
+            yield dotted, value
+
+
+# what the study changes ----------------------------------------------------------------------------------------
+
+def axis_keys(recipes: list, mapping, *, owned: set[str]) -> dict[str, str]:
+    """The framework keys the study's runs set differently (key -> the recipe fields behind them), through
+    `mapping(recipe) -> {key: value}`; keys in `owned` (rlscale's run keys: steps, seeds, ...) are left out."""
+    values = [mapping(recipe) for recipe in recipes]
+    fields = _fields_that_vary(recipes)
+    keys = {}
+    for key in sorted(set().union(*values)):
+        seen = {repr(entry.get(key)) for entry in values}
+        if len(seen) > 1 and key not in owned:
+            keys[key] = ", ".join(fields) or "the study"
+    return keys
+
+
+def _fields_that_vary(recipes: list) -> list[str]:
+    dumps = [recipe.to_json() for recipe in recipes]
+    return [key for key in dumps[0] if key not in ("steps", "seed") and len({repr(d[key]) for d in dumps}) > 1]
+
+
+def check_conflicts(setup: UserSetup, changed: dict[str, str], *, keep: list[str], replace: list[str],
+                    study_file: str | None) -> None:
+    """UserError (one line, naming the file and the key) for a key the study changes that the user's files also
+    set, unless `keep` or `replace` names it; and for a keep/replace entry that names no such key (a typo)."""
+    for name, entries in (("keep", keep), ("replace", replace)):
+        for key in entries:
+            if key not in changed:
+                raise UserError(f"{key} is not a key the study changes (it changes: {', '.join(changed) or 'none'})",
+                                file=study_file, field=f"setup.{name}")
+    for key, why in changed.items():
+        if setup.sets(key) and key not in keep and key not in replace:
+            raise UserError(f"set here and varied by the study ({why}); remove it, or name it in the study's "
+                            "setup.keep (your value wins) or setup.replace (the study's wins)",
+                            file=setup.source[key], field=key)
+
+
+# the study's setup -----------------------------------------------------------------------------------------------
+
+def _framework(name: str):
+    from rlscale.planner.frameworks import trl, verl
+
+    return {"verl": verl, "trl": trl}[name]
+
+
+def study_setup(study) -> UserSetup:
+    """The user's setup a study (rlscale.planner.study.Study with a `setup` block) starts from."""
+    block = study.setup
+    return read_setup(study.recipe.engine, config=block.config, overrides=list(block.overrides),
+                      overrides_file=block.overrides_file, study_file=study.file)
+
+
+def recipe_from_setup(setup: UserSetup) -> dict:
+    """The recipe fields the user's keys say (rlscale.planner.frameworks.verl/trl.recipe_from_keys)."""
+    return _framework(setup.framework).recipe_from_keys(setup.keys)
+
+
+def changed_keys(study, recipes: list) -> dict[str, str]:
+    """The framework keys the study's runs (`recipes`) set differently: key -> the recipe fields behind them. TRL:
+    a user's steps_per_generation goes when the study sets the generation batch (TRL takes one of the two)."""
+    module = _framework(study.recipe.engine)
+    changed = axis_keys(recipes, module.axis_values, owned=set(module.RUN_KEYS))
+    if study.recipe.engine == "trl" and "generation_batch_size" in changed:
+        changed["steps_per_generation"] = changed["generation_batch_size"]
+    return changed
+
+
+def check_study_setup(study, recipes: list) -> dict[str, str]:
+    """The keys the study changes, after checking them against the user's files (check_conflicts)."""
+    changed = changed_keys(study, recipes)
+    check_conflicts(study_setup(study), changed, keep=list(study.setup.keep), replace=list(study.setup.replace),
+                    study_file=study.file)
+    return changed
+
+
+@dataclass(frozen=True)
+class SetupPlan:
+    """What every job of a setup study applies (engines get it as their `setup` option): the user's setup, the
+    keys the study changes (key -> the recipe fields behind them), those where the user's value wins (`keep`),
+    the logged metric that is the study's reward (None: the engine's default) and the study's name (the trackers
+    group runs by it)."""
+
+    setup: UserSetup
+    changed: dict[str, str]
+    keep: tuple[str, ...]
+    reward_metric: str | None
+    study: str
+
+    def values(self, recipe) -> dict[str, Any]:
+        """The values the study gives its changed keys in `recipe`'s run (None: the key goes); kept keys left out."""
+        values = _framework(self.setup.framework).axis_values(recipe)
+        return {key: (None if key == "steps_per_generation" else values.get(key)) for key in self.changed
+                if key not in self.keep}
+
+    def changes(self, recipe) -> list[Change]:
+        """The study's changes to the user's keys in `recipe`'s run, for the dry-run's diff."""
+        values = self.values(recipe)
+        return [Change(key, self.setup.keys.get(key), values[key], f"axis {self.changed[key]}") for key in values
+                if repr(values[key]) != repr(self.setup.keys.get(key))]
+
+
+def setup_plan(study) -> SetupPlan | None:
+    """The SetupPlan of a study loaded from its file (load_study checked it), or None without a setup."""
+    if study.setup is None:
+        return None
+    from rlscale.planner.study import planned_runs
+
+    changed = changed_keys(study, [run.recipe for run in planned_runs(study)])
+    return SetupPlan(study_setup(study), changed, tuple(study.setup.keep), study.setup.reward_metric, study.name)

@@ -1,0 +1,134 @@
+"""A study that starts from the user's own verl or TRL setup: the keys their files set, the recipe those keys say,
+the keys the study's axes change, and the one-line refusal when both set the same key (planner/frameworks/setup.py).
+The frameworks' own parsers check the composed configs in test_setup_verl.py and test_setup_trl.py."""
+
+import json
+
+import pytest
+import yaml
+
+from rlscale.planner.frameworks.setup import parse_override, read_setup, setup_plan
+from rlscale.planner.study import load_study, planned_runs
+
+# verl's GSM8K GRPO example as its users launch it (examples/grpo_trainer/run_qwen3_4b_fsdp.sh, trimmed)
+VERL_ARGS = """# our GSM8K run
+python3 -m verl.trainer.main_ppo \\
+    algorithm.adv_estimator=grpo \\
+    data.train_files=/data/gsm8k/train.parquet data.val_files=/data/gsm8k/test.parquet \\
+    data.train_batch_size=512 \\
+    data.max_response_length=1024 \\
+    actor_rollout_ref.model.path=Qwen/Qwen3-4B \\
+    actor_rollout_ref.model.enable_gradient_checkpointing=True \\
+    actor_rollout_ref.actor.optim.lr=1e-6 \\
+    actor_rollout_ref.actor.ppo_mini_batch_size=256 \\
+    actor_rollout_ref.actor.fsdp_config.param_offload=True \\
+    actor_rollout_ref.rollout.tensor_model_parallel_size=2 \\
+    actor_rollout_ref.rollout.n=5 \\
+    trainer.logger='["console","wandb"]' \\
+    trainer.n_gpus_per_node=8 trainer.nnodes=1
+"""
+
+TRL_CONFIG = {"model_name_or_path": "/models/Qwen3-0.6B", "dataset_name": "/data/gsm8k", "learning_rate": 1e-6,
+              "num_generations": 8, "per_device_train_batch_size": 16, "gradient_accumulation_steps": 4,
+              "max_completion_length": 512, "reward_funcs": ["my_rewards.correct"], "report_to": ["mlflow"],
+              "bf16": False, "use_cpu": True, "env": {"MY_FLAG": "1"}}
+
+
+def verl_study(tmp_path, parameters: dict, **setup) -> object:
+    (tmp_path / "gsm8k.args").write_text(VERL_ARGS)
+    study = {"name": "mine", "method": "isocompute", "seeds": 1,
+             "compute": {"unit": "gpu_hours", "budget": 200, "profile": "scalerl-8b"},
+             "parameters": {key: {"values": values} for key, values in parameters.items()},
+             "recipe": {"engine": "verl", "trainer_devices": 8},
+             "setup": {"overrides_file": "gsm8k.args", **setup}}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    return tmp_path / "study.yaml"
+
+
+def test_a_launch_script_is_read_as_the_overrides_verl_would_receive(tmp_path):
+    (tmp_path / "gsm8k.args").write_text(VERL_ARGS)
+    setup = read_setup("verl", config=None, overrides=["trainer.nnodes=2"], overrides_file=str(tmp_path / "gsm8k.args"),
+                       study_file="study.yaml")
+    assert setup.keys["data.train_batch_size"] == 512 and setup.keys["actor_rollout_ref.rollout.n"] == 5
+    assert setup.keys["trainer.logger"] == ["console", "wandb"]  # the shell's quotes gone, Hydra's list read
+    assert setup.keys["actor_rollout_ref.actor.optim.lr"] == 1e-6
+    assert setup.keys["trainer.nnodes"] == 2 and setup.source["trainer.nnodes"] == "study.yaml"  # the study's last
+    assert setup.overrides[0] == "algorithm.adv_estimator=grpo" and len(setup.overrides) == 16
+
+
+def test_overrides_in_hydras_forms():
+    assert parse_override("+trainer.extra=3", file="f") == ("trainer.extra", 3)
+    assert parse_override("trainer.project_name=my run", file="f") == ("trainer.project_name", "my run")
+    assert parse_override("data.train_files=['/a.parquet','/b.parquet']", file="f")[1] == ["/a.parquet", "/b.parquet"]
+    assert parse_override("~trainer.logger", file="f")[0] == "trainer.logger"
+
+
+def test_the_recipe_takes_the_users_batch_and_the_study_its_axes(tmp_path):
+    study = load_study(verl_study(tmp_path, {"rollouts": [4, 8]}, replace=["actor_rollout_ref.rollout.n"]))
+    assert study.recipe.prompts_per_batch == 512 and study.recipe.model == "Qwen/Qwen3-4B"
+    assert study.recipe.lr == 1e-6 and study.recipe.lr_scaling == "none" and study.recipe.max_new_tokens == 1024
+    plan = setup_plan(study)
+    assert plan.changed == {"actor_rollout_ref.rollout.n": "rollouts"}  # nothing else of the user's changes
+    runs = planned_runs(study)
+    assert [plan.values(run.recipe) for run in runs] == [{"actor_rollout_ref.rollout.n": 4},
+                                                          {"actor_rollout_ref.rollout.n": 8}]
+    assert [change.line() for change in plan.changes(runs[0].recipe)] == [
+        "~ actor_rollout_ref.rollout.n: 5 -> 4  (axis rollouts)"]
+
+
+def test_a_key_the_study_varies_and_the_users_files_set_exits_2_naming_both(tmp_path, cli):
+    study = verl_study(tmp_path, {"prompts_per_batch": [256, 512]})
+    code, out, err = cli("plan", study)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "gsm8k.args: actor_rollout_ref.actor.ppo_mini_batch_size" in err or "gsm8k.args: data.train_batch_size" in err
+    assert "prompts_per_batch" in err and "setup.keep" in err
+    # both batch keys named: the users' mini-batch (one update per batch of 256 prompts at most) wins; the batch moves
+    study = verl_study(tmp_path, {"prompts_per_batch": [256, 512]}, keep=["actor_rollout_ref.actor.ppo_mini_batch_size"],
+                       replace=["data.train_batch_size"])
+    code, out, err = cli("plan", study, "--json")
+    assert code == 0, err
+    plan = setup_plan(load_study(study))
+    assert [plan.values(run.recipe) for run in planned_runs(load_study(study))] == [
+        {"data.train_batch_size": 256}, {"data.train_batch_size": 512}]
+
+
+def test_keep_or_replace_naming_a_key_the_study_does_not_change_is_a_typo(tmp_path, cli):
+    study = verl_study(tmp_path, {"rollouts": [4, 8]}, replace=["actor_rollout_ref.rollout.n",
+                                                                  "actor_rollout_ref.rollout.nn"])
+    code, out, err = cli("plan", study)
+    assert code == 2 and "setup.replace" in err and "actor_rollout_ref.rollout.nn" in err
+
+
+def test_a_trl_config_gives_the_batch_trl_would_generate(tmp_path):
+    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(TRL_CONFIG))
+    study = {"name": "t", "method": "grid", "parameters": {"rollouts": {"values": [4, 8]}},
+             "recipe": {"engine": "trl"}, "setup": {"config": "grpo.yaml", "replace": ["num_generations"]}}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(study))
+    loaded = load_study(tmp_path / "t.yaml")
+    # 16 completions per device x 4 accumulation steps = 64 per generation batch, 8 per prompt
+    assert loaded.recipe.prompts_per_batch == 8 and loaded.recipe.model == "/models/Qwen3-0.6B"
+    plan = setup_plan(loaded)
+    assert plan.setup.env == {"MY_FLAG": "1"} and "env" not in plan.setup.keys  # the job's, not the driver's
+    # the study sets the generation batch, so TRL's other way to give it goes
+    assert set(plan.changed) == {"num_generations", "generation_batch_size", "steps_per_generation"}
+    run = planned_runs(loaded)[1]
+    assert plan.values(run.recipe) == {"num_generations": 8, "generation_batch_size": 64, "steps_per_generation": None}
+
+
+@pytest.mark.parametrize("block, message", [
+    ({"config": "missing.yaml"}, "file not found"),
+    ({}, "setup.config"),
+])
+def test_a_trl_setup_without_its_file_exits_2(tmp_path, cli, block, message):
+    study = {"name": "t", "method": "grid", "parameters": {"rollouts": {"values": [4]}}, "recipe": {"engine": "trl"},
+             "setup": block}
+    (tmp_path / "t.yaml").write_text(json.dumps(study))
+    code, out, err = cli("plan", tmp_path / "t.yaml")
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_setup_needs_a_framework_engine(tmp_path, cli):
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"name": "t", "method": "grid", "parameters": {
+        "rollouts": {"values": [4]}}, "setup": {"overrides": ["data.train_batch_size=8"]}}))
+    code, out, err = cli("plan", tmp_path / "t.yaml")
+    assert code == 2 and "setup" in err and "engine" in err
