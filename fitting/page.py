@@ -2,8 +2,8 @@
 
 The page opens with the decision, then the runs (in flight, queued, done, stopped) with their fits, each run's
 reward-vs-compute curve with its fitted sigmoid and band, the frontier and the optimal-n law, the early-termination
-state, and whatever further evidence the caller has (tables, figures, notes). Every name and every word that comes
-from data is escaped here; page.js inserts only HTML made here and draws names with textContent.
+state, and whatever further evidence the caller has (the report's tables, figures and notes). Every name and every
+word that comes from data is escaped here; page.js inserts only HTML made here and draws names with textContent.
 
 report.html inlines the styles, uPlot and page.js (one file, nothing fetched); the dashboard links them from its
 /assets/ route and polls for the live sections (`live_sections`) and charts (`chart_data`).
@@ -36,29 +36,17 @@ RUN_COLUMNS = [("run", "run"), ("status", "status"), ("note", "holds / note"), (
 
 
 @dataclass
-class Table:
-    """A further table of evidence (the report's leave-one-out, variants, backtest, sizes), cells as text."""
-
-    id: str
-    title: str
-    header: list[str]
-    rows: list[list[str]]
-    classes: list[str] | None = None  # a CSS class per row ("beyond", "unidentified", "")
-    note: str = ""
-    lines: list[str] = field(default_factory=list)  # sentences under the table
-
-
-@dataclass
 class StudyPage:
     """Everything the study page shows, as plain data.
 
-    decision: {verdict ("decided" or "not yet"), lines: the decision as the terminal prints it (fitting.wording's
-    decision_lines: sentences, "- " bullets, "  rlscale ..." commands)}. runs: one dict per run with any of run,
-    status, note, step, compute, planned, reward, A, A_lo, A_hi, B, C_mid, R0, r2, n_points, identified, reason,
-    color (palette slot). flight: {running: [[run, holds]],
-    queued: int, counts: {status: n}} (live only). stopped: [{run, reason}] or None where statuses are unknown.
-    curves / frontier: fitting/page_charts.py's chart data. law: RolloutsLaw.to_dict(). figures: name -> PNG
-    data URI, static charts for what has no chart data (curves and optimal_n take their slots).
+    decision: {verdict ("decided" or "not yet"), lines: the decision as the terminal prints it
+    (fitting.wording's decision_lines: sentences, "- " bullets, "  rlscale ..." commands), recipe: YAML or absent}.
+    runs: one dict per run with any of run, status, note, step, compute, planned, reward, A, A_lo, A_hi, B, C_mid,
+    R0, r2, n_points, identified, reason, color (palette slot). flight: {running: [[run, holds]], queued: int,
+    counts: {status: n}} (live only). stopped: [{run, reason}] or None where statuses are unknown.
+    curves / frontier: fitting/page_charts.py's chart data. law: RolloutsLaw.to_dict(). sections: further evidence
+    as (title, blocks) (fitting.report_text.report_sections): a block is ("p", text), ("bullets", [text]),
+    ("code", text), ("table", header, rows, row classes or None) or ("img", name, PNG path).
     """
 
     study: str
@@ -74,9 +62,23 @@ class StudyPage:
     curves: dict | None = None
     frontier: dict | None = None
     law: dict | None = None
-    tables: list[Table] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    figures: dict[str, str] = field(default_factory=dict)
+    sections: list[tuple] = field(default_factory=list)
+
+
+def report_page(report, sections: list[tuple]) -> StudyPage:
+    """The study page of a report (fitting.report.Report) and its sections (fitting.report_text.report_sections):
+    the decision in the page's own block, then every other section as the report has it."""
+    import yaml
+
+    decision = None
+    if report.decision_lines:
+        recipe = getattr(report.decision, "recipe", None)
+        decision = {"verdict": "decided" if report.decision_lines[0].startswith("decided") else "not yet",
+                    "lines": list(report.decision_lines),
+                    "recipe": yaml.safe_dump(recipe, sort_keys=False).strip() if recipe else None}
+    return StudyPage(study=report.study, method=report.method, unit=report.unit, description=report.description,
+                     fitted_on=report.fitted_on, decision=decision,
+                     sections=[(title, blocks) for title, blocks in sections if title != "Decision"])
 
 
 def esc(value) -> str:
@@ -131,24 +133,18 @@ def render_study_page(page: StudyPage, *, live_url: str | None = None, stamp: st
         body.append(f'<section id="decision" class="decision">{sections["decision"]}</section>')
     if page.flight is not None or live_url:
         body.append(f'<section id="flight">{sections["flight"]}</section>')
-    body.append(f'<section id="runs">{sections["runs"]}</section>')
-    body.append(_chart_section("curves", "Reward vs compute", page.curves, page.figures.get("curves"),
-                               "points: evaluations; line: fitted sigmoid (dashed past the run's last compute); "
-                               "band: 95% interval of the fit"))
-    if page.law is not None or page.frontier is not None or "optimal_n" in page.figures or live_url:
-        body.append(_chart_section("frontier", "Frontier and optimal-n law", page.frontier,
-                                   page.figures.get("optimal_n"), "steps: the frontier's n*; line: the law "
+    if page.runs or live_url:
+        body.append(f'<section id="runs">{sections["runs"]}</section>')
+    if page.curves is not None or live_url:
+        body.append(_chart_section("curves", "Reward vs compute", "points: evaluations; line: fitted sigmoid (dashed "
+                                   "past the run's last compute); band: 95% interval of the fit"))
+    if page.frontier is not None or live_url:
+        body.append(_chart_section("frontier", "Frontier and optimal-n law", "steps: the frontier's n*; line: the law "
                                    "(dashed: extrapolated)", f'<div id="law">{sections["law"]}</div>'))
     if page.stopped is not None or live_url:
         body.append(f'<section id="stopped">{sections["stopped"]}</section>')
-    body += [_table(table) for table in page.tables]
-    if page.notes:
-        body.append("<section><h2>Notes</h2>" + "".join(f'<p class="note">{esc(n)}</p>' for n in page.notes)
-                    + "</section>")
-    for name, uri in page.figures.items():
-        if name not in ("curves", "optimal_n"):
-            body.append(f'<section><h2>{esc(name.replace("_", " "))}</h2>'
-                        f'<img alt="{esc(name)}" src="{esc(uri)}"></section>')
+    for title, blocks in page.sections:
+        body.append(f"<section><h2>{esc(title)}</h2>{''.join(_block(block) for block in blocks)}</section>")
     charts = chart_data(page)
     if any(charts.values()) or live_url:
         body.append(f'<script type="application/json" id="page-charts">{script_json(charts)}</script>')
@@ -177,31 +173,22 @@ def render_index(studies: list[dict], *, store: str = "", error: str = "") -> st
 
 def _document(title: str, body: str, attrs: str, scripts, assets_href: str | None) -> str:
     """The HTML document: assets linked (the dashboard; CSP allows only its own files) or inlined (report.html)."""
+    icon = ""
     if assets_href is not None:
+        icon = '<link rel="icon" href="data:,">'  # an empty icon: browsers ask the server for /favicon.ico otherwise
         head = "".join(f'<link rel="stylesheet" href="{esc(assets_href + name)}">' for name in _STYLES)
         tail = "".join(f'<script src="{esc(assets_href + name)}"></script>' for name in scripts)
     else:
         head = "<style>" + "\n".join(asset(name).decode() for name in _STYLES) + "</style>"
         tail = "".join(f"<script>{asset(name).decode()}</script>" for name in scripts)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
-            # an empty icon: browsers ask for /favicon.ico otherwise
-            f'<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
-            f"{head}</head>"
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">{icon}{head}</head>'
             f"<body{attrs}>{body}{tail}</body></html>\n")
 
 
-def _chart_section(name: str, title: str, chart: dict | None, figure: str | None, caption: str,
-                   extra: str = "") -> str:
-    if chart is not None:
-        # the static image stays for readers without scripts (a report opened where scripts are off)
-        shown = f'<div class="chart" id="chart-{name}"></div><p class="caption">{esc(caption)}</p>'
-        if figure:
-            shown += f'<noscript><img alt="{esc(name)}" src="{esc(figure)}"></noscript>'
-    elif figure:
-        shown = f'<img alt="{esc(name)}" src="{esc(figure)}">'
-    else:
-        shown = f'<div class="chart" id="chart-{name}"></div><p class="caption">{esc(caption)}</p>'
-    return f'<section id="section-{name}"><h2>{esc(title)}</h2>{extra}{shown}</section>'
+def _chart_section(name: str, title: str, caption: str, extra: str = "") -> str:
+    return (f'<section id="section-{name}"><h2>{esc(title)}</h2>{extra}<div class="chart" id="chart-{name}"></div>'
+            f'<p class="caption">{esc(caption)}</p></section>')
 
 
 def _decision(decision: dict | None) -> str:
@@ -226,6 +213,8 @@ def _decision(decision: dict | None) -> str:
             parts.append(f'<pre class="command"><code>{esc(line.strip())}</code></pre>')
         elif line:
             parts.append(f"<p>{esc(line)}</p>")
+    if decision.get("recipe"):
+        parts.append(f'<p>The recipe to run:</p><pre class="command"><code>{esc(decision["recipe"])}</code></pre>')
     return "".join(parts)
 
 
@@ -301,13 +290,19 @@ def _stopped(stopped: list[dict] | None, rule: str) -> str:
     return f'{title}{ruled}<ul class="stopped">{items}</ul>'
 
 
-def _table(table: Table) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in table.header)
-    body = []
-    for i, row in enumerate(table.rows):
-        cls = table.classes[i] if table.classes and table.classes[i] else ""
-        body.append(f'<tr class="{esc(cls)}">' + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
-    note = f"<p>{esc(table.note)}</p>" if table.note else ""
-    lines = "".join(f"<p>{esc(line)}</p>" for line in table.lines)
-    return (f'<section id="{esc(table.id)}"><h2>{esc(table.title)}</h2>{note}<table><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>{lines}</section>")
+def _block(block: tuple) -> str:
+    """One block of a report section (see StudyPage.sections) as HTML."""
+    kind = block[0]
+    if kind == "p":
+        return f"<p>{esc(block[1])}</p>"
+    if kind == "bullets":
+        return "<ul>" + "".join(f"<li>{esc(item)}</li>" for item in block[1]) + "</ul>"
+    if kind == "code":
+        return f'<pre class="command"><code>{esc(block[1])}</code></pre>'
+    if kind == "img":
+        return f'<img alt="{esc(block[1])}" src="{esc(png_data_uri(block[2]))}">'
+    header, rows, classes = block[1], block[2], block[3] if len(block) > 3 else None
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = [f'<tr class="{esc(classes[i] if classes and classes[i] else "")}">'
+            + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>" for i, row in enumerate(rows)]
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

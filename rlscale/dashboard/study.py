@@ -9,6 +9,7 @@ import threading
 import time
 
 import pandas as pd
+import yaml
 
 from rlscale.fitting.curves import fitted, run_curves
 from rlscale.fitting.frame import run_labels
@@ -184,7 +185,9 @@ def study_decision(store, study: str, typed, *, db: str | None = None) -> dict |
     if decision is None:
         return None
     lines = decision_lines(decision, decision.commands(db=db))
-    return {"verdict": "decided" if lines and lines[0].startswith("decided") else "not yet", "lines": lines}
+    recipe = yaml.safe_dump(decision.recipe, sort_keys=False).strip() if decision.recipe else None
+    return {"verdict": "decided" if lines and lines[0].startswith("decided") else "not yet", "lines": lines,
+            "recipe": recipe}
 
 
 def _unit(typed) -> str:
