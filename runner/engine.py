@@ -85,6 +85,16 @@ class Engine(ABC):
         """Release everything the engine holds (workers, clusters it started). Idempotent."""
 
 
+def study_engine(study, name: str, **options) -> Engine:
+    """The engine `name` for a run of `study`: a study that starts from the user's own verl or TRL setup hands the
+    engine its SetupPlan (rlscale.planner.frameworks.setup) as the `setup` option."""
+    if getattr(study, "setup", None) is not None and name in ("verl", "trl"):
+        from rlscale.planner.frameworks.setup import setup_plan
+
+        options.setdefault("setup", setup_plan(study))
+    return get_engine(name, **options)
+
+
 def get_engine(name: str = DEFAULT_ENGINE, **options) -> Engine:
     """The engine registered as `name`, made with `options`; UserError naming the known engines if there is none."""
     if name not in ENGINES:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from rlscale.planner.recipe import Recipe
-from rlscale.runner.engine import DEFAULT_ENGINE, Engine, get_engine
+from rlscale.runner.engine import DEFAULT_ENGINE, Engine, study_engine
 from rlscale.runner.sweep.pool import JobPool, devices_text
 from rlscale.runner.sweep.scheduler import RunProgress, Schedule, run_concurrently, schedule_for
 from rlscale.runner.sweep.state import FINISHED, RunState, run_name, run_states
@@ -344,8 +344,8 @@ class SweepDriver:
         name = getattr(recipe, "engine", DEFAULT_ENGINE)
         with self._engines_lock:
             if name not in self._engines:
-                self._engines[name] = get_engine(name, ray_address=self.ray_address,
-                                                 **self.engine_options.get(name, {}))
+                self._engines[name] = study_engine(self.study, name, ray_address=self.ray_address,
+                                                   **self.engine_options.get(name, {}))
             return self._engines[name]
 
     def close(self) -> None:

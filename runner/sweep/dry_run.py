@@ -1,6 +1,7 @@
 """`rlscale sweep STUDY --dry-run`: what each planned point would run, without submitting or storing anything."""
 
 from rlscale.planner.study import planned_runs
+from rlscale.runner.engine import study_engine
 from rlscale.runner.sweep.state import run_name
 
 # the store names a run's checkpoints and jobs when the sweep first registers it (SweepDriver.run_key)
@@ -12,15 +13,13 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
     and checkpoint paths (RUN_KEY standing for the run key), GPUs and cluster address; for trl the first job's
     GRPOConfig as the export writes it (with its notes) and the run's keys; for builtin the recipe."""
     several_seeds = len(study.seeds) > 1
-    out = []
+    out, engines = [], {}
     for point in planned_runs(study):
         recipe = point.recipe
         entry = {"run": run_name(point, several_seeds), "seed": point.seed, "engine": recipe.engine}
         if recipe.engine in ("verl", "trl"):
-            from rlscale.runner.engine import get_engine
-
-            engine = get_engine(recipe.engine, ray_address=ray_address,
-                                **({"shared_dir": shared_dir} if shared_dir else {}))
+            engine = engines.get(recipe.engine) or engines.setdefault(recipe.engine, study_engine(
+                study, recipe.engine, ray_address=ray_address, **({"shared_dir": shared_dir} if shared_dir else {})))
             entry.update(engine.dry_run(recipe, RUN_KEY))
         else:
             entry["recipe"] = recipe.to_json()
@@ -36,7 +35,6 @@ def admission_plan(study, *, ray_address: str | None = None, shared_dir: str | N
     sweep); submits nothing. `nodes` is None when the cluster cannot be read: admission is then decided at run time."""
     import os
 
-    from rlscale.runner.engine import get_engine
     from rlscale.runner.sweep.admission import first_wave
 
     several_seeds = len(study.seeds) > 1
@@ -48,8 +46,8 @@ def admission_plan(study, *, ray_address: str | None = None, shared_dir: str | N
             if ray_address is None:
                 nodes = [{"CPU": float(len(os.sched_getaffinity(0)))}]
         else:
-            engine = get_engine(recipe.engine, ray_address=ray_address,
-                                **({"shared_dir": shared_dir} if shared_dir else {}))
+            engine = study_engine(study, recipe.engine, ray_address=ray_address,
+                                  **({"shared_dir": shared_dir} if shared_dir else {}))
             devices = engine.devices(recipe)
             if nodes is None and ray_address is not None:
                 try:

@@ -34,6 +34,7 @@ class TrlEngine(JobsApiEngine):
     trl installed; default this one). gpus: train on the node's GPUs (vLLM colocate, bf16; written, untested here)
     instead of CPU cores (transformers' generate, float32). micro_batch: completions per forward/backward.
     env_vars: more environment for the job. poll_seconds: how often a running job's status and records are read.
+    setup: the study's SetupPlan when it starts from the user's own `trl grpo` YAML (rlscale.planner.frameworks.setup).
     """
 
     name = "trl"
@@ -41,7 +42,9 @@ class TrlEngine(JobsApiEngine):
 
     def __init__(self, *, ray_address: str | None = None, shared_dir: str | Path | None = None,
                  python: str = sys.executable, gpus: bool = False, micro_batch: int = 64,
-                 max_prompt_tokens: int = 1024, env_vars: dict | None = None, poll_seconds: float = 2.0):
+                 max_prompt_tokens: int = 1024, env_vars: dict | None = None, poll_seconds: float = 2.0,
+                 setup=None):
+        self.setup = setup  # the user's own TRL setup the study starts from (planner/frameworks/setup.SetupPlan)
         super().__init__(ray_address=ray_address, shared_dir=Path(shared_dir) if shared_dir else default_shared_dir(),
                          poll_seconds=poll_seconds)
         self.python, self.gpus = python, gpus

@@ -38,7 +38,8 @@ class VerlEngine(JobsApiEngine):
 
     shared_dir: a directory the driver and every node see (data, checkpoints, logs). python, module: the job's
     interpreter on the cluster and the module it runs (verl.trainer.main_ppo). env_vars: more environment for the
-    job. poll_seconds: how often a running job's status and log are read.
+    job. poll_seconds: how often a running job's status and log are read. setup: the study's SetupPlan when it
+    starts from the user's own verl config (rlscale.planner.frameworks.setup).
     """
 
     name = "verl"
@@ -46,7 +47,9 @@ class VerlEngine(JobsApiEngine):
 
     def __init__(self, *, ray_address: str | None = None, shared_dir: str | Path | None = None,
                  python: str = "python3", module: str = ENTRYPOINT, gpus_per_node: int = 8,
-                 max_prompt_tokens: int = 1024, env_vars: dict | None = None, poll_seconds: float = 5.0):
+                 max_prompt_tokens: int = 1024, env_vars: dict | None = None, poll_seconds: float = 5.0,
+                 setup=None):
+        self.setup = setup  # the user's own verl setup the study starts from (planner/frameworks/setup.SetupPlan)
         super().__init__(ray_address=ray_address, shared_dir=Path(shared_dir) if shared_dir else default_shared_dir(),
                          poll_seconds=poll_seconds)
         self.python, self.module = python, module
