@@ -1,21 +1,23 @@
 """Variants of a study compared across their seeds: is any one better than another beyond the noise band?
 
-A variant is one point of the study's grid (a run name); its seeds are the runs that share the name. Two numbers
-per variant, each as mean +- sd over seeds: the fitted asymptote A (from identified fits only) and the reward at
-the end (each run's mean over its last 10% of compute, as the backtest observes it). Two variants are separated
-on a number when its gap is at least ScaleRL's noise band (0.02) and at least twice the seeds' pooled sd; A is
-compared only when every seed of both has an identified fit.
+A variant is one point of the study's grid (a run name); its seeds are the runs that share the name. Variants are
+judged as every view judges runs (fitting.standing): by each run's fitted reward at the compute every finished run
+reached, separated when the gap of the seed means reaches the noise band and twice the seeds' pooled sd. Two more
+numbers are shown beside it, labelled as what they are: the fitted asymptote A (identified fits only; compared by the
+same rule only when every seed of both is identified) and the observed end reward (each run's mean over its last
+10% of compute, as the backtest observes it; no verdict).
 """
 
 import math
 
 import numpy as np
 import pandas as pd
+from rlscale.fitting.backtest import in_end_window
+from rlscale.fitting.curves import reach_of_finished
+from rlscale.fitting.reasons import Reason
+from rlscale.fitting.standing import beyond_noise, fitted_rewards, pooled_sd, read_runs
 
 from rlscale.base.numbers import NOISE_BAND
-from rlscale.fitting.backtest import in_end_window
-
-COMPARE_HEADER = ["variant", "seeds", "A identified", "A mean +- sd", "end reward mean +- sd", "end vs best"]
 
 
 def end_reward(compute, reward) -> float:
@@ -36,29 +38,35 @@ def _mean_sd(values: list[float]) -> tuple[float, float]:
     return float(np.mean(values)), (float(np.std(values, ddof=1)) if len(values) >= 2 else float("nan"))
 
 
-def _separated(a: dict, b: dict, key: str, noise_band: float) -> tuple[float, bool]:
+def _gap(a: dict, b: dict, key: str, noise_band: float) -> tuple[float, bool]:
     gap = a[f"{key}_mean"] - b[f"{key}_mean"]
-    sds = [s for s in (a[f"{key}_sd"], b[f"{key}_sd"]) if math.isfinite(s)]
-    pooled = math.sqrt(sum(s * s for s in sds) / len(sds)) if sds else 0.0
-    return gap, bool(math.isfinite(gap) and abs(gap) >= max(noise_band, 2.0 * pooled))
+    return gap, beyond_noise(gap, pooled_sd([a[f"{key}_sd"], b[f"{key}_sd"]]), noise_band)
 
 
 def compare_variants(curves: pd.DataFrame, records: pd.DataFrame, *, variant_of: dict, compute_col: str,
-                     reward_col: str, noise_band: float = NOISE_BAND) -> dict | None:
-    """{"rows": one dict per variant (best end reward first), "pairs": every pair's gaps and verdicts, "summary": words}.
+                     reward_col: str, compute: float | None = None, noise_band: float = NOISE_BAND) -> dict | None:
+    """{"compute", "noise_band", "rows", "pairs", "verdict" (a Reason), "summary" (its words)}; None when the study
+    has fewer than two variants.
 
-    curves: per-run fits (a `run` label column, A, identified); records: `run` label, compute and reward columns;
-    variant_of: run label -> variant name. None when the study has fewer than two variants.
-    """
-    by_variant: dict[str, dict] = {}
+    compute: where runs are read (default: what every finished run reached, fitting.curves.reach_of_finished);
+    rows: one dict per variant, best fitted reward first: variant, seeds, identified, reward_mean/sd (fitted at
+    compute, the runs a decision reads only), A_mean/sd, end_mean/sd (observed), reward_vs_best, within_band;
+    pairs: better, worse, gap and separated (fitted reward), end_gap (observed), A_gap, A_separated, A_compared.
+    curves: per-run fits (fitting.curves.run_curves); records: `run` label, compute and reward columns;
+    variant_of: run label -> variant name."""
+    compute = reach_of_finished(curves) if compute is None else float(compute)
+    readable = read_runs(curves)
+    read = dict(zip(readable["run"], fitted_rewards(readable, compute))) if compute > 0 and len(readable) else {}
     fits = {row["run"]: row for row in curves.to_dict("records")}
+    by_variant: dict[str, dict] = {}
     for label, group in records.groupby("run", sort=False):
         name = variant_of.get(label)
         if name is None:
             continue
-        entry = by_variant.setdefault(name, {"A": [], "end": [], "seeds": 0, "identified": 0})
+        entry = by_variant.setdefault(name, {"A": [], "end": [], "reward": [], "seeds": 0, "identified": 0})
         entry["seeds"] += 1
         entry["end"].append(end_reward(group[compute_col], group[reward_col]))
+        entry["reward"].append(float(read.get(label, float("nan"))))
         fit = fits.get(label)
         if fit is not None and bool(fit["identified"]):
             entry["identified"] += 1
@@ -67,72 +75,84 @@ def compare_variants(curves: pd.DataFrame, records: pd.DataFrame, *, variant_of:
         return None
     rows = []
     for name, entry in by_variant.items():
-        A_mean, A_sd = _mean_sd(entry["A"])
-        end_mean, end_sd = _mean_sd(entry["end"])
-        rows.append({"variant": name, "seeds": entry["seeds"], "identified": entry["identified"], "A_mean": A_mean,
-                     "A_sd": A_sd, "end_mean": end_mean, "end_sd": end_sd})
-    rows.sort(key=lambda r: -r["end_mean"] if math.isfinite(r["end_mean"]) else math.inf)
+        row = {"variant": name, "seeds": entry["seeds"], "identified": entry["identified"]}
+        for key in ("reward", "A", "end"):
+            row[f"{key}_mean"], row[f"{key}_sd"] = _mean_sd(entry[key])
+        rows.append(row)
+    rows.sort(key=lambda r: -r["reward_mean"] if math.isfinite(r["reward_mean"]) else math.inf)
     best = rows[0]
     for row in rows:
-        row["end_vs_best"] = row["end_mean"] - best["end_mean"]
+        row["reward_vs_best"] = row["reward_mean"] - best["reward_mean"]
+        row["within_band"] = row is best or (math.isfinite(row["reward_vs_best"]) and not _gap(
+            best, row, "reward", noise_band)[1])
     pairs = []
     for i, a in enumerate(rows):
         for b in rows[i + 1:]:
-            end_gap, end_beyond = _separated(a, b, "end", noise_band)
+            gap, separated = _gap(a, b, "reward", noise_band)
             all_identified = a["identified"] == a["seeds"] and b["identified"] == b["seeds"]
-            A_gap, A_beyond = _separated(a, b, "A", noise_band) if all_identified else (float("nan"), False)
-            pairs.append({"better": a["variant"], "worse": b["variant"], "end_gap": end_gap, "end_separated": end_beyond,
-                          "A_gap": A_gap, "A_separated": A_beyond, "A_compared": all_identified})
-    return {"rows": rows, "pairs": pairs, "noise_band": noise_band, "summary": _summary(rows, pairs, noise_band)}
+            A_gap, A_beyond = _gap(a, b, "A", noise_band) if all_identified else (float("nan"), False)
+            pairs.append({"better": a["variant"], "worse": b["variant"], "gap": gap, "separated": separated,
+                          "end_gap": a["end_mean"] - b["end_mean"], "A_gap": A_gap, "A_separated": A_beyond,
+                          "A_compared": all_identified})
+    verdict = _verdict(rows, pairs, compute, noise_band)
+    return {"compute": compute, "noise_band": noise_band, "rows": rows, "pairs": pairs,
+            "verdict": verdict.to_dict(), "summary": verdict.text()}
 
 
-def _summary(rows: list[dict], pairs: list[dict], noise_band: float) -> str:
-    separated = [p for p in pairs if p["end_separated"] or p["A_separated"]]
+def _verdict(rows: list[dict], pairs: list[dict], compute: float, noise_band: float) -> Reason:
+    """variants_separated (the separated pairs, widest first) or variants_within_band (the widest gap, the seeds'
+    spread and, where A could not be compared, each variant's identified seeds)."""
+    one_seed = not any(r["seeds"] >= 2 for r in rows)
+    common = {"compute": compute, "noise_band": noise_band, "one_seed": one_seed, "best": rows[0]["variant"],
+              "within_band": [r["variant"] for r in rows if r["within_band"]]}
+    separated = sorted((p for p in pairs if p["separated"]), key=lambda p: -abs(p["gap"]))
     if separated:
-        parts = []
-        for p in separated:
-            what = [f"end reward +{p['end_gap']:.3f}"] if p["end_separated"] else []
-            what += [f"A {p['A_gap']:+.3f}"] if p["A_separated"] else []
-            parts.append(f"{p['better']} above {p['worse']} ({', '.join(what)})")
-        seeds = "" if any(r["seeds"] >= 2 for r in rows) else " (one seed each: the band is ScaleRL's 3-seed spread)"
-        return f"separated beyond the {noise_band:g} noise band{seeds}: " + "; ".join(parts)
-    widest = max(pairs, key=lambda p: abs(p["end_gap"]) if math.isfinite(p["end_gap"]) else -1.0)
-    sds = [r["end_sd"] for r in rows if math.isfinite(r["end_sd"])]
-    spread = (f"; seed-to-seed sd of the end reward {min(sds):.3f}-{max(sds):.3f}" if sds
-              else "; one seed each (the band is ScaleRL's 3-seed spread)")
-    compared = sum(p["A_compared"] for p in pairs)
-    counts = ", ".join(f"{r['variant']} {r['identified']} of {r['seeds']}" for r in rows)
-    A_note = "" if compared else f"; A not compared: not every seed's fit is identified ({counts})"
-    return (f"no two variants separated beyond the {noise_band:g} noise band: the widest end-reward gap is "
-            f"{abs(widest['end_gap']):.3f} ({widest['better']} vs {widest['worse']}){spread}{A_note}")
+        return Reason("variants_separated", {**common, "pairs": [
+            {"better": p["better"], "worse": p["worse"], "gap": p["gap"]} for p in separated]})
+    finite = [p for p in pairs if math.isfinite(p["gap"])]
+    widest = max(finite, key=lambda p: abs(p["gap"])) if finite else pairs[0]
+    sds = [r["reward_sd"] for r in rows if math.isfinite(r["reward_sd"])]
+    compared = any(p["A_compared"] for p in pairs)
+    return Reason("variants_within_band", {
+        **common, "widest": {"better": widest["better"], "worse": widest["worse"], "gap": abs(widest["gap"])},
+        "sd_lo": min(sds) if sds else None, "sd_hi": max(sds) if sds else None,
+        "identified": None if compared else [{"variant": r["variant"], "identified": r["identified"],
+                                              "seeds": r["seeds"]} for r in rows]})
 
 
 def summary_lines(comparison: dict, *, limit: int = 3) -> list[str]:
-    """The summary as short lines for a terminal: the verdict, then at most `limit` separated pairs (the widest
-    end-reward gaps first) and how many more report.md lists."""
-    pairs = comparison["pairs"]
-    separated = [p for p in pairs if p["end_separated"] or p["A_separated"]]
-    if not separated:
-        return [comparison["summary"]]
-    one_seed = all(r["seeds"] < 2 for r in comparison["rows"])
-    lines = [f"{len(separated)} of {len(pairs)} pairs of variants separated beyond the {comparison['noise_band']:g} "
-             "noise band" + (" (one seed each: the band is ScaleRL's 3-seed spread)" if one_seed else "") + ":"]
-    widest = sorted(separated, key=lambda p: -abs(p["end_gap"]) if math.isfinite(p["end_gap"]) else 0.0)
-    for p in widest[:limit]:
-        what = [f"end reward +{p['end_gap']:.3f}"] if p["end_separated"] else []
-        what += [f"A {p['A_gap']:+.3f}"] if p["A_separated"] else []
-        lines.append(f"{p['better']} above {p['worse']} ({', '.join(what)})")
-    if len(separated) > limit:
-        lines.append(f"and {len(separated) - limit} more (report.md)")
+    """The verdict as short lines for a terminal: the verdict, then at most `limit` separated pairs (the widest
+    first) and how many more report.md lists."""
+    from rlscale.fitting.wording import separated_pair
+
+    verdict = Reason(comparison["verdict"]["code"], comparison["verdict"]["values"])
+    if verdict.code != "variants_separated":
+        return [verdict.text()]
+    pairs = verdict["pairs"]
+    lines = [f"{len(pairs)} of {len(comparison['pairs'])} pairs of variants separated beyond the "
+             f"{comparison['noise_band']:g} noise band at {comparison['compute']:.4g} (fitted reward)"
+             + (" (one seed each: the band is ScaleRL's 3-seed spread)" if verdict["one_seed"] else "") + ":"]
+    lines += [separated_pair(p) for p in pairs[:limit]]
+    if len(pairs) > limit:
+        lines.append(f"and {len(pairs) - limit} more (report.md)")
     return lines
 
 
+def compare_header(comparison: dict) -> list[str]:
+    """The table's header: what each number is, the compute the fitted reward is read at included."""
+    return ["variant", "seeds", "A identified", "A mean +- sd", f"fitted reward at {comparison['compute']:.4g}",
+            "vs best (fitted)", "observed end mean +- sd"]
+
+
 def compare_cells(row: dict) -> list[str]:
-    """Table cells of one variant's row."""
+    """Table cells of one variant's row (compare_header's columns)."""
     def pm(mean, sd):
         if not math.isfinite(mean):
             return "-"
         return f"{mean:.3f} +- {sd:.3f}" if math.isfinite(sd) else f"{mean:.3f}"
 
-    return [str(row["variant"]), str(row["seeds"]), f"{row['identified']} of {row['seeds']}", pm(row["A_mean"], row["A_sd"]),
-            pm(row["end_mean"], row["end_sd"]), f"{row['end_vs_best']:+.3f}" if math.isfinite(row["end_vs_best"]) else "-"]
+    vs = row["reward_vs_best"]
+    return [str(row["variant"]), str(row["seeds"]), f"{row['identified']} of {row['seeds']}",
+            pm(row["A_mean"], row["A_sd"]), pm(row["reward_mean"], row["reward_sd"]),
+            (f"{vs:+.3f}" + ("" if row["within_band"] else " (beyond)")) if math.isfinite(vs) else "-",
+            pm(row["end_mean"], row["end_sd"])]

@@ -107,6 +107,6 @@ def stable(curves: pd.DataFrame, max_truncation: float = MAX_TRUNCATION) -> pd.S
 def reach_of_finished(curves: pd.DataFrame) -> float:
     """The compute every fitted run that finished (neither stopped early nor failed) reached, 0 when none: below it
     a fitted curve is read inside its own data."""
-    usable = fitted(curves)
+    usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]
     usable = usable[~usable["status"].fillna("done").isin(["stopped", "failed"])]
     return float(usable["c_max"].astype(float).min()) if len(usable) and "c_max" in usable else 0.0

@@ -11,7 +11,7 @@ from rlscale.fitting.curves import compute_column, fitted, reach_of_finished, ru
 from rlscale.fitting.optimal_n import RolloutsLaw
 from rlscale.fitting.reasons import Reason, Refusal
 from rlscale.fitting.recommend import Recommendation, recommend
-from rlscale.fitting.standing import Standing, decision_runs, standing_at
+from rlscale.fitting.standing import Standing, decision_runs, read_runs, standing_at
 
 EXPORT_FORMATS = {"trl": "trl", "verl": "verl"}  # a recipe's engine -> the export format its users run
 
@@ -91,13 +91,14 @@ def rollouts_law(study: str, curves: pd.DataFrame, draws: dict, *, bootstrap: in
 
 def recommend_from_frames(typed, study: str, runs: pd.DataFrame, records: pd.DataFrame, curves: pd.DataFrame,
                           draws: dict, budget: float, *, profile: str | None = None, bootstrap: int = 100,
-                          seed: int = 0) -> Recommendation:
+                          seed: int = 0, law: RolloutsLaw | None = None) -> Recommendation:
     """The Recommendation for `budget` from a study's frames and fits (fitting.curves.run_curves); its predicted
     reward is the chosen run's predicted mean over the last 10% of the budget with its prediction interval
-    (fitting.predict) where the run has the evaluations for one. Refusal when the evidence is not enough."""
+    (fitting.predict) where the run has the evaluations for one. law: the study's optimal-n law when already fitted.
+    Refusal when the evidence is not enough."""
     from rlscale.fitting.predict import predict_stored_run
 
-    law = rollouts_law(study, curves, draws, bootstrap=bootstrap, seed=seed)
+    law = law or rollouts_law(study, curves, draws, bootstrap=bootstrap, seed=seed)
     steps_for, cost_how = steps_model(typed, records, runs, profile=profile)
     rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=draws, allow_constant_n=True)
     chosen = curves[curves["run"] == rec.predicted_from]
@@ -183,21 +184,22 @@ def extend_command(study_file, db: str | None, factor: float) -> str:
 
 def decide(typed, study: str, runs: pd.DataFrame, records: pd.DataFrame, curves: pd.DataFrame, draws: dict, *,
            budget: float | None = None, profile: str | None = None, bootstrap: int = 100, seed: int = 0,
-           extend: float = 1.0) -> Decision:
+           extend: float = 1.0, law: RolloutsLaw | None = None) -> Decision:
     """The Decision of a study from its frames (the store's runs and records) and fits (fitting.curves.run_curves):
     at `budget` (default: fitting.allocation.decision_budget), in the study's unit. extend: the study's current
-    extension factor (the next allocation's command multiplies it)."""
+    extension factor (the next allocation's command multiplies it); law: its optimal-n law when already fitted."""
     budget = decision_budget(typed, runs, records) if budget is None else float(budget)
     compute = reach_of_finished(curves)
-    standing = standing_at(decision_runs(curves), compute) if compute > 0 else None
     kind = "allocation" if varies_rollouts(typed, runs) else "best_run"
+    read = decision_runs(curves) if kind == "allocation" else read_runs(curves)
+    standing = standing_at(read, compute) if compute > 0 else None
     decision = Decision(study=study, kind=kind, unit=study_unit(typed), budget=budget, compute=compute,
                         export_format=export_format(typed), standing=standing, extend=extend)
     law_identified = None  # no law to fit: the study does not vary rollouts
     if kind == "allocation" and budget > 0:
         try:
             rec = recommend_from_frames(typed, study, runs, records, curves, draws, budget, profile=profile,
-                                        bootstrap=bootstrap, seed=seed)
+                                        bootstrap=bootstrap, seed=seed, law=law)
         except Refusal as refusal:
             decision.refusal = refusal.reasons
             law_identified = _law_identified(refusal.codes)

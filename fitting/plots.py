@@ -1,12 +1,13 @@
-"""One PNG per study: reward points (filled: those the fits used), fitted sigmoids and their extrapolation."""
+"""A study's PNGs: reward points (filled: those the fits used) with the fitted sigmoids and their extrapolation, the
+linearised curves, and the frontier with the optimal-n law."""
 
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
+from rlscale.fitting.curve import sigmoid
+from rlscale.fitting.curves import unit_label
 from rlscale.fitting.records import record_breaking_points
-from rlscale.fitting.sigmoid import sigmoid
 
 
 def plot_study(records: pd.DataFrame, fits: pd.DataFrame, path, *, run_col="run", compute_col="compute",
@@ -106,3 +107,115 @@ def save_figure(fig, path) -> Path:
         fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def linearised(reward, A: float, R0: float) -> np.ndarray:
+    """ScaleRL's F(R) = (A - R) / (R - R0); NaN where R is not strictly between R0 and A.
+
+    For the sigmoid, F = (C_mid / C)^B: a straight line of slope -B against C on log-log axes.
+    """
+    reward = np.asarray(reward, dtype=float)
+    lo, hi = min(A, R0), max(A, R0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = (A - reward) / (reward - R0)
+    return np.where((reward > lo) & (reward < hi) & (value > 0), value, np.nan)
+
+
+# F values the linearised plot draws a fitted line within: a dozen decades about F = 1 hold any evaluation's F
+# (pass rates in float64); beyond them a near-step fit's line only overflows the log transform.
+_LINE_RANGE = (1e-12, 1e12)
+
+
+def plot_linearised(records: pd.DataFrame, curves: pd.DataFrame, path, *, compute_col: str, reward_col: str,
+                    title: str | None = None) -> Path:
+    """PNG of F(R) against compute on log-log axes per run: points and the fitted line (C_mid / C)^B.
+
+    The axes span the points: a near-step fit's line (large B) runs to 0 and to overflow within the data, and is drawn
+    where it is within a dozen decades of F = 1. Without a point strictly between R0 and A anywhere, the axes show a
+    decade either side of F = 1 (C_mid), and say so.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5), dpi=120)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    drawn, shown = 0, []
+    for i, row in enumerate(curves.to_dict("records")):
+        if not np.isfinite(row["A"]):
+            continue
+        color = colors[i % len(colors)]
+        mine = records[records["run"] == row["run"]]
+        compute = mine[compute_col].to_numpy(float)
+        value = linearised(mine[reward_col].to_numpy(float), row["A"], row["R0"])
+        ok = np.isfinite(value) & (compute > 0)
+        ax.scatter(compute[ok], value[ok], s=12, color=color, alpha=0.6)
+        shown.append(value[ok])
+        positive = compute[np.isfinite(compute) & (compute > 0)]
+        if positive.size:
+            grid = np.geomspace(positive.min(), positive.max() * 2, 50)
+            with np.errstate(over="ignore", under="ignore"):
+                line = (row["C_mid"] / grid) ** row["B"]
+            on_axes = (line > _LINE_RANGE[0]) & (line < _LINE_RANGE[1])  # NaN, 0 and overflow are off any axes
+            if on_axes.any():
+                ax.plot(grid[on_axes], line[on_axes], color=color, lw=1.6,
+                        label=f"{plot_text(row['run'])}  B={row['B']:.2f}"
+                        + ("" if row["identified"] else " (not identified)"))
+                drawn += 1
+    points = np.concatenate(shown) if shown else np.array([])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    if points.size:
+        ax.set_ylim(points.min() / 3, points.max() * 3)
+    else:
+        ax.set_ylim(0.1, 10.0)
+        ax.text(0.5, 0.5, "no evaluation strictly between R0 and A to linearise", transform=ax.transAxes,
+                ha="center", va="center", fontsize=9, alpha=0.7)
+    ax.set_xlabel(unit_label(compute_col))
+    ax.set_ylabel("F(R) = (A - R) / (R - R0)")
+    set_title(ax, title or "Linearised curves: slope -B, F = 1 at C_mid")
+    ax.grid(True, which="both", alpha=0.25)
+    if drawn:  # outside the axes: with many runs an inside legend hides the points
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return save_figure(fig, path)
+
+
+def plot_frontier(law, path, *, compute_col: str, standing=None, extrapolate_to: float | None = None) -> Path:
+    """PNG of the frontier's n*(C) (steps, the runs' fitted rewards) and the fitted optimal-n law (dashed beyond the
+    data). With `standing` (fitting.standing.Standing: the runs at the compute every finished run reached), that
+    compute is marked with its best n, and the frontier past it, where fewer runs compete, is drawn faint."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    front = law.frontier
+    c_lo, c_hi = law.compute_range
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=120)
+    reach = standing.compute if standing is not None else np.inf
+    inside = front[front["compute"] <= reach * (1 + 1e-9)]
+    ax.step(inside["compute"], inside["rollouts"], where="post", color="tab:gray", label="frontier n* (fitted rewards)")
+    if len(inside) < len(front):
+        past = front[front["compute"] >= (inside["compute"].iloc[-1] if len(inside) else 0.0)]
+        ax.step(past["compute"], past["rollouts"], where="post", color="tab:gray", alpha=0.35, ls=":",
+                label="past the compute every run reached (fewer runs)")
+    grid = np.geomspace(c_lo, c_hi, 200)
+    beyond = np.geomspace(c_hi, extrapolate_to or 4 * c_hi, 100)
+    ax.plot(grid, law.predict(grid), color="tab:blue", lw=2,
+            label="law " + ("(identified)" if law.identified else "(not identified)"))
+    ax.plot(beyond, law.predict(beyond), color="tab:blue", lw=2, ls="--")
+    if standing is not None:
+        ax.axvline(standing.compute, color="tab:red", lw=1, alpha=0.6)
+        best = f"best at {standing.compute:.3g}: n = {standing.best_rollouts} ({standing.best['run']})"
+        ax.plot([standing.compute], [standing.best_rollouts], marker="o", color="tab:red", ls="none",
+                label=plot_text(best, limit=80))
+    ax.set_xscale("log")
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel(unit_label(compute_col))
+    ax.set_ylabel("rollouts per prompt n*")
+    set_title(ax, "Optimal n: frontier and law" + ("" if law.identified else f" (not identified: {law.reason})"),
+              fontsize=9)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)

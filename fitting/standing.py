@@ -39,11 +39,16 @@ def beyond_noise(gap: float, spread: float = float("nan"), noise_band: float = N
     return bool(math.isfinite(gap) and abs(gap) >= floor)
 
 
-def decision_runs(curves: pd.DataFrame, max_truncation: float = MAX_TRUNCATION) -> pd.DataFrame:
-    """The runs a decision reads inside the data: fitted, trained stably and not stopped early (the scheduler judged
-    those already)."""
-    usable = fitted(curves)
+def read_runs(curves: pd.DataFrame, max_truncation: float = MAX_TRUNCATION) -> pd.DataFrame:
+    """The runs every view reads at a compute: with a fitted curve, trained stably and not stopped early (the
+    scheduler judged those already, and their data end before the others')."""
+    usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]
     return usable[(usable["status"].fillna("done") != "stopped") & stable(usable, max_truncation)]
+
+
+def decision_runs(curves: pd.DataFrame, max_truncation: float = MAX_TRUNCATION) -> pd.DataFrame:
+    """The runs a decision over (B_p, n) reads: read_runs with a known geometry."""
+    return read_runs(fitted(curves), max_truncation)
 
 
 @dataclass(frozen=True)
@@ -64,9 +69,9 @@ class Standing:
         return self.runs[0]
 
     @property
-    def best_rollouts(self) -> int:
-        """n of the best run."""
-        return int(self.best["rollouts"])
+    def best_rollouts(self) -> int | None:
+        """n of the best run (None for a run of unknown geometry)."""
+        return self.best["rollouts"]
 
     @property
     def within_band(self) -> list[str]:
@@ -84,10 +89,16 @@ class Standing:
                 "runs": [dict(row) for row in self.runs]}
 
 
+def _count(value) -> int | None:
+    # B_p or n of a run; None where the run's geometry is unknown (imported without a config)
+    return None if value is None or value != value else int(value)
+
+
 def standing_at(curves: pd.DataFrame, compute: float, *, noise_band: float = NOISE_BAND) -> Standing | None:
     """The Standing of `curves`' fitted runs at `compute` (ties go to the earlier run); None when no run is fitted.
-    Pass decision_runs(curves) for the runs a decision reads."""
-    usable = fitted(curves)
+    Pass read_runs(curves) for the runs every view reads, decision_runs(curves) for those a decision over (B_p, n)
+    reads."""
+    usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]
     if usable.empty or not compute > 0:
         return None
     rewards = fitted_rewards(usable, float(compute))
@@ -97,7 +108,7 @@ def standing_at(curves: pd.DataFrame, compute: float, *, noise_band: float = NOI
     for i in order:
         row = usable.iloc[i]
         gap = best - float(rewards[i])
-        rows.append({"run": str(row["run"]), "prompts_per_batch": int(row["prompts_per_batch"]),
-                     "rollouts": int(row["rollouts"]), "reward": float(rewards[i]), "gap": gap,
+        rows.append({"run": str(row["run"]), "prompts_per_batch": _count(row.get("prompts_per_batch")),
+                     "rollouts": _count(row.get("rollouts")), "reward": float(rewards[i]), "gap": gap,
                      "within_band": not beyond_noise(gap, noise_band=noise_band)})
     return Standing(compute=float(compute), runs=tuple(rows), noise_band=noise_band)

@@ -17,6 +17,26 @@ def _band(v) -> str:
             + ", ".join(f"{item['run']} {item['reward']:.3f}" for item in close))
 
 
+def _unit(unit: str) -> str:
+    from rlscale.fitting.curves import unit_label
+
+    return unit_label(unit)
+
+
+def separated_pair(pair: dict) -> str:
+    """"a above b (+0.030)": one separated pair of variants, the gap in fitted reward."""
+    return f"{pair['better']} above {pair['worse']} ({pair['gap']:+.3f})"
+
+
+def _one_seed(v) -> str:
+    return " (one seed each: the band is ScaleRL's 3-seed spread)" if v.get("one_seed") else ""
+
+
+def _within_best(v) -> str:
+    close = [name for name in v.get("within_band", []) if name != v.get("best")]
+    return f"; within the band of {v['best']}: {', '.join(close)}" if close else ""
+
+
 def _fit_reason(v) -> str:
     return v.get("fit_reason") or "not identified"
 
@@ -45,8 +65,8 @@ _TEXT = {
         f"({v['extrapolation']:.1f}x the largest compute observed)"),
     "within_data": lambda v: (
         f"every run reached {v['compute']:.4g}, so each fitted curve is read inside its own data, where it holds "
-        f"whether or not A is identified; n = {v['rollouts']} from {v['run']}, the highest there "
-        f"({v['reward']:.3f}){_band(v)}"),
+        f"whether or not A is identified; n = {v['rollouts']} from {v['run']}, the highest fitted reward there "
+        f"({v['reward']:.3f})"),
     "constant_frontier": lambda v: (
         f"n = {v['rollouts']} was the best n at every compute the runs reached ({v['compute_lo']:.3g}-"
         f"{v['compute_hi']:.3g}), so n comes from its fitted runs"),
@@ -70,7 +90,7 @@ _TEXT = {
     "prediction_interval": lambda v: (
         f"reward at the budget: the mean over its last 10%, with a {v['level']:.0%} prediction interval (fit, "
         "evaluation noise and drift past the data)"),
-    "cost_model": lambda v: f"compute in {v['unit']}; steps from the cost model: {_text(v['how'])}",
+    "cost_model": lambda v: f"compute in {_unit(v['unit'])}; steps from the cost model: {_text(v['how'])}",
     "steps_per_rollout": lambda v: "rollouts: B_p x n per step",
     "steps_per_token": lambda v: f"tokens: {v['tokens_per_rollout']:.1f} per rollout",
     "steps_profile": lambda v: f"profile {v['profile']}",
@@ -112,6 +132,17 @@ _TEXT = {
     "identify_fits": lambda v: f"identify {v['unidentified']} of {v['runs']} fits",
     "identify_fits_and_law": lambda v: f"identify {v['unidentified']} of {v['runs']} fits and the optimal-n law",
     "identify_law": lambda v: "identify the optimal-n law (every run's fit is identified already)",
+    # the variants compared across seeds (fitting.compare)
+    "variants_separated": lambda v: (
+        f"separated beyond the {v['noise_band']:g} noise band at {v['compute']:.4g} (fitted reward){_one_seed(v)}: "
+        + "; ".join(separated_pair(p) for p in v["pairs"]) + _within_best(v)),
+    "variants_within_band": lambda v: (
+        f"no two variants separated beyond the {v['noise_band']:g} noise band at {v['compute']:.4g} (fitted "
+        f"reward): the widest gap is {v['widest']['gap']:.3f} ({v['widest']['better']} vs {v['widest']['worse']})"
+        + (f"; seed-to-seed sd of the fitted reward {v['sd_lo']:.3f}-{v['sd_hi']:.3f}" if v.get("sd_lo") is not None
+           else "; one seed each (the band is ScaleRL's 3-seed spread)")
+        + ("" if v.get("identified") is None else "; A not compared: not every seed's fit is identified ("
+           + ", ".join(f"{r['variant']} {r['identified']} of {r['seeds']}" for r in v["identified"]) + ")")),
     # the compute to reach a target reward (fitting.target)
     "reached": lambda v: (
         f"reaches {v['target']:.3f} at {v['compute']:.4g} [{v['compute_lo']:.4g}, {v['compute_hi']:.4g}]"),
@@ -192,9 +223,8 @@ def decision_lines(decision, commands: dict) -> list[str]:
                   f"{rec.budget:.4g} {unit}, {how}",
                   f"{predicted} {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] ({rec.predicted_level:.0%} "
                   f"interval), from run {rec.predicted_from}'s curve"]
-        standing = rec.standing or decision.standing
-        if standing is not None:
-            lines.append(standing_line(standing))
+        if rec.standing is not None:  # the runs at the budget, where it is inside their data
+            lines.append(standing_line(rec.standing))
         lines += [f"- {part}" for note in rec.notes for part in clauses(note)]
         lines += ["next: the recipe for your framework:", f"  {commands['export']}"]
     elif decision.refusal:

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import run_cli
-
-from rlscale.fitting.report import linearised, loo_table, plot_linearised
+from rlscale.fitting.plots import linearised, plot_linearised
+from rlscale.fitting.report import loo_table
 from rlscale.fitting.sigmoid import sigmoid
 
 ROOT = Path(__file__).parents[1]
@@ -142,8 +141,9 @@ def test_report_prints_rich_tables(loo_report, capsys, monkeypatch):
 
 
 def test_the_fits_table_fits_100_columns_with_every_interval_on_one_line(loo_report, capsys, monkeypatch):
-    from rlscale.cli.console import console
     from rlscale.fitting.report import fit_cells
+
+    from rlscale.cli.console import console
 
     _, payload, (url, name) = loo_report
     monkeypatch.setattr(console, "_width", 100)  # a 100-column terminal

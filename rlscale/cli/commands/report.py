@@ -1,5 +1,6 @@
 """`rlscale report STUDY`: per-run fits, the leave-one-out table (method loo), plots, report.md and report.html."""
 
+import math
 from pathlib import Path
 
 import typer
@@ -12,38 +13,57 @@ def register(app: typer.Typer) -> None:
     def report(
         study: str = typer.Argument(..., help="study name in the store"),
         db: DbUrl = None,
-        out: Path = typer.Option(None, "--out", help="directory for report.md, report.html and the PNGs (default: reports/STUDY)"),
+        out: Path = typer.Option(None, "--out", help=(
+            "directory for report.md, report.html and the PNGs (default: reports/STUDY)")),
         bootstrap: int = typer.Option(200, "--bootstrap", min=0, help="bootstrap draws for the intervals"),
+        target: float = typer.Option(None, "--target", help=(
+            "the reward whose compute each run is asked for (default: the best run's fitted reward at the compute "
+            "every finished run reached)")),
         json_out: bool = typer.Option(False, "--json", help="print the report's tables as JSON"),
     ) -> None:
-        """Fit every run of STUDY and write the report (markdown + PNGs, and one self-contained HTML page)."""
-        from rlscale.db.store import Store
-        from rlscale.fitting.report import study_report
+        """Fit every run of STUDY, decide, and write the report (markdown + PNGs, and one self-contained HTML page),
+        the decision first."""
         from rlscale.base.errors import UserError
         from rlscale.base.names import child_path
         from rlscale.cli.console import print_json
+        from rlscale.db.store import Store
+        from rlscale.fitting.report import study_report
 
         # the study name becomes a directory: it must stay inside reports/
         out = out or child_path("reports", study, field="study")
         if out.exists() and not out.is_dir():
-            raise UserError(f"{out} is a file: expected a directory for report.md, report.html and the PNGs", field="--out")
+            raise UserError(f"{out} is a file: expected a directory for report.md, report.html and the PNGs",
+                            field="--out")
+        if target is not None and not math.isfinite(target):
+            raise UserError(f"expected a finite reward, got {target:g}", field="--target")
         store = Store(db, create=False)
-        result = study_report(store, study, out, bootstrap=bootstrap)
+        result = study_report(store, study, out, bootstrap=bootstrap, target=target, db=db)
         if json_out:
             print_json(result.to_dict())
             return
         show(result)
+        show_decision(result.decision_lines)
+
+
+def show_decision(lines: list[str]) -> None:
+    """The decision's lines (fitting.wording.decision_lines), last: sentences and bullets wrapped to the terminal,
+    commands whole on their line, to copy."""
+    from rlscale.cli.console import console, visible, wrapped
+
+    for line in lines:
+        console.print(visible(line) if line.startswith("  rlscale ") else wrapped(line, rest="  "), markup=False,
+                      highlight=False, soft_wrap=True)
 
 
 def show(result) -> None:
-    """Rich tables of the report (80 columns hold them; report.md has every column), notes as bullets, then where
-    the files are."""
+    """The evidence: rich tables of the report (80 columns hold them; report.md has every column), notes as bullets,
+    then where the files are. The decision is printed after it (show_decision)."""
     from rich.table import Table
 
     from rlscale.base.numbers import NOISE_BAND
     from rlscale.cli.console import bullet, console, safe, say
     from rlscale.cli.views import print_fits
-    from rlscale.fitting.report import loo_cells
+    from rlscale.fitting.report_text import loo_cells
 
     if result.loo is not None:
         table = Table(title=f"{safe(result.study)}: leave-one-out", title_justify="left", caption_justify="left",
@@ -56,7 +76,8 @@ def show(result) -> None:
                              justify="right" if col in ("dA", "B") else "left")
         for row in result.loo:
             variant, interval, B, _, dA, *_ = loo_cells(row)
-            table.add_row(safe(variant), interval, dA, B, _loo_verdict(row), style="bold red" if row["beyond_noise"] else None)
+            table.add_row(safe(variant), interval, dA, B, _loo_verdict(row),
+                          style="bold red" if row["beyond_noise"] else None)
         console.print(table)
     fits = [{**row, "reason": row["status"].removeprefix("not identified: ")} for row in result.fits]
     print_fits(fits, title=f"{result.study}: sigmoid fits ({result.method}, on {result.fitted_on})")
@@ -69,16 +90,19 @@ def show(result) -> None:
         for line in summary_lines(BacktestSummary(**result.backtest["summary"])):
             bullet(line)
     if result.comparison is not None:
-        from rlscale.fitting.compare import compare_cells, summary_lines as compare_lines
+        from rlscale.fitting.compare import compare_cells
+        from rlscale.fitting.compare import summary_lines as compare_lines
 
+        at = f"{result.comparison['compute']:.4g}"
         table = Table(title=f"{safe(result.study)}: variants across seeds", title_justify="left",
-                      caption="ident.: seeds whose A is identified; end: mean reward over the last 10% of compute; "
-                              "vs best: end minus the best variant's", caption_justify="left", caption_style="dim")
-        for col in ("variant", "seeds", "ident.", "A mean +- sd", "end +- sd", "vs best"):
+                      caption=f"ident.: seeds whose A is identified; fitted R: fitted reward at {at} (the compute "
+                              "every finished run reached), the verdict's measure; vs best: minus the best variant's; "
+                              "observed end reward: report.md", caption_justify="left", caption_style="dim")
+        for col in ("variant", "seeds", "ident.", "A mean +- sd", "fitted R +- sd", "vs best"):
             table.add_column(col, no_wrap=col != "variant", overflow="fold" if col == "variant" else None,
                              justify="left" if col == "variant" else "right")
         for row in result.comparison["rows"]:
-            table.add_row(*map(safe, compare_cells(row)))
+            table.add_row(*map(safe, compare_cells(row)[:6]))
         console.print(table)
         first, *rest = compare_lines(result.comparison)
         say(first)

@@ -64,10 +64,10 @@ def register(app: typer.Typer) -> None:
             else:
                 summary = driver.run()
         records = store.records_frame(study.name)
-        report = _report(store, study.name, records, out or Path("reports") / study.name)
-        spent = float(records.groupby("run_id")["gpu_hours"].max().sum()) if len(records) else 0.0  # as `status` reads it
-        decision = _decision(store, study)
-        commands = decision.commands(study_file=study_file, db=db) if decision is not None else {}
+        report = _report(store, study, records, out or Path("reports") / study.name, study_file, db)
+        spent = float(records.groupby("run_id")["gpu_hours"].max().sum()) if len(records) else 0.0  # as `status` reads
+        decision = report.decision if report is not None else None  # the report's decision: one decision, one text
+        commands = report.commands if report is not None else {}
         recommendation = decision.recommendation if decision is not None else None
         refusal = str(Refusal(*decision.refusal)) if decision is not None and decision.refusal else None
         allocation = decision.next_allocation if decision is not None else None
@@ -187,17 +187,11 @@ def _admission_lines(plan: dict, runs: int) -> list[str]:
     return lines
 
 
-def _report(store, study: str, records, out: Path):
-    """The study's report (fits, plots, report.html) once any run has an evaluation in `records`; else None."""
+def _report(store, study, records, out: Path, study_file: Path, db: str | None):
+    """The study's report (the decision, fits, plots, report.html) once any run has an evaluation in `records`; else
+    None."""
     from rlscale.fitting.report import study_report
 
     if not records["val_reward"].notna().any():
         return None
-    return study_report(store, study, out)
-
-
-def _decision(store, study):
-    """The study's Decision (fitting.decision) at its decision budget; None before any run has an evaluation."""
-    from rlscale.fitting.stored import study_decision
-
-    return study_decision(store, study.name, extend=study.extend)
+    return study_report(store, study.name, out, study_file=study_file, db=db, extend=study.extend)

@@ -1,0 +1,201 @@
+"""A study's report (fitting.report.Report) as sections of blocks, rendered two ways: report.md and report.html.
+
+The decision comes first (what to run, the predicted reward, the runs within the noise band, the commands), then the
+runs at the decision's compute, then the evidence: variants, leave-one-out, fits, backtest, the law, the plots. Every
+sentence about the decision comes from fitting.wording.
+"""
+
+import base64
+import html
+import re
+from pathlib import Path
+
+from rlscale.fitting.backtest import BACKTEST_HEADER, BACKTEST_NOTE, table_lines, table_rows
+from rlscale.fitting.compare import compare_cells, compare_header
+from rlscale.fitting.curves import unit_label
+from rlscale.fitting.model_size import SIZE_HEADER, SIZE_NOTE, size_rows, size_summary
+from rlscale.fitting.target import TARGET_HEADER, target_cells
+
+from rlscale.base.numbers import NOISE_BAND
+from rlscale.base.numbers import format_number as _f
+
+FIT_HEADER = ["run", "A [95%]", "B", "C_mid", "R0", "r2", "points", "fit"]
+COMPARE_NOTE = ("Each variant over its seeds, read as the decision reads runs: its fitted reward at the compute every "
+                f"finished run reached. Separated: a gap of at least {NOISE_BAND:g} and at least twice the seeds' "
+                "pooled sd. Beside it, the fitted asymptote A (identified fits only) and the observed end reward (each "
+                "run's mean over its last 10% of compute), which are not what the verdict reads.")
+LOO_HEADER = ["variant", "A [95%]", "B", "C_mid", "dA", "dB", f"beyond {NOISE_BAND:g} noise", "verdict"]
+STANDING_HEADER = ["run", "B_p", "n", "fitted reward", "vs best", f"within {NOISE_BAND:g}"]
+
+
+def _interval(row) -> str:
+    return f"{_f(row['A'])} [{_f(row['A_lo'])}, {_f(row['A_hi'])}]"
+
+
+def fit_cells(row) -> list[str]:
+    """Table cells of one per-run fit."""
+    return [str(row["run"]), _interval(row), _f(row["B"], "{:.2f}"), _f(row["C_mid"], "{:.3g}"), _f(row["R0"]),
+            _f(row["r2"]), str(row["n_points"]), row["status"]]
+
+
+def loo_cells(row) -> list[str]:
+    """Table cells of one leave-one-out row."""
+    return [row["variant"], _interval(row), _f(row["B"], "{:.2f}"), _f(row["C_mid"], "{:.4g}"),
+            _f(row["dA"], "{:+.3f}"), _f(row["dB"], "{:+.2f}"), "yes" if row["beyond_noise"] else "no", row["verdict"]]
+
+
+def standing_cells(row) -> list[str]:
+    """Table cells of one run of a Standing (fitting.standing)."""
+    return [str(row["run"]), _f(row["prompts_per_batch"], "{:d}"), _f(row["rollouts"], "{:d}"), _f(row["reward"]),
+            _f(-row["gap"], "{:+.3f}"), "yes" if row["within_band"] else "no"]
+
+
+def decision_blocks(report) -> list[tuple]:
+    """The decision's lines (fitting.wording.decision_lines) as blocks: sentences, bullets and commands, then the
+    recipe to run."""
+    import yaml
+
+    blocks, bullets = [], []
+    for line in report.decision_lines:
+        if line.startswith("- "):
+            bullets.append(line[2:])
+            continue
+        if bullets:
+            blocks.append(("bullets", bullets))
+            bullets = []
+        blocks.append(("code", line.strip()) if line.startswith("  rlscale ") else ("p", line))
+    if bullets:
+        blocks.append(("bullets", bullets))
+    recipe = report.decision.recipe if report.decision is not None else None
+    if recipe:
+        blocks += [("p", "The recipe to run (the study's recipe with the decided B_p, n and M; the export command "
+                         "writes it for your framework):"), ("code", yaml.safe_dump(recipe, sort_keys=False).strip())]
+    return blocks
+
+
+def report_sections(report) -> list[tuple[str, list[tuple]]]:
+    """(title, blocks) in the report's order; a block is ("p", text), ("bullets", [text]), ("code", text),
+    ("table", header, rows, row classes or None) or ("img", name, path)."""
+    sections = []
+    if report.decision_lines:
+        sections.append(("Decision", decision_blocks(report)))
+    standing = report.decision.standing if report.decision is not None else None
+    if standing is not None:
+        sections.append((f"Runs at {standing.compute:.4g} {unit_label(report.unit)} (fitted reward)", [
+            ("p", "Every finished run reached this compute: each run's fitted curve is read inside its own data, as "
+                  "the decision, the variants and the frontier read it."),
+            ("table", STANDING_HEADER, [standing_cells(row) for row in standing.runs],
+             ["" if row["within_band"] else "outside" for row in standing.runs])]))
+    if report.targets is not None:
+        sections.append((f"Compute to reach a reward of {report.targets['target']:.3f}", [
+            ("p", report.targets["note"]),
+            ("table", TARGET_HEADER, [target_cells(row) for row in report.targets["runs"]], None)]))
+    if report.loo is not None:
+        sections.append(("Leave-one-out (ScaleRL)", [
+            ("p", f"dA is each variant's asymptote minus the full recipe's; |dA| < {NOISE_BAND} is seed noise."),
+            ("table", LOO_HEADER, [loo_cells(r) for r in report.loo],
+             ["beyond" if r["beyond_noise"] else ("" if r["identified"] else "unidentified") for r in report.loo])]))
+    if report.comparison is not None:
+        sections.append(("Variants across seeds", [
+            ("p", COMPARE_NOTE),
+            ("table", compare_header(report.comparison), [compare_cells(r) for r in report.comparison["rows"]], None),
+            ("bullets", [report.comparison["summary"]])]))
+    sections.append(("Per-run sigmoid fits", [
+        ("p", f"R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), fitted on {report.fitted_on}"),
+        ("table", FIT_HEADER, [fit_cells(r) for r in report.fits],
+         ["" if r["identified"] else "unidentified" for r in report.fits])]))
+    if report.backtest is not None:
+        sections.append(("Backtest (ScaleRL: fit on the first half, extrapolate)", [
+            ("p", BACKTEST_NOTE),
+            ("table", BACKTEST_HEADER, table_rows(report.backtest),
+             ["" if r["fitted"] else "unidentified" for r in report.backtest["runs"]]),
+            ("bullets", table_lines(report.backtest))]))
+    if report.law is not None:
+        law = report.law
+        sections.append(("Optimal rollouts per prompt", [("p", (
+            f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} (ln C - "
+            f"{law['c0']:.2f}))); {'identified' if law['identified'] else 'not identified'}: {law['reason']}"))]))
+    if report.sizes is not None:
+        sections.append(("Across model sizes (Tan et al.)", [
+            ("p", SIZE_NOTE), ("table", SIZE_HEADER, size_rows(report.sizes), None),
+            ("bullets", [size_summary(report.sizes)])]))
+    if report.notes:
+        sections.append(("Notes", [("bullets", list(report.notes))]))
+    for name, path in report.plots.items():
+        sections.append((name.replace("_", " "), [("img", name, path)]))
+    return sections
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|!~$])")
+
+
+def md_text(text) -> str:
+    """`text` (a run name, or prose quoting one) with markdown's punctuation escaped, so it renders as typed."""
+    return _MD_SPECIAL.sub(r"\\\1", str(text))
+
+
+def _md_block(block) -> str:
+    kind = block[0]
+    if kind == "p":
+        return md_text(block[1])
+    if kind == "bullets":
+        return "\n".join(f"- {md_text(item)}" for item in block[1])
+    if kind == "code":
+        return f"```\n{block[1]}\n```"
+    if kind == "img":
+        return f"![{block[1]}]({Path(block[2]).name})"
+    header, rows = block[1], block[2]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    # the first column (run or variant names) escaped so that it shows as typed
+    lines += ["| " + " | ".join([md_text(row[0]), *(cell.replace("|", "\\|") for cell in row[1:])]) + " |"
+              for row in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(report) -> str:
+    """report.md: the decision first, then the tables and PNG links (relative, beside the file)."""
+    parts = [f"# {md_text(report.study)}: scaling report", "",
+             md_text(f"Method: {report.method}. Compute: {unit_label(report.unit)}. {report.description}".strip()), ""]
+    for title, blocks in report_sections(report):
+        parts += [f"## {md_text(title)}", ""]
+        for block in blocks:
+            parts += [_md_block(block), ""]
+    return "\n".join(parts)
+
+
+_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.6em;border-bottom:2px solid #3b6ea5;padding-bottom:.2em}
+h2{font-size:1.2em;margin-top:1.6em;color:#3b6ea5}
+table{border-collapse:collapse;font-size:.9em;margin:.5em 0}
+th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left}th{background:#e8eef6}
+tr.beyond td{background:#fde8e8}tr.unidentified td,tr.outside td{color:#888}img{max-width:100%;border:1px solid #ddd}
+pre{background:#f4f4f4;padding:.4em .8em;overflow-x:auto}"""
+
+
+def _html_block(block) -> str:
+    kind = block[0]
+    if kind == "p":
+        return f"<p>{html.escape(block[1])}</p>"
+    if kind == "bullets":
+        return "<ul>" + "".join(f"<li>{html.escape(item)}</li>" for item in block[1]) + "</ul>"
+    if kind == "code":
+        return f"<pre>{html.escape(block[1])}</pre>"
+    if kind == "img":
+        data = base64.b64encode(Path(block[2]).read_bytes()).decode()
+        return f'<img alt="{html.escape(block[1])}" src="data:image/png;base64,{data}">'
+    header, rows, classes = block[1], block[2], block[3]
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = [f"<tr{f' class={chr(34)}{classes[i]}{chr(34)}' if classes and classes[i] else ''}>"
+            + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for i, row in enumerate(rows)]
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def render_html(report) -> str:
+    """report.html: one self-contained page (CSS inline, PNGs as base64 data URIs), the decision first."""
+    parts = [f"<h1>{html.escape(report.study)}: scaling report</h1>",
+             f"<p>Method: <b>{html.escape(report.method)}</b>. Compute: {html.escape(unit_label(report.unit))}. "
+             f"{html.escape(report.description)}</p>"]
+    for title, blocks in report_sections(report):
+        parts.append(f"<h2>{html.escape(title)}</h2>" + "".join(_html_block(block) for block in blocks))
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(report.study)} report'
+            f"</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>\n")

@@ -1,0 +1,103 @@
+"""The compute at which a run is predicted to reach a target reward: the fitted sigmoid's inverse, with an interval
+from the fit's bootstrap draws (each draw's curve inverted), or a Reason saying it is not reached below A.
+
+For R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) the first compute with R(C) >= R is C_mid ((R - R0) / (A - R))^(1/B)
+when R lies strictly between R0 and A; 0 when the run starts at or above R; never when R is at or above A.
+"""
+
+import math
+
+import numpy as np
+import pandas as pd
+from rlscale.fitting.reasons import Reason
+
+DEFAULT_LEVEL = 0.9  # the interval's level, as the prediction intervals (fitting.predict)
+TARGET_HEADER = ["run", "compute to reach [interval]", "A [95%]", "fit"]
+
+
+def compute_to_reach(target: float, A, B, C_mid, R0) -> np.ndarray:
+    """The first compute (C_mid's unit) at which the sigmoid reaches `target`: 0 where it starts at or above it, inf
+    where its asymptote A is at or below it; elementwise over arrays of parameters."""
+    A, B, C_mid, R0 = (np.asarray(v, dtype=float) for v in (A, B, C_mid, R0))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inverse = C_mid * ((target - R0) / (A - target)) ** (1.0 / B)
+    out = np.where(R0 >= target, 0.0, np.where(A <= target, np.inf, inverse))
+    return np.where(np.isnan(out) & (R0 < target), np.inf, out)
+
+
+def reach(target: float, params, draws: np.ndarray | None = None, *, level: float = DEFAULT_LEVEL) -> Reason:
+    """Where a fitted run reaches `target`, as a Reason: reached {target, compute, compute_lo, compute_hi, level}
+    (the interval over the bootstrap draws' inverses; NaN without draws), reached_unbounded (more than (1 - level) / 2
+    of the draws never reach it: no upper end; share_unreached), at_start {target, R0} or not_reached {target, A}.
+    params: (A, B, C_mid, R0); draws: (m, 4) bootstrap parameters of the same fit."""
+    A, B, C_mid, R0 = (float(v) for v in params)
+    point = float(compute_to_reach(target, A, B, C_mid, R0))
+    if point == 0.0:
+        return Reason("at_start", {"target": target, "R0": R0})
+    if math.isinf(point):
+        return Reason("not_reached", {"target": target, "A": A})
+    lo = hi = float("nan")
+    share = 0.0
+    if draws is not None and len(draws) >= 2:
+        values = compute_to_reach(target, draws[:, 0], draws[:, 1], draws[:, 2], draws[:, 3])
+        # sample quantiles (no interpolation), so draws that never reach the target stay infinite
+        lo, hi = (float(np.quantile(values, q, method="inverted_cdf")) for q in ((1 - level) / 2, (1 + level) / 2))
+        share = float(np.mean(np.isinf(values)))
+    values = {"target": target, "compute": point, "compute_lo": lo, "level": level}
+    if math.isinf(hi):
+        return Reason("reached_unbounded", {**values, "share_unreached": share})
+    return Reason("reached", {**values, "compute_hi": hi})
+
+
+def curve_targets(curves: pd.DataFrame, draws: dict, target: float, *, level: float = DEFAULT_LEVEL) -> list[dict]:
+    """One row per run of `curves` (fitting.curves.run_curves, with its draws): run, A, A_lo, A_hi, identified, and
+    `reach` as a Reason dict; a run without a fit gets code not_fitted."""
+    rows = []
+    for row in curves.to_dict("records"):
+        params = [row["A"], row["B"], row["C_mid"], row["R0"]]
+        if not all(math.isfinite(float(v)) for v in params):
+            why = Reason("not_fitted", {"error": row.get("reason") or "no fit"})
+        else:
+            why = reach(target, params, draws.get(row["run"]), level=level)
+        rows.append({"run": str(row["run"]), "A": row["A"], "A_lo": row["A_lo"], "A_hi": row["A_hi"],
+                     "identified": bool(row["identified"]), "reach": why.to_dict()})
+    return rows
+
+
+def record_targets(records: pd.DataFrame, target: float, *, level: float = DEFAULT_LEVEL, run_col: str = "run",
+                   compute_col: str = "compute", reward_col: str = "reward", **fit_kwargs) -> list[dict]:
+    """`curve_targets` for a records frame (a run log): each run fitted by fit_sigmoid(**fit_kwargs), its bootstrap
+    draws giving the interval. A missing run column means one run, "all"."""
+    from rlscale.fitting.frame import SINGLE_RUN
+    from rlscale.fitting.sigmoid import FitError, fit_sigmoid
+
+    groups = records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns else [
+        (SINGLE_RUN, records)]
+    rows = []
+    for run, group in groups:
+        try:
+            fit = fit_sigmoid(group[compute_col].to_numpy(dtype=float, na_value=np.nan),
+                              group[reward_col].to_numpy(dtype=float, na_value=np.nan), **fit_kwargs)
+        except FitError as err:
+            rows.append({"run": str(run), "A": None, "A_lo": None, "A_hi": None, "identified": False,
+                         "reach": Reason("not_fitted", {"error": str(err)}).to_dict()})
+            continue
+        why = reach(target, (fit.A, fit.B, fit.C_mid, fit.R0), fit.samples, level=level)
+        rows.append({"run": str(run), "A": fit.A, "A_lo": fit.A_lo, "A_hi": fit.A_hi, "identified": fit.identified,
+                     "reach": why.to_dict()})
+    return rows
+
+
+def target_cells(row: dict) -> list[str]:
+    """Table cells of one target row: run, compute [lo, hi] (or why there is none), A [95%], identified."""
+    from rlscale.base.numbers import format_number as f
+
+    code, v = row["reach"]["code"], row["reach"]["values"]
+    if code == "reached":
+        compute = f"{f(v['compute'], '{:.4g}')} [{f(v['compute_lo'], '{:.4g}')}, {f(v['compute_hi'], '{:.4g}')}]"
+    elif code == "reached_unbounded":
+        compute = f"{f(v['compute'], '{:.4g}')} [{f(v['compute_lo'], '{:.4g}')}, never in {v['share_unreached']:.0%}]"
+    else:
+        compute = {"at_start": "at the start", "not_reached": "not below A"}.get(code, "no fit")
+    return [row["run"], compute, f"{f(row['A'])} [{f(row['A_lo'])}, {f(row['A_hi'])}]",
+            "identified" if row["identified"] else "not identified"]
