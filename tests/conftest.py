@@ -1,7 +1,14 @@
 import gc
 import os
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +79,58 @@ def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 def cli(monkeypatch, capsys):
     """`cli("fit", "x.csv", "--json")` -> (exit code, stdout, stderr), in-process."""
     return lambda *args: run_cli(monkeypatch, capsys, *args)
+
+
+RAY = Path(sys.executable).with_name("ray")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A Ray head on loopback with the dashboard (the Jobs API), shared by the tests that submit jobs; yields its
+    address. Its own temp dir and process group, so it is stopped without touching other Ray clusters on the
+    machine."""
+    temp = Path(tempfile.mkdtemp(prefix="rv", dir="/tmp"))
+    port, dashboard, agent, agent_grpc, runtime_env, metrics = (_free_port() for _ in range(6))
+    started = time.perf_counter()
+    head = subprocess.Popen(
+        [str(RAY), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--include-dashboard=true",
+         # every port of its own: another Ray cluster on this machine (a parallel test) holds the defaults
+         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+         f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
+         # logical GPUs: Ray places and releases GPU requests on them as on real ones (none here)
+         "--num-cpus=4", "--num-gpus=8", f"--temp-dir={temp}", "--disable-usage-stats"],
+        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"})  # loopback only; Ray 2.60 would otherwise ask for a token
+    address = f"http://127.0.0.1:{dashboard}"
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:  # up when the job agent takes a job (the dashboard answers a few seconds before that)
+                JobSubmissionClient(address).submit_job(entrypoint="true", submission_id="probe")
+                break
+            except Exception:
+                if time.time() > deadline or head.poll() is not None:
+                    raise RuntimeError(f"Ray's Jobs API did not come up: {head.stderr.read()[-2000:] if head.poll() is not None else ''}")
+                time.sleep(0.5)
+        # measured: how long the head, dashboard and job agent take before a job can be submitted
+        print(f"Ray head with Jobs API up in {time.perf_counter() - started:.1f} s")
+        yield address
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        shutil.rmtree(temp, ignore_errors=True)
+
+

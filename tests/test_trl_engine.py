@@ -17,7 +17,6 @@ import yaml
 
 from rlscale.db.store import Store
 from rlscale.planner.recipe import Recipe
-from test_verl_jobs import cluster  # noqa: F401  (the module-scoped Ray head with the Jobs API)
 
 TESTS = Path(__file__).resolve().parent
 # sync, one update per batch, group normalisation, token aggregation, clip 0.2/0.28: what TRL expresses exactly

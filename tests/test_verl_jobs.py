@@ -3,14 +3,10 @@ loopback, dashboard and job agent included): submit, poll, read logs, pause at a
 checkpoint, crash and retry, stop on the driver's rule, and a sweep that survives kill -9 of its driver. The job is
 tests/verl_standin.py, which reads verl's overrides and writes what verl's FileLogger writes (no GPU here)."""
 
-import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -23,58 +19,8 @@ from rlscale.planner.recipe import Recipe
 pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).resolve().parent
-RAY = Path(sys.executable).with_name("ray")
 RECIPE = Recipe(engine="verl", model="/models/stand-in", steps=20, prompts_per_batch=4, rollouts=2, eval_every=5,
                 eval_prompts=4, eval_samples=2, checkpoint_every=5, async_mode="sync")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """A Ray head on loopback with the dashboard (the Jobs API); yields its address. Its own temp dir and process
-    group, so it is stopped without touching other Ray clusters on the machine."""
-    temp = Path(tempfile.mkdtemp(prefix="rv", dir="/tmp"))
-    port, dashboard, agent, agent_grpc, runtime_env, metrics = (_free_port() for _ in range(6))
-    started = time.perf_counter()
-    head = subprocess.Popen(
-        [str(RAY), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--include-dashboard=true",
-         # every port of its own: another Ray cluster on this machine (a parallel test) holds the defaults
-         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
-         f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
-         # logical GPUs: Ray places and releases GPU requests on them as on real ones (none here)
-         "--num-cpus=4", "--num-gpus=8", f"--temp-dir={temp}", "--disable-usage-stats"],
-        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        env={**os.environ, "RAY_AUTH_MODE": "disabled"})  # loopback only; Ray 2.60 would otherwise ask for a token
-    address = f"http://127.0.0.1:{dashboard}"
-    from ray.job_submission import JobSubmissionClient
-
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:  # up when the job agent takes a job (the dashboard answers a few seconds before that)
-                JobSubmissionClient(address).submit_job(entrypoint="true", submission_id="probe")
-                break
-            except Exception:
-                if time.time() > deadline or head.poll() is not None:
-                    raise RuntimeError(f"Ray's Jobs API did not come up: {head.stderr.read()[-2000:] if head.poll() is not None else ''}")
-                time.sleep(0.5)
-        # measured: how long the head, dashboard and job agent take before a job can be submitted
-        print(f"Ray head with Jobs API up in {time.perf_counter() - started:.1f} s")
-        yield address
-    finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 def engine(cluster, tmp_path, **env):
