@@ -12,31 +12,41 @@ from rlscale.runner.sweep.state import FINISHED
 STATUS_STYLE = {"done": "green", "running": "cyan", "starting": "cyan", "failed": "red", "stopped": "yellow",
                 "paused": "magenta", "pending": "dim", "queued": "dim"}
 IN_FLIGHT = ("starting", "running")
-SWEEP_LEGEND = "hours: device-hours (GPU-hours on GPUs) spent; plan: planned"
+SWEEP_LEGEND = ("step: steps taken; hours / plan: device-hours (GPU-hours on GPUs) spent of those planned, "
+                "where the run stops; %: share of its plan")
+
+
+def compute_progress(spent: float, planned: float) -> tuple[str, str]:
+    """("spent / planned", "share%") of a run's compute: the unit that stops a run (its steps only follow from it);
+    "-" for what is unknown (a run imported without a plan)."""
+    known = planned == planned and planned > 0
+    hours = f"{_num(spent, '{:.4g}')} / {_num(planned, '{:.4g}')}" if known else _num(spent, "{:.4g}")
+    return hours, f"{spent / planned:.0%}" if known else "-"
 
 
 def sweep_table(study: str, runs, cluster: str = "") -> Table:
-    """One row per run: status (with the devices a run in flight holds), step, last validation reward,
-    device-hours spent and planned, note; a total row; the cluster line (devices busy / total, runs in flight,
-    runs queued) and the legend under it. Fits 80 columns: long names and notes wrap."""
+    """One row per run: status (with the devices a run in flight holds), steps taken, last validation reward,
+    device-hours spent against those planned (runs stop at their planned compute, not at a step count) and the
+    share, note; a total row; the cluster line (devices busy / total, runs in flight, runs queued) and the legend
+    under it. Fits 80 columns: long names and notes wrap."""
     lines = [cluster] if cluster else []
     table = Table(title=f"sweep {safe(study)}", title_justify="left", caption_justify="left",
                   caption="\n".join(safe(line) for line in [*lines, SWEEP_LEGEND]), caption_style="dim")
-    for column in ("run", "status", "step", "reward", "hours", "plan", "note"):
-        right = column in ("step", "reward", "hours", "plan")
+    for column in ("run", "status", "step", "reward", "hours / plan", "%", "note"):
+        right = column in ("step", "reward", "hours / plan", "%")
         table.add_column(column, justify="right" if right else "left", no_wrap=column not in ("run", "note"),
                          overflow="fold", ratio=1 if column == "note" else None)
     for run in runs:
         style = STATUS_STYLE.get(run.status, "")
-        steps = "-" if run.recipe is None else run.recipe.steps  # an imported run has no recipe
         status = f"{run.status} {run.devices}" if run.status in IN_FLIGHT and run.devices else run.status
-        table.add_row(safe(run.name), f"[{style}]{safe(status)}[/]", f"{run.step}/{steps}", _num(run.val_reward),
-                      _num(run.gpu_hours, "{:.4g}"), _num(run.planned_gpu_hours, "{:.4g}"), safe(run.note[:120]))
+        table.add_row(safe(run.name), f"[{style}]{safe(status)}[/]", f"{run.step:,}", _num(run.val_reward),
+                      *compute_progress(run.gpu_hours, run.planned_gpu_hours), safe(run.note[:120]))
     spent = sum(run.gpu_hours for run in runs)
-    planned = sum(run.planned_gpu_hours for run in runs)
+    planned = sum(run.planned_gpu_hours for run in runs if run.planned_gpu_hours == run.planned_gpu_hours)
     finished = sum(run.status in FINISHED for run in runs)
     table.add_section()
-    table.add_row("total", f"{finished}/{len(runs)} ended", "", "", _num(spent, "{:.4g}"), _num(planned, "{:.4g}"), "")
+    table.add_row("total", f"{finished}/{len(runs)} ended", "", "", *compute_progress(spent, planned or float("nan")),
+                  "")
     return table
 
 

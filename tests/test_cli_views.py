@@ -1,0 +1,46 @@
+"""The live sweep table and `rlscale status`: each run's compute against its plan (the unit that stops a run) and its
+steps as a count, not against a planned step count that the compute stop overrides (#40 part 3)."""
+
+import json
+
+from rich.console import Console
+
+from conftest import run_cli
+from rlscale.cli.views import compute_progress, sweep_table
+from rlscale.planner.recipe import Recipe
+from rlscale.runner.sweep.state import RunState
+
+
+def _table_text(runs, width=80) -> str:
+    console = Console(record=True, width=width, force_terminal=False)
+    console.print(sweep_table("quickstart", runs, "1 in flight (holding 2 CPU), 0 queued"))
+    return console.export_text()
+
+
+def test_compute_against_the_plan_and_steps_as_a_count():
+    assert compute_progress(0.0349, 0.035) == ("0.0349 / 0.035", "100%")
+    assert compute_progress(0.0175, 0.035) == ("0.0175 / 0.035", "50%")
+    assert compute_progress(0.02, float("nan")) == ("0.02", "-")  # an imported run has no plan
+    # a run past its planned steps (the compute stop decides) and one half way
+    runs = [RunState(1, "bp16,n4", Recipe(steps=1084), 0, 0.035, status="done", step=2065, gpu_hours=0.0349),
+            RunState(2, "bp16,n8", Recipe(steps=542), 0, 0.035, status="running", step=400, gpu_hours=0.0175,
+                     devices="2 CPU")]
+    text = _table_text(runs)
+    assert "2065/1084" not in text and "/1084" not in text
+    assert "2,065" in text and "0.0349 / 0.035" in text and "100%" in text and "50%" in text
+    assert "0.0524 / 0.07" in text  # the total row: spent of planned over every run
+    assert all(len(line) <= 80 for line in text.splitlines())
+
+
+def test_status_prints_the_same_columns_and_keeps_its_json(workdir, capsys, monkeypatch):
+    from test_recommend import bench, seed_isocompute
+
+    url = f"sqlite:///{workdir / 'rl.db'}"
+    truth, c_obs = bench.CASES["saturates_64"]
+    seed_isocompute(url, "iso", truth, c_obs)
+    code, out, err = run_cli(monkeypatch, capsys, "status", "iso", "--db", url)
+    assert code == 0, err
+    assert "hours / plan" in out and "%" in out
+    code, out, err = run_cli(monkeypatch, capsys, "status", "iso", "--db", url, "--json")
+    rows = json.loads(out)
+    assert {"step", "steps", "gpu_hours", "planned_gpu_hours"} <= set(rows[0])  # the contract stays
