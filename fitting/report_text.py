@@ -5,8 +5,6 @@ runs at the decision's compute, then the evidence: variants, leave-one-out, fits
 sentence about the decision comes from fitting.wording.
 """
 
-import base64
-import html
 import re
 from pathlib import Path
 
@@ -163,39 +161,9 @@ def render_markdown(report) -> str:
     return "\n".join(parts)
 
 
-_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1100px;color:#222}
-h1{font-size:1.6em;border-bottom:2px solid #3b6ea5;padding-bottom:.2em}
-h2{font-size:1.2em;margin-top:1.6em;color:#3b6ea5}
-table{border-collapse:collapse;font-size:.9em;margin:.5em 0}
-th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left}th{background:#e8eef6}
-tr.beyond td{background:#fde8e8}tr.unidentified td,tr.outside td{color:#888}img{max-width:100%;border:1px solid #ddd}
-pre{background:#f4f4f4;padding:.4em .8em;overflow-x:auto}"""
-
-
-def _html_block(block) -> str:
-    kind = block[0]
-    if kind == "p":
-        return f"<p>{html.escape(block[1])}</p>"
-    if kind == "bullets":
-        return "<ul>" + "".join(f"<li>{html.escape(item)}</li>" for item in block[1]) + "</ul>"
-    if kind == "code":
-        return f"<pre>{html.escape(block[1])}</pre>"
-    if kind == "img":
-        data = base64.b64encode(Path(block[2]).read_bytes()).decode()
-        return f'<img alt="{html.escape(block[1])}" src="data:image/png;base64,{data}">'
-    header, rows, classes = block[1], block[2], block[3]
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = [f"<tr{f' class={chr(34)}{classes[i]}{chr(34)}' if classes and classes[i] else ''}>"
-            + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for i, row in enumerate(rows)]
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
 def render_html(report) -> str:
-    """report.html: one self-contained page (CSS inline, PNGs as base64 data URIs), the decision first."""
-    parts = [f"<h1>{html.escape(report.study)}: scaling report</h1>",
-             f"<p>Method: <b>{html.escape(report.method)}</b>. Compute: {html.escape(unit_label(report.unit))}. "
-             f"{html.escape(report.description)}</p>"]
-    for title, blocks in report_sections(report):
-        parts.append(f"<h2>{html.escape(title)}</h2>" + "".join(_html_block(block) for block in blocks))
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(report.study)} report'
-            f"</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>\n")
+    """report.html: the study page the dashboard shows (fitting/page.py), self-contained (styles inline, PNGs as data
+    URIs), the decision first."""
+    from rlscale.fitting.page import render_study_page, report_page
+
+    return render_study_page(report_page(report, report_sections(report)))
