@@ -5,10 +5,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
+from conftest import run_cli
 from rlscale.db.store import Store
 from rlscale.fitting.sigmoid import sigmoid
-from conftest import run_cli
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "scalerl_runs.csv"
 JSON_KEYS = {"run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise"}
@@ -21,7 +20,8 @@ def _strict_json(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
-def _write_curve(path: Path, *, A=0.7, B=1.5, C_mid=100.0, R0=0.1, max_compute=800.0, noise=0.005, column="compute", run="r"):
+def _write_curve(path: Path, *, A=0.7, B=1.5, C_mid=100.0, R0=0.1, max_compute=800.0, noise=0.005, column="compute",
+                 run="r"):
     compute = np.linspace(0.0, max_compute, 41)
     reward = sigmoid(compute, A, B, C_mid, R0) + np.random.default_rng(0).normal(0, noise, compute.size)
     lines = [f"run,{column},reward"] + [f"{run},{c:g},{r:.5f}" for c, r in zip(compute, reward)]
@@ -55,7 +55,8 @@ def test_example_file_fits_every_run_and_flags_the_short_one(monkeypatch, capsys
     fits = {fit["run"]: fit for fit in _strict_json(out)}
     assert set(fits) == {"cispo", "gspo", "dapo", "grpo_short"}
     # examples/make_example.py draws these runs with A = 0.61, 0.58, 0.52
-    assert [round(fits[run]["A"], 2) for run in ("cispo", "gspo", "dapo")] == pytest.approx([0.61, 0.58, 0.52], abs=0.02)
+    asymptotes = [round(fits[run]["A"], 2) for run in ("cispo", "gspo", "dapo")]
+    assert asymptotes == pytest.approx([0.61, 0.58, 0.52], abs=0.02)
     assert fits["grpo_short"]["identified"] is False and fits["grpo_short"]["reason"]
 
 
@@ -199,3 +200,46 @@ def test_a_run_that_cannot_be_fitted_beside_others_is_listed_as_not_fitted(monke
     code, out, _ = run_cli(monkeypatch, capsys, "fit", "runs.csv")
     assert code == 0
     assert "none (1)" in out and "(1) short: not fitted: need at least 3 points" in " ".join(out.split())
+
+
+TARGET_KEYS = {"target", "reach_code", "reach_compute", "reach_compute_lo", "reach_compute_hi", "reach_level"}
+
+
+def test_target_gives_the_compute_at_which_each_run_reaches_it(monkeypatch, capsys, workdir):
+    # R = 0.45 is half way from R0 0.1 to A 0.8: the fitted curve reaches it at C_mid (100)
+    _write_curve(workdir / "curve.csv", A=0.8, noise=0.003)
+    code, out, err = run_cli(monkeypatch, capsys, "fit", "curve.csv", "--json", "--target", "0.45")
+    assert code == 0, err
+    (fit,) = _strict_json(out)
+    assert set(fit) == JSON_KEYS | TARGET_KEYS
+    assert (fit["target"], fit["reach_code"], fit["reach_level"]) == (0.45, "reached", 0.9)
+    assert fit["reach_compute"] == pytest.approx(100.0, rel=0.05)
+    assert fit["reach_compute_lo"] < fit["reach_compute"] < fit["reach_compute_hi"]
+    assert fit["reach_compute_lo"] <= 100.0 <= fit["reach_compute_hi"]
+    # at or above A it is not reached; at or below R0 it is reached at the start
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", "curve.csv", "--json", "--target", "0.9")
+    (fit,) = _strict_json(out)
+    assert fit["reach_code"] == "not_reached" and fit["reach_compute"] is None
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", "curve.csv", "--json", "--target", "0.05")
+    assert _strict_json(out)[0]["reach_code"] == "at_start"
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", "curve.csv", "--target", "0.45")
+    assert code == 0 and "r: reaches 0.450 at" in out
+
+
+def test_target_inverts_the_sigmoid_and_its_draws():
+    from rlscale.fitting.target import compute_to_reach, reach
+
+    assert compute_to_reach(0.45, 0.8, 1.5, 100.0, 0.1) == pytest.approx(100.0)
+    # R(C) = 0.6 at C = C_mid (5/2)^(1/B): (0.6 - 0.1) / (0.8 - 0.6) = 2.5
+    assert compute_to_reach(0.6, 0.8, 2.0, 10.0, 0.1) == pytest.approx(10.0 * 2.5**0.5)
+    assert float(sigmoid(compute_to_reach(0.6, 0.8, 2.0, 10.0, 0.1), 0.8, 2.0, 10.0, 0.1)) == pytest.approx(0.6)
+    draws = np.array([[0.8, 1.5, c_mid, 0.1] for c_mid in np.linspace(80.0, 120.0, 41)])
+    reached = reach(0.45, (0.8, 1.5, 100.0, 0.1), draws, level=0.9)
+    assert reached.code == "reached" and reached["compute"] == pytest.approx(100.0)
+    # sample quantiles of the 41 draws' C_mid (80, 81, ..., 120): the 3rd and the 39th
+    assert reached["compute_lo"] == pytest.approx(82.0) and reached["compute_hi"] == pytest.approx(118.0)
+    # a third of the draws level off below the target: no upper end
+    some_below = draws.copy()
+    some_below[::3, 0] = 0.44
+    unbounded = reach(0.45, (0.8, 1.5, 100.0, 0.1), some_below, level=0.9)
+    assert unbounded.code == "reached_unbounded" and unbounded["share_unreached"] == pytest.approx(14 / 41)

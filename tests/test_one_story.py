@@ -84,3 +84,15 @@ def test_every_view_names_the_same_best_n_and_the_same_runs_within_the_band(stor
     assert decision["export_format"] == "trl"
     assert decision["commands"]["export"].startswith("rlscale export --format trl --study story --budget 0.035")
     assert decision["kind"] == "allocation" and decision["refusal"] is None
+
+
+def test_the_report_gives_the_compute_each_run_needs_to_reach_the_best_runs_reward(story):
+    _, report, markdown = story
+    targets = report["targets"]
+    best = report["decision"]["standing"]["runs"][0]
+    assert targets["target"] == pytest.approx(best["reward"]) and targets["level"] == 0.9
+    reach = {row["run"]: row["reach"] for row in targets["runs"]}
+    assert reach["n4"]["code"] == "reached" and reach["n4"]["values"]["compute"] == pytest.approx(C, rel=1e-6)
+    assert reach["n8"]["code"] == "reached" and reach["n8"]["values"]["compute"] > C  # slower, within the band
+    assert reach["n2"]["code"] == "not_reached"  # its A (0.86) is below the target
+    assert "## Compute to reach a reward of" in markdown

@@ -12,26 +12,40 @@ from rlscale.cli.options import DbUrl, check_fit_source
 JSON_KEYS = ("run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise")
 # Added by --at: the predicted mean reward over the last 10% of compute up to `at` and its prediction interval.
 PREDICTION_KEYS = ("at", "predicted", "predicted_lo", "predicted_hi", "level")
+# Added by --target: the compute at which the run is predicted to reach `target`, its interval at `reach_level`, and
+# reach_code (fitting.target): reached, reached_unbounded (no upper end), at_start, not_reached (below A), not_fitted.
+TARGET_KEYS = ("target", "reach_code", "reach_compute", "reach_compute_lo", "reach_compute_hi", "reach_level")
 
 
 def register(app: typer.Typer) -> None:
     @app.command("fit")
     def fit(
-        file: Path = typer.Argument(None, help="run log (.csv or .jsonl): run (optional), compute or gpu_hours, reward"),
-        study: str = typer.Option(None, "--study", help="fit the stored records of this study instead of a file, and save the fits"),
+        file: Path = typer.Argument(None, help=(
+            "run log (.csv or .jsonl): run (optional), compute or gpu_hours, reward")),
+        study: str = typer.Option(None, "--study", help=(
+            "fit the stored records of this study instead of a file, and save the fits")),
         db: DbUrl = None,
         r0: float = typer.Option(None, "--r0", help="reward before RL, held fixed (default: fitted)"),
-        min_compute: float = typer.Option(0.0, "--min-compute", min=0.0, help="drop points below this compute (ScaleRL: ~1.5k of 16k GPU-hours)"),
-        noise: str = typer.Option("auto", "--noise", help="reward noise around the curve: auto (chosen by likelihood), binomial (pass rates), constant (plain least squares), multiplicative"),
-        unbounded: bool = typer.Option(False, "--unbounded", help="the metric is not a pass rate in [0, 1] (A and R0 unbounded)"),
+        min_compute: float = typer.Option(0.0, "--min-compute", min=0.0, help=(
+            "drop points below this compute (ScaleRL: ~1.5k of 16k GPU-hours)")),
+        noise: str = typer.Option("auto", "--noise", help=(
+            "reward noise around the curve: auto (chosen by likelihood), binomial (pass rates), constant (plain "
+            "least squares), multiplicative")),
+        unbounded: bool = typer.Option(False, "--unbounded", help=(
+            "the metric is not a pass rate in [0, 1] (A and R0 unbounded)")),
         json_out: bool = typer.Option(False, "--json", help="print a JSON list, one object per run"),
-        plot: Path = typer.Option(None, "--plot", help="also write a PNG: points (filled: those fitted), curves, bands"),
-        at: float = typer.Option(None, "--at", help="also predict each run's mean reward over the last 10% of compute up to C, with a prediction interval"),
-        level: float = typer.Option(0.9, "--level", help="the prediction interval's level (with --at)"),
+        plot: Path = typer.Option(None, "--plot", help=(
+            "also write a PNG: points (filled: those fitted), curves, bands")),
+        at: float = typer.Option(None, "--at", help=(
+            "also predict each run's mean reward over the last 10% of compute up to C, with a prediction interval")),
+        target: float = typer.Option(None, "--target", help=(
+            "also give the compute at which each run is predicted to reach reward R, with an interval, or say it is "
+            "not reached below A")),
+        level: float = typer.Option(0.9, "--level", help="the intervals' level (with --at and --target)"),
     ) -> None:
         """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) per run; say when A is not identified."""
-        from rlscale.cli.console import print_json
         from rlscale.base.errors import UserError
+        from rlscale.cli.console import print_json
 
         check_fit_source(file, study, db, command="fit", noise=noise, unbounded=unbounded, r0=r0)
         if plot is not None and plot.suffix.lower() != ".png":
@@ -40,6 +54,8 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{plot.parent} is a file: expected a directory for {plot.name}", field="--plot")
         if at is not None and not (math.isfinite(at) and at > 0):
             raise UserError(f"expected a finite compute > 0, got {at:g}", field="--at")
+        if target is not None and not math.isfinite(target):
+            raise UserError(f"expected a finite reward, got {target:g}", field="--target")
         if not 0.0 < level < 1.0:
             raise UserError(f"expected a level in (0, 1), got {level:g}", field="--level")
         if not math.isfinite(min_compute):
@@ -59,8 +75,13 @@ def register(app: typer.Typer) -> None:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 predictions = predict_runs(records, at, level=level, run_col="run", compute_col="compute",
                                            reward_col="reward", **options)
+        targets = None
+        if target is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                targets = _targets(records, record_breaking, target, level, options)
         if json_out:
-            print_json(fits_json(fits, predictions))
+            print_json(fits_json(fits, predictions, targets))
             return
         from rlscale.cli.console import say
         from rlscale.cli.views import print_fits
@@ -71,6 +92,8 @@ def register(app: typer.Typer) -> None:
             say(f"saved {len(fits)} fits of study {study!r} to {store.url_for_display}")
         if predictions is not None:
             _print_predictions(predictions)
+        if targets is not None:
+            _print_targets(targets)
         if plot is not None:
             say(f"plot: {plot}")
 
@@ -116,9 +139,44 @@ def _print_predictions(predictions) -> None:
                       f"({row['level']:.0%} PI)", highlight=False, soft_wrap=True)
 
 
-def fits_json(fits, predictions=None) -> list[dict]:
+def _targets(records, record_breaking: bool, target: float, level: float, options: dict) -> list[dict]:
+    """fitting.target.record_targets on the points each run's fit used (its record-breaking points when the study
+    fits those)."""
+    from rlscale.fitting.records import record_breaking_points
+    from rlscale.fitting.target import record_targets
+
+    points = records
+    if record_breaking:
+        keep = [group.index[record_breaking_points(group["compute"], group["reward"])]
+                for _, group in records.groupby("run", sort=False)]
+        points = records.loc[[index for part in keep for index in part]]
+    return record_targets(points, target, level=level, run_col="run", compute_col="compute", reward_col="reward",
+                          **options)
+
+
+def _print_targets(targets: list[dict]) -> None:
+    """One line per run: where it is predicted to reach the target (fitting.wording), or why not."""
+    from rlscale.cli.console import console, safe
+    from rlscale.fitting.reasons import Reason
+
+    for row in targets:
+        why = Reason(row["reach"]["code"], row["reach"]["values"])
+        level = f" ({why['level']:.0%})" if why.code in ("reached", "reached_unbounded") else ""
+        console.print(f"{safe(row['run'])}: {safe(why.text())}{level}", highlight=False, soft_wrap=True)
+
+
+def target_json(row: dict) -> dict:
+    """TARGET_KEYS of one fitting.target row (null where they do not apply)."""
+    values = row["reach"]["values"]
+    return {"target": values.get("target"), "reach_code": row["reach"]["code"],
+            "reach_compute": values.get("compute"), "reach_compute_lo": values.get("compute_lo"),
+            "reach_compute_hi": values.get("compute_hi"), "reach_level": values.get("level")}
+
+
+def fits_json(fits, predictions=None, targets=None) -> list[dict]:
     """The fits as plain JSON-ready dicts with JSON_KEYS (NaN and inf become null); with `predictions`
-    (fitting.predict.predict_runs), each also has PREDICTION_KEYS."""
+    (fitting.predict.predict_runs), each also has PREDICTION_KEYS; with `targets` (fitting.target.record_targets),
+    TARGET_KEYS."""
     from rlscale.base.numbers import json_safe
 
     out = []
@@ -141,4 +199,9 @@ def fits_json(fits, predictions=None) -> list[dict]:
         for item in out:
             row = by_run.get(item["run"], {})
             item.update({key: json_safe(row.get(key)) for key in PREDICTION_KEYS})
+    if targets is not None:
+        by_run = {row["run"]: row for row in targets}
+        for item in out:
+            row = by_run.get(item["run"])
+            item.update(json_safe(target_json(row)) if row else dict.fromkeys(TARGET_KEYS))
     return out
