@@ -84,6 +84,10 @@ def test_every_view_names_the_same_best_n_and_the_same_runs_within_the_band(stor
     assert decision["export_format"] == "trl"
     assert decision["commands"]["export"].startswith("rlscale export --format trl --study story --budget 0.035")
     assert decision["kind"] == "allocation" and decision["refusal"] is None
+    # and that command exports the decided n
+    code, out, err = run_cli(monkeypatch, capsys, *decision["commands"]["export"].split()[1:])
+    assert code == 0, err
+    assert "num_generations: 4" in out.splitlines()
 
 
 def test_the_report_gives_the_compute_each_run_needs_to_reach_the_best_runs_reward(story):

@@ -13,14 +13,25 @@ from rlscale.base.errors import UserError
 
 
 def best_run(curves: pd.DataFrame, budget: float | None) -> tuple[pd.Series, str, int]:
-    """(the chosen curve row, why in words, how many runs competed) among identified, stable fits."""
-    from rlscale.fitting.curves import fitted, stable
+    """(the chosen curve row, why in words, how many runs competed): at a budget every finished run reached, the best
+    run there as the study's decision reads it (fitting.standing: every stable run's fitted reward, identified or
+    not, since the curve is pinned by its data); else among identified, stable fits."""
+    from rlscale.fitting.curves import fitted, reach_of_finished, stable
     from rlscale.fitting.sigmoid import sigmoid
+    from rlscale.fitting.standing import read_runs, standing_at
 
     usable = fitted(curves)
+    if budget is not None and budget <= reach_of_finished(curves) * (1 + 1e-9):
+        standing = standing_at(read_runs(usable), budget)
+        if standing is not None:
+            chosen = usable[usable["run"] == standing.best["run"]].iloc[0]
+            why = (f"highest predicted reward at a budget of {budget:g}: {standing.best['reward']:.3f} (fitted, "
+                   f"inside every run's data; fitted asymptote A {chosen['A']:.3f})")
+            return chosen, why, len(standing.runs)
     usable = usable[usable["identified"].astype(bool) & stable(usable)]
     if usable.empty:
-        reasons = "; ".join(f"{row.run}: {row.reason or 'unstable (truncation or failed)'}" for row in curves.itertuples())
+        reasons = "; ".join(f"{row.run}: {row.reason or 'unstable (truncation or failed)'}"
+                            for row in curves.itertuples())
         raise UserError(f"no run has an identified sigmoid fit and trained stably ({reasons or 'no runs'})",
                         field="--study")
     if budget is not None:
@@ -46,8 +57,8 @@ def best_run_recipe(store, study: str, budget: float | None = None) -> tuple[Rec
     if records["val_reward"].notna().sum() == 0:
         raise UserError(f"study {study!r} has no evaluated records yet", field="--study")
     unit = study_unit(typed)
-    curves, _ = run_curves(records, runs, compute_col=compute_column(typed), record_breaking=fits_record_breaking(typed),
-                           bootstrap=20)
+    curves, _ = run_curves(records, runs, compute_col=compute_column(typed),
+                           record_breaking=fits_record_breaking(typed), bootstrap=20)
     chosen, why, competing = best_run(curves, budget)
     config = runs.loc[runs["run_id"] == chosen["run_id"], "config"].iloc[0] if "run_id" in runs.columns else None
     base = typed.recipe.to_json() if typed is not None else {}
