@@ -18,6 +18,7 @@ from rlscale.fitting.frame import run_labels, variant_names
 from rlscale.fitting.plots import linearised, plot_frontier, plot_linearised
 from rlscale.fitting.records import fits_record_breaking, fitted_points_label
 from rlscale.fitting.report_text import fit_cells, loo_cells, render_html, render_markdown
+from rlscale.fitting.standing import beyond_noise
 
 from rlscale.base.numbers import NOISE_BAND
 
@@ -42,9 +43,16 @@ def fit_rows(curves: pd.DataFrame) -> list[dict]:
     return rows
 
 
+LOO_VERDICTS = {"full_recipe": "full recipe", "no_fit": "no fit", "unidentified": "unidentified fit: dA not meaningful",
+                "better": "beyond noise: better asymptote without this component",
+                "worse": "beyond noise: worse asymptote without this component",
+                "within_noise": "within noise (|dA| < {band:g})"}
+
+
 def loo_table(curves: pd.DataFrame, baseline: str = "baseline", noise_band: float = NOISE_BAND) -> list[dict]:
-    """ScaleRL's leave-one-out table: each variant's A [lo, hi], B, C_mid, dA vs the full recipe and whether |dA| is
-    beyond noise."""
+    """ScaleRL's leave-one-out table: each variant's A [lo, hi], B, C_mid, dA vs the full recipe, whether |dA| is
+    beyond noise (fitting.standing's rule), and the verdict: verdict_code (full_recipe, no_fit, unidentified, better,
+    worse, within_noise) and its words."""
     by_name = {row["run"]: row for row in curves.to_dict("records")}
     if baseline not in by_name:
         raise ValueError(f"no {baseline!r} run to compare against (runs: {', '.join(map(str, by_name))})")
@@ -54,21 +62,14 @@ def loo_table(curves: pd.DataFrame, baseline: str = "baseline", noise_band: floa
         dA = row["A"] - base["A"] if np.isfinite(row["A"]) and np.isfinite(base["A"]) else float("nan")
         dB = row["B"] - base["B"] if np.isfinite(row["B"]) and np.isfinite(base["B"]) else float("nan")
         trusted = bool(row["identified"]) and bool(base["identified"])
-        if name == baseline:
-            verdict = "full recipe"
-        elif not np.isfinite(dA):
-            verdict = "no fit"
-        elif not trusted:
-            verdict = "unidentified fit: dA not meaningful"
-        elif abs(dA) >= noise_band:
-            verdict = "beyond noise: " + ("better" if dA > 0 else "worse") + " asymptote without this component"
-        else:
-            verdict = f"within noise (|dA| < {noise_band:g})"
+        beyond = name != baseline and trusted and beyond_noise(dA, noise_band=noise_band)
+        code = ("full_recipe" if name == baseline else "no_fit" if not np.isfinite(dA) else
+                "unidentified" if not trusted else ("better" if dA > 0 else "worse") if beyond else "within_noise")
         rows.append({"variant": name, "A": row["A"], "A_lo": row["A_lo"], "A_hi": row["A_hi"], "B": row["B"],
                      "C_mid": row["C_mid"], "dA": 0.0 if name == baseline else dA,
-                     "dB": 0.0 if name == baseline else dB,
-                     "beyond_noise": bool(name != baseline and trusted and np.isfinite(dA) and abs(dA) >= noise_band),
-                     "identified": bool(row["identified"]), "verdict": verdict})
+                     "dB": 0.0 if name == baseline else dB, "beyond_noise": bool(beyond),
+                     "identified": bool(row["identified"]), "verdict_code": code,
+                     "verdict": LOO_VERDICTS[code].format(band=noise_band)})
     return rows
 
 

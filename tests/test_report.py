@@ -96,8 +96,9 @@ def test_loo_table_flags_only_differences_beyond_the_noise_band():
     ])
     rows = {r["variant"]: r for r in loo_table(curves)}
     assert rows["worse"]["beyond_noise"] and rows["worse"]["dA"] == pytest.approx(-0.05)
-    assert not rows["same"]["beyond_noise"] and "within noise" in rows["same"]["verdict"]
-    assert not rows["early"]["beyond_noise"] and "unidentified" in rows["early"]["verdict"]
+    assert rows["worse"]["verdict_code"] == "worse" and rows["baseline"]["verdict_code"] == "full_recipe"
+    assert not rows["same"]["beyond_noise"] and rows["same"]["verdict_code"] == "within_noise"
+    assert not rows["early"]["beyond_noise"] and rows["early"]["verdict_code"] == "unidentified"
 
 
 def test_loo_report_renders_tables_pngs_and_one_self_contained_html(loo_report):

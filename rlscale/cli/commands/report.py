@@ -116,10 +116,5 @@ def show(result) -> None:
 
 def _loo_verdict(row) -> str:
     """A leave-one-out row's verdict in a word (report.md has the sentence)."""
-    if row["dA"] == 0.0 and row["verdict"] == "full recipe":
-        return "full recipe"
-    if row["dA"] != row["dA"]:
-        return "no fit"
-    if row["beyond_noise"]:
-        return "better" if row["dA"] > 0 else "worse"
-    return "noise" if row["verdict"].startswith("within noise") else "not identified"
+    return {"full_recipe": "full recipe", "no_fit": "no fit", "unidentified": "not identified",
+            "within_noise": "noise"}.get(row["verdict_code"], row["verdict_code"])
