@@ -21,10 +21,10 @@ import tempfile
 from pathlib import Path
 
 import torch
-
-from rlscale.base.settings import cache_dir
 from rlscale.runner.rl.sampling import sample
 from rlscale.runner.rl.tasks import Prompt, arithmetic_task
+
+from rlscale.base.settings import cache_dir
 
 BASE_MODEL_VERSION = "v5"  # bump when the architecture, vocabulary, SFT recipe or build numerics change
 SHIPPED_DIR = Path(__file__).with_name("base")  # the weights rlscale ships (built with PORTABLE_ENV)
@@ -35,6 +35,8 @@ PORTABLE_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONE
                 "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 CHARACTERS = [chr(code) for code in range(32, 127)] + ["\n"]  # printable ASCII and newline
+# conversational prompts (TRL's, verl's chat data) are their messages' text after <bos>: the same ids as the plain text
+CHAT_TEMPLATE = "{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
 ARCHITECTURE = dict(
     hidden_size=128,
@@ -59,7 +61,8 @@ SFT_EVAL_PROMPTS = 256
 
 
 def build_tokenizer():
-    """A character-level PreTrainedTokenizerFast: one token per character, BOS prepended, <pad>/<eos>/<unk> specials."""
+    """A character-level PreTrainedTokenizerFast: one token per character, BOS prepended, <pad>/<eos>/<unk> specials,
+    and a chat template that gives a conversation's messages the ids of their plain text."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -71,10 +74,12 @@ def build_tokenizer():
         single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", vocab["<bos>"])]
     )
     core.add_special_tokens(SPECIAL_TOKENS)
-    return PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
         padding_side="left", model_max_length=ARCHITECTURE["max_position_embeddings"],
     )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
 
 
 def build_model(tokenizer, seed: int = SFT_SEED):
@@ -108,7 +113,8 @@ def sft_batch(prompts: list[Prompt], tokenizer) -> tuple[torch.Tensor, torch.Ten
 
 def sampled_pass_rate(model, tokenizer, task, prompts: list[Prompt], *, samples: int = 1, temperature: float = 1.0,
                       max_new_tokens: int = 8, seed: int = 0) -> float:
-    """Mean verifier reward over `samples` rollouts per prompt, sampled at `temperature` (ScaleRL's validation metric)."""
+    """Mean verifier reward over `samples` rollouts per prompt, sampled at `temperature` (ScaleRL's validation
+    metric)."""
     generator = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed)
     rollouts = sample(
         model, [tokenizer(p.text)["input_ids"] for p in prompts], n=samples, max_new_tokens=max_new_tokens,
