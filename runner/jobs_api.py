@@ -15,6 +15,7 @@ threads: per-run state is local to `run`; only the Jobs API client is shared.
 
 import json
 import math
+import os
 import threading
 import time
 from abc import abstractmethod
@@ -93,6 +94,7 @@ class JobsApiEngine(Engine):
         self._lock = threading.Lock()
         self._started: set[str] = set()  # submission ids submitted here (close stops those still running)
         self._closed = False  # after close nothing more is submitted (a sweep's threads may still be retrying)
+        self._head = None  # the local Ray head started (or adopted) when no cluster is named
 
     # what an engine says ------------------------------------------------------------------------
 
@@ -234,8 +236,8 @@ class JobsApiEngine(Engine):
         to the cluster."""
         with self._lock:
             started, self._started, self._closed = set(self._started), set(), True
+            client = self._client
         try:
-            client = self._jobs_client()
             live = [job for job in started if str(client.get_job_status(job).value) in RUNNING]
             for job in live:
                 client.stop_job(job)
@@ -243,9 +245,14 @@ class JobsApiEngine(Engine):
             while live and time.monotonic() < deadline:
                 time.sleep(0.5)
                 live = [job for job in live if str(client.get_job_status(job).value) in RUNNING]
-        except Exception:  # the cluster is gone: nothing left to stop
+        except Exception:  # the cluster is gone (or was never reached): nothing left to stop
             pass
         self._client = None
+        if self._head is not None:  # the local head this sweep started: its jobs have ended or were stopped
+            from rlscale.runner.ray_head import HEAD_FILE
+
+            self._head.stop(self.shared_dir / HEAD_FILE)
+            self._head, self.ray_address = None, None
 
     def _submit(self, job: Submission, wait_seconds: float = 60.0) -> None:
         """Submit `job`; while the head's job agent is not up yet (a cluster just started), try again."""
@@ -266,11 +273,16 @@ class JobsApiEngine(Engine):
                 time.sleep(1.0)
 
     def _jobs_client(self):
+        """The Jobs API client; with no cluster named (no ray_address, no RAY_ADDRESS), a local head's, started
+        here on first use (rlscale.runner.ray_head)."""
+        from rlscale.runner.ray_head import jobs_client, local_head
+
         with self._lock:
             if self._client is None:
-                from ray.job_submission import JobSubmissionClient
-
-                self._client = JobSubmissionClient(self.ray_address)
+                if self.ray_address is None and not os.environ.get("RAY_ADDRESS"):
+                    self._head = local_head(self.shared_dir)
+                    self.ray_address = self._head.address
+                self._client = jobs_client(self.ray_address)
             return self._client
 
 

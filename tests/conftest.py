@@ -90,47 +90,67 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def cluster():
-    """A Ray head on loopback with the dashboard (the Jobs API), shared by the tests that submit jobs; yields its
-    address. Its own temp dir and process group, so it is stopped without touching other Ray clusters on the
-    machine."""
+def _start_head(env: dict | None = None, *, cpus: int = 4, gpus: int = 8) -> tuple[subprocess.Popen, str, Path]:
+    """A Ray head on loopback with the dashboard (the Jobs API), `gpus` logical GPUs (Ray places and releases GPU
+    requests on them as on real ones), in its own temp dir and process group; returns once a job can be submitted."""
     temp = Path(tempfile.mkdtemp(prefix="rv", dir="/tmp"))
     port, dashboard, agent, agent_grpc, runtime_env, metrics = (_free_port() for _ in range(6))
-    started = time.perf_counter()
+    environment = {**os.environ, "RAY_AUTH_MODE": "disabled", **(env or {})}  # loopback; Ray 2.60 asks a token
     head = subprocess.Popen(
         [str(RAY), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
          "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--include-dashboard=true",
          # every port of its own: another Ray cluster on this machine (a parallel test) holds the defaults
          f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
          f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
-         # logical GPUs: Ray places and releases GPU requests on them as on real ones (none here)
-         "--num-cpus=4", "--num-gpus=8", f"--temp-dir={temp}", "--disable-usage-stats"],
-        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        env={**os.environ, "RAY_AUTH_MODE": "disabled"})  # loopback only; Ray 2.60 would otherwise ask for a token
+         f"--num-cpus={cpus}", f"--num-gpus={gpus}", f"--temp-dir={temp}", "--disable-usage-stats"],
+        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environment)
     address = f"http://127.0.0.1:{dashboard}"
-    from ray.job_submission import JobSubmissionClient
+    probe = ("from ray.job_submission import JobSubmissionClient; import sys; "
+             "JobSubmissionClient(sys.argv[1]).submit_job(entrypoint='true', submission_id='probe')")
+    deadline = time.time() + 120
+    while True:  # up when the job agent takes a job (the dashboard answers a few seconds before that)
+        if subprocess.run([sys.executable, "-c", probe, address], env=environment,
+                          capture_output=True).returncode == 0:
+            return head, address, temp
+        if time.time() > deadline or head.poll() is not None:
+            _stop_head(head, temp)
+            raise RuntimeError(f"Ray's Jobs API did not come up: {head.stderr.read()[-2000:]}")
+        time.sleep(0.5)
 
+
+def _stop_head(head: subprocess.Popen, temp: Path) -> None:
     try:
-        deadline = time.time() + 120
-        while True:
-            try:  # up when the job agent takes a job (the dashboard answers a few seconds before that)
-                JobSubmissionClient(address).submit_job(entrypoint="true", submission_id="probe")
-                break
-            except Exception:
-                if time.time() > deadline or head.poll() is not None:
-                    raise RuntimeError(f"Ray's Jobs API did not come up: {head.stderr.read()[-2000:] if head.poll() is not None else ''}")
-                time.sleep(0.5)
-        # measured: how long the head, dashboard and job agent take before a job can be submitted
-        print(f"Ray head with Jobs API up in {time.perf_counter() - started:.1f} s")
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(head.pid, signal.SIGKILL)
+        head.wait()
+    except ProcessLookupError:
+        pass
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A Ray head with the Jobs API shared by the tests that submit jobs (tests/verl_standin.py's, TRL's); yields
+    its address."""
+    head, address, temp = _start_head()
+    try:
         yield address
     finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
-        shutil.rmtree(temp, ignore_errors=True)
+        _stop_head(head, temp)
 
 
+@pytest.fixture
+def start_ray_head():
+    """start(env) -> the address of a head of the test's own (e.g. with token authentication); stopped after."""
+    heads = []
+
+    def start(env: dict | None = None) -> str:
+        head, address, temp = _start_head(env)
+        heads.append((head, temp))
+        return address
+
+    yield start
+    for head, temp in heads:
+        _stop_head(head, temp)

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rlscale.base.errors import UserError
 from rlscale.runner.engine import Engine, JobResult
 
 
@@ -110,8 +111,13 @@ class BuiltinEngine(Engine):
             if ray.is_initialized():
                 return
             cores = len(os.sched_getaffinity(0))
-            ray.init(address=self.ray_address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                     num_cpus=None if self.ray_address else max(cores, recipe.generator_devices + recipe.trainer_devices))
+            try:
+                ray.init(address=self.ray_address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                         num_cpus=None if self.ray_address else max(cores, recipe.generator_devices + recipe.trainer_devices))
+            except (ConnectionError, ray.exceptions.AuthenticationError) as err:
+                raise UserError(f"cannot join the Ray cluster at {self.ray_address} ({str(err).splitlines()[0]}); "
+                                "check --ray-address, and RAY_AUTH_TOKEN for a cluster with token auth",
+                                field="--ray-address") from None
             self._started_ray = True
 
     def _acquire(self, recipe) -> WorkerSet:

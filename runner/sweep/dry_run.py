@@ -60,3 +60,16 @@ def admission_plan(study, *, ray_address: str | None = None, shared_dir: str | N
     wave = first_wave(jobs, nodes, limit) if nodes else []
     return {"devices": {name: devices for name, devices in jobs}, "nodes": nodes, "first": wave,
             "max_concurrent": limit}
+
+
+def check_cluster(study, *, ray_address: str | None = None) -> None:
+    """Before anything is stored: a sweep whose runs go through the Jobs API to a named cluster (--ray-address or
+    RAY_ADDRESS) can reach it; UserError (one line: why, and what to set) when it cannot. Without a named cluster
+    the engines start a local head themselves."""
+    import os
+
+    engines = {point.recipe.engine for point in planned_runs(study)}
+    if engines & {"verl", "trl"} and (ray_address or os.environ.get("RAY_ADDRESS")):
+        from rlscale.runner.ray_head import jobs_client
+
+        jobs_client(ray_address)

@@ -46,9 +46,11 @@ def register(app: typer.Typer) -> None:
         if dry_run:
             _print_dry_run(study, ray_address, shared_dir, json_out, max_concurrent)
             return
+        from rlscale.runner.sweep.dry_run import check_cluster
         from rlscale.runner.sweep.dry_run import dry_run as check_jobs
 
         check_jobs(study, ray_address=ray_address, shared_dir=shared_dir)  # bad engine input: exit 2, nothing stored
+        check_cluster(study, ray_address=ray_address)  # a named cluster that cannot be reached: the same
         store = Store(db)
         view = SweepView(study.name, enabled=not json_out)
         options = {"verl": {"shared_dir": shared_dir}, "trl": {"shared_dir": shared_dir}} if shared_dir else None
