@@ -121,21 +121,10 @@ def _verdict(rows: list[dict], pairs: list[dict], compute: float, noise_band: fl
 
 
 def summary_lines(comparison: dict, *, limit: int = 3) -> list[str]:
-    """The verdict as short lines for a terminal: the verdict, then at most `limit` separated pairs (the widest
-    first) and how many more report.md lists."""
-    from rlscale.fitting.wording import separated_pair
+    """The verdict as short lines for a terminal (fitting.wording.comparison_lines)."""
+    from rlscale.fitting.wording import comparison_lines
 
-    verdict = Reason(comparison["verdict"]["code"], comparison["verdict"]["values"])
-    if verdict.code != "variants_separated":
-        return [verdict.text()]
-    pairs = verdict["pairs"]
-    lines = [f"{len(pairs)} of {len(comparison['pairs'])} pairs of variants separated beyond the "
-             f"{comparison['noise_band']:g} noise band at {comparison['compute']:.4g} (fitted reward)"
-             + (" (one seed each: the band is ScaleRL's 3-seed spread)" if verdict["one_seed"] else "") + ":"]
-    lines += [separated_pair(p) for p in pairs[:limit]]
-    if len(pairs) > limit:
-        lines.append(f"and {len(pairs) - limit} more (report.md)")
-    return lines
+    return comparison_lines(comparison, limit=limit)
 
 
 def compare_header(comparison: dict) -> list[str]:

@@ -182,6 +182,22 @@ def known_codes() -> set[str]:
     return set(_TEXT)
 
 
+def comparison_lines(comparison: dict, *, limit: int = 3) -> list[str]:
+    """A variants comparison (fitting.compare) as short lines: its verdict, then at most `limit` separated pairs (the
+    widest first) and how many more report.md lists."""
+    verdict = Reason(comparison["verdict"]["code"], comparison["verdict"]["values"])
+    if verdict.code != "variants_separated":
+        return [verdict.text()]
+    pairs = verdict["pairs"]
+    lines = [f"{len(pairs)} of {len(comparison['pairs'])} pairs of variants separated beyond the "
+             f"{comparison['noise_band']:g} noise band at {comparison['compute']:.4g} (fitted reward)"
+             f"{_one_seed(verdict.values)}:"]
+    lines += [separated_pair(p) for p in pairs[:limit]]
+    if len(pairs) > limit:
+        lines.append(f"and {len(pairs) - limit} more (report.md)")
+    return lines
+
+
 def clauses(text: str) -> list[str]:
     """A long message as short clauses: split at '; ' outside parentheses, a leading 'and' dropped."""
     parts, depth, start = [], 0, 0
