@@ -156,6 +156,15 @@ class Setup(_Strict):
         "trl: eval_reward (the reward on the held-out split)"))
 
 
+class Tracking(_Strict):
+    """Mirror each evaluation (step, compute, reward) to a tracker (runner/tracking.py); for builtin runs, whose
+    jobs have no tracker of their own (verl and TRL jobs log to the user's trainer.logger / report_to)."""
+
+    backend: Literal["mlflow", "trackio", "wandb"]
+    uri: str | None = Field(None, max_length=2000, description="mlflow: the tracking URI (a server or sqlite:///path)")
+    project: str | None = Field(None, pattern=NAME_PATTERN, description="the experiment/project; default the study")
+
+
 class Study(_Strict):
     """A study file. `recipe` is the base every run starts from; `parameters` are the axes."""
 
@@ -178,6 +187,7 @@ class Study(_Strict):
         "runs in flight at once (rlscale sweep --max-concurrent overrides it); None: as many as the cluster's free "
         "devices admit"))
     setup: Setup | None = Field(None, description="start from the user's own verl or TRL setup (engine verl or trl)")
+    tracking: Tracking | None = Field(None, description="mirror each evaluation to MLflow, trackio or W&B")
     _file: str | None = PrivateAttr(None)  # the YAML file it was read from, for messages
     extend: float = Field(1.0, ge=1, le=1000, allow_inf_nan=False, description=(
         "multiply each run's planned compute (and steps) by this; the runs keep their identities, so finished ones "

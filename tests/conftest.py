@@ -6,11 +6,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+
+from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
 
 
 def pytest_collection_modifyitems(config, items):
@@ -154,3 +157,47 @@ def start_ray_head():
     yield start
     for head, temp in heads:
         _stop_head(head, temp)
+
+
+class PacedEngine(Engine):
+    """Steps of `seconds` each, a checkpoint (and its records) every 2 steps, resumable; the first call for lr 1e-4
+    finds its devices taken (this test isolates the driver's queue from Ray on purpose). Thread-safe: the driver
+    calls it from a thread per run."""
+
+    name = "paced"
+
+    def __init__(self, seconds: float = 0.0):
+        self.seconds = seconds
+        self.calls: list[float] = []
+        self.reached: dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.in_flight = self.most_in_flight = 0
+
+    def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None):
+        with self.lock:
+            self.calls.append(recipe.lr)
+            if recipe.lr == 1e-4 and self.calls.count(1e-4) == 1:
+                raise DevicesUnavailable("Total available GPUs 0 is less than total desired GPUs 2")
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            start = self.reached.get(run_key, -1) + 1
+            last = until_step or recipe.steps
+            for step in range(start, last + 1):
+                time.sleep(self.seconds)
+                if step % 2 == 0 or step == last:
+                    on_records([{"step": s, "gpu_hours": 0.01 * s, "rollouts": s, "tokens": 0,
+                                 "val_reward": 0.5 if s % 2 == 0 else None, "metrics": {}}
+                                for s in range(self.reached.get(run_key, -1) + 1, step + 1)])
+                    self.reached[run_key] = step
+            return JobResult(steps=self.reached[run_key])
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+@pytest.fixture
+def paced_engine():
+    """PacedEngine(seconds): an engine whose runs take `seconds` a step and store records at checkpoints, with no
+    Ray (a test that isolates the sweep driver from the jobs on purpose)."""
+    return PacedEngine

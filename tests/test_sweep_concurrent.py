@@ -13,7 +13,6 @@ import yaml
 
 from rlscale.db.store import Store
 from rlscale.planner.study import load_study
-from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
 from rlscale.runner.sweep.driver import SweepDriver
 
 
@@ -25,48 +24,12 @@ def write_study(path, name: str, parameters: dict, **recipe):
     return load_study(path)
 
 
-class PacedEngine(Engine):
-    """Steps of `seconds` each, a checkpoint (and its records) every 2 steps, resumable; the first call for lr 1e-4
-    finds its devices taken (this test isolates the driver's queue from Ray on purpose). Thread-safe: the driver
-    calls it from a thread per run."""
-
-    name = "paced"
-
-    def __init__(self, seconds: float = 0.0):
-        self.seconds = seconds
-        self.calls: list[float] = []
-        self.reached: dict[str, int] = {}
-        self.lock = threading.Lock()
-        self.in_flight = self.most_in_flight = 0
-
-    def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None):
-        with self.lock:
-            self.calls.append(recipe.lr)
-            if recipe.lr == 1e-4 and self.calls.count(1e-4) == 1:
-                raise DevicesUnavailable("Total available GPUs 0 is less than total desired GPUs 2")
-            self.in_flight += 1
-            self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        try:
-            start = self.reached.get(run_key, -1) + 1
-            last = until_step or recipe.steps
-            for step in range(start, last + 1):
-                time.sleep(self.seconds)
-                if step % 2 == 0 or step == last:
-                    on_records([{"step": s, "gpu_hours": 0.01 * s, "rollouts": s, "tokens": 0,
-                                 "val_reward": 0.5 if s % 2 == 0 else None, "metrics": {}}
-                                for s in range(self.reached.get(run_key, -1) + 1, step + 1)])
-                    self.reached[run_key] = step
-            return JobResult(steps=self.reached[run_key])
-        finally:
-            with self.lock:
-                self.in_flight -= 1
-
-
-def test_a_job_whose_devices_were_taken_goes_back_to_the_queue_without_using_an_attempt(tmp_path, monkeypatch):
+def test_a_job_whose_devices_were_taken_goes_back_to_the_queue_without_using_an_attempt(tmp_path, monkeypatch,
+                                                                                           paced_engine):
     import rlscale.runner.sweep.pool as pool_module
 
     monkeypatch.setattr(pool_module, "REQUEUE_SECONDS", 0.2)
-    engine = PacedEngine(seconds=0.05)  # 3 s a run: the requeued run starts again while the other one runs
+    engine = paced_engine(seconds=0.05)  # 3 s a run: the requeued run starts again while the other one runs
     study = write_study(tmp_path / "queue.yaml", "queue", {"lr": [1e-4, 2e-4]}, steps=60)
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
         summary = SweepDriver(study, store, engine=engine, max_retries=0, max_concurrent=2).run()
@@ -79,11 +42,12 @@ def test_a_job_whose_devices_were_taken_goes_back_to_the_queue_without_using_an_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
-def test_a_postgresql_restart_under_a_running_sweep_loses_no_record_and_stores_none_twice(db_url, tmp_path):
+def test_a_postgresql_restart_under_a_running_sweep_loses_no_record_and_stores_none_twice(db_url, tmp_path,
+                                                                                          paced_engine):
     ctl = os.environ.get("RLSCALE_TEST_PG_CTL")
     if not ctl:
         pytest.skip("RLSCALE_TEST_PG_CTL is not set (.ci/run sets it with the server it starts)")
-    engine = PacedEngine(seconds=0.05)
+    engine = paced_engine(seconds=0.05)
     study = write_study(tmp_path / "restart.yaml", "restart", {"lr": [2e-4, 3e-4, 4e-4]}, steps=160)
     with Store(db_url) as store:
         driver = SweepDriver(study, store, engine=engine, max_concurrent=3)
@@ -168,7 +132,7 @@ def test_dry_run_prints_the_admission_plan_and_status_the_runs_in_flight(tmp_pat
     assert all(len(line) <= 80 for line in out.splitlines())
 
 
-def test_bayes_opens_max_concurrent_trials_at_once_and_tells_optuna_each(tmp_path):
+def test_bayes_opens_max_concurrent_trials_at_once_and_tells_optuna_each(tmp_path, paced_engine):
     import optuna
 
     from rlscale.runner.sweep.bayes import run_bayes
@@ -178,7 +142,7 @@ def test_bayes_opens_max_concurrent_trials_at_once_and_tells_optuna_each(tmp_pat
         "name": "tpe", "method": "bayes", "n_trials": 4, "max_concurrent": 2,
         "recipe": {"steps": 20, "eval_every": 2, "checkpoint_every": 2, "async": "sync"},
         "parameters": {"lr": {"min": 2e-4, "max": 6e-4, "distribution": "log_uniform"}}}))
-    engine = PacedEngine(seconds=0.02)
+    engine = paced_engine(seconds=0.02)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     with Store(url) as store:
         driver = SweepDriver(load_study(path), store, engine=engine)

@@ -65,6 +65,9 @@ class SweepDriver:
         self._engines_lock = threading.Lock()
         # a database that goes away (a server restart) is waited for, with a note on the live view meanwhile
         store.wait_out_outages(STORE_OUTAGE_SECONDS, self._store_note)
+        from rlscale.runner.tracking import make_tracker
+
+        self.tracker = make_tracker(getattr(study, "tracking", None), study.name)  # `tracking:` mirrors evaluations
         self._fit_cache: dict[int, tuple[tuple, object]] = {}  # run_id -> ((evaluations, last step), fit)
 
     # planning -------------------------------------------------------------------------------------
@@ -252,6 +255,8 @@ class SweepDriver:
 
     def _on_records(self, run: RunState, records: list[dict]) -> None:
         self.store.add_records(run.run_id, records)  # the driver is the one writer, for every job's thread
+        if self.tracker is not None:
+            self.tracker.log(run.name, self.run_key(run), records)
         for record in records:
             run.step = max(run.step, int(record["step"]))
             run.gpu_hours = max(run.gpu_hours, float(record["gpu_hours"]))
@@ -353,6 +358,8 @@ class SweepDriver:
         for engine in [self.engine, *self._engines.values()]:
             if engine is not None:
                 engine.close()
+        if self.tracker is not None:
+            self.tracker.close()
 
 
 def _error_text(err: Exception) -> str:

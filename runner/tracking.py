@@ -1,0 +1,121 @@
+"""A study's `tracking:` key: each evaluation the sweep stores (step, compute, reward) mirrored to the tracker the
+user already watches, through that tracker's own client library. Runs are grouped by study (MLflow experiment,
+trackio or W&B project) and named by run; a resumed run continues the same tracker run.
+
+For builtin runs: verl and TRL jobs log to the user's own trackers themselves (their trainer.logger / report_to).
+The driver calls `log` from the thread of each run in flight, so a tracker serialises its client calls.
+"""
+
+import threading
+import time
+from abc import ABC, abstractmethod
+
+from rlscale.base.errors import UserError
+
+# record columns mirrored at each evaluation, under these names
+MIRRORED = ("val_reward", "gpu_hours", "rollouts", "tokens")
+
+
+class Tracker(ABC):
+    """Mirrors a study's evaluations to one tracker."""
+
+    def __init__(self, study: str, project: str | None = None):
+        self.group = project or study
+        self.lock = threading.Lock()
+
+    def log(self, run: str, run_key: str, records: list[dict]) -> None:
+        """Mirror the evaluations among `records` (those with a val_reward) of run `run` (checkpoint key
+        `run_key`, a stable id across resumes)."""
+        evaluations = [record for record in records if record.get("val_reward") is not None]
+        if evaluations:
+            with self.lock:
+                self.write(run, run_key, evaluations)
+
+    @abstractmethod
+    def write(self, run: str, run_key: str, evaluations: list[dict]) -> None:
+        """Send the evaluations to the tracker."""
+
+    def close(self) -> None:
+        """Flush and end what the tracker holds open."""
+
+
+class MlflowTracker(Tracker):
+    """MLflow: an experiment per study, a run per rlscale run (found again by its run key tag), metrics at their step.
+    `uri`: the tracking URI (a server, or sqlite:///path); None: MLflow's own default (MLFLOW_TRACKING_URI)."""
+
+    def __init__(self, study: str, project: str | None = None, uri: str | None = None):
+        super().__init__(study, project)
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=uri)
+        experiment = self.client.get_experiment_by_name(self.group)
+        self.experiment = experiment.experiment_id if experiment else self.client.create_experiment(self.group)
+        self.runs: dict[str, str] = {}
+
+    def write(self, run: str, run_key: str, evaluations: list[dict]) -> None:
+        from mlflow.entities import Metric
+
+        run_id = self.runs.get(run_key) or self._run_id(run, run_key)
+        now = int(time.time() * 1000)
+        metrics = [Metric(key, float(record[key]), now, int(record["step"]))
+                   for record in evaluations for key in MIRRORED if record.get(key) is not None]
+        self.client.log_batch(run_id, metrics=metrics)
+
+    def _run_id(self, run: str, run_key: str) -> str:
+        found = self.client.search_runs([self.experiment], f"tags.rlscale_run_key = '{run_key}'", max_results=1)
+        run_id = found[0].info.run_id if found else self.client.create_run(
+            self.experiment, run_name=run, tags={"rlscale_run_key": run_key, "rlscale_study": self.group}).info.run_id
+        self.runs[run_key] = run_id
+        return run_id
+
+
+class TrackioTracker(Tracker):
+    """trackio (local-first, SQLite): a project per study, a run per rlscale run, resumed by name."""
+
+    def __init__(self, study: str, project: str | None = None):
+        super().__init__(study, project)
+        import trackio  # noqa: F401  (missing: UserError before the sweep starts)
+
+    def write(self, run: str, run_key: str, evaluations: list[dict]) -> None:
+        import trackio
+
+        trackio.init(project=self.group, name=run, resume="allow")
+        for record in evaluations:
+            trackio.log({key: float(record[key]) for key in MIRRORED if record.get(key) is not None},
+                        step=int(record["step"]))
+        trackio.finish()
+
+
+class WandbTracker(Tracker):
+    """Weights & Biases (online, or offline with WANDB_MODE=offline): a project per study, a run per rlscale run
+    with its run key as the W&B run id (a resumed run continues it)."""
+
+    def __init__(self, study: str, project: str | None = None):
+        super().__init__(study, project)
+        import wandb  # noqa: F401  (missing: UserError before the sweep starts)
+
+    def write(self, run: str, run_key: str, evaluations: list[dict]) -> None:
+        import wandb
+
+        with wandb.init(project=self.group, name=run, id=run_key, resume="allow", reinit="create_new") as handle:
+            for record in evaluations:
+                handle.log({key: float(record[key]) for key in MIRRORED if record.get(key) is not None},
+                           step=int(record["step"]))
+
+
+TRACKERS = {"mlflow": MlflowTracker, "trackio": TrackioTracker, "wandb": WandbTracker}
+
+
+def make_tracker(tracking, study: str) -> Tracker | None:
+    """The tracker a study's `tracking` block names (None without one); UserError naming the package when its
+    client library is not installed."""
+    if tracking is None:
+        return None
+    package = {"mlflow": "mlflow-skinny"}.get(tracking.backend, tracking.backend)
+    try:
+        if tracking.backend == "mlflow":
+            return MlflowTracker(study, tracking.project, tracking.uri)
+        return TRACKERS[tracking.backend](study, tracking.project)
+    except ImportError:
+        raise UserError(f"tracking {tracking.backend} needs its client library: pip install {package}",
+                        field="tracking.backend") from None
