@@ -44,7 +44,9 @@ def register(app: typer.Typer) -> None:
         if extend is not None:
             study = study.model_copy(update={"extend": extend})
         if dry_run:
-            _print_dry_run(study, ray_address, shared_dir, json_out, max_concurrent)
+            from rlscale.cli.dry_run import print_dry_run
+
+            print_dry_run(study, ray_address, shared_dir, json_out, max_concurrent)
             return
         from rlscale.runner.sweep.dry_run import check_cluster
         from rlscale.runner.sweep.dry_run import dry_run as check_jobs
@@ -125,67 +127,6 @@ def _closing_lines(study, db: str | None, payload: dict, decision, commands: dic
     if decision.refusal and decision.next_allocation is None:
         flag = f" --db {shlex.quote(db)}" if db else ""
         lines += ["next: more runs (the fits are in the report):", f"  rlscale report {shlex.quote(study.name)}{flag}"]
-    return lines
-
-
-def _print_dry_run(study, ray_address: str | None, shared_dir: Path | None, json_out: bool,
-                   max_concurrent: int | None = None) -> None:
-    import shlex
-
-    from rlscale.cli.console import console, print_json, safe
-    from rlscale.runner.sweep.dry_run import RUN_KEY, admission_plan, dry_run
-
-    points = dry_run(study, ray_address=ray_address, shared_dir=shared_dir)
-    plan = admission_plan(study, ray_address=ray_address, shared_dir=shared_dir, max_concurrent=max_concurrent)
-    for point in points:
-        point["devices_per_node"] = plan["devices"][point["run"]]
-        point["starts_first"] = point["run"] in plan["first"]
-    if json_out:
-        print_json(points)
-        return
-    for point in points:
-        console.print(f"[bold]{safe(point['run'])}[/bold] (seed {point['seed']}, engine {point['engine']})",
-                      highlight=False, soft_wrap=True)
-        if point["engine"] == "trl":
-            for line in [f"job {point['submission_id']} at {point['ray_address']}, holding {point['devices']}",
-                         f"records: {point['log_file']}", f"entrypoint: {point['entrypoint']}",
-                         "GRPOConfig (as rlscale export --format trl writes it, with the run's keys):"]:
-                console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
-            for line in point["config_text"].splitlines():
-                console.print(f"    {safe(line)}", highlight=False, soft_wrap=True)
-            continue
-        if point["engine"] != "verl":
-            for key, value in point["recipe"].items():
-                console.print(f"  {key}: {safe(value)}", highlight=False, soft_wrap=True)
-            continue
-        lines = [f"job {point['submission_id']} at {point['ray_address']}, {point['gpus']} GPUs",
-                 f"train data: {point['train_file']}", f"validation data: {point['val_file']}",
-                 f"file logger: {point['log_file']}",
-                 *[f"env {key}={value}" for key, value in point["env_vars"].items()],
-                 f"entrypoint: {point['entrypoint']} with the overrides (shell-quoted, one a line):"]
-        for line in lines:
-            console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
-        for override in point["overrides"]:
-            console.print(f"    {safe(shlex.quote(override))}", highlight=False, soft_wrap=True)
-    for line in _admission_lines(plan, len(points)):
-        console.print(safe(line), highlight=False, soft_wrap=True)
-    console.print(f"{len(points)} runs; nothing submitted. {RUN_KEY}: the run's key, given when the sweep first "
-                  "stores the run.", highlight=False, soft_wrap=True)
-
-
-def _admission_lines(plan: dict, runs: int) -> list[str]:
-    """The admission plan in words: the cluster's free devices, the runs that start first, the bound."""
-    from rlscale.runner.sweep.driver import devices_text
-
-    bound = f"at most {plan['max_concurrent']} at once" if plan["max_concurrent"] else "no --max-concurrent bound"
-    if not plan["nodes"]:
-        return [f"admission: the cluster could not be read; runs start as their devices free up ({bound})"]
-    free = ", ".join(devices_text([node]) for node in plan["nodes"])
-    first = plan["first"]
-    lines = [f"admission: free now {free}; {bound}",
-             f"  starts first ({len(first)} of {runs}): {', '.join(first) or 'none fits yet'}"]
-    if len(first) < runs:
-        lines.append("  the others start as runs finish, whole jobs only, in plan order")
     return lines
 
 
