@@ -132,3 +132,30 @@ def test_a_setup_needs_a_framework_engine(tmp_path, cli):
         "rollouts": {"values": [4]}}, "setup": {"overrides": ["data.train_batch_size=8"]}}))
     code, out, err = cli("plan", tmp_path / "t.yaml")
     assert code == 2 and "setup" in err and "engine" in err
+
+
+def test_the_decision_exports_as_the_users_own_launch_with_only_the_decided_keys_changed(tmp_path):
+    from rlscale.planner.frameworks.setup import export_setup, parse_override
+
+    study = load_study(verl_study(tmp_path, {"rollouts": [4, 8]}, replace=["actor_rollout_ref.rollout.n"]))
+    decided = planned_runs(study)[1].recipe.model_copy(update={"steps": 300})
+    script = export_setup(setup_plan(study), decided, ["decided: B_p 512, n 8, M 300"])
+    words = [line.strip().rstrip("\\").strip() for line in script.splitlines() if not line.startswith("#")]
+    assert words[0] == "python3 -m verl.trainer.main_ppo"
+    keys = dict(parse_override(word.strip("'"), file="") for word in words[1:] if word)
+    mine = read_setup("verl", config=None, overrides=[], overrides_file=str(tmp_path / "gsm8k.args"),
+                      study_file=None).keys
+    assert keys == {**mine, "actor_rollout_ref.rollout.n": 8, "trainer.total_training_steps": 300}
+
+
+def test_the_decision_exports_as_the_users_own_trl_yaml(tmp_path):
+    from rlscale.planner.frameworks.setup import export_setup
+
+    (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(TRL_CONFIG))
+    study = {"name": "t", "method": "grid", "parameters": {"rollouts": {"values": [4, 8]}},
+             "recipe": {"engine": "trl"}, "setup": {"config": "grpo.yaml", "replace": ["num_generations"]}}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(study))
+    loaded = load_study(tmp_path / "t.yaml")
+    exported = yaml.safe_load(export_setup(setup_plan(loaded), planned_runs(loaded)[0].recipe, ["decided"]))
+    expected = {**TRL_CONFIG, "num_generations": 4, "generation_batch_size": 32, "max_steps": loaded.recipe.steps}
+    assert exported == expected  # the user's keys (and env block) kept, the decision's set

@@ -252,3 +252,46 @@ def setup_plan(study) -> SetupPlan | None:
 
     changed = changed_keys(study, [run.recipe for run in planned_runs(study)])
     return SetupPlan(study_setup(study), changed, tuple(study.setup.keep), study.setup.reward_metric, study.name)
+
+
+# the decision, as the user's own config ---------------------------------------------------------------------------
+
+def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
+    """The user's own config with the decision applied: the study's changed keys at the decided recipe's values and
+    its steps (verl: a launch script of the user's config and overrides; TRL: the user's YAML). Nothing else of
+    theirs changes."""
+    values = {key: value for key, value in plan.values(recipe).items()}
+    setup = plan.setup
+    lines = [f"# {line}" for line in header]
+    lines += [f"# your setup: {', '.join(files_of(setup)) or 'the study file'}; the decision changes:"]
+    steps_key = "trainer.total_training_steps" if setup.framework == "verl" else "max_steps"
+    values[steps_key] = recipe.steps
+    lines += [f"#   {Change(key, setup.keys.get(key), value, 'decided').line()}" for key, value in values.items()
+              if repr(value) != repr(setup.keys.get(key))]
+    if setup.framework == "trl":
+        from rlscale.planner.loading import load_yaml_mapping
+
+        config = load_yaml_mapping(setup.config_file)
+        for key, value in values.items():
+            if value is None:
+                config.pop(key, None)
+            else:
+                config[key] = value
+        return "\n".join(["# target: TRL 1.16.0 (`trl grpo --config FILE`)", *lines]) + "\n" + \
+            yaml.safe_dump(config, sort_keys=False)
+    from rlscale.planner.frameworks.verl import hydra_value
+
+    words = []
+    if setup.config_file:
+        path = Path(setup.config_file)
+        words += [f"--config-path={path.parent}", f"--config-name={path.stem}"]
+    words += [word for word in setup.overrides if parse_override(word, file="")[0] not in values]
+    words += [f"{key}={hydra_value(value)}" for key, value in values.items() if value is not None]
+    body = " \\\n    ".join(["python3 -m verl.trainer.main_ppo", *map(shlex.quote, words)])
+    return "\n".join(["#!/usr/bin/env bash", "# target: verl 0.9.1, your launch with the decision applied", *lines,
+                      body]) + "\n"
+
+
+def files_of(setup: UserSetup) -> list[str]:
+    """The user's files a setup reads (its config, and the overrides file if any), in order."""
+    return sorted({path for path in [setup.config_file, *setup.source.values()] if path and Path(path).is_file()})
