@@ -56,6 +56,8 @@ def compare_variants(curves: pd.DataFrame, records: pd.DataFrame, *, variant_of:
     variant_of: run label -> variant name."""
     compute = reach_of_finished(curves) if compute is None else float(compute)
     readable = read_runs(curves)
+    if "c_max" in readable:  # a curve is read only inside its own data
+        readable = readable[readable["c_max"].astype(float) >= compute * (1 - 1e-9)]
     read = dict(zip(readable["run"], fitted_rewards(readable, compute))) if compute > 0 and len(readable) else {}
     fits = {row["run"]: row for row in curves.to_dict("records")}
     by_variant: dict[str, dict] = {}

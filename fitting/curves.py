@@ -105,8 +105,13 @@ def stable(curves: pd.DataFrame, max_truncation: float = MAX_TRUNCATION) -> pd.S
 
 
 def reach_of_finished(curves: pd.DataFrame) -> float:
-    """The compute every fitted run that finished (neither stopped early nor failed) reached, 0 when none: below it
-    a fitted curve is read inside its own data."""
+    """The compute every finished run (neither stopped early nor failed) with a fitted curve reached, 0 when none:
+    below it each fitted curve is read inside its own data. Runs whose fit is not identified and that ended earlier
+    are not waited for when some finished run's fit is identified (a short imported log would otherwise set the
+    compute every run is compared at); views name them as ended before it."""
     usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]
     usable = usable[~usable["status"].fillna("done").isin(["stopped", "failed"])]
-    return float(usable["c_max"].astype(float).min()) if len(usable) and "c_max" in usable else 0.0
+    if not len(usable) or "c_max" not in usable:
+        return 0.0
+    identified = usable[usable["identified"].astype(bool)]
+    return float((identified if len(identified) else usable)["c_max"].astype(float).min())

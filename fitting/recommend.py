@@ -136,7 +136,7 @@ def best_fitted_rollouts(curves: pd.DataFrame, law: RolloutsLaw, budget: float, 
         moved = sorted({int(n) for n in law.frontier["rollouts"]})
         if trusted.empty or doubtful:
             raise Refusal(not_identified, Reason("runs_not_pinned", {"moved": moved, "runs": doubtful}))
-        standing = standing_at(trusted, budget, noise_band=noise_band)
+        standing = standing_at(trusted, budget, noise_band=noise_band, inside_data=False)  # every curve is pinned
         best = standing.best
         return standing.best_rollouts, Reason("all_runs_pinned", {
             "moved": moved, "A_low": float(trusted["A"].min()), "A_high": float(trusted["A"].max()),

@@ -62,6 +62,7 @@ class Standing:
     runs: tuple
     noise_band: float = NOISE_BAND
     measure: str = MEASURE
+    ended_before: tuple = ()  # {run, c_max} of fitted runs whose data end before the compute: not read there
 
     @property
     def best(self) -> dict:
@@ -86,7 +87,7 @@ class Standing:
         """{compute, measure, noise_band, best, best_rollouts, within_band, runs}: JSON-ready."""
         return {"compute": self.compute, "measure": self.measure, "noise_band": self.noise_band,
                 "best": self.best["run"], "best_rollouts": self.best_rollouts, "within_band": self.within_band,
-                "runs": [dict(row) for row in self.runs]}
+                "runs": [dict(row) for row in self.runs], "ended_before": [dict(row) for row in self.ended_before]}
 
 
 def _count(value) -> int | None:
@@ -94,11 +95,18 @@ def _count(value) -> int | None:
     return None if value is None or value != value else int(value)
 
 
-def standing_at(curves: pd.DataFrame, compute: float, *, noise_band: float = NOISE_BAND) -> Standing | None:
-    """The Standing of `curves`' fitted runs at `compute` (ties go to the earlier run); None when no run is fitted.
+def standing_at(curves: pd.DataFrame, compute: float, *, noise_band: float = NOISE_BAND,
+                inside_data: bool = True) -> Standing | None:
+    """The Standing of `curves`' fitted runs at `compute` (ties go to the earlier run), those whose data end before it
+    set apart (ended_before) unless inside_data is off (identified fits read past their data); None when no fitted run
+    is read.
     Pass read_runs(curves) for the runs every view reads, decision_runs(curves) for those a decision over (B_p, n)
     reads."""
     usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]
+    ended = (usable["c_max"].astype(float) < compute * (1 - 1e-9) if inside_data and "c_max" in usable
+             else usable["A"].isna())
+    ended_before = tuple({"run": str(row["run"]), "c_max": float(row["c_max"])} for _, row in usable[ended].iterrows())
+    usable = usable[~ended]  # a curve is read only inside its own data
     if usable.empty or not compute > 0:
         return None
     rewards = fitted_rewards(usable, float(compute))
@@ -111,4 +119,4 @@ def standing_at(curves: pd.DataFrame, compute: float, *, noise_band: float = NOI
         rows.append({"run": str(row["run"]), "prompts_per_batch": _count(row.get("prompts_per_batch")),
                      "rollouts": _count(row.get("rollouts")), "reward": float(rewards[i]), "gap": gap,
                      "within_band": not beyond_noise(gap, noise_band=noise_band)})
-    return Standing(compute=float(compute), runs=tuple(rows), noise_band=noise_band)
+    return Standing(compute=float(compute), runs=tuple(rows), noise_band=noise_band, ended_before=ended_before)

@@ -219,7 +219,9 @@ def standing_line(standing) -> str:
     close = [f"{row['run']} {row['reward']:.3f}" for row in standing.runs[1:] if row["within_band"]]
     others = f"; within the {standing.noise_band:g} noise band of it: {', '.join(close)}" if close else \
         f"; no other run within the {standing.noise_band:g} noise band"
-    return f"best at {standing.compute:.4g} ({standing.measure}): {best['run']} {best['reward']:.3f}{others}"
+    ended = ", ".join(f"{row['run']} at {row['c_max']:.4g}" for row in standing.ended_before)
+    ended = f"; not read there (their data end before it): {ended}" if ended else ""
+    return f"best at {standing.compute:.4g} ({standing.measure}): {best['run']} {best['reward']:.3f}{others}{ended}"
 
 
 def decision_lines(decision, commands: dict) -> list[str]:
