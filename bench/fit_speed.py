@@ -6,6 +6,10 @@ then in blocks of runs, the order alternating) so that a shared machine's load f
                binomial curves observed to 3,000 GPU-hours, every 100), over --repeats passes; issue 33: <= 4 ms
   1,000 x 200: seconds for the default fits of bench/fit_accuracy.py's 1,000 binomial curves (80 points each);
                issue 33: <= 15 s
+  prediction:  median ms of one `predict_at` call (what `fit --at` adds to each fit) on the 60 curves' default fits,
+               predicting the mean over the last 10% of twice their compute, beside fitting/predict.py as of
+               bench/prediction_intervals.py's BASELINE_COMMIT (today's method), interleaved; issue 41: the
+               calibrated interval keeps a `fit --at` call within today's time
 Wall and CPU time (this process's own) are both recorded: the machine is shared. With --old, every fit of both
 measures is also compared with the old copy's, field by field (the result object's fields and the bootstrap draws).
 
@@ -14,7 +18,6 @@ Prints the numbers and writes bench/results/fit_speed.json.
 """
 
 import argparse
-import dataclasses
 import datetime
 import importlib.util
 import json
@@ -29,7 +32,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fit_accuracy import simulate  # noqa: E402
-
 from rlscale.fitting import sigmoid as current  # noqa: E402
 
 CALL_CURVES, CALL_OBSERVED = 60, 3_000.0
@@ -126,6 +128,41 @@ def runs_with_bootstrap(implementations, n_runs: int, resamples: int, difference
     return {name: {"seconds_for_runs": wall[name], "cpu_seconds_for_runs": cpu[name]} for name in implementations}
 
 
+def per_prediction(repeats: int) -> dict:
+    """Median wall and CPU ms of one predict_at call, today's (BASELINE_COMMIT) and the current, on the default fits of
+    the 30-point curves, interleaved per curve; and the default fit call's median on the same curves."""
+    from prediction_intervals import BASELINE_COMMIT, load_baseline
+    from rlscale.fitting import predict
+
+    baseline = load_baseline()
+    implementations = {"old": baseline, "new": predict}
+    # today's drift constant (it shipped in a file beside that module), the current calibration as shipped
+    options = {"old": {"drift": baseline.Drift(0.085, {})}, "new": {}}
+    curves = [(compute, reward) for _, compute, reward in simulate(CALL_CURVES, 0, "binomial", CALL_OBSERVED)]
+    fits, fit_cpu = [], []
+    for compute, reward in curves:
+        fit, _, cpu_seconds = timed(current.fit_sigmoid, compute, reward)
+        fits.append(fit)
+        fit_cpu.append(cpu_seconds)
+    for module in implementations.values():  # warm-up: the calibration file, caches
+        module.predict_at(fits[0], *curves[0], 2 * CALL_OBSERVED, **options["old" if module is baseline else "new"])
+    wall = {name: [] for name in implementations}
+    cpu = {name: [] for name in implementations}
+    for repeat in range(repeats):
+        for i, ((compute, reward), fit) in enumerate(zip(curves, fits)):
+            for name in (["old", "new"] if (repeat + i) % 2 == 0 else ["new", "old"]):
+                _, seconds, cpu_seconds = timed(
+                    lambda x, y, f=fit, n=name: implementations[n].predict_at(f, x, y, 2 * CALL_OBSERVED, **options[n]),
+                    compute, reward)
+                wall[name].append(seconds)
+                cpu[name].append(cpu_seconds)
+    return {"old_is": f"fitting/predict.py at {BASELINE_COMMIT}",
+            "fit_median_cpu_ms_per_call": 1e3 * float(np.median(fit_cpu)),
+            **{name: {"median_ms_per_call": 1e3 * float(np.median(wall[name])),
+                      "median_cpu_ms_per_call": 1e3 * float(np.median(cpu[name])), "calls": len(wall[name])}
+               for name in implementations}}
+
+
 def cpu_model() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
         if line.startswith("model name"):
@@ -154,12 +191,20 @@ def main() -> None:
     runs = runs_with_bootstrap(implementations, args.runs, args.resamples, runs_diff)
     for name, row in runs.items():
         print(f"   {name:4s} {row['seconds_for_runs']:.1f} s (CPU {row['cpu_seconds_for_runs']:.1f} s)")
+    print("-- prediction (predict_at after a default fit): today's (old) and the current (new)")
+    prediction = per_prediction(args.repeats)
+    for name in ("old", "new"):
+        row = prediction[name]
+        print(f"   {name:4s} median {row['median_ms_per_call']:.2f} ms (CPU {row['median_cpu_ms_per_call']:.2f} ms); "
+              f"the fit before it: CPU {prediction['fit_median_cpu_ms_per_call']:.2f} ms")
     results = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "host_cpu": cpu_model(), "cpu_count": os.cpu_count(),
         "fit": "fit_sigmoid defaults (noise='auto', bootstrap=200, hull interval on A)",
         "per_call": {"curves": CALL_CURVES, "points": int(CALL_OBSERVED // 100), "repeats": args.repeats, **calls},
         "runs_with_bootstrap": {"runs": args.runs, "resamples": args.resamples, "points": 80, **runs},
+        "prediction": {"curves": CALL_CURVES, "repeats": args.repeats, "at": 2 * CALL_OBSERVED,
+                       **prediction},
         "targets": TARGETS,
         "load_average_1min_at_end": os.getloadavg()[0],
         "note": "shared machine: wall-clock times are upper bounds; cpu_* are this process's own CPU time",

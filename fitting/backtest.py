@@ -4,9 +4,9 @@ the run's end, and compare with what the run then reached.
 Per run: the part-fit's predicted reward over the run's last 10% of compute (with its 95% band), the observed
 reward there (mean over those points), the error, a carry-forward baseline (the last reward observed in the part)
 and whether the full-run asymptote A falls inside the part-fit's interval on A; and the prediction interval of the
-observed end reward (fitting/predict.py) and whether it holds it. For runs taken as one study: which run the cut
-would have picked and the regret of that pick at the end (decide_study, study_decision). Pure: records in, plain
-data out.
+observed end reward (fitting/predict.py), whether it holds it and its interval score. For runs taken as one study:
+which run the cut would have picked and the regret of that pick at the end (decide_study, study_decision). Pure:
+records in, plain data out.
 """
 
 import math
@@ -14,12 +14,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
+from rlscale.fitting.bootstrap import percentile_interval
+from rlscale.fitting.predict import DEFAULT_LEVEL, Calibration, predict_at
+from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.base.numbers import format_number as _f
-from rlscale.fitting.bootstrap import percentile_interval
-from rlscale.fitting.predict import DEFAULT_LEVEL, Drift, drift_scale, predict_at
-from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 
 # The end of a run is judged on its last 10% of compute: one evaluation is too noisy to score a prediction.
 END_WINDOW = 0.1
@@ -42,8 +42,9 @@ class RunBacktest:
     rising: the run gained more than RISE from the part's end window to its own end window.
     identified, reason: the part-fit's identification and its reason (or why nothing was fitted).
     level, pi_lo, pi_hi: the prediction interval at `level` of the observed end reward (fitting/predict.py);
-    pi_inside: observed within it (None without an interval). sd_parameters, sd_noise, drift_scale: its parts (the
-    drift's sd is the drift constant x drift_scale), kept so that the constant can be estimated on other runs.
+    pi_inside: observed within it (None without an interval); pi_score: its interval score (`interval_score`).
+    sd_parameters, sd_noise, sd_drift: the interval's parts; sigma, gain_left, distance: what the parts are made of
+    (fitting/predict.py), kept so that the interval can be calibrated on other runs.
     leader: the mean reward over the part's own last 10% of compute (what the run shows at the cut).
     """
 
@@ -73,9 +74,13 @@ class RunBacktest:
     pi_lo: float = float("nan")
     pi_hi: float = float("nan")
     pi_inside: bool | None = None
+    pi_score: float = float("nan")
     sd_parameters: float = float("nan")
     sd_noise: float = float("nan")
-    drift_scale: float = float("nan")
+    sd_drift: float = float("nan")
+    sigma: float = float("nan")
+    gain_left: float = float("nan")
+    distance: float = float("nan")
     leader: float = float("nan")
 
     def to_dict(self) -> dict:
@@ -96,7 +101,7 @@ class BacktestSummary:
     for an interval (fewer than two per parameter): not checked, and counted here.
     A_inside_identified_share, A_checked_identified: the same over the runs whose full-run A is identified.
     pi_checked, pi_inside, pi_coverage: runs with a prediction interval, how many held their observed end reward,
-    and the share; pi_median_width: its median width; level: its level.
+    and the share; pi_median_width: its median width; pi_mean_score: its mean interval score; level: its level.
     """
 
     fraction: float
@@ -119,6 +124,7 @@ class BacktestSummary:
     pi_inside: int = 0
     pi_coverage: float = float("nan")
     pi_median_width: float = float("nan")
+    pi_mean_score: float = float("nan")
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN becomes None."""
@@ -130,11 +136,19 @@ def in_end_window(compute: np.ndarray, last: float) -> np.ndarray:
     return compute >= (1.0 - END_WINDOW) * last
 
 
+def interval_score(lo: float, hi: float, observed: float, level: float) -> float:
+    """Gneiting and Raftery's (2007) interval score of the central interval [lo, hi] at `level` for `observed`:
+    its width plus 2 / (1 - level) times the distance by which `observed` falls outside (reward units; lower is
+    better: coverage cannot be bought with width)."""
+    alpha = 1.0 - level
+    return float((hi - lo) + 2.0 / alpha * (max(lo - observed, 0.0) + max(observed - hi, 0.0)))
+
+
 def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, level: float = DEFAULT_LEVEL,
-                 drift: Drift | None = None, **fit_kwargs) -> RunBacktest:
+                 calibration: Calibration | None = None, **fit_kwargs) -> RunBacktest:
     """Backtest of one run: fit its points at compute <= fraction x its last compute, score against the end.
 
-    level, drift: the prediction interval's level and drift (default: fitting/drift.json's constant).
+    level, calibration: the prediction interval's level and calibration (default: fitting/interval.json's).
     `fit_kwargs` go to `fit_sigmoid` for both the part and the full-run fit (r0, min_compute, bootstrap, ...).
     Never raises for data that cannot be fitted: the result says `fitted=False` and why.
     """
@@ -149,8 +163,8 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, le
     nan = float("nan")
     empty = dict(run=str(run), n_points=len(x), n_part=0, cut_compute=nan, last_compute=nan, predicted=nan,
                  predicted_lo=nan, predicted_hi=nan, observed=nan, error=nan, carry_forward=nan,
-                 carry_forward_error=nan, A_part=nan, A_part_lo=nan, A_part_hi=nan, A_full=nan, A_full_identified=None, A_inside=None,
-                 rising=None, identified=False)
+                 carry_forward_error=nan, A_part=nan, A_part_lo=nan, A_part_hi=nan, A_full=nan,
+                 A_full_identified=None, A_inside=None, rising=None, identified=False)
     if len(x) == 0 or not x[-1] > 0:
         return RunBacktest(fitted=False, reason="no point with compute > 0", **empty)
     last = float(x[-1])
@@ -159,8 +173,8 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, le
     end = in_end_window(x, last)
     empty.update(n_part=int(part.sum()), cut_compute=cut, last_compute=last)
     if not np.any(end & ~part):
-        return RunBacktest(fitted=False, reason=f"no evaluation after the first {fraction:.0%} of compute to check against",
-                           **empty)
+        return RunBacktest(fitted=False, **empty,
+                           reason=f"no evaluation after the first {fraction:.0%} of compute to check against")
     end &= ~part  # with a fraction above 0.9 the end window is what lies beyond the part
     observed = float(np.mean(y[end]))
     carry = float(y[part][-1]) if part.any() else nan
@@ -175,8 +189,10 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, le
         return RunBacktest(fitted=False, reason=f"first {fraction:.0%}: {err}", **empty)
     predicted = float(np.mean(fit.predict(x[end])))
     lo, hi = _mean_band(fit, x[end])
-    pi = predict_at(fit, x[part], y[part], last, level=level, window_compute=x[end], drift=drift)
-    pi_inside = bool(pi.lo <= observed <= pi.hi) if math.isfinite(pi.lo) and math.isfinite(pi.hi) else None
+    pi = predict_at(fit, x[part], y[part], last, level=level, window_compute=x[end], calibration=calibration,
+                    bounded=fit_kwargs.get("bounded", True))
+    has_pi = math.isfinite(pi.lo) and math.isfinite(pi.hi)
+    pi_inside = bool(pi.lo <= observed <= pi.hi) if has_pi else None
     try:
         full = fit_sigmoid(x, y, **fit_kwargs)
         A_full, A_full_identified = full.A, full.identified
@@ -188,8 +204,9 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, le
     empty.update(predicted=predicted, predicted_lo=lo, predicted_hi=hi, error=predicted - observed, A_part=fit.A,
                  A_part_lo=fit.A_lo, A_part_hi=fit.A_hi, A_full=float(A_full), A_full_identified=A_full_identified,
                  A_inside=inside, identified=fit.identified, level=float(level), pi_lo=pi.lo, pi_hi=pi.hi,
-                 pi_inside=pi_inside, sd_parameters=pi.sd_parameters, sd_noise=pi.sd_noise,
-                 drift_scale=drift_scale(fit, pi.distance))
+                 pi_inside=pi_inside, pi_score=interval_score(pi.lo, pi.hi, observed, level) if has_pi else nan,
+                 sd_parameters=pi.sd_parameters, sd_noise=pi.sd_noise, sd_drift=pi.sd_drift, sigma=pi.sigma,
+                 gain_left=pi.gain_left, distance=pi.distance)
     return RunBacktest(fitted=True, reason=fit.reason, **empty)
 
 
@@ -223,7 +240,8 @@ def summarize(results: list[RunBacktest], fraction: float = 0.5) -> BacktestSumm
     pi_inside = sum(bool(r.pi_inside) for r in with_pi)
     level = with_pi[0].level if with_pi else DEFAULT_LEVEL
     mae_fit_rising, mae_cf_rising = mae(rising, "error"), mae(rising, "carry_forward_error")
-    beats = bool(mae_fit_rising < mae_cf_rising) if rising and math.isfinite(mae_fit_rising) and math.isfinite(mae_cf_rising) else None
+    both = rising and math.isfinite(mae_fit_rising) and math.isfinite(mae_cf_rising)
+    beats = bool(mae_fit_rising < mae_cf_rising) if both else None
     return BacktestSummary(
         fraction=float(fraction), runs=len(results), fitted=len(fitted), rising=len(rising),
         mae_fit_rising=mae_fit_rising, mae_carry_forward_rising=mae_cf_rising, fit_beats_carry_forward_rising=beats,
@@ -234,7 +252,8 @@ def summarize(results: list[RunBacktest], fraction: float = 0.5) -> BacktestSumm
         A_inside_identified_share=inside_identified / len(checked_identified) if checked_identified else float("nan"),
         level=float(level), pi_checked=len(with_pi), pi_inside=pi_inside,
         pi_coverage=pi_inside / len(with_pi) if with_pi else float("nan"),
-        pi_median_width=float(np.median([r.pi_hi - r.pi_lo for r in with_pi])) if with_pi else float("nan"))
+        pi_median_width=float(np.median([r.pi_hi - r.pi_lo for r in with_pi])) if with_pi else float("nan"),
+        pi_mean_score=float(np.mean([r.pi_score for r in with_pi])) if with_pi else float("nan"))
 
 
 def _mean_band(fit, compute) -> tuple[float, float]:
@@ -271,10 +290,12 @@ def summary_lines(summary: BacktestSummary) -> list[str]:
         verdict = "fit better" if summary.fit_beats_carry_forward_rising else "carry-forward as good or better"
         lines.append(f"Mean |error| at the end on the rising runs: fit {_f(summary.mae_fit_rising)}, "
                      f"carry-forward {_f(summary.mae_carry_forward_rising)} ({verdict}).")
-    lines.append(f"Mean |error| on every fitted run: fit {_f(summary.mae_fit)}, carry-forward {_f(summary.mae_carry_forward)}.")
+    lines.append(f"Mean |error| on every fitted run: fit {_f(summary.mae_fit)}, "
+                 f"carry-forward {_f(summary.mae_carry_forward)}.")
     if summary.pi_checked:
         lines.append(f"End reward in its {summary.level:.0%} prediction interval: {summary.pi_inside} of "
-                     f"{summary.pi_checked} ({summary.pi_coverage:.0%}); median width {_f(summary.pi_median_width)}.")
+                     f"{summary.pi_checked} ({summary.pi_coverage:.0%}); median width {_f(summary.pi_median_width)}; "
+                     f"mean interval score {_f(summary.pi_mean_score)}.")
     if summary.A_checked:
         lines.append(f"Full-run A inside the part-fit's 95% interval: {summary.A_inside} of {summary.A_checked} "
                      f"({summary.A_inside_share:.0%}); where the full run's own A is identified: "
@@ -285,9 +306,10 @@ def summary_lines(summary: BacktestSummary) -> list[str]:
     return lines
 
 
-BACKTEST_NOTE = ("Each run fitted on its first half of compute and extrapolated to its end: predicted vs observed reward "
-                 "over the run's last 10% of compute with its 90% prediction interval, a carry-forward baseline (the "
-                 "half's last reward), and whether the full run's A falls inside the half-fit's 95% interval.")
+BACKTEST_NOTE = ("Each run fitted on its first half of compute and extrapolated to its end: predicted vs observed "
+                 "reward over the run's last 10% of compute with its 90% prediction interval, a carry-forward "
+                 "baseline (the half's last reward), and whether the full run's A falls inside the half-fit's 95% "
+                 "interval.")
 
 
 def backtest_table(records: pd.DataFrame, *, fraction: float = 0.5, **kwargs) -> dict:
@@ -296,7 +318,8 @@ def backtest_table(records: pd.DataFrame, *, fraction: float = 0.5, **kwargs) ->
     compute_col, reward_col, fit options)."""
     results = backtest_runs(records, fraction=fraction, **kwargs)
     decision = study_decision(results, fraction)
-    return {"fraction": fraction, "runs": [r.to_dict() for r in results], "summary": summarize(results, fraction).to_dict(),
+    return {"fraction": fraction, "runs": [r.to_dict() for r in results],
+            "summary": summarize(results, fraction).to_dict(),
             "decision": None if decision is None else decision.to_dict()}
 
 
@@ -314,9 +337,9 @@ def table_lines(table: dict) -> list[str]:
 
 
 # How a study's pick is made from its runs cut short. prediction: the prediction at full compute with its interval
-# (fitting/predict.py): of the runs whose interval reaches the highest lower end among all (not surely beaten), the one
-# with the best reward at the cut; prediction_point: the highest point prediction alone; leader: the best reward over
-# the last 10% of the cut; A: the highest fitted asymptote.
+# (fitting/predict.py): of the runs that no other run surely beats (`surely_beaten`), the one with the best reward at
+# the cut; prediction_point: the highest point prediction alone; leader: the best reward over the last 10% of the cut;
+# A: the highest fitted asymptote.
 PICK_METHODS = ("prediction", "prediction_point", "leader", "A")
 
 
@@ -351,12 +374,12 @@ class StudyDecision:
         return {k: clean(v) for k, v in asdict(self).items()}
 
 
-def decide_study(runs: dict, fraction: float, *, level: float = DEFAULT_LEVEL, drift: Drift | None = None,
-                 **fit_kwargs) -> StudyDecision:
+def decide_study(runs: dict, fraction: float, *, level: float = DEFAULT_LEVEL,
+                 calibration: Calibration | None = None, **fit_kwargs) -> StudyDecision:
     """What a user choosing among `runs` ({name: (compute, reward)}) would pick at `fraction` of each run's compute,
     by each of PICK_METHODS, and the regret of each pick against the runs' actual end rewards. `fit_kwargs` go to
     `fit_sigmoid`. Runs with no evaluation in their cut are left out of the choice (and of `best`)."""
-    drift = Drift.load() if drift is None else drift
+    calibration = Calibration.load() if calibration is None else calibration
     end, predicted, lo, hi, leader, asymptote = {}, {}, {}, {}, {}, {}
     for name, (compute, reward) in runs.items():
         x = np.asarray(compute, dtype=float)
@@ -379,13 +402,27 @@ def decide_study(runs: dict, fraction: float, *, level: float = DEFAULT_LEVEL, d
             fit = fit_sigmoid(x[part], y[part], **fit_kwargs)
         except FitError:
             continue
-        p = predict_at(fit, x[part], y[part], last, level=level, drift=drift)
+        p = predict_at(fit, x[part], y[part], last, level=level, calibration=calibration,
+                       bounded=fit_kwargs.get("bounded", True))
         predicted[name], asymptote[name] = p.predicted, float(fit.A)
         # no interval (too few points): a prediction that can neither be trusted nor rule another run out
         lo[name], hi[name] = (p.lo, p.hi) if math.isfinite(p.lo) and math.isfinite(p.hi) else (-math.inf, math.inf)
     if not end:
         raise ValueError("no run has an evaluation to decide on")
     return _decision(fraction, end, predicted, lo, hi, leader, asymptote)
+
+
+def surely_beaten(run: str, predicted: dict, lo: dict, hi: dict) -> bool:
+    """Whether another run's predicted end exceeds `run`'s by more than the interval of their difference: the two
+    predictions' errors taken as independent, its half-width is the hypot of the half-widths of the sides that face
+    each other (the other's lower, `run`'s upper; each at the intervals' level). An unbounded interval (a run with no
+    prediction) is never beaten and beats none."""
+    up = hi[run] - predicted[run]
+    for other in predicted:
+        down = predicted[other] - lo[other]
+        if other != run and predicted[other] - predicted[run] > math.hypot(down, up):
+            return True
+    return False
 
 
 def _decision(fraction, end, predicted, lo, hi, leader, asymptote) -> StudyDecision:
@@ -395,9 +432,7 @@ def _decision(fraction, end, predicted, lo, hi, leader, asymptote) -> StudyDecis
     def top(score, among=None):
         return max(among or score, key=lambda run: score[run] if math.isfinite(score[run]) else -math.inf)
 
-    # a run is surely beaten when its interval lies wholly below another's
-    floor = max(lo.values())
-    contenders = [run for run in end if hi[run] >= floor]
+    contenders = [run for run in end if not surely_beaten(run, predicted, lo, hi)]
     picks = {"prediction": top(leader, contenders), "prediction_point": top(predicted), "leader": top(leader),
              "A": top(asymptote)}
     regret = {method: end[best] - end[run] for method, run in picks.items()}

@@ -1,13 +1,16 @@
 """The reward a run will show at a target compute, with a prediction interval a user can bet compute on.
 
 What is predicted: the mean validation reward over a window of evaluations ending at compute C (the last WINDOW of
-C), as the run's own evaluations would measure it. The interval carries three independent parts, added in variance:
-- the fit's parameter uncertainty: the spread of the window's mean over the fit's bootstrap draws, widened as the
-  fit's interval on A widens the bootstrap's (its profile likelihood follows a higher A reached more slowly);
-- evaluation noise over the window: the residuals' variance over the window's evaluations (AR(1)-correlated);
-- drift: the plateau's wander and creep beyond what the data shows, a random walk in log compute whose size is in
-  proportion to the fitted gain: sd = drift x |A - R0| x sqrt(ln(C / last compute seen)), zero inside the data. Its
-  constant comes from real runs (bench/backtest.py writes DRIFT_FILE, with which runs and the held-out coverage).
+C), as the run's own evaluations would measure it. The interval's scale follows what predicts the error on real
+runs, in three parts added in variance:
+- parameters: the spread of the window's mean over the fit's bootstrap draws (how well the curve is identified);
+- noise: the run's own noise around its fitted curve (sigma), a calibrated share of which the window's mean keeps
+  (a real run's evaluations wander together; they are not independent draws around a sigmoid);
+- drift: a random walk in ln(compute) past the data, its step in proportion to the run's noise and to the gain the
+  fit says is left (A - R at the last compute seen): sqrt(distance) x hypot(b x sigma, g x gain left).
+The interval is the point prediction +- q x that scale, clipped to [0, 1] for pass rates. The coefficients and q
+are calibrated on real runs (bench/backtest.py writes INTERVAL_FILE): split-conformal prediction with normalised
+residuals, q being the conformal quantile, at the asked level, of |error| / scale over the calibration runs.
 The interval on A (SigmoidFit.A_lo/A_hi) is a confidence interval for the asymptote of the curve behind the data;
 this one is for a future measurement, which is why it is wider where the target lies far past the data.
 """
@@ -19,15 +22,14 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
-
 from rlscale.fitting.sigmoid import SigmoidFit, sigmoid
+from scipy import optimize, stats
 
 # The reward at C is read as the mean over the evaluations at compute in [(1 - WINDOW) C, C].
 WINDOW = 0.1
 DEFAULT_LEVEL = 0.9
-# The drift constant and where it was estimated (bench/backtest.py writes it).
-DRIFT_FILE = Path(__file__).with_name("drift.json")
+# The interval's calibration and where it was estimated (bench/backtest.py writes it).
+INTERVAL_FILE = Path(__file__).with_name("interval.json")
 # The window's mean curve is taken over at most this many evaluations (a target far past the data may hold billions).
 _MAX_GRID = 1000
 # Parameter uncertainty is read from the draws' central 90% (a robust scale: draws of a fit that has not bent
@@ -36,26 +38,84 @@ _DRAW_LEVEL = 0.9
 
 
 @dataclass(frozen=True)
-class Drift:
-    """How far the plateau wanders past the data: sd = per_gain x |A - R0| x sqrt(ln(C / last compute seen)), in
-    reward units. `provenance`: which runs it was estimated on, by what command, at which commit."""
+class Calibration:
+    """The interval's scale coefficients and its conformal scores.
 
-    per_gain: float
+    noise_share (a), drift_per_noise (b), drift_per_gain (g): sd_noise = a x sigma and sd_drift = sqrt(distance) x
+    hypot(b x sigma, g x gain left), sigma being the run's noise around its curve (reward units); scores, weights:
+    |error| / scale of the calibration runs and each one's weight (a training recorded k times weighs 1/k each).
+    `provenance`: which runs, by what command, at which commit."""
+
+    noise_share: float
+    drift_per_noise: float
+    drift_per_gain: float
+    scores: tuple
+    weights: tuple
     provenance: dict
 
     @classmethod
-    def load(cls, path: Path = DRIFT_FILE) -> "Drift":
-        """The drift in `path` (default: the one the package ships, read once)."""
-        return _load_drift(str(path))
+    def load(cls, path: Path = INTERVAL_FILE) -> "Calibration":
+        """The calibration in `path` (default: the one the package ships, read once)."""
+        return _load_calibration(str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Calibration":
+        """From the JSON form `to_dict` gives."""
+        return cls(float(data["noise_share"]), float(data["drift_per_noise"]), float(data["drift_per_gain"]),
+                   tuple(map(float, data["scores"])), tuple(map(float, data["weights"])), data.get("provenance", {}))
+
+    @classmethod
+    def normal(cls, noise_share: float, drift_per_noise: float, drift_per_gain: float, n: int = 999) -> "Calibration":
+        """The coefficients given and, as scores, `n` evenly spaced quantiles of |N(0, 1)|: the interval a Gaussian
+        error of that scale would call for (its `quantile(level)` is close to the normal one)."""
+        scores = stats.norm.ppf(0.5 + 0.5 * (np.arange(n) + 0.5) / n)
+        return cls(noise_share, drift_per_noise, drift_per_gain, tuple(map(float, scores)), (1.0,) * n,
+                   {"note": "scores: quantiles of |N(0, 1)|"})
+
+    def to_dict(self) -> dict:
+        """JSON-ready."""
+        return {"noise_share": self.noise_share, "drift_per_noise": self.drift_per_noise,
+                "drift_per_gain": self.drift_per_gain, "scores": list(self.scores), "weights": list(self.weights),
+                "provenance": self.provenance}
+
+    def quantile(self, level: float) -> float:
+        """The multiplier of the scale for an interval at `level` (`conformal_quantile` of the scores)."""
+        return conformal_quantile(self.scores, self.weights, level)
+
+    def parts(self, sd_parameters: float, sigma: float, gain_left: float,
+              distance: float) -> tuple[float, float, float]:
+        """(sd_parameters, sd_noise, sd_drift) in reward units; distance in ln(compute) past the data (0 inside)."""
+        sd_noise = self.noise_share * sigma
+        sd_drift = math.sqrt(max(distance, 0.0)) * math.hypot(self.drift_per_noise * sigma,
+                                                              self.drift_per_gain * gain_left)
+        return float(sd_parameters), float(sd_noise), float(sd_drift)
 
 
 @lru_cache(maxsize=4)
-def _load_drift(path: str) -> Drift:
-    data = json.loads(Path(path).read_text())
-    return Drift(per_gain=float(data["per_gain"]), provenance=data.get("provenance", {}))
+def _load_calibration(path: str) -> Calibration:
+    return Calibration.from_dict(json.loads(Path(path).read_text()))
 
 
-NO_DRIFT = Drift(0.0, {"note": "no drift term"})
+def conformal_quantile(scores, weights, level: float) -> float:
+    """The split-conformal quantile of `scores` at `level`: the smallest score s whose weighted share of the scores
+    at or below it, counting the new run as one more of weight 1, reaches `level`. Levels past what the scores
+    support (a total weight W supports W / (W + 1)) take the largest score times the normal quantiles' ratio."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    s = np.asarray(scores, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    keep = np.isfinite(s) & np.isfinite(w) & (w > 0)
+    s, w = s[keep], w[keep]
+    if not len(s):
+        return float("nan")
+    order = np.argsort(s, kind="stable")
+    s, w = s[order], w[order]
+    reach = level * (w.sum() + 1.0)
+    covered = np.cumsum(w)
+    if reach <= covered[-1] * (1 + 1e-12):
+        return float(s[np.searchsorted(covered, reach * (1 - 1e-12))])
+    top = covered[-1] / (covered[-1] + 1.0)  # the highest level the scores support
+    return float(s[-1] * stats.norm.ppf(0.5 + level / 2.0) / stats.norm.ppf(0.5 + top / 2.0))
 
 
 @dataclass(frozen=True)
@@ -63,8 +123,10 @@ class Prediction:
     """Mean reward over the evaluations in [(1 - window) at, at] and its prediction interval at `level`.
 
     predicted, lo, hi: the point prediction and the interval (NaN ends when a fit without bootstrap draws has no
-    degrees of freedom left for its linearised sd).
-    sd_parameters, sd_noise, sd_drift: the interval's three parts (reward units; they add in variance).
+    degrees of freedom left for its linearised sd; clipped to [0, 1] for pass rates).
+    sd_parameters, sd_noise, sd_drift: the interval's scale in three parts (reward units; they add in variance);
+    quantile: the multiplier of that scale at `level` (lo, hi = predicted -+ quantile x scale before clipping).
+    sigma: the run's noise around its curve; gain_left: |A - R| at the last compute seen (reward units).
     distance: ln of the window's middle over the last compute seen (0 inside the data). n_window: evaluations
     the window's mean is over.
     """
@@ -79,6 +141,9 @@ class Prediction:
     sd_drift: float
     distance: float
     n_window: int
+    quantile: float = float("nan")
+    sigma: float = float("nan")
+    gain_left: float = float("nan")
 
     @property
     def width(self) -> float:
@@ -113,8 +178,8 @@ def window_evaluations(compute, at: float, window: float = WINDOW) -> tuple[np.n
 
 
 def noise_sd(fit: SigmoidFit, compute, reward) -> float:
-    """Evaluation noise sd around the curve: the residuals' root mean square over the later half of the fitted points
-    (the plateau's noise, not the rise's), scaled for the fit's degrees of freedom."""
+    """The run's noise around its curve (sigma): the residuals' root mean square over the later half of the fitted
+    points (the plateau's noise, not the rise's), scaled for the fit's degrees of freedom."""
     x = np.asarray(compute, dtype=float)
     y = np.asarray(reward, dtype=float)
     keep = np.isfinite(x) & np.isfinite(y)
@@ -126,26 +191,20 @@ def noise_sd(fit: SigmoidFit, compute, reward) -> float:
     return float(np.sqrt(np.mean(late**2) / dof_share)) if len(late) else float("nan")
 
 
-def _mean_of_ar1_variance(n: int, rho: float) -> float:
-    """Variance of the mean of n AR(1) values of unit variance and coefficient rho (closed form)."""
-    if n <= 1 or rho <= 0:
-        return 1.0 / max(n, 1)
-    return float((1.0 + rho) / (1.0 - rho) / n - 2.0 * rho * (1.0 - rho**n) / ((1.0 - rho) ** 2 * n**2))
-
-
 def predict_at(fit: SigmoidFit, compute, reward, at: float, *, level: float = DEFAULT_LEVEL,
-               window_compute=None, drift: Drift | None = None, window: float = WINDOW) -> Prediction:
+               window_compute=None, calibration: Calibration | None = None, window: float = WINDOW,
+               bounded: bool = True) -> Prediction:
     """The fit's prediction of the mean reward over the evaluations in [(1 - window) at, at], with its interval.
 
     fit: the sigmoid fitted to (compute, reward), the data it saw. window_compute: the evaluations' compute in the
-    window when known (else spaced as the data's, `window_evaluations`). drift: the plateau's drift (default: the
-    constant in DRIFT_FILE; NO_DRIFT to leave it out).
+    window when known (else spaced as the data's, `window_evaluations`). calibration: the interval's (default: the
+    one in INTERVAL_FILE). bounded: the reward is a pass rate, and the interval is clipped to [0, 1].
     """
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
     if not (math.isfinite(at) and at > 0):
         raise ValueError(f"the target compute must be finite and > 0, got {at}")
-    drift = Drift.load() if drift is None else drift
+    calibration = Calibration.load() if calibration is None else calibration
     x = np.asarray(compute, dtype=float)
     seen = x[np.isfinite(x)]
     if window_compute is None:
@@ -157,23 +216,54 @@ def predict_at(fit: SigmoidFit, compute, reward, at: float, *, level: float = DE
     sd_parameters = _parameter_sd(fit, points)
     if not math.isfinite(sd_parameters):  # too few points for a bootstrap: the linearised sd
         sd_parameters = _linearised_sd(fit, compute, reward, points, level)
-    sd_noise = noise_sd(fit, compute, reward) * math.sqrt(_mean_of_ar1_variance(n_window, fit.rho))
     middle = float(np.mean(points))
     last = float(np.max(seen)) if seen.size else float("nan")
     distance = max(0.0, math.log(middle / last)) if last > 0 and middle > 0 else 0.0
-    sd_drift = drift.per_gain * drift_scale(fit, distance)
-    sd = math.sqrt(sd_parameters**2 + sd_noise**2 + sd_drift**2)
-    z = float(stats.norm.ppf(0.5 + level / 2.0))
-    lo, hi = predicted - z * sd, predicted + z * sd
+    sigma = noise_sd(fit, compute, reward)
+    gain_left = abs(fit.A - float(fit.predict([last])[0])) if math.isfinite(last) else float("nan")
+    parts = calibration.parts(sd_parameters, sigma, gain_left, distance)
+    quantile = calibration.quantile(level)
+    half = quantile * math.sqrt(sum(p**2 for p in parts))
+    lo, hi = predicted - half, predicted + half
+    if bounded:
+        lo, hi = min(max(lo, 0.0), 1.0), min(max(hi, 0.0), 1.0)
     return Prediction(at=float(at), level=float(level), predicted=predicted, lo=float(lo), hi=float(hi),
-                      sd_parameters=sd_parameters, sd_noise=float(sd_noise), sd_drift=float(sd_drift),
-                      distance=distance, n_window=n_window)
+                      sd_parameters=parts[0], sd_noise=parts[1], sd_drift=parts[2], distance=distance,
+                      n_window=n_window, quantile=quantile, sigma=sigma, gain_left=gain_left)
 
 
-def drift_scale(fit: SigmoidFit, distance: float) -> float:
-    """The drift's sd per unit of the constant: |A - R0| x sqrt(distance), distance in ln(compute) past the data."""
-    gain = abs(fit.A - fit.R0)
-    return float(gain * math.sqrt(max(distance, 0.0))) if math.isfinite(gain) else float("nan")
+def interval_scale(calibration_or_coefficients, sd_parameters, sigma, gain_left, distance) -> np.ndarray:
+    """The interval's scale (reward units) for arrays of its inputs: sqrt(sd_parameters^2 + (a sigma)^2 +
+    distance (b^2 sigma^2 + g^2 gain_left^2)), the coefficients (a, b, g) given directly or by a Calibration."""
+    c = calibration_or_coefficients
+    a, b, g = (c.noise_share, c.drift_per_noise, c.drift_per_gain) if isinstance(c, Calibration) else c
+    p, s, gl, d = (np.asarray(v, dtype=float) for v in (sd_parameters, sigma, gain_left, distance))
+    return np.sqrt(p**2 + (a * s) ** 2 + np.maximum(d, 0.0) * ((b * s) ** 2 + (g * gl) ** 2))
+
+
+def calibrate_interval(errors, sd_parameters, sigma, gain_left, distance, *, weights=None,
+                       provenance: dict | None = None) -> Calibration:
+    """The Calibration of the interval on runs whose errors (prediction - observed) are known, with each one's
+    sd_parameters, sigma, gain_left and distance (as `predict_at` reports them): the coefficients (a, b, g) that
+    maximise the (weighted) Laplace likelihood of the errors with the scale `interval_scale` gives, then the scores
+    |error| / scale. Runs with a non-finite input are left out."""
+    e, p, s, gl, d = (np.asarray(v, dtype=float) for v in (errors, sd_parameters, sigma, gain_left, distance))
+    w = np.ones_like(e) if weights is None else np.asarray(weights, dtype=float)
+    ok = np.isfinite(e) & np.isfinite(p) & np.isfinite(s) & np.isfinite(gl) & np.isfinite(d) & (w > 0)
+    e, p, s, gl, d, w = (v[ok] for v in (e, p, s, gl, d, w))
+    floor = 1e-9 * max(float(np.max(np.abs(e))) if len(e) else 1.0, 1e-12)  # an exact fit's scale is not 0
+
+    def loss(log_coefficients):
+        scale = interval_scale(np.exp(log_coefficients), p, s, gl, d) + floor
+        return float(np.sum(w * (np.log(scale) + np.abs(e) / scale)))
+
+    # a few starts: the likelihood is smooth but flat where one term dwarfs another
+    best = min((optimize.minimize(loss, np.full(3, start), method="Nelder-Mead",
+                                  options={"xatol": 1e-4, "fatol": 1e-8, "maxiter": 4000})
+                for start in (-3.0, -1.0, 0.0)), key=lambda r: r.fun)
+    a, b, g = (float(v) for v in np.exp(best.x))
+    scores = np.abs(e) / (interval_scale((a, b, g), p, s, gl, d) + floor)
+    return Calibration(a, b, g, tuple(map(float, scores)), tuple(map(float, w)), provenance or {})
 
 
 def _parameter_sd(fit: SigmoidFit, points: np.ndarray) -> float:
@@ -231,34 +321,7 @@ def _linearised_sd(fit: SigmoidFit, compute, reward, points: np.ndarray, level: 
     return float(math.sqrt(max(variance, 0.0)) * t_over_z) if math.isfinite(variance) else float("nan")
 
 
-def calibrate_drift(errors, sd_known, drift_scales, *, level: float = DEFAULT_LEVEL, weights=None) -> float:
-    """The drift constant at which the intervals cover (weighted) `level` of the `errors` (prediction - observed),
-    given each one's known sd (parameters and noise) and `drift_scale` (the drift's sd per unit of the constant).
-    0 when they already cover that share without drift; inf when no drift can (a prediction with no distance
-    that misses)."""
-    e = np.abs(np.asarray(errors, dtype=float))
-    s = np.asarray(sd_known, dtype=float)
-    d = np.asarray(drift_scales, dtype=float)
-    w = np.ones_like(e) if weights is None else np.asarray(weights, dtype=float)
-    ok = np.isfinite(e) & np.isfinite(s) & np.isfinite(d) & (w > 0)
-    e, s, d, w = e[ok], s[ok], d[ok], w[ok]
-    z = float(stats.norm.ppf(0.5 + level / 2.0))
-
-    def covered(kappa: float) -> float:
-        return float(np.sum(w * (e <= z * np.sqrt(s**2 + (kappa * d) ** 2))) / np.sum(w))
-
-    if covered(0.0) >= level:
-        return 0.0
-    # the drift each miss needs to be covered; the answer is the smallest of these reaching `level`
-    with np.errstate(divide="ignore", invalid="ignore"):
-        needed = np.where(d > 0, np.sqrt(np.maximum((e / z) ** 2 - s**2, 0.0)) / d, np.where(e <= z * s, 0.0, np.inf))
-    for kappa in np.sort(np.unique(needed[np.isfinite(needed)])):
-        if covered(float(kappa)) >= level:
-            return float(kappa)
-    return float("inf")
-
-
-def predict_run(compute, reward, at: float, *, level: float = DEFAULT_LEVEL, drift: Drift | None = None,
+def predict_run(compute, reward, at: float, *, level: float = DEFAULT_LEVEL, calibration: Calibration | None = None,
                 **fit_kwargs) -> Prediction | None:
     """`predict_at` on the sigmoid fitted to one run's (compute, reward) by `fit_sigmoid(**fit_kwargs)`; None when
     the run cannot be fitted."""
@@ -271,7 +334,8 @@ def predict_run(compute, reward, at: float, *, level: float = DEFAULT_LEVEL, dri
     except FitError:
         return None
     used = np.isfinite(x) & np.isfinite(y) & (x >= float(fit_kwargs.get("min_compute") or 0.0))
-    return predict_at(fit, x[used], y[used], at, level=level, drift=drift)
+    return predict_at(fit, x[used], y[used], at, level=level, calibration=calibration,
+                      bounded=fit_kwargs.get("bounded", True))
 
 
 def predict_stored_run(records, chosen, compute_col: str, at: float, *, reward_col: str = "val_reward",
@@ -291,18 +355,18 @@ def predict_runs(records, at: float, *, level: float = DEFAULT_LEVEL, run_col="r
     level (`predict_run` on each; NaN for a run that cannot be fitted or has no interval). `fit_kwargs` go to
     `fit_sigmoid`; a missing `compute` column falls back to `gpu_hours`, a missing run column means one run."""
     import pandas as pd
-
     from rlscale.fitting.frame import SINGLE_RUN
 
     if compute_col not in records.columns and compute_col == "compute" and "gpu_hours" in records.columns:
         compute_col = "gpu_hours"
-    groups = records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns else [(SINGLE_RUN, records)]
-    drift = Drift.load()
+    groups = (records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns
+              else [(SINGLE_RUN, records)])
+    calibration = Calibration.load()
     rows = []
     for run, group in groups:
         p = predict_run(group[compute_col].to_numpy(dtype=float, na_value=np.nan),
-                        group[reward_col].to_numpy(dtype=float, na_value=np.nan), at, level=level, drift=drift,
-                        **fit_kwargs)
+                        group[reward_col].to_numpy(dtype=float, na_value=np.nan), at, level=level,
+                        calibration=calibration, **fit_kwargs)
         nan = float("nan")
         rows.append({"run": run, "at": float(at), "predicted": p.predicted if p else nan,
                      "predicted_lo": p.lo if p else nan, "predicted_hi": p.hi if p else nan, "level": float(level)})

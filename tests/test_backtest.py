@@ -8,14 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from rlscale.fitting.backtest import PICK_METHODS, RISE, backtest_run, backtest_runs, summarize, summary_lines
 from rlscale.db.importer import read_run_log
+from rlscale.fitting.backtest import PICK_METHODS, RISE, backtest_run, backtest_runs, summarize, summary_lines
 from rlscale.fitting.bootstrap import percentile_interval
+from rlscale.fitting.predict import Calibration
 from rlscale.fitting.sigmoid import fit_sigmoid, sigmoid
 
 A, B, C_MID, R0 = 0.8, 1.5, 30.0, 0.1
 COMPUTE = np.linspace(2.5, 100.0, 40)
+GAUSSIAN = Calibration.normal(1.0, 0.5, 0.08)  # the interval a Gaussian error of the calibrated scale calls for
 
 
 def noisy_sigmoid(seed: int, sd: float = 0.005):
@@ -102,7 +103,8 @@ def test_a_part_fit_with_fewer_than_two_points_per_parameter_gets_no_interval_an
 
 
 def test_summary_compares_fit_and_carry_forward_on_rising_runs_only():
-    results = [backtest_run(COMPUTE, noisy_sigmoid(seed), run=f"s{seed}", bootstrap=100, seed=seed) for seed in range(4)]
+    results = [backtest_run(COMPUTE, noisy_sigmoid(seed), run=f"s{seed}", bootstrap=100, seed=seed)
+               for seed in range(4)]
     flat = np.full(COMPUTE.size, 0.4) + np.random.default_rng(9).normal(0, 0.005, COMPUTE.size)
     results.append(backtest_run(COMPUTE, flat, run="flat", bootstrap=100))
     summary = summarize(results, 0.5)
@@ -140,12 +142,12 @@ def test_cli_json_has_one_object_per_run_and_a_summary(cli, tmp_path):
         "run", "fitted", "reason", "n_points", "n_part", "cut_compute", "last_compute", "predicted", "predicted_lo",
         "predicted_hi", "observed", "error", "carry_forward", "carry_forward_error", "A_part", "A_part_lo",
         "A_part_hi", "A_full", "A_full_identified", "A_inside", "rising", "identified", "level", "pi_lo", "pi_hi",
-        "pi_inside", "sd_parameters", "sd_noise", "drift_scale", "leader"}
+        "pi_inside", "pi_score", "sd_parameters", "sd_noise", "sd_drift", "sigma", "gain_left", "distance", "leader"}
     assert set(payload["summary"]) == {
         "fraction", "runs", "fitted", "rising", "mae_fit_rising", "mae_carry_forward_rising",
         "fit_beats_carry_forward_rising", "mae_fit", "mae_carry_forward", "A_checked", "A_inside", "A_inside_share",
         "A_no_interval", "A_checked_identified", "A_inside_identified_share", "level", "pi_checked", "pi_inside",
-        "pi_coverage", "pi_median_width"}
+        "pi_coverage", "pi_median_width", "pi_mean_score"}
     assert payload["summary"]["runs"] == 2 and payload["summary"]["fit_beats_carry_forward_rising"] is True
 
 
@@ -194,7 +196,8 @@ def test_report_includes_the_backtest_table(cli, tmp_path):
     write_runs(path, {"a": noisy_sigmoid(0), "b": noisy_sigmoid(1)})
     url = f"sqlite:///{tmp_path / 'store.db'}"
     assert cli("import", str(path), "--study", "imported", "--db", url)[0] == 0
-    code, out, err = cli("report", "imported", "--db", url, "--out", str(tmp_path / "rep"), "--bootstrap", "40", "--json")
+    code, out, err = cli("report", "imported", "--db", url, "--out", str(tmp_path / "rep"), "--bootstrap", "40",
+                         "--json")
     assert (code, err) == (0, "")
     backtest = json.loads(out)["backtest"]
     assert [row["run"] for row in backtest["runs"]] == ["a", "b"] and backtest["summary"]["fitted"] == 2
@@ -236,21 +239,43 @@ def study_runs():
             "twin": (COMPUTE, sigmoid(COMPUTE, 0.59, 2.0, 10.0, 0.1) + rng.normal(0.0, 0.003, COMPUTE.size))}
 
 
-def test_a_decision_switches_from_the_leader_only_when_the_prediction_is_sure():
+def test_a_decision_leaves_the_leader_for_a_run_surely_ahead():
     from rlscale.fitting.backtest import decide_study
-    from rlscale.fitting.predict import Drift
 
-    drift = Drift(0.085, {})
-    half = decide_study(study_runs(), 0.5, drift=drift, seed=0)
-    # at the half the slow run is surely ahead at the end: its interval lies above the leader's
+    half = decide_study(study_runs(), 0.5, calibration=GAUSSIAN, seed=0)
+    # at the half the slow run is surely ahead at the end: its lead exceeds the interval of the difference
     assert half.best == "slow" and half.picks["leader"] == "fast"
-    assert half.predicted_lo["slow"] > half.predicted_hi["fast"]
+    gap = half.predicted["slow"] - half.predicted["fast"]
+    assert gap > math.hypot(half.predicted["slow"] - half.predicted_lo["slow"],
+                            half.predicted_hi["fast"] - half.predicted["fast"])
     assert half.picks["prediction"] == "slow" and half.regret["prediction"] == 0.0
     assert half.regret["leader"] == pytest.approx(half.end["slow"] - half.end["fast"]) and half.regret["leader"] > 0.1
-    # at the quarter the slow run has not bent: its interval still overlaps the leader's, and the leader is kept
-    quarter = decide_study(study_runs(), 0.25, drift=drift, seed=0)
-    assert quarter.predicted_lo["slow"] < quarter.predicted_hi["fast"]
-    assert quarter.picks["prediction"] == quarter.picks["leader"] == "fast"
+    # at the quarter the slow run has not bent: the gain it has left makes its interval wide, yet it holds its end
+    quarter = decide_study(study_runs(), 0.25, calibration=GAUSSIAN, seed=0)
+    widths = {run: quarter.predicted_hi[run] - quarter.predicted_lo[run] for run in quarter.end}
+    assert widths["slow"] > 5 * widths["fast"]
+    assert quarter.predicted_lo["slow"] <= quarter.end["slow"] <= quarter.predicted_hi["slow"]
+
+
+def test_a_run_is_surely_beaten_when_the_gap_exceeds_the_interval_of_the_difference():
+    from rlscale.fitting.backtest import surely_beaten
+
+    predicted = {"a": 0.70, "b": 0.65, "c": 0.60}
+    lo = {run: p - 0.03 for run, p in predicted.items()}
+    hi = {run: p + 0.03 for run, p in predicted.items()}
+    # b's interval overlaps a's, yet a gap of 0.05 exceeds hypot(0.03, 0.03) = 0.042
+    assert surely_beaten("b", predicted, lo, hi) and surely_beaten("c", predicted, lo, hi)
+    assert not surely_beaten("a", predicted, lo, hi)
+    hi["b"] = math.inf  # a run without an interval is never ruled out
+    assert not surely_beaten("b", predicted, lo, hi)
+
+
+def test_interval_score_is_the_width_plus_twenty_times_a_miss_at_90pct():
+    from rlscale.fitting.backtest import interval_score
+
+    assert interval_score(0.4, 0.6, 0.5, 0.9) == pytest.approx(0.2)
+    assert interval_score(0.4, 0.6, 0.7, 0.9) == pytest.approx(0.2 + 20 * 0.1)
+    assert interval_score(0.4, 0.6, 0.35, 0.5) == pytest.approx(0.2 + 4 * 0.05)
 
 
 def test_cli_level_sets_the_prediction_intervals_level_and_a_bad_one_is_refused(cli, tmp_path):
@@ -269,14 +294,11 @@ def test_cli_level_sets_the_prediction_intervals_level_and_a_bad_one_is_refused(
 
 def test_the_backtests_decision_is_the_one_decide_study_makes():
     import pandas as pd
-
     from rlscale.fitting.backtest import decide_study, study_decision
-    from rlscale.fitting.predict import Drift
 
     runs = study_runs()
     records = pd.concat([pd.DataFrame({"run": name, "compute": c, "reward": r}) for name, (c, r) in runs.items()])
-    drift = Drift(0.085, {})
-    from_backtest = study_decision(backtest_runs(records, fraction=0.5, drift=drift, seed=0), 0.5)
-    direct = decide_study(runs, 0.5, drift=drift, seed=0)
+    from_backtest = study_decision(backtest_runs(records, fraction=0.5, calibration=GAUSSIAN, seed=0), 0.5)
+    direct = decide_study(runs, 0.5, calibration=GAUSSIAN, seed=0)
     assert from_backtest.picks == direct.picks and from_backtest.best == direct.best == "slow"
     assert from_backtest.leader == pytest.approx(direct.leader)

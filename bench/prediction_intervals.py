@@ -1,0 +1,201 @@
+"""The prediction interval of a run's end reward, calibrated and judged on the real runs of bench/data (issue 41).
+
+Every run is fitted on its first half and on its first quarter of compute and predicts its mean reward over its last
+10% (`rlscale backtest`). The interval (fitting/predict.py) is calibrated by split-conformal prediction held out by
+source: for each source, the scale's coefficients and the conformal scores come from the other sources only, and
+score that source's runs. Judged by coverage, the interval score (Gneiting and Raftery 2007) and width, each
+training counted once, beside today's method: fitting/predict.py as of BASELINE_COMMIT (a drift term in proportion
+to the run's total gain |A - R0|, its constant fitted held out by source in the same way). The calibration on every
+source goes to fitting/interval.json. Used by bench/backtest.py, which runs it; bench/decisions.py reads the
+held-out calibrations it writes.
+"""
+
+import importlib.util
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rlscale.fitting.backtest import in_end_window, interval_score  # noqa: E402
+from rlscale.fitting.predict import DEFAULT_LEVEL, Calibration, calibrate_interval, interval_scale  # noqa: E402
+from rlscale.fitting.sigmoid import FitError, fit_sigmoid  # noqa: E402
+
+# Fractions the prediction interval is judged from: the half and the quarter
+FRACTIONS = (0.5, 0.25)
+# Today's method: fitting/predict.py as of this commit (the last that changed it before issue 41)
+BASELINE_COMMIT = "6a662d7"
+# The synthetic random-walk plateau's step per unit gain and sqrt(ln compute): the size of today's drift term
+RANDOM_WALK_PER_GAIN = 0.085
+
+
+def load_baseline():
+    """Today's fitting/predict.py (at BASELINE_COMMIT), imported under its own name."""
+    text = subprocess.run(["git", "show", f"{BASELINE_COMMIT}:fitting/predict.py"], capture_output=True, text=True,
+                          cwd=ROOT, check=True).stdout
+    path = Path(tempfile.mkdtemp()) / "predict_baseline.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("predict_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def baseline_parts(baseline, compute, reward, fraction: float, fit: dict) -> tuple[float, float] | None:
+    """(known sd, drift scale) of today's interval for one run cut at `fraction` (as backtest_run cuts it): its
+    parameter and window-noise sd in quadrature, and |A - R0| sqrt(distance); None when the part cannot be fitted."""
+    x, y = np.asarray(compute, dtype=float), np.asarray(reward, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y) & (x >= 0)
+    order = np.argsort(x[keep], kind="stable")
+    x, y = x[keep][order], y[keep][order]
+    if not len(x) or not x[-1] > 0:
+        return None
+    part = x <= fraction * x[-1]
+    end = in_end_window(x, x[-1]) & ~part
+    try:
+        part_fit = fit_sigmoid(x[part], y[part], **fit)
+    except FitError:
+        return None
+    p = baseline.predict_at(part_fit, x[part], y[part], float(x[-1]), window_compute=x[end], drift=baseline.NO_DRIFT)
+    return math.hypot(p.sd_parameters, p.sd_noise), baseline.drift_scale(part_fit, p.distance)
+
+
+def interval_rows(backtests: list, training_key, fit: dict) -> list[dict]:
+    """One row per run and fraction of `backtests` ((source, path, compute column, fraction, records, [RunBacktest])
+    for every data set on its compute column): source, training key, fraction, the backtest's error, observed end
+    reward and the interval's inputs (sd_parameters, sigma, gain_left, distance), and today's (known, drift_scale);
+    `weight` = 1 / the copies of its training at that fraction."""
+    baseline = load_baseline()
+    rows = []
+    for name, path, compute_col, f, records, results in backtests:
+        by_run = {str(run): g for run, g in records.groupby("run", sort=False, dropna=False)}
+        for r in results:
+            if not (r.fitted and math.isfinite(r.error)):
+                continue
+            old = baseline_parts(baseline, by_run[r.run][compute_col], by_run[r.run]["reward"], f, fit)
+            rows.append({"source": name, "training": training_key(name, path, r.run), "run": r.run,
+                         "fraction": f, "error": r.error, "observed": r.observed, "predicted": r.predicted,
+                         "sd_parameters": r.sd_parameters, "sigma": r.sigma, "gain_left": r.gain_left,
+                         "distance": r.distance, "identified": r.identified,
+                         "known": old[0] if old else math.nan, "drift_scale": old[1] if old else math.nan})
+    copies: dict = {}
+    for row in rows:
+        copies[(row["training"], row["fraction"])] = copies.get((row["training"], row["fraction"]), 0) + 1
+    for row in rows:
+        row["weight"] = 1.0 / copies[(row["training"], row["fraction"])]
+    return [row for row in rows if all(math.isfinite(row[k]) for k in
+                                       ("sd_parameters", "sigma", "gain_left", "distance", "known", "drift_scale"))]
+
+
+def column(rows, key) -> np.ndarray:
+    return np.array([row[key] for row in rows], dtype=float)
+
+
+def calibrate(rows, provenance: dict | None = None) -> Calibration:
+    """The interval's calibration on `rows` (`calibrate_interval`, each training counted once)."""
+    return calibrate_interval(column(rows, "error"), column(rows, "sd_parameters"), column(rows, "sigma"),
+                              column(rows, "gain_left"), column(rows, "distance"), weights=column(rows, "weight"),
+                              provenance=provenance)
+
+
+def new_interval(rows, calibration: Calibration, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of the interval with `calibration`, clipped to [0, 1] (every source's reward is a pass rate)."""
+    half = calibration.quantile(level) * interval_scale(calibration, column(rows, "sd_parameters"),
+                                                         column(rows, "sigma"), column(rows, "gain_left"),
+                                                         column(rows, "distance"))
+    predicted = column(rows, "predicted")
+    return np.clip(predicted - half, 0.0, 1.0), np.clip(predicted + half, 0.0, 1.0)
+
+
+def todays_interval(rows, train, level: float, baseline) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of today's interval, its drift constant fitted on `train` (not clipped: today's method is not)."""
+    from scipy import stats
+
+    constant = baseline.calibrate_drift(column(train, "error"), column(train, "known"), column(train, "drift_scale"),
+                                        weights=column(train, "weight"), level=level)
+    half = stats.norm.ppf(0.5 + level / 2.0) * np.hypot(column(rows, "known"), constant * column(rows, "drift_scale"))
+    predicted = column(rows, "predicted")
+    return predicted - half, predicted + half
+
+
+def judge(rows, lo, hi, level: float) -> dict:
+    """Coverage and mean interval score (each training once), median width and |error| (over runs), per fraction."""
+    out = {}
+    observed, weight = column(rows, "observed"), column(rows, "weight")
+    fractions = column(rows, "fraction")
+    for f in FRACTIONS:
+        at = fractions == f
+        if not at.any():
+            continue
+        w = weight[at]
+        inside = (lo[at] <= observed[at]) & (observed[at] <= hi[at])
+        scores = np.array([interval_score(a, b, o, level) for a, b, o in zip(lo[at], hi[at], observed[at])])
+        width, error = (hi - lo)[at], np.abs(column(rows, "error"))[at]
+        out[f"from_{f:g}"] = {
+            "runs": int(at.sum()), "trainings": float(w.sum()), "coverage": float(np.sum(w * inside) / w.sum()),
+            "mean_interval_score": float(np.sum(w * scores) / w.sum()), "median_width": float(np.median(width)),
+            "median_abs_error": float(np.median(error)),
+            "median_width_over_median_abs_error": float(np.median(width) / np.median(error))}
+    return out
+
+
+def held_out(rows, level: float = DEFAULT_LEVEL) -> dict:
+    """Both methods held out by source: each source's runs scored with the calibration (today: the drift constant)
+    fitted on the other sources. Per source and over all; with each source's held-out calibration."""
+    baseline = load_baseline()
+    sources = sorted({row["source"] for row in rows})
+    new_lo, new_hi, old_lo, old_hi = (np.full(len(rows), np.nan) for _ in range(4))
+    per_source = {}
+    for src in sources:
+        mine = [i for i, row in enumerate(rows) if row["source"] == src]
+        held = [rows[i] for i in mine]
+        train = [row for row in rows if row["source"] != src]
+        calibration = calibrate(train)
+        new_lo[mine], new_hi[mine] = new_interval(held, calibration, level)
+        old_lo[mine], old_hi[mine] = todays_interval(held, train, level, baseline)
+        per_source[src] = {"new": judge(held, new_lo[mine], new_hi[mine], level),
+                           "today": judge(held, old_lo[mine], old_hi[mine], level),
+                           "calibration_from_other_sources": calibration.to_dict()}
+    return {"level": level, "sources": sources, "new": judge(rows, new_lo, new_hi, level),
+            "today": judge(rows, old_lo, old_hi, level), "per_source": per_source}
+
+
+def synthetic_coverage(n_runs: int, calibration: Calibration, seed: int = 0) -> dict:
+    """The interval's coverage, median width and mean interval score on synthetic curves with a known end, each fitted
+    on its first half and predicting its mean reward over its last 10% of compute: bench/fit_accuracy.py's curves
+    (160 evaluations) with its independent ('constant'), AR(1) and slow-drift noise, which are stationary; and the
+    same independent noise on a plateau that wanders as a random walk in ln(compute) (RANDOM_WALK_PER_GAIN x
+    |A - R0| per sqrt(ln compute))."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from fit_accuracy import FULL_GPU_HOURS, simulate
+    from rlscale.fitting.predict import predict_at
+
+    out = {}
+    for noise in ("constant", "ar1", "drift", "random_walk_plateau"):
+        rng = np.random.default_rng([seed, 7])
+        inside, widths, scores = [], [], []
+        curves = simulate(n_runs, seed, "constant" if noise == "random_walk_plateau" else noise,
+                          observed=FULL_GPU_HOURS)
+        for truth, compute, reward in curves:
+            if noise == "random_walk_plateau":
+                log_c = np.log(compute)
+                steps = rng.standard_normal(compute.size) * np.sqrt(np.diff(log_c, prepend=log_c[0]))
+                reward = np.clip(reward + RANDOM_WALK_PER_GAIN * abs(truth["A"] - truth["R0"]) * np.cumsum(steps), 0, 1)
+            part, end = compute <= compute[-1] / 2, in_end_window(compute, compute[-1])
+            part_fit = fit_sigmoid(compute[part], reward[part], seed=0)
+            observed = float(np.mean(reward[end]))
+            p = predict_at(part_fit, compute[part], reward[part], float(compute[-1]), window_compute=compute[end],
+                           calibration=calibration)
+            inside.append(p.lo <= observed <= p.hi)
+            widths.append(p.width)
+            scores.append(interval_score(p.lo, p.hi, observed, p.level))
+        out[noise] = {"coverage": float(np.mean(inside)), "median_width": float(np.median(widths)),
+                      "mean_interval_score": float(np.mean(scores))}
+        print(f"   synthetic {noise}: coverage {out[noise]['coverage']:.1%}, median width "
+              f"{out[noise]['median_width']:.3f}, mean interval score {out[noise]['mean_interval_score']:.3f}")
+    return {"runs_per_noise": n_runs, "level": DEFAULT_LEVEL, "noise": out}
