@@ -59,7 +59,8 @@ class SizeLaw:
         """JSON-ready: one row per size with k and E [interval], and K_max, N0 across sizes."""
         rows = [{"model": m, "parameters": float(n), "k": float(k), "k_interval": self.interval(self.k_draws[:, i]),
                  "E": float(e), "E_interval": self.interval(self.E_draws[:, i]), "compute_max": float(c)}
-                for i, (m, n, k, e, c) in enumerate(zip(self.models, self.parameters, self.k, self.E, self.compute_max))]
+                for i, (m, n, k, e, c) in enumerate(zip(self.models, self.parameters, self.k, self.E,
+                                                        self.compute_max))]
         across = None if self.across is None else {"K_max": self.across.K_max, "N0": self.across.N0}
         return {"sizes": rows, "across": across, "across_identified": self.across_identified,
                 "across_reason": self.across_reason, "level": self.level}

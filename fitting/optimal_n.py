@@ -207,7 +207,8 @@ def fit_optimal_rollouts(
     theta, _ = fit_law(front["compute"].to_numpy(), log2_n)
     identified, verdict = _law_verdict(theta, front, min_distinct=min_distinct, plateau_tol=plateau_tol,
                                       min_plateau=min_plateau)
-    samples = _bootstrap_law(curves, grid, front, draws, bootstrap, seed, theta, min_progress) if bootstrap > 0 else None
+    samples = (_bootstrap_law(curves, grid, front, draws, bootstrap, seed, theta, min_progress) if bootstrap > 0
+               else None)
     return RolloutsLaw(
         lo=float(theta[0]), hi=float(theta[1]), k=float(theta[2]), c0=float(theta[3]),
         identified=identified, verdict=verdict,

@@ -16,10 +16,12 @@ def study_records(store, study: str) -> pd.DataFrame:
     records = store.records_frame(study)
     records = records[records["val_reward"].notna()]
     if records.empty:
-        raise UserError(f"no records with a validation reward in study {study!r} ({store.url_for_display})", field="--study")
+        raise UserError(f"no records with a validation reward in study {study!r} ({store.url_for_display})",
+                        field="--study")
     runs = store.runs_frame(study).set_index("run_id")
     labels = run_labels(runs)  # runs of one study may share a name (seeds): each fit is its own run
-    return records.assign(run=records["run_id"].map(labels)).rename(columns={"gpu_hours": "compute", "val_reward": "reward"})
+    return records.assign(run=records["run_id"].map(labels)).rename(columns={"gpu_hours": "compute",
+                                                                             "val_reward": "reward"})
 
 
 def fit_study(store, study: str, **fit_kwargs) -> tuple[pd.DataFrame, pd.DataFrame, bool]:

@@ -11,17 +11,21 @@ from rlscale.cli.options import DbUrl
 def register(app: typer.Typer) -> None:
     @app.command("export")
     def export(
-        fmt: str = typer.Option(..., "--format", help="verl 0.9.1 (Hydra overrides), trl 1.16.0 (GRPOConfig YAML), openrlhf 0.11.2 (command line) or yaml (rlscale recipe)"),
+        fmt: str = typer.Option(..., "--format", help=(
+            "verl 0.9.1 (Hydra overrides), trl 1.16.0 (GRPOConfig YAML), openrlhf 0.11.2 (command line) or yaml "
+            "(rlscale recipe)")),
         study: str = typer.Option(None, "--study", help="export from this study: the recommendation (with --budget, "
                                   "for a study that varies rollouts), else its best run"),
-        budget: float = typer.Option(None, "--budget", help="target compute: recommend for it, or pick the run predicted best at it"),
+        budget: float = typer.Option(None, "--budget", help=(
+            "target compute: recommend for it, or pick the run predicted best at it")),
         recipe: Path = typer.Option(None, "--recipe", help="export this recipe file instead"),
         db: DbUrl = None,
         profile: str = typer.Option(None, "--profile", help="cost profile for steps (see `rlscale recommend`)"),
         gpus: int = typer.Option(8, "--gpus", help="deployment: GPUs per node"),
         nodes: int = typer.Option(1, "--nodes", help="deployment: nodes"),
         tp: int = typer.Option(1, "--tp", help="deployment: the generator's tensor-parallel size"),
-        prompt_tokens: int = typer.Option(1024, "--prompt-tokens", help="deployment: the longest prompt in the data (tokens)"),
+        prompt_tokens: int = typer.Option(1024, "--prompt-tokens", help=(
+            "deployment: the longest prompt in the data (tokens)")),
         out: Path = typer.Option(None, "--out", help="write here instead of stdout"),
     ) -> None:
         """Write a production config (verl, TRL, OpenRLHF or rlscale's own YAML) naming its target version.

@@ -8,10 +8,13 @@ from rlscale.cli.options import DbUrl
 def register(app: typer.Typer) -> None:
     @app.command("recommend")
     def recommend(
-        budget: float = typer.Option(..., "--budget", help="target compute, in the study's unit (GPU-hours by default)"),
-        study: str = typer.Option(None, "--study", help="the IsoCompute study to learn from (default: the only one that varies rollouts)"),
+        budget: float = typer.Option(..., "--budget", help=(
+            "target compute, in the study's unit (GPU-hours by default)")),
+        study: str = typer.Option(None, "--study", help=(
+            "the IsoCompute study to learn from (default: the only one that varies rollouts)")),
         db: DbUrl = None,
-        profile: str = typer.Option(None, "--profile", help="cost profile for steps (default: calibrated on the study's records)"),
+        profile: str = typer.Option(None, "--profile", help=(
+            "cost profile for steps (default: calibrated on the study's records)")),
         bootstrap: int = typer.Option(100, "--bootstrap", min=0, help="bootstrap draws for the intervals"),
         json_out: bool = typer.Option(False, "--json", help="print JSON"),
     ) -> None:

@@ -12,8 +12,10 @@ def register(app: typer.Typer) -> None:
     def sweep(
         study_file: Path = typer.Argument(..., help="study YAML (see studies/)"),
         db: DbUrl = None,
-        ray_address: str = typer.Option(None, "--ray-address", help="join an existing Ray cluster (default: start a local one)"),
-        max_retries: int = typer.Option(2, "--max-retries", min=0, help="retries of a crashing job before it is marked failed"),
+        ray_address: str = typer.Option(None, "--ray-address", help=(
+            "join an existing Ray cluster (default: start a local one)")),
+        max_retries: int = typer.Option(2, "--max-retries", min=0, help=(
+            "retries of a crashing job before it is marked failed")),
         out: Path = typer.Option(None, "--out", help="directory for the study's report (default: reports/STUDY)"),
         json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
         shared_dir: Path = typer.Option(None, "--shared-dir", help=(
