@@ -10,13 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from rlscale.db.logs import VERL_HEALTH
 from rlscale.db.store import Store
 from rlscale.planner.recipe import Recipe
+from rlscale.runner.jobs_api import LogTail, RunDir
 from rlscale.runner.verl.data import DATA_SOURCE, task_rows, write_task_parquet
 from rlscale.runner.verl.engine import VerlEngine, stage_reward_modules
-from rlscale.runner.jobs_api import LogTail, RunDir
 from rlscale.runner.verl.job import val_reward_metric
 from rlscale.runner.verl.logs import RecordMaker
 
@@ -156,14 +155,16 @@ def test_file_logger_lines_land_in_the_store_once_across_a_driver_restart(verl_c
     other = reference.records_frame("s")
     for column in ("gpu_hours", "rollouts", "tokens", "val_reward", *ACTOR, "truncation_rate", "train_reward"):
         assert frame[column].equals(other[column]), column
-    # val reward: verl's val-core/rlscale/reward/mean@2 over 6 prompts x 2 samples at steps 0, 5, ...
+    # val reward: verl 0.9.1 files a float score as acc (val-core) and reward (val-aux/rlscale/reward/mean@2), over
+    # 6 prompts x 2 samples at steps 0, 5, ...
     assert frame.loc[frame["step"] % 5 == 0, "val_reward"].tolist() == [0.75] * 5
     assert frame.loc[frame["step"] % 5 != 0, "val_reward"].isna().all()
     # GPU-hours: 4 GPUs x verl's timing_s/step summed; rollouts B_p x n x step; tokens: response_length/mean x B_p x n
     row = frame.set_index("step").loc[3]
     assert math.isclose(row["gpu_hours"], 4 * (11 + 12 + 13) / 3600)
     assert row["rollouts"] == 3 * 8
-    means = {1: sum([3, 5, 7, 16, 2, 4, 16][:7]) / 7, 2: sum([3, 5, 7, 16, 2, 4]) / 6, 3: sum([3, 5, 7, 16, 2, 4, 16, 1]) / 8}
+    means = {1: sum([3, 5, 7, 16, 2, 4, 16][:7]) / 7, 2: sum([3, 5, 7, 16, 2, 4]) / 6,
+             3: sum([3, 5, 7, 16, 2, 4, 16, 1]) / 8}
     assert row["tokens"] == round(sum(means.values()) * 8)
     # health: verl's own metric names; truncation = responses at max_response_length (step 3: 2 of 8)
     assert math.isclose(row["truncation_rate"], 2 / 8) and row["entropy"] == ACTOR["entropy"]

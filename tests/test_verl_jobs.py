@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from rlscale.db.store import Store
 from rlscale.planner.recipe import Recipe
 
@@ -33,7 +32,6 @@ def engine(cluster, tmp_path, **env):
 
 def test_a_run_pauses_at_a_rung_resumes_from_its_checkpoint_and_a_crash_is_retried(cluster, tmp_path):
     from ray.job_submission import JobSubmissionClient
-
     from rlscale.runner.verl.engine import VerlJobFailed
 
     crash = tmp_path / "crash"
@@ -59,7 +57,8 @@ def test_a_run_pauses_at_a_rung_resumes_from_its_checkpoint_and_a_crash_is_retri
         firsts.setdefault(record["step"], record)
     hours = [firsts[s]["gpu_hours"] for s in range(11)]
     assert hours == sorted(hours) and hours[-1] > hours[5]
-    jobs = sorted(j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("life-1-aa-"))
+    jobs = sorted(j.submission_id for j in JobSubmissionClient(cluster).list_jobs()
+                  if j.submission_id.startswith("life-1-aa-"))
     assert jobs == ["life-1-aa-1", "life-1-aa-2", "life-1-aa-3"]
     # a stop from the driver's rule at a checkpoint ends the job there
     result = verl.run(RECIPE, run_key="life-1-aa", on_records=got.extend,
@@ -127,7 +126,8 @@ def test_a_sweep_of_verl_jobs_survives_kill_9_of_its_driver_with_two_runs_in_fli
     for _, steps in records.groupby("run_id")["step"]:
         assert sorted(steps) == list(range(21))  # nothing lost: the lines written while no driver read them too
     # the restarted driver adopted the running job (or read the finished one's log) rather than submitting another
-    jobs = [j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("killverl-")]
+    jobs = [j.submission_id for j in JobSubmissionClient(cluster).list_jobs()
+            if j.submission_id.startswith("killverl-")]
     assert len(jobs) == 2 and all(job.endswith("-1") for job in jobs)
 
 
@@ -183,7 +183,6 @@ def test_a_sweep_runs_jobs_concurrently_admitted_by_free_gpus_and_finishes_every
 
 def test_a_job_that_finds_its_gpus_taken_goes_back_to_the_queue_and_is_not_failed(cluster, tmp_path):
     from ray.job_submission import JobSubmissionClient
-
     from rlscale.runner.engine import DevicesUnavailable
 
     client = JobSubmissionClient(cluster)
@@ -192,9 +191,9 @@ def test_a_job_that_finds_its_gpus_taken_goes_back_to_the_queue_and_is_not_faile
         from ray.util.placement_group import placement_group
         ray.init()
         ray.get(placement_group([{"GPU": 1}] * 6).ready())
-        open(%r, "w").close()
+        open(HELD, "w").close()
         time.sleep(120)
-    """ % str(tmp_path / "held"))
+    """).replace("HELD", repr(str(tmp_path / "held")))
     client.submit_job(entrypoint=f"{sys.executable} -c {shlex_quote(hold)}", submission_id="someone-else")
     try:
         deadline = time.time() + 60

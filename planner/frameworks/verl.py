@@ -10,8 +10,16 @@ import re
 
 from rlscale.planner.recipe import Recipe
 
-from .common import (MODEL_PLACEHOLDER, TRAIN_DATA_PLACEHOLDER, VAL_DATA_PLACEHOLDER, Deployment, Mapping,
-                     common_missing, launch_script, minibatch_prompts)
+from .common import (
+    MODEL_PLACEHOLDER,
+    TRAIN_DATA_PLACEHOLDER,
+    VAL_DATA_PLACEHOLDER,
+    Deployment,
+    Mapping,
+    common_missing,
+    launch_script,
+    minibatch_prompts,
+)
 
 FRAMEWORK, VERSION = "verl", "0.9.1"
 ACTOR = "actor_rollout_ref.actor"
@@ -169,7 +177,8 @@ RUN_KEYS = frozenset({
 
 def recipe_from_keys(keys: dict) -> dict:
     """The recipe fields a user's verl keys say (only those they set): batch, rollouts, model, lengths, lr (unscaled:
-    the user's lr is the lr), temperature, entropy, validation samples; KL when it is a loss term."""
+    the user's lr is the lr), temperature, entropy, validation samples and cadence, checkpoint cadence; KL when it is
+    a loss term."""
     out = {field: keys[key] for field, key in RECIPE_FROM_KEYS.items() if keys.get(key) is not None}
     if keys.get(f"{ACTOR}.use_kl_loss") and keys.get(f"{ACTOR}.kl_loss_coef") is not None:
         out["kl_coef"] = keys[f"{ACTOR}.kl_loss_coef"]
@@ -177,6 +186,10 @@ def recipe_from_keys(keys: dict) -> dict:
         out["lr_scaling"] = "none"
     if keys.get("trainer.total_training_steps") is not None:
         out["max_steps"] = keys["trainer.total_training_steps"]
+    # the user's validation and checkpoint cadence, where verl does them at all (-1: never)
+    for field, key in (("eval_every", "trainer.test_freq"), ("checkpoint_every", "trainer.save_freq")):
+        if isinstance(keys.get(key), int) and not isinstance(keys[key], bool) and keys[key] > 0:
+            out[field] = keys[key]
     mode = keys.get("trainer.v1.trainer_mode")
     out["async"] = "pipeline" if mode == "separate_async" else "sync"
     return out
@@ -195,6 +208,8 @@ def hydra_value(value) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(hydra_value(item) for item in value) + "]"
     text = str(value)
     if _PLAIN.fullmatch(text) and text.lower() not in ("true", "false", "null", "nan", "inf"):
         return text

@@ -8,14 +8,16 @@ shared directory while it runs (job.py says what lives there).
 
 import os
 import shutil
+import threading
 from importlib.util import find_spec
 from pathlib import Path
 
-from rlscale.base.settings import cache_dir
 from rlscale.runner.jobs_api import JobFailed, JobsApiEngine, RunDir, Submission
 
+from rlscale.base.settings import cache_dir
+
 from .job import ENTRYPOINT, REWARD_IMPORTS, checkpointed_step, job_devices, make_job, val_reward_metric
-from .logs import RecordMaker
+from .logs import ANY_SOURCE, RecordMaker, ValReward, reward_metrics
 
 # what verl 0.9.1 raises at start when the cluster lacks the GPUs its pools need
 # (ResourcePoolManager._check_resource_available in verl/trainer/ppo/ray_trainer.py)
@@ -55,35 +57,76 @@ class VerlEngine(JobsApiEngine):
         self.python, self.module = python, module
         self.gpus_per_node, self.max_prompt_tokens = gpus_per_node, max_prompt_tokens
         self.env_vars = dict(env_vars or {})
+        self._facts, self._facts_lock = None, threading.Lock()
 
     def verl_job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int):
         """The verl job of one segment (rlscale.runner.verl.job.Job: its overrides, environment and paths)."""
+        return self._job(recipe, run_dir, submission_id, until_step=until_step)[0]
+
+    def _job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int):
+        """(the segment's Job, its changes to the user's setup: [] without one)."""
+        if self.setup is not None:
+            from .setup import make_setup_job
+
+            return make_setup_job(self.setup, recipe, run_dir, submission_id, until_step=until_step,
+                                  python=self.python, module=self.module, gpus_per_node=self.gpus_per_node,
+                                  env_vars=self.env_vars)
         return make_job(recipe, run_dir, submission_id, until_step=until_step, python=self.python, module=self.module,
                         gpus_per_node=self.gpus_per_node, max_prompt_tokens=self.max_prompt_tokens,
-                        env_vars=self.env_vars)
+                        env_vars=self.env_vars), []
+
+    def setup_facts(self):
+        """The checks of the user's data and reward (rlscale.runner.verl.checks.SetupFacts), run once per engine;
+        UserError on bad input. None without a setup."""
+        if self.setup is None:
+            return None
+        with self._facts_lock:
+            if self._facts is None:
+                from .checks import check_setup
+                from .setup import live_keys
+
+                self._facts = check_setup(*live_keys(self.setup.setup))
+            return self._facts
+
+    def val_reward(self, recipe) -> ValReward:
+        """The logged verl metric that is the study's val reward: the study's setup.reward_metric; else verl's
+        validation reward of the run's data source (the validation files' one source, else the mean over them)."""
+        if self.setup is None:
+            return val_reward_metric(recipe)
+        if self.setup.reward_metric:
+            return ValReward((self.setup.reward_metric,))
+        from .setup import val_samples
+
+        sources = self.setup_facts().val_sources
+        source = sources[0] if sources and len(sources) == 1 else ANY_SOURCE
+        return reward_metrics(source, val_samples(self.setup.setup))
 
     def submission(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int,
                    base_device_seconds: float) -> Submission:
         """The verl job of one segment, holding no Ray resources itself: verl's own placement groups hold the
         GPUs (and verl checks them at start)."""
         job = self.verl_job(recipe, run_dir, submission_id, until_step=until_step)
+        # the user's setup brings its own reward; rlscale's task ships its reward module
+        modules = {} if self.setup is not None else {"py_modules": [str(run_dir.modules)]}
         return Submission(submission_id=submission_id, entrypoint=job.entrypoint, devices=job.gpus,
-                          until_step=until_step,
-                          runtime_env={"env_vars": job.env_vars, "py_modules": [str(run_dir.modules)]},
+                          until_step=until_step, runtime_env={"env_vars": job.env_vars, **modules},
                           resources={"entrypoint_num_cpus": 0},
                           metadata={"rlscale_run": run_dir.root.name, "base_gpu_seconds": repr(base_device_seconds)})
 
     def prepare(self, recipe, run_dir: RunDir, job: Submission) -> None:
-        """The run's parquet files (once) and the reward module's package for the job's py_modules."""
+        """The run's parquet files (once) and the reward module's package for the job's py_modules; with the user's
+        setup, their data and reward as they are."""
         from .data import write_task_parquet
 
+        (run_dir.root / "logs").mkdir(parents=True, exist_ok=True)
+        if self.setup is not None:
+            return
         if not (run_dir.data / "val.parquet").exists():
             write_task_parquet(recipe, run_dir.data)
-        (run_dir.root / "logs").mkdir(parents=True, exist_ok=True)
         stage_reward_modules(run_dir.modules)
 
     def record_maker(self, recipe) -> RecordMaker:
-        return RecordMaker(recipe, val_reward_metric(recipe))
+        return RecordMaker(recipe, self.val_reward(recipe))
 
     def checkpointed_step(self, recipe, run_dir: RunDir) -> int:
         return checkpointed_step(run_dir)
@@ -94,12 +137,23 @@ class VerlEngine(JobsApiEngine):
 
     def dry_run(self, recipe, run_key: str) -> dict:
         """What `rlscale sweep --dry-run` shows of a run's first job: where it goes, its entrypoint, overrides,
-        environment, data and log paths, and the GPUs it holds."""
-        job = self.verl_job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=recipe.steps)
-        return {"ray_address": self.ray_address or "RAY_ADDRESS", "submission_id": job.submission_id,
-                "entrypoint": f"{self.python} -m {self.module}", "overrides": job.overrides,
-                "env_vars": job.env_vars, "train_file": str(job.train_file), "val_file": str(job.val_file),
-                "log_file": str(job.log_file), "gpus": job.gpus}
+        environment, data and log paths, the GPUs it holds, and the logged metric that is its val reward. With the
+        user's setup also: setup_files (the files the user's keys come from), changes (Change.to_dict() of each key
+        rlscale sets in the user's config, with why) and notes (what the checks could not read). UserError on bad
+        data, reward or layout: the sweep stores nothing then."""
+        facts = self.setup_facts()
+        job, changes = self._job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=recipe.steps)
+        out = {"ray_address": self.ray_address or "RAY_ADDRESS", "submission_id": job.submission_id,
+               "entrypoint": f"{self.python} -m {self.module}", "overrides": job.overrides,
+               "env_vars": job.env_vars, "train_file": _shown(job.train_file), "val_file": _shown(job.val_file),
+               "log_file": str(job.log_file), "gpus": job.gpus, "reward_metric": list(self.val_reward(recipe).names)}
+        if facts is not None:
+            from .checks import TRAIN_FILES, check_batch
+
+            check_batch(facts, recipe, self.setup.setup.source.get(TRAIN_FILES))
+            out.update(setup_files=list(dict.fromkeys(self.setup.setup.source.values())),
+                       changes=[change.to_dict() for change in changes], notes=list(facts.notes))
+        return out
 
     def devices(self, recipe) -> list[dict[str, float]]:
         """verl's pools, one bundle per node: the trainer's (hybrid engine: rollouts on the same GPUs), plus the
@@ -115,12 +169,18 @@ def stage_reward_modules(target: Path) -> Path:
     for name in REWARD_IMPORTS:
         origin = Path(find_spec(name).origin)
         relative = Path(*name.split(".")[1:])
-        destination = staging / (relative / "__init__.py" if origin.name == "__init__.py" else relative.with_suffix(".py"))
+        package = origin.name == "__init__.py"
+        destination = staging / (relative / "__init__.py" if package else relative.with_suffix(".py"))
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(origin, destination)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target
+
+
+def _shown(files) -> str:
+    """A data.*_files value as text: a path, or paths joined by commas."""
+    return ", ".join(map(str, files)) if isinstance(files, list | tuple) else str(files)
 
 
 def _line_with(text: str, needle: str) -> str:

@@ -12,18 +12,22 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlscale.base.errors import UserError
 from rlscale.planner.frameworks.common import Deployment
-from rlscale.planner.frameworks.verl import ROLLOUT, hydra_value, verl_mapping
+from rlscale.planner.frameworks.verl import ACTOR, ROLLOUT, hydra_value, verl_mapping
 from rlscale.runner.jobs_api import RunDir
 
+from rlscale.base.errors import UserError
+
 from .data import DATA_SOURCE
+from .logs import ValReward, reward_metrics
 
 ENTRYPOINT = "verl.trainer.main_ppo"
 REWARD_MODULE = "pkg://rlscale.runner.verl.reward"  # importable on the cluster through the runtime env's py_modules
 PROJECT = "rlscale"
 # verl writes this file once a checkpoint is saved in default_local_dir (verl/trainer/ppo/ray_trainer.py)
 LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"
+SEED_KEYS = ("data.seed", f"{ACTOR}.data_loader_seed", f"{ACTOR}.fsdp_config.seed",
+             "actor_rollout_ref.ref.fsdp_config.seed", f"{ROLLOUT}.seed")
 # rlscale modules the reward function imports on the cluster (no third-party imports)
 REWARD_IMPORTS = ("rlscale", "rlscale.base", "rlscale.base.errors", "rlscale.runner", "rlscale.runner.rl",
                   "rlscale.runner.rl.tasks", "rlscale.runner.verl", "rlscale.runner.verl.reward")
@@ -77,6 +81,40 @@ def _layout(devices: int, gpus_per_node: int, what: str) -> tuple[int, int]:
     return nodes, devices // nodes
 
 
+def run_keys(recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8) -> dict[str, tuple]:
+    """The keys each job of a run sets itself, whatever config it starts from: key -> (value, why). The segment's
+    stop, checkpoints and resume, validation cadence, devices, seeds and run name (the loggers are the caller's)."""
+    if recipe.eval_early_per_decade:
+        raise UserError("engine: verl evaluates every trainer.test_freq steps only; expected "
+                        "eval_early_per_decade: 0", field="eval_early_per_decade")
+    trainer_nodes, trainer_per_node = _layout(recipe.trainer_devices, gpus_per_node, "trainer")
+    keys = {
+        # a rung or the compute stop ends the job: verl checkpoints at its last step; total_epochs is at least a step
+        # an epoch, so the data never ends a job first (a compute-stopped run may go to COMPUTE_STEP_CAP x its plan)
+        "trainer.total_training_steps": (until_step, "compute stop"),
+        "trainer.total_epochs": (until_step, "compute stop"),
+        "trainer.save_freq": (recipe.checkpoint_every, "checkpoints"),
+        "trainer.resume_mode": ("auto", "checkpoints"),
+        "trainer.default_local_dir": (str(run_dir.checkpoints), "checkpoints"),
+        "trainer.del_local_ckpt_after_load": (False, "checkpoints"),
+        # verl writes no latest_checkpointed_iteration.txt after an async save: the next segment would start afresh
+        f"{ACTOR}.checkpoint.async_save": (False, "checkpoints"),
+        "trainer.test_freq": (recipe.eval_every, "evaluations"),
+        # step 0 once; a resumed job would evaluate its checkpoint's step again
+        "trainer.val_before_train": (checkpointed_step(run_dir) == 0, "evaluations"),
+        "trainer.nnodes": (trainer_nodes, "devices"),
+        "trainer.n_gpus_per_node": (trainer_per_node, "devices"),
+    }
+    if recipe.async_mode == "pipeline":
+        nodes, per_node = _layout(recipe.generator_devices, gpus_per_node, "generator")
+        keys[f"{ROLLOUT}.nnodes"], keys[f"{ROLLOUT}.n_gpus_per_node"] = (nodes, "devices"), (per_node, "devices")
+    # verl has no trainer.seed: the data order, the actor's data loader, FSDP init and the generator
+    for key in SEED_KEYS:
+        keys[key] = (recipe.seed, "seed")
+    keys["trainer.experiment_name"] = (run_dir.root.name, "run name")
+    return keys
+
+
 def job_overrides(recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8,
                   max_prompt_tokens: int = 1024) -> list[str]:
     """verl 0.9.1 Hydra overrides for one segment of `recipe` up to `until_step`: the export's mapping
@@ -85,19 +123,12 @@ def job_overrides(recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: in
     if recipe.model == "tiny":
         raise UserError("engine: verl needs a HF model directory the cluster can read, not the tiny CPU policy",
                         field="model")
-    if recipe.eval_early_per_decade:
-        raise UserError("engine: verl evaluates every trainer.test_freq steps only; expected "
-                        "eval_early_per_decade: 0", field="eval_early_per_decade")
     pipeline = recipe.async_mode == "pipeline"
-    trainer_nodes, trainer_per_node = _layout(recipe.trainer_devices, gpus_per_node, "trainer")
+    owned = run_keys(recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node)
+    trainer_nodes, trainer_per_node = owned["trainer.nnodes"][0], owned["trainer.n_gpus_per_node"][0]
     deployment = Deployment(gpus_per_node=trainer_per_node * (2 if pipeline else 1), nodes=trainer_nodes,
                             max_prompt_tokens=max_prompt_tokens)
     keys = verl_mapping(recipe, deployment).keys()
-    keys["trainer.nnodes"], keys["trainer.n_gpus_per_node"] = trainer_nodes, trainer_per_node
-    if pipeline:
-        keys[f"{ROLLOUT}.nnodes"], keys[f"{ROLLOUT}.n_gpus_per_node"] = _layout(recipe.generator_devices,
-                                                                                gpus_per_node, "generator")
-    fresh = checkpointed_step(run_dir) == 0
     keys.update({
         "actor_rollout_ref.model.path": recipe.model,
         "data.train_files": str(run_dir.data / "train.parquet"),
@@ -108,33 +139,27 @@ def job_overrides(recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: in
         f"{ROLLOUT}.val_kwargs.n": recipe.eval_samples,
         f"{ROLLOUT}.val_kwargs.temperature": recipe.temperature,
         f"{ROLLOUT}.val_kwargs.do_sample": True,
-        "trainer.test_freq": recipe.eval_every,
-        "trainer.val_before_train": fresh,  # step 0 once; a resumed job would evaluate its checkpoint's step again
-        # pause at a rung: verl checkpoints at its last step and at every save_freq, then the job ends
-        "trainer.total_training_steps": until_step,
-        "trainer.total_epochs": recipe.steps,  # at least a step per epoch: total_training_steps ends the job
-        "trainer.save_freq": recipe.checkpoint_every,
-        "trainer.resume_mode": "auto",
-        "trainer.default_local_dir": str(run_dir.checkpoints),
         "trainer.project_name": PROJECT,
-        "trainer.experiment_name": run_dir.root.name,
     })
-    overrides = [f"{key}={hydra_value(value)}" for key, value in keys.items()]
-    return overrides + ["trainer.logger=[console,file]"]
+    keys.update({key: value for key, (value, _) in owned.items()})
+    keys["trainer.logger"] = ["console", "file"]
+    return [f"{key}={hydra_value(value)}" for key, value in keys.items()]
 
 
-def val_reward_metric(recipe) -> str:
+def val_reward_metric(recipe) -> ValReward:
     """The verl metric that is rlscale's val reward: the mean pass rate over eval_samples samples per prompt."""
-    return f"val-core/{DATA_SOURCE}/reward/mean@{recipe.eval_samples}"
+    return reward_metrics(DATA_SOURCE, recipe.eval_samples)
 
 
 def make_job(recipe, run_dir: RunDir, submission_id: str, *, until_step: int,
              python: str = "python3", module: str = ENTRYPOINT, gpus_per_node: int = 8,
              max_prompt_tokens: int = 1024, env_vars: dict | None = None) -> Job:
     """The job of one segment: `python -m module overrides...` with VERL_FILE_LOGGER_PATH set."""
-    overrides = job_overrides(recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node, max_prompt_tokens=max_prompt_tokens)
+    overrides = job_overrides(recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node,
+                              max_prompt_tokens=max_prompt_tokens)
     log = run_dir.log(submission_id)
     entrypoint = " ".join([shlex.quote(python), "-m", shlex.quote(module), *map(shlex.quote, overrides)])
     return Job(submission_id=submission_id, entrypoint=entrypoint, overrides=overrides,
-               env_vars={**(env_vars or {}), "VERL_FILE_LOGGER_PATH": str(log)}, train_file=run_dir.data / "train.parquet",
-               val_file=run_dir.data / "val.parquet", log_file=log, until_step=until_step, gpus=gpus_held(recipe))
+               env_vars={**(env_vars or {}), "VERL_FILE_LOGGER_PATH": str(log)},
+               train_file=run_dir.data / "train.parquet", val_file=run_dir.data / "val.parquet", log_file=log,
+               until_step=until_step, gpus=gpus_held(recipe))

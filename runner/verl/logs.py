@@ -6,12 +6,42 @@ lines only (a line still being written waits for the next read: rlscale.runner.j
 """
 
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 
 from rlscale.db.logs import VERL_HEALTH
 from rlscale.runner.jobs_api import finite_number as _number
 
 STEP_SECONDS = "timing_s/step"  # verl's wall seconds of one training step (generation, reward, update, eval, save)
 RESPONSE_LENGTH = "response_length/mean"  # mean response tokens over the step's B_p x n rollouts
+ANY_SOURCE = "*"  # stands for any data source in a ValReward name
+
+
+@dataclass(frozen=True)
+class ValReward:
+    """Which logged verl metric is a study's val reward: `names` in order of preference, the first a line logs wins;
+    `*` in a name matches any data source, and several sources matched are averaged (each source counts once)."""
+
+    names: tuple[str, ...]
+
+    def value(self, data: dict) -> float | None:
+        """The val reward a file-logger line's `data` holds (None: the line has no validation)."""
+        for name in self.names:
+            if ANY_SOURCE not in name:
+                if (value := _number(data.get(name))) is not None:
+                    return value
+                continue
+            found = [v for key, value in data.items() if fnmatchcase(key, name) and (v := _number(value)) is not None]
+            if found:
+                return sum(found) / len(found)
+        return None
+
+
+def reward_metrics(data_source: str, samples: int) -> ValReward:
+    """verl 0.9.1's validation reward of `samples` responses per prompt (val_kwargs.n) for `data_source` (or
+    ANY_SOURCE): the summed token reward the trainer optimises, logged as val-core/<ds>/reward/mean@n, or as
+    val-aux/... when the reward function also returns an `acc` (a float-returning function does: verl then files
+    `acc` = the score under val-core; trainer/ppo/v1/trainer_base.py, _val_metrics_update)."""
+    return ValReward(tuple(f"{section}/{data_source}/reward/mean@{samples}" for section in ("val-core", "val-aux")))
 
 
 @dataclass
@@ -19,13 +49,14 @@ class RecordMaker:
     """A run's records from its jobs' lines, in the order the jobs ran.
 
     gpu_hours at a step = (GPU-seconds of the run's earlier jobs, whole wall time from start to end as the Jobs API
-    reports it + GPUs held x the seconds of this job's steps so far, verl's timing_s/step summed per job) / 3600. rollouts: B_p x n
-    x step. tokens: generated response tokens so far, response_length/mean x B_p x n summed over steps.
+    reports it + GPUs held x the seconds of this job's steps so far, verl's timing_s/step summed per job) / 3600.
+    rollouts: B_p x n x step. tokens: generated response tokens so far, response_length/mean x B_p x n summed over
+    steps.
     A step logged by two jobs (a job resumed from a checkpoint before its predecessor's last step) keeps the first.
     """
 
     recipe: object
-    val_metric: str
+    val_metric: ValReward
     tokens_by_step: dict = field(default_factory=dict)
     step_seconds: dict = field(default_factory=dict)  # job -> its timing_s/step summed over the lines read so far
 
@@ -48,7 +79,7 @@ class RecordMaker:
                 "gpu_hours": (base_gpu_seconds + gpus * job_seconds) / 3600.0,
                 "rollouts": step * batch,
                 "tokens": round(sum(tokens for s, tokens in self.tokens_by_step.items() if s <= step)),
-                "val_reward": _number(data.get(self.val_metric)),
+                "val_reward": self.val_metric.value(data),
                 "metrics": {name: value for name, source in VERL_HEALTH.items()
                             if (value := _number(data.get(source))) is not None},
             })

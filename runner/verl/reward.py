@@ -3,7 +3,7 @@ with `name=compute_score`. It runs on the cluster, in verl's reward workers, so 
 (rlscale.runner.rl.tasks, which needs nothing outside the standard library; the engine ships those modules in the
 job's runtime env)."""
 
-from functools import lru_cache
+from functools import cache
 
 from rlscale.runner.rl.tasks import Verifier, exact_match, load_verifier, math_match
 
@@ -11,7 +11,7 @@ from rlscale.runner.rl.tasks import Verifier, exact_match, load_verifier, math_m
 BUILTIN_VERIFIERS = {"exact_match": exact_match, "math_match": math_match}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _verifier(spec: str) -> Verifier:
     return BUILTIN_VERIFIERS.get(spec) or load_verifier(spec)
 

@@ -1,6 +1,7 @@
 """Run inside .venv-verl (scripts/checker_envs.sh): verl 0.9.1 itself reads what rlscale's verl engine generates.
 
-stdin: JSON {"overrides", "modules", "tokenizer", "reward_cases", "logger"}. Writes JSON to argv[1]:
+stdin: JSON {"overrides", "modules", "tokenizer", "reward_cases", "logger"} (rlscale's own task), or
+{"setup": {"command", "user_command", "tokenizer", "reward_cases"}} (a user's setup). Writes JSON to argv[1]:
 - config: verl's Hydra config (ppo_trainer.yaml) composed with the engine's overrides and passed through
   `verl.utils.config.validate_config`; the values the engine relies on read back from it.
 - dataset: the train and validation parquet files loaded by verl's RLHFDataset (the tokenizer in "tokenizer"),
@@ -8,7 +9,13 @@ stdin: JSON {"overrides", "modules", "tokenizer", "reward_cases", "logger"}. Wri
 - rewards: verl's get_custom_reward_fn loads rlscale's reward function from the config (`modules` on sys.path, as
   the job's py_modules put it there on the cluster) and each reward case is scored as verl's reward loop calls it.
 - logged: verl's FileLogger (VERL_FILE_LOGGER_PATH) writes one line per step, with metrics made by verl's own
-  functions (compute_data_metrics, compute_timing_metrics, the trainer's validation metrics) from the given numbers.
+  functions (compute_data_metrics, compute_timing_metrics, the v1 trainer's validation metrics) from the given
+  numbers.
+- setup_config: the job's command (main_ppo's arguments: --config-path/--config-name, overrides) and the user's own
+  command composed by verl's Hydra config, the job's passed through validate_config (reference policy and critic as
+  main_ppo decides them); both as flat dotted leaves, with verl's migrate_legacy_reward_impl applied to the user's
+  config for its reward block, and the actor's optimizer as verl's dataclass reads it.
+- setup_dataset, setup_rewards: as dataset and rewards, on the job's config (the user's parquet and reward function).
 """
 
 import json
@@ -18,24 +25,37 @@ import traceback
 
 import numpy as np
 import torch
-from hydra import compose, initialize_config_dir
-
 import verl
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
 from verl import DataProto
 from verl.trainer.ppo import metric_utils
 from verl.trainer.ppo.metric_utils import compute_data_metrics, compute_timing_metrics
 from verl.trainer.ppo.reward import get_custom_reward_fn
-from verl.utils.config import validate_config
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import omega_conf_to_dataclass, validate_config
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.utils.tracking import FileLogger
 
+VERL_CONFIG = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+
+
+def _compose(words):
+    """verl's config as main_ppo composes it from its arguments (Hydra flags --config-path/--config-name, then
+    overrides)."""
+    flags = dict(word[2:].split("=", 1) for word in words if word.startswith("--"))
+    with initialize_config_dir(config_dir=flags.get("config-path", VERL_CONFIG), version_base=None):
+        return compose(config_name=flags.get("config-name", "ppo_trainer"),
+                       overrides=[word for word in words if not word.startswith("--")])
+
+
+def _validated(cfg):
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    return cfg
+
 
 def _config(overrides):
-    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
-    with initialize_config_dir(config_dir=config_dir, version_base=None):
-        cfg = compose(config_name="ppo_trainer", overrides=overrides)
-    actor = cfg.actor_rollout_ref.actor
-    validate_config(cfg, use_reference_policy=bool(actor.use_kl_loss), use_critic=False)
+    cfg = _validated(_compose(overrides))
     rollout, trainer = cfg.actor_rollout_ref.rollout, cfg.trainer
     values = {
         "model_path": cfg.actor_rollout_ref.model.path,
@@ -62,7 +82,7 @@ def _dataset(cfg, tokenizer_dir):
         dataset = RLHFDataset(data_files=files, tokenizer=tokenizer, config=cfg.data)
         row = dataset[0]
         out[split] = {"len": len(dataset), "raw_prompt": list(row["raw_prompt"]), "data_source": row["data_source"],
-                      "ground_truth": row["reward_model"]["ground_truth"], "ability": row["ability"],
+                      "ground_truth": row["reward_model"]["ground_truth"], "ability": row.get("ability"),
                       "extra_info": dict(row["extra_info"])}
     return out
 
@@ -74,18 +94,23 @@ def _rewards(cfg, cases):
                      extra_info=c["extra_info"])) for c in cases]
 
 
-def _trainer_method(name):
-    """A method of verl's RayPPOTrainer, compiled from verl's own ray_trainer.py (importing that module pulls in the
-    whole training stack: FSDP, vLLM server, peft); it runs with metric_utils' names in scope, as it does there."""
+def _compiled(relative, name, namespace, cls=None):
+    """A function (or `cls`'s method) of one of verl's modules, compiled from its source alone: importing the module
+    pulls in the whole training stack (FSDP, vLLM server, peft); it runs with `namespace` in scope."""
     import ast
 
-    path = os.path.join(os.path.dirname(verl.__file__), "trainer", "ppo", "ray_trainer.py")
-    tree = ast.parse(open(path).read())
-    trainer = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "RayPPOTrainer")
-    method = next(node for node in trainer.body if isinstance(node, ast.FunctionDef) and node.name == name)
-    namespace = {**vars(metric_utils), "np": np}
-    exec(compile(ast.Module(body=[method], type_ignores=[]), path, "exec"), namespace)
+    path = os.path.join(os.path.dirname(verl.__file__), *relative.split("/"))
+    body = ast.parse(open(path).read()).body
+    if cls is not None:
+        body = next(node for node in body if isinstance(node, ast.ClassDef) and node.name == cls).body
+    function = next(node for node in body if isinstance(node, ast.FunctionDef) and node.name == name)
+    exec(compile(ast.Module(body=[function], type_ignores=[]), path, "exec"), namespace)
     return namespace[name]
+
+
+def _trainer_method(name):
+    """A method of verl 0.9.1's v1 PPOTrainer (the trainer main_ppo runs), with metric_utils' names in scope."""
+    return _compiled("trainer/ppo/v1/trainer_base.py", name, {**vars(metric_utils), "np": np}, cls="PPOTrainer")
 
 
 def _batch(scores, lengths, max_response, prompt_len=3):
@@ -121,21 +146,56 @@ def _log(spec):
             scores = step["val_scores"]  # prompt-major: each prompt's samples together
             k = spec["val_samples"]
             uids = [f"p{i // k}" for i in range(len(scores))]
-            data.update(_trainer_method("_val_metrics_update")(None, np.array([spec["data_source"]] * len(scores)),
-                                                               uids, {"reward": scores}, np.array([])))
+            # a float score, as rlscale's compute_score returns: verl's naive reward manager files it as `acc` too
+            data.update(_trainer_method("_val_metrics_update")(None, [spec["data_source"]] * len(scores), uids,
+                                                               {"reward": scores, "acc": scores}, []))
         logger.log(data=data, step=step["step"])
     logger.finish()
     return len(spec["steps"])
 
 
+def _leaves(cfg):
+    """The config's leaves as {dotted key: value}, interpolations as written (a key set through another is not a
+    change of its own)."""
+    def walk(node, prefix):
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                yield from walk(value, f"{prefix}{key}.")
+        else:
+            yield prefix[:-1], node
+
+    return dict(walk(OmegaConf.to_container(cfg, resolve=False), ""))
+
+
+def _setup(setup):
+    """The job's config and the user's own, as verl composes them; the job's validated."""
+    job = _validated(_compose(setup["command"]))
+    user = _compose(setup["user_command"])
+    migrate = _compiled("experimental/reward_loop/reward_loop.py", "migrate_legacy_reward_impl",
+                        {"open_dict": open_dict})
+    migrated = migrate(OmegaConf.create(OmegaConf.to_container(user)))
+    optim = omega_conf_to_dataclass(job.actor_rollout_ref.actor.optim)
+    return {"job": _leaves(job), "user": _leaves(user), "user_reward_migrated": _leaves(migrated.reward),
+            "optim": {"lr_scheduler_type": optim.lr_scheduler_type, "lr_warmup_steps": optim.lr_warmup_steps,
+                      "lr_warmup_steps_ratio": optim.lr_warmup_steps_ratio},
+            "reference_policy": need_reference_policy(job), "critic": need_critic(job)}
+
+
 if __name__ == "__main__":
     spec = json.load(sys.stdin)
-    sys.path.insert(0, spec["modules"])  # what the job's runtime env py_modules does on the cluster
     result = {"version": verl.__version__}
-    for name, part in (("config", lambda: _config(spec["overrides"])[1]),
-                       ("dataset", lambda: _dataset(_config(spec["overrides"])[0], spec["tokenizer"])),
-                       ("rewards", lambda: _rewards(_config(spec["overrides"])[0], spec["reward_cases"])),
-                       ("logged", lambda: _log(spec["logger"]))):
+    if "setup" in spec:
+        setup = spec["setup"]
+        parts = (("setup_config", lambda: _setup(setup)),
+                 ("setup_dataset", lambda: _dataset(_compose(setup["command"]), setup["tokenizer"])),
+                 ("setup_rewards", lambda: _rewards(_compose(setup["command"]), setup["reward_cases"])))
+    else:
+        sys.path.insert(0, spec["modules"])  # what the job's runtime env py_modules does on the cluster
+        parts = (("config", lambda: _config(spec["overrides"])[1]),
+                 ("dataset", lambda: _dataset(_config(spec["overrides"])[0], spec["tokenizer"])),
+                 ("rewards", lambda: _rewards(_config(spec["overrides"])[0], spec["reward_cases"])),
+                 ("logged", lambda: _log(spec["logger"])))
+    for name, part in parts:
         try:
             result[name] = part()
         except BaseException as err:  # each part reports its own failure

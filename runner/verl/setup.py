@@ -1,0 +1,226 @@
+"""A run's verl job when its study starts from the user's own verl setup (the study's `setup:` block; the planner's
+half is rlscale.planner.frameworks.setup).
+
+The job runs the user's own command: their YAML (absolute --config-path, --config-name), their Hydra overrides, and
+after them only the study's axes (SetupPlan.values) and the keys each run must own (job.run_keys: the segment's stop,
+checkpoints, validation cadence, devices, seeds; plus the loggers and the run's name). Each key is given once: a
+user's word for a key rlscale sets is dropped. Everything else (rollout TP, offload, Ulysses, memory, dynamic-batch
+limits, data, reward) stays as they wrote it. Two of their settings are moved, shown among the changes:
+- verl's legacy top-level reward keys, which verl 0.9.1's main_ppo composes and then ignores (only its fully-async
+  entrypoint migrates them): moved to their live `reward.*` keys as verl's own migrate_legacy_reward_impl does;
+- a learning-rate schedule that depends on the job's total_training_steps (cosine, warmup by ratio): each segment
+  is a job with its own total, so the schedule becomes constant with the warmup in steps.
+"""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlscale.planner.frameworks.setup import Change, UserSetup
+from rlscale.planner.frameworks.verl import ACTOR, ROLLOUT, hydra_value
+from rlscale.planner.loading import load_yaml_mapping
+from rlscale.runner.jobs_api import RunDir
+
+from rlscale.base.errors import UserError
+
+from .job import Job, gpus_held, run_keys
+
+VERL_CONFIG = "pkg://verl.trainer.config"  # verl's own configs, on Hydra's search path for a user YAML
+DEFAULT_LOGGER = ["console", "wandb"]  # verl 0.9.1's trainer.logger (ppo_trainer.yaml; the checker composes it)
+DEFAULT_VAL_SAMPLES = 1  # verl 0.9.1's rollout.val_kwargs.n (the checker composes it)
+VAL_SAMPLES = f"{ROLLOUT}.val_kwargs.n"
+WANDB_LOGGERS = ("wandb", "tracking")  # verl's names for W&B (`tracking`: its deprecated alias)
+# verl's legacy reward keys -> the live ones (experimental/reward_loop/reward_loop.py, migrate_legacy_reward_impl);
+# an entry ending in "." moves every key under it
+LEGACY_REWARD = {
+    "custom_reward_function.": "reward.custom_reward_function.",
+    "sandbox_fusion.": "reward.sandbox_fusion.",
+    "reward_model.reward_manager": "reward.reward_manager.name",
+    "reward_model.num_workers": "reward.num_workers",
+    "reward_model.reward_loop_source": "reward.reward_manager.source",
+    "reward_model.reward_loop_module_path": "reward.reward_manager.module.path",
+    "reward_model.reward_loop_class_name": "reward.reward_manager.module.name",
+    "reward_model.enable": "reward.reward_model.enable",
+    "reward_model.enable_resource_pool": "reward.reward_model.enable_resource_pool",
+    "reward_model.n_gpus_per_node": "reward.reward_model.n_gpus_per_node",
+    "reward_model.nnodes": "reward.reward_model.nnodes",
+    "reward_model.model.path": "reward.reward_model.model_path",
+    "reward_model.reward_kwargs.": "reward.reward_kwargs.",
+    "reward_model.rollout.": "reward.reward_model.rollout.",
+}
+SEGMENTS = "segments: verl fits it to each job's total_training_steps"
+
+
+@dataclass(frozen=True)
+class SetupJob:
+    """One segment's verl arguments (after `python -m verl.trainer.main_ppo`), what they change in the user's
+    setup, and the job's environment."""
+
+    overrides: list[str]
+    changes: list[Change]
+    env_vars: dict
+
+
+def config_words(setup: UserSetup) -> list[str]:
+    """The user's YAML as main_ppo's arguments: absolute --config-path and --config-name, and verl's configs put on
+    Hydra's search path when neither the YAML nor the overrides do ([] without a YAML)."""
+    if setup.config_file is None:
+        return []
+    path = Path(setup.config_file)
+    if path.suffix != ".yaml":
+        raise UserError("Hydra reads a config named NAME.yaml", file=setup.config_file, field="setup.config")
+    words = [f"--config-path={path.parent}", f"--config-name={path.stem}"]
+    search = list((load_yaml_mapping(path).get("hydra") or {}).get("searchpath") or [])
+    if VERL_CONFIG not in search and not setup.sets("hydra.searchpath"):
+        words.append(f"hydra.searchpath={hydra_value([*search, VERL_CONFIG])}")
+    return words
+
+
+def user_command(setup: UserSetup) -> list[str]:
+    """The user's own arguments to verl.trainer.main_ppo: their YAML (config_words), then their overrides as they
+    wrote them."""
+    for word in setup.overrides:
+        if word.startswith("--"):
+            raise UserError(f"Hydra flag {word.split('=')[0]} among the overrides: give a YAML config as the study's "
+                            "setup.config", field="setup.overrides")
+    return config_words(setup) + list(setup.overrides)
+
+
+def override_key(word: str) -> str:
+    """The config key a Hydra override sets or deletes (`+k=v`, `++k=v`, `k=v`, `~k`)."""
+    return word.lstrip("+~").split("=", 1)[0]
+
+
+def legacy_moves(setup: UserSetup) -> dict[str, str]:
+    """The user's legacy reward keys -> the live keys they move to; UserError when the live key is set too."""
+    moves = {}
+    for key in setup.keys:
+        live = next((new + key[len(old):] for old, new in LEGACY_REWARD.items()
+                     if key == old or (old.endswith(".") and key.startswith(old))), None)
+        if live is None or setup.keys[key] is None:
+            continue
+        if setup.sets(live):
+            raise UserError(f"set twice: as {live} and as the legacy {key} (verl 0.9.1's main_ppo reads only "
+                            f"{live}); keep one", file=setup.source[key], field=key)
+        moves[key] = live
+    return moves
+
+
+def live_keys(setup: UserSetup) -> tuple[dict, dict]:
+    """The user's keys as verl's main_ppo reads them (legacy reward keys under their live names), and the file that
+    sets each."""
+    moves = legacy_moves(setup)
+    return ({moves.get(key, key): value for key, value in setup.keys.items()},
+            {moves.get(key, key): origin for key, origin in setup.source.items()})
+
+
+def loggers(setup: UserSetup) -> list[str]:
+    """The user's trainer.logger (verl's default when unset) with rlscale's file logger beside it."""
+    user = setup.keys.get("trainer.logger", DEFAULT_LOGGER)
+    user = [user] if isinstance(user, str) else list(user or [])
+    return list(dict.fromkeys([*map(str, user), "file"]))
+
+
+def val_samples(setup: UserSetup) -> int:
+    """Responses per prompt in validation (rollout.val_kwargs.n), as the user's config says."""
+    return int(setup.keys.get(VAL_SAMPLES) or DEFAULT_VAL_SAMPLES)
+
+
+def wandb_run_id(run_key: str) -> str:
+    """The W&B run id of a run: its key in the characters W&B accepts, so every segment logs to one W&B run."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", run_key)[:64]
+
+
+def setup_job(plan, recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8) -> SetupJob:
+    """The verl arguments of one segment of `recipe`'s run on the user's setup (`plan`, a SetupPlan), up to
+    `until_step`: the user's command, then the study's axes and the run's own keys, each key once; with the list
+    of what rlscale changes in the user's config and why, and the job's environment for the user's trackers."""
+    setup = plan.setup
+    words = user_command(setup)
+    check_parallelism(setup, recipe)
+    axes = plan.values(recipe)
+    owned = {key: (value, f"axis {plan.changed[key]}") for key, value in axes.items()}
+    owned.update(run_keys(recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node))
+    owned["trainer.logger"] = (loggers(setup), "file logger")
+    owned["trainer.project_name"] = (plan.study, "run name: the study")
+    if setup.keys.get("trainer.resume_from_path") is not None:
+        owned["trainer.resume_from_path"] = (None, "checkpoints: the run's own, resume_mode auto")
+    owned.update(schedule_keys(setup.keys, owned, recipe))
+    moves = legacy_moves(setup)
+    kept = words[:len(words) - len(setup.overrides)]  # the YAML's words
+    for word in setup.overrides:
+        key = override_key(word)
+        if key in moves:
+            sign, _, value = word.partition(key)  # a legacy word keeps its +/++ and its value as written
+            kept.append(f"{sign}{moves[key]}{value}")
+        elif key not in owned:
+            kept.append(word)
+    from_yaml = [key for key in moves if setup.source[key] == setup.config_file]
+    kept += [f"{moves[key]}={hydra_value(setup.keys[key])}" for key in from_yaml]
+    # an axis without a value leaves verl's default; a run key without one is reset to verl's null
+    kept += [f"{key}={hydra_value(value)}" for key, (value, _) in owned.items() if value is not None or key not in axes]
+    changes = plan.changes(recipe)
+    for key in moves:
+        if key not in from_yaml:
+            changes.append(Change(key, setup.keys[key], None, f"legacy reward key: main_ppo reads {moves[key]}"))
+        changes.append(Change(moves[key], None, setup.keys[key], f"legacy reward key {key}"))
+    changes += [Change(key, setup.keys.get(key), value, why) for key, (value, why) in owned.items()
+                if key not in axes and repr(value) != repr(setup.keys.get(key))]
+    env = {}
+    if set(WANDB_LOGGERS) & set(loggers(setup)):  # every segment continues the run's one W&B run
+        env = {"WANDB_RUN_ID": wandb_run_id(run_dir.root.name), "WANDB_RESUME": "allow"}
+    return SetupJob(kept, changes, env)
+
+
+def schedule_keys(keys: dict, owned: dict, recipe) -> dict[str, tuple]:
+    """A learning-rate schedule that depends on the job's total_training_steps made constant, its warmup in steps
+    (the ratio of the run's planned steps): key -> (value, why)."""
+    out = {}
+    for prefix in (ACTOR, "critic"):
+        def current(name, prefix=prefix):
+            key = f"{prefix}.optim.{name}"
+            return owned[key][0] if key in owned else keys.get(key)
+
+        for name in ("lr_scheduler_type", "warmup_style"):  # warmup_style: verl's deprecated name, which wins
+            if current(name) not in (None, "constant"):
+                out[f"{prefix}.optim.{name}"] = ("constant", f"lr schedule: {SEGMENTS}")
+        ratio, steps = current("lr_warmup_steps_ratio"), current("lr_warmup_steps")
+        if isinstance(ratio, int | float) and ratio > 0 and (steps is None or steps <= 0):
+            warmup = max(1, round(ratio * recipe.steps))
+            why = f"lr warmup ratio {ratio:g} of the plan's steps: {SEGMENTS}"
+            out[f"{prefix}.optim.lr_warmup_steps"] = (warmup, why)
+    return out
+
+
+def check_parallelism(setup: UserSetup, recipe) -> None:
+    """UserError when the user's rollout parallelism (tensor x data x pipeline) does not divide the GPUs its
+    rollout runs on in the study (verl checks no such thing: leftover GPUs idle, or no rollout replica at all)."""
+    sizes = {name: setup.keys.get(f"{ROLLOUT}.{name}_parallel_size") for name in ("tensor_model", "data",
+                                                                                 "pipeline_model")}
+    if not any(sizes.values()):
+        return
+    product = 1
+    for value in sizes.values():
+        product *= int(value or 1)
+    pipeline = recipe.async_mode == "pipeline"
+    gpus = recipe.generator_devices if pipeline else recipe.trainer_devices
+    if gpus % product:
+        key = next(f"{ROLLOUT}.{name}_parallel_size" for name, value in sizes.items() if value)
+        field = "generator_devices" if pipeline else "trainer_devices"
+        raise UserError(f"rollout parallelism {product} (tensor x data x pipeline) does not divide the run's {gpus} "
+                        f"rollout GPUs (recipe.{field})", file=setup.source[key], field=key)
+
+
+def make_setup_job(plan, recipe, run_dir: RunDir, submission_id: str, *, until_step: int, python: str, module: str,
+                   gpus_per_node: int, env_vars: dict | None = None) -> tuple[Job, list[Change]]:
+    """The job of one segment on the user's setup, and its changes to the user's config."""
+    import shlex
+
+    job = setup_job(plan, recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node)
+    log = run_dir.log(submission_id)  # verl's file logger: the records
+    entrypoint = " ".join([shlex.quote(python), "-m", shlex.quote(module), *map(shlex.quote, job.overrides)])
+    keys = live_keys(plan.setup)[0]
+    return Job(submission_id=submission_id, entrypoint=entrypoint, overrides=job.overrides,
+               env_vars={**(env_vars or {}), **job.env_vars, "VERL_FILE_LOGGER_PATH": str(log)},
+               train_file=keys.get("data.train_files"), val_file=keys.get("data.val_files"), log_file=log,
+               until_step=until_step, gpus=gpus_held(recipe)), job.changes
