@@ -159,3 +159,27 @@ def test_the_decision_exports_as_the_users_own_trl_yaml(tmp_path):
     exported = yaml.safe_load(export_setup(setup_plan(loaded), planned_runs(loaded)[0].recipe, ["decided"]))
     expected = {**TRL_CONFIG, "num_generations": 4, "generation_batch_size": 32, "max_steps": loaded.recipe.steps}
     assert exported == expected  # the user's keys (and env block) kept, the decision's set
+
+
+def test_export_of_a_setup_study_is_the_users_launch_with_the_best_runs_keys(tmp_path, cli):
+    import math
+
+    from rlscale.db.store import Store
+    from rlscale.runner.sweep.state import run_name
+
+    study = load_study(verl_study(tmp_path, {"rollouts": [4, 8]}, replace=["actor_rollout_ref.rollout.n"]))
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store(url) as store:
+        store.upsert_study(study.name, study.to_spec())
+        for point, asymptote in zip(planned_runs(study), (0.6, 0.8)):  # n 8 is the better run
+            run_id = store.ensure_run(study.name, run_name(point, False), point.recipe.to_json(), point.seed)
+            store.add_records(run_id, [{"step": step, "gpu_hours": 2.0 * step, "rollouts": step, "tokens": 0,
+                                        "val_reward": 0.2 + (asymptote - 0.2) / (1 + (40 / (2.0 * step)) ** 1.5)
+                                        if step else 0.2} for step in range(0, 101, 5)])
+            store.set_run_status(run_id, "done")
+        assert math.isfinite(store.records_frame(study.name)["val_reward"].max())
+    code, out, err = cli("export", "--format", "verl", "--study", "mine", "--db", url)
+    assert code == 0, err
+    assert "actor_rollout_ref.rollout.n=8" in out and "actor_rollout_ref.rollout.n=5" not in out
+    assert "actor_rollout_ref.rollout.tensor_model_parallel_size=2" in out  # the user's own keys, as they wrote them
+    assert "# your setup:" in out and "~ actor_rollout_ref.rollout.n: 5 -> 8" in out

@@ -85,7 +85,8 @@ def register(app: typer.Typer) -> None:
                           f"reward {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] from run {rec.predicted_from}"]
             else:
                 chosen, header = best_run_recipe(store, name, budget)
-        text = export_config(chosen, fmt, header=header, deployment=deployment)
+        text = _user_setup_text(store, name, chosen, fmt, header) if recipe is None else None
+        text = text or export_config(chosen, fmt, header=header, deployment=deployment)
         if out is None:
             typer.echo(text, nl=False)
             return
@@ -97,3 +98,16 @@ def register(app: typer.Typer) -> None:
         except OSError as err:  # a file where a directory should be, a full disk, no permission
             raise UserError(f"cannot write {out}: {err.strerror or err}", field="--out") from None
         say(f"wrote {fmt} config to {out}")
+
+
+def _user_setup_text(store, study: str, recipe, fmt: str, header: list[str]) -> str | None:
+    """A study that started from the user's own verl or TRL setup, exported to that framework: the user's config with
+    the decision applied (planner/frameworks/setup.py); None for any other study or format."""
+    from rlscale.planner.frameworks.setup import export_setup, setup_plan
+    from rlscale.planner.study import stored_study
+
+    typed = stored_study(store, study)
+    if typed is None or typed.setup is None or typed.recipe.engine != fmt:
+        return None
+    return export_setup(setup_plan(typed), recipe, header)
+
