@@ -379,3 +379,20 @@ def test_a_sweep_reads_the_users_parquet_scores_with_their_function_and_stores_t
     for step, reward in zip(evaluated["step"], evaluated["val_reward"]):
         right = math.ceil((0.2 + 0.6 * (1 - math.exp(-step / 20))) * 10 - 1e-9)
         assert reward == pytest.approx(right / 10), step
+
+
+def test_the_shipped_setup_study_validates_as_is(cli, tmp_path):
+    study = ROOT / "studies" / "verl_gsm8k_setup.yaml"
+    code, out, err = cli("plan", study, "--json")
+    assert code == 0, err
+    runs = json.loads(out)["runs"]
+    code, points, err = dry_run(cli, study, tmp_path)
+    assert code == 0, err
+    assert len(points) == len(runs) == 3 and {point["gpus"] for point in points} == {8}
+    first = points[0]
+    assert f"{TP}=2" in first["overrides"] and "trainer.logger=[console,wandb,file]" in first["overrides"]
+    assert [change["key"] for change in first["changes"] if change["why"].startswith("axis")] == [
+        "actor_rollout_ref.rollout.n"]
+    # the placeholders the user sets are paths only the cluster would see: noted, not refused
+    assert any("/path/to/gsm8k/train.parquet" in note for note in first["notes"])
+    assert not (tmp_path / "never.db").exists()
