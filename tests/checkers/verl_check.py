@@ -2,8 +2,9 @@
 
 stdin: JSON list of {"name", "overrides": [Hydra override strings]}. For each case verl's own Hydra config
 (verl/trainer/config/ppo_trainer.yaml) is composed with the overrides (an override of a key verl does not have is
-an error), `verl.utils.config.validate_config` runs on it, the rollout config is built, the policy loss and advantage estimator are looked up in
-verl's registries, and verl's own loss functions are evaluated on small tensors to measure what they do.
+an error), `verl.utils.config.validate_config` runs on it, the rollout config is built, the policy loss and
+advantage estimator are looked up in verl's registries, and verl's own loss functions are evaluated on small tensors
+to measure what they do.
 Writes JSON {"version", "cases": [{"name", "ok", "error", "values"}]} to the file named by argv[1] (verl prints
 to stdout).
 """
@@ -15,10 +16,10 @@ import sys
 import traceback
 
 import torch
-from hydra import compose, initialize_config_dir
-
 import verl
+from hydra import compose, initialize_config_dir
 from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
 
 
@@ -66,7 +67,8 @@ def check(cases: list[dict]) -> list[dict]:
             try:
                 cfg = compose(config_name="ppo_trainer", overrides=case["overrides"])
                 actor = cfg.actor_rollout_ref.actor
-                validate_config(cfg, use_reference_policy=bool(actor.use_kl_loss), use_critic=False)
+                # the reference policy and critic as main_ppo decides them
+                validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
                 omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)  # RolloutConfig checks its own fields too
                 result["values"] = {
                     "train_batch_size": cfg.data.train_batch_size, "n": cfg.actor_rollout_ref.rollout.n,
