@@ -264,6 +264,9 @@ def test_a_compute_stopped_run_may_train_past_its_planned_steps_up_to_the_cap(tm
     given = dict(word.split("=", 1) for word in shlex.split(job.entrypoint)[3:] if "=" in word)
     assert int(given["trainer.total_training_steps"]) == recipe.steps * COMPUTE_STEP_CAP
     assert int(given["trainer.total_epochs"]) >= recipe.steps * COMPUTE_STEP_CAP  # at least a step an epoch
+    # the dry-run shows the same first job when told the run's planned compute
+    shown = engine.dry_run(recipe, "r-1-a", gpu_hours=1.0)["overrides"]
+    assert f"trainer.total_training_steps={recipe.steps * COMPUTE_STEP_CAP}" in shown
 
 
 # verl 0.9.1 itself: the job's command composed and validated --------------------------------------------------

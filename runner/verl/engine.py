@@ -12,7 +12,7 @@ import threading
 from importlib.util import find_spec
 from pathlib import Path
 
-from rlscale.runner.jobs_api import JobFailed, JobsApiEngine, RunDir, Submission
+from rlscale.runner.jobs_api import COMPUTE_STEP_CAP, JobFailed, JobsApiEngine, RunDir, Submission
 
 from rlscale.base.settings import cache_dir
 
@@ -135,14 +135,16 @@ class VerlEngine(JobsApiEngine):
         """verl's start-up check failing (only before the job's first step)."""
         return _line_with(logs, GPUS_TAKEN) if GPUS_TAKEN in logs and last_step is None else None
 
-    def dry_run(self, recipe, run_key: str) -> dict:
+    def dry_run(self, recipe, run_key: str, *, gpu_hours: float | None = None) -> dict:
         """What `rlscale sweep --dry-run` shows of a run's first job: where it goes, its entrypoint, overrides,
         environment, data and log paths, the GPUs it holds, and the logged metric that is its val reward. With the
         user's setup also: setup_files (the files the user's keys come from), changes (Change.to_dict() of each key
-        rlscale sets in the user's config, with why) and notes (what the checks could not read). UserError on bad
-        data, reward or layout: the sweep stores nothing then."""
+        rlscale sets in the user's config, with why) and notes (what the checks could not read). gpu_hours: the
+        run's planned compute, when it ends there (its first job may then go past the planned steps, to the cap).
+        UserError on bad data, reward or layout: the sweep stores nothing then."""
         facts = self.setup_facts()
-        job, changes = self._job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=recipe.steps)
+        until = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
+        job, changes = self._job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=until)
         out = {"ray_address": self.ray_address or "RAY_ADDRESS", "submission_id": job.submission_id,
                "entrypoint": f"{self.python} -m {self.module}", "overrides": job.overrides,
                "env_vars": job.env_vars, "train_file": _shown(job.train_file), "val_file": _shown(job.val_file),
