@@ -1,4 +1,7 @@
+import csv
 import gc
+import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -11,8 +14,11 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from rlscale.fitting.sigmoid import sigmoid
+from rlscale.planner.recipe import Recipe
 from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
 
 
@@ -201,3 +207,122 @@ def paced_engine():
     """PacedEngine(seconds): an engine whose runs take `seconds` a step and store records at checkpoints, with no
     Ray (a test that isolates the sweep driver from the jobs on purpose)."""
     return PacedEngine
+
+
+# ------------------------------------------------------------------------------------------ shared test helpers
+# (test modules import these from conftest; no test module imports another)
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("optimal_n_recovery", ROOT / "bench" / "optimal_n_recovery.py")
+bench = importlib.util.module_from_spec(_spec)  # synthetic IsoCompute studies with a known n*
+_spec.loader.exec_module(bench)
+
+
+def seed_isocompute(url, name, truth, c_obs, prompts=(16, 32), fit=None):
+    """Store a synthetic IsoCompute study (runs and records) and return nothing. fit: the study's `fit` section."""
+    from rlscale.db.store import Store
+    from rlscale.planner.study import parse_study
+
+    runs, records = bench.synthetic_study(truth, c_obs, prompts=prompts)
+    spec = parse_study({
+        "name": name, "method": "isocompute", "compute": {"unit": "gpu_hours", "budget": c_obs, "profile": "tiny-cpu"},
+        "parameters": {"prompts_per_batch": {"values": list(prompts)}, "rollouts": {"values": list(bench.ROLLOUTS)}},
+        **({"fit": fit} if fit else {}),
+    }, file="test").to_spec()
+    store = Store(url)
+    store.upsert_study(name, spec)
+    for run in runs.to_dict("records"):
+        config = Recipe(prompts_per_batch=run["prompts_per_batch"], rollouts=run["rollouts"]).to_json()
+        run_id = store.ensure_run(name, run["run"], config)
+        mine = records[records["run"] == run["run"]]
+        store.add_records(run_id, [{"step": r.step, "gpu_hours": r.gpu_hours, "val_reward": r.val_reward,
+                                    "metrics": {"truncation_rate": r.truncation_rate}} for r in mine.itertuples()])
+        store.set_run_status(run_id, "done")
+    store.close()
+
+
+# true asymptotes of the synthetic LOO study (seed_loo): only the DAPO revert is beyond the 0.02 noise band
+TRUE_A = {"baseline": 0.62, "dapo_loss": 0.52, "sample_average": 0.617, "no_fp32_head": 0.612}
+
+
+def seed_loo(url: str, sweep_names: bool = False) -> str:
+    """Store the runs of studies/scalerl_loo.yaml with synthetic records; returns the study name. sweep_names:
+    name the runs as a sweep does (`<variant>/s<seed>`, the study has 3 seeds)."""
+    from rlscale.db.store import Store
+    from rlscale.planner.study import load_study, plan_study
+    from rlscale.runner.sweep.state import run_name
+
+    study = load_study(ROOT / "studies" / "scalerl_loo.yaml")
+    store = Store(url)
+    store.upsert_study(study.name, study.to_spec())
+    rng = np.random.default_rng(0)
+    budget = study.compute.budget
+    for run in plan_study(study).runs:
+        A = TRUE_A.get(run.name, 0.615)
+        name = run_name(run, several_seeds=True) if sweep_names else run.name
+        run_id = store.ensure_run(study.name, name, run.recipe.to_json(), seed=run.seed)
+        steps = np.arange(0, 201, 5)
+        hours = budget * steps / steps[-1]
+        reward = rng.binomial(4096, sigmoid(hours, A, 1.6, budget / 15, 0.1)) / 4096  # the plateau is seen
+        store.add_records(run_id, [{"step": int(s), "gpu_hours": float(h), "val_reward": float(r),
+                                    "metrics": {"truncation_rate": 0.01}} for s, h, r in zip(steps, hours, reward)])
+        store.set_run_status(run_id, "done")
+    store.close()
+    return study.name
+
+
+NAMES = [
+    "qwen2.5-7b/lr=1e-6,bs=256",  # verl / W&B group names
+    "GRPO (clip 0.2)",
+    "dainty-sun-42",  # a W&B default
+    "grpo/seed_1",  # a TensorBoard subdirectory
+    "[bold]x[/bold]",  # Rich markup, shown literally
+    "Модель α, 温度 0.7",  # non-ASCII letters
+    "cost $5 *draft* _v2",  # mathtext and markdown punctuation
+    "r" * 200,  # the longest a name may be
+]
+
+
+def curves_csv(path, names, *, points: int = 25) -> None:
+    """One clean sigmoid per name, asymptotes 0.5, 0.53, ... (csv quotes the commas)."""
+    compute = np.geomspace(10, 2000, points)
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["run", "compute", "reward"])
+        for i, name in enumerate(names):
+            for c, r in zip(compute, sigmoid(compute, 0.5 + 0.03 * i, 1.5, 300.0, 0.1)):
+                out.writerow([name, f"{c:.4f}", f"{r:.5f}"])
+
+
+def script_argv(text: str, tmp_path: Path) -> list[str]:
+    """The argv bash passes to `python3 -m MODULE` when it runs an exported script (python3 is a stand-in that
+    prints its argv), without the `-m MODULE`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "python3"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    script = tmp_path / "export.sh"
+    script.write_text(text)
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr
+    argv = json.loads(done.stdout)
+    assert argv[0] == "-m"
+    return argv[2:]
+
+
+REWARD = "val-core/openai/gsm8k/reward/mean@1"
+
+
+def write_events(directory, steps: dict[int, dict[str, float]], *, suffix: str = ""):
+    """One event file in `directory` with the given scalars per step, as tensorboard's writer stores them."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writer = EventFileWriter(str(directory), filename_suffix=suffix)
+    for step, scalars in steps.items():
+        values = [summary_pb2.Summary.Value(tag=tag, simple_value=value) for tag, value in scalars.items()]
+        writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=values)))
+    writer.close()
+    return next(p for p in directory.iterdir() if p.name.endswith(suffix) and "tfevents" in p.name)

@@ -33,7 +33,7 @@ def test_compute_against_the_plan_and_steps_as_a_count():
 
 
 def test_status_prints_the_same_columns_and_keeps_its_json(workdir, capsys, monkeypatch):
-    from test_recommend import bench, seed_isocompute
+    from conftest import bench, seed_isocompute
 
     url = f"sqlite:///{workdir / 'rl.db'}"
     truth, c_obs = bench.CASES["saturates_64"]

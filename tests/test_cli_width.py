@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 from rich.cells import cell_len
-from test_run_names import NAMES, _curves_csv
+from conftest import NAMES, curves_csv
 
 ROOT = Path(__file__).parents[1]
 
@@ -31,7 +31,7 @@ def narrow(monkeypatch, capsys, workdir):
 
 
 def test_commands_on_tracker_named_runs_fit_80_columns(narrow, workdir):
-    _curves_csv(workdir / "runs.csv", NAMES[:6] + ["short"], points=12)
+    curves_csv(workdir / "runs.csv", NAMES[:6] + ["short"], points=12)
     with (workdir / "runs.csv").open("a") as f:
         f.write("two points,1,0.1\ntwo points,2,0.2\n")  # a run that cannot be fitted: its reason under the table
     url = "sqlite:///rl.db"
@@ -46,7 +46,7 @@ def test_commands_on_tracker_named_runs_fit_80_columns(narrow, workdir):
 
 
 def test_plans_and_a_leave_one_out_report_fit_80_columns(narrow, workdir):
-    from test_report import seed_loo
+    from conftest import seed_loo
 
     narrow("plan", str(ROOT / "studies" / "scalerl_loo.yaml"))  # variant names longer than their column
     narrow("plan", "--budget", "16000", "--min-steps", "300")  # a table of dropped points with reasons
@@ -57,7 +57,7 @@ def test_plans_and_a_leave_one_out_report_fit_80_columns(narrow, workdir):
 
 
 def test_recommend_fits_80_columns(narrow, workdir):
-    from test_recommend import bench, seed_isocompute
+    from conftest import bench, seed_isocompute
 
     url = f"sqlite:///{workdir / 'iso.db'}"
     truth, c_obs = bench.CASES["saturates_64"]

@@ -2,17 +2,13 @@
 shell-safe, and every study exports. The pinned frameworks' own parsers check the same exports in
 tests/test_export_frameworks.py."""
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
-from conftest import run_cli
+from conftest import run_cli, script_argv
 from rlscale.planner.frameworks import Deployment, export_config, openrlhf_mapping, trl_mapping, verl_mapping, verl_overrides
 from rlscale.planner.recipe import Recipe
 
@@ -20,22 +16,7 @@ RECIPE = Recipe(prompts_per_batch=48, rollouts=16, steps=1200, lr=1e-6, kl_coef=
                 max_new_tokens=16384, seed=3)
 
 
-def script_argv(text: str, tmp_path: Path) -> list[str]:
-    """The argv bash passes to `python3 -m MODULE` when it runs an exported script (python3 is a stand-in that
-    prints its argv), without the `-m MODULE`."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    fake = bin_dir / "python3"
-    fake.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
-    fake.chmod(0o755)
-    script = tmp_path / "export.sh"
-    script.write_text(text)
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=60,
-                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
-    assert done.returncode == 0, done.stderr
-    argv = json.loads(done.stdout)
-    assert argv[0] == "-m"
-    return argv[2:]
+
 
 
 def test_every_export_names_its_framework_and_version():
@@ -174,7 +155,7 @@ def test_export_command_from_a_recipe_file(workdir, capsys, monkeypatch):
 
 
 def test_export_command_from_a_study_recommendation(workdir, capsys, monkeypatch):
-    from test_recommend import bench, seed_isocompute
+    from conftest import bench, seed_isocompute
 
     url = f"sqlite:///{workdir / 'rl.db'}"
     truth, c_obs = bench.CASES["saturates_64"]

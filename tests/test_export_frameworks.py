@@ -18,7 +18,7 @@ import pytest
 
 from rlscale.planner.frameworks import TARGETS, Deployment, export_config
 from rlscale.planner.recipe import Recipe
-from test_export import script_argv
+from conftest import script_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKERS = Path(__file__).resolve().parent / "checkers"

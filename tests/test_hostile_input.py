@@ -262,7 +262,7 @@ def test_recommend_export_and_report_on_runs_before_their_inflection(cli, workdi
 
 @pytest.mark.parametrize("budget", ["inf", "1e308", "nan", "1e14"])
 def test_recommend_and_export_refuse_an_unusable_budget(cli, workdir, budget):
-    from test_recommend import bench, seed_isocompute
+    from conftest import bench, seed_isocompute
 
     url = f"sqlite:///{workdir / 'iso.db'}"
     truth, c_obs = bench.CASES["saturates_64"]

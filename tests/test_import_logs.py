@@ -2,28 +2,11 @@
 and verl's file-logger JSONL; bad logs are refused whole with a one-line error."""
 
 import json
-import time
 
 import pytest
 
 from rlscale.db.store import Store
-from conftest import run_cli
-
-REWARD = "val-core/openai/gsm8k/reward/mean@1"
-
-
-def write_events(directory, steps: dict[int, dict[str, float]], *, suffix: str = ""):
-    """One event file in `directory` with the given scalars per step, as tensorboard's writer stores them."""
-    from tensorboard.compat.proto import event_pb2, summary_pb2
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-    writer = EventFileWriter(str(directory), filename_suffix=suffix)
-    for step, scalars in steps.items():
-        values = [summary_pb2.Summary.Value(tag=tag, simple_value=value) for tag, value in scalars.items()]
-        writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=values)))
-    writer.close()
-    return next(p for p in directory.iterdir() if p.name.endswith(suffix) and "tfevents" in p.name)
-
+from conftest import REWARD, run_cli, write_events
 
 def verl_steps(n_steps=20, every=5, *, tokens=7200.0, throughput=1.0, reward=lambda s: 0.2 + 0.01 * s):
     """What verl logs: validation at step 0 (before training), then each step's perf and health metrics,

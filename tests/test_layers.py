@@ -171,3 +171,15 @@ def test_a_private_reach_is_caught():
     }
     assert private_reaches(modules) == ["rlscale.db.logs: from rlscale.db.importer import _unique_keys",
                                         "rlscale.runner.sweep.pool: driver._refit"]
+
+
+def test_no_test_module_imports_another():
+    """Shared test helpers live in conftest.py (or a helper module that is not a test): a test module that imports
+    another runs that module's tests' set-up twice and ties the two together."""
+    found = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{path.name}: {name}" for name in names if name.split(".")[0].startswith("test_")]
+    assert found == []

@@ -1,22 +1,16 @@
 """`rlscale recommend`: the Playbook's allocation from a stored IsoCompute study, and its refusals."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_cli
+from conftest import bench, run_cli, seed_isocompute
 from rlscale.fitting.optimal_n import RolloutsLaw
 from rlscale.fitting.reasons import Reason
 from rlscale.fitting.recommend import Refusal, recommend
 from rlscale.planner.cost import TINY_CPU, step_gpu_hours, steps_within
-from rlscale.planner.recipe import Recipe
 
-_spec = importlib.util.spec_from_file_location("optimal_n_recovery", Path(__file__).parents[1] / "bench" / "optimal_n_recovery.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
 
 
 def _law(identified=True, hi=6.0):
@@ -87,29 +81,6 @@ def test_refuses_when_the_budget_buys_no_step():
 
 
 # --- the command, on a stored synthetic study --------------------------------------------------------------
-
-def seed_isocompute(url, name, truth, c_obs, prompts=(16, 32), fit=None):
-    """Store a synthetic IsoCompute study (runs and records) and return nothing. fit: the study's `fit` section."""
-    from rlscale.db.store import Store
-    from rlscale.planner.study import parse_study
-
-    runs, records = bench.synthetic_study(truth, c_obs, prompts=prompts)
-    spec = parse_study({
-        "name": name, "method": "isocompute", "compute": {"unit": "gpu_hours", "budget": c_obs, "profile": "tiny-cpu"},
-        "parameters": {"prompts_per_batch": {"values": list(prompts)}, "rollouts": {"values": list(bench.ROLLOUTS)}},
-        **({"fit": fit} if fit else {}),
-    }, file="test").to_spec()
-    store = Store(url)
-    store.upsert_study(name, spec)
-    for run in runs.to_dict("records"):
-        config = Recipe(prompts_per_batch=run["prompts_per_batch"], rollouts=run["rollouts"]).to_json()
-        run_id = store.ensure_run(name, run["run"], config)
-        mine = records[records["run"] == run["run"]]
-        store.add_records(run_id, [{"step": r.step, "gpu_hours": r.gpu_hours, "val_reward": r.val_reward,
-                                    "metrics": {"truncation_rate": r.truncation_rate}} for r in mine.itertuples()])
-        store.set_run_status(run_id, "done")
-    store.close()
-
 
 def _cli(args, capsys, monkeypatch):
     return run_cli(monkeypatch, capsys, *args)

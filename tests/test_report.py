@@ -7,40 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import run_cli, seed_loo
 from rlscale.fitting.plots import linearised, plot_linearised
 from rlscale.fitting.report import loo_table
 from rlscale.fitting.sigmoid import sigmoid
 
 ROOT = Path(__file__).parents[1]
-# true asymptotes of the synthetic LOO study: only the DAPO revert is beyond the 0.02 noise band
-TRUE_A = {"baseline": 0.62, "dapo_loss": 0.52, "sample_average": 0.617, "no_fp32_head": 0.612}
-
-
-def seed_loo(url: str, sweep_names: bool = False) -> str:
-    """Store the runs of studies/scalerl_loo.yaml with synthetic records; returns the study name. sweep_names:
-    name the runs as a sweep does (`<variant>/s<seed>`, the study has 3 seeds)."""
-    from rlscale.db.store import Store
-    from rlscale.planner.study import load_study, plan_study
-    from rlscale.runner.sweep.state import run_name
-
-    study = load_study(ROOT / "studies" / "scalerl_loo.yaml")
-    store = Store(url)
-    store.upsert_study(study.name, study.to_spec())
-    rng = np.random.default_rng(0)
-    budget = study.compute.budget
-    for run in plan_study(study).runs:
-        A = TRUE_A.get(run.name, 0.615)
-        name = run_name(run, several_seeds=True) if sweep_names else run.name
-        run_id = store.ensure_run(study.name, name, run.recipe.to_json(), seed=run.seed)
-        steps = np.arange(0, 201, 5)
-        hours = budget * steps / steps[-1]
-        reward = rng.binomial(4096, sigmoid(hours, A, 1.6, budget / 15, 0.1)) / 4096  # the plateau is seen
-        store.add_records(run_id, [{"step": int(s), "gpu_hours": float(h), "val_reward": float(r),
-                                    "metrics": {"truncation_rate": 0.01}} for s, h, r in zip(steps, hours, reward)])
-        store.set_run_status(run_id, "done")
-    store.close()
-    return study.name
 
 
 def _cli(args, capsys, monkeypatch):

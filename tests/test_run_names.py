@@ -1,39 +1,15 @@
 """Run names as trackers write them (W&B, TensorBoard paths, verl experiments) round-trip through import, fit,
 report, status and export, shown as typed: markup inert, nothing interpreted by a terminal, markdown or a plot."""
 
-import csv
 import html
 import json
 
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import NAMES, curves_csv, run_cli
 from rlscale.db.store import Store
 from rlscale.fitting.sigmoid import sigmoid
-
-NAMES = [
-    "qwen2.5-7b/lr=1e-6,bs=256",  # verl / W&B group names
-    "GRPO (clip 0.2)",
-    "dainty-sun-42",  # a W&B default
-    "grpo/seed_1",  # a TensorBoard subdirectory
-    "[bold]x[/bold]",  # Rich markup, shown literally
-    "Модель α, 温度 0.7",  # non-ASCII letters
-    "cost $5 *draft* _v2",  # mathtext and markdown punctuation
-    "r" * 200,  # the longest a name may be
-]
-
-
-def _curves_csv(path, names, *, points: int = 25) -> None:
-    """One clean sigmoid per name, asymptotes 0.5, 0.53, ... (csv quotes the commas)."""
-    compute = np.geomspace(10, 2000, points)
-    with path.open("w", newline="") as f:
-        out = csv.writer(f)
-        out.writerow(["run", "compute", "reward"])
-        for i, name in enumerate(names):
-            for c, r in zip(compute, sigmoid(compute, 0.5 + 0.03 * i, 1.5, 300.0, 0.1)):
-                out.writerow([name, f"{c:.4f}", f"{r:.5f}"])
-
 
 @pytest.fixture
 def cli(monkeypatch, capsys):
@@ -47,7 +23,7 @@ def cli(monkeypatch, capsys):
 
 
 def test_realistic_names_round_trip_through_import_fit_report_and_status(cli, workdir):
-    _curves_csv(workdir / "runs.csv", NAMES)
+    curves_csv(workdir / "runs.csv", NAMES)
     url = "sqlite:///rl.db"
     code, out, err = cli("import", "runs.csv", "--study", "logs", "--db", url, "--json")
     assert (code, err) == (0, "") and json.loads(out)["runs"] == len(NAMES)
@@ -79,7 +55,7 @@ def test_realistic_names_round_trip_through_import_fit_report_and_status(cli, wo
 
 
 def test_names_wrap_in_80_columns_and_every_line_fits(cli, workdir):
-    _curves_csv(workdir / "runs.csv", NAMES)
+    curves_csv(workdir / "runs.csv", NAMES)
     code, out, err = cli("fit", "runs.csv", width=80)
     assert (code, err) == (0, "")
     assert max(map(len, out.splitlines())) <= 80, out
@@ -89,7 +65,7 @@ def test_names_wrap_in_80_columns_and_every_line_fits(cli, workdir):
 
 
 def test_plots_show_names_literally_without_warnings(cli, workdir):
-    _curves_csv(workdir / "runs.csv", ["cost $5 and $10", "_hidden", "温度"])
+    curves_csv(workdir / "runs.csv", ["cost $5 and $10", "_hidden", "温度"])
     code, out, err = cli("fit", "runs.csv", "--plot", "runs.png")
     assert (code, err) == (0, "") and (workdir / "runs.png").stat().st_size > 0
     from rlscale.fitting.plots import plot_text
@@ -99,7 +75,7 @@ def test_plots_show_names_literally_without_warnings(cli, workdir):
 
 
 def test_training_logs_are_named_by_their_directory_path_or_file_name(cli, workdir):
-    from test_import_logs import REWARD, write_events
+    from conftest import REWARD, write_events
 
     write_events(workdir / "tb" / "grpo" / "seed_1", {s: {REWARD: 0.1 * s} for s in range(3)})
     write_events(workdir / "tb" / "GRPO (clip 0.2)", {s: {REWARD: 0.1 * s} for s in range(3)})
