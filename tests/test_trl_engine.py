@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from rlscale.db.store import Store
 from rlscale.planner.recipe import Recipe
 
@@ -110,9 +109,8 @@ def _kill_job(tmp_path: Path, submission_id: str) -> None:
 @pytest.mark.slow
 def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(cluster, tmp_path):
     from ray.job_submission import JobSubmissionClient
-
-    from rlscale.runner.trl.engine import TrlJobFailed
     from rlscale.runner.jobs_api import RunDir
+    from rlscale.runner.trl.engine import TrlJobFailed
     from rlscale.runner.trl.job import checkpointed_step
 
     recipe = Recipe.model_validate({**RECIPE, "steps": 40})
@@ -151,7 +149,8 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
     assert end["step"] == rung and 0 < end["val_reward"] <= 1 and end["rollouts"] == rung * 16
     assert end["tokens"] > rung * 16
     assert {"train_reward", "entropy", "grad_norm", "clip_fraction", "truncation_rate"} <= set(end["metrics"])
-    jobs = sorted(j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("life-1-aa-"))
+    jobs = sorted(j.submission_id for j in JobSubmissionClient(cluster).list_jobs()
+                  if j.submission_id.startswith("life-1-aa-"))
     assert jobs == ["life-1-aa-1", "life-1-aa-2"]
     # a driver that comes back with a planned compute the jobs passed unwatched: the run ends at the plan's step
     ended = []
@@ -171,6 +170,37 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+def kill_driver_past(args: list[str], url: str, study: str, cluster: str, *, step: int = 3,
+                     env: dict | None = None, seconds: float = 300) -> list[str]:
+    """Start the driver `args`, kill -9 its process group once a record of `study` reaches `step` (past the
+    checkpoint at step 2), then stop its running jobs as a lost node would; returns those jobs' submission ids."""
+    from ray.job_submission import JobSubmissionClient
+
+    driver = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    store_file = Path(url.removeprefix("sqlite:///"))
+    try:
+        deadline = time.time() + seconds
+        while time.time() < deadline and driver.poll() is None:
+            if store_file.exists():
+                with Store(url) as store:
+                    records = store.records_frame(study) if study in store.study_names() else []
+                if len(records) and records["step"].max() >= step:
+                    break
+            time.sleep(0.3)
+        assert driver.poll() is None, f"the driver ended before it could be killed: {driver.stderr.read()[-2000:]}"
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    client = JobSubmissionClient(cluster)
+    stopped = [j.submission_id for j in client.list_jobs()
+               if j.submission_id.startswith(f"{study}-") and str(j.status.value) in ("PENDING", "RUNNING")]
+    for job in stopped:
+        client.stop_job(job)
+    while any(str(client.get_job_status(job).value) in ("PENDING", "RUNNING") for job in stopped):
+        time.sleep(0.2)
+    return stopped
+
+
 @pytest.mark.slow
 def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned_compute(cluster, tmp_path):
     from ray.job_submission import JobSubmissionClient
@@ -180,31 +210,12 @@ def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned
                         compute={"unit": "rollouts", "budget": 256}, eval_every=8)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared")]
-    driver = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     client = JobSubmissionClient(cluster)
-    try:
-        deadline = time.time() + 240
-        while time.time() < deadline and driver.poll() is None:
-            if (tmp_path / "store.db").exists():
-                with Store(url) as store:
-                    records = store.records_frame("killtrl") if "killtrl" in store.study_names() else []
-                if len(records) and records["step"].max() >= 3:  # past the checkpoint at step 2
-                    break
-            time.sleep(0.3)
-        assert driver.poll() is None, f"the driver ended before it could be killed: {driver.stderr.read()[-2000:]}"
-    finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
     # the node goes too: the running jobs die with the driver, so the next sweep must resume from TRL's checkpoints
+    stopped = kill_driver_past(args, url, "killtrl", cluster)
     from rlscale.runner.jobs_api import RunDir
     from rlscale.runner.trl.job import last_checkpoint
 
-    stopped = [j.submission_id for j in client.list_jobs()
-               if j.submission_id.startswith("killtrl-") and str(j.status.value) in ("PENDING", "RUNNING")]
-    for job in stopped:
-        client.stop_job(job)
-    while any(str(client.get_job_status(job).value) in ("PENDING", "RUNNING") for job in stopped):
-        time.sleep(0.2)
     saved = {}  # run key -> the step of the last checkpoint TRL saved before its job was stopped (0: none)
     for job in stopped:
         last = last_checkpoint(RunDir(tmp_path / "shared" / job[:-2]))

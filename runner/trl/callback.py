@@ -1,5 +1,7 @@
-"""The TRL job's TrainerCallback: a JSON line per rlscale step, the validation pass rate at the recipe's eval steps,
-and the end of training (with a checkpoint) at the segment's last step."""
+"""The TRL job's TrainerCallbacks: a JSON line per rlscale step, the study's reward at the recipe's eval steps, and
+the end of training (with a checkpoint) at the segment's last step. RecordCallback evaluates rlscale's task itself;
+EvalRecordCallback (a study on the user's own setup) has TRL evaluate the held-out split (trainer.evaluate: the user's
+reward functions, TRL's sampling) and records the reward metric it logs."""
 
 import json
 import time
@@ -50,7 +52,8 @@ class RecordCallback(TrainerCallback):
         recipe, tokenizer = self.recipe, self.tokenizer
         model = getattr(model, "module", model)
         device = next(model.parameters()).device
-        batch = tokenizer([p.text for p in self.prompts], return_tensors="pt", padding=True, padding_side="left").to(device)
+        batch = tokenizer([p.text for p in self.prompts], return_tensors="pt", padding=True,
+                          padding_side="left").to(device)
         training = model.training
         model.eval()
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
@@ -64,8 +67,59 @@ class RecordCallback(TrainerCallback):
         return sum(rewards) / len(rewards)
 
     def _write(self, step: int, val_reward, metrics: dict) -> None:
-        line = {"step": step, "time": time.time(), "val_reward": val_reward, "metrics": metrics}
-        self.log.write(json.dumps(line).encode() + b"\n")
+        write_line(self.log, step, val_reward, metrics)
+
+    def close(self) -> None:
+        self.log.close()
+
+
+def write_line(log, step: int, val_reward, metrics: dict) -> None:
+    """One record line: {"step", "time" (epoch seconds), "val_reward" (None between evals), "metrics"}."""
+    line = {"step": step, "time": time.time(), "val_reward": val_reward, "metrics": metrics}
+    log.write(json.dumps(line).encode() + b"\n")
+
+
+class EvalRecordCallback(TrainerCallback):
+    """A setup study's records: a line per rlscale step (`updates` optimizer updates), TRL's evaluation asked for at
+    the recipe's eval steps, the line of such a step written once `metric` is known (TRL logs a step, then evaluates,
+    then saves), and training ended with a checkpoint at until_step. Step 0 is TRL's eval_on_start."""
+
+    def __init__(self, recipe, log_file: Path, *, until_step: int, updates: int, metric: str):
+        self.recipe, self.until, self.updates, self.metric = recipe, until_step, updates, metric
+        self.log = log_file.open("ab", buffering=0)
+        self.evaluating: int | None = None  # the step whose line waits for its evaluation
+        self.pending: dict = {}  # that step's training logs
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.updates:
+            return
+        step = state.global_step // self.updates
+        if self.recipe.is_eval_step(step) or step in (self.until, self.recipe.steps):
+            control.should_evaluate = True
+            self.evaluating, self.pending = step, {}
+        if step >= self.until:  # pause (or end) here: TRL saves the checkpoint after the evaluation
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = dict(logs or {})
+        if state.global_step % self.updates or "train_runtime" in logs or any(k.startswith("eval_") for k in logs):
+            return  # within a step, the end-of-training summary, or the evaluation's own log
+        step = state.global_step // self.updates
+        if step == self.evaluating:
+            self.pending = logs
+        else:
+            write_line(self.log, step, None, logs)
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        metrics = metrics or {}
+        value = metrics.get(self.metric, metrics.get(f"eval_{self.metric}"))
+        if self.metric not in metrics and f"eval_{self.metric}" not in metrics:
+            raise KeyError(f"the study's reward metric {self.metric!r} is not among TRL's evaluation metrics: "
+                           f"{', '.join(sorted(metrics))}")
+        step = state.global_step // self.updates
+        write_line(self.log, step, value, self.pending if step == self.evaluating else {})
+        self.evaluating, self.pending = None, {}
 
     def close(self) -> None:
         self.log.close()

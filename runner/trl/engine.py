@@ -6,19 +6,28 @@ A job pauses a run at a rung by ending at that step with a checkpoint; the next 
 (resume_from_checkpoint). The driver reads the records the job's callback writes while it runs (job.py).
 """
 
+import json
 import os
 import sys
+import threading
 from pathlib import Path
 
-from rlscale.base.settings import cache_dir
 from rlscale.runner.jobs_api import JobFailed, JobsApiEngine, RunDir, Submission
 
-from .job import DEVICES_TAKEN, checkpointed_step, make_job, require_trl, write_spec
+from rlscale.base.settings import cache_dir
+
+from .job import DEVICES_TAKEN, SetupJob, checkpointed_step, make_job, make_setup_job, require_trl, write_spec
 from .logs import RecordMaker
+from .setup import check_inputs
+from .trackers import mlflow_run
 
 
 class TrlJobFailed(JobFailed):
     """A TRL job ended FAILED or STOPPED by someone else; the message carries the Jobs API's reason and log tail."""
+
+
+def _recipe_key(recipe) -> str:
+    return json.dumps(recipe.to_json(), sort_keys=True)
 
 
 def default_shared_dir() -> Path:
@@ -50,24 +59,56 @@ class TrlEngine(JobsApiEngine):
         self.python, self.gpus = python, gpus
         self.micro_batch, self.max_prompt_tokens = micro_batch, max_prompt_tokens
         self.env_vars = dict(env_vars or {})
+        self._shapes: dict[str, tuple[int, int]] = {}  # a setup study's recipe -> (updates, completions) per step
+        self._checked: dict[str, list[str]] = {}  # a setup study's config file -> the user's files, checked
+        self._tracker_lock = threading.Lock()  # one thread creates tracker runs at a time
 
     def devices(self, recipe) -> list[dict[str, float]]:
         """One node: the trainer's devices as GPUs (generation colocated), or as CPU cores."""
         return [{"GPU" if self.gpus else "CPU": float(recipe.trainer_devices)}]
 
     def trl_job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int):
-        """The TRL job of one segment (rlscale.runner.trl.job.Job: its GRPOConfig, spec and paths); UserError for a
-        recipe TRL cannot train, or no TRL in this interpreter when the job would run on it."""
-        if self.python == sys.executable:
+        """The TRL job of one segment (rlscale.runner.trl.job.Job: its GRPOConfig, spec and paths; a SetupJob for a
+        study that starts from the user's YAML, its data, rewards and trackers checked once); UserError for a recipe
+        or config TRL cannot train, or no TRL in this interpreter when the job would run on it."""
+        if self.python == sys.executable or self.setup is not None:
             require_trl()
-        return make_job(recipe, run_dir, submission_id, until_step=until_step, python=self.python, gpus=self.gpus,
-                        micro_batch=self.micro_batch, max_prompt_tokens=self.max_prompt_tokens)
+        if self.setup is None:
+            return make_job(recipe, run_dir, submission_id, until_step=until_step, python=self.python,
+                            gpus=self.gpus, micro_batch=self.micro_batch, max_prompt_tokens=self.max_prompt_tokens)
+        job = make_setup_job(self.setup, recipe, run_dir, submission_id, until_step=until_step, python=self.python,
+                             gpus=self.gpus)
+        with self._lock:
+            self._shapes[_recipe_key(recipe)] = (job.composed.updates, job.composed.batch)
+            files = self._checked.get(self.setup.setup.config_file)
+        if files is None:
+            files = check_inputs(job.composed, file=self.setup.setup.config_file, eval_prompts=recipe.eval_prompts)
+            with self._lock:
+                self._checked[self.setup.setup.config_file] = files
+        return job
+
+    def _shape(self, recipe) -> tuple[int | None, int | None]:
+        """(optimizer updates per step, completions per step) of a setup study's run; (None, None) otherwise."""
+        if self.setup is None:
+            return None, None
+        with self._lock:
+            shape = self._shapes.get(_recipe_key(recipe))
+        if shape is None:
+            job = self.trl_job(recipe, RunDir(self.shared_dir / "RUN_KEY"), "RUN_KEY-1", until_step=recipe.steps)
+            shape = job.composed.updates, job.composed.batch
+        return shape
 
     def submission(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int,
                    base_device_seconds: float) -> Submission:
         """The job, holding its devices as Ray resources (GPUs, or CPU cores with as many OpenMP threads)."""
         job = self.trl_job(recipe, run_dir, submission_id, until_step=until_step)
         env = dict(self.env_vars)
+        if isinstance(job, SetupJob):
+            env.update(job.composed.env)
+            if "MLFLOW_EXPERIMENT_NAME" in env:  # the sweep creates the MLflow run, every segment continues it
+                with self._tracker_lock:
+                    env["MLFLOW_RUN_ID"] = mlflow_run(env, study=self.setup.study, run_key=run_dir.root.name,
+                                                      run_dir=run_dir.root)
         if not job.gpus:
             env.setdefault("OMP_NUM_THREADS", str(job.devices))
         resources = {"entrypoint_num_gpus": job.devices} if job.gpus else {"entrypoint_num_cpus": job.devices}
@@ -79,10 +120,10 @@ class TrlEngine(JobsApiEngine):
         write_spec(self.trl_job(recipe, run_dir, job.submission_id, until_step=job.until_step), recipe)
 
     def record_maker(self, recipe) -> RecordMaker:
-        return RecordMaker(recipe)
+        return RecordMaker(recipe, batch=self._shape(recipe)[1])
 
     def checkpointed_step(self, recipe, run_dir: RunDir) -> int:
-        return checkpointed_step(recipe, run_dir)
+        return checkpointed_step(recipe, run_dir, self._shape(recipe)[0])
 
     def devices_taken(self, logs: str, last_step: int | None) -> str | None:
         return DEVICES_TAKEN if DEVICES_TAKEN in logs else None
@@ -93,8 +134,26 @@ class TrlEngine(JobsApiEngine):
         from rlscale.planner.frameworks.trl import render
 
         job = self.trl_job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=recipe.steps)
+        if isinstance(job, SetupJob):
+            return self._setup_dry_run(job, recipe)
         return {"ray_address": self.ray_address or "RAY_ADDRESS", "submission_id": job.submission_id,
                 "entrypoint": job.entrypoint, "devices": self.devices(recipe), "log_file": str(job.log_file),
                 "config": job.config, "nearest": job.mapping.nearest, "not_expressible": job.mapping.missing,
                 "config_text": render(recipe, job.deployment, [f"rlscale sweep --dry-run: job {job.submission_id}"],
                                       run_keys=job.run_keys)}
+
+    def _setup_dry_run(self, job, recipe) -> dict:
+        """A setup study's first job: the user's files, rlscale's changes to their keys (the axes', then the run's,
+        each with its reason) and the config the job reads."""
+        import yaml
+
+        header = [f"# rlscale sweep --dry-run: job {job.submission_id}, the config it reads: "
+                  f"{self.setup.setup.config_file} with rlscale's changes"]
+        with self._lock:
+            files = self._checked[self.setup.setup.config_file]
+        return {"ray_address": self.ray_address or "RAY_ADDRESS", "submission_id": job.submission_id,
+                "entrypoint": job.entrypoint, "devices": self.devices(recipe),
+                "log_file": str(job.log_file), "config": job.config, "env_vars": job.composed.env,
+                "setup_files": files, "changes": [change.to_dict() for change in job.composed.changes],
+                "nearest": [], "not_expressible": [],
+                "config_text": "\n".join(header) + "\n" + yaml.safe_dump(job.config, sort_keys=False)}

@@ -32,12 +32,13 @@ class RecordMaker:
     """
 
     recipe: object
+    batch: int | None = None  # completions per step (a setup study's generation batch); None: the recipe's B_p x n
     tokens_by_step: dict = field(default_factory=dict)
 
     def records(self, lines: list[dict], *, job: str, devices: int, base_device_seconds: float,
                 started: float) -> list[dict]:
         """Records of `lines`, the next lines of job `job`, which started at epoch second `started`."""
-        batch = self.recipe.total_batch
+        batch = self.batch or self.recipe.total_batch
         out = []
         for line in lines:
             step, logs = int(line["step"]), line.get("metrics") or {}

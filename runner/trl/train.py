@@ -5,7 +5,8 @@ is one (resume_from_checkpoint), and stops at the spec's until_step with a check
 line per rlscale step to the spec's log_file: {"step", "time" (epoch seconds), "val_reward" (None between evals),
 "metrics" (TRL's logs of that update)}; step 0 (before any update) is evaluated only on a fresh run. The validation
 pass rate is the builtin engine's: eval_samples samples at the recipe's temperature per held-out prompt, the mean
-verifier reward. Exit 2 with one line when TRL is missing; exit 3 when the job's GPUs are not there.
+verifier reward. A spec with a "setup" part trains the user's own `trl grpo` YAML instead (setup_train.py). Exit 2
+with one line when TRL is missing; exit 3 when the job's GPUs are not there.
 """
 
 import json
@@ -16,15 +17,13 @@ from pathlib import Path
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     import torch
-
     from rlscale.planner.recipe import Recipe
-
     from rlscale.runner.jobs_api import RunDir
 
     from .job import DEVICES_TAKEN, last_checkpoint
 
     recipe = Recipe.model_validate(spec["recipe"])
-    if not spec["config"].get("use_vllm"):
+    if not spec.get("use_vllm", spec.get("config", {}).get("use_vllm")):
         sys.modules.setdefault("vllm", None)  # TRL imports an installed vLLM it will not use: half the job's start
     if spec["gpus"]:
         if torch.cuda.device_count() < 1:
@@ -37,9 +36,12 @@ def main(spec_path: str) -> None:
     except ImportError as err:
         print(f"engine: trl needs the package trl ({err})", file=sys.stderr)
         sys.exit(2)
-    from transformers import AutoTokenizer
+    if "setup" in spec:  # a study on the user's own `trl grpo` YAML
+        from .setup_train import train_setup
 
+        return train_setup(spec, recipe)
     from rlscale.runner.rl.tasks import make_task
+    from transformers import AutoTokenizer
 
     from .callback import RecordCallback
     from .data import train_dataset, validation_prompts

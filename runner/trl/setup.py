@@ -1,0 +1,223 @@
+"""A TRL job of a study that starts from the user's own `trl grpo` YAML (the study's `setup: {config: FILE}`): the
+user's keys, read by TRL's parser, with only what rlscale must own changed, each change with its reason.
+
+What rlscale changes (each listed by `rlscale sweep --dry-run`):
+- the study's axes, through the one export mapping (planner/frameworks/setup.SetupPlan); when the generation batch
+  moves, gradient_accumulation_steps moves with it so that a generated batch keeps the config's number of updates;
+- the run's own keys: max_steps (the segment's end; a run with planned compute ends at it, up to 10x the planned
+  steps), output_dir and checkpoints, a log line per update, the seed, run_name (the run's key), the evaluation
+  cadence (the study's eval steps, eval_samples completions per held-out prompt);
+- the schedule: max_steps follows the compute stop, so a schedule that decays over max_steps (TRL's default linear,
+  cosine, ...) would change with it: unset means constant_with_warmup, a decaying one is refused; a warmup given as
+  a fraction becomes that fraction of the planned steps;
+- a CPU job's devices (use_cpu, no bf16, no vLLM), local paths made absolute, `accelerate launch` keys dropped (the
+  engine lays out the processes), the model from the study's recipe when the YAML names none;
+- trackers: grouped by study, named by run (trackers.py).
+The data, rewards and trackers are checked once per sweep (check_inputs) before anything is stored.
+"""
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlscale.planner.frameworks.setup import Change
+
+from rlscale.base.errors import UserError
+
+from . import trackers, user_config, user_data, user_rewards
+
+# schedules whose learning rate does not depend on max_steps
+STEADY_SCHEDULES = ("constant", "constant_with_warmup", "inverse_sqrt")
+
+
+@dataclass
+class Composed:
+    """One job's config: `keys` (the YAML the job reads), `changes` to the user's, the job's tracker and `env:`
+    variables, optimizer `updates` per rlscale step (one generated batch), its `batch` of completions, and TRL's
+    parse of it (script_args, GRPOConfig, ModelConfig, DatasetMixtureConfig)."""
+
+    keys: dict
+    changes: list[Change] = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+    updates: int = 1
+    batch: int = 0
+    parsed: tuple = ()
+
+    def put(self, key: str, value, why: str) -> None:
+        """Set `key` to `value` (None: remove it) and note the change when it is one."""
+        before = self.keys.get(key)
+        if value is None:
+            if key in self.keys:
+                del self.keys[key]
+                self.changes.append(Change(key, before, None, why))
+        elif key not in self.keys or repr(before) != repr(value):
+            self.keys[key] = value
+            self.changes.append(Change(key, before, value, why))
+
+
+def compose(plan, recipe, *, run_dir, run_key: str, until_step: int, fresh: bool, gpus: bool) -> Composed:
+    """The job's config for `recipe`'s run, from its last checkpoint (`fresh`: none yet) to `until_step`; UserError
+    naming the user's file and key for what TRL refuses or rlscale cannot keep."""
+    file = plan.setup.config_file
+    keys, user_env = user_config.read_keys(file)
+    job = Composed(dict(keys))
+    folders = [Path.cwd(), Path(file).parent]
+    for key, value in user_config.local_paths(keys, folders).items():
+        job.put(key, value, "path: made absolute, the job runs elsewhere")
+    known = user_config.known_keys(user_config.make_parser())
+    launcher = user_config.accelerate_keys()
+    for key in [key for key in keys if key not in known and key in launcher]:
+        job.put(key, None, "devices: rlscale lays out the job's processes")
+    if not gpus:
+        job.put("use_cpu", True, "devices: a CPU job")
+        job.put("bf16", False, "devices: a CPU job")
+        for key in ("fp16", "use_vllm"):
+            if keys.get(key):
+                job.put(key, False, "devices: a CPU job")
+    if not keys.get("model_name_or_path"):
+        job.put("model_name_or_path", _model_dir(recipe.model), "model: the study's recipe.model")
+    _schedule(job, file)
+    user_updates = _user_updates(job.keys)
+    for change in plan.changes(recipe):
+        job.put(change.key, change.after, change.why)
+    updates = _updates(job, file)
+    if updates != user_updates:  # the generation batch moved: scale the accumulation so updates per batch stay
+        config = job.parsed[1]
+        micro = config.steps_per_generation * config.num_iterations
+        if user_updates < 1 or micro % user_updates:
+            raise UserError(f"a generated batch of {config.generation_batch_size} completions cannot keep "
+                            f"{user_updates} update(s) of equal size", file=file, field="per_device_train_batch_size")
+        job.put("gradient_accumulation_steps", int(micro // user_updates),
+                f"axis {plan.changed.get('generation_batch_size', 'batch')}: {user_updates:g} update(s) per "
+                "generated batch, as in your config")
+        updates = int(user_updates)
+    _run_keys(job, recipe, run_dir=run_dir, run_key=run_key, until_step=until_step, updates=updates, fresh=fresh)
+    for key, value in trackers.tracker_keys(keys.get("report_to"), study=plan.study).items():
+        job.put(key, value, "trackers: runs grouped by study")
+    job.updates = _updates(job, file)  # the final keys, parsed as the job will
+    assert job.updates == updates, "the run's keys changed the updates per generated batch"
+    job.batch = job.parsed[1].generation_batch_size
+    job.env = _env(job, plan, user_env, run_key=run_key, fresh=fresh)
+    return job
+
+
+def _model_dir(model: str) -> str:
+    if model == "tiny":
+        from rlscale.runner.rl.policy import base_model_dir
+
+        return str(base_model_dir())
+    return model
+
+
+def _schedule(job: Composed, file: str) -> None:
+    schedule = job.keys.get("lr_scheduler_type")
+    if schedule is None:
+        job.put("lr_scheduler_type", "constant_with_warmup",
+                "schedule: TRL's default linear decays over max_steps, which the compute stop sets")
+    elif schedule not in STEADY_SCHEDULES:
+        raise UserError(f"{schedule} decays over max_steps, which rlscale sets (each run ends at its planned compute); "
+                        f"expected one of {', '.join(STEADY_SCHEDULES)}", file=file, field="lr_scheduler_type")
+
+
+def _user_updates(keys: dict) -> float:
+    """Optimizer updates per generated batch the user's keys give on one process (GRPOConfig's arithmetic, with its
+    defaults: 8 completions per device, one accumulation step, one iteration)."""
+    per_device, accumulation = keys.get("per_device_train_batch_size", 8), keys.get("gradient_accumulation_steps", 1)
+    micro = keys.get("steps_per_generation") or (keys["generation_batch_size"] / per_device
+                                                 if keys.get("generation_batch_size") else accumulation)
+    return micro * keys.get("num_iterations", 1) / accumulation
+
+
+def _updates(job: Composed, file: str) -> int:
+    """Parse the job's keys with TRL's parser (kept in job.parsed); the optimizer updates per generated batch."""
+    job.parsed = user_config.parse(job.keys, file=file)
+    try:
+        return user_config.updates_per_generation(job.parsed[1])
+    except UserError as err:
+        raise UserError(err.detail, file=file, field=err.field) from None
+
+
+def _run_keys(job: Composed, recipe, *, run_dir, run_key: str, until_step: int, updates: int, fresh: bool) -> None:
+    warmup = job.keys.get("warmup_steps")
+    if isinstance(warmup, float) and 0 < warmup < 1:  # a fraction of max_steps: of the planned steps instead
+        job.put("warmup_steps", math.ceil(warmup * recipe.steps * updates),
+                "schedule: the fraction of the planned steps")
+    job.put("max_steps", until_step * updates, "compute stop: the segment's last step")
+    job.put("output_dir", str(run_dir.checkpoints), "checkpoints")
+    job.put("save_strategy", "steps", "checkpoints")
+    job.put("save_steps", recipe.checkpoint_every * updates, "checkpoints: the study's checkpoint_every")
+    if job.keys.get("save_only_model"):
+        job.put("save_only_model", False, "checkpoints: a resume needs the optimizer")
+    job.put("resume_from_checkpoint", None, "checkpoints: rlscale resumes the run")
+    job.put("logging_steps", 1, "records: a log line per update")
+    job.put("disable_tqdm", True, "job log")
+    job.put("seed", recipe.seed, "seed")
+    job.put("run_name", run_key, "run name")
+    job.put("eval_strategy", "no", "eval cadence: the study's eval steps")
+    job.put("eval_on_start", fresh, "eval cadence: the reward before training (first segment)")
+    if job.keys.get("load_best_model_at_end"):
+        job.put("load_best_model_at_end", False, "eval cadence: the study's eval steps")
+    if job.keys.get("num_generations_eval") is None:
+        job.put("num_generations_eval", recipe.eval_samples, "eval: the study's eval_samples per held-out prompt")
+    per_prompt = job.keys["num_generations_eval"]
+    eval_batch = job.keys.get("per_device_eval_batch_size", 8)
+    if eval_batch % per_prompt:
+        job.put("per_device_eval_batch_size", per_prompt * math.ceil(eval_batch / per_prompt),
+                "eval: a whole number of prompts per batch")
+
+
+def _env(job: Composed, plan, user_env: dict, *, run_key: str, fresh: bool) -> dict:
+    """The job's environment: the sweep's tracker variables, the config's `env:`, the trackers' grouping (noted
+    as changes env.NAME)."""
+    given = {**trackers.forwarded_env(dict(os.environ)), **user_env}
+    env = trackers.tracker_env(job.keys.get("report_to"), study=plan.study, run_key=run_key, env=given, fresh=fresh)
+    for key, value in env.items():
+        if given.get(key) != value:
+            job.changes.append(Change(f"env.{key}", given.get(key), value, "trackers: grouped by study, one run a run"))
+    return env
+
+
+def check_inputs(job: Composed, *, file: str, eval_prompts: int) -> list[str]:
+    """The user's files the job reads (config, data, reward modules), after checking the reward functions import,
+    the dataset has the columns they take and a usable prompt in every row, conversational prompts meet a chat
+    template, and report_to names trackers that are installed; UserError (file and field) otherwise."""
+    script_args, config, model_args, mixture = job.parsed
+    funcs = user_rewards.reward_functions(script_args, paths=import_paths(file), file=file)
+    if config.reward_weights is not None and len(config.reward_weights) != len(funcs):
+        raise UserError(f"{len(config.reward_weights)} weights for {len(funcs)} reward functions", file=file,
+                        field="reward_weights")
+    train, held_out = user_data.load_splits(script_args, mixture, eval_prompts=eval_prompts)
+    source = user_data.dataset_source(script_args, mixture)
+    columns = user_rewards.needed_columns(funcs)
+    conversational = user_data.check_rows(train, columns=columns, split="train", source=source)
+    user_data.check_rows(held_out, columns=columns, split="held-out", source=source)
+    if conversational:
+        user_data.check_chat_template(model_args.model_name_or_path, source=source)
+    _check_trackers(config.report_to, file)
+    modules = {_source_file(func) for func in funcs if not isinstance(func, str)}
+    return [file, source, *sorted(path for path in modules if path and "site-packages" not in path)]
+
+
+def import_paths(file: str) -> list[str]:
+    """Where dotted reward paths are imported from: where the sweep runs (as `trl grpo`), then the config's folder."""
+    return [str(Path.cwd()), str(Path(file).resolve().parent)]
+
+
+def _check_trackers(report_to, file: str) -> None:
+    from transformers.integrations import get_reporting_integration_callbacks
+
+    try:
+        for callback in get_reporting_integration_callbacks(report_to):
+            callback()  # raises when its package is not installed
+    except (ValueError, RuntimeError) as err:
+        raise UserError(str(err).splitlines()[0][:200], file=file, field="report_to") from None
+
+
+def _source_file(func) -> str | None:
+    import inspect
+
+    try:
+        return inspect.getsourcefile(func)
+    except TypeError:
+        return None

@@ -1,0 +1,104 @@
+"""The user's trackers (GRPOConfig.report_to) kept for a study's runs: grouped by the study, named by the run
+(run_name = the run's key), a run's later segments continuing the same tracker run.
+
+Everything goes through the trackers' own environment variables (transformers' MLflowCallback, WandbCallback) and
+GRPOConfig keys (TrackioCallback's `project`), in the job's runtime env: the driver's environment is never changed.
+- MLflow: experiment = the study (MLFLOW_EXPERIMENT_NAME), at the store the sweep sees (MLFLOW_TRACKING_URI, made
+  absolute; MLflow's default otherwise, ./mlflow.db where the sweep runs). The driver creates each run's MLflow run
+  (one writer: a fresh SQLite store migrated by two jobs at once fails) and keeps its id in the run's directory;
+  every segment reattaches to it (MLFLOW_RUN_ID), later ones without logging the params again.
+- W&B: project = the study unless WANDB_PROJECT is set, group = the study, a run id derived from the run's key with
+  WANDB_RESUME=allow, so every segment writes to one run.
+- trackio: project = the study; it resumes a run by its name.
+The sweep's own MLFLOW_*, WANDB_* and TRACKIO_* variables go to the job (jobs do not inherit the driver's
+environment), except credentials (names with KEY, TOKEN, PASSWORD or SECRET): set those on the cluster's nodes.
+"""
+
+import hashlib
+import json
+from pathlib import Path
+
+from rlscale.runner.jobs_api import write_whole
+
+TRACKER_PREFIXES = ("MLFLOW_", "WANDB_", "TRACKIO_")
+SECRET_WORDS = ("KEY", "TOKEN", "PASSWORD", "SECRET")
+RUNS_FILE = "tracker_runs.json"  # in the run's directory: {"mlflow_run_id": ...}, written by its first segment
+
+
+def trackers(report_to) -> set[str]:
+    """The tracker names of a report_to value ("all" stands for every installed one)."""
+    if report_to in (None, "none"):
+        return set()
+    names = {report_to} if isinstance(report_to, str) else set(report_to)
+    return names - {"none"}
+
+
+def uses(report_to, tracker: str) -> bool:
+    names = trackers(report_to)
+    return tracker in names or "all" in names
+
+
+def forwarded_env(environ: dict) -> dict[str, str]:
+    """The sweep's tracker variables a job gets (credentials left to the cluster)."""
+    return {key: value for key, value in environ.items()
+            if key.startswith(TRACKER_PREFIXES) and not any(word in key for word in SECRET_WORDS)}
+
+
+def tracker_env(report_to, *, study: str, run_key: str, env: dict, fresh: bool) -> dict[str, str]:
+    """`env` (the sweep's tracker variables, then the config's `env:` block) with the grouping, naming and resuming
+    variables of the trackers in report_to; `fresh`: the run's first segment."""
+    env = dict(env)
+    if uses(report_to, "mlflow"):
+        env["MLFLOW_EXPERIMENT_NAME"] = study
+        env["MLFLOW_TRACKING_URI"] = absolute_uri(env.get("MLFLOW_TRACKING_URI") or _mlflow_default())
+        if not fresh:
+            env.setdefault("MLFLOW_MAX_LOG_PARAMS", "0")  # logged by the first segment; MLflow refuses changed ones
+    if uses(report_to, "wandb"):
+        env.setdefault("WANDB_PROJECT", study)
+        env["WANDB_RUN_GROUP"] = study
+        env["WANDB_RUN_ID"] = hashlib.sha256(run_key.encode()).hexdigest()[:16]
+        env.setdefault("WANDB_RESUME", "allow")
+    return env
+
+
+def tracker_keys(report_to, *, study: str) -> dict:
+    """GRPOConfig keys that group the runs: trackio's project."""
+    return {"project": study} if uses(report_to, "trackio") else {}
+
+
+def absolute_uri(uri: str) -> str:
+    """A local tracking URI (sqlite:///relative.db, a bare path) made absolute from here: the job runs elsewhere."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+    if "://" not in uri and not uri.startswith("/"):
+        return str(Path(uri.removeprefix("file:")).resolve())
+    return uri
+
+
+def _mlflow_default() -> str:
+    import mlflow
+
+    return mlflow.get_tracking_uri()
+
+
+def mlflow_run(env: dict, *, study: str, run_key: str, run_dir: Path) -> str:
+    """The id of the rlscale run's MLflow run (in experiment `study` at env's MLFLOW_TRACKING_URI), created on first
+    use and kept in the run's directory. Not thread-safe: one caller at a time."""
+    runs = _runs(run_dir)
+    if runs.get("mlflow_run_id"):
+        return runs["mlflow_run_id"]
+    from mlflow import MlflowClient
+
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name(study)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(study)
+    run = client.create_run(experiment_id, run_name=run_key, tags={"rlscale.study": study})
+    write_whole(run_dir / RUNS_FILE, json.dumps({**runs, "mlflow_run_id": run.info.run_id}))
+    return run.info.run_id
+
+
+def _runs(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / RUNS_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}

@@ -1,0 +1,211 @@
+"""A trl study that starts from the user's own `trl grpo` YAML, data, reward functions and tracker (runner/trl/setup.py
+and setup_train.py): the dry-run lists the user's files and every key rlscale changes, bad input exits 2 naming the
+file and the field with nothing stored, datasets load as users keep them, and a two-point study trains for real on
+a Ray head, survives kill -9 of its driver, ends each run at its planned compute and logs both runs to MLflow."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from rlscale.db.store import Store
+
+pytest.importorskip("trl")
+
+
+@pytest.fixture(autouse=True)
+def no_vllm(monkeypatch):
+    if "vllm" not in sys.modules:  # TRL imports an installed vLLM (slow) that a CPU job does not use
+        monkeypatch.setitem(sys.modules, "vllm", None)
+
+
+def conversations(prompts) -> list[dict]:
+    return [{"prompt": [{"role": "user", "content": p.text}], "answer": p.answer} for p in prompts]
+
+
+def write_setup(folder: Path, *, budget: float = 0.04, train_rows: int = 64, grpo: dict | None = None,
+                rows: list[dict] | None = None, module_text: str | None = None) -> tuple[Path, str]:
+    """A study folder as a TRL user has it: grpo.yaml, data/{train,test}.parquet (conversational 2-digit sums), a
+    reward module; and a two-point study over n on it. Returns (the study file, the reward module's name)."""
+    import datasets
+    from rlscale.runner.rl.tasks import arithmetic_task
+
+    task = arithmetic_task(2, 0)
+    (folder / "data").mkdir(parents=True)
+    datasets.Dataset.from_list(rows or conversations(task.train[:train_rows])).to_parquet(folder / "data/train.parquet")
+    held_out = conversations(task.validation(16))
+    if rows and "answer" not in rows[0]:
+        held_out = [{"prompt": row["prompt"], "solution": row["answer"]} for row in held_out]
+    datasets.Dataset.from_list(held_out).to_parquet(folder / "data/test.parquet")
+    module = f"rewards_{uuid.uuid4().hex[:8]}"  # a fresh name: the CLI runs in this process, which caches modules
+    (folder / f"{module}.py").write_text(module_text or textwrap.dedent('''
+        def correct(completions, answer, **kwargs):
+            """1.0 when the completion is the sum."""
+            return [float(c[0]["content"].strip() == a) for c, a in zip(completions, answer)]
+    '''))
+    config = {"dataset_name": "data", "reward_funcs": [f"{module}.correct", "get_soft_overlong_punishment"],
+              "reward_weights": [1.0, 0.1], "learning_rate": 2.0e-5, "per_device_train_batch_size": 8,
+              "max_completion_length": 8, "gradient_checkpointing": False, "report_to": ["mlflow"],
+              "env": {"MY_FLAG": "1"}, **(grpo or {})}
+    (folder / "grpo.yaml").write_text(yaml.safe_dump({k: v for k, v in config.items() if v is not None}))
+    study = {"name": "mine", "method": "isocompute", "compute": {"unit": "gpu_hours", "budget": budget,
+                                                                  "profile": "tiny-cpu"},
+             "parameters": {"rollouts": {"values": [2, 4]}},
+             "recipe": {"engine": "trl", "prompts_per_batch": 4, "eval_every": 5, "eval_prompts": 8,
+                        "eval_samples": 2, "checkpoint_every": 2},
+             "setup": {"config": "grpo.yaml"}}
+    (folder / "study.yaml").write_text(yaml.safe_dump(study))
+    return folder / "study.yaml", module
+
+
+# ------------------------------------------------------------------------------------------ no Ray, no training
+
+def test_the_dry_run_lists_the_users_files_and_every_key_rlscale_changes(cli, tmp_path):
+    import trl
+
+    study, module = write_setup(tmp_path)
+    code, out, err = cli("sweep", study, "--dry-run", "--json")
+    assert code == 0, err
+    points = json.loads(out)
+    assert [p["run"] for p in points] == ["n2", "n4"]
+    for point, n in zip(points, (2, 4)):
+        assert point["setup_files"] == [str(tmp_path / "grpo.yaml"), str(tmp_path / "data"),
+                                        str(tmp_path / f"{module}.py")]
+        changes = {c["key"]: c for c in point["changes"]}
+        assert changes["num_generations"] == {"key": "num_generations", "before": None, "after": n,
+                                              "why": "axis rollouts"}
+        assert {"max_steps", "output_dir", "save_steps", "seed", "run_name", "eval_strategy",
+                "lr_scheduler_type"} <= set(changes)
+        assert changes["lr_scheduler_type"]["after"] == "constant_with_warmup"  # TRL's linear would follow max_steps
+        config = point["config"]
+        # the user's keys stay as written; what changed is exactly what the changes list
+        user = yaml.safe_load((tmp_path / "grpo.yaml").read_text())
+        for key, value in user.items():
+            if key not in ("env", "dataset_name"):
+                assert config[key] == value, key
+        assert {key for key in config if config.get(key) != user.get(key)} == {
+            c["key"] for c in point["changes"] if not c["key"].startswith("env.")}
+        # TRL builds it: B_p x n completions per generated batch, one optimizer update per batch, as the user's
+        # config had (8 completions per device, no accumulation)
+        grpo = trl.GRPOConfig(**{k: v for k, v in config.items() if k in trl.GRPOConfig.__dataclass_fields__})
+        assert grpo.num_generations == n and grpo.generation_batch_size == 4 * n
+        assert grpo.steps_per_generation == grpo.gradient_accumulation_steps
+        # the trackers group runs by study; the YAML's env reaches the job, not this process
+        assert point["env_vars"]["MLFLOW_EXPERIMENT_NAME"] == "mine" and point["env_vars"]["MY_FLAG"] == "1"
+    assert "MY_FLAG" not in os.environ
+
+
+@pytest.mark.parametrize("case", ["missing column", "bad row", "reward does not import", "unknown field",
+                                  "decaying schedule"])
+def test_bad_input_exits_2_naming_the_file_and_the_field_and_stores_nothing(cli, tmp_path, case):
+    from rlscale.runner.rl.tasks import arithmetic_task
+
+    rows = conversations(arithmetic_task(2, 0).train[:64])
+    if case == "missing column":
+        rows = [{"prompt": row["prompt"], "solution": row["answer"]} for row in rows]  # the reward takes `answer`
+    if case == "bad row":
+        rows[3]["prompt"] = [{"role": "user"}]
+    grpo = {"unknown field": {"learning_rat": 1e-5}, "decaying schedule": {"lr_scheduler_type": "cosine"}}.get(case)
+    text = "import not_a_package_anywhere\n" if case == "reward does not import" else None
+    study, module = write_setup(tmp_path, rows=rows, grpo=grpo, module_text=text)
+    db = tmp_path / "store.db"
+    code, out, err = cli("sweep", study, "--db", f"sqlite:///{db}")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    expected = {"missing column": f"{tmp_path / 'data'}: answer:", "bad row": f"{tmp_path / 'data'}: prompt: row 3",
+                "reward does not import": f"{tmp_path / 'grpo.yaml'}: reward_funcs: {module}.correct",
+                "unknown field": f"{tmp_path / 'grpo.yaml'}: learning_rat:",
+                "decaying schedule": f"{tmp_path / 'grpo.yaml'}: lr_scheduler_type: cosine"}[case]
+    assert expected in err
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("form", ["directory of split files", "parquet file", "jsonl file", "save_to_disk",
+                                  "save_to_disk with splits"])
+def test_datasets_load_as_users_keep_them_with_a_fixed_held_out_part(tmp_path, form):
+    import datasets
+    from rlscale.runner.rl.tasks import arithmetic_task
+    from rlscale.runner.trl.user_config import parse
+    from rlscale.runner.trl.user_data import check_rows, load_splits
+
+    task = arithmetic_task(2, 0)
+    train, test = (datasets.Dataset.from_list(conversations(task.train[:40])),
+                   datasets.Dataset.from_list(conversations(task.validation(8))))
+    path = tmp_path / "data"
+    if form == "directory of split files":
+        path.mkdir()
+        train.to_json(path / "train.jsonl")
+        test.to_json(path / "test.jsonl")
+    elif form == "parquet file":
+        path = tmp_path / "rows.parquet"
+        train.to_parquet(path)
+    elif form == "jsonl file":
+        path = tmp_path / "rows.jsonl"
+        train.to_json(path)
+    elif form == "save_to_disk":
+        train.save_to_disk(path)
+    else:
+        datasets.DatasetDict({"train": train, "test": test}).save_to_disk(path)
+    parsed = parse({"dataset_name": str(path), "reward_funcs": ["x.y"], "use_cpu": True, "bf16": False,
+                    "num_generations": 2}, file="grpo.yaml")
+    first = load_splits(parsed[0], parsed[3], eval_prompts=6)
+    again = load_splits(parsed[0], parsed[3], eval_prompts=6)
+    assert [len(part) for part in first] == ([40, 6] if form in ("directory of split files", "save_to_disk with splits")
+                                             else [34, 6])  # without a test split, 6 rows are held out
+    assert first[1]["prompt"] == again[1]["prompt"]  # the same held-out rows for every run and segment
+    held = {str(p) for p in first[1]["prompt"]}
+    assert not held & {str(p) for p in first[0]["prompt"]}
+    assert check_rows(first[0], columns=["answer"], split="train", source=str(path))  # conversational
+
+
+# ------------------------------------------------------------------------------------------ real TRL jobs on Ray
+
+@pytest.mark.slow
+def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_to_mlflow(cluster, tmp_path):
+    from mlflow import MlflowClient
+    from rlscale.planner.study import load_study, planned_runs
+    from test_trl_engine import DRIVER, kill_driver_past
+
+    # device-hours per run: each of its two jobs starts in 15-50 s (imports, model, first evaluation), counted in it
+    study, _ = write_setup(tmp_path, budget=0.03)
+    planned = {run.name: run.gpu_hours for run in planned_runs(load_study(study))}
+    url, tracking = f"sqlite:///{tmp_path / 'store.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared")]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking}
+    # the node goes too: its jobs die with the driver, so the next sweep resumes them from TRL's checkpoints
+    stopped = kill_driver_past(args, url, "mine", cluster, env=env)
+    with Store(url) as store:
+        before = store.records_frame("mine")
+    restarted = subprocess.run(args, capture_output=True, text=True, timeout=500, env=env)
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    with Store(url) as store:
+        records, runs = store.records_frame("mine"), store.runs_frame("mine")
+    assert list(runs["status"]) == ["done", "done"]
+    assert not records.duplicated(["run_id", "step"]).any()
+    names = dict(zip(runs["run_id"], runs["run"]))
+    for run_id, mine in records.groupby("run_id"):
+        name = names[run_id]
+        assert sorted(mine["step"]) == list(range(int(mine["step"].max()) + 1))  # no step lost
+        kept = before[before["run_id"] == run_id].set_index("step")["gpu_hours"]
+        assert mine.set_index("step")["gpu_hours"].loc[kept.index].tolist() == kept.tolist()  # stored once
+        assert planned[name] <= mine["gpu_hours"].max() <= planned[name] * 1.03  # ended at its planned compute
+        assert mine["gpu_hours"].is_monotonic_increasing and mine["val_reward"].notna().sum() >= 3
+    assert len(stopped) >= 1 and any((tmp_path / "shared" / f"{job[:-2]}" / "logs" / f"{job[:-2]}-2.jsonl").exists()
+                                     for job in stopped)  # a second job resumed the run
+    # MLflow holds both runs under the study, each one run across its jobs, with the study's reward at its steps
+    mlflow = MlflowClient(tracking)
+    experiment = mlflow.get_experiment_by_name("mine")
+    logged = {run.info.run_name: run for run in mlflow.search_runs([experiment.experiment_id])}
+    assert len(logged) == 2
+    for run_id, mine in records.groupby("run_id"):
+        run_key = next(name for name in logged if name.startswith(f"mine-{run_id}-"))
+        history = {}  # step -> values (a step redone after a resume is logged again)
+        for metric in mlflow.get_metric_history(logged[run_key].info.run_id, "eval_reward"):
+            history.setdefault(metric.step, []).append(metric.value)
+        for step, value in mine.dropna(subset=["val_reward"]).set_index("step")["val_reward"].items():
+            assert value == pytest.approx(history[step][0]) or value in history[step]
+        assert len(mlflow.get_metric_history(logged[run_key].info.run_id, "reward")) >= mine["step"].max()
