@@ -168,6 +168,8 @@ def estimate_interval(fit: dict) -> dict:
         "held_out": figures["new"], "command": ".venv/bin/python bench/backtest.py", "commit": commit,
         "date": time.strftime("%Y-%m-%d", time.gmtime()), "settings": fit})
     INTERVAL_FILE.write_text(json.dumps(calibration.to_dict(), indent=1) + "\n")
+    figures["hindsight_mean_interval_score"] = intervals.hindsight_score(rows, calibration)
+    figures["alternatives_held_out"] = intervals.alternatives(rows)
     print(f"== prediction intervals ({DEFAULT_LEVEL:.0%}), calibrated held out by source: new / today's method")
     for key, new in figures["new"].items():
         old = figures["today"][key]
@@ -175,6 +177,11 @@ def estimate_interval(fit: dict) -> dict:
               f"mean interval score {new['mean_interval_score']:.3f} / {old['mean_interval_score']:.3f}; median "
               f"width {new['median_width']:.3f} / {old['median_width']:.3f}; fit |error| on rising "
               f"{point[key]['mae_fit_rising']:.3f} vs carry-forward {point[key]['mae_carry_forward_rising']:.3f}")
+    print("   a floor for this form: each source's own best multiplier in hindsight gives mean interval score "
+          + ", ".join(f"{v:.3f} {k}" for k, v in figures["hindsight_mean_interval_score"].items()))
+    for name, alt in figures["alternatives_held_out"].items():
+        print(f"   tried: {name}: " + "; ".join(f"{k} coverage {v['coverage']:.1%}, interval score "
+                                                 f"{v['mean_interval_score']:.3f}" for k, v in alt.items()))
     for src, per in figures["per_source"].items():
         print(f"   {src}: " + "; ".join(
             f"{key} coverage {v['coverage']:.0%}, width {v['median_width']:.3f} = "

@@ -5,13 +5,13 @@ measured device-hours a run, validation 384 prompts x 4) and of the same study r
 (seeds_*.csv, each seed read as a sweep of its own). The `make demo` sweeps all ran seed 0: a point's training is
 the same step for step in each of them (bench/backtest.py checks it); only the host's timing differs (the measured
 device-hours of each step, hence the step a run stopped at). So the sweep files measure how the decision holds up
-to the host's speed, and the seeds how it holds up to training noise. Every run is fitted as `recommend` does, twice: on its
-record-breaking points (IsoCompute, 0.01 bins) and on every evaluation (ScaleRL). Each run is also cut to its
-first 80%, 70% and 50% of compute: a host that many percent slower reaches the same device-hours in that many fewer
-steps, and on the log-compute axis of the fit that is the same curve cut short. For each case: fits identified,
-A against the end reward (mean over the last 10% of compute), and the decision (`recommend` at the compute every
-run reached, as the sweep decides an IsoCompute study; M from the tiny-cpu cost profile, where the sweep calibrates one on its own records, so M differs from the
-sweep's). Writes bench/results/fit_points.json.
+to the host's speed, and the seeds how it holds up to training noise. Every run is fitted as `recommend` does,
+twice: on its record-breaking points (IsoCompute, 0.01 bins) and on every evaluation (ScaleRL). Each run is also
+cut to its first 80%, 70% and 50% of compute: a host that many percent slower reaches the same device-hours in that
+many fewer steps, and on the log-compute axis of the fit that is the same curve cut short. For each case: fits
+identified, A against the end reward (mean over the last 10% of compute), and the decision (`recommend` at the
+compute every run reached, as the sweep decides an IsoCompute study; M from the tiny-cpu cost profile, where the
+sweep calibrates one on its own records, so M differs from the sweep's). Writes bench/results/fit_points.json.
 
 Run: `.venv/bin/python bench/fit_points.py` (~2 minutes on one core).
 """

@@ -33,11 +33,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import backtest as real  # noqa: E402  (bench/backtest.py: the real runs and the per-training count)
 import fit_accuracy as synthetic  # noqa: E402  (bench/fit_accuracy.py: the synthetic curves)
-
-from rlscale.base.numbers import json_safe  # noqa: E402
 from rlscale.db.importer import read_run_log  # noqa: E402
 from rlscale.fitting.backtest import backtest_runs  # noqa: E402
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid  # noqa: E402
+
+from rlscale.base.numbers import json_safe  # noqa: E402
 
 RESULT = ROOT / "bench" / "results" / "interval_headroom.json"
 CEILING = 0.98  # issue 17: synthetic coverage of the true A within 90-98% (AR(1): 85-98%)
@@ -150,27 +150,31 @@ def main() -> None:
         widening = min(m[f"largest_{name}_within_ceiling"] for m in per_model.values())
         outcome[name] = {
             "largest_within_synthetic_ceiling": widening,
-            "synthetic_coverage_at_largest": {noise: float(np.mean(np.isfinite(needs[:, column]) & (needs[:, column] <= widening)))
-                                              for noise, needs in synthetic_rows.items()},
+            "synthetic_coverage_at_largest": {
+                noise: float(np.mean(np.isfinite(needs[:, column]) & (needs[:, column] <= widening)))
+                for noise, needs in synthetic_rows.items()},
             "real_share_now": real_share(rows, column, 0.0),
             "real_share_at_largest": real_share(rows, column, widening),
             "needed_for_real_goal": widening_for_goal(rows, column),
         }
         o = outcome[name]
-        print(f"{name}: real trainings inside now {o['real_share_now']:.1%}; at the largest {name} the synthetic ceiling "
-              f"allows ({widening:.4g}) {o['real_share_at_largest']:.1%}; {GOAL:.0%} needs {o['needed_for_real_goal']:.4g}; synthetic "
-              f"coverage there {', '.join(f'{v:.1%}' for v in o['synthetic_coverage_at_largest'].values())}")
+        print(f"{name}: real trainings inside now {o['real_share_now']:.1%}; at the largest {name} the synthetic "
+              f"ceiling allows ({widening:.4g}) {o['real_share_at_largest']:.1%}; {GOAL:.0%} needs "
+              f"{o['needed_for_real_goal']:.4g}; synthetic coverage there "
+              + ", ".join(f"{v:.1%}" for v in o["synthetic_coverage_at_largest"].values()))
     misses = sorted(((key, r, needs) for key, r, needs in rows if r.A_inside is False), key=lambda m: -m[2][0])
     result = {
-        "question": "how much wider would the half-fits' 95% intervals on A have to be for the full-run A to fall inside "
-                    f"them on {GOAL:.0%} of real trainings, and how much wider may they be before synthetic coverage of "
-                    f"the true A passes {CEILING:.0%}",
+        "question": "how much wider would the half-fits' 95% intervals on A have to be for the full-run A to fall "
+                    f"inside them on {GOAL:.0%} of real trainings, and how much wider may they be before synthetic "
+                    f"coverage of the true A passes {CEILING:.0%}",
         "synthetic": {"runs_per_model": runs, "resamples": resamples, "models": per_model},
         "widening": outcome,
         # what the half-fit itself said: most misses come from fits that raised no flag (identified, narrow interval)
-        "real_misses_now": [{"training": key, "run": r.run, **{f"{name}_needed": value for name, value in zip(WIDENINGS, needs)},
+        "real_misses_now": [{"training": key, "run": r.run,
+                             **{f"{name}_needed": value for name, value in zip(WIDENINGS, needs)},
                              "half_fit_identified": r.identified, "half_fit_points": r.n_part,
-                             "half_fit_interval_width": r.A_part_hi - r.A_part_lo, "A_part": r.A_part, "A_full": r.A_full}
+                             "half_fit_interval_width": r.A_part_hi - r.A_part_lo, "A_part": r.A_part,
+                             "A_full": r.A_full}
                             for key, r, needs in misses],
         "seconds": time.perf_counter() - started,
     }

@@ -165,6 +165,112 @@ def held_out(rows, level: float = DEFAULT_LEVEL) -> dict:
             "today": judge(rows, old_lo, old_hi, level), "per_source": per_source}
 
 
+def _alternative_scales() -> dict:
+    """{name: (scale(rows, theta), number of coefficients, whether they must be positive)}: the interval's scale in
+    forms tried beside the shipped one (the first)."""
+    def f(rows, *keys):
+        return [column(rows, k) for k in keys]
+
+    def unidentified(rows):
+        return 1.0 - column(rows, "identified")
+
+    def shipped(rows, t):
+        p, s, gl, d = f(rows, "sd_parameters", "sigma", "gain_left", "distance")
+        return np.sqrt(p**2 + s**2 * (t[0] ** 2 + t[1] ** 2 * d) + t[2] ** 2 * gl**2 * d)
+
+    def todays_terms(rows, t):
+        p, s, total = f(rows, "sd_parameters", "sigma", "drift_scale")
+        return np.sqrt(p**2 + (t[0] * s) ** 2 + (t[1] * total) ** 2)
+
+    def gain_left_only(rows, t):
+        p, gl, d = f(rows, "sd_parameters", "gain_left", "distance")
+        return np.sqrt(p**2 + t[0] ** 2 * gl**2 * d)
+
+    def noise_distance_identification(rows, t):
+        s, d = f(rows, "sigma", "distance")
+        return s * (t[0] + t[1] * d) * (1.0 + t[2] * unidentified(rows))
+
+    def shipped_unidentified(rows, t):
+        return shipped(rows, t) * (1.0 + t[3] * unidentified(rows))
+
+    def log_linear(rows, t):
+        s, known, gl, d = f(rows, "sigma", "known", "gain_left", "distance")
+        return np.exp(t[0] + t[1] * np.log(s + 1e-4) + t[2] * np.log(known + 1e-4) + t[3] * np.log(gl + 0.005)
+                      + t[4] * column(rows, "identified") + t[5] * d)
+
+    return {
+        "shipped: parameters, sigma, sigma x sqrt(distance), gain left x sqrt(distance)": (shipped, 3, True),
+        "today's terms refitted: parameters, sigma, total gain x sqrt(distance)": (todays_terms, 2, True),
+        "parameters, gain left x sqrt(distance)": (gain_left_only, 1, True),
+        "sigma x (a + b distance) x (1 + c if unidentified)": (noise_distance_identification, 3, True),
+        "shipped x (1 + c if unidentified)": (shipped_unidentified, 4, True),
+        "log-linear in sigma, parameters and window noise, gain left, identified, distance": (log_linear, 6, False),
+    }
+
+
+def _fit_scale(rows, scale, k: int, positive: bool) -> np.ndarray:
+    """The coefficients of `scale` that maximise the weighted Laplace likelihood of the rows' errors."""
+    from scipy import optimize
+
+    e, w = np.abs(column(rows, "error")), column(rows, "weight")
+
+    def loss(t):
+        s = np.maximum(scale(rows, np.exp(t) if positive else t), 1e-9)
+        return float(np.sum(w * (np.log(s) + e / s)))
+
+    starts = [np.full(k, v) for v in (-3.0, -1.0, 0.0)] if positive else [np.zeros(k)]
+    best = min((optimize.minimize(loss, x0, method="Nelder-Mead", options={"maxiter": 6000, "xatol": 1e-4,
+                                                                          "fatol": 1e-8}) for x0 in starts),
+               key=lambda r: r.fun)
+    return np.exp(best.x) if positive else best.x
+
+
+def alternatives(rows, level: float = DEFAULT_LEVEL) -> dict:
+    """Each form of `_alternative_scales` held out by source as the shipped one is (coefficients by the Laplace
+    likelihood and conformal scores, both on the other sources): coverage, mean interval score, median width."""
+    from rlscale.fitting.predict import conformal_quantile
+
+    out = {}
+    for name, (scale, k, positive) in _alternative_scales().items():
+        lo, hi = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+        for src in sorted({row["source"] for row in rows}):
+            mine = [i for i, row in enumerate(rows) if row["source"] == src]
+            train = [row for row in rows if row["source"] != src]
+            theta = _fit_scale(train, scale, k, positive)
+            q = conformal_quantile(np.abs(column(train, "error")) / scale(train, theta), column(train, "weight"),
+                                   level)
+            held = [rows[i] for i in mine]
+            half = q * scale(held, theta)
+            lo[mine] = np.clip(column(held, "predicted") - half, 0.0, 1.0)
+            hi[mine] = np.clip(column(held, "predicted") + half, 0.0, 1.0)
+        out[name] = {key: {m: v[m] for m in ("coverage", "mean_interval_score", "median_width")}
+                     for key, v in judge(rows, lo, hi, level).items()}
+    return out
+
+
+def hindsight_score(rows, calibration: Calibration, level: float = DEFAULT_LEVEL) -> dict:
+    """A floor for this form of interval: the mean interval score (each training once) per fraction when every source
+    and fraction gets the multiplier of `calibration`'s scale that is best for its own runs in hindsight (which no
+    method held out by source can know), with the intervals clipped to [0, 1]."""
+    grid = np.geomspace(0.1, 30.0, 600)
+    out = {}
+    for f in FRACTIONS:
+        total = weight = 0.0
+        for src in sorted({row["source"] for row in rows}):
+            mine = [row for row in rows if row["source"] == src and row["fraction"] == f]
+            if not mine:
+                continue
+            scale = interval_scale(calibration, column(mine, "sd_parameters"), column(mine, "sigma"),
+                                   column(mine, "gain_left"), column(mine, "distance"))
+            predicted, observed, w = column(mine, "predicted"), column(mine, "observed"), column(mine, "weight")
+            best = min(np.sum(w * [interval_score(a, b, o, level) for a, b, o in
+                                   zip(np.clip(predicted - q * scale, 0, 1), np.clip(predicted + q * scale, 0, 1),
+                                       observed)]) for q in grid)
+            total, weight = total + best, weight + w.sum()
+        out[f"from_{f:g}"] = total / weight
+    return out
+
+
 def synthetic_coverage(n_runs: int, calibration: Calibration, seed: int = 0) -> dict:
     """The interval's coverage, median width and mean interval score on synthetic curves with a known end, each fitted
     on its first half and predicting its mean reward over its last 10% of compute: bench/fit_accuracy.py's curves

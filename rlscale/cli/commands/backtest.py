@@ -1,4 +1,5 @@
-"""`rlscale backtest`: ScaleRL's check of the fit on real runs: fit each run on its first part, extrapolate to its end."""
+"""`rlscale backtest`: ScaleRL's check of the fit on real runs: fit each run on its first part, extrapolate to its
+end."""
 
 from pathlib import Path
 
@@ -10,19 +11,24 @@ from rlscale.cli.options import DbUrl, check_fit_source
 def register(app: typer.Typer) -> None:
     @app.command("backtest")
     def backtest(
-        file: Path = typer.Argument(None, help="run log: .csv/.jsonl, a TensorBoard directory or a verl file-logger .jsonl"),
+        file: Path = typer.Argument(
+            None, help="run log: .csv/.jsonl, a TensorBoard directory or a verl file-logger .jsonl"),
         study: str = typer.Option(None, "--study", help="backtest the stored records of this study instead of a file"),
         db: DbUrl = None,
-        fraction: float = typer.Option(0.5, "--fraction", help="fit on the points at compute <= this share of each run's last compute"),
+        fraction: float = typer.Option(
+            0.5, "--fraction", help="fit on the points at compute <= this share of each run's last compute"),
         level: float = typer.Option(0.9, "--level", help="the level of the end reward's prediction interval"),
         r0: float = typer.Option(None, "--r0", help="reward before RL, held fixed (default: fitted)"),
         min_compute: float = typer.Option(0.0, "--min-compute", min=0.0, help="drop points below this compute"),
         bootstrap: int = typer.Option(200, "--bootstrap", min=2, help="bootstrap resamples for the intervals"),
-        noise: str = typer.Option("auto", "--noise", help="reward noise around the curve, as for `rlscale fit`: auto, binomial, constant, multiplicative"),
+        noise: str = typer.Option("auto", "--noise", help="reward noise around the curve, as for `rlscale fit`: "
+                                  "auto, binomial, constant, multiplicative"),
         unbounded: bool = typer.Option(False, "--unbounded", help="the metric is not a pass rate in [0, 1]"),
         tag: str = typer.Option(None, "--tag", help="TensorBoard/verl logs: the reward scalar"),
-        compute_tag: str = typer.Option(None, "--compute-tag", help="TensorBoard/verl logs: a scalar of cumulative compute"),
-        json_out: bool = typer.Option(False, "--json", help="print {source, fraction, runs: [...], summary: {...}, decision: {...}} as JSON"),
+        compute_tag: str = typer.Option(
+            None, "--compute-tag", help="TensorBoard/verl logs: a scalar of cumulative compute"),
+        json_out: bool = typer.Option(
+            False, "--json", help="print {source, fraction, runs: [...], summary: {...}, decision: {...}} as JSON"),
     ) -> None:
         """Fit each run on its first part of compute, extrapolate to its end, and compare (ScaleRL's check).
 
@@ -53,7 +59,8 @@ def register(app: typer.Typer) -> None:
         if not any(r.fitted for r in results):
             from rlscale.cli.views import cli_reason
 
-            reasons = "; ".join(f"{r.run}: {cli_reason(r.reason)}" for r in results[:5]) + ("; ..." if len(results) > 5 else "")
+            reasons = "; ".join(f"{r.run}: {cli_reason(r.reason)}" for r in results[:5])
+            reasons += "; ..." if len(results) > 5 else ""
             raise UserError(f"no run could be fitted on its first {fraction:.0%} of compute ({reasons})", file=source)
         summary = summarize(results, fraction)
         # the runs of one file or study are those a user chooses between: what the cut would have picked
