@@ -56,8 +56,16 @@ def tiny_runs_csv() -> Path:
     rows = []
     for path in sorted((DATA / "tiny").glob("*.json")):
         for record in json.loads(path.read_text())["records"]:
-            rows.append({"run": path.stem, "step": record["step"], "gpu_hours": record["gpu_hours"],
-                         "reward": record["val_reward"], "rollouts": record["rollouts"], "tokens": record["tokens"]})
+            rows.append(
+                {
+                    "run": path.stem,
+                    "step": record["step"],
+                    "gpu_hours": record["gpu_hours"],
+                    "reward": record["val_reward"],
+                    "rollouts": record["rollouts"],
+                    "tokens": record["tokens"],
+                }
+            )
     pd.DataFrame(rows).to_csv(TINY_CSV, index=False)
     return TINY_CSV
 
@@ -83,17 +91,26 @@ def quickstart_runs_csv() -> tuple[Path, dict]:
     frames = []
     for path in sorted((DATA / "quickstart").glob("sweep*_*.csv")) + sorted((DATA / "quickstart").glob("seeds_*.csv")):
         sweep = pd.read_csv(path)
-        frames.append(pd.DataFrame({
-            "run": path.stem.split("_")[0] + "." + sweep["run"].str.replace(r"[,/]", "_", regex=True),
-            "step": sweep["step"], "compute": sweep["gpu_hours"], "reward": sweep["val_reward"],
-            "rollouts": sweep["step"] * sweep["prompts_per_batch"] * sweep["rollouts"]}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "run": path.stem.split("_")[0] + "." + sweep["run"].str.replace(r"[,/]", "_", regex=True),
+                    "step": sweep["step"],
+                    "compute": sweep["gpu_hours"],
+                    "reward": sweep["val_reward"],
+                    "rollouts": sweep["step"] * sweep["prompts_per_batch"] * sweep["rollouts"],
+                }
+            )
+        )
     runs = pd.concat(frames)
     runs.to_csv(QUICKSTART_CSV, index=False)
     by_step = runs.assign(trajectory=runs["run"].map(trajectory)).pivot_table(
-        index=["trajectory", "step"], columns="run", values="reward")
+        index=["trajectory", "step"], columns="run", values="reward"
+    )
     spread = by_step.max(axis=1) - by_step.min(axis=1)  # over the runs of one trajectory that reached the step
     replicates = {
-        "runs": int(runs["run"].nunique()), "trajectories": int(runs["run"].map(trajectory).nunique()),
+        "runs": int(runs["run"].nunique()),
+        "trajectories": int(runs["run"].map(trajectory).nunique()),
         "max_reward_difference_between_replicates_at_a_step": float(spread.max()),
     }
     return QUICKSTART_CSV, replicates
@@ -130,9 +147,16 @@ def per_trajectory(results: list[tuple[str, object]]) -> dict:
     def mae(key):
         return float(np.mean([np.mean([abs(getattr(r, key)) for r in g]) for g in rising])) if rising else float("nan")
 
-    return {"trainings": trainings, "fitted": len(groups), "rising": len(rising), "mae_fit_rising": mae("error"),
-            "mae_carry_forward_rising": mae("carry_forward_error"), "A_checked": len(checked),
-            "A_inside": float(inside), "A_inside_share": inside / len(checked) if checked else float("nan")}
+    return {
+        "trainings": trainings,
+        "fitted": len(groups),
+        "rising": len(rising),
+        "mae_fit_rising": mae("error"),
+        "mae_carry_forward_rising": mae("carry_forward_error"),
+        "A_checked": len(checked),
+        "A_inside": float(inside),
+        "A_inside_share": inside / len(checked) if checked else float("nan"),
+    }
 
 
 def estimate_interval(fit: dict) -> dict:
@@ -147,59 +171,89 @@ def estimate_interval(fit: dict) -> dict:
             if compute_col != "compute":
                 continue
             records = read_run_log(path)
-            results = backtest_runs(records, fraction=f, run_col="run", compute_col=compute_col, reward_col="reward",
-                                    **fit)
+            results = backtest_runs(
+                records, fraction=f, run_col="run", compute_col=compute_col, reward_col="reward", **fit
+            )
             backtests.append((name, path, compute_col, f, records, results))
             keyed += [(training_key(name, path, r.run), r) for r in results]
         once = per_trajectory(keyed)
-        point[f"from_{f:g}"] = {k: once[k] for k in ("trainings", "fitted", "rising", "mae_fit_rising",
-                                                     "mae_carry_forward_rising")}
+        point[f"from_{f:g}"] = {
+            k: once[k] for k in ("trainings", "fitted", "rising", "mae_fit_rising", "mae_carry_forward_rising")
+        }
     rows = intervals.interval_rows(backtests, training_key, fit)
     figures = intervals.held_out(rows)
     commit = head_commit()
-    calibration = intervals.calibrate(rows, provenance={
-        "form": "scale = sqrt(sd_parameters^2 + (noise_share sigma)^2 + distance ((drift_per_noise sigma)^2 + "
-                "(drift_per_gain gain_left)^2)); interval = predicted +- conformal quantile of the scores x scale",
-        "estimated_on": {name: str(path.relative_to(ROOT)) for name, (path, col) in DATASETS.items()
-                         if col == "compute"},
-        "how": "coefficients: the Laplace likelihood of the errors of the end reward (mean over the last 10% of "
-               "compute) of every run fitted on its first half and first quarter; scores: |error| / scale; each "
-               "training counted once",
-        "held_out": figures["new"], "command": ".venv/bin/python bench/backtest.py", "commit": commit,
-        "date": time.strftime("%Y-%m-%d", time.gmtime()), "settings": fit})
+    calibration = intervals.calibrate(
+        rows,
+        provenance={
+            "form": "scale = sqrt(sd_parameters^2 + (noise_share sigma)^2 + distance ((drift_per_noise sigma)^2 + "
+            "(drift_per_gain gain_left)^2)); interval = predicted +- conformal quantile of the scores x scale",
+            "estimated_on": {
+                name: str(path.relative_to(ROOT)) for name, (path, col) in DATASETS.items() if col == "compute"
+            },
+            "how": "coefficients: the Laplace likelihood of the errors of the end reward (mean over the last 10% of "
+            "compute) of every run fitted on its first half and first quarter; scores: |error| / scale; each "
+            "training counted once",
+            "held_out": figures["new"],
+            "command": ".venv/bin/python bench/backtest.py",
+            "commit": commit,
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "settings": fit,
+        },
+    )
     INTERVAL_FILE.write_text(json.dumps(calibration.to_dict(), indent=1) + "\n")
     figures["hindsight_mean_interval_score"] = intervals.hindsight_score(rows, calibration)
     figures["alternatives_held_out"] = intervals.alternatives(rows)
     print(f"== prediction intervals ({DEFAULT_LEVEL:.0%}), calibrated held out by source: new / today's method")
     for key, new in figures["new"].items():
         old = figures["today"][key]
-        print(f"   {key}: coverage {new['coverage']:.1%} / {old['coverage']:.1%} of {new['trainings']:.0f} trainings; "
-              f"mean interval score {new['mean_interval_score']:.3f} / {old['mean_interval_score']:.3f}; median "
-              f"width {new['median_width']:.3f} / {old['median_width']:.3f}; fit |error| on rising "
-              f"{point[key]['mae_fit_rising']:.3f} vs carry-forward {point[key]['mae_carry_forward_rising']:.3f}")
-    print("   a floor for this form: each source's own best multiplier in hindsight gives mean interval score "
-          + ", ".join(f"{v:.3f} {k}" for k, v in figures["hindsight_mean_interval_score"].items()))
+        print(
+            f"   {key}: coverage {new['coverage']:.1%} / {old['coverage']:.1%} of {new['trainings']:.0f} trainings; "
+            f"mean interval score {new['mean_interval_score']:.3f} / {old['mean_interval_score']:.3f}; median "
+            f"width {new['median_width']:.3f} / {old['median_width']:.3f}; fit |error| on rising "
+            f"{point[key]['mae_fit_rising']:.3f} vs carry-forward {point[key]['mae_carry_forward_rising']:.3f}"
+        )
+    print(
+        "   a floor for this form: each source's own best multiplier in hindsight gives mean interval score "
+        + ", ".join(f"{v:.3f} {k}" for k, v in figures["hindsight_mean_interval_score"].items())
+    )
     for name, alt in figures["alternatives_held_out"].items():
-        print(f"   tried: {name}: " + "; ".join(f"{k} coverage {v['coverage']:.1%}, interval score "
-                                                 f"{v['mean_interval_score']:.3f}" for k, v in alt.items()))
+        print(
+            f"   tried: {name}: "
+            + "; ".join(
+                f"{k} coverage {v['coverage']:.1%}, interval score {v['mean_interval_score']:.3f}"
+                for k, v in alt.items()
+            )
+        )
     for src, per in figures["per_source"].items():
-        print(f"   {src}: " + "; ".join(
-            f"{key} coverage {v['coverage']:.0%}, width {v['median_width']:.3f} = "
-            f"{v['median_width_over_median_abs_error']:.1f} x median |error| {v['median_abs_error']:.3f}"
-            for key, v in per["new"].items()))
-    print(f"   on every source: noise share {calibration.noise_share:.3f}, drift per noise "
-          f"{calibration.drift_per_noise:.3f}, drift per gain left {calibration.drift_per_gain:.3f}, 90% quantile "
-          f"{calibration.quantile(DEFAULT_LEVEL):.3f} (written to {INTERVAL_FILE.relative_to(ROOT)})")
+        print(
+            f"   {src}: "
+            + "; ".join(
+                f"{key} coverage {v['coverage']:.0%}, width {v['median_width']:.3f} = "
+                f"{v['median_width_over_median_abs_error']:.1f} x median |error| {v['median_abs_error']:.3f}"
+                for key, v in per["new"].items()
+            )
+        )
+    print(
+        f"   on every source: noise share {calibration.noise_share:.3f}, drift per noise "
+        f"{calibration.drift_per_noise:.3f}, drift per gain left {calibration.drift_per_gain:.3f}, 90% quantile "
+        f"{calibration.quantile(DEFAULT_LEVEL):.3f} (written to {INTERVAL_FILE.relative_to(ROOT)})"
+    )
     coefficients = {k: v for k, v in calibration.to_dict().items() if k not in ("scores", "weights", "provenance")}
-    return {**figures, "calibration": coefficients,
-            "quantile_at_level": calibration.quantile(DEFAULT_LEVEL), "point_error_rising": point,
-            "calibration_object": calibration}
+    return {
+        **figures,
+        "calibration": coefficients,
+        "quantile_at_level": calibration.quantile(DEFAULT_LEVEL),
+        "point_error_rising": point,
+        "calibration_object": calibration,
+    }
 
 
 def head_commit() -> str:
     """The short hash of the checkout's HEAD."""
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          cwd=ROOT).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
 
 
 def prediction_goals(predictions: dict) -> dict:
@@ -208,16 +262,20 @@ def prediction_goals(predictions: dict) -> dict:
     return {
         "coverage_0.88_to_0.95_from_half_and_quarter": {k: bool(0.88 <= v["coverage"] <= 0.95) for k, v in new.items()},
         "mean_interval_score_at_least_40pct_below_todays": {
-            k: bool(v["mean_interval_score"] <= 0.6 * today[k]["mean_interval_score"]) for k, v in new.items()},
+            k: bool(v["mean_interval_score"] <= 0.6 * today[k]["mean_interval_score"]) for k, v in new.items()
+        },
         "median_width_at_most_0.05_from_half": bool(new["from_0.5"]["median_width"] <= 0.05),
         "median_width_at_most_4x_median_abs_error_on_every_source": {
             src: {k: bool(v["median_width_over_median_abs_error"] <= 4.0) for k, v in per["new"].items()}
-            for src, per in predictions["per_source"].items()},
+            for src, per in predictions["per_source"].items()
+        },
         "synthetic_independent_noise_coverage_0.85_to_0.95": bool(
-            0.85 <= predictions["synthetic"]["noise"]["constant"]["coverage"] <= 0.95),
+            0.85 <= predictions["synthetic"]["noise"]["constant"]["coverage"] <= 0.95
+        ),
         "fit_beats_carry_forward_on_rising_runs": {
             k: bool(v["mae_fit_rising"] < v["mae_carry_forward_rising"])
-            for k, v in predictions["point_error_rising"].items()},
+            for k, v in predictions["point_error_rising"].items()
+        },
     }
 
 
@@ -239,8 +297,15 @@ def main() -> None:
     datasets, everything, fallen, keyed = {}, [], set(), []
     for name, (path, compute_col) in DATASETS.items():
         records = read_run_log(path)  # the parser `rlscale backtest FILE` uses
-        results = backtest_runs(records, fraction=args.fraction, run_col="run", compute_col=compute_col,
-                                reward_col="reward", calibration=calibration, **fit)
+        results = backtest_runs(
+            records,
+            fraction=args.fraction,
+            run_col="run",
+            compute_col=compute_col,
+            reward_col="reward",
+            calibration=calibration,
+            **fit,
+        )
         peaks = records.groupby("run", sort=False)["reward"].max()
         fell = {r.run for r in results if r.fitted and r.observed < peaks[r.run] - FELL}
         if compute_col == "compute":  # the overall figures count each run once
@@ -249,8 +314,14 @@ def main() -> None:
             fallen |= {(name, run) for run in fell}
         summary = summarize(results, args.fraction)
         misses = {r.run: miss_cause(r, peaks[r.run]) for r in results if r.A_inside is False}
-        datasets[name] = {"file": str(path.relative_to(ROOT)), "compute": compute_col, "summary": summary.to_dict(),
-                          "runs_that_fell": sorted(fell), "A_outside": misses, "runs": [r.to_dict() for r in results]}
+        datasets[name] = {
+            "file": str(path.relative_to(ROOT)),
+            "compute": compute_col,
+            "summary": summary.to_dict(),
+            "runs_that_fell": sorted(fell),
+            "A_outside": misses,
+            "runs": [r.to_dict() for r in results],
+        }
         print(f"== {name} ({path.relative_to(ROOT)})")
         for line in summary_lines(summary):
             print("   " + line)
@@ -265,23 +336,28 @@ def main() -> None:
     for line in summary_lines(standing):
         print("   " + line)
     trainings = per_trajectory(keyed)
-    print(f"== each training once ({replicates['runs']} quickstart runs are {replicates['trajectories']} trainings: "
-          f"replicates differ by at most {replicates['max_reward_difference_between_replicates_at_a_step']:.3g} "
-          "at a step)")
-    print(f"   {trainings['trainings']} trainings, {trainings['fitted']} fitted; on the {trainings['rising']} "
-          "rising at their half: |error| fit "
-          f"{trainings['mae_fit_rising']:.3f}, carry-forward {trainings['mae_carry_forward_rising']:.3f}; full-run A "
-          f"inside {trainings['A_inside']:.1f} of {trainings['A_checked']} ({trainings['A_inside_share']:.0%})")
+    print(
+        f"== each training once ({replicates['runs']} quickstart runs are {replicates['trajectories']} trainings: "
+        f"replicates differ by at most {replicates['max_reward_difference_between_replicates_at_a_step']:.3g} "
+        "at a step)"
+    )
+    print(
+        f"   {trainings['trainings']} trainings, {trainings['fitted']} fitted; on the {trainings['rising']} "
+        "rising at their half: |error| fit "
+        f"{trainings['mae_fit_rising']:.3f}, carry-forward {trainings['mae_carry_forward_rising']:.3f}; full-run A "
+        f"inside {trainings['A_inside']:.1f} of {trainings['A_checked']} ({trainings['A_inside_share']:.0%})"
+    )
     commit = head_commit()
     result = {
         "protocol": "fit each run on its points at compute <= fraction x its last compute; score the fit's mean "
-                    "reward over the run's last 10% of compute against the observed mean there; carry-forward = the "
-                    "part's last reward; rising = gained > 0.02 from the part's last 10% to the run's last 10%",
+        "reward over the run's last 10% of compute against the observed mean there; carry-forward = the "
+        "part's last reward; rising = gained > 0.02 from the part's last 10% to the run's last 10%",
         "settings": {"fraction": args.fraction, **fit},
         # on each training once: the demo sweeps' copies of one seeded training are not separate evidence
         "goal": {
             "fit_beats_carry_forward_on_rising_runs": bool(
-                trainings["mae_fit_rising"] < trainings["mae_carry_forward_rising"]),
+                trainings["mae_fit_rising"] < trainings["mae_carry_forward_rising"]
+            ),
             "A_inside_share_at_least_0.9": bool(trainings["A_inside_share"] >= 0.9),
         },
         "each_training_once": trainings,
@@ -297,9 +373,20 @@ def main() -> None:
         "commit": commit,
         # the fit code measured, when it differed from that commit (other work in progress in the same tree)
         "uncommitted_fitting_files": subprocess.run(
-            ["git", "diff", "--name-only", "HEAD", "--", "fitting/", "rlscale/base/",
-             ":(exclude)fitting/interval.json"],
-            capture_output=True, text=True, cwd=ROOT).stdout.split(),
+            [
+                "git",
+                "diff",
+                "--name-only",
+                "HEAD",
+                "--",
+                "fitting/",
+                "rlscale/base/",
+                ":(exclude)fitting/interval.json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        ).stdout.split(),
         "machine": {"platform": platform.platform()},
     }
     RESULT.write_text(json.dumps(result, indent=2, allow_nan=False, default=str) + "\n")

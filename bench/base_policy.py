@@ -31,9 +31,23 @@ from recipe_search import fit_row  # noqa: E402  (the same two fits as the recip
 RESULT = ROOT / "bench" / "results" / "base_policy.json"
 PLOT = ROOT / "bench" / "results" / "base_policy.png"
 TARGETS = (0.5, 0.7, 0.8, 0.9)
-RECIPE = {"model": "tiny", "task": "arithmetic", "prompts_per_batch": 16, "rollouts": 4, "steps": 1000,
-          "async": "sync", "lr": 1.0e-4, "lr_reference_batch": 512, "lr_warmup_steps": 20, "max_new_tokens": 8,
-          "temperature": 1.0, "eval_every": 10, "eval_early_per_decade": 6, "eval_prompts": 384, "eval_samples": 4}
+RECIPE = {
+    "model": "tiny",
+    "task": "arithmetic",
+    "prompts_per_batch": 16,
+    "rollouts": 4,
+    "steps": 1000,
+    "async": "sync",
+    "lr": 1.0e-4,
+    "lr_reference_batch": 512,
+    "lr_warmup_steps": 20,
+    "max_new_tokens": 8,
+    "temperature": 1.0,
+    "eval_every": 10,
+    "eval_early_per_decade": 6,
+    "eval_prompts": 384,
+    "eval_samples": 4,
+}
 
 
 def one(target: float, out: Path) -> None:
@@ -48,9 +62,16 @@ def one(target: float, out: Path) -> None:
     info = json.loads((policy.base_model_dir() / "rlscale_base_model.json").read_text())
     build_seconds = time.perf_counter() - started
     records = run_local(Recipe(**RECIPE), threads=1, device="cpu")
-    out.write_text(json.dumps({"target": target, "base": info, "build_seconds": build_seconds,
-                               "records": [{k: r[k] for k in ("step", "rollouts", "gpu_hours", "val_reward")}
-                                           for r in records]}))
+    out.write_text(
+        json.dumps(
+            {
+                "target": target,
+                "base": info,
+                "build_seconds": build_seconds,
+                "records": [{k: r[k] for k in ("step", "rollouts", "gpu_hours", "val_reward")} for r in records],
+            }
+        )
+    )
 
 
 def summarize(output: dict) -> dict:
@@ -64,11 +85,18 @@ def summarize(output: dict) -> dict:
     def window(lo: int, hi: int) -> float:
         return float(reward[(steps >= lo) & (steps <= hi)].mean())
 
-    return {"base": output["base"], "build_seconds": output["build_seconds"], "steps": steps.tolist(),
-            "val_reward": reward.tolist(), "start": float(reward[0]),
-            # a plateau gains little between the two windows; a creeping run keeps gaining
-            "mean_steps_100_200": window(100, 200), "mean_steps_900_1000": window(900, 1000),
-            "fit_all_points": fit_row(rollouts, reward), "fit_record_breaking": fit_row(rollouts[keep], reward[keep])}
+    return {
+        "base": output["base"],
+        "build_seconds": output["build_seconds"],
+        "steps": steps.tolist(),
+        "val_reward": reward.tolist(),
+        "start": float(reward[0]),
+        # a plateau gains little between the two windows; a creeping run keeps gaining
+        "mean_steps_100_200": window(100, 200),
+        "mean_steps_900_1000": window(900, 1000),
+        "fit_all_points": fit_row(rollouts, reward),
+        "fit_record_breaking": fit_row(rollouts[keep], reward[keep]),
+    }
 
 
 def plot(results: dict) -> None:
@@ -103,8 +131,12 @@ def main() -> None:
 
     def run(target: float) -> dict:
         out = work / f"{target}.json"
-        subprocess.run([sys.executable, __file__, "--one", str(target), str(out)], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, __file__, "--one", str(target), str(out)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return summarize(json.loads(out.read_text()))
 
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -112,12 +144,18 @@ def main() -> None:
     for target, row in results.items():
         fit = row["fit_all_points"]
         verdict = "identified" if fit.get("identified") else f"not identified: {fit.get('reason', '')[:70]}"
-        print(f"SFT to {target}: base {row['base']['sampled_pass_rate']:.3f} ({row['base']['sft_steps']} SFT steps), "
-              f"RL start {row['start']:.3f}, steps 100-200 {row['mean_steps_100_200']:.3f}, steps 900-1000 "
-              f"{row['mean_steps_900_1000']:.3f}; A {fit.get('A', float('nan')):.3f} "
-              f"[{fit.get('A_lo', float('nan')):.3f}, {fit.get('A_hi', float('nan')):.3f}] {verdict}")
-    RESULT.write_text(json.dumps({"recipe": RECIPE, "targets": results, "seconds": time.perf_counter() - started},
-                                 indent=1, allow_nan=True) + "\n")
+        print(
+            f"SFT to {target}: base {row['base']['sampled_pass_rate']:.3f} ({row['base']['sft_steps']} SFT steps), "
+            f"RL start {row['start']:.3f}, steps 100-200 {row['mean_steps_100_200']:.3f}, steps 900-1000 "
+            f"{row['mean_steps_900_1000']:.3f}; A {fit.get('A', float('nan')):.3f} "
+            f"[{fit.get('A_lo', float('nan')):.3f}, {fit.get('A_hi', float('nan')):.3f}] {verdict}"
+        )
+    RESULT.write_text(
+        json.dumps(
+            {"recipe": RECIPE, "targets": results, "seconds": time.perf_counter() - started}, indent=1, allow_nan=True
+        )
+        + "\n"
+    )
     plot(results)
     print(f"wrote {RESULT.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
 

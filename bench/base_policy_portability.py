@@ -35,7 +35,10 @@ CASES = {  # name: (environment of the build, portable)
     "portable (as shipped)": (PORTABLE_ENV, True),
     "portable, MKL capped at AVX2": ({**PORTABLE_ENV, "MKL_ENABLE_INSTRUCTIONS": "AVX2"}, True),
 }
-BUILD = "import sys; from pathlib import Path; from rlscale.runner.rl.policy import _build_into; _build_into(Path(sys.argv[1]))"
+BUILD = (
+    "import sys; from pathlib import Path; from rlscale.runner.rl.policy import _build_into; "
+    "_build_into(Path(sys.argv[1]))"
+)
 
 
 def sha256(path: Path) -> str:
@@ -47,14 +50,23 @@ def build(env: dict) -> dict:
     directory = Path(tempfile.mkdtemp(prefix="base_portability_"))
     started = time.perf_counter()
     clean = {key: value for key, value in os.environ.items() if key not in {*PORTABLE_ENV, *AVX2}}
-    subprocess.run([sys.executable, "-c", BUILD, str(directory)], check=True, capture_output=True,
-                   env={**clean, **ONE_THREAD, **env})
+    subprocess.run(
+        [sys.executable, "-c", BUILD, str(directory)],
+        check=True,
+        capture_output=True,
+        env={**clean, **ONE_THREAD, **env},
+    )
     seconds = time.perf_counter() - started
     info = json.loads((directory / "rlscale_base_model.json").read_text())
-    return {"torch": info["torch"], "torch_cpu_capability": info["torch_cpu_capability"],
-            "sft_steps": info["sft_steps"], "sampled_pass_rate": info["sampled_pass_rate"],
-            "sha256": sha256(directory / "model.safetensors"), "seconds": round(seconds, 1),
-            "seconds_per_sft_step": round(seconds / info["sft_steps"], 4)}
+    return {
+        "torch": info["torch"],
+        "torch_cpu_capability": info["torch_cpu_capability"],
+        "sft_steps": info["sft_steps"],
+        "sampled_pass_rate": info["sampled_pass_rate"],
+        "sha256": sha256(directory / "model.safetensors"),
+        "seconds": round(seconds, 1),
+        "seconds_per_sft_step": round(seconds / info["sft_steps"], 4),
+    }
 
 
 def main() -> None:
@@ -63,21 +75,37 @@ def main() -> None:
     for name, (env, portable) in CASES.items():
         row = rows[name] = {"environment": env, "portable": portable, **build(env)}
         row["same_as_shipped"] = row["sha256"] == shipped
-        print(f"{name:34s} {row['torch_cpu_capability']:8s} {row['sft_steps']:5d} SFT steps, pass rate "
-              f"{row['sampled_pass_rate']:.3f}, {row['sha256'][:12]}, {row['seconds']:.0f} s"
-              f"{', the shipped build' if row['same_as_shipped'] else ''}", flush=True)
-    hashes = {portable: {row["sha256"] for row in rows.values() if row["portable"] == portable}
-              for portable in (True, False)}
+        print(
+            f"{name:34s} {row['torch_cpu_capability']:8s} {row['sft_steps']:5d} SFT steps, pass rate "
+            f"{row['sampled_pass_rate']:.3f}, {row['sha256'][:12]}, {row['seconds']:.0f} s"
+            f"{', the shipped build' if row['same_as_shipped'] else ''}",
+            flush=True,
+        )
+    hashes = {
+        portable: {row["sha256"] for row in rows.values() if row["portable"] == portable} for portable in (True, False)
+    }
     shipped_info = json.loads((SHIPPED_DIR / "rlscale_base_model.json").read_text())
-    result = {"cases": rows, "native_builds_identical": len(hashes[False]) == 1,
-              "portable_builds_identical": len(hashes[True]) == 1,
-              "shipped": {"sha256": shipped, "sft_steps": shipped_info["sft_steps"],
-                          "sampled_pass_rate": shipped_info["sampled_pass_rate"], "torch": shipped_info["torch"]},
-              "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                          "cpu_flags_avx512f": "avx512f" in Path("/proc/cpuinfo").read_text()}}
+    result = {
+        "cases": rows,
+        "native_builds_identical": len(hashes[False]) == 1,
+        "portable_builds_identical": len(hashes[True]) == 1,
+        "shipped": {
+            "sha256": shipped,
+            "sft_steps": shipped_info["sft_steps"],
+            "sampled_pass_rate": shipped_info["sampled_pass_rate"],
+            "torch": shipped_info["torch"],
+        },
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "cpu_flags_avx512f": "avx512f" in Path("/proc/cpuinfo").read_text(),
+        },
+    }
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"native builds identical: {result['native_builds_identical']}; portable builds identical: "
-          f"{result['portable_builds_identical']}; wrote {RESULT.relative_to(ROOT)}")
+    print(
+        f"native builds identical: {result['native_builds_identical']}; portable builds identical: "
+        f"{result['portable_builds_identical']}; wrote {RESULT.relative_to(ROOT)}"
+    )
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ clock in place of Ray. Early termination is the asymptote rule's rung schedule (
 its stop check every other evaluation; a run stopped while in flight ends at its next check.
 
 Reported for the full grid and with early termination: GPU utilisation (busy GPU-hours / (64 x makespan)),
-makespan against its lower bound (max(GPU-hours spent / 64, longest run), per study), the grid's best found (exactly, and
-within the 0.02 noise band of its true asymptote) and compute spent against the full grid; and the same schedule
-one run at a time (8 GPUs busy of 64) for comparison. Writes bench/results/cluster_schedule.json.
+makespan against its lower bound (max(GPU-hours spent / 64, longest run), per study), the grid's best found
+(exactly, and within the 0.02 noise band of its true asymptote) and compute spent against the full grid; and the same
+schedule one run at a time (8 GPUs busy of 64) for comparison. Writes bench/results/cluster_schedule.json.
 """
 
 import argparse
@@ -27,7 +27,6 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
-
 from early_termination import CHECK_EVERY, N_EVALS, REGIMES, RULE, WITHIN, FitCache, full_grid_best, make_study
 from rlscale.planner.study import load_study, planned_runs
 from rlscale.runner.sweep.admission import Ledger
@@ -59,9 +58,14 @@ class SimulatedCluster:
     def view(self, i: int) -> RunProgress:
         n = self.seen[i]
         run = self.runs[i]
-        return RunProgress(key=i, fraction=float(run["compute"][n - 1]) if n else 0.0, fit=self.fits(i, n),
-                           finished=n == N_EVALS, last_reward=float(run["reward"][n - 1]) if n else None,
-                           stopped=i in self.stopped)
+        return RunProgress(
+            key=i,
+            fraction=float(run["compute"][n - 1]) if n else 0.0,
+            fit=self.fits(i, n),
+            finished=n == N_EVALS,
+            last_reward=float(run["reward"][n - 1]) if n else None,
+            stopped=i in self.stopped,
+        )
 
     def admit(self, i: int) -> bool:
         return self.ledger.admit(i, [{"GPU": float(GPUS_PER_RUN)}])
@@ -76,7 +80,7 @@ class SimulatedCluster:
         while True:
             i = min(self.flight, key=lambda k: self.flight[k][2])
             until, check, at = self.flight[i]
-            for k in self.flight:  # every run in flight holds its GPUs until this moment
+            for _ in self.flight:  # every run in flight holds its GPUs until this moment
                 self.busy_gpu_hours += GPUS_PER_RUN * (at - self.now)
             self.now = at
             self.seen[i] += 1
@@ -111,14 +115,20 @@ def cpu_model() -> str:
 def schedule_study(runs, hours, fits, schedule, slots: int) -> dict:
     """One study through run_concurrently on the simulated cluster, `slots` 8-GPU jobs at most at once."""
     cluster = SimulatedCluster(runs, hours, fits, NODES * GPUS_PER_NODE)
-    run_concurrently(schedule, cluster.progress, cluster.start, cluster.wait, cluster.stop, admit=cluster.admit,
-                     slots=slots)
+    run_concurrently(
+        schedule, cluster.progress, cluster.start, cluster.wait, cluster.stop, admit=cluster.admit, slots=slots
+    )
     finished = [i for i, n in enumerate(cluster.seen) if n == N_EVALS and i not in cluster.stopped]
     pick = max(finished, key=lambda k: fits(k, N_EVALS).A if fits(k, N_EVALS) is not None else -1)
     longest = max(hours[i] * float(runs[i]["compute"][n - 1]) for i, n in enumerate(cluster.seen) if n) / GPUS_PER_RUN
     bound = max(cluster.spent_gpu_hours() / (NODES * GPUS_PER_NODE), longest)
-    return {"makespan_hours": cluster.now, "busy_gpu_hours": cluster.busy_gpu_hours,
-            "spent_gpu_hours": cluster.spent_gpu_hours(), "pick": pick, "makespan_lower_bound_hours": bound}
+    return {
+        "makespan_hours": cluster.now,
+        "busy_gpu_hours": cluster.busy_gpu_hours,
+        "spent_gpu_hours": cluster.spent_gpu_hours(),
+        "pick": pick,
+        "makespan_lower_bound_hours": bound,
+    }
 
 
 def summarise(rows: list[dict], key: str, full_hours: float) -> dict:
@@ -127,13 +137,15 @@ def summarise(rows: list[dict], key: str, full_hours: float) -> dict:
     makespan = float(np.mean([r["makespan_hours"] for r in mine]))
     bound = float(np.mean([r["makespan_lower_bound_hours"] for r in mine]))
     return {
-        "utilisation": float(np.mean([r["busy_gpu_hours"] / (NODES * GPUS_PER_NODE * r["makespan_hours"])
-                                      for r in mine])),
+        "utilisation": float(
+            np.mean([r["busy_gpu_hours"] / (NODES * GPUS_PER_NODE * r["makespan_hours"]) for r in mine])
+        ),
         "makespan_hours": makespan,
         "makespan_lower_bound_hours": bound,
         "best_found_share": float(np.mean([r["pick"] == row["grid_best"] for r, row in zip(mine, rows)])),
-        "best_within_noise_share": float(np.mean([row["truth"][row["grid_best"]] - row["truth"][r["pick"]] <= WITHIN
-                                                  for r, row in zip(mine, rows)])),
+        "best_within_noise_share": float(
+            np.mean([row["truth"][row["grid_best"]] - row["truth"][r["pick"]] <= WITHIN for r, row in zip(mine, rows)])
+        ),
         "compute_share": float(np.mean([r["spent_gpu_hours"] for r in mine])) / full_hours,
         "compute_share_max": float(np.max([r["spent_gpu_hours"] for r in mine])) / full_hours,
     }
@@ -161,25 +173,36 @@ def main() -> None:
         row["early_termination"] = schedule_study(runs, hours, fits, rungs, slots)
         row["one_at_a_time"] = schedule_study(runs, hours, fits, rungs, 1)
         rows.append(row)
-        print(f"study {k + 1}/{args.studies}: concurrent {row['early_termination']['makespan_hours']:.0f} h, "
-              f"one at a time {row['one_at_a_time']['makespan_hours']:.0f} h "
-              f"({time.perf_counter() - started:.0f} s)", flush=True)
-    result = {key: summarise(rows, key, full_hours) for key in ("full_grid", "early_termination",
-                                                                        "one_at_a_time")}
+        print(
+            f"study {k + 1}/{args.studies}: concurrent {row['early_termination']['makespan_hours']:.0f} h, "
+            f"one at a time {row['one_at_a_time']['makespan_hours']:.0f} h "
+            f"({time.perf_counter() - started:.0f} s)",
+            flush=True,
+        )
+    result = {key: summarise(rows, key, full_hours) for key in ("full_grid", "early_termination", "one_at_a_time")}
     ratio = result["early_termination"]["makespan_hours"] / result["one_at_a_time"]["makespan_hours"]
     result["early_termination"]["makespan_vs_one_at_a_time"] = ratio
-    result.update({
-        "cluster": {"gpus": NODES * GPUS_PER_NODE, "nodes": NODES, "gpus_per_run": GPUS_PER_RUN},
-        "study": "studies/isocompute_playbook.yaml", "runs": len(hours), "studies": args.studies,
-        "c_mid_fraction_of_budget": list(REGIMES[REGIME]), "evals_per_run": N_EVALS, "check_every_evals": CHECK_EVERY,
-        "date": date.today().isoformat(), "host": cpu_model(),
-        "seconds": round(time.perf_counter() - started, 1),
-    })
+    result.update(
+        {
+            "cluster": {"gpus": NODES * GPUS_PER_NODE, "nodes": NODES, "gpus_per_run": GPUS_PER_RUN},
+            "study": "studies/isocompute_playbook.yaml",
+            "runs": len(hours),
+            "studies": args.studies,
+            "c_mid_fraction_of_budget": list(REGIMES[REGIME]),
+            "evals_per_run": N_EVALS,
+            "check_every_evals": CHECK_EVERY,
+            "date": date.today().isoformat(),
+            "host": cpu_model(),
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+    )
     for key in ("full_grid", "early_termination", "one_at_a_time"):
         r = result[key]
-        print(f"{key:18s} utilisation {r['utilisation']:.1%}  makespan {r['makespan_hours']:.0f} h "
-              f"(bound {r['makespan_lower_bound_hours']:.0f} h)  best found {r['best_found_share']:.0%} "
-              f"(within 0.02: {r['best_within_noise_share']:.0%})  compute {r['compute_share']:.0%}")
+        print(
+            f"{key:18s} utilisation {r['utilisation']:.1%}  makespan {r['makespan_hours']:.0f} h "
+            f"(bound {r['makespan_lower_bound_hours']:.0f} h)  best found {r['best_found_share']:.0%} "
+            f"(within 0.02: {r['best_within_noise_share']:.0%})  compute {r['compute_share']:.0%}"
+        )
     print(f"early termination makespan / one at a time: {ratio:.3f}")
     out = Path(__file__).parent / "results" / "cluster_schedule.json"
     out.write_text(json.dumps(result, indent=2))

@@ -45,10 +45,15 @@ RECIPE = {"model": "tiny", "task": "arithmetic", "async": "pipeline", "lr": 1e-4
 def seed_study(store, tmp: Path, name: str, prompts: list[int], rollouts: list[int], rng) -> None:
     """An IsoCompute study whose runs are synthetic ScaleRL curves (binomial noise), EVALUATIONS each, with a sweep's
     statuses: most done, one stopped by the rule, two in flight on 2 GPUs, one queued."""
-    spec = {"name": name, "description": "synthetic curves: the dashboard's benchmark", "method": "isocompute",
-            "compute": {"unit": "gpu_hours", "budget": 0.05, "scope": "per_run", "profile": "tiny-cpu"},
-            "early_terminate": {"type": "asymptote", "min_fraction": 0.25}, "recipe": RECIPE,
-            "parameters": {"prompts_per_batch": {"values": prompts}, "rollouts": {"values": rollouts}}}
+    spec = {
+        "name": name,
+        "description": "synthetic curves: the dashboard's benchmark",
+        "method": "isocompute",
+        "compute": {"unit": "gpu_hours", "budget": 0.05, "scope": "per_run", "profile": "tiny-cpu"},
+        "early_terminate": {"type": "asymptote", "min_fraction": 0.25},
+        "recipe": RECIPE,
+        "parameters": {"prompts_per_batch": {"values": prompts}, "rollouts": {"values": rollouts}},
+    }
     (tmp / f"{name}.yaml").write_text(yaml.safe_dump(spec))
     study = load_study(tmp / f"{name}.yaml")
     store.upsert_study(name, study.to_spec())
@@ -60,9 +65,14 @@ def seed_study(store, tmp: Path, name: str, prompts: list[int], rollouts: list[i
         n = point.recipe.rollouts
         asymptote = 0.55 + 0.05 * np.log2(n) - 0.01 * np.log2(point.recipe.prompts_per_batch)
         hours = np.linspace(0.0, 0.05, EVALUATIONS + 1)[1:]
-        reward = rng.binomial(1536, sigmoid(hours, asymptote, 1.6, 0.004 * n ** 0.5, 0.12)) / 1536
-        store.add_records(run_id, [{"step": 10 * (k + 1), "gpu_hours": float(h), "val_reward": float(r)}
-                                   for k, (h, r) in enumerate(zip(hours, reward))])
+        reward = rng.binomial(1536, sigmoid(hours, asymptote, 1.6, 0.004 * n**0.5, 0.12)) / 1536
+        store.add_records(
+            run_id,
+            [
+                {"step": 10 * (k + 1), "gpu_hours": float(h), "val_reward": float(r)}
+                for k, (h, r) in enumerate(zip(hours, reward))
+            ],
+        )
         status, note = "done", None
         if i == 1:
             status, note = "stopped", "asymptote at most 0.581 < best run's lower bound 0.712"
@@ -88,8 +98,11 @@ def page_weight(page, url: str) -> dict:
         entry = parts.setdefault(kind, {"bytes": 0, "gzip": 0})
         entry["bytes"] += len(body)
         entry["gzip"] += len(gzip.compress(body, 6))
-    return {"total_bytes": sum(p["bytes"] for p in parts.values()),
-            "total_gzip": sum(p["gzip"] for p in parts.values()), "parts": parts}
+    return {
+        "total_bytes": sum(p["bytes"] for p in parts.values()),
+        "total_gzip": sum(p["gzip"] for p in parts.values()),
+        "parts": parts,
+    }
 
 
 def latency(page, url: str, store, study: str, repeats: int) -> list[float]:
@@ -120,10 +133,18 @@ def matplotlib_svg(store, study: str) -> dict:
     curves, _ = run_curves(records, runs, bootstrap=100)
     fitted = time.perf_counter()
     path = Path(tempfile.mkdtemp()) / "curves.svg"
-    plot_study(records.assign(run=records["run"]), curves[pd.notna(curves["A"])], path, compute_col="gpu_hours",
-               reward_col="val_reward")
-    return {"bytes": path.stat().st_size, "seconds_to_draw": round(time.perf_counter() - fitted, 2),
-            "seconds_to_fit": round(fitted - started, 2)}
+    plot_study(
+        records.assign(run=records["run"]),
+        curves[pd.notna(curves["A"])],
+        path,
+        compute_col="gpu_hours",
+        reward_col="val_reward",
+    )
+    return {
+        "bytes": path.stat().st_size,
+        "seconds_to_draw": round(time.perf_counter() - fitted, 2),
+        "seconds_to_fit": round(fitted - started, 2),
+    }
 
 
 def main() -> None:
@@ -157,19 +178,25 @@ def main() -> None:
         svg = matplotlib_svg(writer, "sixteen")
     ordered = sorted(delays)
     result = {
-        "command": "nice .venv/bin/python bench/dashboard.py" + (f" --repeats {args.repeats}" if args.repeats != 20
-                                                                  else ""),
+        "command": "nice .venv/bin/python bench/dashboard.py"
+        + (f" --repeats {args.repeats}" if args.repeats != 20 else ""),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "host": f"{platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
         "study": "16 runs x 100 evaluations (IsoCompute, 4 B_p x 4 n)",
         "page": weight,
-        "latency_s": {"median": round(statistics.median(delays), 3), "p90": round(ordered[int(0.9 * len(ordered))
-                                                                                        - 1], 3),
-                      "max": round(ordered[-1], 3), "min": round(ordered[0], 3), "repeats": len(delays),
-                      "poll_s": 1.0},
-        "alternatives": {"uplot_js_bytes": len(asset("uPlot.iife.min.js")),
-                         "uplot_js_gzip": len(gzip.compress(asset("uPlot.iife.min.js"), 6)),
-                         "matplotlib_svg": svg},
+        "latency_s": {
+            "median": round(statistics.median(delays), 3),
+            "p90": round(ordered[int(0.9 * len(ordered)) - 1], 3),
+            "max": round(ordered[-1], 3),
+            "min": round(ordered[0], 3),
+            "repeats": len(delays),
+            "poll_s": 1.0,
+        },
+        "alternatives": {
+            "uplot_js_bytes": len(asset("uPlot.iife.min.js")),
+            "uplot_js_gzip": len(gzip.compress(asset("uPlot.iife.min.js"), 6)),
+            "matplotlib_svg": svg,
+        },
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "dashboard.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -47,8 +47,11 @@ FRACTIONS = (0.25, 0.5)
 
 def runs_of(records: pd.DataFrame, names) -> dict:
     """{run: (compute, reward)} for the named runs of `records`."""
-    return {name: (g["compute"].to_numpy(float), g["reward"].to_numpy(float))
-            for name, g in records.groupby("run", sort=False) if name in set(names)}
+    return {
+        name: (g["compute"].to_numpy(float), g["reward"].to_numpy(float))
+        for name, g in records.groupby("run", sort=False)
+        if name in set(names)
+    }
 
 
 def studies() -> dict[str, list[dict]]:
@@ -83,9 +86,13 @@ def studies() -> dict[str, list[dict]]:
 
 
 # The source (bench/backtest.py's data set) each real study's runs come from, by the study's name prefix
-STUDY_SOURCE = {"cs336": "cs336_grpo_qwen2.5_math_1.5b", "deep_grpo": "deep_grpo_qwen2.5_0.5b_gsm8k",
-                "qwen3": "verl_qwen3_grpo_gsm8k", "quickstart": "tiny_policy_quickstart_sweeps",
-                "tiny": "tiny_policy_cpu"}
+STUDY_SOURCE = {
+    "cs336": "cs336_grpo_qwen2.5_math_1.5b",
+    "deep_grpo": "deep_grpo_qwen2.5_0.5b_gsm8k",
+    "qwen3": "verl_qwen3_grpo_gsm8k",
+    "quickstart": "tiny_policy_quickstart_sweeps",
+    "tiny": "tiny_policy_cpu",
+}
 CROSSING_STUDIES = 60
 FULL_GPU_HOURS, EVAL_EVERY, ANSWERS = 16_000.0, 100.0, 2_500  # as bench/fit_accuracy.py's binomial curves
 
@@ -121,8 +128,9 @@ def crossing_studies(n: int, seed: int = 0) -> dict[str, list[dict]]:
         gap = end_mean(compute, curves[best], FULL_GPU_HOURS) - end_mean(compute, curves[leader], FULL_GPU_HOURS)
         if gap <= NOISE_BAND:
             continue
-        out[f"crossing{len(out):03d}"] = [{run: (compute, rng.binomial(ANSWERS, curve) / ANSWERS)
-                                           for run, curve in curves.items()}]
+        out[f"crossing{len(out):03d}"] = [
+            {run: (compute, rng.binomial(ANSWERS, curve) / ANSWERS) for run, curve in curves.items()}
+        ]
     return out
 
 
@@ -136,9 +144,11 @@ def decide(all_studies: dict, calibration_of, fit: dict) -> dict:
             decisions = [decide_study(runs, f, calibration=calibration_of(study), **fit) for runs in copies]
             per_study[study][f"at_{f:g}"] = {
                 "regret": {m: float(np.mean([d.regret[m] for d in decisions])) for m in PICK_METHODS},
-                "within_band": {m: float(np.mean([d.regret[m] <= NOISE_BAND for d in decisions]))
-                                for m in PICK_METHODS},
-                "decisions": [d.to_dict() for d in decisions]}
+                "within_band": {
+                    m: float(np.mean([d.regret[m] <= NOISE_BAND for d in decisions])) for m in PICK_METHODS
+                },
+                "decisions": [d.to_dict() for d in decisions],
+            }
     return per_study
 
 
@@ -148,14 +158,19 @@ def summarize(per_study: dict) -> dict:
     summary = {}
     for f in FRACTIONS:
         key = f"at_{f:g}"
-        summary[key] = {m: {
-            "share_regret_at_most_0.02": float(np.mean([s[key]["within_band"][m] for s in per_study.values()])),
-            "studies_regret_at_most_0.02": float(np.sum([s[key]["within_band"][m] for s in per_study.values()])),
-            "mean_regret": float(np.mean([s[key]["regret"][m] for s in per_study.values()]))} for m in PICK_METHODS}
+        summary[key] = {
+            m: {
+                "share_regret_at_most_0.02": float(np.mean([s[key]["within_band"][m] for s in per_study.values()])),
+                "studies_regret_at_most_0.02": float(np.sum([s[key]["within_band"][m] for s in per_study.values()])),
+                "mean_regret": float(np.mean([s[key]["regret"][m] for s in per_study.values()])),
+            }
+            for m in PICK_METHODS
+        }
         decisions = [d for s in per_study.values() for d in s[key]["decisions"]]
         summary[key]["prediction_differs_from_leader"] = {
             "decisions": len(decisions),
-            "differ": sum(d["picks"]["prediction"] != d["picks"]["leader"] for d in decisions)}
+            "differ": sum(d["picks"]["prediction"] != d["picks"]["leader"] for d in decisions),
+        }
     return summary
 
 
@@ -164,16 +179,23 @@ def show(label: str, per_study: dict, summary: dict) -> None:
     for f in FRACTIONS:
         key = f"at_{f:g}"
         differ = summary[key]["prediction_differs_from_leader"]
-        print(f"  cut at {f:.0%}: " + "; ".join(
-            f"{m} {summary[key][m]['share_regret_at_most_0.02']:.0%}, {summary[key][m]['mean_regret']:.3f}"
-            for m in PICK_METHODS) + f"; interval rule left the leader in {differ['differ']} of {differ['decisions']}")
+        print(
+            f"  cut at {f:.0%}: "
+            + "; ".join(
+                f"{m} {summary[key][m]['share_regret_at_most_0.02']:.0%}, {summary[key][m]['mean_regret']:.3f}"
+                for m in PICK_METHODS
+            )
+            + f"; interval rule left the leader in {differ['differ']} of {differ['decisions']}"
+        )
 
 
 def at_least_as_good(summary: dict, key: str) -> bool:
     """The interval rule's share within the band and mean regret are at least as good as the leader's at `key`."""
     rule, leader = summary[key]["prediction"], summary[key]["leader"]
-    return bool(rule["share_regret_at_most_0.02"] >= leader["share_regret_at_most_0.02"]
-                and rule["mean_regret"] <= leader["mean_regret"] + 1e-12)
+    return bool(
+        rule["share_regret_at_most_0.02"] >= leader["share_regret_at_most_0.02"]
+        and rule["mean_regret"] <= leader["mean_regret"] + 1e-12
+    )
 
 
 def main() -> None:
@@ -187,29 +209,47 @@ def main() -> None:
     seconds = time.perf_counter() - started
     show("real studies", real, real_summary)
     for study, s in real.items():
-        print(f"  {study}: " + "  ".join(f"{k[3:]}: " + ", ".join(f"{m} {s[k]['regret'][m]:.3f}" for m in PICK_METHODS)
-                                         for k in s if k.startswith("at_")))
+        print(
+            f"  {study}: "
+            + "  ".join(
+                f"{k[3:]}: " + ", ".join(f"{m} {s[k]['regret'][m]:.3f}" for m in PICK_METHODS)
+                for k in s
+                if k.startswith("at_")
+            )
+        )
     show("crossing studies", crossing, crossing_summary)
     quarter = crossing_summary["at_0.25"]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
     result = {
         "protocol": " ".join(__doc__.split("\n\n")[1].split()),
-        "settings": {**fit, "noise_band": NOISE_BAND, "crossing_studies": CROSSING_STUDIES,
-                     "real_calibration": "held out by source (bench/results/backtest.json)",
-                     "crossing_calibration": "fitting/interval.json"},
+        "settings": {
+            **fit,
+            "noise_band": NOISE_BAND,
+            "crossing_studies": CROSSING_STUDIES,
+            "real_calibration": "held out by source (bench/results/backtest.json)",
+            "crossing_calibration": "fitting/interval.json",
+        },
         "goal": {
             "crossing_rule_within_band_in_more_studies_than_leader_at_quarter": bool(
-                quarter["prediction"]["studies_regret_at_most_0.02"]
-                > quarter["leader"]["studies_regret_at_most_0.02"]),
+                quarter["prediction"]["studies_regret_at_most_0.02"] > quarter["leader"]["studies_regret_at_most_0.02"]
+            ),
             "real_rule_at_least_as_good_as_leader_at_quarter": at_least_as_good(real_summary, "at_0.25"),
             "real_rule_at_least_as_good_as_leader_at_half": at_least_as_good(real_summary, "at_0.5"),
         },
-        "summary": real_summary, "crossing_summary": crossing_summary, "studies": real, "crossing_studies": crossing,
-        "seconds": seconds, "commit": commit,
+        "summary": real_summary,
+        "crossing_summary": crossing_summary,
+        "studies": real,
+        "crossing_studies": crossing,
+        "seconds": seconds,
+        "commit": commit,
         "uncommitted_fitting_files": subprocess.run(
             ["git", "diff", "--name-only", "HEAD", "--", "fitting/", ":(exclude)fitting/interval.json"],
-            capture_output=True, text=True, cwd=ROOT).stdout.split(),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        ).stdout.split(),
         "machine": {"platform": platform.platform()},
     }
     RESULT.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")

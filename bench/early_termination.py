@@ -39,7 +39,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from rlscale.fitting import early_stop
 from rlscale.fitting.early_stop import best_fit_of
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
@@ -109,8 +108,12 @@ def make_study(rng, c_mid_range=REGIMES["late"], n_runs=N_RUNS) -> list[dict]:
 def fit(run, n, bootstrap=100, upper_level=None):
     """The sigmoid fit of a run's step-0 eval and its first n evals, as the driver makes it."""
     try:
-        return fit_sigmoid(np.r_[0.0, run["compute"][:n]], np.r_[run["step0_reward"], run["reward"][:n]],
-                           bootstrap=bootstrap, upper_level=upper_level)
+        return fit_sigmoid(
+            np.r_[0.0, run["compute"][:n]],
+            np.r_[run["step0_reward"], run["reward"][:n]],
+            bootstrap=bootstrap,
+            upper_level=upper_level,
+        )
     except FitError:
         return None
 
@@ -148,9 +151,14 @@ def replay_asymptote(runs, order, fits: FitCache, check_every=CHECK_EVERY, **sch
 
     def view(i) -> RunProgress:
         n = seen[i]
-        return RunProgress(key=i, fraction=float(runs[i]["compute"][n - 1]) if n else 0.0, fit=fits(i, n),
-                           finished=n == N_EVALS, last_reward=float(runs[i]["reward"][n - 1]) if n else None,
-                           stopped=i in stopped)
+        return RunProgress(
+            key=i,
+            fraction=float(runs[i]["compute"][n - 1]) if n else 0.0,
+            fit=fits(i, n),
+            finished=n == N_EVALS,
+            last_reward=float(runs[i]["reward"][n - 1]) if n else None,
+            stopped=i in stopped,
+        )
 
     def advance(i, until, check):
         target = int(np.searchsorted(runs[i]["compute"], until + 1e-9))  # evals with compute <= until
@@ -191,10 +199,12 @@ def replay_hyperband(runs, order, seed) -> tuple[int, float]:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # Hyperband assigns trials to brackets by a hash of the study name: a fixed name makes the replay repeat.
-    study = optuna.create_study(study_name=f"replay-{seed}", direction="maximize",
-                                pruner=optuna.pruners.HyperbandPruner(min_resource=4, max_resource=N_EVALS,
-                                                                      reduction_factor=3),
-                                sampler=optuna.samplers.RandomSampler(seed))
+    study = optuna.create_study(
+        study_name=f"replay-{seed}",
+        direction="maximize",
+        pruner=optuna.pruners.HyperbandPruner(min_resource=4, max_resource=N_EVALS, reduction_factor=3),
+        sampler=optuna.samplers.RandomSampler(seed),
+    )
     spent, completed = 0.0, {}
     for i in order:
         run = runs[i]
@@ -233,16 +243,24 @@ def summary(rows, prefix) -> dict:
         "max_compute_fraction": float(np.max(fractions)),
     }
     if f"{prefix}_same" in rows[0]:
-        out = {"same_best_fraction": float(np.mean([r[f"{prefix}_same"] for r in rows])),
-               "best_within_noise_fraction": float(np.mean([r[f"{prefix}_within_noise"] for r in rows])), **out}
+        out = {
+            "same_best_fraction": float(np.mean([r[f"{prefix}_same"] for r in rows])),
+            "best_within_noise_fraction": float(np.mean([r[f"{prefix}_within_noise"] for r in rows])),
+            **out,
+        }
     return out
 
 
 def line(name, r) -> str:
-    picks = (f"same best {r['same_best_fraction']:4.0%}  within 0.02 {r['best_within_noise_fraction']:4.0%}  "
-             if "same_best_fraction" in r else " " * 37)
-    return (f"{name:52.52s} {picks}compute mean {r['mean_compute_fraction']:.0%} "
-            f"median {r['median_compute_fraction']:.0%} max {r['max_compute_fraction']:.0%}")
+    picks = (
+        f"same best {r['same_best_fraction']:4.0%}  within 0.02 {r['best_within_noise_fraction']:4.0%}  "
+        if "same_best_fraction" in r
+        else " " * 37
+    )
+    return (
+        f"{name:52.52s} {picks}compute mean {r['mean_compute_fraction']:.0%} "
+        f"median {r['median_compute_fraction']:.0%} max {r['max_compute_fraction']:.0%}"
+    )
 
 
 def describe(options) -> dict:
@@ -263,35 +281,52 @@ def replay_regime(c_mid_range, replicates, variants) -> tuple[list[dict], dict]:
         fits = FitCache(runs)
         for name, options in variants.items():
             best, spent, moves = run_asymptote(runs, order, fits, options)
-            variant_rows[name].append({
-                "asymptote_best": int(best), "asymptote_same": bool(best == truth_best),
-                "asymptote_within_noise": bool(runs[truth_best]["A"] - runs[best]["A"] <= WITHIN),
-                "asymptote_compute_fraction": spent / full, "asymptote_moves": moves})
+            variant_rows[name].append(
+                {
+                    "asymptote_best": int(best),
+                    "asymptote_same": bool(best == truth_best),
+                    "asymptote_within_noise": bool(runs[truth_best]["A"] - runs[best]["A"] <= WITHIN),
+                    "asymptote_compute_fraction": spent / full,
+                    "asymptote_moves": moves,
+                }
+            )
         h_best, h_spent = replay_hyperband(runs, order, seed=rep)
-        rows.append({
-            "replicate": rep, "grid_best": truth_best, **variant_rows[CHOSEN][-1],
-            "floor_compute_fraction": floor_asymptote(runs, fits) / full,
-            "hyperband_best": int(h_best), "hyperband_same": bool(h_best == truth_best),
-            "hyperband_within_noise": bool(runs[truth_best]["A"] - runs[h_best]["A"] <= WITHIN),
-            "hyperband_compute_fraction": h_spent / full,
-        })
+        rows.append(
+            {
+                "replicate": rep,
+                "grid_best": truth_best,
+                **variant_rows[CHOSEN][-1],
+                "floor_compute_fraction": floor_asymptote(runs, fits) / full,
+                "hyperband_best": int(h_best),
+                "hyperband_same": bool(h_best == truth_best),
+                "hyperband_within_noise": bool(runs[truth_best]["A"] - runs[h_best]["A"] <= WITHIN),
+                "hyperband_compute_fraction": h_spent / full,
+            }
+        )
     return rows, variant_rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicates", type=int, default=REPLICATES, help="studies per regime")
-    parser.add_argument("--variants", type=int, default=0, metavar="N",
-                        help="instead of the regimes, measure every schedule variant in VARIANTS on N studies of the "
-                             "late regime (written under 'variants'; the regimes' results are kept)")
+    parser.add_argument(
+        "--variants",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead of the regimes, measure every schedule variant in VARIANTS on N studies of the "
+        "late regime (written under 'variants'; the regimes' results are kept)",
+    )
     args = parser.parse_args()
     out = Path(__file__).parent / "results" / "early_termination.json"
     previous = json.loads(out.read_text()) if out.exists() else {}
     started = time.perf_counter()
     if args.variants:
         _, variant_rows = replay_regime(REGIMES["late"], args.variants, VARIANTS)
-        variant_summary = {name: {**describe(options), **summary(variant_rows[name], "asymptote"),
-                                  "replicates": args.variants} for name, options in VARIANTS.items()}
+        variant_summary = {
+            name: {**describe(options), **summary(variant_rows[name], "asymptote"), "replicates": args.variants}
+            for name, options in VARIANTS.items()
+        }
         for name in VARIANTS:
             print(line(name, variant_summary[name]))
         result = {**previous, "variants": variant_summary, "variants_seconds": round(time.perf_counter() - started, 1)}
@@ -307,14 +342,21 @@ def main() -> None:
                 "replicate_rows": rows,
             }
             lo, hi = c_mid_range
-            print(f"{regime}: C_mid {lo:.0%}-{hi:.0%} of the per-run budget, {args.replicates} studies of {N_RUNS} runs")
+            print(
+                f"{regime}: C_mid {lo:.0%}-{hi:.0%} of the per-run budget, {args.replicates} studies of {N_RUNS} runs"
+            )
             print(line("  asymptote (rung scheduler)", regimes[regime]["asymptote"]))
             print(line("  asymptote floor (best known)", regimes[regime]["asymptote_floor"]))
             print(line("  hyperband", regimes[regime]["hyperband"]))
         result = {
-            "runs_per_study": N_RUNS, "evals_per_run": N_EVALS, "eval_samples": EVAL_SAMPLES,
-            "replicates": args.replicates, "check_every_evals": CHECK_EVERY, "min_fraction": MIN_FRACTION,
-            "regimes": regimes, "variants": previous.get("variants", {}),
+            "runs_per_study": N_RUNS,
+            "evals_per_run": N_EVALS,
+            "eval_samples": EVAL_SAMPLES,
+            "replicates": args.replicates,
+            "check_every_evals": CHECK_EVERY,
+            "min_fraction": MIN_FRACTION,
+            "regimes": regimes,
+            "variants": previous.get("variants", {}),
             "seconds": round(time.perf_counter() - started, 1),
         }
         if "variants_seconds" in previous:

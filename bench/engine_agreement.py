@@ -36,13 +36,39 @@ END_FRACTION = 0.25  # end reward: mean of the evaluations in the last quarter o
 def recipe_for(steps: int, seed: int, engine: str):
     from rlscale.planner.recipe import Recipe
 
-    return Recipe.model_validate(dict(
-        engine=engine, model="tiny", task="arithmetic", prompts_per_batch=16, rollouts=8, steps=steps, seed=seed,
-        loss="dapo", loss_agg="token", adv_norm="group", clip_low=0.2, clip_high=0.28, kl_coef=0.0,
-        zero_variance_filter=False, no_positive_resampling=None, length_control="truncate",
-        recompute_logprobs=True, lr=1e-4, lr_reference_batch=512, lr_warmup_steps=0, temperature=1.0,
-        max_new_tokens=8, eval_every=10, eval_prompts=128, eval_samples=4, checkpoint_every=steps,
-        generator_devices=1, trainer_devices=1, **{"async": "sync"}))
+    return Recipe.model_validate(
+        dict(
+            engine=engine,
+            model="tiny",
+            task="arithmetic",
+            prompts_per_batch=16,
+            rollouts=8,
+            steps=steps,
+            seed=seed,
+            loss="dapo",
+            loss_agg="token",
+            adv_norm="group",
+            clip_low=0.2,
+            clip_high=0.28,
+            kl_coef=0.0,
+            zero_variance_filter=False,
+            no_positive_resampling=None,
+            length_control="truncate",
+            recompute_logprobs=True,
+            lr=1e-4,
+            lr_reference_batch=512,
+            lr_warmup_steps=0,
+            temperature=1.0,
+            max_new_tokens=8,
+            eval_every=10,
+            eval_prompts=128,
+            eval_samples=4,
+            checkpoint_every=steps,
+            generator_devices=1,
+            trainer_devices=1,
+            **{"async": "sync"},
+        )
+    )
 
 
 def _free_port() -> int:
@@ -56,15 +82,34 @@ def start_ray_head(temp: Path) -> tuple[subprocess.Popen, str, str]:
     from ray.job_submission import JobSubmissionClient
 
     port, dashboard, *others = (_free_port() for _ in range(6))
-    flags = ["--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
-             "--metrics-export-port"]
+    flags = [
+        "--dashboard-agent-listen-port",
+        "--dashboard-agent-grpc-port",
+        "--runtime-env-agent-port",
+        "--metrics-export-port",
+    ]
     head = subprocess.Popen(
-        [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", f"--port={port}",
-         "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
-         "--include-dashboard=true", *[f"{flag}={value}" for flag, value in zip(flags, others)],
-         "--num-cpus=4", "--num-gpus=0", f"--temp-dir={temp}", "--disable-usage-stats"],
-        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+        [
+            str(Path(sys.executable).with_name("ray")),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard}",
+            "--include-dashboard=true",
+            *[f"{flag}={value}" for flag, value in zip(flags, others)],
+            "--num-cpus=4",
+            "--num-gpus=0",
+            f"--temp-dir={temp}",
+            "--disable-usage-stats",
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+    )
     jobs = f"http://127.0.0.1:{dashboard}"
     deadline = time.time() + 120
     while True:
@@ -73,7 +118,7 @@ def start_ray_head(temp: Path) -> tuple[subprocess.Popen, str, str]:
             return head, f"127.0.0.1:{port}", jobs
         except Exception:
             if time.time() > deadline or head.poll() is not None:
-                raise RuntimeError("Ray's Jobs API did not come up")
+                raise RuntimeError("Ray's Jobs API did not come up") from None
             time.sleep(0.5)
 
 
@@ -88,9 +133,14 @@ def train(engine, recipe, run_key: str) -> dict:
         first.setdefault(record["step"], record)
     assert result.steps == recipe.steps and sorted(first) == list(range(recipe.steps + 1)), (result, sorted(first))
     evals = [(step, first[step]["val_reward"]) for step in sorted(first) if first[step]["val_reward"] is not None]
-    return {"seed": recipe.seed, "wall_seconds": round(wall, 2), "launch_seconds": result.timings.get("launch"),
-            "device_hours": round(first[recipe.steps]["gpu_hours"], 6), "evals": evals,
-            "train_reward": [first[s]["metrics"].get("train_reward") for s in range(1, recipe.steps + 1)]}
+    return {
+        "seed": recipe.seed,
+        "wall_seconds": round(wall, 2),
+        "launch_seconds": result.timings.get("launch"),
+        "device_hours": round(first[recipe.steps]["gpu_hours"], 6),
+        "evals": evals,
+        "train_reward": [first[s]["metrics"].get("train_reward") for s in range(1, recipe.steps + 1)],
+    }
 
 
 def end_reward(evals: list, steps: int) -> float:
@@ -107,8 +157,13 @@ def fitted_asymptote(runs: list[dict], recipe) -> dict:
         fit = fit_sigmoid([c for c, _ in points], [r for _, r in points], r0=r0, bootstrap=200)
     except FitError as err:
         return {"error": str(err)}
-    return {"A": round(fit.A, 4), "A_lo": round(fit.A_lo, 4), "A_hi": round(fit.A_hi, 4), "R0": round(r0, 4),
-            "identified": bool(fit.identified)}
+    return {
+        "A": round(fit.A, 4),
+        "A_lo": round(fit.A_lo, 4),
+        "A_hi": round(fit.A_hi, 4),
+        "R0": round(r0, 4),
+        "identified": bool(fit.identified),
+    }
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -125,8 +180,10 @@ def plot(summary: dict, path: Path) -> None:
         fit = summary["engines"][engine]["fit"]
         if "A" in fit:
             axis.axhspan(fit["A_lo"], fit["A_hi"], color=color, alpha=0.12, label=f"A {fit['A']:.3f} interval")
-        axis.set_title(f"{engine}: end {summary['engines'][engine]['end_reward_mean']:.3f} "
-                       f"+- {summary['engines'][engine]['end_reward_sd']:.3f}")
+        axis.set_title(
+            f"{engine}: end {summary['engines'][engine]['end_reward_mean']:.3f} "
+            f"+- {summary['engines'][engine]['end_reward_sd']:.3f}"
+        )
         axis.set_xlabel("step (16 prompts x 8 rollouts)")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
@@ -158,8 +215,11 @@ def main() -> None:
             for name, engine in (("builtin", builtin), ("trl", trl)):
                 run = train(engine, recipe_for(args.steps, seed, name), f"agree-{name}-{seed}-{os.getpid()}")
                 runs[name].append(run)
-                print(f"{name:7s} seed {seed}: end {end_reward(run['evals'], args.steps):.3f}  "
-                      f"{run['wall_seconds']:.0f} s", flush=True)
+                print(
+                    f"{name:7s} seed {seed}: end {end_reward(run['evals'], args.steps):.3f}  "
+                    f"{run['wall_seconds']:.0f} s",
+                    flush=True,
+                )
         builtin.close()
     finally:
         from rlscale.runner.builtin import checkpoint
@@ -171,19 +231,29 @@ def main() -> None:
         shutil.rmtree(temp, ignore_errors=True)
 
     recipe = recipe_for(args.steps, 1, "trl")
-    summary = {"command": f"bench/engine_agreement.py --seeds {args.seeds} --steps {args.steps}",
-               "date": time.strftime("%Y-%m-%d"), "host": {"cpus": os.cpu_count(), "machine": platform.machine()},
-               "recipe": {k: v for k, v in recipe.to_json().items() if k not in ("engine", "seed")},
-               "end_fraction": END_FRACTION, "engines": {}}
+    summary = {
+        "command": f"bench/engine_agreement.py --seeds {args.seeds} --steps {args.steps}",
+        "date": time.strftime("%Y-%m-%d"),
+        "host": {"cpus": os.cpu_count(), "machine": platform.machine()},
+        "recipe": {k: v for k, v in recipe.to_json().items() if k not in ("engine", "seed")},
+        "end_fraction": END_FRACTION,
+        "engines": {},
+    }
     for name, mine in runs.items():
         ends = [end_reward(run["evals"], args.steps) for run in mine]
         # after the first run the builtin engine reuses its vLLM generator and trainer: its launch is run 1's extra
         later = [run["wall_seconds"] for run in mine[1:]] or [mine[0]["wall_seconds"]]
-        launch = ([run["launch_seconds"] for run in mine] if name == "trl"
-                  else [mine[0]["wall_seconds"] - float(np.mean(later))])
-        train_seconds = [run["wall_seconds"] - (run["launch_seconds"] or 0.0) for run in mine] if name == "trl" else later
+        launch = (
+            [run["launch_seconds"] for run in mine]
+            if name == "trl"
+            else [mine[0]["wall_seconds"] - float(np.mean(later))]
+        )
+        train_seconds = (
+            [run["wall_seconds"] - (run["launch_seconds"] or 0.0) for run in mine] if name == "trl" else later
+        )
         summary["engines"][name] = {
-            "runs": mine, "end_rewards": [round(e, 4) for e in ends],
+            "runs": mine,
+            "end_rewards": [round(e, 4) for e in ends],
             "end_reward_mean": round(float(np.mean(ends)), 4),
             "end_reward_sd": round(float(np.std(ends, ddof=1)) if len(ends) > 1 else 0.0, 4),
             "fit": fitted_asymptote(mine, recipe),
@@ -201,9 +271,13 @@ def main() -> None:
         e = summary["engines"][name]
         fit = e["fit"]
         a = f"A {fit['A']:.3f} [{fit['A_lo']:.3f}, {fit['A_hi']:.3f}]" if "A" in fit else fit.get("error", "")
-        print(f"{name:7s} end {e['end_reward_mean']:.3f} +- {e['end_reward_sd']:.3f}  {a}  "
-              f"{e['seconds_per_step']:.2f} s/step  launch {e['launch_seconds']:.0f} s")
-    print(f"difference {summary['end_reward_difference']:+.3f} (band {NOISE_BAND}) -> {RESULTS / 'engine_agreement.json'}")
+        print(
+            f"{name:7s} end {e['end_reward_mean']:.3f} +- {e['end_reward_sd']:.3f}  {a}  "
+            f"{e['seconds_per_step']:.2f} s/step  launch {e['launch_seconds']:.0f} s"
+        )
+    print(
+        f"difference {summary['end_reward_difference']:+.3f} (band {NOISE_BAND}) -> {RESULTS / 'engine_agreement.json'}"
+    )
 
 
 if __name__ == "__main__":

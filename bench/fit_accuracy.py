@@ -21,7 +21,8 @@ Targets (issue 17): |A_fit - A_true| <= 0.02 on >= 90% of curves and 95% coverag
 the first three; coverage in 85-98% for ar1; one fit <= 5 ms median; 1,000 runs x 200 resamples <= 60 s (issue 33:
 <= 15 s, bench/fit_speed.py times it beside older code).
 
-Usage: nice .venv/bin/python bench/fit_accuracy.py [--runs 1000] [--resamples 200] [--seed 0] [--noise ...] [--accuracy-seeds 3]
+Usage: nice .venv/bin/python bench/fit_accuracy.py [--runs 1000] [--resamples 200] [--seed 0] [--noise ...]
+       [--accuracy-seeds 3]
 Prints the numbers and writes bench/results/fit_accuracy.json (only when every noise model was run).
 """
 
@@ -35,9 +36,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from scipy.stats import norm  # noqa: E402
-
 from rlscale.fitting.sigmoid import curve_and_jacobian, fit_sigmoid, sigmoid  # noqa: E402
+from scipy.stats import norm  # noqa: E402
 
 FULL_GPU_HOURS = 16_000.0
 EVAL_EVERY = 100.0
@@ -52,10 +52,11 @@ NOISE_MODELS = {
     "constant": f"reward = R(C) + {NOISE_SD} z, z ~ N(0, 1)",
     "ar1": f"reward = R(C) + e, e AR(1) along the evals with rho {AR_RHO}, marginal sd {NOISE_SD}",
     "drift": f"reward = R(C) + e, e independent + AR(1) with rho {DRIFT_RHO} ({DRIFT_SHARE:.0%} of the variance), "
-             f"marginal sd {NOISE_SD}",
+    f"marginal sd {NOISE_SD}",
 }
 TARGETS = {
-    "frac_abs_err_A_le_0.02": ">= 0.90 (not for ar1, drift)", "coverage_95_A": "0.90-0.98 (ar1: 0.85-0.98; drift: none set)",
+    "frac_abs_err_A_le_0.02": ">= 0.90 (not for ar1, drift)",
+    "coverage_95_A": "0.90-0.98 (ar1: 0.85-0.98; drift: none set)",
     "median_ms_per_fit_no_bootstrap": "<= 5",
     "seconds_for_runs_with_bootstrap": "<= 15 (issue 33; issue 17: <= 60) for 1000 runs, 200 resamples",
 }
@@ -130,8 +131,10 @@ def accuracy_on_seed(noise: str, n_runs: int, seed: int) -> dict:
     for truth, compute, reward in simulate(n_runs, seed, noise):
         within.append(abs(fit_sigmoid(compute, reward, bootstrap=0).A - truth["A"]) <= TOLERANCE_A)
         efficient.append(efficient_frac_within(truth, compute, noise))
-    return {"frac_abs_err_A_le_0.02": float(np.mean(within)),
-            "frac_abs_err_A_le_0.02_at_cramer_rao_bound": float(np.mean(efficient))}
+    return {
+        "frac_abs_err_A_le_0.02": float(np.mean(within)),
+        "frac_abs_err_A_le_0.02_at_cramer_rao_bound": float(np.mean(efficient)),
+    }
 
 
 def run_noise_model(noise: str, n_runs: int, resamples: int, seed: int) -> dict:
@@ -162,14 +165,16 @@ def run_noise_model(noise: str, n_runs: int, resamples: int, seed: int) -> dict:
     return {
         "noise_model": NOISE_MODELS[noise],
         "frac_abs_err_A_le_0.02": float(np.mean(errors <= TOLERANCE_A)),
-        "frac_abs_err_A_le_0.02_at_cramer_rao_bound": float(np.mean(
-            [efficient_frac_within(truth, compute, noise) for truth, compute, _ in runs])),
+        "frac_abs_err_A_le_0.02_at_cramer_rao_bound": float(
+            np.mean([efficient_frac_within(truth, compute, noise) for truth, compute, _ in runs])
+        ),
         "median_abs_err_A": float(np.median(errors)),
         "coverage_95_A": float(np.mean(covered)),
         "median_interval_width_A": float(np.median(widths)),
         "frac_identified": float(np.mean(identified)),
         "frac_abs_err_A_le_0.02_when_identified": float(np.mean(errors[identified] <= TOLERANCE_A))
-        if identified.any() else float("nan"),
+        if identified.any()
+        else float("nan"),
         "noise_chosen_by_auto": {name: chosen.count(name) / len(chosen) for name in sorted(set(chosen))},
         "median_rho": float(np.median(rhos)),
         "median_ms_per_fit_no_bootstrap": float(np.median(point_ms)),
@@ -184,13 +189,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--resamples", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--noise", default=",".join(NOISE_MODELS), help="comma-separated subset of " + ", ".join(NOISE_MODELS))
-    parser.add_argument("--accuracy-seeds", type=int, default=3,
-                        help="further seeds (curve sets) on which the accuracy and its Cramer-Rao reference are measured")
+    parser.add_argument(
+        "--noise", default=",".join(NOISE_MODELS), help="comma-separated subset of " + ", ".join(NOISE_MODELS)
+    )
+    parser.add_argument(
+        "--accuracy-seeds",
+        type=int,
+        default=3,
+        help="further seeds (curve sets) on which the accuracy and its Cramer-Rao reference are measured",
+    )
     args = parser.parse_args()
     chosen = args.noise.split(",")
     results = {
-        "runs": args.runs, "resamples": args.resamples, "seed": args.seed, "fit": "fit_sigmoid defaults (noise='auto')",
+        "runs": args.runs,
+        "resamples": args.resamples,
+        "seed": args.seed,
+        "fit": "fit_sigmoid defaults (noise='auto')",
         "observed": f"C <= {FULL_GPU_HOURS / 2:g} of {FULL_GPU_HOURS:g} GPU-hours, every {EVAL_EVERY:g}",
         "noise_models": {},
     }
@@ -200,19 +214,24 @@ def main() -> None:
         # One set of 1,000 curves decides a 90% goal to about +-1 point: the same measure on other sets of curves
         row["accuracy_on_further_seeds"] = {
             str(seed): accuracy_on_seed(noise, args.runs, seed)
-            for seed in range(args.seed + 1, args.seed + 1 + args.accuracy_seeds)}
+            for seed in range(args.seed + 1, args.seed + 1 + args.accuracy_seeds)
+        }
         results["noise_models"][noise] = row
         for key, value in row.items():
             if key == "accuracy_on_further_seeds":
                 for seed, acc in value.items():
-                    print(f"   seed {seed}: A within 0.02 on {acc['frac_abs_err_A_le_0.02']:.3f} (Cramer-Rao "
-                          f"reference {acc['frac_abs_err_A_le_0.02_at_cramer_rao_bound']:.3f})")
+                    print(
+                        f"   seed {seed}: A within 0.02 on {acc['frac_abs_err_A_le_0.02']:.3f} (Cramer-Rao "
+                        f"reference {acc['frac_abs_err_A_le_0.02_at_cramer_rao_bound']:.3f})"
+                    )
                 continue
             print(f"   {key:40s} {value:.4g}" if isinstance(value, float) else f"   {key:40s} {value}")
     results["load_average_1min_at_end"] = os.getloadavg()[0]
     results["cpu_count"] = os.cpu_count()
-    results["note"] = ("timed on a machine shared with other jobs: wall-clock times are upper bounds; "
-                       "cpu_* are this process's own CPU time")
+    results["note"] = (
+        "timed on a machine shared with other jobs: wall-clock times are upper bounds; "
+        "cpu_* are this process's own CPU time"
+    )
     results["targets"] = TARGETS
     if set(chosen) != set(NOISE_MODELS):
         print("(not all noise models run: results file left as it is)")

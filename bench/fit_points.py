@@ -55,10 +55,21 @@ def end_reward(records: pd.DataFrame) -> pd.Series:
 def case(records: pd.DataFrame, runs: pd.DataFrame, record_breaking: bool, budget: float) -> dict:
     curves, draws = run_curves(records, runs, record_breaking=record_breaking, bootstrap=BOOTSTRAP, seed=0)
     ends = end_reward(records)
-    out = {"runs": [{"run": row.run, "points": int(row.n_points), "A": round(float(row.A), 4),
-                     "A_lo": round(float(row.A_lo), 4), "A_hi": round(float(row.A_hi), 4),
-                     "identified": bool(row.identified), "end_reward": round(float(ends[row.run]), 4),
-                     "reason": row.reason or ""} for row in curves.itertuples()]}
+    out = {
+        "runs": [
+            {
+                "run": row.run,
+                "points": int(row.n_points),
+                "A": round(float(row.A), 4),
+                "A_lo": round(float(row.A_lo), 4),
+                "A_hi": round(float(row.A_hi), 4),
+                "identified": bool(row.identified),
+                "end_reward": round(float(ends[row.run]), 4),
+                "reason": row.reason or "",
+            }
+            for row in curves.itertuples()
+        ]
+    }
     out["identified"] = int(curves["identified"].sum())
     try:
         law = fit_optimal_rollouts(fitted(curves), draws=draws, bootstrap=BOOTSTRAP, seed=0)
@@ -67,8 +78,10 @@ def case(records: pd.DataFrame, runs: pd.DataFrame, record_breaking: bool, budge
         out["decision"] = f"not yet: {err}"
     else:
         lo, hi = rec.predicted_interval
-        out["decision"] = (f"B_p {rec.prompts_per_batch}, n {rec.rollouts}, M {rec.steps}: "
-                           f"{rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}]")
+        out["decision"] = (
+            f"B_p {rec.prompts_per_batch}, n {rec.rollouts}, M {rec.steps}: "
+            f"{rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}]"
+        )
         out["picked_run"] = rec.predicted_from
     return out
 
@@ -76,8 +89,10 @@ def case(records: pd.DataFrame, runs: pd.DataFrame, record_breaking: bool, budge
 def summary(results: dict, names: list[str]) -> dict:
     """Per data group, points and cut: decisions made, fits identified, A - end reward, and the decision's regret
     (the best full run's end reward minus the picked run's: was the n chosen from the cut run the one that won?)."""
-    groups = {"demo sweeps": [n for n in names if n.startswith("sweep")],
-              "seeds": [n for n in names if n.startswith("seeds")]}
+    groups = {
+        "demo sweeps": [n for n in names if n.startswith("sweep")],
+        "seeds": [n for n in names if n.startswith("seeds")],
+    }
     table = {}
     for group, members in groups.items():
         for points in ("all", "record_breaking"):
@@ -91,7 +106,8 @@ def summary(results: dict, names: list[str]) -> dict:
                         regrets.append(max(ends.values()) - ends[got["picked_run"]])
                 full = [results[f"{name} 100% {points}"] for name in members]
                 table[f"{group} {points} {fraction:.0%}"] = {
-                    "studies": len(members), "decided": decided,
+                    "studies": len(members),
+                    "decided": decided,
                     "regret_within_0.02": int(sum(r <= 0.02 for r in regrets)),
                     "mean_regret": float(np.mean(regrets)) if regrets else None,
                     "identified_at_100%": int(sum(c["identified"] for c in full)),
@@ -126,15 +142,20 @@ def main() -> None:
                 results[f"{name} {fraction:.0%} {points}"] = got
                 a = [r["A"] for r in got["runs"]]
                 ends = [r["end_reward"] for r in got["runs"]]
-                print(f"{name:20s} {fraction:4.0%} {points:15s} identified {got['identified']}/{len(a)}  "
-                      f"A {min(a):.3f}-{max(a):.3f}  end {min(ends):.3f}-{max(ends):.3f}  "
-                      f"A - end {np.mean(np.subtract(a, ends)):+.3f}  -> {got['decision'][:70]}")
+                print(
+                    f"{name:20s} {fraction:4.0%} {points:15s} identified {got['identified']}/{len(a)}  "
+                    f"A {min(a):.3f}-{max(a):.3f}  end {min(ends):.3f}-{max(ends):.3f}  "
+                    f"A - end {np.mean(np.subtract(a, ends)):+.3f}  -> {got['decision'][:70]}"
+                )
     table = summary(results, names)
     for key, row in table.items():
-        print(f"{key:36s} decided {row['decided']}/{row['studies']}  regret <= 0.02: {row['regret_within_0.02']}  "
-              f"mean {row['mean_regret']:.3f}")
-    RESULT.write_text(json.dumps({"data": names, "bootstrap": BOOTSTRAP, "summary": table,
-                                  "cases": results}, indent=1) + "\n")
+        print(
+            f"{key:36s} decided {row['decided']}/{row['studies']}  regret <= 0.02: {row['regret_within_0.02']}  "
+            f"mean {row['mean_regret']:.3f}"
+        )
+    RESULT.write_text(
+        json.dumps({"data": names, "bootstrap": BOOTSTRAP, "summary": table, "cases": results}, indent=1) + "\n"
+    )
     print(f"wrote {RESULT.relative_to(ROOT)}")
 
 

@@ -70,10 +70,14 @@ class Differences:
             if not (x == y or (np.isnan(x) and np.isnan(y))):
                 worst[name] = abs(x - y) / max(abs(x), abs(y), 1e-300)
         if (a.samples is None) != (b.samples is None) or (
-                a.samples is not None and not np.array_equal(a.samples, b.samples, equal_nan=True)):
+            a.samples is not None and not np.array_equal(a.samples, b.samples, equal_nan=True)
+        ):
             same_shape = a.samples is not None and b.samples is not None and a.samples.shape == b.samples.shape
-            worst["samples"] = float(np.nanmax(np.abs(a.samples - b.samples) / np.maximum(
-                np.abs(a.samples), 1e-300))) if same_shape else float("inf")
+            worst["samples"] = (
+                float(np.nanmax(np.abs(a.samples - b.samples) / np.maximum(np.abs(a.samples), 1e-300)))
+                if same_shape
+                else float("inf")
+            )
         for name in ("identified", "reason", "noise", "n_points"):
             if getattr(a, name) != getattr(b, name):
                 worst[name] = float("inf")
@@ -96,15 +100,20 @@ def per_call(implementations, repeats: int, differences) -> dict:
     for repeat in range(repeats):
         for i, (compute, reward) in enumerate(curves):
             fits = {}
-            for name in (order if (repeat + i) % 2 == 0 else order[::-1]):
+            for name in order if (repeat + i) % 2 == 0 else order[::-1]:
                 fits[name], seconds, cpu_seconds = timed(implementations[name].fit_sigmoid, compute, reward)
                 wall[name].append(seconds)
                 cpu[name].append(cpu_seconds)
             if differences is not None and repeat == 0:
                 differences.add(fits["old"], fits["new"])
-    return {name: {"median_ms_per_call": 1e3 * float(np.median(wall[name])),
-                   "median_cpu_ms_per_call": 1e3 * float(np.median(cpu[name])),
-                   "calls": len(wall[name])} for name in implementations}
+    return {
+        name: {
+            "median_ms_per_call": 1e3 * float(np.median(wall[name])),
+            "median_cpu_ms_per_call": 1e3 * float(np.median(cpu[name])),
+            "calls": len(wall[name]),
+        }
+        for name in implementations
+    }
 
 
 def runs_with_bootstrap(implementations, n_runs: int, resamples: int, differences) -> dict:
@@ -115,11 +124,13 @@ def runs_with_bootstrap(implementations, n_runs: int, resamples: int, difference
     order = list(implementations)
     for block, first in enumerate(range(0, n_runs, BLOCK)):
         fits = {}
-        for name in (order if block % 2 == 0 else order[::-1]):
+        for name in order if block % 2 == 0 else order[::-1]:
             fit = implementations[name].fit_sigmoid
             start, cpu_start = time.perf_counter(), time.process_time()
-            fits[name] = [fit(compute, reward, bootstrap=resamples, seed=first + i)
-                          for i, (_, compute, reward) in enumerate(runs[first:first + BLOCK])]
+            fits[name] = [
+                fit(compute, reward, bootstrap=resamples, seed=first + i)
+                for i, (_, compute, reward) in enumerate(runs[first : first + BLOCK])
+            ]
             wall[name] += time.perf_counter() - start
             cpu[name] += time.process_time() - cpu_start
         if differences is not None:
@@ -150,17 +161,26 @@ def per_prediction(repeats: int) -> dict:
     cpu = {name: [] for name in implementations}
     for repeat in range(repeats):
         for i, ((compute, reward), fit) in enumerate(zip(curves, fits)):
-            for name in (["old", "new"] if (repeat + i) % 2 == 0 else ["new", "old"]):
+            for name in ["old", "new"] if (repeat + i) % 2 == 0 else ["new", "old"]:
                 _, seconds, cpu_seconds = timed(
                     lambda x, y, f=fit, n=name: implementations[n].predict_at(f, x, y, 2 * CALL_OBSERVED, **options[n]),
-                    compute, reward)
+                    compute,
+                    reward,
+                )
                 wall[name].append(seconds)
                 cpu[name].append(cpu_seconds)
-    return {"old_is": f"fitting/predict.py at {BASELINE_COMMIT}",
-            "fit_median_cpu_ms_per_call": 1e3 * float(np.median(fit_cpu)),
-            **{name: {"median_ms_per_call": 1e3 * float(np.median(wall[name])),
-                      "median_cpu_ms_per_call": 1e3 * float(np.median(cpu[name])), "calls": len(wall[name])}
-               for name in implementations}}
+    return {
+        "old_is": f"fitting/predict.py at {BASELINE_COMMIT}",
+        "fit_median_cpu_ms_per_call": 1e3 * float(np.median(fit_cpu)),
+        **{
+            name: {
+                "median_ms_per_call": 1e3 * float(np.median(wall[name])),
+                "median_cpu_ms_per_call": 1e3 * float(np.median(cpu[name])),
+                "calls": len(wall[name]),
+            }
+            for name in implementations
+        },
+    }
 
 
 def cpu_model() -> str:
@@ -195,16 +215,18 @@ def main() -> None:
     prediction = per_prediction(args.repeats)
     for name in ("old", "new"):
         row = prediction[name]
-        print(f"   {name:4s} median {row['median_ms_per_call']:.2f} ms (CPU {row['median_cpu_ms_per_call']:.2f} ms); "
-              f"the fit before it: CPU {prediction['fit_median_cpu_ms_per_call']:.2f} ms")
+        print(
+            f"   {name:4s} median {row['median_ms_per_call']:.2f} ms (CPU {row['median_cpu_ms_per_call']:.2f} ms); "
+            f"the fit before it: CPU {prediction['fit_median_cpu_ms_per_call']:.2f} ms"
+        )
     results = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "host_cpu": cpu_model(), "cpu_count": os.cpu_count(),
+        "host_cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
         "fit": "fit_sigmoid defaults (noise='auto', bootstrap=200, hull interval on A)",
         "per_call": {"curves": CALL_CURVES, "points": int(CALL_OBSERVED // 100), "repeats": args.repeats, **calls},
         "runs_with_bootstrap": {"runs": args.runs, "resamples": args.resamples, "points": 80, **runs},
-        "prediction": {"curves": CALL_CURVES, "repeats": args.repeats, "at": 2 * CALL_OBSERVED,
-                       **prediction},
+        "prediction": {"curves": CALL_CURVES, "repeats": args.repeats, "at": 2 * CALL_OBSERVED, **prediction},
         "targets": TARGETS,
         "load_average_1min_at_end": os.getloadavg()[0],
         "note": "shared machine: wall-clock times are upper bounds; cpu_* are this process's own CPU time",
@@ -213,9 +235,14 @@ def main() -> None:
         results["old"] = f"{args.old_label} ({args.old})" if args.old_label else args.old
         results["results_compared"] = {"per_call": call_diff.summary(), "runs_with_bootstrap": runs_diff.summary()}
         for label, diff in results["results_compared"].items():
-            print(f"   {label}: {diff['fits_differing']} of {diff['fits']} fits differ from the old copy's"
-                  + (f" (largest relative differences {diff['largest_relative_difference']})"
-                     if diff["fits_differing"] else ""))
+            print(
+                f"   {label}: {diff['fits_differing']} of {diff['fits']} fits differ from the old copy's"
+                + (
+                    f" (largest relative differences {diff['largest_relative_difference']})"
+                    if diff["fits_differing"]
+                    else ""
+                )
+            )
     out = Path(__file__).resolve().parent / "results" / "fit_speed.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")

@@ -44,14 +44,23 @@ def bench_generator_class():
             generation = self.generate(prompts, **kwargs)
             return generation.tokens, time.perf_counter() - started
 
-        def vllm_path(self, prompts, *, n, temperature, max_new_tokens, seed, logprobs=None,
-                      seeded=False) -> tuple[int, float]:
+        def vllm_path(
+            self, prompts, *, n, temperature, max_new_tokens, seed, logprobs=None, seeded=False
+        ) -> tuple[int, float]:
             """vLLM's own generate; `logprobs` 0 asks the sampled tokens' log-probs, `seeded` a seed per prompt
             (the two things the job's call adds)."""
             from vllm import SamplingParams
 
-            params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_new_tokens, logprobs=logprobs,
-                                     seed=seed + i * n if seeded else None) for i in range(len(prompts))]
+            params = [
+                SamplingParams(
+                    n=n,
+                    temperature=temperature,
+                    max_tokens=max_new_tokens,
+                    logprobs=logprobs,
+                    seed=seed + i * n if seeded else None,
+                )
+                for i in range(len(prompts))
+            ]
             started = time.perf_counter()
             outputs = self.llm.generate(prompts, params if seeded else params[0], use_tqdm=False)
             seconds = time.perf_counter() - started
@@ -67,7 +76,6 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import ray
-
     from rlscale.planner.study import load_study, planned_runs
     from rlscale.runner.builtin.accounting import placement
     from rlscale.runner.builtin.local import resolve_model_dir
@@ -75,15 +83,30 @@ def main() -> None:
 
     study = load_study(args.study)
     recipes = [run.recipe for run in planned_runs(study)]
-    ray.init(num_cpus=max(len(os.sched_getaffinity(0)), 2), include_dashboard=False, log_to_driver=False,
-             logging_level="ERROR")
+    ray.init(
+        num_cpus=max(len(os.sched_getaffinity(0)), 2),
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
     recipe = recipes[0]
     where = placement(recipe)
-    actor = ray.remote(num_cpus=recipe.generator_devices, runtime_env={"env_vars": {
-        "VLLM_CPU_KVCACHE_SPACE": os.environ["VLLM_CPU_KVCACHE_SPACE"],
-        "OMP_NUM_THREADS": str(recipe.generator_devices)}})(bench_generator_class()).remote(
-        str(resolve_model_dir(recipe)), fp32_head=recipe.fp32_head, seed=recipe.seed, dtype="float32",
-        cpu_cores=where.generator_cores, in_process=True)
+    actor = ray.remote(
+        num_cpus=recipe.generator_devices,
+        runtime_env={
+            "env_vars": {
+                "VLLM_CPU_KVCACHE_SPACE": os.environ["VLLM_CPU_KVCACHE_SPACE"],
+                "OMP_NUM_THREADS": str(recipe.generator_devices),
+            }
+        },
+    )(bench_generator_class()).remote(
+        str(resolve_model_dir(recipe)),
+        fp32_head=recipe.fp32_head,
+        seed=recipe.seed,
+        dtype="float32",
+        cpu_cores=where.generator_cores,
+        in_process=True,
+    )
     task = make_task(recipe)
     rows = []
     for rollouts in sorted({r.rollouts for r in recipes}):  # each run's n at the study's B_p
@@ -91,8 +114,15 @@ def main() -> None:
         rates = {name: [] for name in VARIANTS}
         for k in range(args.rounds):
             prompts = [p.text for p in task.train_prompts(recipe.prompts_per_batch)]
-            calls = {"job": actor.job_path.remote(prompts, **job, length_control=recipe.length_control,
-                                                  end_of_thinking=getattr(task, "end_of_thinking", None), seed=1000 * k)}
+            calls = {
+                "job": actor.job_path.remote(
+                    prompts,
+                    **job,
+                    length_control=recipe.length_control,
+                    end_of_thinking=getattr(task, "end_of_thinking", None),
+                    seed=1000 * k,
+                )
+            }
             for name, extra in VARIANTS.items():
                 if name != "job":
                     calls[name] = actor.vllm_path.remote(prompts, **job, seed=1000 * k, **extra)
@@ -102,19 +132,30 @@ def main() -> None:
             for name, (tokens, seconds) in done.items():
                 rates[name].append(tokens / seconds)
         ratios = [job / raw for job, raw in zip(rates["job"], rates["vllm"])]
-        row = {"prompts_per_batch": recipe.prompts_per_batch, "rollouts": rollouts,
-               **{f"{name}_tokens_per_s": statistics.median(values) for name, values in rates.items()},
-               "ratio": statistics.median(ratios)}
+        row = {
+            "prompts_per_batch": recipe.prompts_per_batch,
+            "rollouts": rollouts,
+            **{f"{name}_tokens_per_s": statistics.median(values) for name, values in rates.items()},
+            "ratio": statistics.median(ratios),
+        }
         rows.append(row)
-        print(f"B_p {row['prompts_per_batch']:3d} n {rollouts:3d}: job {row['job_tokens_per_s']:6.0f} tok/s  "
-              f"vLLM {row['vllm_tokens_per_s']:6.0f} (+log-probs {row['vllm_logprobs_tokens_per_s']:6.0f}, "
-              f"+seeds {row['vllm_seeded_tokens_per_s']:6.0f})  ratio {row['ratio']:.2f}")
+        print(
+            f"B_p {row['prompts_per_batch']:3d} n {rollouts:3d}: job {row['job_tokens_per_s']:6.0f} tok/s  "
+            f"vLLM {row['vllm_tokens_per_s']:6.0f} (+log-probs {row['vllm_logprobs_tokens_per_s']:6.0f}, "
+            f"+seeds {row['vllm_seeded_tokens_per_s']:6.0f})  ratio {row['ratio']:.2f}"
+        )
     ray.shutdown()
     worst = min(row["ratio"] for row in rows)
-    result = {"study": args.study, "rounds": args.rounds, "goal": GOAL, "worst_ratio": worst,
-              "meets_goal": worst >= GOAL, "rows": rows, "host": {"cpus": len(os.sched_getaffinity(0)),
-                                                                   "machine": platform.machine()},
-              "date": time.strftime("%Y-%m-%d")}
+    result = {
+        "study": args.study,
+        "rounds": args.rounds,
+        "goal": GOAL,
+        "worst_ratio": worst,
+        "meets_goal": worst >= GOAL,
+        "rows": rows,
+        "host": {"cpus": len(os.sched_getaffinity(0)), "machine": platform.machine()},
+        "date": time.strftime("%Y-%m-%d"),
+    }
     RESULT.write_text(json.dumps(result, indent=1) + "\n")
     print(f"worst ratio {worst:.2f} (goal {GOAL}); wrote {RESULT.relative_to(ROOT)}")
 

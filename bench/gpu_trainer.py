@@ -25,12 +25,15 @@ RESULT = ROOT / "bench" / "results" / "gpu_trainer.json"
 
 # Qwen2.5 shapes as Llama configs (no attention bias): parameter counts 0.49B, 1.54B, 3.09B
 SIZES = {
-    "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                 num_key_value_heads=2),
-    "1.5B": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                 num_key_value_heads=2),
-    "3B": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
-               num_key_value_heads=2),
+    "0.5B": dict(
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2
+    ),
+    "1.5B": dict(
+        hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2
+    ),
+    "3B": dict(
+        hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2
+    ),
 }
 VOCAB = 151_936
 PROMPT_TOKENS, RESPONSE_TOKENS = 256, 768
@@ -41,22 +44,37 @@ def llama(size: str, device, seed: int = 0):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=VOCAB, max_position_embeddings=4096, tie_word_embeddings=True,
-                         rms_norm_eps=1e-6, rope_theta=1e6, bos_token_id=0, eos_token_id=1, pad_token_id=2,
-                         **SIZES[size])
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-6,
+        rope_theta=1e6,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+        **SIZES[size],
+    )
     torch.manual_seed(seed)
     with torch.device(device):
         return LlamaForCausalLM(config).float()
 
 
-def synthetic_batch(prompts: int, rollouts: int, device, *, vocab: int = VOCAB, prompt_tokens: int = PROMPT_TOKENS,
-                    response_tokens: int = RESPONSE_TOKENS, seed: int = 0):
+def synthetic_batch(
+    prompts: int,
+    rollouts: int,
+    device,
+    *,
+    vocab: int = VOCAB,
+    prompt_tokens: int = PROMPT_TOKENS,
+    response_tokens: int = RESPONSE_TOKENS,
+    seed: int = 0,
+):
     """A TrainBatch of random tokens: every row prompt_tokens + response_tokens long, behaviour log-probs of a
     uniform policy (ratios near 1 for a random model), rewards that vary within every prompt's group."""
     import math
 
     import torch
-
     from rlscale.runner.rl.train_step import TrainBatch
 
     generator = torch.Generator(device="cpu").manual_seed(seed)
@@ -73,14 +91,19 @@ def synthetic_batch(prompts: int, rollouts: int, device, *, vocab: int = VOCAB, 
 def measure(size: str, *, checkpointing: bool, steps: int, prompts: int, rollouts: int, device="cuda") -> dict:
     """Peak memory (GiB) and train tokens/s of `steps` train_steps (after one warm-up) for model `size`."""
     import torch
-
     from rlscale.planner.recipe import Recipe
     from rlscale.runner.rl.train_step import make_optimizer, train_step
 
-    recipe = Recipe(prompts_per_batch=prompts, rollouts=rollouts, activation_checkpointing=checkpointing,
-                    lr=1e-6, lr_warmup_steps=0)
-    row = {"size": size, "activation_checkpointing": checkpointing, "micro_batch_tokens": recipe.micro_batch_tokens,
-           "rollouts": prompts * rollouts, "tokens_per_rollout": PROMPT_TOKENS + RESPONSE_TOKENS}
+    recipe = Recipe(
+        prompts_per_batch=prompts, rollouts=rollouts, activation_checkpointing=checkpointing, lr=1e-6, lr_warmup_steps=0
+    )
+    row = {
+        "size": size,
+        "activation_checkpointing": checkpointing,
+        "micro_batch_tokens": recipe.micro_batch_tokens,
+        "rollouts": prompts * rollouts,
+        "tokens_per_rollout": PROMPT_TOKENS + RESPONSE_TOKENS,
+    }
     model = optimizer = batch = None
     try:
         torch.cuda.empty_cache()
@@ -96,10 +119,15 @@ def measure(size: str, *, checkpointing: bool, steps: int, prompts: int, rollout
             metrics = train_step(model, optimizer, batch, recipe)
         torch.cuda.synchronize()
         seconds = (time.perf_counter() - started) / steps
-        row |= {"oom": False, "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-                "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30, "step_seconds": seconds,
-                "train_tokens_per_s": batch.input_ids.numel() / seconds, "loss": metrics["loss"],
-                "grad_norm": metrics["grad_norm"]}
+        row |= {
+            "oom": False,
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+            "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
+            "step_seconds": seconds,
+            "train_tokens_per_s": batch.input_ids.numel() / seconds,
+            "loss": metrics["loss"],
+            "grad_norm": metrics["grad_norm"],
+        }
     except torch.cuda.OutOfMemoryError as error:
         row |= {"oom": True, "error": str(error).splitlines()[0]}
     finally:
@@ -122,8 +150,10 @@ def main() -> None:
     import torch
 
     if not torch.cuda.is_available():
-        print("bench/gpu_trainer.py needs a CUDA GPU and torch sees none; nothing measured, nothing written.",
-              file=sys.stderr)
+        print(
+            "bench/gpu_trainer.py needs a CUDA GPU and torch sees none; nothing measured, nothing written.",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     sys.path.insert(0, str(ROOT))
     import transformers
@@ -137,21 +167,30 @@ def main() -> None:
     print(f"{'size':>5} {'params':>7} {'ckpt':>4} {'peak GiB':>9} {'step s':>7} {'train tok/s':>12}")
     for size in sizes:
         for checkpointing in modes:
-            row = measure(size, checkpointing=checkpointing, steps=args.steps, prompts=args.prompts,
-                          rollouts=args.rollouts)
+            row = measure(
+                size, checkpointing=checkpointing, steps=args.steps, prompts=args.prompts, rollouts=args.rollouts
+            )
             rows.append(row)
             params = f"{row.get('parameters', 0) / 1e9:.2f}B"
             if row["oom"]:
                 print(f"{size:>5} {params:>7} {'on' if checkpointing else 'off':>4} {'OOM':>9}", flush=True)
             else:
-                print(f"{size:>5} {params:>7} {'on' if checkpointing else 'off':>4} {row['peak_gib']:9.1f} "
-                      f"{row['step_seconds']:7.2f} {row['train_tokens_per_s']:12,.0f}", flush=True)
+                print(
+                    f"{size:>5} {params:>7} {'on' if checkpointing else 'off':>4} {row['peak_gib']:9.1f} "
+                    f"{row['step_seconds']:7.2f} {row['train_tokens_per_s']:12,.0f}",
+                    flush=True,
+                )
     payload = {
         "device": torch.cuda.get_device_name(0),
         "device_memory_gib": torch.cuda.get_device_properties(0).total_memory / 2**30,
-        "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
-        "vocab": VOCAB, "prompt_tokens": PROMPT_TOKENS, "response_tokens": RESPONSE_TOKENS,
-        "timed_steps": args.steps, "results": rows,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "vocab": VOCAB,
+        "prompt_tokens": PROMPT_TOKENS,
+        "response_tokens": RESPONSE_TOKENS,
+        "timed_steps": args.steps,
+        "results": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(payload, indent=2) + "\n")

@@ -59,8 +59,11 @@ def needed(A: float, lo: float, hi: float, target: float, A_early: float) -> tup
         return 0.0, 0.0, 0.0
     move = A - A_early
     toward = math.isfinite(move) and move != 0 and (target - A) * move > 0
-    return (distance / half if half > 0 else math.inf), math.sqrt(distance**2 - half**2), \
-        (distance / abs(move) if toward else math.inf)
+    return (
+        (distance / half if half > 0 else math.inf),
+        math.sqrt(distance**2 - half**2),
+        (distance / abs(move) if toward else math.inf),
+    )
 
 
 def early_A(compute: np.ndarray, reward: np.ndarray) -> float:
@@ -100,15 +103,26 @@ def real_needs() -> list[tuple[str, object, tuple[float, float, float]]]:
             continue
         records = read_run_log(path)
         by_run = {str(run): group for run, group in records.groupby("run", sort=False, dropna=False)}
-        results = backtest_runs(records, fraction=0.5, run_col="run", compute_col=compute_col,
-                                reward_col="reward", bootstrap=200, noise="auto", seed=0)
+        results = backtest_runs(
+            records,
+            fraction=0.5,
+            run_col="run",
+            compute_col=compute_col,
+            reward_col="reward",
+            bootstrap=200,
+            noise="auto",
+            seed=0,
+        )
         for r in results:
             key = real.training_key(name, path, r.run)
             run = by_run[r.run]
             compute, reward = run[compute_col].to_numpy(float), run["reward"].to_numpy(float)
             part = np.isfinite(compute) & np.isfinite(reward) & (compute >= 0) & (compute <= r.cut_compute)
-            needs = (needed(r.A_part, r.A_part_lo, r.A_part_hi, r.A_full, early_A(compute[part], reward[part]))
-                     if r.A_inside is not None else (math.nan,) * 3)
+            needs = (
+                needed(r.A_part, r.A_part_lo, r.A_part_hi, r.A_full, early_A(compute[part], reward[part]))
+                if r.A_inside is not None
+                else (math.nan,) * 3
+            )
             rows.append((key, r, needs))
     return rows
 
@@ -116,9 +130,18 @@ def real_needs() -> list[tuple[str, object, tuple[float, float, float]]]:
 def real_share(rows, column: int, widening: float) -> float:
     """Share of trainings (each once) whose full-run A lies inside their half-fit's interval widened by `widening`
     (a need of inf is met by no widening)."""
-    keyed = [(key, replace(r, A_inside=None if r.A_inside is None
-                           else bool(math.isfinite(needs[column]) and needs[column] <= widening)))
-             for key, r, needs in rows]
+    keyed = [
+        (
+            key,
+            replace(
+                r,
+                A_inside=None
+                if r.A_inside is None
+                else bool(math.isfinite(needs[column]) and needs[column] <= widening),
+            ),
+        )
+        for key, r, needs in rows
+    ]
     return real.per_trajectory(keyed)["A_inside_share"]
 
 
@@ -137,13 +160,19 @@ def main() -> None:
     per_model, synthetic_rows = {}, {}
     for noise in SYNTHETIC_MODELS:
         needs = synthetic_rows[noise] = synthetic_needs(noise, runs, resamples)
-        per_model[noise] = {"coverage_now": float(np.mean(needs[:, 0] == 0.0)),
-                            **{f"largest_{name}_within_ceiling": largest_widening(needs[:, column])
-                               for column, name in enumerate(WIDENINGS)}}
+        per_model[noise] = {
+            "coverage_now": float(np.mean(needs[:, 0] == 0.0)),
+            **{
+                f"largest_{name}_within_ceiling": largest_widening(needs[:, column])
+                for column, name in enumerate(WIDENINGS)
+            },
+        }
         m = per_model[noise]
-        print(f"synthetic {noise:14s} coverage {m['coverage_now']:.3f}; coverage stays <= {CEILING:.0%} up to factor "
-              f"{m['largest_factor_within_ceiling']:.3f}, floor {m['largest_floor_within_ceiling']:.4f}, drift "
-              f"{m['largest_drift_within_ceiling']:.3f}")
+        print(
+            f"synthetic {noise:14s} coverage {m['coverage_now']:.3f}; coverage stays <= {CEILING:.0%} up to factor "
+            f"{m['largest_factor_within_ceiling']:.3f}, floor {m['largest_floor_within_ceiling']:.4f}, drift "
+            f"{m['largest_drift_within_ceiling']:.3f}"
+        )
     rows = real_needs()
     outcome = {}
     for column, name in enumerate(WIDENINGS):
@@ -152,30 +181,40 @@ def main() -> None:
             "largest_within_synthetic_ceiling": widening,
             "synthetic_coverage_at_largest": {
                 noise: float(np.mean(np.isfinite(needs[:, column]) & (needs[:, column] <= widening)))
-                for noise, needs in synthetic_rows.items()},
+                for noise, needs in synthetic_rows.items()
+            },
             "real_share_now": real_share(rows, column, 0.0),
             "real_share_at_largest": real_share(rows, column, widening),
             "needed_for_real_goal": widening_for_goal(rows, column),
         }
         o = outcome[name]
-        print(f"{name}: real trainings inside now {o['real_share_now']:.1%}; at the largest {name} the synthetic "
-              f"ceiling allows ({widening:.4g}) {o['real_share_at_largest']:.1%}; {GOAL:.0%} needs "
-              f"{o['needed_for_real_goal']:.4g}; synthetic coverage there "
-              + ", ".join(f"{v:.1%}" for v in o["synthetic_coverage_at_largest"].values()))
+        print(
+            f"{name}: real trainings inside now {o['real_share_now']:.1%}; at the largest {name} the synthetic "
+            f"ceiling allows ({widening:.4g}) {o['real_share_at_largest']:.1%}; {GOAL:.0%} needs "
+            f"{o['needed_for_real_goal']:.4g}; synthetic coverage there "
+            + ", ".join(f"{v:.1%}" for v in o["synthetic_coverage_at_largest"].values())
+        )
     misses = sorted(((key, r, needs) for key, r, needs in rows if r.A_inside is False), key=lambda m: -m[2][0])
     result = {
         "question": "how much wider would the half-fits' 95% intervals on A have to be for the full-run A to fall "
-                    f"inside them on {GOAL:.0%} of real trainings, and how much wider may they be before synthetic "
-                    f"coverage of the true A passes {CEILING:.0%}",
+        f"inside them on {GOAL:.0%} of real trainings, and how much wider may they be before synthetic "
+        f"coverage of the true A passes {CEILING:.0%}",
         "synthetic": {"runs_per_model": runs, "resamples": resamples, "models": per_model},
         "widening": outcome,
         # what the half-fit itself said: most misses come from fits that raised no flag (identified, narrow interval)
-        "real_misses_now": [{"training": key, "run": r.run,
-                             **{f"{name}_needed": value for name, value in zip(WIDENINGS, needs)},
-                             "half_fit_identified": r.identified, "half_fit_points": r.n_part,
-                             "half_fit_interval_width": r.A_part_hi - r.A_part_lo, "A_part": r.A_part,
-                             "A_full": r.A_full}
-                            for key, r, needs in misses],
+        "real_misses_now": [
+            {
+                "training": key,
+                "run": r.run,
+                **{f"{name}_needed": value for name, value in zip(WIDENINGS, needs)},
+                "half_fit_identified": r.identified,
+                "half_fit_points": r.n_part,
+                "half_fit_interval_width": r.A_part_hi - r.A_part_lo,
+                "A_part": r.A_part,
+                "A_full": r.A_full,
+            }
+            for key, r, needs in misses
+        ],
         "seconds": time.perf_counter() - started,
     }
     RESULT.write_text(json.dumps(json_safe(result), indent=2, allow_nan=False) + "\n")

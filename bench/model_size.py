@@ -43,9 +43,15 @@ def qwen_frame() -> pd.DataFrame:
     """model_size.size_frame's columns for the Qwen3 runs: C = step x N / 1e9, L = 1 - reward, step 0 dropped."""
     runs = read_run_log(DATA)
     size = runs["run"].str.extract(r"qwen3-([0-9.]+b)-base")[0]
-    frame = pd.DataFrame({"model": size, "parameters": size.map(PARAMETERS), "run": runs["run"],
-                          "compute": runs["compute"].astype(float) * size.map(PARAMETERS) / 1e9,
-                          "loss": 1.0 - runs["reward"].astype(float)})
+    frame = pd.DataFrame(
+        {
+            "model": size,
+            "parameters": size.map(PARAMETERS),
+            "run": runs["run"],
+            "compute": runs["compute"].astype(float) * size.map(PARAMETERS) / 1e9,
+            "loss": 1.0 - runs["reward"].astype(float),
+        }
+    )
     return frame[frame["compute"] > 0].reset_index(drop=True)
 
 
@@ -59,9 +65,15 @@ def inter_model(frame: pd.DataFrame) -> dict:
             draws.append(fit_across_sizes(law.parameters, k, E))
         except FitError:  # a draw where a size's loss does not fall: no law
             continue
-    out = {"fitted_on": list(FITTED), "K_max": point.K_max, "N0": point.N0,
-           "E_line": {"intercept": point.E_intercept, "slope_per_ln_N": point.E_slope},
-           "law_identified": law.across_identified, "law_reason": law.across_reason, "held_out": {}}
+    out = {
+        "fitted_on": list(FITTED),
+        "K_max": point.K_max,
+        "N0": point.N0,
+        "E_line": {"intercept": point.E_intercept, "slope_per_ln_N": point.E_slope},
+        "law_identified": law.across_identified,
+        "law_reason": law.across_reason,
+        "held_out": {},
+    }
     last = len(FITTED) - 1
     for model in [m for m in PARAMETERS if m not in FITTED]:
         mine = frame[frame["model"] == model]
@@ -72,12 +84,14 @@ def inter_model(frame: pd.DataFrame) -> dict:
         lo, hi = np.nanpercentile(band, [(1 - LEVEL) / 2 * 100, (1 + LEVEL) / 2 * 100], axis=0)
         carried = 1.0 - np.exp(-law.k[last] * np.log(c) + law.E[last])  # the largest fitted size's line
         out["held_out"][model] = {
-            "evaluations": int(c.size), "compute_range": [float(c.min()), float(c.max())],
+            "evaluations": int(c.size),
+            "compute_range": [float(c.min()), float(c.max())],
             "law_median_abs_error": float(np.median(np.abs(predicted - reward))),
             "law_error_at_last": float(predicted[-1] - reward[-1]),
             "carry_4b_median_abs_error": float(np.median(np.abs(carried - reward))),
             "coverage": float(np.mean((reward >= lo) & (reward <= hi))),
-            "median_width": float(np.median(hi - lo))}
+            "median_width": float(np.median(hi - lo)),
+        }
     return out
 
 
@@ -103,8 +117,14 @@ def size_decisions(frame: pd.DataFrame, fraction: float) -> dict:
         actual = {m: measured_reward(frame, m, budget) for m in candidates}
         best = max(actual.values())
         leader = pilot.sort_values("compute").groupby("model").tail(1).set_index("model")["loss"].idxmin()
-        row = {"budget": float(budget), "sizes": candidates, "actual_best": max(actual, key=actual.get),
-               "actual": actual, "leader": leader, "leader_regret": best - actual[leader]}
+        row = {
+            "budget": float(budget),
+            "sizes": candidates,
+            "actual_best": max(actual, key=actual.get),
+            "actual": actual,
+            "leader": leader,
+            "leader_regret": best - actual[leader],
+        }
         try:
             choice = choose_size(fit_size_law(pilot, bootstrap=BOOTSTRAP, level=LEVEL), float(budget))
         except (FitError, Refusal) as why:
@@ -120,9 +140,16 @@ def size_decisions(frame: pd.DataFrame, fraction: float) -> dict:
     def mean(key):
         return float(np.mean([r[key] for r in decided])) if decided else None
 
-    return {"pilot_fraction": fraction, "rows": rows, "decided": len(decided), "refused": len(rows) - len(decided),
-            "share_regret_le_0.02": share("regret"), "mean_regret": mean("regret"),
-            "leader_share_regret_le_0.02": share("leader_regret"), "leader_mean_regret": mean("leader_regret")}
+    return {
+        "pilot_fraction": fraction,
+        "rows": rows,
+        "decided": len(decided),
+        "refused": len(rows) - len(decided),
+        "share_regret_le_0.02": share("regret"),
+        "mean_regret": mean("regret"),
+        "leader_share_regret_le_0.02": share("leader_regret"),
+        "leader_mean_regret": mean("leader_regret"),
+    }
 
 
 def crossovers(frame: pd.DataFrame) -> dict:
@@ -130,26 +157,42 @@ def crossovers(frame: pd.DataFrame) -> dict:
     law = fit_size_law(frame, bootstrap=BOOTSTRAP, level=LEVEL)
     budget = float(law.compute_max.min())  # a budget every size's run reached
     choice = choose_size(law, budget)
-    return {"law": law.to_dict(), "crossovers": choice.crossovers, "budget": budget, "pick": choice.model,
-            "measured_best": max(PARAMETERS, key=lambda m: measured_reward(frame, m, budget))}
+    return {
+        "law": law.to_dict(),
+        "crossovers": choice.crossovers,
+        "budget": budget,
+        "pick": choice.model,
+        "measured_best": max(PARAMETERS, key=lambda m: measured_reward(frame, m, budget)),
+    }
 
 
 def main() -> None:
     start = time.perf_counter()
     frame = qwen_frame()
-    result = {"data": str(DATA.relative_to(ROOT)), "compute": "step x N / 1e9 (billions of parameter-steps)",
-              "inter_model": inter_model(frame), "size_for_budget": [size_decisions(frame, f) for f in (0.5, 0.25)],
-              "across_all_sizes": crossovers(frame), "seconds": time.perf_counter() - start,
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                       cwd=ROOT).stdout.strip(),
-              "machine": {"platform": platform.platform()}, "date": time.strftime("%Y-%m-%d", time.gmtime())}
+    result = {
+        "data": str(DATA.relative_to(ROOT)),
+        "compute": "step x N / 1e9 (billions of parameter-steps)",
+        "inter_model": inter_model(frame),
+        "size_for_budget": [size_decisions(frame, f) for f in (0.5, 0.25)],
+        "across_all_sizes": crossovers(frame),
+        "seconds": time.perf_counter() - start,
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip(),
+        "machine": {"platform": platform.platform()},
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
     inter = result["inter_model"]
-    print(f"fit on {', '.join(FITTED)}: K_max {inter['K_max']:.3g}, N0 {inter['N0']:.3g}; "
-          f"{'identified' if inter['law_identified'] else 'not identified'}: {inter['law_reason']}")
+    print(
+        f"fit on {', '.join(FITTED)}: K_max {inter['K_max']:.3g}, N0 {inter['N0']:.3g}; "
+        f"{'identified' if inter['law_identified'] else 'not identified'}: {inter['law_reason']}"
+    )
     for model, r in inter["held_out"].items():
-        print(f"  {model}: median |error| law {r['law_median_abs_error']:.3f} vs 4B line "
-              f"{r['carry_4b_median_abs_error']:.3f}; {LEVEL:.0%} coverage {r['coverage']:.0%}, "
-              f"width {r['median_width']:.3f}")
+        print(
+            f"  {model}: median |error| law {r['law_median_abs_error']:.3f} vs 4B line "
+            f"{r['carry_4b_median_abs_error']:.3f}; {LEVEL:.0%} coverage {r['coverage']:.0%}, "
+            f"width {r['median_width']:.3f}"
+        )
     for sizes in result["size_for_budget"]:
         print(f"pilots at {sizes['pilot_fraction']:.0%} of the budget:")
         if not sizes["rows"]:
@@ -158,13 +201,17 @@ def main() -> None:
             picked = r["picked"] or "refused: " + r["refused"][21:60]
             print(f"  C {r['budget']:6.1f}: best {r['actual_best']:>4}, picked {picked}, leader {r['leader']}")
         if sizes["decided"]:
-            print(f"  regret <= 0.02 in {sizes['share_regret_le_0.02']:.0%} of {sizes['decided']}, mean "
-                  f"{sizes['mean_regret']:.3f}; leader {sizes['leader_share_regret_le_0.02']:.0%}, mean "
-                  f"{sizes['leader_mean_regret']:.3f}; refused {sizes['refused']}")
+            print(
+                f"  regret <= 0.02 in {sizes['share_regret_le_0.02']:.0%} of {sizes['decided']}, mean "
+                f"{sizes['mean_regret']:.3f}; leader {sizes['leader_share_regret_le_0.02']:.0%}, mean "
+                f"{sizes['leader_mean_regret']:.3f}; refused {sizes['refused']}"
+            )
     for c in result["across_all_sizes"]["crossovers"]:
-        print(f"  crossover: {c['above']} beats {c['below']} above C {c['budget']:.3g} "
-              f"[{c['budget_lo']:.3g}, {c['budget_hi']:.3g}]{'' if c['identified'] else ', not identified'}"
-              f"{'' if c['measured'] else ', past the data'}")
+        print(
+            f"  crossover: {c['above']} beats {c['below']} above C {c['budget']:.3g} "
+            f"[{c['budget_lo']:.3g}, {c['budget_hi']:.3g}]{'' if c['identified'] else ', not identified'}"
+            f"{'' if c['measured'] else ', past the data'}"
+        )
     across = result["across_all_sizes"]
     print(f"all sizes at C {across['budget']:.3g}: law picks {across['pick']}, measured best {across['measured_best']}")
     RESULT.write_text(json.dumps(result, indent=2, default=float) + "\n")

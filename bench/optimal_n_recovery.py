@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
 from rlscale.fitting.sigmoid import sigmoid
 
 ROLLOUTS = (4, 8, 16, 32, 64, 128, 256)
@@ -46,12 +45,20 @@ class Truth:
 
 def true_optimal_rollouts(truth: Truth, compute: float, rollouts=ROLLOUTS, prompts=PROMPTS) -> int:
     """The tested n whose true curve is best at `compute` (over all B_p)."""
-    best = max(((sigmoid(compute, *truth.params(bp, n)), n) for bp in prompts for n in rollouts))
+    best = max((sigmoid(compute, *truth.params(bp, n)), n) for bp in prompts for n in rollouts)
     return int(best[1])
 
 
-def synthetic_study(truth: Truth, c_obs: float, *, seed: int = 0, evals: int = 40, eval_samples: int = 2000,
-                    rollouts=ROLLOUTS, prompts=PROMPTS) -> tuple[pd.DataFrame, pd.DataFrame]:
+def synthetic_study(
+    truth: Truth,
+    c_obs: float,
+    *,
+    seed: int = 0,
+    evals: int = 40,
+    eval_samples: int = 2000,
+    rollouts=ROLLOUTS,
+    prompts=PROMPTS,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, records) of an IsoCompute study observed up to c_obs GPU-hours per run.
 
     runs: run, prompts_per_batch, rollouts. records: run, step, gpu_hours, val_reward, truncation_rate.
@@ -67,8 +74,9 @@ def synthetic_study(truth: Truth, c_obs: float, *, seed: int = 0, evals: int = 4
             compute = np.concatenate([[0.0], np.geomspace(c_obs / 300, c_obs, evals)])
             reward = rng.binomial(eval_samples, sigmoid(compute, *truth.params(bp, n))) / eval_samples
             for i, (c, r) in enumerate(zip(compute, reward)):
-                records.append({"run": name, "step": i, "gpu_hours": float(c), "val_reward": float(r),
-                                "truncation_rate": 0.01})
+                records.append(
+                    {"run": name, "step": i, "gpu_hours": float(c), "val_reward": float(r), "truncation_rate": 0.01}
+                )
     return pd.DataFrame(runs), pd.DataFrame(records)
 
 
@@ -96,8 +104,13 @@ def run_case(truth: Truth, c_obs: float, seed: int, bootstrap: int = 50) -> dict
     lo, hi = (float(v) for v in law.predict_interval(target))
     n_true = true_optimal_rollouts(truth, target)
     return {
-        "identified": law.identified, "reason": law.reason, "target_compute": target,
-        "n_true": n_true, "n_hat": n_hat, "n_lo": lo, "n_hi": hi,
+        "identified": law.identified,
+        "reason": law.reason,
+        "target_compute": target,
+        "n_true": n_true,
+        "n_hat": n_hat,
+        "n_lo": lo,
+        "n_hi": hi,
         "log2_error": abs(np.log2(n_hat) - np.log2(n_true)),
         "within_one_power_of_two": bool(abs(np.log2(n_hat) - np.log2(n_true)) <= 1.0),
         "n_saturation": 2.0**law.hi,
@@ -111,15 +124,20 @@ def main(seeds: int = 5) -> dict:
         rows = [run_case(truth, c_obs, seed) for seed in range(seeds)]
         identified = [r for r in rows if r["identified"]]
         out["cases"][name] = {
-            "truth": asdict(truth), "observed_compute": c_obs,
-            "identified": len(identified), "refused": seeds - len(identified),
+            "truth": asdict(truth),
+            "observed_compute": c_obs,
+            "identified": len(identified),
+            "refused": seeds - len(identified),
             "within_one_power_of_two": sum(r["within_one_power_of_two"] for r in identified),
             "max_log2_error": max((r["log2_error"] for r in identified), default=None),
             "runs": rows,
         }
         summary = out["cases"][name]
-        print(f"{name:18s} identified {summary['identified']}/{seeds}  within 2x {summary['within_one_power_of_two']}"
-              f"  max |log2 err| {summary['max_log2_error']}", file=sys.stderr)
+        print(
+            f"{name:18s} identified {summary['identified']}/{seeds}  within 2x {summary['within_one_power_of_two']}"
+            f"  max |log2 err| {summary['max_log2_error']}",
+            file=sys.stderr,
+        )
     out["seconds"] = round(time.perf_counter() - started, 1)
     path = Path(__file__).parent / "results" / "optimal_n_recovery.json"
     path.parent.mkdir(parents=True, exist_ok=True)

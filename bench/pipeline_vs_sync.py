@@ -1,6 +1,7 @@
 """Pipeline (PipelineRL-k) vs sync on one recipe: busy fractions, steps per hour, measured staleness.
 
-Generator and trainer are Ray actors pinned to separate cores (one each on a 2-core host, rlscale.runner.builtin.accounting.placement).
+Generator and trainer are Ray actors pinned to separate cores (one each on a 2-core host,
+rlscale.runner.builtin.accounting.placement).
 One vLLM engine serves both runs (base weights reloaded in between). Writes bench/results/pipeline_vs_sync.json.
 
     .venv/bin/python bench/pipeline_vs_sync.py [--steps 60] [--max-staleness 4]
@@ -54,14 +55,23 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
     import ray
-
     from rlscale.planner.recipe import Recipe
     from rlscale.runner.builtin.accounting import placement
     from rlscale.runner.builtin.generator import create_generator
 
-    base = dict(prompts_per_batch=32, rollouts=8, steps=args.steps, lr=3e-4, lr_reference_batch=256, max_new_tokens=8,
-                eval_every=args.steps, eval_prompts=64, eval_samples=2, checkpoint_every=args.steps,
-                max_staleness=args.max_staleness)
+    base = dict(
+        prompts_per_batch=32,
+        rollouts=8,
+        steps=args.steps,
+        lr=3e-4,
+        lr_reference_batch=256,
+        max_new_tokens=8,
+        eval_every=args.steps,
+        eval_prompts=64,
+        eval_samples=2,
+        checkpoint_every=args.steps,
+        max_staleness=args.max_staleness,
+    )
     recipes = [Recipe(**base, **{"async": mode}) for mode in ("sync", "pipeline")]
     ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:
@@ -76,8 +86,13 @@ def main() -> None:
     sync, pipeline = runs
     summary = {
         "recipe": {k: v for k, v in recipes[1].to_json().items() if k in base},  # async: one run per mode
-        "host": {"cpus": os.cpu_count(), "machine": platform.machine(), "generator_cores": where.generator_cores,
-                 "trainer_cores": where.trainer_cores, "on_gpu": where.on_gpu},
+        "host": {
+            "cpus": os.cpu_count(),
+            "machine": platform.machine(),
+            "generator_cores": where.generator_cores,
+            "trainer_cores": where.trainer_cores,
+            "on_gpu": where.on_gpu,
+        },
         "engine_start_seconds": round(engine_seconds, 1),
         "runs": runs,
         "pipeline_speedup": round(pipeline["steps_per_hour"] / sync["steps_per_hour"], 2),
@@ -87,9 +102,11 @@ def main() -> None:
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     RESULT.write_text(json.dumps(summary, indent=2) + "\n")
     for run in runs:
-        print(f"{run['mode']:9s} {run['steps_per_hour']:8.0f} steps/h  generator busy {run['generator_busy']:.2f}  "
-              f"trainer busy {run['trainer_busy']:.2f}  staleness max {run['staleness_max']} "
-              f"(bound {run['staleness_bound']})")
+        print(
+            f"{run['mode']:9s} {run['steps_per_hour']:8.0f} steps/h  generator busy {run['generator_busy']:.2f}  "
+            f"trainer busy {run['trainer_busy']:.2f}  staleness max {run['staleness_max']} "
+            f"(bound {run['staleness_bound']})"
+        )
     print(f"pipeline / sync: {summary['pipeline_speedup']}x  -> {RESULT}")
 
 

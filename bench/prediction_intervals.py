@@ -36,8 +36,9 @@ RANDOM_WALK_PER_GAIN = 0.085
 
 def load_baseline():
     """Today's fitting/predict.py (at BASELINE_COMMIT), imported under its own name."""
-    text = subprocess.run(["git", "show", f"{BASELINE_COMMIT}:fitting/predict.py"], capture_output=True, text=True,
-                          cwd=ROOT, check=True).stdout
+    text = subprocess.run(
+        ["git", "show", f"{BASELINE_COMMIT}:fitting/predict.py"], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout
     path = Path(tempfile.mkdtemp()) / "predict_baseline.py"
     path.write_text(text)
     spec = importlib.util.spec_from_file_location("predict_baseline", path)
@@ -78,18 +79,36 @@ def interval_rows(backtests: list, training_key, fit: dict) -> list[dict]:
             if not (r.fitted and math.isfinite(r.error)):
                 continue
             old = baseline_parts(baseline, by_run[r.run][compute_col], by_run[r.run]["reward"], f, fit)
-            rows.append({"source": name, "training": training_key(name, path, r.run), "run": r.run,
-                         "fraction": f, "error": r.error, "observed": r.observed, "predicted": r.predicted,
-                         "sd_parameters": r.sd_parameters, "sigma": r.sigma, "gain_left": r.gain_left,
-                         "distance": r.distance, "identified": r.identified,
-                         "known": old[0] if old else math.nan, "drift_scale": old[1] if old else math.nan})
+            rows.append(
+                {
+                    "source": name,
+                    "training": training_key(name, path, r.run),
+                    "run": r.run,
+                    "fraction": f,
+                    "error": r.error,
+                    "observed": r.observed,
+                    "predicted": r.predicted,
+                    "sd_parameters": r.sd_parameters,
+                    "sigma": r.sigma,
+                    "gain_left": r.gain_left,
+                    "distance": r.distance,
+                    "identified": r.identified,
+                    "known": old[0] if old else math.nan,
+                    "drift_scale": old[1] if old else math.nan,
+                }
+            )
     copies: dict = {}
     for row in rows:
         copies[(row["training"], row["fraction"])] = copies.get((row["training"], row["fraction"]), 0) + 1
     for row in rows:
         row["weight"] = 1.0 / copies[(row["training"], row["fraction"])]
-    return [row for row in rows if all(math.isfinite(row[k]) for k in
-                                       ("sd_parameters", "sigma", "gain_left", "distance", "known", "drift_scale"))]
+    return [
+        row
+        for row in rows
+        if all(
+            math.isfinite(row[k]) for k in ("sd_parameters", "sigma", "gain_left", "distance", "known", "drift_scale")
+        )
+    ]
 
 
 def column(rows, key) -> np.ndarray:
@@ -98,16 +117,26 @@ def column(rows, key) -> np.ndarray:
 
 def calibrate(rows, provenance: dict | None = None) -> Calibration:
     """The interval's calibration on `rows` (`calibrate_interval`, each training counted once)."""
-    return calibrate_interval(column(rows, "error"), column(rows, "sd_parameters"), column(rows, "sigma"),
-                              column(rows, "gain_left"), column(rows, "distance"), weights=column(rows, "weight"),
-                              provenance=provenance)
+    return calibrate_interval(
+        column(rows, "error"),
+        column(rows, "sd_parameters"),
+        column(rows, "sigma"),
+        column(rows, "gain_left"),
+        column(rows, "distance"),
+        weights=column(rows, "weight"),
+        provenance=provenance,
+    )
 
 
 def new_interval(rows, calibration: Calibration, level: float) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi) of the interval with `calibration`, clipped to [0, 1] (every source's reward is a pass rate)."""
-    half = calibration.quantile(level) * interval_scale(calibration, column(rows, "sd_parameters"),
-                                                         column(rows, "sigma"), column(rows, "gain_left"),
-                                                         column(rows, "distance"))
+    half = calibration.quantile(level) * interval_scale(
+        calibration,
+        column(rows, "sd_parameters"),
+        column(rows, "sigma"),
+        column(rows, "gain_left"),
+        column(rows, "distance"),
+    )
     predicted = column(rows, "predicted")
     return np.clip(predicted - half, 0.0, 1.0), np.clip(predicted + half, 0.0, 1.0)
 
@@ -116,8 +145,13 @@ def todays_interval(rows, train, level: float, baseline) -> tuple[np.ndarray, np
     """(lo, hi) of today's interval, its drift constant fitted on `train` (not clipped: today's method is not)."""
     from scipy import stats
 
-    constant = baseline.calibrate_drift(column(train, "error"), column(train, "known"), column(train, "drift_scale"),
-                                        weights=column(train, "weight"), level=level)
+    constant = baseline.calibrate_drift(
+        column(train, "error"),
+        column(train, "known"),
+        column(train, "drift_scale"),
+        weights=column(train, "weight"),
+        level=level,
+    )
     half = stats.norm.ppf(0.5 + level / 2.0) * np.hypot(column(rows, "known"), constant * column(rows, "drift_scale"))
     predicted = column(rows, "predicted")
     return predicted - half, predicted + half
@@ -137,10 +171,14 @@ def judge(rows, lo, hi, level: float) -> dict:
         scores = np.array([interval_score(a, b, o, level) for a, b, o in zip(lo[at], hi[at], observed[at])])
         width, error = (hi - lo)[at], np.abs(column(rows, "error"))[at]
         out[f"from_{f:g}"] = {
-            "runs": int(at.sum()), "trainings": float(w.sum()), "coverage": float(np.sum(w * inside) / w.sum()),
-            "mean_interval_score": float(np.sum(w * scores) / w.sum()), "median_width": float(np.median(width)),
+            "runs": int(at.sum()),
+            "trainings": float(w.sum()),
+            "coverage": float(np.sum(w * inside) / w.sum()),
+            "mean_interval_score": float(np.sum(w * scores) / w.sum()),
+            "median_width": float(np.median(width)),
             "median_abs_error": float(np.median(error)),
-            "median_width_over_median_abs_error": float(np.median(width) / np.median(error))}
+            "median_width_over_median_abs_error": float(np.median(width) / np.median(error)),
+        }
     return out
 
 
@@ -158,16 +196,24 @@ def held_out(rows, level: float = DEFAULT_LEVEL) -> dict:
         calibration = calibrate(train)
         new_lo[mine], new_hi[mine] = new_interval(held, calibration, level)
         old_lo[mine], old_hi[mine] = todays_interval(held, train, level, baseline)
-        per_source[src] = {"new": judge(held, new_lo[mine], new_hi[mine], level),
-                           "today": judge(held, old_lo[mine], old_hi[mine], level),
-                           "calibration_from_other_sources": calibration.to_dict()}
-    return {"level": level, "sources": sources, "new": judge(rows, new_lo, new_hi, level),
-            "today": judge(rows, old_lo, old_hi, level), "per_source": per_source}
+        per_source[src] = {
+            "new": judge(held, new_lo[mine], new_hi[mine], level),
+            "today": judge(held, old_lo[mine], old_hi[mine], level),
+            "calibration_from_other_sources": calibration.to_dict(),
+        }
+    return {
+        "level": level,
+        "sources": sources,
+        "new": judge(rows, new_lo, new_hi, level),
+        "today": judge(rows, old_lo, old_hi, level),
+        "per_source": per_source,
+    }
 
 
 def _alternative_scales() -> dict:
     """{name: (scale(rows, theta), number of coefficients, whether they must be positive)}: the interval's scale in
     forms tried beside the shipped one (the first)."""
+
     def f(rows, *keys):
         return [column(rows, k) for k in keys]
 
@@ -195,8 +241,14 @@ def _alternative_scales() -> dict:
 
     def log_linear(rows, t):
         s, known, gl, d = f(rows, "sigma", "known", "gain_left", "distance")
-        return np.exp(t[0] + t[1] * np.log(s + 1e-4) + t[2] * np.log(known + 1e-4) + t[3] * np.log(gl + 0.005)
-                      + t[4] * column(rows, "identified") + t[5] * d)
+        return np.exp(
+            t[0]
+            + t[1] * np.log(s + 1e-4)
+            + t[2] * np.log(known + 1e-4)
+            + t[3] * np.log(gl + 0.005)
+            + t[4] * column(rows, "identified")
+            + t[5] * d
+        )
 
     return {
         "shipped: parameters, sigma, sigma x sqrt(distance), gain left x sqrt(distance)": (shipped, 3, True),
@@ -219,9 +271,13 @@ def _fit_scale(rows, scale, k: int, positive: bool) -> np.ndarray:
         return float(np.sum(w * (np.log(s) + e / s)))
 
     starts = [np.full(k, v) for v in (-3.0, -1.0, 0.0)] if positive else [np.zeros(k)]
-    best = min((optimize.minimize(loss, x0, method="Nelder-Mead", options={"maxiter": 6000, "xatol": 1e-4,
-                                                                          "fatol": 1e-8}) for x0 in starts),
-               key=lambda r: r.fun)
+    best = min(
+        (
+            optimize.minimize(loss, x0, method="Nelder-Mead", options={"maxiter": 6000, "xatol": 1e-4, "fatol": 1e-8})
+            for x0 in starts
+        ),
+        key=lambda r: r.fun,
+    )
     return np.exp(best.x) if positive else best.x
 
 
@@ -237,14 +293,15 @@ def alternatives(rows, level: float = DEFAULT_LEVEL) -> dict:
             mine = [i for i, row in enumerate(rows) if row["source"] == src]
             train = [row for row in rows if row["source"] != src]
             theta = _fit_scale(train, scale, k, positive)
-            q = conformal_quantile(np.abs(column(train, "error")) / scale(train, theta), column(train, "weight"),
-                                   level)
+            q = conformal_quantile(np.abs(column(train, "error")) / scale(train, theta), column(train, "weight"), level)
             held = [rows[i] for i in mine]
             half = q * scale(held, theta)
             lo[mine] = np.clip(column(held, "predicted") - half, 0.0, 1.0)
             hi[mine] = np.clip(column(held, "predicted") + half, 0.0, 1.0)
-        out[name] = {key: {m: v[m] for m in ("coverage", "mean_interval_score", "median_width")}
-                     for key, v in judge(rows, lo, hi, level).items()}
+        out[name] = {
+            key: {m: v[m] for m in ("coverage", "mean_interval_score", "median_width")}
+            for key, v in judge(rows, lo, hi, level).items()
+        }
     return out
 
 
@@ -260,12 +317,26 @@ def hindsight_score(rows, calibration: Calibration, level: float = DEFAULT_LEVEL
             mine = [row for row in rows if row["source"] == src and row["fraction"] == f]
             if not mine:
                 continue
-            scale = interval_scale(calibration, column(mine, "sd_parameters"), column(mine, "sigma"),
-                                   column(mine, "gain_left"), column(mine, "distance"))
+            scale = interval_scale(
+                calibration,
+                column(mine, "sd_parameters"),
+                column(mine, "sigma"),
+                column(mine, "gain_left"),
+                column(mine, "distance"),
+            )
             predicted, observed, w = column(mine, "predicted"), column(mine, "observed"), column(mine, "weight")
-            best = min(np.sum(w * [interval_score(a, b, o, level) for a, b, o in
-                                   zip(np.clip(predicted - q * scale, 0, 1), np.clip(predicted + q * scale, 0, 1),
-                                       observed)]) for q in grid)
+            best = min(
+                np.sum(
+                    w
+                    * [
+                        interval_score(a, b, o, level)
+                        for a, b, o in zip(
+                            np.clip(predicted - q * scale, 0, 1), np.clip(predicted + q * scale, 0, 1), observed
+                        )
+                    ]
+                )
+                for q in grid
+            )
             total, weight = total + best, weight + w.sum()
         out[f"from_{f:g}"] = total / weight
     return out
@@ -285,8 +356,9 @@ def synthetic_coverage(n_runs: int, calibration: Calibration, seed: int = 0) -> 
     for noise in ("constant", "ar1", "drift", "random_walk_plateau"):
         rng = np.random.default_rng([seed, 7])
         inside, widths, scores = [], [], []
-        curves = simulate(n_runs, seed, "constant" if noise == "random_walk_plateau" else noise,
-                          observed=FULL_GPU_HOURS)
+        curves = simulate(
+            n_runs, seed, "constant" if noise == "random_walk_plateau" else noise, observed=FULL_GPU_HOURS
+        )
         for truth, compute, reward in curves:
             if noise == "random_walk_plateau":
                 log_c = np.log(compute)
@@ -295,13 +367,24 @@ def synthetic_coverage(n_runs: int, calibration: Calibration, seed: int = 0) -> 
             part, end = compute <= compute[-1] / 2, in_end_window(compute, compute[-1])
             part_fit = fit_sigmoid(compute[part], reward[part], seed=0)
             observed = float(np.mean(reward[end]))
-            p = predict_at(part_fit, compute[part], reward[part], float(compute[-1]), window_compute=compute[end],
-                           calibration=calibration)
+            p = predict_at(
+                part_fit,
+                compute[part],
+                reward[part],
+                float(compute[-1]),
+                window_compute=compute[end],
+                calibration=calibration,
+            )
             inside.append(p.lo <= observed <= p.hi)
             widths.append(p.width)
             scores.append(interval_score(p.lo, p.hi, observed, p.level))
-        out[noise] = {"coverage": float(np.mean(inside)), "median_width": float(np.median(widths)),
-                      "mean_interval_score": float(np.mean(scores))}
-        print(f"   synthetic {noise}: coverage {out[noise]['coverage']:.1%}, median width "
-              f"{out[noise]['median_width']:.3f}, mean interval score {out[noise]['mean_interval_score']:.3f}")
+        out[noise] = {
+            "coverage": float(np.mean(inside)),
+            "median_width": float(np.median(widths)),
+            "mean_interval_score": float(np.mean(scores)),
+        }
+        print(
+            f"   synthetic {noise}: coverage {out[noise]['coverage']:.1%}, median width "
+            f"{out[noise]['median_width']:.3f}, mean interval score {out[noise]['mean_interval_score']:.3f}"
+        )
     return {"runs_per_noise": n_runs, "level": DEFAULT_LEVEL, "noise": out}

@@ -31,9 +31,21 @@ from rlscale.fitting.sigmoid import FitError, fit_sigmoid  # noqa: E402
 
 RESULT = ROOT / "bench" / "results" / "recipe_search.json"
 PLOT = ROOT / "bench" / "results" / "recipe_search.png"
-BASE = {"model": "tiny", "task": "arithmetic", "prompts_per_batch": 16, "rollouts": 8, "steps": 800, "async": "sync",
-        "lr": 3.0e-4, "lr_reference_batch": 512, "lr_warmup_steps": 20, "max_new_tokens": 8, "eval_every": 50,
-        "eval_prompts": 384, "eval_samples": 4}
+BASE = {
+    "model": "tiny",
+    "task": "arithmetic",
+    "prompts_per_batch": 16,
+    "rollouts": 8,
+    "steps": 800,
+    "async": "sync",
+    "lr": 3.0e-4,
+    "lr_reference_batch": 512,
+    "lr_warmup_steps": 20,
+    "max_new_tokens": 8,
+    "eval_every": 50,
+    "eval_prompts": 384,
+    "eval_samples": 4,
+}
 # name -> changes to BASE (the quickstart recipe before issue 18's change, run synchronously)
 VARIANTS = {
     "T1.0 lr3e-4": {},
@@ -46,15 +58,39 @@ VARIANTS = {
     "T0.6 lr3e-4": {"temperature": 0.6, "steps": 500, "eval_every": 10},
     "T0.5 lr3e-4": {"temperature": 0.5, "steps": 500, "eval_every": 10},
     "T0.6 lr1e-4": {"temperature": 0.6, "lr": 1.0e-4, "steps": 500, "eval_every": 10},
-    "T0.6 lr1e-4 n2": {"temperature": 0.6, "lr": 1.0e-4, "rollouts": 2, "steps": 1600, "eval_every": 40,
-                       "no_positive_resampling": None},
+    "T0.6 lr1e-4 n2": {
+        "temperature": 0.6,
+        "lr": 1.0e-4,
+        "rollouts": 2,
+        "steps": 1600,
+        "eval_every": 40,
+        "no_positive_resampling": None,
+    },
     "T0.4 lr1e-4 n4": {"temperature": 0.4, "lr": 1.0e-4, "rollouts": 4, "steps": 1400, "eval_every": 25},
-    "T0.6 lr1e-4 n4 kl 0.4": {"temperature": 0.6, "lr": 1.0e-4, "rollouts": 4, "steps": 1400, "eval_every": 25,
-                              "kl_coef": 0.4},
-    "T0.6 lr1e-4 n4 kl 1.5": {"temperature": 0.6, "lr": 1.0e-4, "rollouts": 4, "steps": 1400, "eval_every": 25,
-                              "kl_coef": 1.5},
-    "T0.6 lr1e-4 n4 kl 4": {"temperature": 0.6, "lr": 1.0e-4, "rollouts": 4, "steps": 1400, "eval_every": 25,
-                            "kl_coef": 4.0},
+    "T0.6 lr1e-4 n4 kl 0.4": {
+        "temperature": 0.6,
+        "lr": 1.0e-4,
+        "rollouts": 4,
+        "steps": 1400,
+        "eval_every": 25,
+        "kl_coef": 0.4,
+    },
+    "T0.6 lr1e-4 n4 kl 1.5": {
+        "temperature": 0.6,
+        "lr": 1.0e-4,
+        "rollouts": 4,
+        "steps": 1400,
+        "eval_every": 25,
+        "kl_coef": 1.5,
+    },
+    "T0.6 lr1e-4 n4 kl 4": {
+        "temperature": 0.6,
+        "lr": 1.0e-4,
+        "rollouts": 4,
+        "steps": 1400,
+        "eval_every": 25,
+        "kl_coef": 4.0,
+    },
 }
 
 
@@ -70,8 +106,12 @@ def run_variant(name: str, out_dir: Path) -> Path:
     recipe.write_text(yaml.safe_dump({**BASE, **VARIANTS[name]}, sort_keys=False))
     out = out_dir / f"{slug(name)}.json"
     with out.open("w") as handle:
-        subprocess.run([str(ROOT / ".venv" / "bin" / "rlscale"), "run", str(recipe), "--local", "--json"],
-                       stdout=handle, stderr=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "rlscale"), "run", str(recipe), "--local", "--json"],
+            stdout=handle,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
     return out
 
 
@@ -80,8 +120,17 @@ def fit_row(x: np.ndarray, y: np.ndarray) -> dict:
         fit = fit_sigmoid(x, y, bootstrap=200, seed=0)
     except FitError as err:
         return {"identified": False, "reason": str(err)}
-    return {"A": fit.A, "A_lo": fit.A_lo, "A_hi": fit.A_hi, "B": fit.B, "C_mid_rollouts": fit.C_mid, "R0": fit.R0,
-            "n_points": fit.n_points, "identified": fit.identified, "reason": fit.reason}
+    return {
+        "A": fit.A,
+        "A_lo": fit.A_lo,
+        "A_hi": fit.A_hi,
+        "B": fit.B,
+        "C_mid_rollouts": fit.C_mid,
+        "R0": fit.R0,
+        "n_points": fit.n_points,
+        "identified": fit.identified,
+        "reason": fit.reason,
+    }
 
 
 def summarize(name: str, output: dict) -> dict:
@@ -91,12 +140,20 @@ def summarize(name: str, output: dict) -> dict:
     steps = [r["step"] for r in records]
     keep = record_breaking_points(rollouts, reward, 0.01)
     last = reward[-5:]
-    return {"changes": VARIANTS[name], "recipe": output["recipe"], "wall_seconds": output["wall_seconds"],
-            "steps": steps, "val_reward": reward.tolist(), "start": float(reward[0]),
-            "last5_mean": float(last.mean()), "last5_sd": float(last.std(ddof=1)),
-            # step-to-step swing of the evaluations: policy noise plus validation sampling noise
-            "eval_to_eval_sd": float(np.std(np.diff(reward[len(reward) // 2:]), ddof=1) / np.sqrt(2)),
-            "fit_all_points": fit_row(rollouts, reward), "fit_record_breaking": fit_row(rollouts[keep], reward[keep])}
+    return {
+        "changes": VARIANTS[name],
+        "recipe": output["recipe"],
+        "wall_seconds": output["wall_seconds"],
+        "steps": steps,
+        "val_reward": reward.tolist(),
+        "start": float(reward[0]),
+        "last5_mean": float(last.mean()),
+        "last5_sd": float(last.std(ddof=1)),
+        # step-to-step swing of the evaluations: policy noise plus validation sampling noise
+        "eval_to_eval_sd": float(np.std(np.diff(reward[len(reward) // 2 :]), ddof=1) / np.sqrt(2)),
+        "fit_all_points": fit_row(rollouts, reward),
+        "fit_record_breaking": fit_row(rollouts[keep], reward[keep]),
+    }
 
 
 def plot(results: dict) -> None:
@@ -137,10 +194,18 @@ def main() -> None:
     for name, row in results.items():
         fit = row["fit_all_points"]
         verdict = "identified" if fit.get("identified") else f"not identified: {fit.get('reason', '')[:60]}"
-        print(f"{name:28s} start {row['start']:.3f}  last5 {row['last5_mean']:.3f} +- {row['last5_sd']:.3f}  "
-              f"eval sd {row['eval_to_eval_sd']:.3f}  A {fit.get('A', float('nan')):.3f}  {verdict}")
-    RESULT.write_text(json.dumps({"base_recipe": BASE, "variants": results, "seconds": time.perf_counter() - started},
-                                 indent=1, allow_nan=True) + "\n")
+        print(
+            f"{name:28s} start {row['start']:.3f}  last5 {row['last5_mean']:.3f} +- {row['last5_sd']:.3f}  "
+            f"eval sd {row['eval_to_eval_sd']:.3f}  A {fit.get('A', float('nan')):.3f}  {verdict}"
+        )
+    RESULT.write_text(
+        json.dumps(
+            {"base_recipe": BASE, "variants": results, "seconds": time.perf_counter() - started},
+            indent=1,
+            allow_nan=True,
+        )
+        + "\n"
+    )
     plot(results)
     print(f"wrote {RESULT.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
 

@@ -27,16 +27,29 @@ RESULT = ROOT / "bench" / "results" / "rl_local.json"
 def fit_curve(records: list[dict]) -> dict:
     """ScaleRL sigmoid of val_reward on device-hours, R0 fixed to the step-0 pass rate."""
     points = [r for r in records if r["gpu_hours"] > 0]
-    fit = fit_sigmoid([r["gpu_hours"] for r in points], [r["val_reward"] for r in points],
-                      r0=records[0]["val_reward"], bootstrap=200, seed=0)
-    return {"A": fit.A, "B": fit.B, "C_mid_gpu_hours": fit.C_mid, "R0": fit.R0, "r2": fit.r2,
-            "A_lo": fit.A_lo, "A_hi": fit.A_hi, "identified": fit.identified, "reason": fit.reason,
-            "n_points": fit.n_points}
+    fit = fit_sigmoid(
+        [r["gpu_hours"] for r in points],
+        [r["val_reward"] for r in points],
+        r0=records[0]["val_reward"],
+        bootstrap=200,
+        seed=0,
+    )
+    return {
+        "A": fit.A,
+        "B": fit.B,
+        "C_mid_gpu_hours": fit.C_mid,
+        "R0": fit.R0,
+        "r2": fit.r2,
+        "A_lo": fit.A_lo,
+        "A_hi": fit.A_hi,
+        "identified": fit.identified,
+        "reason": fit.reason,
+        "n_points": fit.n_points,
+    }
 
 
 def main() -> None:
     import torch
-
     from rlscale.runner.builtin.local import run_local
     from rlscale.runner.rl.policy import base_model_dir
 
@@ -48,12 +61,17 @@ def main() -> None:
     recipe = load_recipe(RECIPE)
     base_model_dir()  # build outside the timed run
     started = time.perf_counter()
-    records = run_local(recipe, steps=args.steps, threads=args.threads,
-                        on_record=lambda r: print(f"step {r['step']:4d}  {time.perf_counter() - started:6.1f}s  "
-                                                  f"val {r['val_reward']:.3f}", flush=True))
+    records = run_local(
+        recipe,
+        steps=args.steps,
+        threads=args.threads,
+        on_record=lambda r: print(
+            f"step {r['step']:4d}  {time.perf_counter() - started:6.1f}s  val {r['val_reward']:.3f}", flush=True
+        ),
+    )
     wall = time.perf_counter() - started
     first, last = records[0]["val_reward"], records[-1]["val_reward"]
-    best_late = max(r["val_reward"] for r in records[len(records) // 2:])
+    best_late = max(r["val_reward"] for r in records[len(records) // 2 :])
     result = {
         "recipe": recipe.to_json(),
         "steps": records[-1]["step"],
@@ -71,8 +89,13 @@ def main() -> None:
     }
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in ("wall_seconds", "initial_val_reward", "final_val_reward", "rise")}
-                     | {"r2": result["sigmoid"]["r2"], "A": result["sigmoid"]["A"]}, indent=2))
+    print(
+        json.dumps(
+            {k: result[k] for k in ("wall_seconds", "initial_val_reward", "final_val_reward", "rise")}
+            | {"r2": result["sigmoid"]["r2"], "A": result["sigmoid"]["A"]},
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ class Timer:
             finally:
                 self.seconds[label] = self.seconds.get(label, 0.0) + time.time() - started
                 self.intervals.setdefault(label, []).append((started, time.time()))
+
         return timed
 
     def inside(self, label: str, start: float, end: float) -> float:
@@ -67,9 +68,11 @@ class Timer:
         def timed(*args, **kwargs):
             started = time.time()
             result = run_job(*args, **kwargs)
-            self.jobs.append({"call_seconds": time.time() - started, "called": started, "returned": time.time(),
-                              **result})
+            self.jobs.append(
+                {"call_seconds": time.time() - started, "called": started, "returned": time.time(), **result}
+            )
             return result
+
         return timed
 
 
@@ -83,7 +86,9 @@ def sweep(study_file: Path, workdir: Path) -> dict:
     from rlscale.runner.sweep.driver import SweepDriver
 
     timer = Timer()
-    rlscale.runner.builtin.job.run_job = timer.wrap_job(rlscale.runner.builtin.job.run_job)  # the driver imports run_job at call time
+    rlscale.runner.builtin.job.run_job = timer.wrap_job(
+        rlscale.runner.builtin.job.run_job
+    )  # the driver imports run_job at call time
     study = load_study(study_file)
     store = Store(f"sqlite:///{workdir / 'rlscale.db'}")
     store.add_records = timer.wrap("store_writes", store.add_records)
@@ -94,9 +99,16 @@ def sweep(study_file: Path, workdir: Path) -> dict:
     timer.sweep_returned = time.time()  # after the driver's close()
     fitted = time.time()
     records, fits, record_breaking = fit_study(store, study.name)
-    plot_study(records, fits, workdir / "reports" / f"{study.name}.png", run_col="run", compute_col="compute",
-               reward_col="reward", title=f"{study.name}: validation reward vs device-hours",
-               record_breaking=record_breaking)
+    plot_study(
+        records,
+        fits,
+        workdir / "reports" / f"{study.name}.png",
+        run_col="run",
+        compute_col="compute",
+        reward_col="reward",
+        title=f"{study.name}: validation reward vs device-hours",
+        record_breaking=record_breaking,
+    )
     timer.seconds["fits"] = timer.seconds.get("fits", 0.0) + time.time() - fitted
     return {"summary": summary, "timer": timer, "records": records, "fits": fits}
 
@@ -127,8 +139,10 @@ def main() -> None:
     # (status writes; the driver's refits are under fits), after the last job (actors stopped, Ray shut down)
     if jobs:
         parts["start_up"] = jobs[0]["called"] - STARTED
-        parts["between_jobs"] = sum(b["called"] - a["returned"] - timer.inside("fits", a["returned"], b["called"])
-                                    for a, b in zip(jobs, jobs[1:]))
+        parts["between_jobs"] = sum(
+            b["called"] - a["returned"] - timer.inside("fits", a["returned"], b["called"])
+            for a, b in zip(jobs, jobs[1:])
+        )
         end = timer.sweep_returned
         parts["shut_down"] = end - jobs[-1]["returned"] - timer.inside("fits", jobs[-1]["returned"], end)
     parts["other"] = wall - busy - sum(parts.values())
@@ -138,13 +152,23 @@ def main() -> None:
     runs = []
     for row in fits.to_dict("records"):
         curve = records[records["run"] == row["run"]].sort_values("compute")
-        runs.append({"run": row["run"], "reward_start": round(float(curve["reward"].iloc[0]), 3),
-                     "reward_end": round(float(curve["reward"].iloc[-1]), 3),
-                     "device_hours": round(float(curve["compute"].iloc[-1]), 5),
-                     "A": round(float(row["A"]), 3), "r2": round(float(row["r2"]), 3)})
+        runs.append(
+            {
+                "run": row["run"],
+                "reward_start": round(float(curve["reward"].iloc[0]), 3),
+                "reward_end": round(float(curve["reward"].iloc[-1]), 3),
+                "device_hours": round(float(curve["compute"].iloc[-1]), 5),
+                "A": round(float(row["A"]), 3),
+                "r2": round(float(row["r2"]), 3),
+            }
+        )
     result = {
         "study": str(args.study.relative_to(ROOT) if args.study.resolve().is_relative_to(ROOT) else args.study),
-        "host": {"cpus": len(os.sched_getaffinity(0)), "machine": platform.machine(), "python": platform.python_version()},
+        "host": {
+            "cpus": len(os.sched_getaffinity(0)),
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+        },
         "date": time.strftime("%Y-%m-%d"),
         "runs": summary.count("done"),
         "failed": summary.count("failed"),
@@ -156,14 +180,23 @@ def main() -> None:
         "within_target": overhead / wall <= TARGET,
         "overhead_parts_seconds": {key: round(value, 1) for key, value in parts.items()},
         "busy_parts_seconds": {key: round(value, 1) for key, value in summary.timings.items()},
-        "jobs": [{"call_seconds": round(j["call_seconds"], 1), "wall_seconds": round(j["wall_seconds"], 1),
-                  "busy_seconds": round(j["busy_seconds"], 1), "steps": j["steps"]} for j in jobs],
+        "jobs": [
+            {
+                "call_seconds": round(j["call_seconds"], 1),
+                "wall_seconds": round(j["wall_seconds"], 1),
+                "busy_seconds": round(j["busy_seconds"], 1),
+                "steps": j["steps"],
+            }
+            for j in jobs
+        ],
         "curves": runs,
     }
     RESULT.parent.mkdir(parents=True, exist_ok=True)
     RESULT.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wall {wall:.0f} s, busy (generating or training) {busy:.0f} s, overhead {overhead:.0f} s "
-          f"= {overhead / wall:.1%} of wall (target <= {TARGET:.0%})")
+    print(
+        f"wall {wall:.0f} s, busy (generating or training) {busy:.0f} s, overhead {overhead:.0f} s "
+        f"= {overhead / wall:.1%} of wall (target <= {TARGET:.0%})"
+    )
     for key, value in sorted(parts.items(), key=lambda kv: -kv[1]):
         print(f"  {key:13s} {value:6.1f} s  {value / wall:6.1%}")
     for run in runs:

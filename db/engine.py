@@ -85,7 +85,11 @@ def make_engine(url: URL, *, create: bool = True, read_only: bool = False) -> En
         except (NoSuchModuleError, ImportError) as err:
             hint = ""
             if url.get_backend_name() == "postgresql":  # the postgres extra ships psycopg 3, not psycopg2
-                hint = " (pip install -e .[postgres]" + ("" if url.get_driver_name() == "psycopg" else "; write postgresql+psycopg://...") + ")"
+                hint = (
+                    " (pip install -e .[postgres]"
+                    + ("" if url.get_driver_name() == "psycopg" else "; write postgresql+psycopg://...")
+                    + ")"
+                )
             raise UserError(f"cannot use {shown}: {err}{hint}", field="--db") from None
         except (ArgumentError, TypeError, ValueError) as err:
             raise UserError(f"cannot use {shown}: {_first_line(err)}", field="--db") from None
@@ -93,8 +97,11 @@ def make_engine(url: URL, *, create: bool = True, read_only: bool = False) -> En
         return engine
     unknown = sorted(set(url.query) - SQLITE_OPTIONS)
     if unknown:
-        raise UserError(f"unknown option(s) {', '.join(unknown)} in {shown}: expected sqlite:///path/to/file.db "
-                        f"(options: {', '.join(sorted(SQLITE_OPTIONS))})", field="--db")
+        raise UserError(
+            f"unknown option(s) {', '.join(unknown)} in {shown}: expected sqlite:///path/to/file.db "
+            f"(options: {', '.join(sorted(SQLITE_OPTIONS))})",
+            field="--db",
+        )
     wanted = read_only
     read_only = None if _is_memory(url) else _sqlite_read_only(url.database, create=create)
     if wanted and read_only is None:
@@ -104,8 +111,10 @@ def make_engine(url: URL, *, create: bool = True, read_only: bool = False) -> En
     elif read_only:
         # `immutable` when not even the -shm file can be made (read-only directory or filesystem)
         uri = f"file:{quote(url.database)}?{read_only}"
-        engine = create_engine("sqlite://", creator=lambda: sqlite3.connect(
-            uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S, check_same_thread=False))
+        engine = create_engine(
+            "sqlite://",
+            creator=lambda: sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S, check_same_thread=False),
+        )
     else:
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
 
@@ -153,8 +162,9 @@ def read_only_request(url: URL) -> str:
     if _is_memory(url):
         raise UserError("an in-memory store has nothing to read: expected a SQLite file or a server URL", field="--db")
     if not os.path.exists(url.database):
-        raise UserError(f"no store at {url.database}: expected an existing SQLite file (a sweep creates it)",
-                        field="--db")
+        raise UserError(
+            f"no store at {url.database}: expected an existing SQLite file (a sweep creates it)", field="--db"
+        )
     return "mode=ro"
 
 
@@ -186,11 +196,15 @@ def _translate_errors(engine: Engine, shown: str, *, read_only: bool = False) ->
         orig = context.original_exception
         text = _first_line(orig)
         if isinstance(orig, sqlite3.OperationalError) and "readonly" in text:
-            raise UserError(f"the store {shown} is read-only ({text}); this command writes to it", field="--db") from None
+            raise UserError(
+                f"the store {shown} is read-only ({text}); this command writes to it", field="--db"
+            ) from None
         if isinstance(orig, sqlite3.DatabaseError) and ("not a database" in text or "malformed" in text):
             raise UserError(f"{shown} is not a SQLite database ({text})", field="--db") from None
         if isinstance(orig, sqlite3.OperationalError) and "unable to open" in text:
-            raise UserError(f"cannot open the store {shown} ({text}; does its directory exist?)", field="--db") from None
+            raise UserError(
+                f"cannot open the store {shown} ({text}; does its directory exist?)", field="--db"
+            ) from None
         if context.connection is None and not isinstance(orig, sqlite3.Error):
             # a failure to connect (server, host, port, credentials, driver options): the store cannot be opened
             raise StoreUnreachable(f"cannot open the store {shown}: {text}", field="--db") from None
@@ -228,8 +242,11 @@ def check_schema(engine: Engine, *, shown: str | None = None) -> None:
     if current is None:
         raise UserError(f"{shown} has no rlscale tables yet (a sweep or an import creates them)", field="--db")
     if current != head:
-        raise UserError(f"{shown} is at schema revision {current}, this rlscale reads {head}: open it once with a "
-                        "command that writes (rlscale sweep or import) to upgrade it", field="--db")
+        raise UserError(
+            f"{shown} is at schema revision {current}, this rlscale reads {head}: open it once with a "
+            "command that writes (rlscale sweep or import) to upgrade it",
+            field="--db",
+        )
 
 
 def _head_revision() -> str:
@@ -252,7 +269,9 @@ def _upgrade(engine: Engine, shown: str) -> None:
     head = ScriptDirectory.from_config(config).get_current_head()
     try:
         with engine.connect() as connection:
-            current = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE}).get_current_revision()
+            current = MigrationContext.configure(
+                connection, opts={"version_table": VERSION_TABLE}
+            ).get_current_revision()
         if current == head:
             return
         # IMMEDIATE: two processes creating one new store take turns; the second finds it at head

@@ -43,11 +43,11 @@ class ImportSummary:
 def read_run_log(path: str | Path, *, tag: str | None = None, compute_tag: str | None = None) -> pd.DataFrame:
     """The run log at `path` as rows (run, step, compute, reward, rollouts, tokens, health metrics...).
 
-    The whole file is checked first; the first bad cell raises a UserError naming file, line and column.
-    `run` defaults to the file stem and `step` to the row order within each run (from 0). Blank lines and
-lines starting with # are skipped; columns other than the known ones are ignored.
-    A directory of TensorBoard event files or a verl file-logger JSONL is read by db/logs.py (`tag`: the reward
-    scalar, `compute_tag`: a cumulative compute scalar); its frame's attrs say the compute unit.
+        The whole file is checked first; the first bad cell raises a UserError naming file, line and column.
+        `run` defaults to the file stem and `step` to the row order within each run (from 0). Blank lines and
+    lines starting with # are skipped; columns other than the known ones are ignored.
+        A directory of TensorBoard event files or a verl file-logger JSONL is read by db/logs.py (`tag`: the reward
+        scalar, `compute_tag`: a cumulative compute scalar); its frame's attrs say the compute unit.
     """
     from rlscale.db.logs import is_training_log, read_training_log
 
@@ -59,8 +59,11 @@ lines starting with # are skipped; columns other than the known ones are ignored
     if training_log:
         return read_training_log(path, tag=tag, compute_tag=compute_tag)
     if tag is not None or compute_tag is not None:
-        raise UserError("--tag and --compute-tag name scalars of a TensorBoard directory or a verl JSONL log; "
-                        "this file has columns", file=str(path))
+        raise UserError(
+            "--tag and --compute-tag name scalars of a TensorBoard directory or a verl JSONL log; "
+            "this file has columns",
+            file=str(path),
+        )
     kind = EXTENSIONS.get(path.suffix.lower())
     if kind is None:
         raise UserError(f"unknown file type {path.suffix or '(none)'!r}: expected .csv or .jsonl", file=str(path))
@@ -69,13 +72,16 @@ lines starting with # are skipped; columns other than the known ones are ignored
     try:
         text = path.read_text(encoding="utf-8-sig")  # -sig: spreadsheet exports often start with a BOM
     except UnicodeDecodeError as err:
-        raise UserError(f"expected UTF-8 text, found byte 0x{err.object[err.start]:02x} at offset {err.start}", file=str(path)) from None
+        raise UserError(
+            f"expected UTF-8 text, found byte 0x{err.object[err.start]:02x} at offset {err.start}", file=str(path)
+        ) from None
     lines = _csv_rows(path, text) if kind == "csv" else _jsonl_rows(path, text)
     return _validate(path, lines)
 
 
 def import_run_log(store: "Store", path: str | Path, study: str, rows: pd.DataFrame | None = None) -> ImportSummary:
-    """Load the run log at `path` (or its already-read `rows`) into `study` in one transaction; stored steps are skipped."""
+    """Load the run log at `path` (or its already-read `rows`) into `study` in one transaction; stored steps are
+    skipped."""
     rows = read_run_log(path) if rows is None else rows
     runs = []
     for name, group in rows.groupby("run", sort=False):
@@ -117,7 +123,9 @@ def _csv_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[st
                 _check_header(path, header_line, header)
                 continue
             if len(cells) != len(header):
-                raise UserError(f"expected {len(header)} fields like the header, got {len(cells)}", file=f"{path}:{reader.line_num}")
+                raise UserError(
+                    f"expected {len(header)} fields like the header, got {len(cells)}", file=f"{path}:{reader.line_num}"
+                )
             rows.append((reader.line_num, dict(zip(header, cells))))
     except csv.Error as err:
         raise UserError(f"not valid CSV ({err})", file=f"{path}:{reader.line_num}") from None
@@ -139,12 +147,15 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[
         except json.JSONDecodeError as err:
             raise UserError(f"column {err.colno}: not valid JSON ({err.msg})", file=f"{path}:{number}") from None
         except DuplicateKey as err:
-            raise UserError("key appears twice in one object", file=f"{path}:{number}", field=f"column {err.key!r}") from None
+            raise UserError(
+                "key appears twice in one object", file=f"{path}:{number}", field=f"column {err.key!r}"
+            ) from None
         except RecursionError:
             raise UserError("not valid JSON here (nested too deeply)", file=f"{path}:{number}") from None
         except ValueError:  # json.loads refuses integers of more than 4300 digits
-            raise UserError("expected numbers a store can hold, got an integer of more than 4300 digits",
-                            file=f"{path}:{number}") from None
+            raise UserError(
+                "expected numbers a store can hold, got an integer of more than 4300 digits", file=f"{path}:{number}"
+            ) from None
         if not isinstance(obj, dict):
             raise UserError(f"expected a JSON object per line, got {type(obj).__name__}", file=f"{path}:{number}")
         normalised = {str(k).strip().lower(): v for k, v in obj.items()}
@@ -158,8 +169,9 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[
         elif set(COMPUTE_COLUMNS) <= set(columns) | set(obj):  # a later line names the compute axis anew
             new = next(c for c in COMPUTE_COLUMNS if c in obj and c not in columns)
             old = next(c for c in COMPUTE_COLUMNS if c != new)
-            raise UserError(f"earlier lines give '{old}': keep one compute column", file=f"{path}:{number}",
-                            field=f"column {new!r}")
+            raise UserError(
+                f"earlier lines give '{old}': keep one compute column", file=f"{path}:{number}", field=f"column {new!r}"
+            )
         columns.update(dict.fromkeys(obj))
         rows.append((number, obj))
     if not rows:
@@ -197,7 +209,9 @@ def _check_header(path: Path, line: int, header: list[str]) -> None:
     if not seen & set(COMPUTE_COLUMNS):
         raise UserError(f"missing column 'compute' (or 'gpu_hours'); expected {EXPECTED}", file=where)
     if set(COMPUTE_COLUMNS) <= seen:
-        raise UserError("both 'compute' and 'gpu_hours' given: keep one, so the compute axis is unambiguous", file=where)
+        raise UserError(
+            "both 'compute' and 'gpu_hours' given: keep one, so the compute axis is unambiguous", file=where
+        )
     if "reward" not in seen:
         raise UserError(f"missing column 'reward'; expected {EXPECTED}", file=where)
 
@@ -221,18 +235,22 @@ def _validate(path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any
         next_step[run] = step + 1
         if (run, step) in seen:
             raise UserError(
-                f"run {run!r} already has step {step} (line {seen[run, step]})", file=f"{path}:{line}", field="column 'step'"
+                f"run {run!r} already has step {step} (line {seen[run, step]})",
+                file=f"{path}:{line}",
+                field="column 'step'",
             )
         seen[run, step] = line
-        out.append({
-            "run": run,
-            "step": step,
-            "compute": cell.number(compute_col, minimum=0.0),
-            "reward": cell.number("reward"),
-            "rollouts": cell.whole("rollouts", default=None),
-            "tokens": cell.whole("tokens", default=None),
-            **{m: cell.number(m, default=None) for m in metrics},
-        })
+        out.append(
+            {
+                "run": run,
+                "step": step,
+                "compute": cell.number(compute_col, minimum=0.0),
+                "reward": cell.number("reward"),
+                "rollouts": cell.whole("rollouts", default=None),
+                "tokens": cell.whole("tokens", default=None),
+                **{m: cell.number(m, default=None) for m in metrics},
+            }
+        )
     frame = pd.DataFrame(out)
     for column in ("rollouts", "tokens"):
         frame[column] = frame[column].astype("Int64")
@@ -307,7 +325,9 @@ class _Cells:
         value = self.row[column]
         if isinstance(value, int) and not isinstance(value, bool):
             whole = value  # exact, however large (a float would round 2**63 - 1 up)
-        elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) <= 20:
+        elif (
+            isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) <= 20
+        ):
             whole = int(value.strip())
         else:
             number = self.number(column)

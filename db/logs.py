@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from rlscale.db.importer import DuplicateKey, unique_keys  # one rule for keys given twice in a JSON line
 
 from rlscale.base.errors import UserError
 from rlscale.base.names import run_name_problem
-from rlscale.db.importer import DuplicateKey, unique_keys  # one rule for keys given twice in a JSON line
 
 VERL_REWARD = re.compile(r"^val-core/.+/[^/]+/mean@\d+$")
 LEGACY_VERL_REWARD = re.compile(r"^val/test_score/.+$")
@@ -34,8 +34,10 @@ VERL_HEALTH = {
     "truncation_rate": "response_length/clip_ratio",
     "clip_fraction": "actor/pg_clipfrac",
 }
-COMPUTE_UNITS = {"gpu_hours": "GPU-hours (verl's perf/total_num_tokens / perf/throughput, summed over steps)",
-                 "steps": "training steps (the log has no perf/throughput; --compute-tag names another axis)"}
+COMPUTE_UNITS = {
+    "gpu_hours": "GPU-hours (verl's perf/total_num_tokens / perf/throughput, summed over steps)",
+    "steps": "training steps (the log has no perf/throughput; --compute-tag names another axis)",
+}
 
 
 @dataclass
@@ -49,8 +51,11 @@ class _Run:
     def put(self, tag: str, step: int, value: Any, where: str, *, replace: bool) -> None:
         steps = self.values.setdefault(tag, {})
         if not replace and step in steps and steps[step][0] != value:
-            raise UserError(f"step {step} already has {_show(steps[step][0])} (at {steps[step][1]}), here "
-                            f"{_show(value)}", file=where, field=f"{self.kind} {tag!r}")
+            raise UserError(
+                f"step {step} already has {_show(steps[step][0])} (at {steps[step][1]}), here {_show(value)}",
+                file=where,
+                field=f"{self.kind} {tag!r}",
+            )
         steps[step] = (value, where)
 
     def steps(self) -> set[int]:
@@ -70,7 +75,9 @@ def is_training_log(path: str | Path) -> bool:
             for line in handle:
                 if line.strip() and not line.lstrip().startswith("#"):
                     first = json.loads(line)
-                    return isinstance(first, dict) and set(first) == {"step", "data"} and isinstance(first["data"], dict)
+                    return (
+                        isinstance(first, dict) and set(first) == {"step", "data"} and isinstance(first["data"], dict)
+                    )
     except (UnicodeDecodeError, json.JSONDecodeError):
         return False  # the CSV/JSONL reader reports it, with its line
     return False
@@ -97,18 +104,28 @@ def read_training_log(path: str | Path, *, tag: str | None = None, compute_tag: 
         compute, units[run.name] = _compute(run, compute_tag, path)
         for step, (value, where) in sorted(run.values[reward_tag].items()):
             if step not in compute:
-                raise UserError(f"step {step} has a reward but no {compute_tag!r} value", file=where,
-                                field=f"{run.kind} {compute_tag!r}")
-            rows.append({
-                "run": run.name, "step": step, "compute": compute[step],
-                "reward": _number(value, where, run.kind, reward_tag),
-                "rollouts": None, "tokens": None,
-                **{name: _optional(run, source, step) for name, source in VERL_HEALTH.items()},
-            })
+                raise UserError(
+                    f"step {step} has a reward but no {compute_tag!r} value",
+                    file=where,
+                    field=f"{run.kind} {compute_tag!r}",
+                )
+            rows.append(
+                {
+                    "run": run.name,
+                    "step": step,
+                    "compute": compute[step],
+                    "reward": _number(value, where, run.kind, reward_tag),
+                    "rollouts": None,
+                    "tokens": None,
+                    **{name: _optional(run, source, step) for name, source in VERL_HEALTH.items()},
+                }
+            )
     if len(set(units.values())) > 1:
         detail = ", ".join(f"{name}: {unit}" for name, unit in units.items())
-        raise UserError(f"runs measure compute in different units ({detail}): pass --compute-tag, or import them "
-                        "separately", file=str(path))
+        raise UserError(
+            f"runs measure compute in different units ({detail}): pass --compute-tag, or import them separately",
+            file=str(path),
+        )
     if not rows:
         raise UserError("no step with a reward", file=str(path))
     frame = pd.DataFrame(rows)
@@ -133,7 +150,9 @@ def _verl_jsonl_run(path: Path) -> _Run:
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as err:
-        raise UserError(f"expected UTF-8 text, found byte 0x{err.object[err.start]:02x} at offset {err.start}", file=str(path)) from None
+        raise UserError(
+            f"expected UTF-8 text, found byte 0x{err.object[err.start]:02x} at offset {err.start}", file=str(path)
+        ) from None
     for number, line in enumerate(text.split("\n"), start=1):  # newlines only, as the CSV/JSONL reader counts lines
         line = line.removesuffix("\r")
         if not line.strip() or line.lstrip().startswith("#"):
@@ -148,11 +167,19 @@ def _verl_jsonl_run(path: Path) -> _Run:
         except RecursionError:
             raise UserError("not valid JSON here (nested too deeply)", file=where) from None
         except ValueError:  # json.loads refuses integers of more than 4300 digits
-            raise UserError("expected numbers a store can hold, got an integer of more than 4300 digits", file=where) from None
+            raise UserError(
+                "expected numbers a store can hold, got an integer of more than 4300 digits", file=where
+            ) from None
         if not isinstance(obj, dict) or "step" not in obj or not isinstance(obj.get("data"), dict):
             raise UserError('expected a verl file-logger line {"step": N, "data": {metric: value}}', file=where)
         step = obj["step"]
-        if isinstance(step, bool) or not isinstance(step, (int, float)) or step != step or step < 0 or step != int(step):
+        if (
+            isinstance(step, bool)
+            or not isinstance(step, (int, float))
+            or step != step
+            or step < 0
+            or step != int(step)
+        ):
             raise UserError(f"expected a whole number >= 0, got {_show(step)}", file=where, field="column 'step'")
         for tag, value in obj["data"].items():
             # one step may be logged on several lines (e.g. validation apart from training), never twice differently
@@ -196,8 +223,10 @@ def _scalars(file: Path):
         consumed += len(record) + 16  # TFRecord framing: length (8) + its CRC (4) + data + data CRC (4)
     if consumed != size:
         # the loader stops quietly at a bad or partial record; an import must not keep half a log
-        raise UserError(f"truncated or corrupt event record at byte {consumed} of {size} "
-                        f"({len(records)} records read before it)", file=str(file))
+        raise UserError(
+            f"truncated or corrupt event record at byte {consumed} of {size} ({len(records)} records read before it)",
+            file=str(file),
+        )
     for record in records:
         try:
             event = data_compat.migrate_event(event_pb2.Event.FromString(record))
@@ -222,20 +251,33 @@ def _default_reward_tag(run: _Run, path: Path) -> str:
         if len(found) == 1:
             return found[0]
         if len(found) > 1:
-            raise UserError(f"run {run.name!r} has several validation rewards ({', '.join(found)}): pick one with "
-                            "--tag", file=str(path))
-    raise UserError(f"run {run.name!r} has no verl validation reward (val-core/<source>/reward/mean@k): name the "
-                    f"reward with --tag ({_some_tags(run)})", file=str(path))
+            raise UserError(
+                f"run {run.name!r} has several validation rewards ({', '.join(found)}): pick one with --tag",
+                file=str(path),
+            )
+    raise UserError(
+        f"run {run.name!r} has no verl validation reward (val-core/<source>/reward/mean@k): name the "
+        f"reward with --tag ({_some_tags(run)})",
+        file=str(path),
+    )
 
 
 def _compute(run: _Run, compute_tag: str | None, path: Path) -> tuple[dict[int, float], str]:
     """step -> cumulative compute at that step, and the unit."""
     if compute_tag is not None:
         if compute_tag not in run.values:
-            raise UserError(f"run {run.name!r} has no {run.kind} {compute_tag!r} ({_some_tags(run)})", file=str(path),
-                            field="--compute-tag")
-        return ({step: _number(value, where, run.kind, compute_tag, minimum=0.0)
-                 for step, (value, where) in run.values[compute_tag].items()}, compute_tag)
+            raise UserError(
+                f"run {run.name!r} has no {run.kind} {compute_tag!r} ({_some_tags(run)})",
+                file=str(path),
+                field="--compute-tag",
+            )
+        return (
+            {
+                step: _number(value, where, run.kind, compute_tag, minimum=0.0)
+                for step, (value, where) in run.values[compute_tag].items()
+            },
+            compute_tag,
+        )
     if VERL_TOKENS in run.values and VERL_THROUGHPUT in run.values:
         tokens, throughput = run.values[VERL_TOKENS], run.values[VERL_THROUGHPUT]
         total, out = 0.0, {}
@@ -244,8 +286,11 @@ def _compute(run: _Run, compute_tag: str | None, path: Path) -> tuple[dict[int, 
                 n = _number(*tokens[step], run.kind, VERL_TOKENS, minimum=0.0)
                 rate = _number(*throughput[step], run.kind, VERL_THROUGHPUT, minimum=0.0)
                 if rate == 0 and n > 0:
-                    raise UserError("expected a throughput > 0 on a step that processed tokens, got 0",
-                                    file=throughput[step][1], field=f"{run.kind} {VERL_THROUGHPUT!r}")
+                    raise UserError(
+                        "expected a throughput > 0 on a step that processed tokens, got 0",
+                        file=throughput[step][1],
+                        field=f"{run.kind} {VERL_THROUGHPUT!r}",
+                    )
                 total += n / rate / 3600.0 if n > 0 else 0.0  # tokens / (tokens per s per GPU) = GPU-seconds
             out[step] = total
         return out, "gpu_hours"

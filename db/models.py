@@ -4,7 +4,7 @@ The alembic migrations in db/migrations/versions create exactly these tables; a 
 new migration next to them.
 """
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
@@ -15,7 +15,7 @@ RUN_STATUSES = ("pending", "running", "paused", "done", "failed", "stopped")
 
 def utcnow() -> datetime:
     """The current time in UTC (timezone-aware)."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Base(DeclarativeBase):

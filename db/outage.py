@@ -6,9 +6,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from sqlalchemy.exc import DBAPIError
-
 from rlscale.db.engine import StoreUnreachable
+from sqlalchemy.exc import DBAPIError
 
 # words a driver's message carries when the server went away, not when a statement was wrong
 _GONE = ("connection", "server closed", "terminating", "shutting down", "could not connect", "the database system is")

@@ -4,19 +4,19 @@ Every method is one short transaction. Frames come back as pandas DataFrames wit
 """
 
 import hashlib
-import os
 import json
 import math
+import os
 from typing import Any
 
 import pandas as pd
+from rlscale.db.engine import check_schema, display_url, make_engine, migrate, parse_url, writer
+from rlscale.db.models import RUN_STATUSES, Fit, Plan, Record, Run, Study, utcnow
+from rlscale.db.outage import OutagePolicy, waits_out_outages
 from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from rlscale.db.engine import check_schema, display_url, make_engine, migrate, parse_url, writer
-from rlscale.db.outage import OutagePolicy, waits_out_outages
-from rlscale.db.models import RUN_STATUSES, Fit, Plan, Record, Run, Study, utcnow
 from rlscale.base import settings
 from rlscale.base.errors import UserError
 from rlscale.base.names import check_name
@@ -42,8 +42,12 @@ class Store:
         self.url = parse_url(settings.db_url(url))
         self.url_for_display = display_url(self.url)
         self.read_only = read_only
-        if not create and not read_only and self.url.get_backend_name() == "sqlite" and \
-                self.url.database not in (None, "", ":memory:"):
+        if (
+            not create
+            and not read_only
+            and self.url.get_backend_name() == "sqlite"
+            and self.url.database not in (None, "", ":memory:")
+        ):
             if not os.path.exists(self.url.database):
                 self.url = self.url.set(database=":memory:")
         self.engine = make_engine(self.url, create=create and not read_only, read_only=read_only)
@@ -107,14 +111,23 @@ class Store:
                 .outerjoin(Run, Run.study_id == Study.id)
                 .group_by(Study.name, Run.status)
             ).all()
-            records = dict(session.execute(
-                select(Study.name, func.count(Record.id)).join(Run, Run.study_id == Study.id)
-                .join(Record, Record.run_id == Run.id).group_by(Study.name)
-            ).all())
-            fits = dict(session.execute(
-                select(Study.name, func.count(Fit.id)).join(Run, Run.study_id == Study.id)
-                .join(Fit, Fit.run_id == Run.id).where(Fit.model == "sigmoid").group_by(Study.name)
-            ).all())
+            records = dict(
+                session.execute(
+                    select(Study.name, func.count(Record.id))
+                    .join(Run, Run.study_id == Study.id)
+                    .join(Record, Record.run_id == Run.id)
+                    .group_by(Study.name)
+                ).all()
+            )
+            fits = dict(
+                session.execute(
+                    select(Study.name, func.count(Fit.id))
+                    .join(Run, Run.study_id == Study.id)
+                    .join(Fit, Fit.run_id == Run.id)
+                    .where(Fit.model == "sigmoid")
+                    .group_by(Study.name)
+                ).all()
+            )
         counts: dict[str, dict] = {}
         for name, status, n in runs:
             row = counts.setdefault(name, {"study": name, "runs": 0, **dict.fromkeys(RUN_STATUSES, 0)})
@@ -132,10 +145,14 @@ class Store:
         read in one query, so a viewer polls it cheaply and rereads the frames only when it moves."""
         with self._sessions() as session:
             study = self._study(session, name)
-            runs = session.execute(select(func.count(Run.id), func.max(Run.updated_at))
-                                   .where(Run.study_id == study.id)).one()
-            records = session.execute(select(func.count(Record.id), func.max(Record.id))
-                                      .join(Run, Run.id == Record.run_id).where(Run.study_id == study.id)).one()
+            runs = session.execute(
+                select(func.count(Run.id), func.max(Run.updated_at)).where(Run.study_id == study.id)
+            ).one()
+            records = session.execute(
+                select(func.count(Record.id), func.max(Record.id))
+                .join(Run, Run.id == Record.run_id)
+                .where(Run.study_id == study.id)
+            ).one()
         return (runs[0], str(runs[1]), records[0], records[1])
 
     @waits_out_outages
@@ -213,8 +230,16 @@ class Store:
         with self._sessions() as session:
             study_row = self._study(session, study)
             rows = session.execute(
-                select(Record.run_id, Run.name, Record.step, Record.gpu_hours, Record.rollouts, Record.tokens,
-                       Record.val_reward, Record.metrics)
+                select(
+                    Record.run_id,
+                    Run.name,
+                    Record.step,
+                    Record.gpu_hours,
+                    Record.rollouts,
+                    Record.tokens,
+                    Record.val_reward,
+                    Record.metrics,
+                )
                 .join(Run, Run.id == Record.run_id)
                 .where(Run.study_id == study_row.id)
                 .order_by(Record.run_id, Record.step)
@@ -263,7 +288,8 @@ class Store:
 
     @waits_out_outages
     def fits_frame(self, study: str, model: str = "sigmoid") -> pd.DataFrame:
-        """The study's stored fits of `model`: run_id, run, model, the curve parameters, A_lo, A_hi, identified, reason, fitted_on."""
+        """The study's stored fits of `model`: run_id, run, model, the curve parameters, A_lo, A_hi, identified,
+        reason, fitted_on."""
         with self._sessions() as session:
             study_row = self._study(session, study)
             rows = session.execute(
@@ -275,11 +301,19 @@ class Store:
         records = []
         for fit, name in rows:
             params = {k: (math.nan if v is None else v) for k, v in fit.params.items()}
-            records.append({
-                "run_id": fit.run_id, "run": name, "model": fit.model, **params,
-                "A_lo": _nan_if_none(fit.a_lo), "A_hi": _nan_if_none(fit.a_hi),
-                "identified": fit.identified, "reason": fit.reason, "fitted_on": fit.fitted_on,
-            })
+            records.append(
+                {
+                    "run_id": fit.run_id,
+                    "run": name,
+                    "model": fit.model,
+                    **params,
+                    "A_lo": _nan_if_none(fit.a_lo),
+                    "A_hi": _nan_if_none(fit.a_hi),
+                    "identified": fit.identified,
+                    "reason": fit.reason,
+                    "fitted_on": fit.fitted_on,
+                }
+            )
         frame = pd.DataFrame(records)
         if frame.empty:
             return pd.DataFrame(columns=FIT_COLUMNS)

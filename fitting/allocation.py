@@ -66,6 +66,13 @@ def next_allocation(curves: pd.DataFrame, law_identified: bool | None) -> NextAl
         goal = Reason("identify_fits_and_law" if law_open else "identify_fits", counts)
     else:
         goal = Reason("identify_law", counts)
-    runs = [{"run": row.run, "compute": float(row.c_max), "target": float(row.c_max * factor),
-             "why": needs[row.run][1] if row.run in needs else ""} for row in usable.itertuples()]
+    runs = [
+        {
+            "run": row.run,
+            "compute": float(row.c_max),
+            "target": float(row.c_max * factor),
+            "why": needs[row.run][1] if row.run in needs else "",
+        }
+        for row in usable.itertuples()
+    ]
     return NextAllocation(factor=float(factor), runs=runs, goal=goal)

@@ -144,8 +144,16 @@ def interval_score(lo: float, hi: float, observed: float, level: float) -> float
     return float((hi - lo) + 2.0 / alpha * (max(lo - observed, 0.0) + max(observed - hi, 0.0)))
 
 
-def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, level: float = DEFAULT_LEVEL,
-                 calibration: Calibration | None = None, **fit_kwargs) -> RunBacktest:
+def backtest_run(
+    compute,
+    reward,
+    *,
+    run: str = "all",
+    fraction: float = 0.5,
+    level: float = DEFAULT_LEVEL,
+    calibration: Calibration | None = None,
+    **fit_kwargs,
+) -> RunBacktest:
     """Backtest of one run: fit its points at compute <= fraction x its last compute, score against the end.
 
     level, calibration: the prediction interval's level and calibration (default: fitting/interval.json's).
@@ -161,10 +169,28 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, le
     order = np.argsort(x, kind="stable")
     x, y = x[order], y[order]
     nan = float("nan")
-    empty = dict(run=str(run), n_points=len(x), n_part=0, cut_compute=nan, last_compute=nan, predicted=nan,
-                 predicted_lo=nan, predicted_hi=nan, observed=nan, error=nan, carry_forward=nan,
-                 carry_forward_error=nan, A_part=nan, A_part_lo=nan, A_part_hi=nan, A_full=nan,
-                 A_full_identified=None, A_inside=None, rising=None, identified=False)
+    empty = dict(
+        run=str(run),
+        n_points=len(x),
+        n_part=0,
+        cut_compute=nan,
+        last_compute=nan,
+        predicted=nan,
+        predicted_lo=nan,
+        predicted_hi=nan,
+        observed=nan,
+        error=nan,
+        carry_forward=nan,
+        carry_forward_error=nan,
+        A_part=nan,
+        A_part_lo=nan,
+        A_part_hi=nan,
+        A_full=nan,
+        A_full_identified=None,
+        A_inside=None,
+        rising=None,
+        identified=False,
+    )
     if len(x) == 0 or not x[-1] > 0:
         return RunBacktest(fitted=False, reason="no point with compute > 0", **empty)
     last = float(x[-1])
@@ -173,24 +199,34 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, le
     end = in_end_window(x, last)
     empty.update(n_part=int(part.sum()), cut_compute=cut, last_compute=last)
     if not np.any(end & ~part):
-        return RunBacktest(fitted=False, **empty,
-                           reason=f"no evaluation after the first {fraction:.0%} of compute to check against")
+        return RunBacktest(
+            fitted=False, **empty, reason=f"no evaluation after the first {fraction:.0%} of compute to check against"
+        )
     end &= ~part  # with a fraction above 0.9 the end window is what lies beyond the part
     observed = float(np.mean(y[end]))
     carry = float(y[part][-1]) if part.any() else nan
     part_end = part & in_end_window(x, cut)
     leader = float(np.mean(y[part_end])) if part_end.any() else carry
     rising = bool(observed - leader > RISE) if part_end.any() else None
-    empty.update(observed=observed, carry_forward=carry, carry_forward_error=carry - observed, rising=rising,
-                 leader=leader)
+    empty.update(
+        observed=observed, carry_forward=carry, carry_forward_error=carry - observed, rising=rising, leader=leader
+    )
     try:
         fit = fit_sigmoid(x[part], y[part], **fit_kwargs)
     except FitError as err:
         return RunBacktest(fitted=False, reason=f"first {fraction:.0%}: {err}", **empty)
     predicted = float(np.mean(fit.predict(x[end])))
     lo, hi = _mean_band(fit, x[end])
-    pi = predict_at(fit, x[part], y[part], last, level=level, window_compute=x[end], calibration=calibration,
-                    bounded=fit_kwargs.get("bounded", True))
+    pi = predict_at(
+        fit,
+        x[part],
+        y[part],
+        last,
+        level=level,
+        window_compute=x[end],
+        calibration=calibration,
+        bounded=fit_kwargs.get("bounded", True),
+    )
     has_pi = math.isfinite(pi.lo) and math.isfinite(pi.hi)
     pi_inside = bool(pi.lo <= observed <= pi.hi) if has_pi else None
     try:
@@ -201,26 +237,51 @@ def backtest_run(compute, reward, *, run: str = "all", fraction: float = 0.5, le
     inside = None  # not checked: no full-run A, or a part-fit too small for an interval
     if math.isfinite(A_full) and math.isfinite(fit.A_lo) and math.isfinite(fit.A_hi):
         inside = bool(fit.A_lo <= A_full <= fit.A_hi)
-    empty.update(predicted=predicted, predicted_lo=lo, predicted_hi=hi, error=predicted - observed, A_part=fit.A,
-                 A_part_lo=fit.A_lo, A_part_hi=fit.A_hi, A_full=float(A_full), A_full_identified=A_full_identified,
-                 A_inside=inside, identified=fit.identified, level=float(level), pi_lo=pi.lo, pi_hi=pi.hi,
-                 pi_inside=pi_inside, pi_score=interval_score(pi.lo, pi.hi, observed, level) if has_pi else nan,
-                 sd_parameters=pi.sd_parameters, sd_noise=pi.sd_noise, sd_drift=pi.sd_drift, sigma=pi.sigma,
-                 gain_left=pi.gain_left, distance=pi.distance)
+    empty.update(
+        predicted=predicted,
+        predicted_lo=lo,
+        predicted_hi=hi,
+        error=predicted - observed,
+        A_part=fit.A,
+        A_part_lo=fit.A_lo,
+        A_part_hi=fit.A_hi,
+        A_full=float(A_full),
+        A_full_identified=A_full_identified,
+        A_inside=inside,
+        identified=fit.identified,
+        level=float(level),
+        pi_lo=pi.lo,
+        pi_hi=pi.hi,
+        pi_inside=pi_inside,
+        pi_score=interval_score(pi.lo, pi.hi, observed, level) if has_pi else nan,
+        sd_parameters=pi.sd_parameters,
+        sd_noise=pi.sd_noise,
+        sd_drift=pi.sd_drift,
+        sigma=pi.sigma,
+        gain_left=pi.gain_left,
+        distance=pi.distance,
+    )
     return RunBacktest(fitted=True, reason=fit.reason, **empty)
 
 
-def backtest_runs(records: pd.DataFrame, *, fraction: float = 0.5, run_col="run", compute_col="compute",
-                  reward_col="reward", **kwargs) -> list[RunBacktest]:
+def backtest_runs(
+    records: pd.DataFrame, *, fraction: float = 0.5, run_col="run", compute_col="compute", reward_col="reward", **kwargs
+) -> list[RunBacktest]:
     """`backtest_run` for every run of `records` (in order of first appearance; one run "all" without a run column)."""
     for col in (compute_col, reward_col):
         if col not in records.columns:
             raise KeyError(f"records have no column {col!r} (columns: {', '.join(map(str, records.columns))})")
     groups = records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns else [("all", records)]
-    return [backtest_run(group[compute_col].to_numpy(dtype=float, na_value=np.nan),
-                         group[reward_col].to_numpy(dtype=float, na_value=np.nan),
-                         run=str(run), fraction=fraction, **kwargs)
-            for run, group in groups]
+    return [
+        backtest_run(
+            group[compute_col].to_numpy(dtype=float, na_value=np.nan),
+            group[reward_col].to_numpy(dtype=float, na_value=np.nan),
+            run=str(run),
+            fraction=fraction,
+            **kwargs,
+        )
+        for run, group in groups
+    ]
 
 
 def summarize(results: list[RunBacktest], fraction: float = 0.5) -> BacktestSummary:
@@ -243,17 +304,28 @@ def summarize(results: list[RunBacktest], fraction: float = 0.5) -> BacktestSumm
     both = rising and math.isfinite(mae_fit_rising) and math.isfinite(mae_cf_rising)
     beats = bool(mae_fit_rising < mae_cf_rising) if both else None
     return BacktestSummary(
-        fraction=float(fraction), runs=len(results), fitted=len(fitted), rising=len(rising),
-        mae_fit_rising=mae_fit_rising, mae_carry_forward_rising=mae_cf_rising, fit_beats_carry_forward_rising=beats,
-        mae_fit=mae(fitted, "error"), mae_carry_forward=mae(fitted, "carry_forward_error"),
-        A_checked=len(checked), A_inside=inside, A_inside_share=inside / len(checked) if checked else float("nan"),
+        fraction=float(fraction),
+        runs=len(results),
+        fitted=len(fitted),
+        rising=len(rising),
+        mae_fit_rising=mae_fit_rising,
+        mae_carry_forward_rising=mae_cf_rising,
+        fit_beats_carry_forward_rising=beats,
+        mae_fit=mae(fitted, "error"),
+        mae_carry_forward=mae(fitted, "carry_forward_error"),
+        A_checked=len(checked),
+        A_inside=inside,
+        A_inside_share=inside / len(checked) if checked else float("nan"),
         A_no_interval=sum(1 for r in fitted if math.isfinite(r.A_full) and not math.isfinite(r.A_part_lo)),
         A_checked_identified=len(checked_identified),
         A_inside_identified_share=inside_identified / len(checked_identified) if checked_identified else float("nan"),
-        level=float(level), pi_checked=len(with_pi), pi_inside=pi_inside,
+        level=float(level),
+        pi_checked=len(with_pi),
+        pi_inside=pi_inside,
         pi_coverage=pi_inside / len(with_pi) if with_pi else float("nan"),
         pi_median_width=float(np.median([r.pi_hi - r.pi_lo for r in with_pi])) if with_pi else float("nan"),
-        pi_mean_score=float(np.mean([r.pi_score for r in with_pi])) if with_pi else float("nan"))
+        pi_mean_score=float(np.mean([r.pi_score for r in with_pi])) if with_pi else float("nan"),
+    )
 
 
 def _mean_band(fit, compute) -> tuple[float, float]:
@@ -266,50 +338,81 @@ def _mean_band(fit, compute) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-BACKTEST_HEADER = ["run", "fit on C <=", "predicted [PI]", "observed", "error", "carry-forward (error)",
-                   "A part [95%]", "A full", "A inside", "rising", "part fit"]
+BACKTEST_HEADER = [
+    "run",
+    "fit on C <=",
+    "predicted [PI]",
+    "observed",
+    "error",
+    "carry-forward (error)",
+    "A part [95%]",
+    "A full",
+    "A inside",
+    "rising",
+    "part fit",
+]
 
 
 def backtest_cells(result: RunBacktest) -> list[str]:
     """Table cells of one run's backtest (plain text; the same in the terminal, report.md and report.html)."""
     yes_no = {True: "yes", False: "no", None: "-"}
     status = ("identified" if result.identified else "not identified") if result.fitted else "not fitted"
-    return [result.run, _f(result.cut_compute, "{:.4g}"),
-            f"{_f(result.predicted)} [{_f(result.pi_lo)}, {_f(result.pi_hi)}]",
-            _f(result.observed), _f(result.error, "{:+.3f}"),
-            f"{_f(result.carry_forward)} ({_f(result.carry_forward_error, '{:+.3f}')})",
-            f"{_f(result.A_part)} [{_f(result.A_part_lo)}, {_f(result.A_part_hi)}]", _f(result.A_full),
-            yes_no[result.A_inside], yes_no[result.rising], status]
+    return [
+        result.run,
+        _f(result.cut_compute, "{:.4g}"),
+        f"{_f(result.predicted)} [{_f(result.pi_lo)}, {_f(result.pi_hi)}]",
+        _f(result.observed),
+        _f(result.error, "{:+.3f}"),
+        f"{_f(result.carry_forward)} ({_f(result.carry_forward_error, '{:+.3f}')})",
+        f"{_f(result.A_part)} [{_f(result.A_part_lo)}, {_f(result.A_part_hi)}]",
+        _f(result.A_full),
+        yes_no[result.A_inside],
+        yes_no[result.rising],
+        status,
+    ]
 
 
 def summary_lines(summary: BacktestSummary) -> list[str]:
     """The summary in words, one line each."""
-    lines = [f"{summary.fitted} of {summary.runs} runs fitted on their first {summary.fraction:.0%} of compute; "
-             f"{summary.rising} still rising there (gained > {RISE:g} by the end)."]
+    lines = [
+        f"{summary.fitted} of {summary.runs} runs fitted on their first {summary.fraction:.0%} of compute; "
+        f"{summary.rising} still rising there (gained > {RISE:g} by the end)."
+    ]
     if summary.rising:
         verdict = "fit better" if summary.fit_beats_carry_forward_rising else "carry-forward as good or better"
-        lines.append(f"Mean |error| at the end on the rising runs: fit {_f(summary.mae_fit_rising)}, "
-                     f"carry-forward {_f(summary.mae_carry_forward_rising)} ({verdict}).")
-    lines.append(f"Mean |error| on every fitted run: fit {_f(summary.mae_fit)}, "
-                 f"carry-forward {_f(summary.mae_carry_forward)}.")
+        lines.append(
+            f"Mean |error| at the end on the rising runs: fit {_f(summary.mae_fit_rising)}, "
+            f"carry-forward {_f(summary.mae_carry_forward_rising)} ({verdict})."
+        )
+    lines.append(
+        f"Mean |error| on every fitted run: fit {_f(summary.mae_fit)}, carry-forward {_f(summary.mae_carry_forward)}."
+    )
     if summary.pi_checked:
-        lines.append(f"End reward in its {summary.level:.0%} prediction interval: {summary.pi_inside} of "
-                     f"{summary.pi_checked} ({summary.pi_coverage:.0%}); median width {_f(summary.pi_median_width)}; "
-                     f"mean interval score {_f(summary.pi_mean_score)}.")
+        lines.append(
+            f"End reward in its {summary.level:.0%} prediction interval: {summary.pi_inside} of "
+            f"{summary.pi_checked} ({summary.pi_coverage:.0%}); median width {_f(summary.pi_median_width)}; "
+            f"mean interval score {_f(summary.pi_mean_score)}."
+        )
     if summary.A_checked:
-        lines.append(f"Full-run A inside the part-fit's 95% interval: {summary.A_inside} of {summary.A_checked} "
-                     f"({summary.A_inside_share:.0%}); where the full run's own A is identified: "
-                     f"{_f(summary.A_inside_identified_share, '{:.0%}')} of {summary.A_checked_identified}.")
+        lines.append(
+            f"Full-run A inside the part-fit's 95% interval: {summary.A_inside} of {summary.A_checked} "
+            f"({summary.A_inside_share:.0%}); where the full run's own A is identified: "
+            f"{_f(summary.A_inside_identified_share, '{:.0%}')} of {summary.A_checked_identified}."
+        )
     if summary.A_no_interval:
-        lines.append(f"Not checked: {summary.A_no_interval} part-fit(s) with too few points for an interval "
-                     "(fewer than two per parameter).")
+        lines.append(
+            f"Not checked: {summary.A_no_interval} part-fit(s) with too few points for an interval "
+            "(fewer than two per parameter)."
+        )
     return lines
 
 
-BACKTEST_NOTE = ("Each run fitted on its first half of compute and extrapolated to its end: predicted vs observed "
-                 "reward over the run's last 10% of compute with its 90% prediction interval, a carry-forward "
-                 "baseline (the half's last reward), and whether the full run's A falls inside the half-fit's 95% "
-                 "interval.")
+BACKTEST_NOTE = (
+    "Each run fitted on its first half of compute and extrapolated to its end: predicted vs observed "
+    "reward over the run's last 10% of compute with its 90% prediction interval, a carry-forward "
+    "baseline (the half's last reward), and whether the full run's A falls inside the half-fit's 95% "
+    "interval."
+)
 
 
 def backtest_table(records: pd.DataFrame, *, fraction: float = 0.5, **kwargs) -> dict:
@@ -318,9 +421,12 @@ def backtest_table(records: pd.DataFrame, *, fraction: float = 0.5, **kwargs) ->
     compute_col, reward_col, fit options)."""
     results = backtest_runs(records, fraction=fraction, **kwargs)
     decision = study_decision(results, fraction)
-    return {"fraction": fraction, "runs": [r.to_dict() for r in results],
-            "summary": summarize(results, fraction).to_dict(),
-            "decision": None if decision is None else decision.to_dict()}
+    return {
+        "fraction": fraction,
+        "runs": [r.to_dict() for r in results],
+        "summary": summarize(results, fraction).to_dict(),
+        "decision": None if decision is None else decision.to_dict(),
+    }
 
 
 def table_rows(table: dict) -> list[list[str]]:
@@ -367,15 +473,18 @@ class StudyDecision:
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN becomes None."""
+
         def clean(v):
             if isinstance(v, dict):
                 return {k: clean(x) for k, x in v.items()}
             return None if isinstance(v, float) and not math.isfinite(v) else v
+
         return {k: clean(v) for k, v in asdict(self).items()}
 
 
-def decide_study(runs: dict, fraction: float, *, level: float = DEFAULT_LEVEL,
-                 calibration: Calibration | None = None, **fit_kwargs) -> StudyDecision:
+def decide_study(
+    runs: dict, fraction: float, *, level: float = DEFAULT_LEVEL, calibration: Calibration | None = None, **fit_kwargs
+) -> StudyDecision:
     """What a user choosing among `runs` ({name: (compute, reward)}) would pick at `fraction` of each run's compute,
     by each of PICK_METHODS, and the regret of each pick against the runs' actual end rewards. `fit_kwargs` go to
     `fit_sigmoid`. Runs with no evaluation in their cut are left out of the choice (and of `best`)."""
@@ -394,16 +503,20 @@ def decide_study(runs: dict, fraction: float, *, level: float = DEFAULT_LEVEL,
         if not part.any():
             continue
         end[name] = float(np.mean(y[in_end_window(x, last)]))
-        leader[name] = float(np.mean(y[part & in_end_window(x, cut)])) if (part & in_end_window(x, cut)).any() \
+        leader[name] = (
+            float(np.mean(y[part & in_end_window(x, cut)]))
+            if (part & in_end_window(x, cut)).any()
             else float(y[part][-1])
+        )
         predicted[name] = asymptote[name] = leader[name]
         lo[name], hi[name] = -math.inf, math.inf
         try:
             fit = fit_sigmoid(x[part], y[part], **fit_kwargs)
         except FitError:
             continue
-        p = predict_at(fit, x[part], y[part], last, level=level, calibration=calibration,
-                       bounded=fit_kwargs.get("bounded", True))
+        p = predict_at(
+            fit, x[part], y[part], last, level=level, calibration=calibration, bounded=fit_kwargs.get("bounded", True)
+        )
         predicted[name], asymptote[name] = p.predicted, float(fit.A)
         # no interval (too few points): a prediction that can neither be trusted nor rule another run out
         lo[name], hi[name] = (p.lo, p.hi) if math.isfinite(p.lo) and math.isfinite(p.hi) else (-math.inf, math.inf)
@@ -433,11 +546,25 @@ def _decision(fraction, end, predicted, lo, hi, leader, asymptote) -> StudyDecis
         return max(among or score, key=lambda run: score[run] if math.isfinite(score[run]) else -math.inf)
 
     contenders = [run for run in end if not surely_beaten(run, predicted, lo, hi)]
-    picks = {"prediction": top(leader, contenders), "prediction_point": top(predicted), "leader": top(leader),
-             "A": top(asymptote)}
+    picks = {
+        "prediction": top(leader, contenders),
+        "prediction_point": top(predicted),
+        "leader": top(leader),
+        "A": top(asymptote),
+    }
     regret = {method: end[best] - end[run] for method, run in picks.items()}
-    return StudyDecision(fraction=float(fraction), end=end, best=best, predicted=predicted, predicted_lo=lo,
-                         predicted_hi=hi, leader=leader, A=asymptote, picks=picks, regret=regret)
+    return StudyDecision(
+        fraction=float(fraction),
+        end=end,
+        best=best,
+        predicted=predicted,
+        predicted_lo=lo,
+        predicted_hi=hi,
+        leader=leader,
+        A=asymptote,
+        picks=picks,
+        regret=regret,
+    )
 
 
 def study_decision(results: list[RunBacktest], fraction: float) -> StudyDecision | None:
@@ -448,17 +575,22 @@ def study_decision(results: list[RunBacktest], fraction: float) -> StudyDecision
         return None
     sure = {r.run: r.fitted and math.isfinite(r.pi_lo) and math.isfinite(r.pi_hi) for r in scored}
     return _decision(
-        fraction, {r.run: r.observed for r in scored},
+        fraction,
+        {r.run: r.observed for r in scored},
         {r.run: r.predicted if r.fitted else r.leader for r in scored},
         {r.run: r.pi_lo if sure[r.run] else -math.inf for r in scored},
         {r.run: r.pi_hi if sure[r.run] else math.inf for r in scored},
-        {r.run: r.leader for r in scored}, {r.run: r.A_part if r.fitted else r.leader for r in scored})
+        {r.run: r.leader for r in scored},
+        {r.run: r.A_part if r.fitted else r.leader for r in scored},
+    )
 
 
 def decision_lines(decision: StudyDecision) -> list[str]:
     """The decision in words: the pick from the cut, the best run at the end, each method's regret."""
     short = {"prediction": "prediction", "prediction_point": "point", "leader": "leader", "A": "A"}
     regret = ", ".join(f"{short[method]} {decision.regret[method]:.3f}" for method in PICK_METHODS)
-    return [f"Picked at {decision.fraction:.0%} by prediction: {decision.picks['prediction']}",
-            f"Best at the end: {decision.best}",
-            f"Regret (best end - picked end): {regret}"]
+    return [
+        f"Picked at {decision.fraction:.0%} by prediction: {decision.picks['prediction']}",
+        f"Best at the end: {decision.best}",
+        f"Regret (best end - picked end): {regret}",
+    ]

@@ -43,8 +43,16 @@ def _gap(a: dict, b: dict, key: str, noise_band: float) -> tuple[float, bool]:
     return gap, beyond_noise(gap, pooled_sd([a[f"{key}_sd"], b[f"{key}_sd"]]), noise_band)
 
 
-def compare_variants(curves: pd.DataFrame, records: pd.DataFrame, *, variant_of: dict, compute_col: str,
-                     reward_col: str, compute: float | None = None, noise_band: float = NOISE_BAND) -> dict | None:
+def compare_variants(
+    curves: pd.DataFrame,
+    records: pd.DataFrame,
+    *,
+    variant_of: dict,
+    compute_col: str,
+    reward_col: str,
+    compute: float | None = None,
+    noise_band: float = NOISE_BAND,
+) -> dict | None:
     """{"compute", "noise_band", "rows", "pairs", "verdict" (a Reason), "summary" (its words)}; None when the study
     has fewer than two variants.
 
@@ -85,41 +93,71 @@ def compare_variants(curves: pd.DataFrame, records: pd.DataFrame, *, variant_of:
     best = rows[0]
     for row in rows:
         row["reward_vs_best"] = row["reward_mean"] - best["reward_mean"]
-        row["within_band"] = row is best or (math.isfinite(row["reward_vs_best"]) and not _gap(
-            best, row, "reward", noise_band)[1])
+        row["within_band"] = row is best or (
+            math.isfinite(row["reward_vs_best"]) and not _gap(best, row, "reward", noise_band)[1]
+        )
     pairs = []
     for i, a in enumerate(rows):
-        for b in rows[i + 1:]:
+        for b in rows[i + 1 :]:
             gap, separated = _gap(a, b, "reward", noise_band)
             all_identified = a["identified"] == a["seeds"] and b["identified"] == b["seeds"]
             A_gap, A_beyond = _gap(a, b, "A", noise_band) if all_identified else (float("nan"), False)
-            pairs.append({"better": a["variant"], "worse": b["variant"], "gap": gap, "separated": separated,
-                          "end_gap": a["end_mean"] - b["end_mean"], "A_gap": A_gap, "A_separated": A_beyond,
-                          "A_compared": all_identified})
+            pairs.append(
+                {
+                    "better": a["variant"],
+                    "worse": b["variant"],
+                    "gap": gap,
+                    "separated": separated,
+                    "end_gap": a["end_mean"] - b["end_mean"],
+                    "A_gap": A_gap,
+                    "A_separated": A_beyond,
+                    "A_compared": all_identified,
+                }
+            )
     verdict = _verdict(rows, pairs, compute, noise_band)
-    return {"compute": compute, "noise_band": noise_band, "rows": rows, "pairs": pairs,
-            "verdict": verdict.to_dict(), "summary": verdict.text()}
+    return {
+        "compute": compute,
+        "noise_band": noise_band,
+        "rows": rows,
+        "pairs": pairs,
+        "verdict": verdict.to_dict(),
+        "summary": verdict.text(),
+    }
 
 
 def _verdict(rows: list[dict], pairs: list[dict], compute: float, noise_band: float) -> Reason:
     """variants_separated (the separated pairs, widest first) or variants_within_band (the widest gap, the seeds'
     spread and, where A could not be compared, each variant's identified seeds)."""
     one_seed = not any(r["seeds"] >= 2 for r in rows)
-    common = {"compute": compute, "noise_band": noise_band, "one_seed": one_seed, "best": rows[0]["variant"],
-              "within_band": [r["variant"] for r in rows if r["within_band"]]}
+    common = {
+        "compute": compute,
+        "noise_band": noise_band,
+        "one_seed": one_seed,
+        "best": rows[0]["variant"],
+        "within_band": [r["variant"] for r in rows if r["within_band"]],
+    }
     separated = sorted((p for p in pairs if p["separated"]), key=lambda p: -abs(p["gap"]))
     if separated:
-        return Reason("variants_separated", {**common, "pairs": [
-            {"better": p["better"], "worse": p["worse"], "gap": p["gap"]} for p in separated]})
+        return Reason(
+            "variants_separated",
+            {**common, "pairs": [{"better": p["better"], "worse": p["worse"], "gap": p["gap"]} for p in separated]},
+        )
     finite = [p for p in pairs if math.isfinite(p["gap"])]
     widest = max(finite, key=lambda p: abs(p["gap"])) if finite else pairs[0]
     sds = [r["reward_sd"] for r in rows if math.isfinite(r["reward_sd"])]
     compared = any(p["A_compared"] for p in pairs)
-    return Reason("variants_within_band", {
-        **common, "widest": {"better": widest["better"], "worse": widest["worse"], "gap": abs(widest["gap"])},
-        "sd_lo": min(sds) if sds else None, "sd_hi": max(sds) if sds else None,
-        "identified": None if compared else [{"variant": r["variant"], "identified": r["identified"],
-                                              "seeds": r["seeds"]} for r in rows]})
+    return Reason(
+        "variants_within_band",
+        {
+            **common,
+            "widest": {"better": widest["better"], "worse": widest["worse"], "gap": abs(widest["gap"])},
+            "sd_lo": min(sds) if sds else None,
+            "sd_hi": max(sds) if sds else None,
+            "identified": None
+            if compared
+            else [{"variant": r["variant"], "identified": r["identified"], "seeds": r["seeds"]} for r in rows],
+        },
+    )
 
 
 def summary_lines(comparison: dict, *, limit: int = 3) -> list[str]:
@@ -131,19 +169,32 @@ def summary_lines(comparison: dict, *, limit: int = 3) -> list[str]:
 
 def compare_header(comparison: dict) -> list[str]:
     """The table's header: what each number is, the compute the fitted reward is read at included."""
-    return ["variant", "seeds", "A identified", "A mean +- sd", f"fitted reward at {comparison['compute']:.4g}",
-            "vs best (fitted)", "observed end mean +- sd"]
+    return [
+        "variant",
+        "seeds",
+        "A identified",
+        "A mean +- sd",
+        f"fitted reward at {comparison['compute']:.4g}",
+        "vs best (fitted)",
+        "observed end mean +- sd",
+    ]
 
 
 def compare_cells(row: dict) -> list[str]:
     """Table cells of one variant's row (compare_header's columns)."""
+
     def pm(mean, sd):
         if not math.isfinite(mean):
             return "-"
         return f"{mean:.3f} +- {sd:.3f}" if math.isfinite(sd) else f"{mean:.3f}"
 
     vs = row["reward_vs_best"]
-    return [str(row["variant"]), str(row["seeds"]), f"{row['identified']} of {row['seeds']}",
-            pm(row["A_mean"], row["A_sd"]), pm(row["reward_mean"], row["reward_sd"]),
-            (f"{vs:+.3f}" + ("" if row["within_band"] else " (beyond)")) if math.isfinite(vs) else "-",
-            pm(row["end_mean"], row["end_sd"])]
+    return [
+        str(row["variant"]),
+        str(row["seeds"]),
+        f"{row['identified']} of {row['seeds']}",
+        pm(row["A_mean"], row["A_sd"]),
+        pm(row["reward_mean"], row["reward_sd"]),
+        (f"{vs:+.3f}" + ("" if row["within_band"] else " (beyond)")) if math.isfinite(vs) else "-",
+        pm(row["end_mean"], row["end_sd"]),
+    ]

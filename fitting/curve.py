@@ -106,5 +106,11 @@ def _cmid_fractions(lo, hi, n) -> np.ndarray:
 def natural_parameters(theta, shift, unit, center) -> np.ndarray:
     # (A, ln B, ln C_mid / G, R0) in fitting units -> (A, B, C_mid, R0) in the caller's units.
     theta = np.atleast_2d(theta)
-    return np.column_stack([shift + unit * theta[:, THETA_A], np.exp(theta[:, THETA_LOG_B]),
-                            np.exp(theta[:, THETA_LOG_CMID] + center), shift + unit * theta[:, THETA_R0]])
+    return np.column_stack(
+        [
+            shift + unit * theta[:, THETA_A],
+            np.exp(theta[:, THETA_LOG_B]),
+            np.exp(theta[:, THETA_LOG_CMID] + center),
+            shift + unit * theta[:, THETA_R0],
+        ]
+    )

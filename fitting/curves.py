@@ -8,8 +8,26 @@ from rlscale.fitting.records import record_breaking_points
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
 MAX_TRUNCATION = 0.05  # ScaleRL: stable runs keep the truncation rate below 5%
-CURVE_COLUMNS = ["run_id", "run", "prompts_per_batch", "rollouts", "status", "A", "B", "C_mid", "R0", "A_lo", "A_hi",
-                 "r2", "n_points", "identified", "reason", "c_min", "c_max", "truncation_rate"]
+CURVE_COLUMNS = [
+    "run_id",
+    "run",
+    "prompts_per_batch",
+    "rollouts",
+    "status",
+    "A",
+    "B",
+    "C_mid",
+    "R0",
+    "A_lo",
+    "A_hi",
+    "r2",
+    "n_points",
+    "identified",
+    "reason",
+    "c_min",
+    "c_max",
+    "truncation_rate",
+]
 # A study's compute unit is also the name of the records column that meters it (db.models: records).
 COMPUTE_UNITS = ("gpu_hours", "rollouts", "tokens")
 UNIT_LABELS = {"gpu_hours": "GPU-hours", "rollouts": "rollouts", "tokens": "tokens"}
@@ -50,12 +68,21 @@ def late_truncation_rate(records: pd.DataFrame) -> float:
     rates = pd.to_numeric(records.sort_values("step")["truncation_rate"], errors="coerce").dropna().to_numpy()
     if rates.size == 0:
         return float("nan")
-    return float(rates[-max(1, rates.size // 4):].mean())
+    return float(rates[-max(1, rates.size // 4) :].mean())
 
 
-def run_curves(records: pd.DataFrame, runs: pd.DataFrame, *, compute_col: str = "gpu_hours",
-               reward_col: str = "val_reward", record_breaking: bool = True, bin_width: float = 0.01,
-               min_compute: float = 0.0, bootstrap: int = 100, seed: int = 0) -> tuple[pd.DataFrame, dict]:
+def run_curves(
+    records: pd.DataFrame,
+    runs: pd.DataFrame,
+    *,
+    compute_col: str = "gpu_hours",
+    reward_col: str = "val_reward",
+    record_breaking: bool = True,
+    bin_width: float = 0.01,
+    min_compute: float = 0.0,
+    bootstrap: int = 100,
+    seed: int = 0,
+) -> tuple[pd.DataFrame, dict]:
     """Per-run sigmoid fits for the optimal-n law and the decision: (curves, draws).
 
     curves: one row per run (CURVE_COLUMNS); runs that cannot be fitted keep NaN parameters and the reason.
@@ -72,17 +99,32 @@ def run_curves(records: pd.DataFrame, runs: pd.DataFrame, *, compute_col: str = 
         compute = mine[compute_col].to_numpy(float)
         reward = mine[reward_col].to_numpy(float)
         label = run["label"]
-        row = {"run_id": run.get("run_id"), "run": label, "prompts_per_batch": run["prompts_per_batch"],
-               "rollouts": run["rollouts"], "status": run.get("status", "done"),
-               "c_min": float(compute[compute > 0].min()) if (compute > 0).any() else np.nan,
-               "c_max": float(compute.max()) if compute.size else np.nan,
-               "truncation_rate": late_truncation_rate(mine)}
+        row = {
+            "run_id": run.get("run_id"),
+            "run": label,
+            "prompts_per_batch": run["prompts_per_batch"],
+            "rollouts": run["rollouts"],
+            "status": run.get("status", "done"),
+            "c_min": float(compute[compute > 0].min()) if (compute > 0).any() else np.nan,
+            "c_max": float(compute.max()) if compute.size else np.nan,
+            "truncation_rate": late_truncation_rate(mine),
+        }
         keep = record_breaking_points(compute, reward, bin_width) if record_breaking else np.arange(compute.size)
         try:
             fit = fit_sigmoid(compute[keep], reward[keep], min_compute=min_compute, bootstrap=bootstrap, seed=seed)
         except FitError as err:
-            row.update(A=np.nan, B=np.nan, C_mid=np.nan, R0=np.nan, A_lo=np.nan, A_hi=np.nan, r2=np.nan,
-                       n_points=int(keep.size), identified=False, reason=f"not fitted: {err}")
+            row.update(
+                A=np.nan,
+                B=np.nan,
+                C_mid=np.nan,
+                R0=np.nan,
+                A_lo=np.nan,
+                A_hi=np.nan,
+                r2=np.nan,
+                n_points=int(keep.size),
+                identified=False,
+                reason=f"not fitted: {err}",
+            )
         else:
             row.update({k: v for k, v in fit.to_dict().items() if k != "rss"})
             if fit.samples is not None and len(fit.samples):

@@ -33,8 +33,14 @@ def recommended_recipe(study, rec: Recommendation):
     """The base recipe of `study` (a Study, or None: the default recipe) with the recommended B_p, n and M."""
     from rlscale.planner.recipe import Recipe
 
-    return Recipe.model_validate({**_base_recipe(study).to_json(), "prompts_per_batch": rec.prompts_per_batch,
-                                  "rollouts": rec.rollouts, "steps": rec.steps})
+    return Recipe.model_validate(
+        {
+            **_base_recipe(study).to_json(),
+            "prompts_per_batch": rec.prompts_per_batch,
+            "rollouts": rec.rollouts,
+            "steps": rec.steps,
+        }
+    )
 
 
 def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: str | None = None):
@@ -51,13 +57,21 @@ def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: st
     if unit == "rollouts":
         return (lambda budget, bp, n: steps_within(budget, bp * n)), Reason("steps_per_rollout")
     if unit == "tokens":
-        both = records.dropna(subset=["tokens", "rollouts"]) if {"tokens", "rollouts"} <= set(records.columns) \
+        both = (
+            records.dropna(subset=["tokens", "rollouts"])
+            if {"tokens", "rollouts"} <= set(records.columns)
             else records.iloc[:0]
+        )
         both = both[both["rollouts"].astype(float) > 0]
-        per_rollout = (float((both["tokens"].astype(float) / both["rollouts"].astype(float)).median()) if len(both)
-                       else float(_base_recipe(study).max_new_tokens))
-        return ((lambda budget, bp, n: steps_within(budget, bp * n * per_rollout)),
-                Reason("steps_per_token", {"tokens_per_rollout": per_rollout}))
+        per_rollout = (
+            float((both["tokens"].astype(float) / both["rollouts"].astype(float)).median())
+            if len(both)
+            else float(_base_recipe(study).max_new_tokens)
+        )
+        return (
+            (lambda budget, bp, n: steps_within(budget, bp * n * per_rollout)),
+            Reason("steps_per_token", {"tokens_per_rollout": per_rollout}),
+        )
     chosen = how = None
     if profile is not None:
         chosen, how = load_profile(profile), Reason("steps_profile", {"profile": profile})
@@ -75,8 +89,7 @@ def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: st
     return (lambda budget, bp, n: steps_within(budget, step_gpu_hours(chosen, bp, n), chosen.startup_gpu_hours)), how
 
 
-def rollouts_law(study: str, curves: pd.DataFrame, draws: dict, *, bootstrap: int = 100,
-                 seed: int = 0) -> RolloutsLaw:
+def rollouts_law(study: str, curves: pd.DataFrame, draws: dict, *, bootstrap: int = 100, seed: int = 0) -> RolloutsLaw:
     """The optimal-n law of a study's fitted runs; Refusal when they do not vary rollouts or have no frontier."""
     from rlscale.fitting.optimal_n import fit_optimal_rollouts
 
@@ -89,9 +102,20 @@ def rollouts_law(study: str, curves: pd.DataFrame, draws: dict, *, bootstrap: in
         raise Refusal(Reason("no_frontier", {"error": str(err)})) from None
 
 
-def recommend_from_frames(typed, study: str, runs: pd.DataFrame, records: pd.DataFrame, curves: pd.DataFrame,
-                          draws: dict, budget: float, *, profile: str | None = None, bootstrap: int = 100,
-                          seed: int = 0, law: RolloutsLaw | None = None) -> Recommendation:
+def recommend_from_frames(
+    typed,
+    study: str,
+    runs: pd.DataFrame,
+    records: pd.DataFrame,
+    curves: pd.DataFrame,
+    draws: dict,
+    budget: float,
+    *,
+    profile: str | None = None,
+    bootstrap: int = 100,
+    seed: int = 0,
+    law: RolloutsLaw | None = None,
+) -> Recommendation:
     """The Recommendation for `budget` from a study's frames and fits (fitting.curves.run_curves); its predicted
     reward is the chosen run's predicted mean over the last 10% of the budget with its prediction interval
     (fitting.predict) where the run has the evaluations for one. law: the study's optimal-n law when already fitted.
@@ -167,13 +191,21 @@ class Decision:
 
     def to_dict(self, *, study_file=None, db: str | None = None) -> dict:
         """JSON-ready: every field, the refusal as {refused, reasons}, and the commands."""
-        return {"study": self.study, "kind": self.kind, "unit": self.unit, "budget": self.budget,
-                "compute": self.compute, "export_format": self.export_format, "best_run": self.best_run,
-                "recommendation": self.recommendation.to_dict() if self.recommendation else None,
-                "refusal": Refusal(*self.refusal).to_dict() if self.refusal else None,
-                "standing": self.standing.to_dict() if self.standing else None,
-                "next_allocation": self.next_allocation.to_dict() if self.next_allocation else None,
-                "recipe": self.recipe, "commands": self.commands(study_file=study_file, db=db)}
+        return {
+            "study": self.study,
+            "kind": self.kind,
+            "unit": self.unit,
+            "budget": self.budget,
+            "compute": self.compute,
+            "export_format": self.export_format,
+            "best_run": self.best_run,
+            "recommendation": self.recommendation.to_dict() if self.recommendation else None,
+            "refusal": Refusal(*self.refusal).to_dict() if self.refusal else None,
+            "standing": self.standing.to_dict() if self.standing else None,
+            "next_allocation": self.next_allocation.to_dict() if self.next_allocation else None,
+            "recipe": self.recipe,
+            "commands": self.commands(study_file=study_file, db=db),
+        }
 
 
 def extend_command(study_file, db: str | None, factor: float) -> str:
@@ -182,9 +214,21 @@ def extend_command(study_file, db: str | None, factor: float) -> str:
     return f"rlscale sweep {shlex.quote(str(study_file))} --extend {factor:.3g}{flag}"
 
 
-def decide(typed, study: str, runs: pd.DataFrame, records: pd.DataFrame, curves: pd.DataFrame, draws: dict, *,
-           budget: float | None = None, profile: str | None = None, bootstrap: int = 100, seed: int = 0,
-           extend: float = 1.0, law: RolloutsLaw | None = None) -> Decision:
+def decide(
+    typed,
+    study: str,
+    runs: pd.DataFrame,
+    records: pd.DataFrame,
+    curves: pd.DataFrame,
+    draws: dict,
+    *,
+    budget: float | None = None,
+    profile: str | None = None,
+    bootstrap: int = 100,
+    seed: int = 0,
+    extend: float = 1.0,
+    law: RolloutsLaw | None = None,
+) -> Decision:
     """The Decision of a study from its frames (the store's runs and records) and fits (fitting.curves.run_curves):
     at `budget` (default: fitting.allocation.decision_budget), in the study's unit. extend: the study's current
     extension factor (the next allocation's command multiplies it); law: its optimal-n law when already fitted."""
@@ -193,13 +237,32 @@ def decide(typed, study: str, runs: pd.DataFrame, records: pd.DataFrame, curves:
     kind = "allocation" if varies_rollouts(typed, runs) else "best_run"
     read = decision_runs(curves) if kind == "allocation" else read_runs(curves)
     standing = standing_at(read, compute) if compute > 0 else None
-    decision = Decision(study=study, kind=kind, unit=study_unit(typed), budget=budget, compute=compute,
-                        export_format=export_format(typed), standing=standing, extend=extend)
+    decision = Decision(
+        study=study,
+        kind=kind,
+        unit=study_unit(typed),
+        budget=budget,
+        compute=compute,
+        export_format=export_format(typed),
+        standing=standing,
+        extend=extend,
+    )
     law_identified = None  # no law to fit: the study does not vary rollouts
     if kind == "allocation" and budget > 0:
         try:
-            rec = recommend_from_frames(typed, study, runs, records, curves, draws, budget, profile=profile,
-                                        bootstrap=bootstrap, seed=seed, law=law)
+            rec = recommend_from_frames(
+                typed,
+                study,
+                runs,
+                records,
+                curves,
+                draws,
+                budget,
+                profile=profile,
+                bootstrap=bootstrap,
+                seed=seed,
+                law=law,
+            )
         except Refusal as refusal:
             decision.refusal = refusal.reasons
             law_identified = _law_identified(refusal.codes)

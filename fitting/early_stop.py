@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlscale.base.numbers import NOISE_BAND
-from rlscale.fitting.sigmoid import SigmoidFit
 
 
 @dataclass(frozen=True)
@@ -37,8 +36,9 @@ UPPER_LEVEL = 0.99
 PAST_INFLECTION = 2.0
 
 
-def should_stop(run_fit, best_fit, max_compute: float, *, noise_band: float = NOISE_BAND,
-                past_inflection: float = PAST_INFLECTION) -> StopDecision:
+def should_stop(
+    run_fit, best_fit, max_compute: float, *, noise_band: float = NOISE_BAND, past_inflection: float = PAST_INFLECTION
+) -> StopDecision:
     """Stop `run_fit`'s run when it is past its inflection (max_compute >= past_inflection x C_mid) and the upper
     bound of its asymptote (the profile bound, see asymptote_upper_bound) is below the lower bound of the best
     run's; both bounds are at least the noise band wide."""

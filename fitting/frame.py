@@ -2,15 +2,15 @@
 
 import numpy as np
 import pandas as pd
-
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
 FIT_COLUMNS = ["A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise"]
 SINGLE_RUN = "all"  # run name used when the records have no run column
 
 
-def fit_runs(records: pd.DataFrame, *, run_col="run", compute_col="compute", reward_col="reward",
-             **fit_kwargs) -> pd.DataFrame:
+def fit_runs(
+    records: pd.DataFrame, *, run_col="run", compute_col="compute", reward_col="reward", **fit_kwargs
+) -> pd.DataFrame:
     """One row per run (in order of first appearance): run, A, B, C_mid, R0, rss, r2, A_lo, A_hi,
     n_points, identified, reason, noise (the noise model the fit used). Runs that cannot be fitted get NaN
     parameters, identified False and the FitError message as reason. `fit_kwargs` go to `fit_sigmoid`
@@ -29,8 +29,11 @@ def fit_runs(records: pd.DataFrame, *, run_col="run", compute_col="compute", rew
     rows = []
     for run, group in groups:
         try:
-            row = fit_sigmoid(group[compute_col].to_numpy(dtype=float, na_value=np.nan),
-                              group[reward_col].to_numpy(dtype=float, na_value=np.nan), **fit_kwargs).to_dict()
+            row = fit_sigmoid(
+                group[compute_col].to_numpy(dtype=float, na_value=np.nan),
+                group[reward_col].to_numpy(dtype=float, na_value=np.nan),
+                **fit_kwargs,
+            ).to_dict()
         except FitError as err:
             row = {name: np.nan for name in FIT_COLUMNS}
             row.update(n_points=int(len(group)), identified=False, reason=str(err), noise=None)

@@ -17,15 +17,21 @@ CROSSOVER_SPAN = 100.0  # a crossover whose interval spans more than this factor
 SIZE_COLUMNS = ["model", "parameters", "run", "compute", "loss"]
 
 
-def size_frame(records: pd.DataFrame, runs: pd.DataFrame, parameters: dict[str, float], *, compute_col: str,
-               reward_col: str) -> pd.DataFrame:
+def size_frame(
+    records: pd.DataFrame, runs: pd.DataFrame, parameters: dict[str, float], *, compute_col: str, reward_col: str
+) -> pd.DataFrame:
     """SIZE_COLUMNS, one row per evaluation with compute > 0: each run's model (its config's `model`), that
     model's parameter count (`parameters`: HF directory -> N) and loss 1 - reward. Runs of other models are left out."""
     key = "run_id" if "run_id" in runs.columns and "run_id" in records.columns else "run"
     model_of = {row[key]: (row.get("config") or {}).get("model", row.get("model")) for row in runs.to_dict("records")}
-    out = pd.DataFrame({"model": records[key].map(model_of), "run": records[key].astype(str),
-                        "compute": pd.to_numeric(records[compute_col], errors="coerce"),
-                        "loss": 1.0 - pd.to_numeric(records[reward_col], errors="coerce")})
+    out = pd.DataFrame(
+        {
+            "model": records[key].map(model_of),
+            "run": records[key].astype(str),
+            "compute": pd.to_numeric(records[compute_col], errors="coerce"),
+            "loss": 1.0 - pd.to_numeric(records[reward_col], errors="coerce"),
+        }
+    )
     out["parameters"] = out["model"].map(parameters)
     keep = out["parameters"].notna() & (out["compute"] > 0) & out["loss"].notna()
     return out[keep][SIZE_COLUMNS].reset_index(drop=True)
@@ -57,13 +63,26 @@ class SizeLaw:
 
     def to_dict(self) -> dict:
         """JSON-ready: one row per size with k and E [interval], and K_max, N0 across sizes."""
-        rows = [{"model": m, "parameters": float(n), "k": float(k), "k_interval": self.interval(self.k_draws[:, i]),
-                 "E": float(e), "E_interval": self.interval(self.E_draws[:, i]), "compute_max": float(c)}
-                for i, (m, n, k, e, c) in enumerate(zip(self.models, self.parameters, self.k, self.E,
-                                                        self.compute_max))]
+        rows = [
+            {
+                "model": m,
+                "parameters": float(n),
+                "k": float(k),
+                "k_interval": self.interval(self.k_draws[:, i]),
+                "E": float(e),
+                "E_interval": self.interval(self.E_draws[:, i]),
+                "compute_max": float(c),
+            }
+            for i, (m, n, k, e, c) in enumerate(zip(self.models, self.parameters, self.k, self.E, self.compute_max))
+        ]
         across = None if self.across is None else {"K_max": self.across.K_max, "N0": self.across.N0}
-        return {"sizes": rows, "across": across, "across_identified": self.across_identified,
-                "across_reason": self.across_reason, "level": self.level}
+        return {
+            "sizes": rows,
+            "across": across,
+            "across_identified": self.across_identified,
+            "across_reason": self.across_reason,
+            "level": self.level,
+        }
 
 
 def _bootstrap_sample(group: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
@@ -97,9 +116,19 @@ def fit_size_law(frame: pd.DataFrame, *, bootstrap: int = 200, seed: int = 0, le
                 pass  # a resample with one distinct compute: no line; the interval uses the others
     k, E = np.array(lines).T
     across, identified, reason = _across_sizes(frame, sizes.to_numpy(float), k)
-    return SizeLaw(models=list(sizes.index), parameters=sizes.to_numpy(float), k=k, E=E, k_draws=draws[:, :, 0],
-                   E_draws=draws[:, :, 1], compute_max=np.array([g["compute"].max() for g in groups], float),
-                   across=across, across_identified=identified, across_reason=reason, level=level)
+    return SizeLaw(
+        models=list(sizes.index),
+        parameters=sizes.to_numpy(float),
+        k=k,
+        E=E,
+        k_draws=draws[:, :, 0],
+        E_draws=draws[:, :, 1],
+        compute_max=np.array([g["compute"].max() for g in groups], float),
+        across=across,
+        across_identified=identified,
+        across_reason=reason,
+        level=level,
+    )
 
 
 def _across_sizes(frame: pd.DataFrame, parameters: np.ndarray, k: np.ndarray):
@@ -112,8 +141,15 @@ def _across_sizes(frame: pd.DataFrame, parameters: np.ndarray, k: np.ndarray):
     except FitError as err:
         return None, False, str(err)
     if not np.all(np.diff(k) > 0):
-        return fit, False, ("k(N) does not rise with N (k = " + ", ".join(f"{v:.3g}" for v in k) +
-                            "): the saturating law does not describe these sizes")
+        return (
+            fit,
+            False,
+            (
+                "k(N) does not rise with N (k = "
+                + ", ".join(f"{v:.3g}" for v in k)
+                + "): the saturating law does not describe these sizes"
+            ),
+        )
     if not parameters.min() / 10 <= fit.N0 <= parameters.max() * 10:
         return fit, False, f"N0 = {fit.N0:.3g} is outside 10x of the sizes tried: K_max is not pinned"
     return fit, True, f"k(N) rises with N and half-saturates at N0 = {fit.N0:.3g}"
@@ -135,9 +171,16 @@ class SizeChoice:
 
     def to_dict(self) -> dict:
         """JSON-ready."""
-        return {"budget": self.budget, "model": self.model, "parameters": self.parameters,
-                "pick_share": self.pick_share, "predicted": self.predicted, "crossovers": self.crossovers,
-                "level": self.level, "notes": self.notes}
+        return {
+            "budget": self.budget,
+            "model": self.model,
+            "parameters": self.parameters,
+            "pick_share": self.pick_share,
+            "predicted": self.predicted,
+            "crossovers": self.crossovers,
+            "level": self.level,
+            "notes": self.notes,
+        }
 
 
 def winner_changes(k: np.ndarray, E: np.ndarray) -> list[tuple[int, int, float]]:
@@ -164,12 +207,25 @@ def choose_size(law: SizeLaw, budget: float) -> SizeChoice:
     for i, model in enumerate(law.models):
         lo, _ = law.interval(law.k_draws[:, i])
         if not law.k[i] > 0 or not lo > 0:
-            raise Refusal(Reason("size_not_learning", {"model": model, "k": float(law.k[i]), "k_lo": float(lo),
-                                                       "level": law.level}))
+            raise Refusal(
+                Reason(
+                    "size_not_learning", {"model": model, "k": float(law.k[i]), "k_lo": float(lo), "level": law.level}
+                )
+            )
     for model, reach in zip(law.models, law.compute_max):
         if budget > MAX_BEYOND * reach:
-            raise Refusal(Reason("size_budget_past_data", {"budget": budget, "factor": budget / reach, "model": model,
-                                                           "reach": float(reach), "max_beyond": MAX_BEYOND}))
+            raise Refusal(
+                Reason(
+                    "size_budget_past_data",
+                    {
+                        "budget": budget,
+                        "factor": budget / reach,
+                        "model": model,
+                        "reach": float(reach),
+                        "max_beyond": MAX_BEYOND,
+                    },
+                )
+            )
     t = np.log(budget)
     best = int(np.argmin(-law.k * t + law.E))
     loss_draws = np.exp(-law.k_draws * t + law.E_draws)
@@ -177,40 +233,75 @@ def choose_size(law: SizeLaw, budget: float) -> SizeChoice:
     predicted = []
     for i, model in enumerate(law.models):
         lo, hi = law.interval(1.0 - loss_draws[:, i])
-        predicted.append({"model": model, "parameters": float(law.parameters[i]),
-                          "reward": float(1.0 - np.exp(-law.k[i] * t + law.E[i])), "reward_lo": lo, "reward_hi": hi})
+        predicted.append(
+            {
+                "model": model,
+                "parameters": float(law.parameters[i]),
+                "reward": float(1.0 - np.exp(-law.k[i] * t + law.E[i])),
+                "reward_lo": lo,
+                "reward_hi": hi,
+            }
+        )
     crossovers = []
     for below, above, at in winner_changes(law.k, law.E):
-        draws = np.array([crossover_resource(kb[below], Eb[below], kb[above], Eb[above])
-                          for kb, Eb in zip(law.k_draws, law.E_draws)])
+        draws = np.array(
+            [crossover_resource(kb[below], Eb[below], kb[above], Eb[above]) for kb, Eb in zip(law.k_draws, law.E_draws)]
+        )
         lo, hi = law.interval(draws)
-        crossovers.append({"below": law.models[below], "above": law.models[above], "budget": at,
-                           "budget_lo": lo, "budget_hi": hi,
-                           "measured": bool(at <= min(law.compute_max[below], law.compute_max[above])),
-                           "identified": bool(hi / lo <= CROSSOVER_SPAN)})
-    notes = [f"lines ln(1 - reward) = -k ln C + E per size; {law.level:.0%} intervals from a bootstrap over each "
-             "size's runs (its evaluations when it has one run)"]
+        crossovers.append(
+            {
+                "below": law.models[below],
+                "above": law.models[above],
+                "budget": at,
+                "budget_lo": lo,
+                "budget_hi": hi,
+                "measured": bool(at <= min(law.compute_max[below], law.compute_max[above])),
+                "identified": bool(hi / lo <= CROSSOVER_SPAN),
+            }
+        )
+    notes = [
+        f"lines ln(1 - reward) = -k ln C + E per size; {law.level:.0%} intervals from a bootstrap over each "
+        "size's runs (its evaluations when it has one run)"
+    ]
     beyond = [m for m, reach in zip(law.models, law.compute_max) if budget > reach]
     if beyond:
         notes.append(f"the budget is past the compute measured for {', '.join(beyond)}: their lines are extrapolated")
     notes.append(f"K_max, N0 across sizes: {law.across_reason}")
-    return SizeChoice(budget=budget, model=law.models[best], parameters=float(law.parameters[best]),
-                      pick_share=float(np.mean(picks == best)), predicted=predicted, crossovers=crossovers,
-                      level=law.level, notes=notes)
+    return SizeChoice(
+        budget=budget,
+        model=law.models[best],
+        parameters=float(law.parameters[best]),
+        pick_share=float(np.mean(picks == best)),
+        predicted=predicted,
+        crossovers=crossovers,
+        level=law.level,
+        notes=notes,
+    )
 
 
 SIZE_HEADER = ["model", "params", "k [interval]", "E [interval]", "compute to"]
-SIZE_NOTE = ("ln(1 - reward) = -k(N) ln C + E(N) per model size N at equal compute C; Tan et al.: "
-             "k(N) = K_max / (1 + N0 / N). Intervals: a bootstrap over each size's runs.")
+SIZE_NOTE = (
+    "ln(1 - reward) = -k(N) ln C + E(N) per model size N at equal compute C; Tan et al.: "
+    "k(N) = K_max / (1 + N0 / N). Intervals: a bootstrap over each size's runs."
+)
 
 
 def size_rows(sizes: dict) -> list[list[str]]:
     """Table cells of SizeLaw.to_dict(): one row per size."""
+
     def cell(value, interval):
         return f"{value:.3g} [{interval[0]:.3g}, {interval[1]:.3g}]"
 
-    return [[row["model"], f"{row['parameters']:.3g}", cell(row["k"], row["k_interval"]),
-             cell(row["E"], row["E_interval"]), f"{row['compute_max']:.3g}"] for row in sizes["sizes"]]
+    return [
+        [
+            row["model"],
+            f"{row['parameters']:.3g}",
+            cell(row["k"], row["k_interval"]),
+            cell(row["E"], row["E_interval"]),
+            f"{row['compute_max']:.3g}",
+        ]
+        for row in sizes["sizes"]
+    ]
 
 
 def size_summary(sizes: dict) -> str:

@@ -85,8 +85,11 @@ def autocorrelation_inflation(resid, jac) -> tuple[float, float]:
     sigma_q = np.stack([_ar1_times(q, phi) for phi in phis])  # Sigma_phi q, Sigma_phi[i, j] = phi^|i-j|
     qsq = np.einsum("np,knq->kpq", q, sigma_q)
     # E[r' L r] and E[r' r] under AR(1) noise of coefficient phi, for each phi on the grid
-    lagged = np.stack([(n - lag) * phis**lag for lag in (1, 2)]) - 2.0 * np.einsum("lnp,knp->lk", lag_q, sigma_q) \
+    lagged = (
+        np.stack([(n - lag) * phis**lag for lag in (1, 2)])
+        - 2.0 * np.einsum("lnp,knp->lk", lag_q, sigma_q)
         + np.einsum("lpq,kqp->lk", qlq, qsq)
+    )
     total = n - np.einsum("kpp->k", qsq)
     rho = float(np.interp(observed[0], lagged[0] / total, phis))  # AR(1): the expected lag-1 ratio rises with rho
     if rho <= 0.0:

@@ -67,10 +67,17 @@ class RolloutsLaw:
     def to_dict(self) -> dict:
         """Plain JSON-ready values (no frontier table, no draws)."""
         return {
-            "lo": self.lo, "hi": self.hi, "k": self.k, "c0": self.c0,
-            "n_low": 2.0**self.lo, "n_saturation": 2.0**self.hi,
-            "identified": self.identified, "reason": self.reason, "verdict": self.verdict.to_dict(),
-            "compute_min": self.compute_range[0], "compute_max": self.compute_range[1],
+            "lo": self.lo,
+            "hi": self.hi,
+            "k": self.k,
+            "c0": self.c0,
+            "n_low": 2.0**self.lo,
+            "n_saturation": 2.0**self.hi,
+            "identified": self.identified,
+            "reason": self.reason,
+            "verdict": self.verdict.to_dict(),
+            "compute_min": self.compute_range[0],
+            "compute_max": self.compute_range[1],
             "frontier_rollouts": sorted({int(n) for n in self.frontier["rollouts"]}),
         }
 
@@ -106,13 +113,15 @@ def frontier(curves: pd.DataFrame, grid: np.ndarray, min_progress: float = 0.1) 
     keep = contested & (progress >= min_progress)
     best = np.argmax(rewards[:, keep], axis=0)
     rows = curves.iloc[best]
-    return pd.DataFrame({
-        "compute": grid[keep],
-        "reward": rewards[best, np.flatnonzero(keep)],
-        "rollouts": rows["rollouts"].to_numpy(int),
-        "prompts_per_batch": rows["prompts_per_batch"].to_numpy(int),
-        "run": rows["run"].to_numpy(),
-    })
+    return pd.DataFrame(
+        {
+            "compute": grid[keep],
+            "reward": rewards[best, np.flatnonzero(keep)],
+            "rollouts": rows["rollouts"].to_numpy(int),
+            "prompts_per_batch": rows["prompts_per_batch"].to_numpy(int),
+            "run": rows["run"].to_numpy(),
+        }
+    )
 
 
 def fit_law(compute: np.ndarray, log2_n: np.ndarray, start: np.ndarray | None = None) -> tuple[np.ndarray, float]:
@@ -132,10 +141,16 @@ def fit_law(compute: np.ndarray, log2_n: np.ndarray, start: np.ndarray | None = 
         return optimal_rollouts_law(compute, *theta) - log2_n
 
     best = None
-    first, last = float(np.mean(log2_n[: max(1, len(log2_n) // 5)])), float(np.mean(log2_n[-max(1, len(log2_n) // 5):]))
+    first, last = (
+        float(np.mean(log2_n[: max(1, len(log2_n) // 5)])),
+        float(np.mean(log2_n[-max(1, len(log2_n) // 5) :])),
+    )
     if start is None:
-        starts = [[first, last, k, c0] for c0 in np.linspace(log_c[0], log_c[-1], 5)
-                  for k in (2.0 / span, 8.0 / span, 30.0 / span)]
+        starts = [
+            [first, last, k, c0]
+            for c0 in np.linspace(log_c[0], log_c[-1], 5)
+            for k in (2.0 / span, 8.0 / span, 30.0 / span)
+        ]
     else:
         starts = [start] + [[first, last, 8.0 / span, c0] for c0 in np.linspace(log_c[0], log_c[-1], 3)]
     for theta0 in starts:
@@ -147,14 +162,17 @@ def fit_law(compute: np.ndarray, log2_n: np.ndarray, start: np.ndarray | None = 
     return best[0], best[1]
 
 
-def _law_verdict(theta: np.ndarray, front: pd.DataFrame, *, min_distinct: int, plateau_tol: float,
-                 min_plateau: float) -> tuple[bool, Reason]:
+def _law_verdict(
+    theta: np.ndarray, front: pd.DataFrame, *, min_distinct: int, plateau_tol: float, min_plateau: float
+) -> tuple[bool, Reason]:
     """Whether the frontier has bent enough to pin the law, and the Reason (code and numbers) either way."""
     distinct = sorted({int(n) for n in front["rollouts"]})
     c_lo, c_hi = float(front["compute"].iloc[0]), float(front["compute"].iloc[-1])
     if len(distinct) < min_distinct:
-        return False, Reason("frontier_few_n", {"rollouts": distinct, "compute_lo": c_lo, "compute_hi": c_hi,
-                                                "min_distinct": min_distinct})
+        return False, Reason(
+            "frontier_few_n",
+            {"rollouts": distinct, "compute_lo": c_lo, "compute_hi": c_hi, "min_distinct": min_distinct},
+        )
     lo, hi, k, c0 = theta
     if hi < lo - 0.5:
         return False, Reason("n_falls", {"n_low": float(2**lo), "n_high": float(2**hi)})
@@ -164,8 +182,10 @@ def _law_verdict(theta: np.ndarray, front: pd.DataFrame, *, min_distinct: int, p
     start_last = log_c[np.flatnonzero(last != last[-1])[-1] + 1] if (last != last[-1]).any() else log_c[0]
     held = (log_c[-1] - start_last) / max(log_c[-1] - log_c[0], 1e-12)
     if held < min_plateau:
-        return False, Reason("n_still_moving", {"compute_hi": c_hi, "rollouts": int(last[-1]), "held": float(held),
-                                                "min_plateau": min_plateau})
+        return False, Reason(
+            "n_still_moving",
+            {"compute_hi": c_hi, "rollouts": int(last[-1]), "held": float(held), "min_plateau": min_plateau},
+        )
     log_c_hi = np.log(c_hi)
     gap_end = abs(float(optimal_rollouts_law(c_hi, *theta)) - hi)
     if gap_end > plateau_tol or c0 >= log_c_hi:
@@ -205,15 +225,22 @@ def fit_optimal_rollouts(
         raise ValueError("the frontier has fewer than 4 points where any run has risen above its start")
     log2_n = np.log2(front["rollouts"].to_numpy(float))
     theta, _ = fit_law(front["compute"].to_numpy(), log2_n)
-    identified, verdict = _law_verdict(theta, front, min_distinct=min_distinct, plateau_tol=plateau_tol,
-                                      min_plateau=min_plateau)
-    samples = (_bootstrap_law(curves, grid, front, draws, bootstrap, seed, theta, min_progress) if bootstrap > 0
-               else None)
+    identified, verdict = _law_verdict(
+        theta, front, min_distinct=min_distinct, plateau_tol=plateau_tol, min_plateau=min_plateau
+    )
+    samples = (
+        _bootstrap_law(curves, grid, front, draws, bootstrap, seed, theta, min_progress) if bootstrap > 0 else None
+    )
     return RolloutsLaw(
-        lo=float(theta[0]), hi=float(theta[1]), k=float(theta[2]), c0=float(theta[3]),
-        identified=identified, verdict=verdict,
+        lo=float(theta[0]),
+        hi=float(theta[1]),
+        k=float(theta[2]),
+        c0=float(theta[3]),
+        identified=identified,
+        verdict=verdict,
         compute_range=(float(front["compute"].iloc[0]), float(front["compute"].iloc[-1])),
-        frontier=front, samples=samples,
+        frontier=front,
+        samples=samples,
     )
 
 

@@ -20,9 +20,13 @@ from rlscale.base.numbers import format_number as _f
 
 ASSET_DIR = Path(__file__).parent / "assets"
 # the files the page uses, by name -> content type: the dashboard serves these and nothing else
-ASSETS = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8",
-          "uPlot.min.css": "text/css; charset=utf-8", "uPlot.iife.min.js": "text/javascript; charset=utf-8",
-          "uPlot.LICENSE": "text/plain; charset=utf-8"}
+ASSETS = {
+    "page.css": "text/css; charset=utf-8",
+    "page.js": "text/javascript; charset=utf-8",
+    "uPlot.min.css": "text/css; charset=utf-8",
+    "uPlot.iife.min.js": "text/javascript; charset=utf-8",
+    "uPlot.LICENSE": "text/plain; charset=utf-8",
+}
 _STYLES = ("uPlot.min.css", "page.css")
 _SCRIPTS = ("uPlot.iife.min.js", "page.js")
 LIVE_SECTIONS = ("decision", "flight", "runs", "law", "stopped")  # what a refresh replaces, besides the charts
@@ -30,9 +34,21 @@ UNIT_LABELS = {"gpu_hours": "GPU-hours", "rollouts": "rollouts", "tokens": "toke
 # runs table: (key, header); a column shows when any row has a value for it
 _TEXT_COLUMNS = ("run", "note", "fit")  # the columns that wrap; numbers and statuses stay whole
 _NUMBER = ' class="num"'
-RUN_COLUMNS = [("run", "run"), ("status", "status"), ("note", "holds / note"), ("step", "step"),
-               ("compute", "compute"), ("reward", "last reward"), ("A", "A [95%]"), ("B", "B"), ("C_mid", "C_mid"),
-               ("R0", "R0"), ("r2", "r2"), ("n_points", "points"), ("fit", "fit")]
+RUN_COLUMNS = [
+    ("run", "run"),
+    ("status", "status"),
+    ("note", "holds / note"),
+    ("step", "step"),
+    ("compute", "compute"),
+    ("reward", "last reward"),
+    ("A", "A [95%]"),
+    ("B", "B"),
+    ("C_mid", "C_mid"),
+    ("R0", "R0"),
+    ("r2", "r2"),
+    ("n_points", "points"),
+    ("fit", "fit"),
+]
 
 
 @dataclass
@@ -73,12 +89,20 @@ def report_page(report, sections: list[tuple]) -> StudyPage:
     decision = None
     if report.decision_lines:
         recipe = getattr(report.decision, "recipe", None)
-        decision = {"verdict": "decided" if report.decision_lines[0].startswith("decided") else "not yet",
-                    "lines": list(report.decision_lines),
-                    "recipe": yaml.safe_dump(recipe, sort_keys=False).strip() if recipe else None}
-    return StudyPage(study=report.study, method=report.method, unit=report.unit, description=report.description,
-                     fitted_on=report.fitted_on, decision=decision,
-                     sections=[(title, blocks) for title, blocks in sections if title != "Decision"])
+        decision = {
+            "verdict": "decided" if report.decision_lines[0].startswith("decided") else "not yet",
+            "lines": list(report.decision_lines),
+            "recipe": yaml.safe_dump(recipe, sort_keys=False).strip() if recipe else None,
+        }
+    return StudyPage(
+        study=report.study,
+        method=report.method,
+        unit=report.unit,
+        description=report.description,
+        fitted_on=report.fitted_on,
+        decision=decision,
+        sections=[(title, blocks) for title, blocks in sections if title != "Decision"],
+    )
 
 
 def esc(value) -> str:
@@ -116,8 +140,13 @@ def chart_data(page: StudyPage) -> dict:
 
 def live_sections(page: StudyPage) -> dict[str, str]:
     """The inner HTML of each section a live page replaces on refresh, by element id."""
-    return {"decision": _decision(page.decision), "flight": _flight(page.flight), "runs": _runs(page.runs),
-            "law": _law(page.law, page.frontier), "stopped": _stopped(page.stopped, page.rule)}
+    return {
+        "decision": _decision(page.decision),
+        "flight": _flight(page.flight),
+        "runs": _runs(page.runs),
+        "law": _law(page.law, page.frontier),
+        "stopped": _stopped(page.stopped, page.rule),
+    }
 
 
 def render_study_page(page: StudyPage, *, live_url: str | None = None, stamp: str = "", assets_href: str = "") -> str:
@@ -125,10 +154,16 @@ def render_study_page(page: StudyPage, *, live_url: str | None = None, stamp: st
     None: a static page with every asset inlined (report.html)."""
     sections = live_sections(page)
     unit = UNIT_LABELS.get(page.unit, page.unit)
-    meta = [f"Method: <b>{esc(page.method)}</b>" if page.method else "", f"Compute: {esc(unit)}",
-            f"Fits on {esc(page.fitted_on)}" if page.fitted_on else "", esc(page.description)]
-    body = [f'<header><h1>{esc(page.study)}</h1><p class="meta">{". ".join(m for m in meta if m)}</p>',
-            '<p id="live-status" class="live-status"></p></header>' if live_url else "</header>"]
+    meta = [
+        f"Method: <b>{esc(page.method)}</b>" if page.method else "",
+        f"Compute: {esc(unit)}",
+        f"Fits on {esc(page.fitted_on)}" if page.fitted_on else "",
+        esc(page.description),
+    ]
+    body = [
+        f'<header><h1>{esc(page.study)}</h1><p class="meta">{". ".join(m for m in meta if m)}</p>',
+        '<p id="live-status" class="live-status"></p></header>' if live_url else "</header>",
+    ]
     if page.decision is not None or live_url:
         body.append(f'<section id="decision" class="decision">{sections["decision"]}</section>')
     if page.flight is not None or live_url:
@@ -136,11 +171,23 @@ def render_study_page(page: StudyPage, *, live_url: str | None = None, stamp: st
     if page.runs or live_url:
         body.append(f'<section id="runs">{sections["runs"]}</section>')
     if page.curves is not None or live_url:
-        body.append(_chart_section("curves", "Reward vs compute", "points: evaluations; line: fitted sigmoid (dashed "
-                                   "past the run's last compute); band: 95% interval of the fit"))
+        body.append(
+            _chart_section(
+                "curves",
+                "Reward vs compute",
+                "points: evaluations; line: fitted sigmoid (dashed "
+                "past the run's last compute); band: 95% interval of the fit",
+            )
+        )
     if page.frontier is not None or live_url:
-        body.append(_chart_section("frontier", "Frontier and optimal-n law", "steps: the frontier's n*; line: the law "
-                                   "(dashed: extrapolated)", f'<div id="law">{sections["law"]}</div>'))
+        body.append(
+            _chart_section(
+                "frontier",
+                "Frontier and optimal-n law",
+                "steps: the frontier's n*; line: the law (dashed: extrapolated)",
+                f'<div id="law">{sections["law"]}</div>',
+            )
+        )
     if page.stopped is not None or live_url:
         body.append(f'<section id="stopped">{sections["stopped"]}</section>')
     for title, blocks in page.sections:
@@ -158,16 +205,24 @@ def render_index(studies: list[dict], *, store: str = "", error: str = "") -> st
     rows = []
     for row in studies:
         name = esc(row["study"])
-        counts = [str(row.get(key, 0)) for key in ("runs", "running", "pending", "done", "stopped", "failed",
-                                                   "records")]
-        rows.append(f'<tr><td><a href="{esc(study_href(row["study"]))}">{name}</a></td>'
-                    + "".join(f"<td>{c}</td>" for c in counts) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("study", "runs", "running", "queued", "done", "stopped", "failed",
-                                              "records"))
-    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>" if rows else \
-        "<p>No studies in this store yet.</p>"
+        counts = [
+            str(row.get(key, 0)) for key in ("runs", "running", "pending", "done", "stopped", "failed", "records")
+        ]
+        rows.append(
+            f'<tr><td><a href="{esc(study_href(row["study"]))}">{name}</a></td>'
+            + "".join(f"<td>{c}</td>" for c in counts)
+            + "</tr>"
+        )
+    head = "".join(
+        f"<th>{h}</th>" for h in ("study", "runs", "running", "queued", "done", "stopped", "failed", "records")
+    )
+    table = (
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        if rows
+        else "<p>No studies in this store yet.</p>"
+    )
     problem = f'<p class="note">{esc(error)}</p>' if error else ""
-    body = f"<header><h1>Studies</h1><p class=\"meta\">Store: {esc(store)} (read-only)</p></header>{problem}{table}"
+    body = f'<header><h1>Studies</h1><p class="meta">Store: {esc(store)} (read-only)</p></header>{problem}{table}'
     return _document("rlscale studies", body, "", (), "assets/")
 
 
@@ -181,14 +236,18 @@ def _document(title: str, body: str, attrs: str, scripts, assets_href: str | Non
     else:
         head = "<style>" + "\n".join(asset(name).decode() for name in _STYLES) + "</style>"
         tail = "".join(f"<script>{asset(name).decode()}</script>" for name in scripts)
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">{icon}{head}</head>'
-            f"<body{attrs}>{body}{tail}</body></html>\n")
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">{icon}{head}</head>'
+        f"<body{attrs}>{body}{tail}</body></html>\n"
+    )
 
 
 def _chart_section(name: str, title: str, caption: str, extra: str = "") -> str:
-    return (f'<section id="section-{name}"><h2>{esc(title)}</h2>{extra}<div class="chart" id="chart-{name}"></div>'
-            f'<p class="caption">{esc(caption)}</p></section>')
+    return (
+        f'<section id="section-{name}"><h2>{esc(title)}</h2>{extra}<div class="chart" id="chart-{name}"></div>'
+        f'<p class="caption">{esc(caption)}</p></section>'
+    )
 
 
 def _decision(decision: dict | None) -> str:
@@ -232,16 +291,21 @@ def _flight(flight: dict | None) -> str:
 def _runs(runs: list[dict]) -> str:
     if not runs:
         return "<h2>Runs</h2><p>No runs yet.</p>"
-    columns = [(key, header) for key, header in RUN_COLUMNS
-               if key in ("run", "A", "fit") or any(row.get(key) not in (None, "") for row in runs)]
+    columns = [
+        (key, header)
+        for key, header in RUN_COLUMNS
+        if key in ("run", "A", "fit") or any(row.get(key) not in (None, "") for row in runs)
+    ]
     head = "".join(f"<th>{esc(header)}</th>" for _, header in columns)
     body = []
     for row in runs:
-        classes = [f"status-{row['status']}" if row.get("status") else "",
-                   "" if row.get("identified", True) else "unidentified"]
+        classes = [
+            f"status-{row['status']}" if row.get("status") else "",
+            "" if row.get("identified", True) else "unidentified",
+        ]
         cells = "".join(f"<td{'' if key in _TEXT_COLUMNS else _NUMBER}>{_cell(row, key)}</td>" for key, _ in columns)
         body.append(f'<tr class="{" ".join(c for c in classes if c)}">{cells}</tr>')
-    return f"<h2>Runs</h2><table class=\"runs\"><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return f'<h2>Runs</h2><table class="runs"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
 def _cell(row: dict, key: str) -> str:
@@ -274,8 +338,10 @@ def _law(law: dict | None, frontier: dict | None) -> str:
         reason = (frontier or {}).get("reason", "")
         return f"<p>No optimal-n law yet{esc(': ' + reason) if reason else ''}.</p>" if frontier is None else ""
     verdict = "identified" if law["identified"] else "not identified"
-    formula = (f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / "
-               f"(1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f})))")
+    formula = (
+        f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / "
+        f"(1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f})))"
+    )
     return f"<p>{esc(formula)}; {verdict}: {esc(law['reason'])}</p>"
 
 
@@ -286,7 +352,7 @@ def _stopped(stopped: list[dict] | None, rule: str) -> str:
     ruled = f"<p>Rule: {esc(rule)}.</p>" if rule else ""
     if not stopped:
         return f"{title}{ruled}<p>No run stopped early.</p>"
-    items = "".join(f'<li><b>{esc(row["run"])}</b>: {esc(row.get("reason") or "stopped")}</li>' for row in stopped)
+    items = "".join(f"<li><b>{esc(row['run'])}</b>: {esc(row.get('reason') or 'stopped')}</li>" for row in stopped)
     return f'{title}{ruled}<ul class="stopped">{items}</ul>'
 
 
@@ -303,6 +369,10 @@ def _block(block: tuple) -> str:
         return f'<img alt="{esc(block[1])}" src="{esc(png_data_uri(block[2]))}">'
     header, rows, classes = block[1], block[2], block[3] if len(block) > 3 else None
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = [f'<tr class="{esc(classes[i] if classes and classes[i] else "")}">'
-            + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>" for i, row in enumerate(rows)]
+    body = [
+        f'<tr class="{esc(classes[i] if classes and classes[i] else "")}">'
+        + "".join(f"<td>{esc(cell)}</td>" for cell in row)
+        + "</tr>"
+        for i, row in enumerate(rows)
+    ]
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

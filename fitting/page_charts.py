@@ -12,8 +12,7 @@ from rlscale.fitting.bootstrap import percentile_interval
 from rlscale.fitting.sigmoid import sigmoid
 
 # matplotlib's tab10: the runs table's swatches and the charts' series share these, by run order
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf")
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 GRID_POINTS = 60  # points of a fitted curve on the chart's log grid
 EXTEND = 2.0  # fitted curves go on, dashed, to this multiple of the run's last compute (as the report's PNG)
 BAND_LEVEL = 0.95
@@ -42,8 +41,16 @@ def compute_grid(records: pd.DataFrame, compute_col: str, points: int = GRID_POI
     return np.geomspace(lo, hi, points) if hi > lo else np.array([lo])
 
 
-def curve_chart(records: pd.DataFrame, curves: pd.DataFrame, *, compute_col: str, reward_col: str,
-                draws: dict | None = None, unit_label: str = "GPU-hours", reward_label: str = "reward") -> dict:
+def curve_chart(
+    records: pd.DataFrame,
+    curves: pd.DataFrame,
+    *,
+    compute_col: str,
+    reward_col: str,
+    draws: dict | None = None,
+    unit_label: str = "GPU-hours",
+    reward_label: str = "reward",
+) -> dict:
     """Reward against compute per run: its evaluations and its fitted sigmoid with a 95% band.
 
     records: run (label), compute_col, reward_col. curves: one row per run (run, A, B, C_mid, R0, A_lo, A_hi,
@@ -60,8 +67,13 @@ def curve_chart(records: pd.DataFrame, curves: pd.DataFrame, *, compute_col: str
         compute = pd.to_numeric(mine[compute_col], errors="coerce").to_numpy(float)
         reward = pd.to_numeric(mine[reward_col], errors="coerce").to_numpy(float)
         shown = np.isfinite(compute) & (compute > 0) & np.isfinite(reward)  # a log axis has no 0
-        entry = {"run": str(row["run"]), "color": color_index(position), "c": rounded(compute[shown]),
-                 "r": rounded(reward[shown]), "fit": None}
+        entry = {
+            "run": str(row["run"]),
+            "color": color_index(position),
+            "c": rounded(compute[shown]),
+            "r": rounded(reward[shown]),
+            "fit": None,
+        }
         if shown.any() and grid.size and all(np.isfinite(float(row.get(k, np.nan))) for k in ("A", "B", "C_mid", "R0")):
             entry["fit"] = _fitted(row, grid, compute[shown], (draws or {}).get(row["run"]))
         runs.append(entry)
@@ -81,8 +93,13 @@ def _fitted(row: dict, grid: np.ndarray, compute: np.ndarray, samples) -> dict:
     else:
         lo = hi = np.full(grid.shape, np.nan)
     lo, hi = np.where(inside, lo, np.nan), np.where(inside, hi, np.nan)
-    return {"mean": rounded(mean), "lo": rounded(lo), "hi": rounded(hi), "until": rounded([until])[0],
-            "identified": bool(row.get("identified", False))}
+    return {
+        "mean": rounded(mean),
+        "lo": rounded(lo),
+        "hi": rounded(hi),
+        "until": rounded([until])[0],
+        "identified": bool(row.get("identified", False)),
+    }
 
 
 def frontier_chart(law, *, extrapolate_to: float | None = None, unit_label: str = "GPU-hours") -> dict:
@@ -99,6 +116,12 @@ def frontier_chart(law, *, extrapolate_to: float | None = None, unit_label: str 
     predicted = law.predict(grid)
     inside = grid <= c_hi * (1 + 1e-9)
     beyond = grid >= c_hi * (1 - 1e-9)
-    return {"grid": rounded(grid), "frontier": rounded([on_front.get(c, np.nan) for c in grid]),
-            "law": rounded(np.where(inside, predicted, np.nan)), "beyond": rounded(np.where(beyond, predicted, np.nan)),
-            "identified": bool(law.identified), "reason": str(law.reason), "unit": unit_label}
+    return {
+        "grid": rounded(grid),
+        "frontier": rounded([on_front.get(c, np.nan) for c in grid]),
+        "law": rounded(np.where(inside, predicted, np.nan)),
+        "beyond": rounded(np.where(beyond, predicted, np.nan)),
+        "identified": bool(law.identified),
+        "reason": str(law.reason),
+        "unit": unit_label,
+    }

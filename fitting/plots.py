@@ -10,8 +10,18 @@ from rlscale.fitting.curves import unit_label
 from rlscale.fitting.records import record_breaking_points
 
 
-def plot_study(records: pd.DataFrame, fits: pd.DataFrame, path, *, run_col="run", compute_col="compute",
-               reward_col="reward", title=None, extrapolate_to=None, record_breaking=False) -> Path:
+def plot_study(
+    records: pd.DataFrame,
+    fits: pd.DataFrame,
+    path,
+    *,
+    run_col="run",
+    compute_col="compute",
+    reward_col="reward",
+    title=None,
+    extrapolate_to=None,
+    record_breaking=False,
+) -> Path:
     """Path of the written PNG: per run, points (filled: those the fit used, the record breakers when
     `record_breaking`, else every one), the fitted curve (solid over the
     observed compute, dashed beyond it up to `extrapolate_to`, default 2x the largest observed compute)
@@ -79,14 +89,14 @@ def set_title(ax, text: str, *, fontsize: float = 10, max_lines: int = 3) -> Non
     lines = textwrap.wrap(text, per_line, break_long_words=True)
     if len(lines) > max_lines:
         lines = lines[:max_lines]
-        lines[-1] = lines[-1][:per_line - 3].rstrip() + "..."
+        lines[-1] = lines[-1][: per_line - 3].rstrip() + "..."
     ax.set_title("\n".join(lines), fontsize=fontsize)
 
 
 def plot_text(name, limit: int = 48) -> str:
     """A run name as a legend shows it literally: `$` would start mathtext, a legend drops labels starting with
     `_`, and a name past `limit` characters is cut with "..." (a long label would squeeze the axes away)."""
-    text = str(name) if len(str(name)) <= limit else str(name)[:limit - 3] + "..."
+    text = str(name) if len(str(name)) <= limit else str(name)[: limit - 3] + "..."
     text = text.replace("$", r"\$")
     return " " + text if text.startswith("_") else text
 
@@ -126,8 +136,9 @@ def linearised(reward, A: float, R0: float) -> np.ndarray:
 _LINE_RANGE = (1e-12, 1e12)
 
 
-def plot_linearised(records: pd.DataFrame, curves: pd.DataFrame, path, *, compute_col: str, reward_col: str,
-                    title: str | None = None) -> Path:
+def plot_linearised(
+    records: pd.DataFrame, curves: pd.DataFrame, path, *, compute_col: str, reward_col: str, title: str | None = None
+) -> Path:
     """PNG of F(R) against compute on log-log axes per run: points and the fitted line (C_mid / C)^B.
 
     The axes span the points: a near-step fit's line (large B) runs to 0 and to overflow within the data, and is drawn
@@ -159,9 +170,14 @@ def plot_linearised(records: pd.DataFrame, curves: pd.DataFrame, path, *, comput
                 line = (row["C_mid"] / grid) ** row["B"]
             on_axes = (line > _LINE_RANGE[0]) & (line < _LINE_RANGE[1])  # NaN, 0 and overflow are off any axes
             if on_axes.any():
-                ax.plot(grid[on_axes], line[on_axes], color=color, lw=1.6,
-                        label=f"{plot_text(row['run'])}  B={row['B']:.2f}"
-                        + ("" if row["identified"] else " (not identified)"))
+                ax.plot(
+                    grid[on_axes],
+                    line[on_axes],
+                    color=color,
+                    lw=1.6,
+                    label=f"{plot_text(row['run'])}  B={row['B']:.2f}"
+                    + ("" if row["identified"] else " (not identified)"),
+                )
                 drawn += 1
     points = np.concatenate(shown) if shown else np.array([])
     ax.set_xscale("log")
@@ -170,8 +186,16 @@ def plot_linearised(records: pd.DataFrame, curves: pd.DataFrame, path, *, comput
         ax.set_ylim(points.min() / 3, points.max() * 3)
     else:
         ax.set_ylim(0.1, 10.0)
-        ax.text(0.5, 0.5, "no evaluation strictly between R0 and A to linearise", transform=ax.transAxes,
-                ha="center", va="center", fontsize=9, alpha=0.7)
+        ax.text(
+            0.5,
+            0.5,
+            "no evaluation strictly between R0 and A to linearise",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=9,
+            alpha=0.7,
+        )
     ax.set_xlabel(unit_label(compute_col))
     ax.set_ylabel("F(R) = (A - R) / (R - R0)")
     set_title(ax, title or "Linearised curves: slope -B, F = 1 at C_mid")
@@ -198,24 +222,43 @@ def plot_frontier(law, path, *, compute_col: str, standing=None, extrapolate_to:
     ax.step(inside["compute"], inside["rollouts"], where="post", color="tab:gray", label="frontier n* (fitted rewards)")
     if len(inside) < len(front):
         past = front[front["compute"] >= (inside["compute"].iloc[-1] if len(inside) else 0.0)]
-        ax.step(past["compute"], past["rollouts"], where="post", color="tab:gray", alpha=0.35, ls=":",
-                label="past the compute every run reached (fewer runs)")
+        ax.step(
+            past["compute"],
+            past["rollouts"],
+            where="post",
+            color="tab:gray",
+            alpha=0.35,
+            ls=":",
+            label="past the compute every run reached (fewer runs)",
+        )
     grid = np.geomspace(c_lo, c_hi, 200)
     beyond = np.geomspace(c_hi, extrapolate_to or 4 * c_hi, 100)
-    ax.plot(grid, law.predict(grid), color="tab:blue", lw=2,
-            label="law " + ("(identified)" if law.identified else "(not identified)"))
+    ax.plot(
+        grid,
+        law.predict(grid),
+        color="tab:blue",
+        lw=2,
+        label="law " + ("(identified)" if law.identified else "(not identified)"),
+    )
     ax.plot(beyond, law.predict(beyond), color="tab:blue", lw=2, ls="--")
     if standing is not None:
         ax.axvline(standing.compute, color="tab:red", lw=1, alpha=0.6)
         best = f"best at {standing.compute:.3g}: n = {standing.best_rollouts} ({standing.best['run']})"
-        ax.plot([standing.compute], [standing.best_rollouts], marker="o", color="tab:red", ls="none",
-                label=plot_text(best, limit=80))
+        ax.plot(
+            [standing.compute],
+            [standing.best_rollouts],
+            marker="o",
+            color="tab:red",
+            ls="none",
+            label=plot_text(best, limit=80),
+        )
     ax.set_xscale("log")
     ax.set_yscale("log", base=2)
     ax.set_xlabel(unit_label(compute_col))
     ax.set_ylabel("rollouts per prompt n*")
-    set_title(ax, "Optimal n: frontier and law" + ("" if law.identified else f" (not identified: {law.reason})"),
-              fontsize=9)
+    set_title(
+        ax, "Optimal n: frontier and law" + ("" if law.identified else f" (not identified: {law.reason})"), fontsize=9
+    )
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8)
     return save_figure(fig, path)

@@ -8,9 +8,8 @@ fitted to the per-size learning efficiencies k(N), and E(N) to a line in ln N, s
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares
-
 from rlscale.fitting.sigmoid import FitError
+from scipy.optimize import least_squares
 
 
 def learning_efficiency(model_size, K_max, N0) -> np.ndarray:
@@ -87,12 +86,25 @@ def fit_across_sizes(sizes, k, E) -> PowerLawFit:
     slope, intercept = np.polyfit(1.0 / sizes, 1.0 / k, 1)
     K0 = 1.0 / intercept if intercept > 0 else k.max()
     N00 = slope * K0 if slope > 0 else sizes.min()
-    result = least_squares(lambda t: learning_efficiency(sizes, t[0], np.exp(t[1])) - k,
-                           x0=[K0, np.log(N00)], bounds=([0.0, -np.inf], [np.inf, np.inf]),
-                           x_scale="jac", xtol=1e-14, ftol=1e-14, gtol=1e-14)
+    result = least_squares(
+        lambda t: learning_efficiency(sizes, t[0], np.exp(t[1])) - k,
+        x0=[K0, np.log(N00)],
+        bounds=([0.0, -np.inf], [np.inf, np.inf]),
+        x_scale="jac",
+        xtol=1e-14,
+        ftol=1e-14,
+        gtol=1e-14,
+    )
     E_slope, E_intercept = np.polyfit(np.log(sizes), E, 1)
-    return PowerLawFit(K_max=float(result.x[0]), N0=float(np.exp(result.x[1])), sizes=sizes, k=k, E=E,
-                       E_intercept=float(E_intercept), E_slope=float(E_slope))
+    return PowerLawFit(
+        K_max=float(result.x[0]),
+        N0=float(np.exp(result.x[1])),
+        sizes=sizes,
+        k=k,
+        E=E,
+        E_intercept=float(E_intercept),
+        E_slope=float(E_slope),
+    )
 
 
 def crossover_resource(k_small: float, E_small: float, k_large: float, E_large: float) -> float:

@@ -61,33 +61,52 @@ class Calibration:
     @classmethod
     def from_dict(cls, data: dict) -> "Calibration":
         """From the JSON form `to_dict` gives."""
-        return cls(float(data["noise_share"]), float(data["drift_per_noise"]), float(data["drift_per_gain"]),
-                   tuple(map(float, data["scores"])), tuple(map(float, data["weights"])), data.get("provenance", {}))
+        return cls(
+            float(data["noise_share"]),
+            float(data["drift_per_noise"]),
+            float(data["drift_per_gain"]),
+            tuple(map(float, data["scores"])),
+            tuple(map(float, data["weights"])),
+            data.get("provenance", {}),
+        )
 
     @classmethod
     def normal(cls, noise_share: float, drift_per_noise: float, drift_per_gain: float, n: int = 999) -> "Calibration":
         """The coefficients given and, as scores, `n` evenly spaced quantiles of |N(0, 1)|: the interval a Gaussian
         error of that scale would call for (its `quantile(level)` is close to the normal one)."""
         scores = stats.norm.ppf(0.5 + 0.5 * (np.arange(n) + 0.5) / n)
-        return cls(noise_share, drift_per_noise, drift_per_gain, tuple(map(float, scores)), (1.0,) * n,
-                   {"note": "scores: quantiles of |N(0, 1)|"})
+        return cls(
+            noise_share,
+            drift_per_noise,
+            drift_per_gain,
+            tuple(map(float, scores)),
+            (1.0,) * n,
+            {"note": "scores: quantiles of |N(0, 1)|"},
+        )
 
     def to_dict(self) -> dict:
         """JSON-ready."""
-        return {"noise_share": self.noise_share, "drift_per_noise": self.drift_per_noise,
-                "drift_per_gain": self.drift_per_gain, "scores": list(self.scores), "weights": list(self.weights),
-                "provenance": self.provenance}
+        return {
+            "noise_share": self.noise_share,
+            "drift_per_noise": self.drift_per_noise,
+            "drift_per_gain": self.drift_per_gain,
+            "scores": list(self.scores),
+            "weights": list(self.weights),
+            "provenance": self.provenance,
+        }
 
     def quantile(self, level: float) -> float:
         """The multiplier of the scale for an interval at `level` (`conformal_quantile` of the scores)."""
         return conformal_quantile(self.scores, self.weights, level)
 
-    def parts(self, sd_parameters: float, sigma: float, gain_left: float,
-              distance: float) -> tuple[float, float, float]:
+    def parts(
+        self, sd_parameters: float, sigma: float, gain_left: float, distance: float
+    ) -> tuple[float, float, float]:
         """(sd_parameters, sd_noise, sd_drift) in reward units; distance in ln(compute) past the data (0 inside)."""
         sd_noise = self.noise_share * sigma
-        sd_drift = math.sqrt(max(distance, 0.0)) * math.hypot(self.drift_per_noise * sigma,
-                                                              self.drift_per_gain * gain_left)
+        sd_drift = math.sqrt(max(distance, 0.0)) * math.hypot(
+            self.drift_per_noise * sigma, self.drift_per_gain * gain_left
+        )
         return float(sd_parameters), float(sd_noise), float(sd_drift)
 
 
@@ -161,7 +180,7 @@ def evaluation_spacing(compute) -> float:
     x = x[np.isfinite(x) & (x > 0)]
     if len(x) < 2:
         return float("nan")
-    steps = np.diff(x[len(x) // 2 - 1 if len(x) > 2 else 0:])
+    steps = np.diff(x[len(x) // 2 - 1 if len(x) > 2 else 0 :])
     return float(np.median(steps))
 
 
@@ -186,14 +205,23 @@ def noise_sd(fit: SigmoidFit, compute, reward) -> float:
     x, y = x[keep], y[keep]
     order = np.argsort(x, kind="stable")
     resid = (y - fit.predict(x))[order]
-    late = resid[len(resid) // 2:]
+    late = resid[len(resid) // 2 :]
     dof_share = max(1.0 - 4.0 / max(len(resid), 5), 0.2)
     return float(np.sqrt(np.mean(late**2) / dof_share)) if len(late) else float("nan")
 
 
-def predict_at(fit: SigmoidFit, compute, reward, at: float, *, level: float = DEFAULT_LEVEL,
-               window_compute=None, calibration: Calibration | None = None, window: float = WINDOW,
-               bounded: bool = True) -> Prediction:
+def predict_at(
+    fit: SigmoidFit,
+    compute,
+    reward,
+    at: float,
+    *,
+    level: float = DEFAULT_LEVEL,
+    window_compute=None,
+    calibration: Calibration | None = None,
+    window: float = WINDOW,
+    bounded: bool = True,
+) -> Prediction:
     """The fit's prediction of the mean reward over the evaluations in [(1 - window) at, at], with its interval.
 
     fit: the sigmoid fitted to (compute, reward), the data it saw. window_compute: the evaluations' compute in the
@@ -227,9 +255,21 @@ def predict_at(fit: SigmoidFit, compute, reward, at: float, *, level: float = DE
     lo, hi = predicted - half, predicted + half
     if bounded:
         lo, hi = min(max(lo, 0.0), 1.0), min(max(hi, 0.0), 1.0)
-    return Prediction(at=float(at), level=float(level), predicted=predicted, lo=float(lo), hi=float(hi),
-                      sd_parameters=parts[0], sd_noise=parts[1], sd_drift=parts[2], distance=distance,
-                      n_window=n_window, quantile=quantile, sigma=sigma, gain_left=gain_left)
+    return Prediction(
+        at=float(at),
+        level=float(level),
+        predicted=predicted,
+        lo=float(lo),
+        hi=float(hi),
+        sd_parameters=parts[0],
+        sd_noise=parts[1],
+        sd_drift=parts[2],
+        distance=distance,
+        n_window=n_window,
+        quantile=quantile,
+        sigma=sigma,
+        gain_left=gain_left,
+    )
 
 
 def interval_scale(calibration_or_coefficients, sd_parameters, sigma, gain_left, distance) -> np.ndarray:
@@ -241,8 +281,9 @@ def interval_scale(calibration_or_coefficients, sd_parameters, sigma, gain_left,
     return np.sqrt(p**2 + (a * s) ** 2 + np.maximum(d, 0.0) * ((b * s) ** 2 + (g * gl) ** 2))
 
 
-def calibrate_interval(errors, sd_parameters, sigma, gain_left, distance, *, weights=None,
-                       provenance: dict | None = None) -> Calibration:
+def calibrate_interval(
+    errors, sd_parameters, sigma, gain_left, distance, *, weights=None, provenance: dict | None = None
+) -> Calibration:
     """The Calibration of the interval on runs whose errors (prediction - observed) are known, with each one's
     sd_parameters, sigma, gain_left and distance (as `predict_at` reports them): the coefficients (a, b, g) that
     maximise the (weighted) Laplace likelihood of the errors with the scale `interval_scale` gives, then the scores
@@ -258,9 +299,15 @@ def calibrate_interval(errors, sd_parameters, sigma, gain_left, distance, *, wei
         return float(np.sum(w * (np.log(scale) + np.abs(e) / scale)))
 
     # a few starts: the likelihood is smooth but flat where one term dwarfs another
-    best = min((optimize.minimize(loss, np.full(3, start), method="Nelder-Mead",
-                                  options={"xatol": 1e-4, "fatol": 1e-8, "maxiter": 4000})
-                for start in (-3.0, -1.0, 0.0)), key=lambda r: r.fun)
+    best = min(
+        (
+            optimize.minimize(
+                loss, np.full(3, start), method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-8, "maxiter": 4000}
+            )
+            for start in (-3.0, -1.0, 0.0)
+        ),
+        key=lambda r: r.fun,
+    )
     a, b, g = (float(v) for v in np.exp(best.x))
     scores = np.abs(e) / (interval_scale((a, b, g), p, s, gl, d) + floor)
     return Calibration(a, b, g, tuple(map(float, scores)), tuple(map(float, w)), provenance or {})
@@ -271,8 +318,9 @@ def _parameter_sd(fit: SigmoidFit, points: np.ndarray) -> float:
     draws = fit.samples
     if draws is None or len(draws) < 2:
         return float("nan")
-    means = sigmoid(points[None, :], draws[:, 0, None], draws[:, 1, None], draws[:, 2, None],
-                    draws[:, 3, None]).mean(axis=1)
+    means = sigmoid(points[None, :], draws[:, 0, None], draws[:, 1, None], draws[:, 2, None], draws[:, 3, None]).mean(
+        axis=1
+    )
     means = means[np.isfinite(means)]
     if len(means) < 2:
         return float("nan")
@@ -321,8 +369,9 @@ def _linearised_sd(fit: SigmoidFit, compute, reward, points: np.ndarray, level: 
     return float(math.sqrt(max(variance, 0.0)) * t_over_z) if math.isfinite(variance) else float("nan")
 
 
-def predict_run(compute, reward, at: float, *, level: float = DEFAULT_LEVEL, calibration: Calibration | None = None,
-                **fit_kwargs) -> Prediction | None:
+def predict_run(
+    compute, reward, at: float, *, level: float = DEFAULT_LEVEL, calibration: Calibration | None = None, **fit_kwargs
+) -> Prediction | None:
     """`predict_at` on the sigmoid fitted to one run's (compute, reward) by `fit_sigmoid(**fit_kwargs)`; None when
     the run cannot be fitted."""
     from rlscale.fitting.sigmoid import FitError, fit_sigmoid
@@ -334,23 +383,37 @@ def predict_run(compute, reward, at: float, *, level: float = DEFAULT_LEVEL, cal
     except FitError:
         return None
     used = np.isfinite(x) & np.isfinite(y) & (x >= float(fit_kwargs.get("min_compute") or 0.0))
-    return predict_at(fit, x[used], y[used], at, level=level, calibration=calibration,
-                      bounded=fit_kwargs.get("bounded", True))
+    return predict_at(
+        fit, x[used], y[used], at, level=level, calibration=calibration, bounded=fit_kwargs.get("bounded", True)
+    )
 
 
-def predict_stored_run(records, chosen, compute_col: str, at: float, *, reward_col: str = "val_reward",
-                       **kwargs) -> Prediction | None:
+def predict_stored_run(
+    records, chosen, compute_col: str, at: float, *, reward_col: str = "val_reward", **kwargs
+) -> Prediction | None:
     """`predict_run` on the records of one run of a stored study: those whose run_id (else run name) is `chosen`'s
     (a row of the study's fits). None when it cannot be fitted or has no interval."""
     key = "run_id" if "run_id" in records.columns and "run_id" in chosen.index else "run"
     mine = records[records[key] == chosen[key]]
-    p = predict_run(mine[compute_col].to_numpy(dtype=float, na_value=np.nan),
-                    mine[reward_col].to_numpy(dtype=float, na_value=np.nan), at, **kwargs)
+    p = predict_run(
+        mine[compute_col].to_numpy(dtype=float, na_value=np.nan),
+        mine[reward_col].to_numpy(dtype=float, na_value=np.nan),
+        at,
+        **kwargs,
+    )
     return p if p is not None and math.isfinite(p.lo) and math.isfinite(p.hi) else None
 
 
-def predict_runs(records, at: float, *, level: float = DEFAULT_LEVEL, run_col="run", compute_col="compute",
-                 reward_col="reward", **fit_kwargs):
+def predict_runs(
+    records,
+    at: float,
+    *,
+    level: float = DEFAULT_LEVEL,
+    run_col="run",
+    compute_col="compute",
+    reward_col="reward",
+    **fit_kwargs,
+):
     """One row per run of `records` (in order of first appearance): run, at, predicted, predicted_lo, predicted_hi,
     level (`predict_run` on each; NaN for a run that cannot be fitted or has no interval). `fit_kwargs` go to
     `fit_sigmoid`; a missing `compute` column falls back to `gpu_hours`, a missing run column means one run."""
@@ -359,15 +422,29 @@ def predict_runs(records, at: float, *, level: float = DEFAULT_LEVEL, run_col="r
 
     if compute_col not in records.columns and compute_col == "compute" and "gpu_hours" in records.columns:
         compute_col = "gpu_hours"
-    groups = (records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns
-              else [(SINGLE_RUN, records)])
+    groups = (
+        records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns else [(SINGLE_RUN, records)]
+    )
     calibration = Calibration.load()
     rows = []
     for run, group in groups:
-        p = predict_run(group[compute_col].to_numpy(dtype=float, na_value=np.nan),
-                        group[reward_col].to_numpy(dtype=float, na_value=np.nan), at, level=level,
-                        calibration=calibration, **fit_kwargs)
+        p = predict_run(
+            group[compute_col].to_numpy(dtype=float, na_value=np.nan),
+            group[reward_col].to_numpy(dtype=float, na_value=np.nan),
+            at,
+            level=level,
+            calibration=calibration,
+            **fit_kwargs,
+        )
         nan = float("nan")
-        rows.append({"run": run, "at": float(at), "predicted": p.predicted if p else nan,
-                     "predicted_lo": p.lo if p else nan, "predicted_hi": p.hi if p else nan, "level": float(level)})
+        rows.append(
+            {
+                "run": run,
+                "at": float(at),
+                "predicted": p.predicted if p else nan,
+                "predicted_lo": p.lo if p else nan,
+                "predicted_hi": p.hi if p else nan,
+                "level": float(level),
+            }
+        )
     return pd.DataFrame(rows, columns=["run", "at", "predicted", "predicted_lo", "predicted_hi", "level"])

@@ -56,11 +56,23 @@ class Profile:
     def statistic(self, a, **solver) -> np.ndarray:
         """F statistic at each A in `a`; each fit from two starts (a grid's best shape and the fit's own)."""
         t = self.theta_hat
-        starts = np.concatenate([_fixed_a_starts(a, self._shapes, t, self.lower, self.upper, self.free[THETA_R0]),
-                                 np.column_stack([a, np.tile(t[1:], (len(a), 1))])])
-        _, cost = levenberg_marquardt(self.model, starts, self.y, self.sqrt_w, self.lower, self.upper,
-                                      self.free & (np.arange(N_PARAMS) != THETA_A), **solver)
-        return (np.minimum(cost[:len(a)], cost[len(a):]) - self.cost_hat) / self.sigma2
+        starts = np.concatenate(
+            [
+                _fixed_a_starts(a, self._shapes, t, self.lower, self.upper, self.free[THETA_R0]),
+                np.column_stack([a, np.tile(t[1:], (len(a), 1))]),
+            ]
+        )
+        _, cost = levenberg_marquardt(
+            self.model,
+            starts,
+            self.y,
+            self.sqrt_w,
+            self.lower,
+            self.upper,
+            self.free & (np.arange(N_PARAMS) != THETA_A),
+            **solver,
+        )
+        return (np.minimum(cost[: len(a)], cost[len(a) :]) - self.cost_hat) / self.sigma2
 
     def bound(self, level, side=1, scale=None) -> float:
         """One-sided `level` bound on A, above the estimate for side=1 and below it for side=-1: the farthest A
@@ -78,21 +90,38 @@ class Profile:
         ends and the identification test together. An A value whose cost floor (_cost_floor) the test already
         rejects is not solved unless a crossing interpolates to it: the floor's statistic stands for it."""
         plans = [self._bound_grid(level, side, scale) for side, scale in requests]
-        tests = [(a, critical, solver, True) for a, _, critical, solver in
-                 (plan for plan in plans if not isinstance(plan, float))]
+        tests = [
+            (a, critical, solver, True)
+            for a, _, critical, solver in (plan for plan in plans if not isinstance(plan, float))
+        ]
         alt = self._alternatives(offset) if offset is not None else None
         if alt is not None:
             tests.append((alt, f_quantile(0.95, self.dof), TEST_SOLVER, False))
         statistics = [(self._cost_floor(a) * (1.0 - 1e-9) - self.cost_hat) / self.sigma2 for a, *_ in tests]
         solved = [np.zeros(len(a), dtype=bool) for a, *_ in tests]
         # The values the floor does not reject (margins for rounding in the floor and the solver's costs) ...
-        self._solve(tests, statistics, solved, [statistic < critical * (1.0 + 1e-9)
-                                                for statistic, (_, critical, *_) in zip(statistics, tests)])
+        self._solve(
+            tests,
+            statistics,
+            solved,
+            [statistic < critical * (1.0 + 1e-9) for statistic, (_, critical, *_) in zip(statistics, tests)],
+        )
         # ... then the one each crossing interpolates to, where the floor stood for it
-        self._solve(tests, statistics, solved, [_crossing_row(statistic, critical) if crossing else None
-                                                for statistic, (_, critical, _, crossing) in zip(statistics, tests)])
-        ends = [plan if isinstance(plan, float) else _crossing(plan[0], statistics.pop(0), plan[2], plan[1],
-                                                               self.theta_hat[THETA_A]) for plan in plans]
+        self._solve(
+            tests,
+            statistics,
+            solved,
+            [
+                _crossing_row(statistic, critical) if crossing else None
+                for statistic, (_, critical, _, crossing) in zip(statistics, tests)
+            ],
+        )
+        ends = [
+            plan
+            if isinstance(plan, float)
+            else _crossing(plan[0], statistics.pop(0), plan[2], plan[1], self.theta_hat[THETA_A])
+            for plan in plans
+        ]
         a_alt = None
         if alt is not None:
             kept = np.flatnonzero(np.isfinite(statistics[0]) & (statistics[0] < tests[-1][1]))
@@ -113,7 +142,7 @@ class Profile:
                 continue
             values = self.statistic(np.concatenate([test[0][mask] for test, mask in zip(tests, rows)]), **dict(solver))
             for i, mask in enumerate(rows):
-                statistics[i][mask], values = values[:mask.sum()], values[mask.sum():]
+                statistics[i][mask], values = values[: mask.sum()], values[mask.sum() :]
                 solved[i] |= mask
 
     @cached_property
@@ -149,8 +178,11 @@ class Profile:
         reach = abs(end - t[THETA_A]) / scale
         offsets = PROFILE_OFFSETS
         if reach > offsets[-1]:
-            offsets = np.append(offsets, offsets[-1] * _PROFILE_GROWTH ** np.arange(1, np.ceil(np.log(
-                reach / offsets[-1]) / np.log(_PROFILE_GROWTH))))
+            offsets = np.append(
+                offsets,
+                offsets[-1]
+                * _PROFILE_GROWTH ** np.arange(1, np.ceil(np.log(reach / offsets[-1]) / np.log(_PROFILE_GROWTH))),
+            )
         a = t[THETA_A] + side * scale * offsets
         return np.append(a[side * (end - a) > 0], end), float(end), critical, TEST_SOLVER
 

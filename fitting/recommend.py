@@ -30,8 +30,17 @@ from rlscale.fitting.standing import Standing, beyond_noise, decision_runs, stan
 from rlscale.base.numbers import NOISE_BAND
 
 # Also imported from here by older callers (bench/): the per-run fits the decision reads.
-__all__ = ["CURVE_COLUMNS", "MAX_TRUNCATION", "Recommendation", "Refusal", "fitted", "recommend", "run_curves",
-           "run_geometry", "stable"]
+__all__ = [
+    "CURVE_COLUMNS",
+    "MAX_TRUNCATION",
+    "Recommendation",
+    "Refusal",
+    "fitted",
+    "recommend",
+    "run_curves",
+    "run_geometry",
+    "stable",
+]
 
 
 @dataclass(frozen=True)
@@ -70,12 +79,22 @@ class Recommendation:
     def to_dict(self) -> dict:
         """Plain JSON-ready values; `basis` and `reasons` as {"code", "values"}, `notes` their words."""
         return {
-            "budget": self.budget, "prompts_per_batch": self.prompts_per_batch, "rollouts": self.rollouts,
-            "steps": self.steps, "n_star": self.n_star, "n_star_interval": list(self.n_star_interval),
-            "predicted_reward": self.predicted_reward, "predicted_interval": list(self.predicted_interval),
-            "predicted_from": self.predicted_from, "extrapolation": self.extrapolation, "law": self.law,
-            "evidence": self.evidence, "notes": self.notes, "law_identified": self.law_identified,
-            "predicted_level": self.predicted_level, "basis": self.basis.to_dict(),
+            "budget": self.budget,
+            "prompts_per_batch": self.prompts_per_batch,
+            "rollouts": self.rollouts,
+            "steps": self.steps,
+            "n_star": self.n_star,
+            "n_star_interval": list(self.n_star_interval),
+            "predicted_reward": self.predicted_reward,
+            "predicted_interval": list(self.predicted_interval),
+            "predicted_from": self.predicted_from,
+            "extrapolation": self.extrapolation,
+            "law": self.law,
+            "evidence": self.evidence,
+            "notes": self.notes,
+            "law_identified": self.law_identified,
+            "predicted_level": self.predicted_level,
+            "basis": self.basis.to_dict(),
             "reasons": [reason.to_dict() for reason in self.reasons],
             "standing": self.standing.to_dict() if self.standing is not None else None,
         }
@@ -97,27 +116,47 @@ def _within(standing: Standing) -> list[dict]:
     return [{"run": row["run"], "reward": row["reward"]} for row in standing.runs[1:] if row["within_band"]]
 
 
-def best_rollouts_within_data(curves: pd.DataFrame, budget: float, *, noise_band: float = NOISE_BAND,
-                              max_truncation: float = MAX_TRUNCATION) -> tuple[int, Reason, Standing]:
+def best_rollouts_within_data(
+    curves: pd.DataFrame, budget: float, *, noise_band: float = NOISE_BAND, max_truncation: float = MAX_TRUNCATION
+) -> tuple[int, Reason, Standing]:
     """(n, basis, standing) at a budget every finished run reached: each run's fitted curve is read inside its own
     data, where the curve is pinned whether or not its A is identified; n is the best run's. Runs stopped early are
     left out (the scheduler judged them already). Refusal when a run could not be fitted or none trained stably."""
     usable = fitted(curves)
     unfitted = curves[~curves.index.isin(usable.index) & (curves["status"].fillna("done") != "failed")]
     if len(unfitted):
-        raise Refusal(Reason("runs_not_fitted", {"compute": budget,
-                                                 "runs": [_run_why(row) for row in unfitted.itertuples()]}))
+        raise Refusal(
+            Reason("runs_not_fitted", {"compute": budget, "runs": [_run_why(row) for row in unfitted.itertuples()]})
+        )
     standing = standing_at(decision_runs(curves, max_truncation), budget, noise_band=noise_band)
     if standing is None:
         raise Refusal(Reason("no_stable_finished_run"))
     best = standing.best
-    return standing.best_rollouts, Reason("within_data", {
-        "compute": budget, "run": best["run"], "rollouts": best["rollouts"], "reward": best["reward"],
-        "within_band": _within(standing), "noise_band": noise_band}), standing
+    return (
+        standing.best_rollouts,
+        Reason(
+            "within_data",
+            {
+                "compute": budget,
+                "run": best["run"],
+                "rollouts": best["rollouts"],
+                "reward": best["reward"],
+                "within_band": _within(standing),
+                "noise_band": noise_band,
+            },
+        ),
+        standing,
+    )
 
 
-def best_fitted_rollouts(curves: pd.DataFrame, law: RolloutsLaw, budget: float, *, noise_band: float = NOISE_BAND,
-                         max_truncation: float = MAX_TRUNCATION) -> tuple[int, Reason]:
+def best_fitted_rollouts(
+    curves: pd.DataFrame,
+    law: RolloutsLaw,
+    budget: float,
+    *,
+    noise_band: float = NOISE_BAND,
+    max_truncation: float = MAX_TRUNCATION,
+) -> tuple[int, Reason]:
     """(n, basis) without a law, past the compute every run reached. When n* never moved over the observed compute:
     that n* when a run at it is identified; else the n of the identified, stable run with the highest fitted reward
     at the compute every run reached, provided no unidentified run's fitted reward there is higher by more than the
@@ -138,53 +177,115 @@ def best_fitted_rollouts(curves: pd.DataFrame, law: RolloutsLaw, budget: float, 
             raise Refusal(not_identified, Reason("runs_not_pinned", {"moved": moved, "runs": doubtful}))
         standing = standing_at(trusted, budget, noise_band=noise_band, inside_data=False)  # every curve is pinned
         best = standing.best
-        return standing.best_rollouts, Reason("all_runs_pinned", {
-            "moved": moved, "A_low": float(trusted["A"].min()), "A_high": float(trusted["A"].max()),
-            "run": best["run"], "rollouts": best["rollouts"], "reward": best["reward"], "compute": budget,
-            "reach": float(trusted["c_max"].max()), "within_band": _within(standing), "noise_band": noise_band})
+        return standing.best_rollouts, Reason(
+            "all_runs_pinned",
+            {
+                "moved": moved,
+                "A_low": float(trusted["A"].min()),
+                "A_high": float(trusted["A"].max()),
+                "run": best["run"],
+                "rollouts": best["rollouts"],
+                "reward": best["reward"],
+                "compute": budget,
+                "reach": float(trusted["c_max"].max()),
+                "within_band": _within(standing),
+                "noise_band": noise_band,
+            },
+        )
     if trusted.empty:
         raise Refusal(not_identified, Reason("no_trusted_run"))
     if (trusted["rollouts"].astype(int) == constant).any():
-        return constant, Reason("constant_frontier", {"rollouts": constant, "compute_lo": law.compute_range[0],
-                                                      "compute_hi": law.compute_range[1]})
+        return constant, Reason(
+            "constant_frontier",
+            {"rollouts": constant, "compute_lo": law.compute_range[0], "compute_hi": law.compute_range[1]},
+        )
     common = float(usable["c_max"].min())  # the compute every run reached: fitted rewards there are interpolated
     reward_at = {row.run: float(sigmoid(common, row.A, row.B, row.C_mid, row.R0)) for row in usable.itertuples()}
     best = max(trusted.itertuples(), key=lambda row: reward_at[row.run])
     for row in usable.itertuples():
         gap = reward_at[row.run] - reward_at[best.run]
         if row.run not in set(trusted["run"]) and gap > 0 and beyond_noise(gap, noise_band=noise_band):
-            raise Refusal(not_identified, Reason("unidentified_run_ahead", {
-                "run": row.run, "fit_reason": row.reason, "reward": reward_at[row.run], "compute": common,
-                "best_run": best.run, "best_reward": reward_at[best.run], "noise_band": noise_band}))
-    return int(best.rollouts), Reason("constant_frontier_substitute", {
-        "frontier_rollouts": constant, "rollouts": int(best.rollouts), "run": best.run, "compute": common,
-        "reward": reward_at[best.run], "noise_band": noise_band})
+            raise Refusal(
+                not_identified,
+                Reason(
+                    "unidentified_run_ahead",
+                    {
+                        "run": row.run,
+                        "fit_reason": row.reason,
+                        "reward": reward_at[row.run],
+                        "compute": common,
+                        "best_run": best.run,
+                        "best_reward": reward_at[best.run],
+                        "noise_band": noise_band,
+                    },
+                ),
+            )
+    return int(best.rollouts), Reason(
+        "constant_frontier_substitute",
+        {
+            "frontier_rollouts": constant,
+            "rollouts": int(best.rollouts),
+            "run": best.run,
+            "compute": common,
+            "reward": reward_at[best.run],
+            "noise_band": noise_band,
+        },
+    )
 
 
 def _choose_rollouts(curves, law, budget, noise_band, max_truncation, allow_constant_n):
     """(n, n*, (n* lo, hi), basis, reasons, standing) for `recommend`."""
     if budget <= reach_of_finished(curves) * (1 + 1e-9) and (law.identified or allow_constant_n):
         # inside the data the runs themselves decide: no extrapolation, so A's identification is moot
-        n_rec, basis, standing = best_rollouts_within_data(curves, budget, noise_band=noise_band,
-                                                           max_truncation=max_truncation)
+        n_rec, basis, standing = best_rollouts_within_data(
+            curves, budget, noise_band=noise_band, max_truncation=max_truncation
+        )
         law_note = () if law.identified else (Reason("law_not_identified", {"law": law.verdict}),)
         return n_rec, float(n_rec), (float(n_rec),) * 2, basis, law_note, standing
     if law.identified:
         n_star = float(law.predict(budget))
         n_lo, n_hi = (float(v) for v in law.predict_interval(budget))
-        return int(2 ** round(np.log2(n_star))), n_star, (n_lo, n_hi), Reason("law", {
-            "n_star": n_star, "n_lo": n_lo, "n_hi": n_hi, "compute": budget,
-            "extrapolation": law.extrapolation_factor(budget)}), (), None
+        return (
+            int(2 ** round(np.log2(n_star))),
+            n_star,
+            (n_lo, n_hi),
+            Reason(
+                "law",
+                {
+                    "n_star": n_star,
+                    "n_lo": n_lo,
+                    "n_hi": n_hi,
+                    "compute": budget,
+                    "extrapolation": law.extrapolation_factor(budget),
+                },
+            ),
+            (),
+            None,
+        )
     if not allow_constant_n:
         raise Refusal(Reason("law_not_identified", {"law": law.verdict}))
     n_rec, basis = best_fitted_rollouts(curves, law, budget, noise_band=noise_band, max_truncation=max_truncation)
-    return n_rec, float(n_rec), (float(n_rec),) * 2, basis, (
-        Reason("law_not_identified", {"law": law.verdict}), Reason("law_needs_more_compute")), None
+    return (
+        n_rec,
+        float(n_rec),
+        (float(n_rec),) * 2,
+        basis,
+        (Reason("law_not_identified", {"law": law.verdict}), Reason("law_needs_more_compute")),
+        None,
+    )
 
 
-def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_for: Callable[[float, int, int], int],
-              draws: dict | None = None, noise_band: float = NOISE_BAND,
-              max_truncation: float = MAX_TRUNCATION, allow_constant_n: bool = False) -> Recommendation:
+def recommend(
+    curves: pd.DataFrame,
+    law: RolloutsLaw,
+    *,
+    budget: float,
+    steps_for: Callable[[float, int, int], int],
+    draws: dict | None = None,
+    noise_band: float = NOISE_BAND,
+    max_truncation: float = MAX_TRUNCATION,
+    allow_constant_n: bool = False,
+) -> Recommendation:
     """(B_p, n, M) for `budget`: n (see the module's docstring), the smallest stable B_p within the noise band of the
     best at that n, M = steps_for(budget, prompts_per_batch, rollouts) (the cost model).
 
@@ -196,7 +297,8 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
     if not budget > 0:
         raise ValueError(f"budget must be > 0, got {budget}")
     n_rec, n_star, (n_lo, n_hi), basis, reasons, standing = _choose_rollouts(
-        curves, law, budget, noise_band, max_truncation, allow_constant_n)
+        curves, law, budget, noise_band, max_truncation, allow_constant_n
+    )
     reasons = list(reasons)
     within_data = basis.code == "within_data"
     usable = fitted(curves)
@@ -207,15 +309,22 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
     at_n = usable[usable["rollouts"] == n_ev].copy()
     at_n["stable"] = stable(at_n, max_truncation)
     # B_p by A; inside the data (no extrapolation) by the fitted reward at the budget, identified or not
-    at_n["score"] = (sigmoid(budget, *at_n[["A", "B", "C_mid", "R0"]].to_numpy(float).T) if within_data
-                     else at_n["A"].astype(float))
+    at_n["score"] = (
+        sigmoid(budget, *at_n[["A", "B", "C_mid", "R0"]].to_numpy(float).T) if within_data else at_n["A"].astype(float)
+    )
     if within_data:
         trusted = at_n[at_n["stable"] & (at_n["status"].fillna("done") != "stopped")]
     else:
         trusted = at_n[at_n["identified"].astype(bool) & at_n["stable"]]
     if trusted.empty:
-        refusal = Reason("no_trusted_run_at_n", {"rollouts": n_ev, "identified_required": not within_data,
-                                                 "runs": [_run_why(row) for row in at_n.itertuples()]})
+        refusal = Reason(
+            "no_trusted_run_at_n",
+            {
+                "rollouts": n_ev,
+                "identified_required": not within_data,
+                "runs": [_run_why(row) for row in at_n.itertuples()],
+            },
+        )
         raise Refusal(*([] if law.identified else [Reason("law_not_identified", {"law": law.verdict})]), refusal)
     best_score = float(trusted["score"].max())
     close = [not beyond_noise(best_score - score, noise_band=noise_band) for score in trusted["score"]]
@@ -224,8 +333,9 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
     prompts = int(chosen["prompts_per_batch"])
     steps = int(steps_for(budget, prompts, n_rec))
     if steps < 1:
-        raise Refusal(Reason("budget_buys_no_step", {"budget": budget, "prompts_per_batch": prompts,
-                                                     "rollouts": n_rec}))
+        raise Refusal(
+            Reason("budget_buys_no_step", {"budget": budget, "prompts_per_batch": prompts, "rollouts": n_rec})
+        )
     reward = float(sigmoid(budget, *chosen[["A", "B", "C_mid", "R0"]].to_numpy(float)))
     samples = (draws or {}).get(chosen["run"])
     if samples is not None and len(samples) >= 2:
@@ -238,19 +348,44 @@ def recommend(curves: pd.DataFrame, law: RolloutsLaw, *, budget: float, steps_fo
     if extrapolation > 10:
         reasons.append(Reason("far_extrapolation", {"factor": extrapolation}))
     trusted_runs = set(trusted["run"])
-    evidence = [{
-        "run": row.run, "prompts_per_batch": int(row.prompts_per_batch), "rollouts": int(row.rollouts),
-        "A": row.A, "A_lo": row.A_lo, "A_hi": row.A_hi, "identified": bool(row.identified),
-        "reason": row.reason or "", "truncation_rate": row.truncation_rate, "stable": bool(row.stable),
-        "score": float(row.score), "within_noise_of_best": bool(
-            row.run in trusted_runs and not beyond_noise(best_score - row.score, noise_band=noise_band)),
-        "chosen": row.run == chosen["run"]} for row in at_n.itertuples()]
+    evidence = [
+        {
+            "run": row.run,
+            "prompts_per_batch": int(row.prompts_per_batch),
+            "rollouts": int(row.rollouts),
+            "A": row.A,
+            "A_lo": row.A_lo,
+            "A_hi": row.A_hi,
+            "identified": bool(row.identified),
+            "reason": row.reason or "",
+            "truncation_rate": row.truncation_rate,
+            "stable": bool(row.stable),
+            "score": float(row.score),
+            "within_noise_of_best": bool(
+                row.run in trusted_runs and not beyond_noise(best_score - row.score, noise_band=noise_band)
+            ),
+            "chosen": row.run == chosen["run"],
+        }
+        for row in at_n.itertuples()
+    ]
     return Recommendation(
-        budget=float(budget), prompts_per_batch=prompts, rollouts=n_rec, steps=steps, n_star=n_star,
-        n_star_interval=(n_lo, n_hi), predicted_reward=reward, predicted_interval=(lo, hi),
-        predicted_from=str(chosen["run"]), extrapolation=extrapolation,
-        law={**law.to_dict(), "frontier": frontier_segments(law.frontier)}, basis=basis, evidence=evidence,
-        reasons=tuple(reasons), law_identified=bool(law.identified), standing=standing)
+        budget=float(budget),
+        prompts_per_batch=prompts,
+        rollouts=n_rec,
+        steps=steps,
+        n_star=n_star,
+        n_star_interval=(n_lo, n_hi),
+        predicted_reward=reward,
+        predicted_interval=(lo, hi),
+        predicted_from=str(chosen["run"]),
+        extrapolation=extrapolation,
+        law={**law.to_dict(), "frontier": frontier_segments(law.frontier)},
+        basis=basis,
+        evidence=evidence,
+        reasons=tuple(reasons),
+        law_identified=bool(law.identified),
+        standing=standing,
+    )
 
 
 def frontier_segments(front: pd.DataFrame) -> list[dict]:
@@ -260,6 +395,13 @@ def frontier_segments(front: pd.DataFrame) -> list[dict]:
         if segments and segments[-1]["run"] == row.run:
             segments[-1]["compute_to"] = float(row.compute)
         else:
-            segments.append({"rollouts": int(row.rollouts), "prompts_per_batch": int(row.prompts_per_batch),
-                             "run": str(row.run), "compute_from": float(row.compute), "compute_to": float(row.compute)})
+            segments.append(
+                {
+                    "rollouts": int(row.rollouts),
+                    "prompts_per_batch": int(row.prompts_per_batch),
+                    "run": str(row.run),
+                    "compute_from": float(row.compute),
+                    "compute_to": float(row.compute),
+                }
+            )
     return segments

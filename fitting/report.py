@@ -23,9 +23,21 @@ from rlscale.fitting.standing import beyond_noise
 from rlscale.base.numbers import NOISE_BAND
 
 # Also imported from here: the plots and table cells the report is made of.
-__all__ = ["Report", "build_report", "fit_cells", "fit_rows", "linearised", "loo_cells", "loo_table", "plot_linearised",
-           "render_html", "render_markdown", "study_report"]
+__all__ = [
+    "Report",
+    "build_report",
+    "fit_cells",
+    "fit_rows",
+    "linearised",
+    "loo_cells",
+    "loo_table",
+    "plot_linearised",
+    "render_html",
+    "render_markdown",
+    "study_report",
+]
 COMPUTE_LABELS = UNIT_LABELS
+
 
 def identified_in_words(row) -> str:
     """'identified', or 'not identified: <reason>' (the fit's own words)."""
@@ -38,15 +50,21 @@ def fit_rows(curves: pd.DataFrame) -> list[dict]:
     """One plain dict per run: run, A, A_lo, A_hi, B, C_mid, R0, r2, n_points, identified (bool), status (words)."""
     rows = []
     for row in curves.to_dict("records"):
-        rows.append({k: row.get(k) for k in ("run", "A", "A_lo", "A_hi", "B", "C_mid", "R0", "r2", "n_points")}
-                    | {"identified": bool(row["identified"]), "status": identified_in_words(row)})
+        rows.append(
+            {k: row.get(k) for k in ("run", "A", "A_lo", "A_hi", "B", "C_mid", "R0", "r2", "n_points")}
+            | {"identified": bool(row["identified"]), "status": identified_in_words(row)}
+        )
     return rows
 
 
-LOO_VERDICTS = {"full_recipe": "full recipe", "no_fit": "no fit", "unidentified": "unidentified fit: dA not meaningful",
-                "better": "beyond noise: better asymptote without this component",
-                "worse": "beyond noise: worse asymptote without this component",
-                "within_noise": "within noise (|dA| < {band:g})"}
+LOO_VERDICTS = {
+    "full_recipe": "full recipe",
+    "no_fit": "no fit",
+    "unidentified": "unidentified fit: dA not meaningful",
+    "better": "beyond noise: better asymptote without this component",
+    "worse": "beyond noise: worse asymptote without this component",
+    "within_noise": "within noise (|dA| < {band:g})",
+}
 
 
 def loo_table(curves: pd.DataFrame, baseline: str = "baseline", noise_band: float = NOISE_BAND) -> list[dict]:
@@ -63,13 +81,33 @@ def loo_table(curves: pd.DataFrame, baseline: str = "baseline", noise_band: floa
         dB = row["B"] - base["B"] if np.isfinite(row["B"]) and np.isfinite(base["B"]) else float("nan")
         trusted = bool(row["identified"]) and bool(base["identified"])
         beyond = name != baseline and trusted and beyond_noise(dA, noise_band=noise_band)
-        code = ("full_recipe" if name == baseline else "no_fit" if not np.isfinite(dA) else
-                "unidentified" if not trusted else ("better" if dA > 0 else "worse") if beyond else "within_noise")
-        rows.append({"variant": name, "A": row["A"], "A_lo": row["A_lo"], "A_hi": row["A_hi"], "B": row["B"],
-                     "C_mid": row["C_mid"], "dA": 0.0 if name == baseline else dA,
-                     "dB": 0.0 if name == baseline else dB, "beyond_noise": bool(beyond),
-                     "identified": bool(row["identified"]), "verdict_code": code,
-                     "verdict": LOO_VERDICTS[code].format(band=noise_band)})
+        code = (
+            "full_recipe"
+            if name == baseline
+            else "no_fit"
+            if not np.isfinite(dA)
+            else "unidentified"
+            if not trusted
+            else ("better" if dA > 0 else "worse")
+            if beyond
+            else "within_noise"
+        )
+        rows.append(
+            {
+                "variant": name,
+                "A": row["A"],
+                "A_lo": row["A_lo"],
+                "A_hi": row["A_hi"],
+                "B": row["B"],
+                "C_mid": row["C_mid"],
+                "dA": 0.0 if name == baseline else dA,
+                "dB": 0.0 if name == baseline else dB,
+                "beyond_noise": bool(beyond),
+                "identified": bool(row["identified"]),
+                "verdict_code": code,
+                "verdict": LOO_VERDICTS[code].format(band=noise_band),
+            }
+        )
     return rows
 
 
@@ -102,16 +140,39 @@ class Report:
         """JSON-ready; `decision` is the structured Decision (codes and numbers), with its words in
         `decision_lines`."""
         decision = None if self.decision is None else {**self.decision.to_dict(), "commands": self.commands}
-        return {"study": self.study, "method": self.method, "unit": self.unit, "decision": decision,
-                "decision_lines": self.decision_lines, "targets": self.targets, "fits": self.fits,
-                "fitted_on": self.fitted_on, "loo": self.loo, "law": self.law, "sizes": self.sizes,
-                "backtest": self.backtest, "comparison": self.comparison, "notes": self.notes,
-                "files": {k: str(v) for k, v in {**self.plots, **self.files}.items()}}
+        return {
+            "study": self.study,
+            "method": self.method,
+            "unit": self.unit,
+            "decision": decision,
+            "decision_lines": self.decision_lines,
+            "targets": self.targets,
+            "fits": self.fits,
+            "fitted_on": self.fitted_on,
+            "loo": self.loo,
+            "law": self.law,
+            "sizes": self.sizes,
+            "backtest": self.backtest,
+            "comparison": self.comparison,
+            "notes": self.notes,
+            "files": {k: str(v) for k, v in {**self.plots, **self.files}.items()},
+        }
 
 
-def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, study: str, bootstrap: int = 200,
-                 seed: int = 0, target: float | None = None, study_file=None, db: str | None = None,
-                 extend: float | None = None) -> Report:
+def build_report(
+    stored,
+    runs: pd.DataFrame,
+    records: pd.DataFrame,
+    out_dir,
+    *,
+    study: str,
+    bootstrap: int = 200,
+    seed: int = 0,
+    target: float | None = None,
+    study_file=None,
+    db: str | None = None,
+    extend: float | None = None,
+) -> Report:
     """Fit, decide, plot and write report.md, *.png and report.html into out_dir; returns the Report. `stored`: the
     study (rlscale.planner.study.Study), or None for one imported without a spec (a grid of runs, on val_reward).
     target: the reward whose compute each run is asked for (default: the best run's fitted reward at the decision's
@@ -130,8 +191,13 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
     runs["label"] = run_labels(runs)
     runs["variant"] = variant_names(runs)
     records["run"] = records["run_id"].map(dict(zip(runs["run_id"], runs["label"])))
-    report = Report(study=study, method=method, description=stored.description if stored is not None else "",
-                    unit=study_unit(stored), fits=[])
+    report = Report(
+        study=study,
+        method=method,
+        description=stored.description if stored is not None else "",
+        unit=study_unit(stored),
+        fits=[],
+    )
     if records.empty:
         report.notes.append("no evaluated records yet: nothing to fit")
         return write_report(report, out)
@@ -139,8 +205,15 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
     # the study's fit.points: IsoCompute fits the running frontier (record-breaking points), ScaleRL every evaluation
     record_breaking = fits_record_breaking(stored)
     report.fitted_on = fitted_points_label(record_breaking)
-    curves, draws = run_curves(records, runs.drop(columns=["label", "variant"]), compute_col=compute_col,
-                               reward_col=metric, record_breaking=record_breaking, bootstrap=bootstrap, seed=seed)
+    curves, draws = run_curves(
+        records,
+        runs.drop(columns=["label", "variant"]),
+        compute_col=compute_col,
+        reward_col=metric,
+        record_breaking=record_breaking,
+        bootstrap=bootstrap,
+        seed=seed,
+    )
     report.fits = fit_rows(curves)
     law = _law(report, curves, draws, bootstrap, seed)
     if extend is None:
@@ -148,30 +221,49 @@ def build_report(stored, runs: pd.DataFrame, records: pd.DataFrame, out_dir, *, 
     _decide(report, stored, runs, raw, curves, draws, law, bootstrap, seed, (study_file, db, extend))
     _targets(report, curves, draws, target)
     if method != "loo":  # the leave-one-out table pools each variant's seeds itself
-        report.comparison = compare_variants(curves, records, variant_of=dict(zip(runs["label"], runs["variant"])),
-                                             compute_col=compute_col, reward_col=metric)
+        report.comparison = compare_variants(
+            curves,
+            records,
+            variant_of=dict(zip(runs["label"], runs["variant"])),
+            compute_col=compute_col,
+            reward_col=metric,
+        )
     # ScaleRL's check of the fits: each run's first half predicts its end (every evaluation, whatever the method)
-    report.backtest = backtest_table(records, run_col="run", compute_col=compute_col, reward_col=metric,
-                                     bootstrap=bootstrap, seed=seed)
-    report.plots["curves"] = plot_study(records, curves, out / "curves.png", run_col="run", compute_col=compute_col,
-                                        reward_col=metric, record_breaking=record_breaking,
-                                        title=f"{study}: reward vs compute, fitted sigmoids "
-                                        "(dashed: extrapolation, band: 95% interval on A)")
+    report.backtest = backtest_table(
+        records, run_col="run", compute_col=compute_col, reward_col=metric, bootstrap=bootstrap, seed=seed
+    )
+    report.plots["curves"] = plot_study(
+        records,
+        curves,
+        out / "curves.png",
+        run_col="run",
+        compute_col=compute_col,
+        reward_col=metric,
+        record_breaking=record_breaking,
+        title=f"{study}: reward vs compute, fitted sigmoids (dashed: extrapolation, band: 95% interval on A)",
+    )
     linear_from = (records, curves)
     if method == "loo":
         linear_from = _loo(report, runs, records, compute_col, metric, bootstrap, seed, out)
-    report.plots["linearised"] = plot_linearised(*linear_from, out / "linearised.png", compute_col=compute_col,
-                                                 reward_col=metric)
+    report.plots["linearised"] = plot_linearised(
+        *linear_from, out / "linearised.png", compute_col=compute_col, reward_col=metric
+    )
     if law is not None:
         standing = report.decision.standing if report.decision is not None else None
-        report.plots["optimal_n"] = plot_frontier(law, out / "optimal_n.png", compute_col=compute_col,
-                                                  standing=standing if standing and standing.best_rollouts else None)
+        report.plots["optimal_n"] = plot_frontier(
+            law,
+            out / "optimal_n.png",
+            compute_col=compute_col,
+            standing=standing if standing and standing.best_rollouts else None,
+        )
     if stored is not None and stored.models:
         _add_size_law(report, stored, runs, records, compute_col, metric, bootstrap, seed)
     unidentified = [row["run"] for row in report.fits if not row["identified"]]
     if unidentified:
-        report.notes.append(f"{len(unidentified)} of {len(report.fits)} fits are not identified: their A is not "
-                            "a measurement (see the reason in each row)")
+        report.notes.append(
+            f"{len(unidentified)} of {len(report.fits)} fits are not identified: their A is not "
+            "a measurement (see the reason in each row)"
+        )
     return write_report(report, out)
 
 
@@ -199,15 +291,28 @@ def _decide(report: Report, stored, runs, records, curves, draws, law, bootstrap
     from rlscale.fitting.wording import decision_lines
 
     study_file, db, extend = context
-    decision = decide(stored, report.study, runs.drop(columns=["label", "variant"]), records, curves, draws,
-                      bootstrap=min(bootstrap, 100), seed=seed, law=law, extend=extend)
+    decision = decide(
+        stored,
+        report.study,
+        runs.drop(columns=["label", "variant"]),
+        records,
+        curves,
+        draws,
+        bootstrap=min(bootstrap, 100),
+        seed=seed,
+        law=law,
+        extend=extend,
+    )
     report.decision = decision
     report.commands = decision.commands(study_file=study_file, db=db)
     report.decision_lines = decision_lines(decision, report.commands)
     if report.law is not None and decision.standing is not None:
-        report.law["at_compute"] = {"compute": decision.standing.compute, "rollouts": decision.standing.best_rollouts,
-                                    "run": decision.standing.best["run"],
-                                    "within_band": decision.standing.within_band}
+        report.law["at_compute"] = {
+            "compute": decision.standing.compute,
+            "rollouts": decision.standing.best_rollouts,
+            "run": decision.standing.best["run"],
+            "within_band": decision.standing.within_band,
+        }
 
 
 def _targets(report: Report, curves, draws, target: float | None) -> None:
@@ -218,13 +323,22 @@ def _targets(report: Report, curves, draws, target: float | None) -> None:
     standing = report.decision.standing if report.decision is not None else None
     if target is None and standing is None:
         return
-    why = "the target asked for" if target is not None else (
-        f"the best run's fitted reward at {standing.compute:.4g}, {standing.best['run']}'s")
+    why = (
+        "the target asked for"
+        if target is not None
+        else (f"the best run's fitted reward at {standing.compute:.4g}, {standing.best['run']}'s")
+    )
     target = float(target if target is not None else standing.best["reward"])
-    report.targets = {"target": target, "level": DEFAULT_LEVEL, "runs": curve_targets(curves, draws, target),
-                      "note": (f"The compute at which each run's fitted curve reaches {target:.3f} ({why}), with a "
-                               f"{DEFAULT_LEVEL:.0%} interval from its bootstrap draws; a run whose asymptote is "
-                               "below it does not reach it.")}
+    report.targets = {
+        "target": target,
+        "level": DEFAULT_LEVEL,
+        "runs": curve_targets(curves, draws, target),
+        "note": (
+            f"The compute at which each run's fitted curve reaches {target:.3f} ({why}), with a "
+            f"{DEFAULT_LEVEL:.0%} interval from its bootstrap draws; a run whose asymptote is "
+            "below it does not reach it."
+        ),
+    }
 
 
 def _loo(report: Report, runs, records, compute_col, metric, bootstrap, seed, out) -> tuple:
@@ -234,19 +348,35 @@ def _loo(report: Report, runs, records, compute_col, metric, bootstrap, seed, ou
     # one curve per variant: its seeds pooled (ScaleRL's noise band is the seed-to-seed spread)
     names = dict(zip(runs["run_id"], runs["variant"]))
     pooled = records.assign(run=records["run_id"].map(names)).drop(columns=["run_id"])
-    variants = (runs.assign(run=runs["variant"]).drop_duplicates("run")
-                .drop(columns=["run_id", "seed", "label", "variant"], errors="ignore"))
-    loo_curves, _ = run_curves(pooled, variants, compute_col=compute_col, reward_col=metric, record_breaking=False,
-                               bootstrap=bootstrap, seed=seed)
+    variants = (
+        runs.assign(run=runs["variant"])
+        .drop_duplicates("run")
+        .drop(columns=["run_id", "seed", "label", "variant"], errors="ignore")
+    )
+    loo_curves, _ = run_curves(
+        pooled,
+        variants,
+        compute_col=compute_col,
+        reward_col=metric,
+        record_breaking=False,
+        bootstrap=bootstrap,
+        seed=seed,
+    )
     try:
         report.loo = loo_table(loo_curves)
     except ValueError as err:
         report.notes.append(f"no leave-one-out table: {err}")
     if runs["variant"].duplicated().any():
         report.notes.append("leave-one-out rows pool each variant's seeds into one fit")
-    report.plots["loo_curves"] = plot_study(pooled, loo_curves, out / "loo_curves.png", run_col="run",
-                                            compute_col=compute_col, reward_col=metric,
-                                            title=f"{report.study}: leave-one-out variants (seeds pooled)")
+    report.plots["loo_curves"] = plot_study(
+        pooled,
+        loo_curves,
+        out / "loo_curves.png",
+        run_col="run",
+        compute_col=compute_col,
+        reward_col=metric,
+        title=f"{report.study}: leave-one-out variants (seeds pooled)",
+    )
     return pooled, loo_curves
 
 
@@ -255,8 +385,13 @@ def _add_size_law(report: Report, stored, runs, records, compute_col, metric, bo
     from rlscale.fitting.model_size import fit_size_law, size_frame
     from rlscale.fitting.sigmoid import FitError
 
-    frame = size_frame(records, runs, {name: size.parameters for name, size in stored.models.items()},
-                       compute_col=compute_col, reward_col=metric)
+    frame = size_frame(
+        records,
+        runs,
+        {name: size.parameters for name, size in stored.models.items()},
+        compute_col=compute_col,
+        reward_col=metric,
+    )
     try:
         report.sizes = fit_size_law(frame, bootstrap=min(bootstrap, 100), seed=seed).to_dict()
     except FitError as err:
@@ -272,11 +407,31 @@ def write_report(report: Report, out: Path) -> Report:
     return report
 
 
-def study_report(store, study: str, out_dir, *, bootstrap: int = 200, seed: int = 0, target: float | None = None,
-                 study_file=None, db: str | None = None, extend: float | None = None) -> Report:
+def study_report(
+    store,
+    study: str,
+    out_dir,
+    *,
+    bootstrap: int = 200,
+    seed: int = 0,
+    target: float | None = None,
+    study_file=None,
+    db: str | None = None,
+    extend: float | None = None,
+) -> Report:
     """The report of a stored study, written into out_dir (see build_report)."""
     from rlscale.planner.study import stored_study
 
-    return build_report(stored_study(store, study), store.runs_frame(study), store.records_frame(study), out_dir,
-                        study=study, bootstrap=bootstrap, seed=seed, target=target, study_file=study_file, db=db,
-                        extend=extend)
+    return build_report(
+        stored_study(store, study),
+        store.runs_frame(study),
+        store.records_frame(study),
+        out_dir,
+        study=study,
+        bootstrap=bootstrap,
+        seed=seed,
+        target=target,
+        study_file=study_file,
+        db=db,
+        extend=extend,
+    )

@@ -18,10 +18,12 @@ from rlscale.base.numbers import NOISE_BAND
 from rlscale.base.numbers import format_number as _f
 
 FIT_HEADER = ["run", "A [95%]", "B", "C_mid", "R0", "r2", "points", "fit"]
-COMPARE_NOTE = ("Each variant over its seeds, read as the decision reads runs: its fitted reward at the compute every "
-                f"finished run reached. Separated: a gap of at least {NOISE_BAND:g} and at least twice the seeds' "
-                "pooled sd. Beside it, the fitted asymptote A (identified fits only) and the observed end reward (each "
-                "run's mean over its last 10% of compute), which are not what the verdict reads.")
+COMPARE_NOTE = (
+    "Each variant over its seeds, read as the decision reads runs: its fitted reward at the compute every "
+    f"finished run reached. Separated: a gap of at least {NOISE_BAND:g} and at least twice the seeds' "
+    "pooled sd. Beside it, the fitted asymptote A (identified fits only) and the observed end reward (each "
+    "run's mean over its last 10% of compute), which are not what the verdict reads."
+)
 LOO_HEADER = ["variant", "A [95%]", "B", "C_mid", "dA", "dB", f"beyond {NOISE_BAND:g} noise", "verdict"]
 STANDING_HEADER = ["run", "B_p", "n", "fitted reward", "vs best", f"within {NOISE_BAND:g}"]
 
@@ -32,20 +34,42 @@ def _interval(row) -> str:
 
 def fit_cells(row) -> list[str]:
     """Table cells of one per-run fit."""
-    return [str(row["run"]), _interval(row), _f(row["B"], "{:.2f}"), _f(row["C_mid"], "{:.3g}"), _f(row["R0"]),
-            _f(row["r2"]), str(row["n_points"]), row["status"]]
+    return [
+        str(row["run"]),
+        _interval(row),
+        _f(row["B"], "{:.2f}"),
+        _f(row["C_mid"], "{:.3g}"),
+        _f(row["R0"]),
+        _f(row["r2"]),
+        str(row["n_points"]),
+        row["status"],
+    ]
 
 
 def loo_cells(row) -> list[str]:
     """Table cells of one leave-one-out row."""
-    return [row["variant"], _interval(row), _f(row["B"], "{:.2f}"), _f(row["C_mid"], "{:.4g}"),
-            _f(row["dA"], "{:+.3f}"), _f(row["dB"], "{:+.2f}"), "yes" if row["beyond_noise"] else "no", row["verdict"]]
+    return [
+        row["variant"],
+        _interval(row),
+        _f(row["B"], "{:.2f}"),
+        _f(row["C_mid"], "{:.4g}"),
+        _f(row["dA"], "{:+.3f}"),
+        _f(row["dB"], "{:+.2f}"),
+        "yes" if row["beyond_noise"] else "no",
+        row["verdict"],
+    ]
 
 
 def standing_cells(row) -> list[str]:
     """Table cells of one run of a Standing (fitting.standing)."""
-    return [str(row["run"]), _f(row["prompts_per_batch"], "{:d}"), _f(row["rollouts"], "{:d}"), _f(row["reward"]),
-            _f(-row["gap"], "{:+.3f}"), "yes" if row["within_band"] else "no"]
+    return [
+        str(row["run"]),
+        _f(row["prompts_per_batch"], "{:d}"),
+        _f(row["rollouts"], "{:d}"),
+        _f(row["reward"]),
+        _f(-row["gap"], "{:+.3f}"),
+        "yes" if row["within_band"] else "no",
+    ]
 
 
 def decision_blocks(report) -> list[tuple]:
@@ -66,8 +90,14 @@ def decision_blocks(report) -> list[tuple]:
         blocks.append(("bullets", bullets))
     recipe = report.decision.recipe if report.decision is not None else None
     if recipe:
-        blocks += [("p", "The recipe to run (the study's recipe with the decided B_p, n and M; the export command "
-                         "writes it for your framework):"), ("code", yaml.safe_dump(recipe, sort_keys=False).strip())]
+        blocks += [
+            (
+                "p",
+                "The recipe to run (the study's recipe with the decided B_p, n and M; the export command "
+                "writes it for your framework):",
+            ),
+            ("code", yaml.safe_dump(recipe, sort_keys=False).strip()),
+        ]
     return blocks
 
 
@@ -79,44 +109,129 @@ def report_sections(report) -> list[tuple[str, list[tuple]]]:
         sections.append(("Decision", decision_blocks(report)))
     standing = report.decision.standing if report.decision is not None else None
     if standing is not None:
-        sections.append((f"Runs at {standing.compute:.4g} {unit_label(report.unit)} (fitted reward)", [
-            ("p", "Every finished run reached this compute: each run's fitted curve is read inside its own data, as "
-                  "the decision, the variants and the frontier read it."),
-            ("table", STANDING_HEADER, [standing_cells(row) for row in standing.runs],
-             ["" if row["within_band"] else "outside" for row in standing.runs])]))
+        sections.append(
+            (
+                f"Runs at {standing.compute:.4g} {unit_label(report.unit)} (fitted reward)",
+                [
+                    (
+                        "p",
+                        "Every finished run reached this compute: each run's fitted curve is read inside its own "
+                        "data, as the decision, the variants and the frontier read it.",
+                    ),
+                    (
+                        "table",
+                        STANDING_HEADER,
+                        [standing_cells(row) for row in standing.runs],
+                        ["" if row["within_band"] else "outside" for row in standing.runs],
+                    ),
+                ],
+            )
+        )
     if report.targets is not None:
-        sections.append((f"Compute to reach a reward of {report.targets['target']:.3f}", [
-            ("p", report.targets["note"]),
-            ("table", TARGET_HEADER, [target_cells(row) for row in report.targets["runs"]], None)]))
+        sections.append(
+            (
+                f"Compute to reach a reward of {report.targets['target']:.3f}",
+                [
+                    ("p", report.targets["note"]),
+                    ("table", TARGET_HEADER, [target_cells(row) for row in report.targets["runs"]], None),
+                ],
+            )
+        )
     if report.loo is not None:
-        sections.append(("Leave-one-out (ScaleRL)", [
-            ("p", f"dA is each variant's asymptote minus the full recipe's; |dA| < {NOISE_BAND} is seed noise."),
-            ("table", LOO_HEADER, [loo_cells(r) for r in report.loo],
-             ["beyond" if r["beyond_noise"] else ("" if r["identified"] else "unidentified") for r in report.loo])]))
+        sections.append(
+            (
+                "Leave-one-out (ScaleRL)",
+                [
+                    (
+                        "p",
+                        f"dA is each variant's asymptote minus the full recipe's; |dA| < {NOISE_BAND} is seed noise.",
+                    ),
+                    (
+                        "table",
+                        LOO_HEADER,
+                        [loo_cells(r) for r in report.loo],
+                        [
+                            "beyond" if r["beyond_noise"] else ("" if r["identified"] else "unidentified")
+                            for r in report.loo
+                        ],
+                    ),
+                ],
+            )
+        )
     if report.comparison is not None:
-        sections.append(("Variants across seeds", [
-            ("p", COMPARE_NOTE),
-            ("table", compare_header(report.comparison), [compare_cells(r) for r in report.comparison["rows"]], None),
-            ("bullets", [report.comparison["summary"]])]))
-    sections.append(("Per-run sigmoid fits", [
-        ("p", f"R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), fitted on {report.fitted_on}"),
-        ("table", FIT_HEADER, [fit_cells(r) for r in report.fits],
-         ["" if r["identified"] else "unidentified" for r in report.fits])]))
+        sections.append(
+            (
+                "Variants across seeds",
+                [
+                    ("p", COMPARE_NOTE),
+                    (
+                        "table",
+                        compare_header(report.comparison),
+                        [compare_cells(r) for r in report.comparison["rows"]],
+                        None,
+                    ),
+                    ("bullets", [report.comparison["summary"]]),
+                ],
+            )
+        )
+    sections.append(
+        (
+            "Per-run sigmoid fits",
+            [
+                ("p", f"R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), fitted on {report.fitted_on}"),
+                (
+                    "table",
+                    FIT_HEADER,
+                    [fit_cells(r) for r in report.fits],
+                    ["" if r["identified"] else "unidentified" for r in report.fits],
+                ),
+            ],
+        )
+    )
     if report.backtest is not None:
-        sections.append(("Backtest (ScaleRL: fit on the first half, extrapolate)", [
-            ("p", BACKTEST_NOTE),
-            ("table", BACKTEST_HEADER, table_rows(report.backtest),
-             ["" if r["fitted"] else "unidentified" for r in report.backtest["runs"]]),
-            ("bullets", table_lines(report.backtest))]))
+        sections.append(
+            (
+                "Backtest (ScaleRL: fit on the first half, extrapolate)",
+                [
+                    ("p", BACKTEST_NOTE),
+                    (
+                        "table",
+                        BACKTEST_HEADER,
+                        table_rows(report.backtest),
+                        ["" if r["fitted"] else "unidentified" for r in report.backtest["runs"]],
+                    ),
+                    ("bullets", table_lines(report.backtest)),
+                ],
+            )
+        )
     if report.law is not None:
         law = report.law
-        sections.append(("Optimal rollouts per prompt", [("p", (
-            f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} (ln C - "
-            f"{law['c0']:.2f}))); {'identified' if law['identified'] else 'not identified'}: {law['reason']}"))]))
+        sections.append(
+            (
+                "Optimal rollouts per prompt",
+                [
+                    (
+                        "p",
+                        (
+                            f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / "
+                            f"(1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))); "
+                            f"{'identified' if law['identified'] else 'not identified'}: {law['reason']}"
+                        ),
+                    )
+                ],
+            )
+        )
     if report.sizes is not None:
-        sections.append(("Across model sizes (Tan et al.)", [
-            ("p", SIZE_NOTE), ("table", SIZE_HEADER, size_rows(report.sizes), None),
-            ("bullets", [size_summary(report.sizes)])]))
+        sections.append(
+            (
+                "Across model sizes (Tan et al.)",
+                [
+                    ("p", SIZE_NOTE),
+                    ("table", SIZE_HEADER, size_rows(report.sizes), None),
+                    ("bullets", [size_summary(report.sizes)]),
+                ],
+            )
+        )
     if report.notes:
         sections.append(("Notes", [("bullets", list(report.notes))]))
     for name, path in report.plots.items():
@@ -145,15 +260,20 @@ def _md_block(block) -> str:
     header, rows = block[1], block[2]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     # the first column (run or variant names) escaped so that it shows as typed
-    lines += ["| " + " | ".join([md_text(row[0]), *(cell.replace("|", "\\|") for cell in row[1:])]) + " |"
-              for row in rows]
+    lines += [
+        "| " + " | ".join([md_text(row[0]), *(cell.replace("|", "\\|") for cell in row[1:])]) + " |" for row in rows
+    ]
     return "\n".join(lines)
 
 
 def render_markdown(report) -> str:
     """report.md: the decision first, then the tables and PNG links (relative, beside the file)."""
-    parts = [f"# {md_text(report.study)}: scaling report", "",
-             md_text(f"Method: {report.method}. Compute: {unit_label(report.unit)}. {report.description}".strip()), ""]
+    parts = [
+        f"# {md_text(report.study)}: scaling report",
+        "",
+        md_text(f"Method: {report.method}. Compute: {unit_label(report.unit)}. {report.description}".strip()),
+        "",
+    ]
     for title, blocks in report_sections(report):
         parts += [f"## {md_text(title)}", ""]
         for block in blocks:

@@ -28,8 +28,16 @@ from rlscale.fitting.profile_likelihood import Profile
 from rlscale.fitting.solver import levenberg_marquardt
 
 # Re-exported: what other modules import from here.
-__all__ = ["NOISE_MODELS", "N_PARAMS", "FitError", "SigmoidFit", "curve_and_jacobian",
-           "fit_sigmoid", "levenberg_marquardt", "sigmoid"]
+__all__ = [
+    "NOISE_MODELS",
+    "N_PARAMS",
+    "FitError",
+    "SigmoidFit",
+    "curve_and_jacobian",
+    "fit_sigmoid",
+    "levenberg_marquardt",
+    "sigmoid",
+]
 
 # A and its interval closer than this to a bound of A (0 or 1 for pass rates) count as touching it.
 _AT_BOUND = 1e-6
@@ -85,15 +93,34 @@ class SigmoidFit:
     def to_dict(self) -> dict:
         """Plain-Python summary with keys A, B, C_mid, R0, rss, r2, A_lo, A_hi, n_points, identified, reason, noise."""
         return {
-            "A": float(self.A), "B": float(self.B), "C_mid": float(self.C_mid), "R0": float(self.R0),
-            "rss": float(self.rss), "r2": float(self.r2), "A_lo": float(self.A_lo), "A_hi": float(self.A_hi),
-            "n_points": int(self.n_points), "identified": bool(self.identified), "reason": self.reason,
+            "A": float(self.A),
+            "B": float(self.B),
+            "C_mid": float(self.C_mid),
+            "R0": float(self.R0),
+            "rss": float(self.rss),
+            "r2": float(self.r2),
+            "A_lo": float(self.A_lo),
+            "A_hi": float(self.A_hi),
+            "n_points": int(self.n_points),
+            "identified": bool(self.identified),
+            "reason": self.reason,
             "noise": self.noise,
         }
 
 
-def fit_sigmoid(compute, reward, *, r0=None, min_compute=0.0, bounded=True, noise="auto", bootstrap=200, seed=0,
-                max_ci_width=0.1, upper_level=None) -> SigmoidFit:
+def fit_sigmoid(
+    compute,
+    reward,
+    *,
+    r0=None,
+    min_compute=0.0,
+    bounded=True,
+    noise="auto",
+    bootstrap=200,
+    seed=0,
+    max_ci_width=0.1,
+    upper_level=None,
+) -> SigmoidFit:
     """Fitted ScaleRL sigmoid of `reward` against `compute` (any unit; C_mid comes back in it).
 
     r0: fixed reward before RL (else fitted). min_compute: points below it are dropped.
@@ -161,8 +188,8 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
     if bootstrap and len(ys) >= 2 * n_free:
         y_star = wild_resamples(fitted, resid_w, sqrt_w, jac[:, free], bootstrap, seed)
         draws, draw_cost = levenberg_marquardt(
-            model, np.repeat(best, bootstrap, axis=0), y_star, sqrt_w, lower, upper, free,
-            max_iter=60, xtol=1e-7)
+            model, np.repeat(best, bootstrap, axis=0), y_star, sqrt_w, lower, upper, free, max_iter=60, xtol=1e-7
+        )
         keep = np.isfinite(draw_cost) & np.all(np.isfinite(draws), axis=1)
         # Independent sign flips reproduce the residuals' variance, not their carry-over: widen by it.
         draws = np.clip(theta_hat + np.sqrt(inflation) * (draws[keep] - theta_hat), lower, upper)
@@ -205,11 +232,27 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
     if not reason and not alt_tested:
         a_alt = profile.not_rejected(alt_offset)
     if not reason and a_alt is not None:
-        reason = (f"the data fit as well with A = {shift + unit * a_alt:.4g} "
-                  f"(profile likelihood, 95%): the asymptote is not pinned down")
-    return SigmoidFit(A=float(A), B=float(B), C_mid=float(C_mid), R0=float(R0), rss=rss, r2=r2,
-                      A_lo=A_lo, A_hi=A_hi, n_points=len(y), identified=not reason, reason=reason,
-                      samples=samples, A_upper=float(A_upper), noise=used, rho=float(rho))
+        reason = (
+            f"the data fit as well with A = {shift + unit * a_alt:.4g} "
+            f"(profile likelihood, 95%): the asymptote is not pinned down"
+        )
+    return SigmoidFit(
+        A=float(A),
+        B=float(B),
+        C_mid=float(C_mid),
+        R0=float(R0),
+        rss=rss,
+        r2=r2,
+        A_lo=A_lo,
+        A_hi=A_hi,
+        n_points=len(y),
+        identified=not reason,
+        reason=reason,
+        samples=samples,
+        A_upper=float(A_upper),
+        noise=used,
+        rho=float(rho),
+    )
 
 
 def _clean(compute, reward, min_compute, bounded) -> tuple[np.ndarray, np.ndarray]:
@@ -225,18 +268,18 @@ def _clean(compute, reward, min_compute, bounded) -> tuple[np.ndarray, np.ndarra
     order = np.argsort(x[keep], kind="stable")  # compute order: the residuals' autocorrelation runs along it
     x, y = x[keep][order], y[keep][order]
     if len(x) < 3:
-        raise FitError(f"need at least 3 points with finite compute >= {min_compute:g} and finite reward, "
-                       f"got {len(x)}")
+        raise FitError(f"need at least 3 points with finite compute >= {min_compute:g} and finite reward, got {len(x)}")
     distinct = np.unique(x)
     if len(distinct) < 3 or np.count_nonzero(distinct > 0) < 2:
         raise FitError(f"need at least 3 distinct compute values (2 of them > 0), got {len(distinct)}")
     tiny = np.finfo(float).tiny
     if np.any((x > 0) & (x < tiny)):
-        raise FitError(f"compute values below {tiny:.3g} (subnormal floats) have lost their precision: "
-                       "rescale compute")
+        raise FitError(f"compute values below {tiny:.3g} (subnormal floats) have lost their precision: rescale compute")
     if bounded and (y.min() < 0 or y.max() > 1):
-        raise FitError(f"reward outside [0, 1] (min {y.min():g}, max {y.max():g}): "
-                       "fit metrics not in [0, 1] unbounded (rlscale fit --unbounded; bounded=False in the API)")
+        raise FitError(
+            f"reward outside [0, 1] (min {y.min():g}, max {y.max():g}): "
+            "fit metrics not in [0, 1] unbounded (rlscale fit --unbounded; bounded=False in the API)"
+        )
     return x, y
 
 
@@ -293,8 +336,9 @@ def _unidentified_reason(x, y, A, B, C_mid, R0, n_free, width, how, max_ci_width
     reasons = []
     if len(y) < 2 * n_free:
         # A few points are fitted almost exactly by some bend, and resamples of them agree with it.
-        reasons.append(f"{len(y)} points for {n_free} parameters "
-                       f"(at least {2 * n_free} needed; no interval below that)")
+        reasons.append(
+            f"{len(y)} points for {n_free} parameters (at least {2 * n_free} needed; no interval below that)"
+        )
     spread = max(float(np.ptp(y)), float(np.max(np.abs(y))), 1e-300)
     if tss == 0:
         reasons.append("reward is constant")
@@ -307,8 +351,10 @@ def _unidentified_reason(x, y, A, B, C_mid, R0, n_free, width, how, max_ci_width
     # A rise steeper than the evaluations resolve is a step fitted to noise as often as a real bend.
     rising = np.unique(x[(x > 0) & (np.abs(B * (np.log(x / C_mid))) <= np.log(9.0))])
     if rising.size < _MIN_POINTS_IN_RISE and tss > 0 and abs(A - R0) > _FLAT_GAIN * spread:
-        reasons.append(f"the rise is too sharp for the data: {rising.size} compute values between 10% and 90% "
-                       f"of the gain (at least {_MIN_POINTS_IN_RISE} needed)")
+        reasons.append(
+            f"the rise is too sharp for the data: {rising.size} compute values between 10% and 90% "
+            f"of the gain (at least {_MIN_POINTS_IN_RISE} needed)"
+        )
     if not width <= max_ci_width:
         reasons.append(f"{how} on A is too wide ({width:.3g} > {max_ci_width:g})")
     for bound in a_bounds:

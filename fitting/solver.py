@@ -49,7 +49,7 @@ def levenberg_marquardt(model, theta0, y, sqrt_w, lower, upper, free, *, max_ite
             any_still = still.any()
             jm = jac * ~still[:, None, :] if any_still else jac
             hess = np.matmul(jm.transpose(0, 2, 1), jm)
-            diag = hess.reshape(k, p * p)[:, ::p + 1]  # a view: writing to it writes hess's diagonal
+            diag = hess.reshape(k, p * p)[:, :: p + 1]  # a view: writing to it writes hess's diagonal
             # Marquardt's damping on the moving parameters (scaled by their curvature), 1 + lam on the still ones.
             floor = 1e-12 * diag.max(axis=1, keepdims=True) + 1e-300
             damping = lam[:, None] * np.maximum(diag, floor)

@@ -85,9 +85,16 @@ class Standing:
 
     def to_dict(self) -> dict:
         """{compute, measure, noise_band, best, best_rollouts, within_band, runs}: JSON-ready."""
-        return {"compute": self.compute, "measure": self.measure, "noise_band": self.noise_band,
-                "best": self.best["run"], "best_rollouts": self.best_rollouts, "within_band": self.within_band,
-                "runs": [dict(row) for row in self.runs], "ended_before": [dict(row) for row in self.ended_before]}
+        return {
+            "compute": self.compute,
+            "measure": self.measure,
+            "noise_band": self.noise_band,
+            "best": self.best["run"],
+            "best_rollouts": self.best_rollouts,
+            "within_band": self.within_band,
+            "runs": [dict(row) for row in self.runs],
+            "ended_before": [dict(row) for row in self.ended_before],
+        }
 
 
 def _count(value) -> int | None:
@@ -95,16 +102,20 @@ def _count(value) -> int | None:
     return None if value is None or value != value else int(value)
 
 
-def standing_at(curves: pd.DataFrame, compute: float, *, noise_band: float = NOISE_BAND,
-                inside_data: bool = True) -> Standing | None:
+def standing_at(
+    curves: pd.DataFrame, compute: float, *, noise_band: float = NOISE_BAND, inside_data: bool = True
+) -> Standing | None:
     """The Standing of `curves`' fitted runs at `compute` (ties go to the earlier run), those whose data end before it
     set apart (ended_before) unless inside_data is off (identified fits read past their data); None when no fitted run
     is read.
     Pass read_runs(curves) for the runs every view reads, decision_runs(curves) for those a decision over (B_p, n)
     reads."""
     usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]
-    ended = (usable["c_max"].astype(float) < compute * (1 - 1e-9) if inside_data and "c_max" in usable
-             else usable["A"].isna())
+    ended = (
+        usable["c_max"].astype(float) < compute * (1 - 1e-9)
+        if inside_data and "c_max" in usable
+        else usable["A"].isna()
+    )
     ended_before = tuple({"run": str(row["run"]), "c_max": float(row["c_max"])} for _, row in usable[ended].iterrows())
     usable = usable[~ended]  # a curve is read only inside its own data
     if usable.empty or not compute > 0:
@@ -116,7 +127,14 @@ def standing_at(curves: pd.DataFrame, compute: float, *, noise_band: float = NOI
     for i in order:
         row = usable.iloc[i]
         gap = best - float(rewards[i])
-        rows.append({"run": str(row["run"]), "prompts_per_batch": _count(row.get("prompts_per_batch")),
-                     "rollouts": _count(row.get("rollouts")), "reward": float(rewards[i]), "gap": gap,
-                     "within_band": not beyond_noise(gap, noise_band=noise_band)})
+        rows.append(
+            {
+                "run": str(row["run"]),
+                "prompts_per_batch": _count(row.get("prompts_per_batch")),
+                "rollouts": _count(row.get("rollouts")),
+                "reward": float(rewards[i]),
+                "gap": gap,
+                "within_band": not beyond_noise(gap, noise_band=noise_band),
+            }
+        )
     return Standing(compute=float(compute), runs=tuple(rows), noise_band=noise_band, ended_before=ended_before)

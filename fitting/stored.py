@@ -16,12 +16,14 @@ def study_records(store, study: str) -> pd.DataFrame:
     records = store.records_frame(study)
     records = records[records["val_reward"].notna()]
     if records.empty:
-        raise UserError(f"no records with a validation reward in study {study!r} ({store.url_for_display})",
-                        field="--study")
+        raise UserError(
+            f"no records with a validation reward in study {study!r} ({store.url_for_display})", field="--study"
+        )
     runs = store.runs_frame(study).set_index("run_id")
     labels = run_labels(runs)  # runs of one study may share a name (seeds): each fit is its own run
-    return records.assign(run=records["run_id"].map(labels)).rename(columns={"gpu_hours": "compute",
-                                                                             "val_reward": "reward"})
+    return records.assign(run=records["run_id"].map(labels)).rename(
+        columns={"gpu_hours": "compute", "val_reward": "reward"}
+    )
 
 
 def fit_study(store, study: str, **fit_kwargs) -> tuple[pd.DataFrame, pd.DataFrame, bool]:
@@ -34,8 +36,10 @@ def fit_study(store, study: str, **fit_kwargs) -> tuple[pd.DataFrame, pd.DataFra
     record_breaking = fits_record_breaking(stored_study(store, study))
     points = records
     if record_breaking:
-        keep = [group.index[record_breaking_points(group["compute"], group["reward"])]
-                for _, group in records.groupby("run", sort=False)]
+        keep = [
+            group.index[record_breaking_points(group["compute"], group["reward"])]
+            for _, group in records.groupby("run", sort=False)
+        ]
         points = records.loc[[index for part in keep for index in part]]
     fits = fit_runs(points, run_col="run", compute_col="compute", reward_col="reward", **fit_kwargs)
     store.save_fits(study, fits.merge(records[["run", "run_id"]].drop_duplicates(), on="run"), model="sigmoid")
@@ -50,8 +54,9 @@ def pick_study(store, study: str | None) -> str:
     if study is not None:
         store.study_spec(study)  # UserError naming the known studies if it does not exist
         return study
-    candidates = [name for name in store.study_names()
-                  if run_geometry(store.runs_frame(name))["rollouts"].nunique() >= 2]
+    candidates = [
+        name for name in store.study_names() if run_geometry(store.runs_frame(name))["rollouts"].nunique() >= 2
+    ]
     if len(candidates) != 1:
         known = ", ".join(candidates) or "none"
         raise UserError(f"pick the study with --study (studies that vary rollouts: {known})", field="--study")
@@ -68,24 +73,33 @@ def study_curves(store, study: str, *, bootstrap: int = 100, seed: int = 0):
     records = store.records_frame(study)
     if records["val_reward"].notna().sum() == 0:
         raise Refusal(Reason("no_evaluations", {"study": study}))
-    curves, draws = run_curves(records, runs, compute_col=compute_column(typed),
-                               record_breaking=fits_record_breaking(typed), bootstrap=bootstrap, seed=seed)
+    curves, draws = run_curves(
+        records,
+        runs,
+        compute_col=compute_column(typed),
+        record_breaking=fits_record_breaking(typed),
+        bootstrap=bootstrap,
+        seed=seed,
+    )
     return typed, runs, records, curves, draws
 
 
-def recommend_study(store, study: str, budget: float, *, profile: str | None = None, bootstrap: int = 100,
-                    seed: int = 0) -> tuple:
+def recommend_study(
+    store, study: str, budget: float, *, profile: str | None = None, bootstrap: int = 100, seed: int = 0
+) -> tuple:
     """(Recommendation, the stored Study or None) for a stored study at `budget` (its unit); Refusal when the
     evidence is not enough."""
     from rlscale.fitting.decision import recommend_from_frames
 
     typed, runs, records, curves, draws = study_curves(store, study, bootstrap=bootstrap, seed=seed)
-    return recommend_from_frames(typed, study, runs, records, curves, draws, budget, profile=profile,
-                                 bootstrap=bootstrap, seed=seed), typed
+    return recommend_from_frames(
+        typed, study, runs, records, curves, draws, budget, profile=profile, bootstrap=bootstrap, seed=seed
+    ), typed
 
 
-def study_decision(store, study: str, *, budget: float | None = None, extend: float = 1.0, bootstrap: int = 100,
-                   seed: int = 0):
+def study_decision(
+    store, study: str, *, budget: float | None = None, extend: float = 1.0, bootstrap: int = 100, seed: int = 0
+):
     """The Decision (fitting.decision) of a stored study at `budget` (default: its decision budget); None before any
     run is evaluated."""
     from rlscale.fitting.decision import decide
@@ -94,8 +108,9 @@ def study_decision(store, study: str, *, budget: float | None = None, extend: fl
         typed, runs, records, curves, draws = study_curves(store, study, bootstrap=bootstrap, seed=seed)
     except Refusal:
         return None
-    return decide(typed, study, runs, records, curves, draws, budget=budget, bootstrap=bootstrap, seed=seed,
-                  extend=extend)
+    return decide(
+        typed, study, runs, records, curves, draws, budget=budget, bootstrap=bootstrap, seed=seed, extend=extend
+    )
 
 
 def model_parameters(study) -> dict[str, float]:
@@ -113,8 +128,13 @@ def study_size_law(store, study: str, *, bootstrap: int = 100, seed: int = 0):
     parameters = model_parameters(typed)
     if not parameters:
         raise Refusal(Reason("no_model_axis", {"study": study}))
-    frame = size_frame(store.records_frame(study), store.runs_frame(study), parameters,
-                       compute_col=compute_column(typed), reward_col=typed.metric)
+    frame = size_frame(
+        store.records_frame(study),
+        store.runs_frame(study),
+        parameters,
+        compute_col=compute_column(typed),
+        reward_col=typed.metric,
+    )
     try:
         return typed, fit_size_law(frame, bootstrap=bootstrap, seed=seed)
     except FitError as err:

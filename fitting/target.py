@@ -59,32 +59,68 @@ def curve_targets(curves: pd.DataFrame, draws: dict, target: float, *, level: fl
             why = Reason("not_fitted", {"error": row.get("reason") or "no fit"})
         else:
             why = reach(target, params, draws.get(row["run"]), level=level)
-        rows.append({"run": str(row["run"]), "A": row["A"], "A_lo": row["A_lo"], "A_hi": row["A_hi"],
-                     "identified": bool(row["identified"]), "reach": why.to_dict()})
+        rows.append(
+            {
+                "run": str(row["run"]),
+                "A": row["A"],
+                "A_lo": row["A_lo"],
+                "A_hi": row["A_hi"],
+                "identified": bool(row["identified"]),
+                "reach": why.to_dict(),
+            }
+        )
     return rows
 
 
-def record_targets(records: pd.DataFrame, target: float, *, level: float = DEFAULT_LEVEL, run_col: str = "run",
-                   compute_col: str = "compute", reward_col: str = "reward", **fit_kwargs) -> list[dict]:
+def record_targets(
+    records: pd.DataFrame,
+    target: float,
+    *,
+    level: float = DEFAULT_LEVEL,
+    run_col: str = "run",
+    compute_col: str = "compute",
+    reward_col: str = "reward",
+    **fit_kwargs,
+) -> list[dict]:
     """`curve_targets` for a records frame (a run log): each run fitted by fit_sigmoid(**fit_kwargs), its bootstrap
     draws giving the interval. A missing run column means one run, "all"."""
     from rlscale.fitting.frame import SINGLE_RUN
     from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
-    groups = records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns else [
-        (SINGLE_RUN, records)]
+    groups = (
+        records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns else [(SINGLE_RUN, records)]
+    )
     rows = []
     for run, group in groups:
         try:
-            fit = fit_sigmoid(group[compute_col].to_numpy(dtype=float, na_value=np.nan),
-                              group[reward_col].to_numpy(dtype=float, na_value=np.nan), **fit_kwargs)
+            fit = fit_sigmoid(
+                group[compute_col].to_numpy(dtype=float, na_value=np.nan),
+                group[reward_col].to_numpy(dtype=float, na_value=np.nan),
+                **fit_kwargs,
+            )
         except FitError as err:
-            rows.append({"run": str(run), "A": None, "A_lo": None, "A_hi": None, "identified": False,
-                         "reach": Reason("not_fitted", {"error": str(err)}).to_dict()})
+            rows.append(
+                {
+                    "run": str(run),
+                    "A": None,
+                    "A_lo": None,
+                    "A_hi": None,
+                    "identified": False,
+                    "reach": Reason("not_fitted", {"error": str(err)}).to_dict(),
+                }
+            )
             continue
         why = reach(target, (fit.A, fit.B, fit.C_mid, fit.R0), fit.samples, level=level)
-        rows.append({"run": str(run), "A": fit.A, "A_lo": fit.A_lo, "A_hi": fit.A_hi, "identified": fit.identified,
-                     "reach": why.to_dict()})
+        rows.append(
+            {
+                "run": str(run),
+                "A": fit.A,
+                "A_lo": fit.A_lo,
+                "A_hi": fit.A_hi,
+                "identified": fit.identified,
+                "reach": why.to_dict(),
+            }
+        )
     return rows
 
 
@@ -99,5 +135,9 @@ def target_cells(row: dict) -> list[str]:
         compute = f"{f(v['compute'], '{:.4g}')} [{f(v['compute_lo'], '{:.4g}')}, never in {v['share_unreached']:.0%}]"
     else:
         compute = {"at_start": "at the start", "not_reached": "not below A"}.get(code, "no fit")
-    return [row["run"], compute, f"{f(row['A'])} [{f(row['A_lo'])}, {f(row['A_hi'])}]",
-            "identified" if row["identified"] else "not identified"]
+    return [
+        row["run"],
+        compute,
+        f"{f(row['A'])} [{f(row['A_lo'])}, {f(row['A_hi'])}]",
+        "identified" if row["identified"] else "not identified",
+    ]

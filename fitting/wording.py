@@ -13,8 +13,9 @@ def _band(v) -> str:
     close = v.get("within_band") or []
     if not close:
         return ""
-    return (f"; also within the {v['noise_band']:g} noise band there: "
-            + ", ".join(f"{item['run']} {item['reward']:.3f}" for item in close))
+    return f"; also within the {v['noise_band']:g} noise band there: " + ", ".join(
+        f"{item['run']} {item['reward']:.3f}" for item in close
+    )
 
 
 def _unit(unit: str) -> str:
@@ -24,7 +25,7 @@ def _unit(unit: str) -> str:
 
 
 def separated_pair(pair: dict) -> str:
-    """"a above b (+0.030)": one separated pair of variants, the gap in fitted reward."""
+    """ "a above b (+0.030)": one separated pair of variants, the gap in fitted reward."""
     return f"{pair['better']} above {pair['worse']} ({pair['gap']:+.3f})"
 
 
@@ -47,49 +48,61 @@ _TEXT = {
     "frontier_few_n": lambda v: (
         f"the frontier has not bent: n* takes only {v['rollouts']} over compute {v['compute_lo']:.3g}-"
         f"{v['compute_hi']:.3g} (need at least {v['min_distinct']} distinct values; add runs with more rollouts or "
-        "more compute)"),
+        "more compute)"
+    ),
     "n_falls": lambda v: (
         f"n* falls with compute (fitted from n={v['n_low']:.0f} to n={v['n_high']:.0f}), not the rise-then-saturate "
-        "shape of the Playbook: check the low-compute runs"),
+        "shape of the Playbook: check the low-compute runs"
+    ),
     "n_still_moving": lambda v: (
         f"the frontier has not bent: n* is still moving at the largest compute observed ({v['compute_hi']:.3g}); "
         f"the last n* = {v['rollouts']} holds over only {v['held']:.0%} of the log-compute range "
-        f"(need {v['min_plateau']:.0%}), so extrapolation would be a guess"),
+        f"(need {v['min_plateau']:.0%}), so extrapolation would be a guess"
+    ),
     "plateau_unseen": lambda v: (
         f"the frontier has not bent: n* is still moving at the largest compute observed ({v['compute_hi']:.3g}); "
-        f"its plateau (n={v['n_plateau']:.0f}) is not in the data, so extrapolation would be a guess"),
+        f"its plateau (n={v['n_plateau']:.0f}) is not in the data, so extrapolation would be a guess"
+    ),
     "law_flat": lambda v: "the law is flat (n* varies by less than a factor sqrt(2)): noise, not a trend",
     # how n was chosen (Recommendation.basis)
     "law": lambda v: (
         f"n* = {v['n_star']:.0f} [{v['n_lo']:.0f}, {v['n_hi']:.0f}] from the optimal-n law at {v['compute']:.4g} "
-        f"({v['extrapolation']:.1f}x the largest compute observed)"),
+        f"({v['extrapolation']:.1f}x the largest compute observed)"
+    ),
     "within_data": lambda v: (
         f"every run reached {v['compute']:.4g}, so each fitted curve is read inside its own data, where it holds "
         f"whether or not A is identified; n = {v['rollouts']} from {v['run']}, the highest fitted reward there "
-        f"({v['reward']:.3f})"),
+        f"({v['reward']:.3f})"
+    ),
     "constant_frontier": lambda v: (
         f"n = {v['rollouts']} was the best n at every compute the runs reached ({v['compute_lo']:.3g}-"
-        f"{v['compute_hi']:.3g}), so n comes from its fitted runs"),
+        f"{v['compute_hi']:.3g}), so n comes from its fitted runs"
+    ),
     "constant_frontier_substitute": lambda v: (
         f"n* was {v['frontier_rollouts']} at every compute the runs reached, but no run at n = "
         f"{v['frontier_rollouts']} is identified; n = {v['rollouts']} from {v['run']}, the identified run with the "
         f"highest fitted reward at {v['compute']:.3g} ({v['reward']:.3f}; no unidentified run is {v['noise_band']:g} "
-        "or more above it there)"),
+        "or more above it there)"
+    ),
     "all_runs_pinned": lambda v: (
         f"n* moved over the compute the runs reached (it took {v['moved']}), but every run is identified and stable "
         f"(asymptotes {v['A_low']:.3f}-{v['A_high']:.3f}), so each run's fitted curve is read at the budget instead "
         f"of a law; n = {v['rollouts']} from {v['run']}, the highest there ({v['reward']:.3f} at {v['compute']:.4g}, "
-        f"{v['compute'] / v['reach']:.1f}x the most compute a run reached){_band(v)}"),
+        f"{v['compute'] / v['reach']:.1f}x the most compute a run reached){_band(v)}"
+    ),
     # notes beside a recommendation
     "law_needs_more_compute": lambda v: "runs at larger compute levels would fit the optimal-n law",
     "n_untested": lambda v: (
-        f"n = {v['rollouts']} was not tested; B_p and the predicted reward come from the runs at n = {v['tested']}"),
+        f"n = {v['rollouts']} was not tested; B_p and the predicted reward come from the runs at n = {v['tested']}"
+    ),
     "no_draws": lambda v: f"no bootstrap draws for run {v['run']}: the reward interval is unknown",
     "far_extrapolation": lambda v: (
-        f"the budget is {v['factor']:.0f}x the largest compute observed: treat the law as a guess there"),
+        f"the budget is {v['factor']:.0f}x the largest compute observed: treat the law as a guess there"
+    ),
     "prediction_interval": lambda v: (
         f"reward at the budget: the mean over its last 10%, with a {v['level']:.0%} prediction interval (fit, "
-        "evaluation noise and drift past the data)"),
+        "evaluation noise and drift past the data)"
+    ),
     "cost_model": lambda v: f"compute in {_unit(v['unit'])}; steps from the cost model: {_text(v['how'])}",
     "steps_per_rollout": lambda v: "rollouts: B_p x n per step",
     "steps_per_token": lambda v: f"tokens: {v['tokens_per_rollout']:.1f} per rollout",
@@ -99,35 +112,43 @@ _TEXT = {
     "no_evaluations": lambda v: f"study {v['study']!r} has no evaluated records yet",
     "one_rollouts_value": lambda v: (
         f"study {v['study']!r} has fitted runs at {v['values']} rollouts value(s); the optimal-n law needs an "
-        "IsoCompute study that varies rollouts"),
+        "IsoCompute study that varies rollouts"
+    ),
     "no_frontier": lambda v: (
-        f"the optimal-n law cannot be fitted: {v['error']} (have the runs passed their inflection?)"),
+        f"the optimal-n law cannot be fitted: {v['error']} (have the runs passed their inflection?)"
+    ),
     "law_not_identified": lambda v: f"the optimal-n law is not identified: {_text(v['law'])}",
     "no_trusted_run": lambda v: "no run has an identified fit that trained stably",
     "unidentified_run_ahead": lambda v: (
         f"run {v['run']} (not identified: {_fit_reason(v)}) fits {v['reward']:.3f} at {v['compute']:.3g}, "
-        f"{v['noise_band']:g} or more above the best identified run {v['best_run']} ({v['best_reward']:.3f})"),
+        f"{v['noise_band']:g} or more above the best identified run {v['best_run']} ({v['best_reward']:.3f})"
+    ),
     "runs_not_pinned": lambda v: (
         f"n* moved ({v['moved']}) while not every run is identified and stable ({_runs(v['runs'])}), so where it "
-        "goes beyond the observed compute is unknown"),
+        "goes beyond the observed compute is unknown"
+    ),
     "runs_not_fitted": lambda v: (
-        f"some runs could not be fitted, so the best at {v['compute']:.4g} is unknown ({_runs(v['runs'])})"),
+        f"some runs could not be fitted, so the best at {v['compute']:.4g} is unknown ({_runs(v['runs'])})"
+    ),
     "no_stable_finished_run": lambda v: "no run finished and trained stably",
     "no_trusted_run_at_n": lambda v: (
         f"no run at n = {v['rollouts']} has {'an identified fit' if v['identified_required'] else 'a fit'} and "
-        f"trained stably ({_runs(v['runs'])})"),
+        f"trained stably ({_runs(v['runs'])})"
+    ),
     "budget_buys_no_step": lambda v: (
-        f"a budget of {v['budget']:g} does not pay for one step at B_p = {v['prompts_per_batch']}, "
-        f"n = {v['rollouts']}"),
+        f"a budget of {v['budget']:g} does not pay for one step at B_p = {v['prompts_per_batch']}, n = {v['rollouts']}"
+    ),
     # the model-size recommendation (fitting.model_size)
     "no_model_axis": lambda v: f"study {v['study']!r} has no `model` axis with `models`",
     "size_law_not_fitted": lambda v: f"the power law across sizes cannot be fitted: {v['error']}",
     "size_not_learning": lambda v: (
         f"the loss of {v['model']} does not clearly fall with compute (k = {v['k']:.3g}, {v['level']:.0%} interval "
-        f"from {v['k_lo']:.3g}); train it longer"),
+        f"from {v['k_lo']:.3g}); train it longer"
+    ),
     "size_budget_past_data": lambda v: (
         f"the budget {v['budget']:g} is {v['factor']:.0f}x the largest compute measured for {v['model']} "
-        f"({v['reach']:.3g}); at most {v['max_beyond']:g}x is predicted"),
+        f"({v['reach']:.3g}); at most {v['max_beyond']:g}x is predicted"
+    ),
     # what the next allocation should identify (fitting.allocation)
     "identify_fits": lambda v: f"identify {v['unidentified']} of {v['runs']} fits",
     "identify_fits_and_law": lambda v: f"identify {v['unidentified']} of {v['runs']} fits and the optimal-n law",
@@ -135,20 +156,33 @@ _TEXT = {
     # the variants compared across seeds (fitting.compare)
     "variants_separated": lambda v: (
         f"separated beyond the {v['noise_band']:g} noise band at {v['compute']:.4g} (fitted reward){_one_seed(v)}: "
-        + "; ".join(separated_pair(p) for p in v["pairs"]) + _within_best(v)),
+        + "; ".join(separated_pair(p) for p in v["pairs"])
+        + _within_best(v)
+    ),
     "variants_within_band": lambda v: (
         f"no two variants separated beyond the {v['noise_band']:g} noise band at {v['compute']:.4g} (fitted "
         f"reward): the widest gap is {v['widest']['gap']:.3f} ({v['widest']['better']} vs {v['widest']['worse']})"
-        + (f"; seed-to-seed sd of the fitted reward {v['sd_lo']:.3f}-{v['sd_hi']:.3f}" if v.get("sd_lo") is not None
-           else "; one seed each (the band is ScaleRL's 3-seed spread)")
-        + ("" if v.get("identified") is None else "; A not compared: not every seed's fit is identified ("
-           + ", ".join(f"{r['variant']} {r['identified']} of {r['seeds']}" for r in v["identified"]) + ")")),
+        + (
+            f"; seed-to-seed sd of the fitted reward {v['sd_lo']:.3f}-{v['sd_hi']:.3f}"
+            if v.get("sd_lo") is not None
+            else "; one seed each (the band is ScaleRL's 3-seed spread)"
+        )
+        + (
+            ""
+            if v.get("identified") is None
+            else "; A not compared: not every seed's fit is identified ("
+            + ", ".join(f"{r['variant']} {r['identified']} of {r['seeds']}" for r in v["identified"])
+            + ")"
+        )
+    ),
     # the compute to reach a target reward (fitting.target)
     "reached": lambda v: (
-        f"reaches {v['target']:.3f} at {v['compute']:.4g} [{v['compute_lo']:.4g}, {v['compute_hi']:.4g}]"),
+        f"reaches {v['target']:.3f} at {v['compute']:.4g} [{v['compute_lo']:.4g}, {v['compute_hi']:.4g}]"
+    ),
     "reached_unbounded": lambda v: (
         f"reaches {v['target']:.3f} at {v['compute']:.4g} (from {v['compute_lo']:.4g}; {v['share_unreached']:.0%} "
-        f"of the bootstrap draws never reach it)"),
+        f"of the bootstrap draws never reach it)"
+    ),
     "at_start": lambda v: f"starts at or above {v['target']:.3f} (R0 {v['R0']:.3f})",
     "not_reached": lambda v: f"does not reach {v['target']:.3f} below A = {v['A']:.3f}",
     "not_fitted": lambda v: f"no fit: {v['error']}",
@@ -172,7 +206,7 @@ _SIZE_CODES = ("no_model_axis", "size_law_not_fitted", "size_not_learning", "siz
 
 
 def refusal_text(reasons) -> str:
-    """"no recommendation: <first>; and <second> ..." ("no size recommendation" for the model-size decision)."""
+    """ "no recommendation: <first>; and <second> ..." ("no size recommendation" for the model-size decision)."""
     subject = "size recommendation" if reasons and reasons[0].code in _SIZE_CODES else "recommendation"
     return f"no {subject}: " + "; and ".join(_text(reason) for reason in reasons)
 
@@ -189,9 +223,11 @@ def comparison_lines(comparison: dict, *, limit: int = 3) -> list[str]:
     if verdict.code != "variants_separated":
         return [verdict.text()]
     pairs = verdict["pairs"]
-    lines = [f"{len(pairs)} of {len(comparison['pairs'])} pairs of variants separated beyond the "
-             f"{comparison['noise_band']:g} noise band at {comparison['compute']:.4g} (fitted reward)"
-             f"{_one_seed(verdict.values)}:"]
+    lines = [
+        f"{len(pairs)} of {len(comparison['pairs'])} pairs of variants separated beyond the "
+        f"{comparison['noise_band']:g} noise band at {comparison['compute']:.4g} (fitted reward)"
+        f"{_one_seed(verdict.values)}:"
+    ]
     lines += [separated_pair(p) for p in pairs[:limit]]
     if len(pairs) > limit:
         lines.append(f"and {len(pairs) - limit} more (report.md)")
@@ -217,8 +253,11 @@ def standing_line(standing) -> str:
     """The runs at a compute: the best, and the others within the noise band (fitted rewards)."""
     best = standing.best
     close = [f"{row['run']} {row['reward']:.3f}" for row in standing.runs[1:] if row["within_band"]]
-    others = f"; within the {standing.noise_band:g} noise band of it: {', '.join(close)}" if close else \
-        f"; no other run within the {standing.noise_band:g} noise band"
+    others = (
+        f"; within the {standing.noise_band:g} noise band of it: {', '.join(close)}"
+        if close
+        else f"; no other run within the {standing.noise_band:g} noise band"
+    )
     ended = ", ".join(f"{row['run']} at {row['c_max']:.4g}" for row in standing.ended_before)
     ended = f"; not read there (their data end before it): {ended}" if ended else ""
     return f"best at {standing.compute:.4g} ({standing.measure}): {best['run']} {best['reward']:.3f}{others}{ended}"
@@ -235,12 +274,17 @@ def decision_lines(decision, commands: dict) -> list[str]:
     if rec is not None:
         how = _HOW.get(rec.basis.code, "from the best fitted runs (no optimal-n law)")
         lo, hi = rec.predicted_interval
-        predicted = ("predicted mean reward over the last 10% of the budget"
-                     if any(r.code == "prediction_interval" for r in rec.reasons) else "predicted reward")
-        lines += [f"decided: B_p {rec.prompts_per_batch}, n {rec.rollouts}, M {rec.steps:,} steps for "
-                  f"{rec.budget:.4g} {unit}, {how}",
-                  f"{predicted} {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] ({rec.predicted_level:.0%} "
-                  f"interval), from run {rec.predicted_from}'s curve"]
+        predicted = (
+            "predicted mean reward over the last 10% of the budget"
+            if any(r.code == "prediction_interval" for r in rec.reasons)
+            else "predicted reward"
+        )
+        lines += [
+            f"decided: B_p {rec.prompts_per_batch}, n {rec.rollouts}, M {rec.steps:,} steps for "
+            f"{rec.budget:.4g} {unit}, {how}",
+            f"{predicted} {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] ({rec.predicted_level:.0%} "
+            f"interval), from run {rec.predicted_from}'s curve",
+        ]
         if rec.standing is not None:  # the runs at the budget, where it is inside their data
             lines.append(standing_line(rec.standing))
         lines += [f"- {part}" for note in rec.notes for part in clauses(note)]
@@ -249,18 +293,26 @@ def decision_lines(decision, commands: dict) -> list[str]:
         lines.append("not yet: no decision")
         lines += [f"- {part}" for reason in decision.refusal for part in clauses(_text(reason))]
     elif decision.standing is not None:
-        lines += [f"decided: the best run, {decision.best_run}", standing_line(decision.standing),
-                  "next: the best run's recipe for your framework:", f"  {commands['export']}"]
+        lines += [
+            f"decided: the best run, {decision.best_run}",
+            standing_line(decision.standing),
+            "next: the best run's recipe for your framework:",
+            f"  {commands['export']}",
+        ]
     plan = decision.next_allocation
     if plan is None:
         return lines
     if rec is not None:
-        lines += [f"to decide past {decision.budget:.4g} {unit}: extend every run {plan.factor:g}x to "
-                  f"{plan.goal.text()}:", f"  {commands['extend']}"]
+        lines += [
+            f"to decide past {decision.budget:.4g} {unit}: extend every run {plan.factor:g}x to {plan.goal.text()}:",
+            f"  {commands['extend']}",
+        ]
         return lines
     each = max(run["compute"] for run in plan.runs)
-    lines.append(f"next: extend every run {plan.factor:g}x ({each:.3g} -> {each * plan.factor:.3g} {unit} each) to "
-                 f"{plan.goal.text()}:")
+    lines.append(
+        f"next: extend every run {plan.factor:g}x ({each:.3g} -> {each * plan.factor:.3g} {unit} each) to "
+        f"{plan.goal.text()}:"
+    )
     lines += [f"- {run['run']}: {run['why']}" for run in plan.runs if run["why"]]
     lines.append(f"  {commands['extend']}")
     return lines

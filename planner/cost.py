@@ -46,10 +46,12 @@ TINY_CPU = Profile(
     step_overhead_gpu_hours=1.66114e-05,
     startup_gpu_hours=0.0,
     description="embedded tiny policy on a 2-core CPU host (device-hours; calibrated on the quickstart)",
-    calibrated_on=("bench/sweep_overhead.py records of studies/quickstart.yaml as of 2026-11-21 (B_p 32/64 x n 4/8, "
-                   "159-341 steps), one 2-core x86_64 host, no GPU; an estimate of steps only: runs stop at measured "
-                   "compute (2026-11-23, B_p 16: n = 4, 8 took 727 and 442 steps for 730 and 441 planned, n = 2 "
-                   "took 1,531 for 1,084)"),
+    calibrated_on=(
+        "bench/sweep_overhead.py records of studies/quickstart.yaml as of 2026-11-21 (B_p 32/64 x n 4/8, "
+        "159-341 steps), one 2-core x86_64 host, no GPU; an estimate of steps only: runs stop at measured "
+        "compute (2026-11-23, B_p 16: n = 4, 8 took 727 and 442 steps for 730 and 441 planned, n = 2 "
+        "took 1,531 for 1,084)"
+    ),
 )
 
 BUILTIN_PROFILES: dict[str, Profile] = {p.name: p for p in (SCALERL_8B, TINY_CPU)}
@@ -85,8 +87,9 @@ class CalibrationQuality(BaseModel):
     n_intervals: int = Field(description="record-to-record intervals used")
 
 
-def calibrate(records: pd.DataFrame, runs: pd.DataFrame, *, name: str,
-              calibrated_on: str = "") -> tuple[Profile, CalibrationQuality]:
+def calibrate(
+    records: pd.DataFrame, runs: pd.DataFrame, *, name: str, calibrated_on: str = ""
+) -> tuple[Profile, CalibrationQuality]:
     """Fit a Profile to measured records by least squares on per-step cost.
 
     records: run_id, step, gpu_hours (cumulative). runs: run_id, config (a recipe dict with

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from rlscale.planner.cost import Profile, run_gpu_hours, step_gpu_hours, steps_within
+
 from rlscale.base.errors import UserError
 from rlscale.base.names import MAX_GRID_POINTS, MAX_STEPS
 
@@ -107,8 +108,14 @@ def batch_grid(prompts: Sequence[int], rollouts: Sequence[int], max_batch: int |
 
 
 def allocate(
-    step_costs: Sequence[float], budget: float, *, per_run: bool, min_steps: int = 1, startup: float = 0.0,
-    replicas: int = 1, field: str = "budget",
+    step_costs: Sequence[float],
+    budget: float,
+    *,
+    per_run: bool,
+    min_steps: int = 1,
+    startup: float = 0.0,
+    replicas: int = 1,
+    field: str = "budget",
 ) -> tuple[float, list[int | None]]:
     """Give every point the same compute; (per-run compute, steps per point or None if dropped).
 
@@ -124,8 +131,11 @@ def allocate(
         cheapest = min(step_costs)
         most = (budget - startup) / cheapest  # the cheapest point's steps with the whole budget (an upper bound)
         if most / (1 if per_run else replicas * len(step_costs)) > MAX_STEPS:
-            raise UserError(f"a budget of {budget:g} gives a run about {most:.3g} steps; expected at most {MAX_STEPS:,} "
-                            "(is the unit right?)", field=field)
+            raise UserError(
+                f"a budget of {budget:g} gives a run about {most:.3g} steps; expected at most {MAX_STEPS:,} "
+                "(is the unit right?)",
+                field=field,
+            )
     order = sorted(range(len(step_costs)), key=lambda i: step_costs[i])
     costs = [step_costs[i] for i in order]
     kept = 0
@@ -141,8 +151,11 @@ def allocate(
     for i in order[:kept]:
         steps[i] = steps_within(share, step_costs[i], startup)
         if steps[i] > MAX_STEPS:
-            raise UserError(f"a budget of {budget:g} gives a run {steps[i]:.3g} steps; expected at most {MAX_STEPS:,} "
-                            "(is the unit right?)", field=field)
+            raise UserError(
+                f"a budget of {budget:g} gives a run {steps[i]:.3g} steps; expected at most {MAX_STEPS:,} "
+                "(is the unit right?)",
+                field=field,
+            )
     return share, steps
 
 
@@ -164,8 +177,11 @@ def isocompute_plan(
     if any(v <= 0 for v in (*prompts, *rollouts)):
         raise UserError("axis values must be positive integers", field="--prompts/--rollouts")
     if len(prompts) * len(rollouts) > MAX_GRID_POINTS:  # before any work: memory and time grow with the grid
-        raise UserError(f"{len(prompts):,} B_p values x {len(rollouts):,} n values = {len(prompts) * len(rollouts):,} "
-                        f"combinations; expected at most {MAX_GRID_POINTS:,}", field="--prompts/--rollouts")
+        raise UserError(
+            f"{len(prompts):,} B_p values x {len(rollouts):,} n values = {len(prompts) * len(rollouts):,} "
+            f"combinations; expected at most {MAX_GRID_POINTS:,}",
+            field="--prompts/--rollouts",
+        )
     if max_batch is not None and max_batch <= 0:
         raise UserError(f"expected a positive integer, got {max_batch}", field="--max-batch")
     if min_steps < 1:
@@ -174,27 +190,41 @@ def isocompute_plan(
     in_grid = set(grid)
     dropped = [
         Dropped(bp, n, f"B_p * n = {bp * n} exceeds --max-batch {max_batch}")
-        for bp in prompts for n in rollouts if (bp, n) not in in_grid
+        for bp in prompts
+        for n in rollouts
+        if (bp, n) not in in_grid
     ]
     if not grid:
         raise UserError(f"no (B_p, n) combination fits within --max-batch {max_batch}", field="--max-batch")
     costs = [step_gpu_hours(profile, bp, n) for bp, n in grid]
-    share, steps = allocate(costs, budget_gpu_hours, per_run=per_run, min_steps=min_steps,
-                            startup=profile.startup_gpu_hours, field="--budget")
+    share, steps = allocate(
+        costs,
+        budget_gpu_hours,
+        per_run=per_run,
+        min_steps=min_steps,
+        startup=profile.startup_gpu_hours,
+        field="--budget",
+    )
     sorted_costs = sorted(costs)  # points at most as costly as a dropped one, by bisection (linear overall)
     points = []
     for (bp, n), cost, m in zip(grid, costs, steps):
         if m is None:
             need = profile.startup_gpu_hours + min_steps * cost
             with_it = share if per_run else budget_gpu_hours / bisect.bisect_right(sorted_costs, cost)
-            dropped.append(Dropped(bp, n, f"{min_steps} step(s) need {need:.4g} GPU-hours; "
-                                          f"with it in the grid a run would get {with_it:.4g}"))
+            dropped.append(
+                Dropped(
+                    bp,
+                    n,
+                    f"{min_steps} step(s) need {need:.4g} GPU-hours; with it in the grid a run would get {with_it:.4g}",
+                )
+            )
         else:
             points.append(Point(bp, n, m, run_gpu_hours(profile, bp, n, m), bp * n * m))
     if not points:
         cheapest = min(costs)
         need = profile.startup_gpu_hours + min_steps * cheapest
-        raise UserError(f"no point reaches {min_steps} step(s): the cheapest needs {need:.4g} GPU-hours per run",
-                        field="--budget")
+        raise UserError(
+            f"no point reaches {min_steps} step(s): the cheapest needs {need:.4g} GPU-hours per run", field="--budget"
+        )
     total_budget = share * len(points) if per_run else budget_gpu_hours
     return IsoComputePlan(points, dropped, total_budget, share, profile.name, max_batch, min_steps)

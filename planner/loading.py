@@ -34,7 +34,8 @@ class StrictLoader(yaml.SafeLoader):
                     continue
                 if duplicate:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"key {key!r} appears twice (first on line {seen[key] + 1})", key_node.start_mark)
+                        None, None, f"key {key!r} appears twice (first on line {seen[key] + 1})", key_node.start_mark
+                    )
                 seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
@@ -44,13 +45,19 @@ StrictLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag not in _CORE]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-StrictLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
-                                   list("-+0123456789"))
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
+)
 StrictLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."))
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
 
 
 def _core_int(loader, node) -> int:
@@ -127,7 +134,11 @@ def load_recipe(path: str | Path):
 
     data = load_yaml_mapping(path)
     block = "recipe" in data and isinstance(data["recipe"], dict)
-    recipe = validate(Recipe, data["recipe"], file=str(path), prefix="recipe") if block else validate(Recipe, data, file=str(path))
+    recipe = (
+        validate(Recipe, data["recipe"], file=str(path), prefix="recipe")
+        if block
+        else validate(Recipe, data, file=str(path))
+    )
     problem = None if recipe.verifier is None else verifier_problem(recipe.verifier)
     if problem:  # the same rule as in study files: a bare recipe file is exported and run too
         raise UserError(problem, file=str(path), field="recipe.verifier" if block else "verifier")

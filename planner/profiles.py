@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from pydantic import ValidationError
-
 from rlscale.planner.cost import BUILTIN_PROFILES, Profile
+
 from rlscale.base import settings
 from rlscale.base.errors import UserError
 from rlscale.base.names import check_name, is_name
@@ -32,8 +32,9 @@ def load_profile(name: str, *, field: str = "--profile", file: str | None = None
         return BUILTIN_PROFILES[name]
     path = profiles_dir() / f"{name}.json"
     if not is_name(name) or not path.is_file():  # a profile name is a file name: never a path
-        raise UserError(f"unknown cost profile {name!r}; expected one of {', '.join(known_profiles())}",
-                        file=file, field=field)
+        raise UserError(
+            f"unknown cost profile {name!r}; expected one of {', '.join(known_profiles())}", file=file, field=field
+        )
     try:
         return Profile.model_validate(json.loads(path.read_text()))
     except (ValueError, ValidationError) as err:

@@ -17,7 +17,8 @@ LengthControl = Literal["interrupt", "truncate"]
 
 # Clip ranges per loss, as (low, high) on the importance ratio r: PPO-style losses clip r to
 # [1 - low, 1 + high]; CISPO truncates its stop-gradient weight to the same range, and low = 1 (a
-# lower bound of 0) means no lower truncation, as in ScaleRL (upper bound 5 as in TRL's ScaleRL mapping). GSPO's ranges are on the sequence-level ratio (GSPO paper: 3e-4 / 4e-4).
+# lower bound of 0) means no lower truncation, as in ScaleRL (upper bound 5 as in TRL's ScaleRL mapping). GSPO's
+# ranges are on the sequence-level ratio (GSPO paper: 3e-4 / 4e-4).
 CLIP_DEFAULTS: dict[str, tuple[float, float]] = {
     "grpo": (0.2, 0.2),
     "dapo": (0.2, 0.28),
@@ -52,18 +53,31 @@ class Recipe(BaseModel):
     clip_low: float | None = Field(None, ge=0, description="None = the loss's default (CLIP_DEFAULTS)")
     clip_high: float | None = Field(None, ge=0, description="None = the loss's default (CLIP_DEFAULTS)")
     zero_variance_filter: bool = True
-    no_positive_resampling: float | None = Field(0.9, gt=0, le=1, description="retire prompts above this pass rate; None = off")
+    no_positive_resampling: float | None = Field(
+        0.9, gt=0, le=1, description="retire prompts above this pass rate; None = off"
+    )
     fp32_head: bool = True
     kl_coef: float = Field(0.0, ge=0)
     entropy_coef: float = Field(0.0, ge=0)
 
     # optimisation
-    lr: float = Field(3e-4, gt=0, description=(
-        "Adam lr at lr_reference_batch; tuned for the 0.4M-parameter tiny policy (LLM runs such as ScaleRL's "
-        "8B use lrs of order 1e-6; 5e-4 and up collapse the tiny policy)"))
+    lr: float = Field(
+        3e-4,
+        gt=0,
+        description=(
+            "Adam lr at lr_reference_batch; tuned for the 0.4M-parameter tiny policy (LLM runs such as ScaleRL's "
+            "8B use lrs of order 1e-6; 5e-4 and up collapse the tiny policy)"
+        ),
+    )
     lr_scaling: Literal["sqrt", "none"] = "sqrt"
     lr_reference_batch: int = Field(768, ge=1, description="B_p x n at which `lr` applies unscaled (ScaleRL: 48 x 16)")
-    lr_warmup_steps: int = Field(20, ge=0, description="optimizer updates of linear lr warmup (verl: lr_warmup_steps); Adam's first updates are its largest")
+    lr_warmup_steps: int = Field(
+        20,
+        ge=0,
+        description=(
+            "optimizer updates of linear lr warmup (verl: lr_warmup_steps); Adam's first updates are its largest"
+        ),
+    )
     grad_clip: float = Field(1.0, gt=0)
     weight_decay: float = Field(0.0, ge=0)
 
@@ -80,9 +94,15 @@ class Recipe(BaseModel):
 
     # evaluation and bookkeeping
     eval_every: int = Field(10, ge=1)
-    eval_early_per_decade: int = Field(0, ge=0, le=20, description=(
-        "extra evaluations before step eval_every, this many per decade of steps, evenly in log(step): the sigmoid "
-        "is fitted in log compute, where the first steps are most of the axis (0: none)"))
+    eval_early_per_decade: int = Field(
+        0,
+        ge=0,
+        le=20,
+        description=(
+            "extra evaluations before step eval_every, this many per decade of steps, evenly in log(step): the sigmoid "
+            "is fitted in log compute, where the first steps are most of the axis (0: none)"
+        ),
+    )
     eval_prompts: int = Field(128, ge=1)
     eval_samples: int = Field(4, ge=1, description="k samples per held-out prompt; reward = mean pass rate")
     checkpoint_every: int = Field(50, ge=1)
@@ -93,13 +113,25 @@ class Recipe(BaseModel):
     trainer_devices: int = Field(1, ge=1)
 
     # trainer memory and precision (the built-in engine)
-    micro_batch_tokens: int = Field(8192, ge=1, description=(
-        "tokens (rows x padded length) per trainer forward/backward; gradients accumulate over micro-batches, the "
-        "loss is normalised over the whole batch. 8192: a 1.5B model (fp32 weights and Adam, bf16 compute) within 80 GB"))
-    activation_checkpointing: bool = Field(False, description="recompute each layer's activations in backward (less memory, ~1/3 more compute)")
-    gpu_dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description=(
-        "compute dtype on CUDA: trainer autocast (weights and Adam state stay float32, FP32 head stays float32) and "
-        "vLLM weights; CPUs compute in float32"))
+    micro_batch_tokens: int = Field(
+        8192,
+        ge=1,
+        description=(
+            "tokens (rows x padded length) per trainer forward/backward; gradients accumulate over micro-batches, "
+            "the loss is normalised over the whole batch. 8192: a 1.5B model (fp32 weights and Adam, bf16 compute) "
+            "within 80 GB"
+        ),
+    )
+    activation_checkpointing: bool = Field(
+        False, description="recompute each layer's activations in backward (less memory, ~1/3 more compute)"
+    )
+    gpu_dtype: Literal["bfloat16", "float32"] = Field(
+        "bfloat16",
+        description=(
+            "compute dtype on CUDA: trainer autocast (weights and Adam state stay float32, FP32 head stays "
+            "float32) and vLLM weights; CPUs compute in float32"
+        ),
+    )
 
     @model_validator(mode="after")
     def _clip_order(self) -> "Recipe":

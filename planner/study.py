@@ -12,15 +12,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, ValidationError, field_validator, model_validator
-
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from rlscale.planner.cost import DEFAULT_PROFILE, TINY_CPU, Profile, run_gpu_hours, step_gpu_hours
 from rlscale.planner.grid import allocate
 from rlscale.planner.loading import load_yaml_mapping, user_error_from_validation
 from rlscale.planner.recipe import Recipe
+
 from rlscale.base.errors import UserError
-from rlscale.base.numbers import NOISE_BAND
 from rlscale.base.names import MAX_RUNS, MAX_SEEDS, NAME_PATTERN, NAME_RULE, VERIFIER_PATTERN, is_name, verifier_problem
+from rlscale.base.numbers import NOISE_BAND
 
 MODULE_FUNCTION_PATTERN = VERIFIER_PATTERN  # the old name
 # study-file key -> canonical key (the alias where there is one, as Recipe.to_json writes it)
@@ -113,7 +122,9 @@ class EarlyTerminate(_Strict):
     """When the sweep may stop a run before its last step."""
 
     type: Literal["asymptote", "hyperband", "none"] = "none"
-    min_fraction: float = Field(0.25, gt=0, le=1, description="fraction of its steps a run always gets (bench/early_termination.py)")
+    min_fraction: float = Field(
+        0.25, gt=0, le=1, description="fraction of its steps a run always gets (bench/early_termination.py)"
+    )
     margin: float = Field(NOISE_BAND, ge=0, description="asymptote: stop if A's upper bound < best A - margin (reward)")
     eta: int = Field(3, ge=2, description="hyperband: keep 1/eta of the runs at each rung")
 
@@ -128,7 +139,8 @@ class EarlyTerminate(_Strict):
 
 
 class ModelSize(_Strict):
-    """One value of a `model` axis: its parameter count (Tan et al.'s N) and the cost profile its steps are priced by."""
+    """One value of a `model` axis: its parameter count (Tan et al.'s N) and the cost profile its steps are priced
+    by."""
 
     parameters: float = Field(gt=0, allow_inf_nan=False, description="parameter count, e.g. 1.7e9")
     profile: str = Field(pattern=NAME_PATTERN, description="cost profile of one step of this model")
@@ -138,8 +150,10 @@ class Fit(_Strict):
     """How each run's sigmoid is fitted."""
 
     points: Literal["record_breaking", "all"] | None = Field(
-        None, description="record_breaking: each run's running frontier (IsoCompute); all: every evaluation (ScaleRL); "
-                          "unset: record_breaking for isocompute studies, all otherwise")
+        None,
+        description="record_breaking: each run's running frontier (IsoCompute); all: every evaluation (ScaleRL); "
+        "unset: record_breaking for isocompute studies, all otherwise",
+    )
 
 
 class Setup(_Strict):
@@ -151,9 +165,15 @@ class Setup(_Strict):
     overrides_file: str | None = Field(None, description="verl: a file of Hydra overrides (e.g. a launch script's)")
     keep: list[str] = Field(default_factory=list, description="keys the study changes where the user's value wins")
     replace: list[str] = Field(default_factory=list, description="keys the user's files set that the study changes")
-    reward_metric: str | None = Field(None, min_length=1, max_length=200, description=(
-        "the logged metric that is the study's reward; default verl: val-core/<data_source>/reward/mean@<n>, "
-        "trl: eval_reward (the reward on the held-out split)"))
+    reward_metric: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description=(
+            "the logged metric that is the study's reward; default verl: val-core/<data_source>/reward/mean@<n>, "
+            "trl: eval_reward (the reward on the held-out split)"
+        ),
+    )
 
 
 class Tracking(_Strict):
@@ -181,17 +201,33 @@ class Study(_Strict):
     n_trials: int | None = Field(None, ge=1)
     early_terminate: EarlyTerminate = Field(default_factory=EarlyTerminate)
     fit: Fit = Field(default_factory=Fit)
-    models: dict[str, ModelSize] = Field(default_factory=dict, description=(
-        "a `model` axis: each HF directory's parameter count and cost profile (the power law across sizes)"))
-    max_concurrent: int | None = Field(None, ge=1, description=(
-        "runs in flight at once (rlscale sweep --max-concurrent overrides it); None: as many as the cluster's free "
-        "devices admit"))
+    models: dict[str, ModelSize] = Field(
+        default_factory=dict,
+        description=(
+            "a `model` axis: each HF directory's parameter count and cost profile (the power law across sizes)"
+        ),
+    )
+    max_concurrent: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "runs in flight at once (rlscale sweep --max-concurrent overrides it); None: as many as the cluster's free "
+            "devices admit"
+        ),
+    )
     setup: Setup | None = Field(None, description="start from the user's own verl or TRL setup (engine verl or trl)")
     tracking: Tracking | None = Field(None, description="mirror each evaluation to MLflow, trackio or W&B")
     _file: str | None = PrivateAttr(None)  # the YAML file it was read from, for messages
-    extend: float = Field(1.0, ge=1, le=1000, allow_inf_nan=False, description=(
-        "multiply each run's planned compute (and steps) by this; the runs keep their identities, so finished ones "
-        "resume from their checkpoints (rlscale sweep --extend)"))
+    extend: float = Field(
+        1.0,
+        ge=1,
+        le=1000,
+        allow_inf_nan=False,
+        description=(
+            "multiply each run's planned compute (and steps) by this; the runs keep their identities, so finished ones "
+            "resume from their checkpoints (rlscale sweep --extend)"
+        ),
+    )
 
     @field_validator("name", mode="before")
     @classmethod
@@ -270,8 +306,13 @@ def _problems(study: Study):
     runs = run_count(study)
     if runs > MAX_RUNS:
         field = "n_trials" if method == "bayes" else "leave_one_out" if method == "loo" else "parameters"
-        yield (field,), (f"the study expands to {runs:,} runs (points x {len(study.seeds)} seed(s)); "
-                         f"at most {MAX_RUNS:,} are planned at once: split it into several studies")
+        yield (
+            (field,),
+            (
+                f"the study expands to {runs:,} runs (points x {len(study.seeds)} seed(s)); "
+                f"at most {MAX_RUNS:,} are planned at once: split it into several studies"
+            ),
+        )
         return  # the checks below look at every value
     if method in ("grid", "isocompute", "bayes") and not study.parameters:
         yield ("parameters",), f"method {method} needs at least one axis"
@@ -365,8 +406,10 @@ def _model_axis_problems(study: Study):
         return
     for i, value in enumerate(axis.values):
         if isinstance(value, str) and value not in study.models:
-            yield ("parameters", "model", "values", i), (
-                f"{value!r} has no entry in `models` (expected {{parameters: COUNT, profile: NAME}})")
+            yield (
+                ("parameters", "model", "values", i),
+                (f"{value!r} has no entry in `models` (expected {{parameters: COUNT, profile: NAME}})"),
+            )
     for name in study.models:
         if name not in axis.values:
             yield ("models", name), "not a value of the `model` axis"
@@ -435,8 +478,11 @@ def _with_setup(study: Study, folder: Path) -> Study:
     from rlscale.planner.frameworks.setup import check_study_setup, recipe_from_setup, study_setup
 
     block = study.setup
-    paths = {key: str((folder / value).resolve()) for key in ("config", "overrides_file")
-             if (value := getattr(block, key)) is not None}
+    paths = {
+        key: str((folder / value).resolve())
+        for key in ("config", "overrides_file")
+        if (value := getattr(block, key)) is not None
+    }
     shown = study.file
     study = study.model_copy(update={"setup": block.model_copy(update=paths)})
     study._file = shown
@@ -449,8 +495,9 @@ def _with_setup(study: Study, folder: Path) -> Study:
         recipe = Recipe.model_validate({**derived, **explicit})
     except ValidationError as err:
         first = err.errors()[0]
-        raise UserError(f"{first['msg']} (from your setup's {'.'.join(map(str, first['loc']))})", file=shown,
-                        field="setup") from None
+        raise UserError(
+            f"{first['msg']} (from your setup's {'.'.join(map(str, first['loc']))})", file=shown, field="setup"
+        ) from None
     study = study.model_copy(update={"recipe": recipe})
     study._file = shown
     check_study_setup(study, [run.recipe for run in planned_runs(study)])
@@ -517,14 +564,20 @@ def study_points(study: Study) -> list[tuple[str, dict]]:
     if study.method == "bayes":
         return []  # the sweep driver samples `parameters` with Optuna, n_trials times
     if study.method == "loo":
-        return [("baseline", {}), *((r.name, {RECIPE_KEYS[k]: v for k, v in r.overrides.items()})
-                                    for r in study.leave_one_out)]
+        return [
+            ("baseline", {}),
+            *((r.name, {RECIPE_KEYS[k]: v for k, v in r.overrides.items()}) for r in study.leave_one_out),
+        ]
     keys = list(study.parameters)
     points = []
     for combo in itertools.product(*(study.parameters[k].values for k in keys)):
         overrides = {RECIPE_KEYS[k]: v for k, v in zip(keys, combo)}
-        points.append((",".join(f"{SHORT_KEYS.get(k, k)}{'' if k in SHORT_KEYS else '='}{v}"
-                                for k, v in overrides.items()), overrides))
+        points.append(
+            (
+                ",".join(f"{SHORT_KEYS.get(k, k)}{'' if k in SHORT_KEYS else '='}{v}" for k, v in overrides.items()),
+                overrides,
+            )
+        )
     return points
 
 
@@ -541,8 +594,10 @@ def model_profiles(study: Study) -> dict[str, Profile]:
     """HF directory -> the cost profile of its steps, for a study with a `model` axis ({} otherwise)."""
     from rlscale.planner.profiles import load_profile
 
-    return {name: load_profile(size.profile, field=f"models.{name}.profile", file=study.file)
-            for name, size in study.models.items()}
+    return {
+        name: load_profile(size.profile, field=f"models.{name}.profile", file=study.file)
+        for name, size in study.models.items()
+    }
 
 
 def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPlan:
@@ -571,23 +626,34 @@ def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPl
     if compute is not None and recipes:
         costs = [_step_cost(r, compute.unit, by_model.get(r.model, profile)) for _, r in recipes]
         startup = profile.startup_gpu_hours if compute.unit == "gpu_hours" else 0.0
-        per_run, steps = allocate(costs, compute.budget, per_run=compute.scope == "per_run",
-                                  min_steps=compute.min_steps, startup=startup, replicas=len(study.seeds),
-                                  field="compute.budget")
+        per_run, steps = allocate(
+            costs,
+            compute.budget,
+            per_run=compute.scope == "per_run",
+            min_steps=compute.min_steps,
+            startup=startup,
+            replicas=len(study.seeds),
+            field="compute.budget",
+        )
     runs = []
     for (name, recipe), m in zip(recipes, steps):
         if m is None:
-            dropped.append((name, f"cannot reach {compute.min_steps} step(s) with {per_run:.4g} {compute.unit} per run"))
+            dropped.append(
+                (name, f"cannot reach {compute.min_steps} step(s) with {per_run:.4g} {compute.unit} per run")
+            )
             continue
         for seed in study.seeds:
             final = Recipe.model_validate({**recipe.to_json(), "steps": m, "seed": seed})
-            hours = run_gpu_hours(by_model.get(final.model, profile), final.prompts_per_batch, final.rollouts,
-                                  m) * study.extend
+            hours = (
+                run_gpu_hours(by_model.get(final.model, profile), final.prompts_per_batch, final.rollouts, m)
+                * study.extend
+            )
             runs.append(PlannedRun(name, final, seed, hours))
     if not runs and study.method != "bayes":
         reasons = "; ".join(f"{name}: {why}" for name, why in dropped[:3])
-        raise UserError(f"no run is left to plan ({reasons})", file=study.file,
-                        field="compute.budget" if recipes else "max_batch")  # which one dropped the last point
+        raise UserError(
+            f"no run is left to plan ({reasons})", file=study.file, field="compute.budget" if recipes else "max_batch"
+        )  # which one dropped the last point
     return StudyPlan(runs, dropped, profile, per_run, compute.unit if compute else "gpu_hours")
 
 
@@ -605,7 +671,6 @@ def _step_cost(recipe: Recipe, unit: str, profile: Profile) -> float:
     return float(recipe.total_batch * recipe.max_new_tokens)
 
 
-
 def trial_recipe(study: Study, recipe_keys: dict) -> tuple[Recipe, float]:
     """A bayes trial's recipe (steps from the per-run compute budget, if any) and its estimated GPU-hours."""
     try:
@@ -617,10 +682,19 @@ def trial_recipe(study: Study, recipe_keys: dict) -> tuple[Recipe, float]:
     if compute is not None:
         startup = profile.startup_gpu_hours if compute.unit == "gpu_hours" else 0.0
         budget = compute.budget if compute.scope == "per_run" else compute.budget / (study.n_trials or 1)
-        _, (steps,) = allocate([_step_cost(recipe, compute.unit, profile)], budget, per_run=True,
-                               min_steps=compute.min_steps, startup=startup, field="compute.budget")
+        _, (steps,) = allocate(
+            [_step_cost(recipe, compute.unit, profile)],
+            budget,
+            per_run=True,
+            min_steps=compute.min_steps,
+            startup=startup,
+            field="compute.budget",
+        )
         if steps is None:
-            raise UserError(f"a trial with B_p={recipe.prompts_per_batch}, n={recipe.rollouts} cannot reach "
-                            f"{compute.min_steps} step(s) within {budget:.4g} {compute.unit}", field="compute.budget")
+            raise UserError(
+                f"a trial with B_p={recipe.prompts_per_batch}, n={recipe.rollouts} cannot reach "
+                f"{compute.min_steps} step(s) within {budget:.4g} {compute.unit}",
+                field="compute.budget",
+            )
         recipe = Recipe.model_validate({**recipe.to_json(), "steps": steps})
     return recipe, run_gpu_hours(profile, recipe.prompts_per_batch, recipe.rollouts, recipe.steps)

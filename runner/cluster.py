@@ -44,8 +44,13 @@ def dashboard_nodes(client) -> list[Node] | None:
         if response.status_code != 200:
             return None
         listed = ((response.json().get("data") or {}).get("result") or {}).get("result") or []
-        nodes = [Node(total, None) for node in listed if node.get("state") == "ALIVE"
-                 for total in [_devices(node.get("resources_total") or {})] if total]
+        nodes = [
+            Node(total, None)
+            for node in listed
+            if node.get("state") == "ALIVE"
+            for total in [_devices(node.get("resources_total") or {})]
+            if total
+        ]
         return nodes or None
     nodes = []
     for usage in by_node.values():  # resource -> [used, total]

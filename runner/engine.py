@@ -15,9 +15,11 @@ from rlscale.base.errors import UserError
 
 DEFAULT_ENGINE = "builtin"
 # engine name -> "module:class"; imported on first use, so torch, Ray or vLLM load only when a run starts
-ENGINES = {"builtin": "rlscale.runner.builtin.engine:BuiltinEngine",
-           "verl": "rlscale.runner.verl.engine:VerlEngine",
-           "trl": "rlscale.runner.trl.engine:TrlEngine"}
+ENGINES = {
+    "builtin": "rlscale.runner.builtin.engine:BuiltinEngine",
+    "verl": "rlscale.runner.verl.engine:VerlEngine",
+    "trl": "rlscale.runner.trl.engine:TrlEngine",
+}
 
 
 @dataclass
@@ -55,9 +57,17 @@ class Engine(ABC):
     name: str = ""
 
     @abstractmethod
-    def run(self, recipe, *, run_key: str, on_records: Callable[[list[dict]], None],
-            until_step: int | None = None, should_stop: Callable[[], str | None] | None = None,
-            progress: Callable[[dict], None] | None = None, gpu_hours: float | None = None) -> JobResult:
+    def run(
+        self,
+        recipe,
+        *,
+        run_key: str,
+        on_records: Callable[[list[dict]], None],
+        until_step: int | None = None,
+        should_stop: Callable[[], str | None] | None = None,
+        progress: Callable[[dict], None] | None = None,
+        gpu_hours: float | None = None,
+    ) -> JobResult:
         """Train `recipe` (rlscale.planner.recipe.Recipe) under the checkpoint name `run_key`, resuming from its last
         checkpoint if there is one, until `until_step` (default recipe.steps), where it evaluates and checkpoints.
 

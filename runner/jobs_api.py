@@ -99,8 +99,9 @@ class JobsApiEngine(Engine):
     # what an engine says ------------------------------------------------------------------------
 
     @abstractmethod
-    def submission(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int,
-                   base_device_seconds: float) -> Submission:
+    def submission(
+        self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int, base_device_seconds: float
+    ) -> Submission:
         """The job that trains `recipe` from its last checkpoint to `until_step`; writes nothing."""
 
     def prepare(self, recipe, run_dir: RunDir, job: Submission) -> None:
@@ -121,15 +122,29 @@ class JobsApiEngine(Engine):
 
     # the algorithm ------------------------------------------------------------------------------
 
-    def job(self, recipe, run_key: str, number: int, *, until_step: int, base_device_seconds: float = 0.0
-            ) -> Submission:
+    def job(
+        self, recipe, run_key: str, number: int, *, until_step: int, base_device_seconds: float = 0.0
+    ) -> Submission:
         """The run's `number`-th job."""
-        return self.submission(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-{number}",
-                               until_step=until_step, base_device_seconds=base_device_seconds)
+        return self.submission(
+            recipe,
+            RunDir(self.shared_dir / run_key),
+            f"{run_key}-{number}",
+            until_step=until_step,
+            base_device_seconds=base_device_seconds,
+        )
 
-    def run(self, recipe, *, run_key: str, on_records: Callable[[list[dict]], None],
-            until_step: int | None = None, should_stop: Callable[[], str | None] | None = None,
-            progress: Callable[[dict], None] | None = None, gpu_hours: float | None = None) -> JobResult:
+    def run(
+        self,
+        recipe,
+        *,
+        run_key: str,
+        on_records: Callable[[list[dict]], None],
+        until_step: int | None = None,
+        should_stop: Callable[[], str | None] | None = None,
+        progress: Callable[[dict], None] | None = None,
+        gpu_hours: float | None = None,
+    ) -> JobResult:
         """See Engine.run. Raises the engine's JobFailed when a job fails (its checkpoints stay for the retry), and
         DevicesUnavailable when it could not get the devices it was admitted on."""
         cap = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
@@ -142,10 +157,15 @@ class JobsApiEngine(Engine):
             if details.status in RUNNING:
                 live = details
                 break
-            records = budget.trim(maker.records(LogTail(run_dir.log(details.submission_id)).read(),
-                                                job=details.submission_id, devices=job_devices(details),
-                                                base_device_seconds=base_seconds(details),
-                                                started=(details.start_time or 0) / 1000))
+            records = budget.trim(
+                maker.records(
+                    LogTail(run_dir.log(details.submission_id)).read(),
+                    job=details.submission_id,
+                    devices=job_devices(details),
+                    base_device_seconds=base_seconds(details),
+                    started=(details.start_time or 0) / 1000,
+                )
+            )
             if records:
                 on_records(records)
                 last_step = records[-1]["step"]
@@ -167,9 +187,20 @@ class JobsApiEngine(Engine):
             else:
                 submission_id, devices, job_base = live.submission_id, job_devices(live), base_seconds(live)
                 submitted, job_until = None, int((live.metadata or {}).get("until_step", until))
-            ended = self._follow(recipe, run_dir, submission_id, devices=devices, base=job_base, submitted=submitted,
-                                 maker=maker, budget=budget, on_records=on_records, should_stop=should_stop,
-                                 progress=progress, timings=timings)
+            ended = self._follow(
+                recipe,
+                run_dir,
+                submission_id,
+                devices=devices,
+                base=job_base,
+                submitted=submitted,
+                maker=maker,
+                budget=budget,
+                on_records=on_records,
+                should_stop=should_stop,
+                progress=progress,
+                timings=timings,
+            )
             if ended.stopped or ended.compute_reached or ended.steps >= job_until or budget.target is None:
                 return ended
             if last_step is not None and ended.steps <= last_step:
@@ -178,9 +209,22 @@ class JobsApiEngine(Engine):
             last_step, live = ended.steps, None
             base = job_base + devices * wall_seconds(self._jobs_client().get_job_info(submission_id))
 
-    def _follow(self, recipe, run_dir: RunDir, submission_id: str, *, devices: int, base: float,
-                submitted: float | None, maker, budget: "ComputeStop", on_records, should_stop, progress,
-                timings: dict) -> JobResult:
+    def _follow(
+        self,
+        recipe,
+        run_dir: RunDir,
+        submission_id: str,
+        *,
+        devices: int,
+        base: float,
+        submitted: float | None,
+        maker,
+        budget: "ComputeStop",
+        on_records,
+        should_stop,
+        progress,
+        timings: dict,
+    ) -> JobResult:
         """Read the job's records while it runs; stop it where should_stop or the planned compute says."""
         client = self._jobs_client()
         tail, started, last_step = LogTail(run_dir.log(submission_id)), None, None
@@ -197,8 +241,11 @@ class JobsApiEngine(Engine):
                 started = (client.get_job_info(submission_id).start_time or 0) / 1000
                 if submitted is not None and "time" in lines[0]:  # submit -> the job's first record
                     timings["launch"] = timings.get("launch", 0.0) + max(0.0, float(lines[0]["time"]) - submitted)
-            records = budget.trim(maker.records(lines, job=submission_id, devices=devices, base_device_seconds=base,
-                                                started=started or 0.0))
+            records = budget.trim(
+                maker.records(
+                    lines, job=submission_id, devices=devices, base_device_seconds=base, started=started or 0.0
+                )
+            )
             if records:
                 on_records(records)
                 last_step = records[-1]["step"]
@@ -209,8 +256,12 @@ class JobsApiEngine(Engine):
                 if budget.reached or reason:
                     if status in RUNNING:
                         stop_job(client, submission_id, self.poll_seconds)
-                    return result(steps=last_step, compute_reached=budget.reached, stopped=not budget.reached,
-                                  stop_reason=reason or "")
+                    return result(
+                        steps=last_step,
+                        compute_reached=budget.reached,
+                        stopped=not budget.reached,
+                        stop_reason=reason or "",
+                    )
             if status not in RUNNING:
                 if status == "SUCCEEDED":
                     return result(steps=max(self.checkpointed_step(recipe, run_dir), last_step or 0))
@@ -262,8 +313,13 @@ class JobsApiEngine(Engine):
         metadata = {**job.metadata, "devices": str(job.devices), "until_step": str(job.until_step)}
         while True:
             try:
-                self._jobs_client().submit_job(entrypoint=job.entrypoint, submission_id=job.submission_id,
-                                               runtime_env=job.runtime_env, metadata=metadata, **job.resources)
+                self._jobs_client().submit_job(
+                    entrypoint=job.entrypoint,
+                    submission_id=job.submission_id,
+                    runtime_env=job.runtime_env,
+                    metadata=metadata,
+                    **job.resources,
+                )
                 with self._lock:
                     self._started.add(job.submission_id)
                 return
@@ -303,7 +359,7 @@ class ComputeStop:
         for index, record in enumerate(records):
             if record["gpu_hours"] >= self.target:
                 self.reached = True
-                return records[:index + 1]
+                return records[: index + 1]
         return records
 
 
@@ -327,9 +383,13 @@ def stop_job(client, submission_id: str, poll_seconds: float = 1.0) -> None:
 def report_progress(records: list[dict], progress) -> None:
     """Hand the live view a batch's last step, compute and latest validation reward (progress may be None)."""
     if progress and records:
-        progress({"step": records[-1]["step"], "gpu_hours": records[-1]["gpu_hours"],
-                  "val_reward": next((r["val_reward"] for r in reversed(records) if r["val_reward"] is not None),
-                                     None)})
+        progress(
+            {
+                "step": records[-1]["step"],
+                "gpu_hours": records[-1]["gpu_hours"],
+                "val_reward": next((r["val_reward"] for r in reversed(records) if r["val_reward"] is not None), None),
+            }
+        )
 
 
 def wall_seconds(details) -> float:

@@ -45,13 +45,19 @@ def jobs_client(address: str | None):
         return JobSubmissionClient(address)
     except AuthenticationError as err:
         first = str(err).splitlines()[0]
-        raise UserError(f"the Ray cluster at {shown} refused this client ({first}); set RAY_AUTH_TOKEN (or "
-                        "RAY_AUTH_TOKEN_PATH) to the cluster's token", field="--ray-address") from None
+        raise UserError(
+            f"the Ray cluster at {shown} refused this client ({first}); set RAY_AUTH_TOKEN (or "
+            "RAY_AUTH_TOKEN_PATH) to the cluster's token",
+            field="--ray-address",
+        ) from None
     except ConnectionError as err:
         first = str(err).splitlines()[0]
-        raise UserError(f"cannot reach a Ray cluster at {shown} ({first}); start one (`ray start --head`) and pass "
-                        "its dashboard address, e.g. --ray-address http://HEAD:8265, or leave --ray-address out to "
-                        "start one here", field="--ray-address") from None
+        raise UserError(
+            f"cannot reach a Ray cluster at {shown} ({first}); start one (`ray start --head`) and pass "
+            "its dashboard address, e.g. --ray-address http://HEAD:8265, or leave --ray-address out to "
+            "start one here",
+            field="--ray-address",
+        ) from None
 
 
 @dataclass
@@ -119,20 +125,39 @@ def start_head() -> LocalHead:
     cores = len(os.sched_getaffinity(0))
     log = open(Path(temp) / "head.log", "wb")  # noqa: SIM115 (the head writes to it while it runs)
     head = subprocess.Popen(
-        [str(ray), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--include-dashboard=true",
-         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
-         f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}", f"--num-cpus={cores}",
-         f"--temp-dir={temp}", "--disable-usage-stats"],
-        start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+        [
+            str(ray),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard}",
+            "--include-dashboard=true",
+            f"--dashboard-agent-listen-port={agent}",
+            f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--runtime-env-agent-port={runtime_env}",
+            f"--metrics-export-port={metrics}",
+            f"--num-cpus={cores}",
+            f"--temp-dir={temp}",
+            "--disable-usage-stats",
+        ],
+        start_new_session=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     local = LocalHead(f"http://127.0.0.1:{dashboard}", head.pid, temp)
     deadline = time.monotonic() + START_SECONDS
     while not local.alive():
         if head.poll() is not None or time.monotonic() > deadline:
             tail = (Path(temp) / "head.log").read_text(errors="replace").strip().splitlines()[-1:]
             local.stop()
-            raise UserError(f"could not start a local Ray head ({tail[0][:200] if tail else 'no output'}); start "
-                            "one yourself and pass --ray-address", field="--ray-address")
+            raise UserError(
+                f"could not start a local Ray head ({tail[0][:200] if tail else 'no output'}); start "
+                "one yourself and pass --ray-address",
+                field="--ray-address",
+            )
         time.sleep(0.5)
     return local
 

@@ -57,14 +57,23 @@ class MlflowTracker(Tracker):
 
         run_id = self.runs.get(run_key) or self._run_id(run, run_key)
         now = int(time.time() * 1000)
-        metrics = [Metric(key, float(record[key]), now, int(record["step"]))
-                   for record in evaluations for key in MIRRORED if record.get(key) is not None]
+        metrics = [
+            Metric(key, float(record[key]), now, int(record["step"]))
+            for record in evaluations
+            for key in MIRRORED
+            if record.get(key) is not None
+        ]
         self.client.log_batch(run_id, metrics=metrics)
 
     def _run_id(self, run: str, run_key: str) -> str:
         found = self.client.search_runs([self.experiment], f"tags.rlscale_run_key = '{run_key}'", max_results=1)
-        run_id = found[0].info.run_id if found else self.client.create_run(
-            self.experiment, run_name=run, tags={"rlscale_run_key": run_key, "rlscale_study": self.group}).info.run_id
+        run_id = (
+            found[0].info.run_id
+            if found
+            else self.client.create_run(
+                self.experiment, run_name=run, tags={"rlscale_run_key": run_key, "rlscale_study": self.group}
+            ).info.run_id
+        )
         self.runs[run_key] = run_id
         return run_id
 
@@ -81,8 +90,9 @@ class TrackioTracker(Tracker):
 
         trackio.init(project=self.group, name=run, resume="allow")
         for record in evaluations:
-            trackio.log({key: float(record[key]) for key in MIRRORED if record.get(key) is not None},
-                        step=int(record["step"]))
+            trackio.log(
+                {key: float(record[key]) for key in MIRRORED if record.get(key) is not None}, step=int(record["step"])
+            )
         trackio.finish()
 
 
@@ -99,8 +109,10 @@ class WandbTracker(Tracker):
 
         with wandb.init(project=self.group, name=run, id=run_key, resume="allow", reinit="create_new") as handle:
             for record in evaluations:
-                handle.log({key: float(record[key]) for key in MIRRORED if record.get(key) is not None},
-                           step=int(record["step"]))
+                handle.log(
+                    {key: float(record[key]) for key in MIRRORED if record.get(key) is not None},
+                    step=int(record["step"]),
+                )
 
 
 TRACKERS = {"mlflow": MlflowTracker, "trackio": TrackioTracker, "wandb": WandbTracker}
@@ -117,5 +129,6 @@ def make_tracker(tracking, study: str) -> Tracker | None:
             return MlflowTracker(study, tracking.project, tracking.uri)
         return TRACKERS[tracking.backend](study, tracking.project)
     except ImportError:
-        raise UserError(f"tracking {tracking.backend} needs its client library: pip install {package}",
-                        field="tracking.backend") from None
+        raise UserError(
+            f"tracking {tracking.backend} needs its client library: pip install {package}", field="tracking.backend"
+        ) from None

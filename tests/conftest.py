@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from rlscale.fitting.sigmoid import sigmoid
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
@@ -106,20 +105,39 @@ def _start_head(env: dict | None = None, *, cpus: int = 4, gpus: int = 8) -> tup
     port, dashboard, agent, agent_grpc, runtime_env, metrics = (_free_port() for _ in range(6))
     environment = {**os.environ, "RAY_AUTH_MODE": "disabled", **(env or {})}  # loopback; Ray 2.60 asks a token
     head = subprocess.Popen(
-        [str(RAY), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", "--include-dashboard=true",
-         # every port of its own: another Ray cluster on this machine (a parallel test) holds the defaults
-         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
-         f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
-         f"--num-cpus={cpus}", f"--num-gpus={gpus}", f"--temp-dir={temp}", "--disable-usage-stats"],
-        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environment)
+        [
+            str(RAY),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard}",
+            "--include-dashboard=true",
+            # every port of its own: another Ray cluster on this machine (a parallel test) holds the defaults
+            f"--dashboard-agent-listen-port={agent}",
+            f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--runtime-env-agent-port={runtime_env}",
+            f"--metrics-export-port={metrics}",
+            f"--num-cpus={cpus}",
+            f"--num-gpus={gpus}",
+            f"--temp-dir={temp}",
+            "--disable-usage-stats",
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=environment,
+    )
     address = f"http://127.0.0.1:{dashboard}"
-    probe = ("from ray.job_submission import JobSubmissionClient; import sys; "
-             "JobSubmissionClient(sys.argv[1]).submit_job(entrypoint='true', submission_id='probe')")
+    probe = (
+        "from ray.job_submission import JobSubmissionClient; import sys; "
+        "JobSubmissionClient(sys.argv[1]).submit_job(entrypoint='true', submission_id='probe')"
+    )
     deadline = time.time() + 120
     while True:  # up when the job agent takes a job (the dashboard answers a few seconds before that)
-        if subprocess.run([sys.executable, "-c", probe, address], env=environment,
-                          capture_output=True).returncode == 0:
+        if subprocess.run([sys.executable, "-c", probe, address], env=environment, capture_output=True).returncode == 0:
             return head, address, temp
         if time.time() > deadline or head.poll() is not None:
             _stop_head(head, temp)
@@ -192,9 +210,19 @@ class PacedEngine(Engine):
             for step in range(start, last + 1):
                 time.sleep(self.seconds)
                 if step % 2 == 0 or step == last:
-                    on_records([{"step": s, "gpu_hours": 0.01 * s, "rollouts": s, "tokens": 0,
-                                 "val_reward": 0.5 if s % 2 == 0 else None, "metrics": {}}
-                                for s in range(self.reached.get(run_key, -1) + 1, step + 1)])
+                    on_records(
+                        [
+                            {
+                                "step": s,
+                                "gpu_hours": 0.01 * s,
+                                "rollouts": s,
+                                "tokens": 0,
+                                "val_reward": 0.5 if s % 2 == 0 else None,
+                                "metrics": {},
+                            }
+                            for s in range(self.reached.get(run_key, -1) + 1, step + 1)
+                        ]
+                    )
                     self.reached[run_key] = step
             return JobResult(steps=self.reached[run_key])
         finally:
@@ -224,19 +252,37 @@ def seed_isocompute(url, name, truth, c_obs, prompts=(16, 32), fit=None):
     from rlscale.planner.study import parse_study
 
     runs, records = bench.synthetic_study(truth, c_obs, prompts=prompts)
-    spec = parse_study({
-        "name": name, "method": "isocompute", "compute": {"unit": "gpu_hours", "budget": c_obs, "profile": "tiny-cpu"},
-        "parameters": {"prompts_per_batch": {"values": list(prompts)}, "rollouts": {"values": list(bench.ROLLOUTS)}},
-        **({"fit": fit} if fit else {}),
-    }, file="test").to_spec()
+    spec = parse_study(
+        {
+            "name": name,
+            "method": "isocompute",
+            "compute": {"unit": "gpu_hours", "budget": c_obs, "profile": "tiny-cpu"},
+            "parameters": {
+                "prompts_per_batch": {"values": list(prompts)},
+                "rollouts": {"values": list(bench.ROLLOUTS)},
+            },
+            **({"fit": fit} if fit else {}),
+        },
+        file="test",
+    ).to_spec()
     store = Store(url)
     store.upsert_study(name, spec)
     for run in runs.to_dict("records"):
         config = Recipe(prompts_per_batch=run["prompts_per_batch"], rollouts=run["rollouts"]).to_json()
         run_id = store.ensure_run(name, run["run"], config)
         mine = records[records["run"] == run["run"]]
-        store.add_records(run_id, [{"step": r.step, "gpu_hours": r.gpu_hours, "val_reward": r.val_reward,
-                                    "metrics": {"truncation_rate": r.truncation_rate}} for r in mine.itertuples()])
+        store.add_records(
+            run_id,
+            [
+                {
+                    "step": r.step,
+                    "gpu_hours": r.gpu_hours,
+                    "val_reward": r.val_reward,
+                    "metrics": {"truncation_rate": r.truncation_rate},
+                }
+                for r in mine.itertuples()
+            ],
+        )
         store.set_run_status(run_id, "done")
     store.close()
 
@@ -264,8 +310,13 @@ def seed_loo(url: str, sweep_names: bool = False) -> str:
         steps = np.arange(0, 201, 5)
         hours = budget * steps / steps[-1]
         reward = rng.binomial(4096, sigmoid(hours, A, 1.6, budget / 15, 0.1)) / 4096  # the plateau is seen
-        store.add_records(run_id, [{"step": int(s), "gpu_hours": float(h), "val_reward": float(r),
-                                    "metrics": {"truncation_rate": 0.01}} for s, h, r in zip(steps, hours, reward)])
+        store.add_records(
+            run_id,
+            [
+                {"step": int(s), "gpu_hours": float(h), "val_reward": float(r), "metrics": {"truncation_rate": 0.01}}
+                for s, h, r in zip(steps, hours, reward)
+            ],
+        )
         store.set_run_status(run_id, "done")
     store.close()
     return study.name
@@ -304,8 +355,14 @@ def script_argv(text: str, tmp_path: Path) -> list[str]:
     fake.chmod(0o755)
     script = tmp_path / "export.sh"
     script.write_text(text)
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=60,
-                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    done = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    )
     assert done.returncode == 0, done.stderr
     argv = json.loads(done.stdout)
     assert argv[0] == "-m"

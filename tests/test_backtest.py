@@ -103,8 +103,9 @@ def test_a_part_fit_with_fewer_than_two_points_per_parameter_gets_no_interval_an
 
 
 def test_summary_compares_fit_and_carry_forward_on_rising_runs_only():
-    results = [backtest_run(COMPUTE, noisy_sigmoid(seed), run=f"s{seed}", bootstrap=100, seed=seed)
-               for seed in range(4)]
+    results = [
+        backtest_run(COMPUTE, noisy_sigmoid(seed), run=f"s{seed}", bootstrap=100, seed=seed) for seed in range(4)
+    ]
     flat = np.full(COMPUTE.size, 0.4) + np.random.default_rng(9).normal(0, 0.005, COMPUTE.size)
     results.append(backtest_run(COMPUTE, flat, run="flat", bootstrap=100))
     summary = summarize(results, 0.5)
@@ -139,15 +140,64 @@ def test_cli_json_has_one_object_per_run_and_a_summary(cli, tmp_path):
     assert payload["decision"]["best"] in ("a", "b") and set(payload["decision"]["regret"]) == set(PICK_METHODS)
     assert payload["fraction"] == 0.5 and [r["run"] for r in payload["runs"]] == ["a", "b"]
     assert set(payload["runs"][0]) == {
-        "run", "fitted", "reason", "n_points", "n_part", "cut_compute", "last_compute", "predicted", "predicted_lo",
-        "predicted_hi", "observed", "error", "carry_forward", "carry_forward_error", "A_part", "A_part_lo",
-        "A_part_hi", "A_full", "A_full_identified", "A_inside", "rising", "identified", "level", "pi_lo", "pi_hi",
-        "pi_inside", "pi_score", "sd_parameters", "sd_noise", "sd_drift", "sigma", "gain_left", "distance", "leader"}
+        "run",
+        "fitted",
+        "reason",
+        "n_points",
+        "n_part",
+        "cut_compute",
+        "last_compute",
+        "predicted",
+        "predicted_lo",
+        "predicted_hi",
+        "observed",
+        "error",
+        "carry_forward",
+        "carry_forward_error",
+        "A_part",
+        "A_part_lo",
+        "A_part_hi",
+        "A_full",
+        "A_full_identified",
+        "A_inside",
+        "rising",
+        "identified",
+        "level",
+        "pi_lo",
+        "pi_hi",
+        "pi_inside",
+        "pi_score",
+        "sd_parameters",
+        "sd_noise",
+        "sd_drift",
+        "sigma",
+        "gain_left",
+        "distance",
+        "leader",
+    }
     assert set(payload["summary"]) == {
-        "fraction", "runs", "fitted", "rising", "mae_fit_rising", "mae_carry_forward_rising",
-        "fit_beats_carry_forward_rising", "mae_fit", "mae_carry_forward", "A_checked", "A_inside", "A_inside_share",
-        "A_no_interval", "A_checked_identified", "A_inside_identified_share", "level", "pi_checked", "pi_inside",
-        "pi_coverage", "pi_median_width", "pi_mean_score"}
+        "fraction",
+        "runs",
+        "fitted",
+        "rising",
+        "mae_fit_rising",
+        "mae_carry_forward_rising",
+        "fit_beats_carry_forward_rising",
+        "mae_fit",
+        "mae_carry_forward",
+        "A_checked",
+        "A_inside",
+        "A_inside_share",
+        "A_no_interval",
+        "A_checked_identified",
+        "A_inside_identified_share",
+        "level",
+        "pi_checked",
+        "pi_inside",
+        "pi_coverage",
+        "pi_median_width",
+        "pi_mean_score",
+    }
     assert payload["summary"]["runs"] == 2 and payload["summary"]["fit_beats_carry_forward_rising"] is True
 
 
@@ -182,8 +232,10 @@ def test_cli_backtests_a_stored_study(cli, db_url):
     from rlscale.db.store import Store
 
     with Store(db_url) as store:
-        records = [{"step": i, "gpu_hours": float(c), "val_reward": float(r)} for i, (c, r) in
-                   enumerate(zip(COMPUTE, noisy_sigmoid(3)))]
+        records = [
+            {"step": i, "gpu_hours": float(c), "val_reward": float(r)}
+            for i, (c, r) in enumerate(zip(COMPUTE, noisy_sigmoid(3)))
+        ]
         store.import_runs("s", [("run-a", {"run": "run-a"}, records)])
     code, out, err = cli("backtest", "--study", "s", "--db", db_url, "--json", "--bootstrap", "50")
     assert (code, err) == (0, "")
@@ -196,8 +248,9 @@ def test_report_includes_the_backtest_table(cli, tmp_path):
     write_runs(path, {"a": noisy_sigmoid(0), "b": noisy_sigmoid(1)})
     url = f"sqlite:///{tmp_path / 'store.db'}"
     assert cli("import", str(path), "--study", "imported", "--db", url)[0] == 0
-    code, out, err = cli("report", "imported", "--db", url, "--out", str(tmp_path / "rep"), "--bootstrap", "40",
-                         "--json")
+    code, out, err = cli(
+        "report", "imported", "--db", url, "--out", str(tmp_path / "rep"), "--bootstrap", "40", "--json"
+    )
     assert (code, err) == (0, "")
     backtest = json.loads(out)["backtest"]
     assert [row["run"] for row in backtest["runs"]] == ["a", "b"] and backtest["summary"]["fitted"] == 2
@@ -218,10 +271,13 @@ def test_cli_noise_model_is_passed_to_the_fits_and_checked(cli, tmp_path):
     assert code == 2 and err.startswith("error: --noise: expected one of auto, binomial, constant, multiplicative")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--r0", "2"], "error: --r0: expected a finite reward in [0, 1]"),
-    (["--unbounded", "--noise", "binomial"], "error: --noise: binomial noise is for pass rates in [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--r0", "2"], "error: --r0: expected a finite reward in [0, 1]"),
+        (["--unbounded", "--noise", "binomial"], "error: --noise: binomial noise is for pass rates in [0, 1]"),
+    ],
+)
 def test_cli_checks_r0_and_noise_as_fit_does(cli, tmp_path, args, message):
     # the same one-line errors as `rlscale fit` (before: every run "not fitted", the error about the file)
     path = tmp_path / "runs.csv"
@@ -234,9 +290,11 @@ def study_runs():
     """Three runs cut short: 'fast' leads early on a low plateau, 'twin' just behind it, 'slow' rises later to a
     far higher one."""
     rng = np.random.default_rng(0)
-    return {"fast": (COMPUTE, sigmoid(COMPUTE, 0.6, 2.0, 10.0, 0.1) + rng.normal(0.0, 0.003, COMPUTE.size)),
-            "slow": (COMPUTE, sigmoid(COMPUTE, 0.9, 2.0, 45.0, 0.1) + rng.normal(0.0, 0.003, COMPUTE.size)),
-            "twin": (COMPUTE, sigmoid(COMPUTE, 0.59, 2.0, 10.0, 0.1) + rng.normal(0.0, 0.003, COMPUTE.size))}
+    return {
+        "fast": (COMPUTE, sigmoid(COMPUTE, 0.6, 2.0, 10.0, 0.1) + rng.normal(0.0, 0.003, COMPUTE.size)),
+        "slow": (COMPUTE, sigmoid(COMPUTE, 0.9, 2.0, 45.0, 0.1) + rng.normal(0.0, 0.003, COMPUTE.size)),
+        "twin": (COMPUTE, sigmoid(COMPUTE, 0.59, 2.0, 10.0, 0.1) + rng.normal(0.0, 0.003, COMPUTE.size)),
+    }
 
 
 def test_a_decision_leaves_the_leader_for_a_run_surely_ahead():
@@ -246,8 +304,9 @@ def test_a_decision_leaves_the_leader_for_a_run_surely_ahead():
     # at the half the slow run is surely ahead at the end: its lead exceeds the interval of the difference
     assert half.best == "slow" and half.picks["leader"] == "fast"
     gap = half.predicted["slow"] - half.predicted["fast"]
-    assert gap > math.hypot(half.predicted["slow"] - half.predicted_lo["slow"],
-                            half.predicted_hi["fast"] - half.predicted["fast"])
+    assert gap > math.hypot(
+        half.predicted["slow"] - half.predicted_lo["slow"], half.predicted_hi["fast"] - half.predicted["fast"]
+    )
     assert half.picks["prediction"] == "slow" and half.regret["prediction"] == 0.0
     assert half.regret["leader"] == pytest.approx(half.end["slow"] - half.end["fast"]) and half.regret["leader"] > 0.1
     # at the quarter the slow run has not bent: the gain it has left makes its interval wide, yet it holds its end

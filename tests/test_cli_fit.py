@@ -20,8 +20,9 @@ def _strict_json(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
-def _write_curve(path: Path, *, A=0.7, B=1.5, C_mid=100.0, R0=0.1, max_compute=800.0, noise=0.005, column="compute",
-                 run="r"):
+def _write_curve(
+    path: Path, *, A=0.7, B=1.5, C_mid=100.0, R0=0.1, max_compute=800.0, noise=0.005, column="compute", run="r"
+):
     compute = np.linspace(0.0, max_compute, 41)
     reward = sigmoid(compute, A, B, C_mid, R0) + np.random.default_rng(0).normal(0, noise, compute.size)
     lines = [f"run,{column},reward"] + [f"{run},{c:g},{r:.5f}" for c, r in zip(compute, reward)]
@@ -100,8 +101,13 @@ def test_runs_sharing_a_name_across_seeds_are_fitted_apart(monkeypatch, capsys, 
         for seed, A in ((0, 0.6), (1, 0.65)):
             run = store.ensure_run("seeds", "cispo", {"loss": "cispo"}, seed=seed)
             compute = np.linspace(10, 800, 30)
-            store.add_records(run, [{"step": i, "gpu_hours": c, "val_reward": float(sigmoid(c, A, 1.5, 100.0, 0.1))}
-                                    for i, c in enumerate(compute)])
+            store.add_records(
+                run,
+                [
+                    {"step": i, "gpu_hours": c, "val_reward": float(sigmoid(c, A, 1.5, 100.0, 0.1))}
+                    for i, c in enumerate(compute)
+                ],
+            )
     code, out, _ = run_cli(monkeypatch, capsys, "fit", "--study", "seeds", "--db", db_url, "--json")
     assert code == 0
     fits = {fit["run"]: fit["A"] for fit in _strict_json(out)}
@@ -116,11 +122,14 @@ def test_plot_writes_a_png(monkeypatch, capsys, workdir):
     assert (workdir / "fits.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("args,message", [
-    (["fit"], "error: fit: give either a run-log FILE or --study NAME (not both)"),
-    (["fit", "x.csv", "--study", "s"], "error: fit: give either a run-log FILE or --study NAME (not both)"),
-    (["fit", "--study", "nope"], "error: no study named 'nope' in sqlite:///"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["fit"], "error: fit: give either a run-log FILE or --study NAME (not both)"),
+        (["fit", "x.csv", "--study", "s"], "error: fit: give either a run-log FILE or --study NAME (not both)"),
+        (["fit", "--study", "nope"], "error: no study named 'nope' in sqlite:///"),
+    ],
+)
 def test_wrong_arguments_are_one_line_errors(monkeypatch, capsys, workdir, args, message):
     code, _, err = run_cli(monkeypatch, capsys, *args)
     assert code == 2 and err.startswith(message) and err.count("\n") == 1
@@ -141,10 +150,16 @@ def test_r0_that_is_not_a_finite_pass_rate_is_a_one_line_error(monkeypatch, caps
     assert err.startswith("error: --r0: expected a finite reward") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--noise", "poisson"], "error: --noise: expected one of auto, binomial, constant, multiplicative, got 'poisson'"),
-    (["--noise", "binomial", "--unbounded"], "error: --noise: binomial noise is for pass rates in [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["--noise", "poisson"],
+            "error: --noise: expected one of auto, binomial, constant, multiplicative, got 'poisson'",
+        ),
+        (["--noise", "binomial", "--unbounded"], "error: --noise: binomial noise is for pass rates in [0, 1]"),
+    ],
+)
 def test_bad_noise_options_are_one_line_errors(monkeypatch, capsys, workdir, args, message):
     _write_curve(workdir / "curve.csv")
     code, _, err = run_cli(monkeypatch, capsys, "fit", "curve.csv", *args)
@@ -182,7 +197,8 @@ def test_compute_near_1e303_fits_like_the_same_curve_and_prints_no_warning(monke
     (fit,) = _strict_json(out)
     assert code == 0 and err == "" and fit["identified"] is True
     assert [fit["A"], fit["B"], fit["C_mid"] / 1e303, fit["r2"]] == pytest.approx(
-        [plain["A"], plain["B"], plain["C_mid"], plain["r2"]], rel=1e-6)
+        [plain["A"], plain["B"], plain["C_mid"], plain["r2"]], rel=1e-6
+    )
 
 
 def test_a_file_without_a_fittable_run_exits_2_naming_the_run_and_why(monkeypatch, capsys, workdir):

@@ -6,9 +6,9 @@ import re
 
 import pytest
 import typer
+from conftest import run_cli
 
 from rlscale.cli import app
-from conftest import run_cli
 
 COMMANDS = typer.main.get_command(app).commands
 

@@ -3,12 +3,12 @@ steps as a count, not against a planned step count that the compute stop overrid
 
 import json
 
-from rich.console import Console
-
 from conftest import run_cli
-from rlscale.cli.views import compute_progress, sweep_table
+from rich.console import Console
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.sweep.state import RunState
+
+from rlscale.cli.views import compute_progress, sweep_table
 
 
 def _table_text(runs, width=80) -> str:
@@ -22,9 +22,12 @@ def test_compute_against_the_plan_and_steps_as_a_count():
     assert compute_progress(0.0175, 0.035) == ("0.0175 / 0.035", "50%")
     assert compute_progress(0.02, float("nan")) == ("0.02", "-")  # an imported run has no plan
     # a run past its planned steps (the compute stop decides) and one half way
-    runs = [RunState(1, "bp16,n4", Recipe(steps=1084), 0, 0.035, status="done", step=2065, gpu_hours=0.0349),
-            RunState(2, "bp16,n8", Recipe(steps=542), 0, 0.035, status="running", step=400, gpu_hours=0.0175,
-                     devices="2 CPU")]
+    runs = [
+        RunState(1, "bp16,n4", Recipe(steps=1084), 0, 0.035, status="done", step=2065, gpu_hours=0.0349),
+        RunState(
+            2, "bp16,n8", Recipe(steps=542), 0, 0.035, status="running", step=400, gpu_hours=0.0175, devices="2 CPU"
+        ),
+    ]
     text = _table_text(runs)
     assert "2065/1084" not in text and "/1084" not in text
     assert "2,065" in text and "0.0349 / 0.035" in text and "100%" in text and "50%" in text

@@ -4,9 +4,8 @@ fits, no cell or header is cut with an ellipsis, and notes are bullet lines."""
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import NAMES, curves_csv, run_cli
 from rich.cells import cell_len
-from conftest import NAMES, curves_csv
 
 ROOT = Path(__file__).parents[1]
 
@@ -22,11 +21,15 @@ def narrow(monkeypatch, capsys, workdir):
         assert (code, err) == (0, ""), (args, err)
         db = f" --db {args[args.index('--db') + 1]}" if "--db" in args else ""
         # a command stays whole on its line, to copy: only the store's URL (the test's long path) may overflow it
-        too_wide = [line for line in out.splitlines()
-                    if cell_len(line.replace(db, "") if line.startswith("  rlscale ") else line) > 80]
+        too_wide = [
+            line
+            for line in out.splitlines()
+            if cell_len(line.replace(db, "") if line.startswith("  rlscale ") else line) > 80
+        ]
         assert not too_wide, (args, too_wide)
         assert "…" not in out, (args, out)  # rich cuts a cell or header it cannot fit with an ellipsis
         return out
+
     return call
 
 

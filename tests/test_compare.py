@@ -30,8 +30,17 @@ def _study(plateaus: dict[str, list[float]], identified: dict[str, list[bool]] |
             reward = np.minimum(level, 0.3 + compute * 2 * (level - 0.3))
             records += [{"run": label, "gpu_hours": c, "val_reward": r} for c, r in zip(compute, reward)]
             ok = True if identified is None else identified[variant][seed]
-            fits.append({"run": label, "A": level + 0.01, **SHAPE, "identified": ok, "status": "done",
-                         "truncation_rate": 0.0, "c_max": 1.0})
+            fits.append(
+                {
+                    "run": label,
+                    "A": level + 0.01,
+                    **SHAPE,
+                    "identified": ok,
+                    "status": "done",
+                    "truncation_rate": 0.0,
+                    "c_max": 1.0,
+                }
+            )
     return pd.DataFrame(fits), pd.DataFrame(records), variant_of
 
 
@@ -74,12 +83,16 @@ def test_a_gap_inside_the_noise_band_or_the_seed_spread_is_not_a_separation():
 
 
 def test_asymptotes_are_compared_only_when_every_seed_is_identified():
-    result = _compare({"a": [0.80, 0.81, 0.80], "b": [0.795, 0.80, 0.80]},
-                      identified={"a": [True, True, False], "b": [True, True, True]})
+    result = _compare(
+        {"a": [0.80, 0.81, 0.80], "b": [0.795, 0.80, 0.80]},
+        identified={"a": [True, True, False], "b": [True, True, True]},
+    )
     pair = result["pairs"][0]
     assert not pair["A_compared"] and not pair["A_separated"] and math.isnan(pair["A_gap"])
-    assert result["verdict"]["values"]["identified"] == [{"variant": "a", "identified": 2, "seeds": 3},
-                                                         {"variant": "b", "identified": 3, "seeds": 3}]
+    assert result["verdict"]["values"]["identified"] == [
+        {"variant": "a", "identified": 2, "seeds": 3},
+        {"variant": "b", "identified": 3, "seeds": 3},
+    ]
     assert [row["identified"] for row in result["rows"]] == [2, 3]
 
 

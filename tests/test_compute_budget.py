@@ -5,7 +5,6 @@ import json
 
 import pytest
 import yaml
-
 from rlscale.db.store import Store
 from rlscale.planner.cost import TINY_CPU
 from rlscale.planner.profiles import save_profile
@@ -30,14 +29,32 @@ def test_runs_stop_within_5_percent_of_their_planned_compute_whatever_the_profil
     (tmp_path / "cache" / shared.name).symlink_to(shared)
     monkeypatch.setenv("RLSCALE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-    save_profile(TINY_CPU.model_copy(update={
-        "name": "skewed", "gpu_hours_per_rollout": TINY_CPU.gpu_hours_per_rollout * skew,
-        "step_overhead_gpu_hours": TINY_CPU.step_overhead_gpu_hours * skew}))
-    spec = {"name": "equal", "method": "isocompute", "metric": "val_reward",
-            "compute": {"unit": "gpu_hours", "budget": BUDGET, "scope": "per_run", "profile": "skewed", "min_steps": 5},
-            "parameters": {"rollouts": {"values": [2, 8]}, "prompts_per_batch": {"values": [8]}},
-            "recipe": {"max_new_tokens": 8, "eval_every": 10, "eval_prompts": 32, "eval_samples": 2,
-                       "checkpoint_every": 10, "async": "pipeline", "max_staleness": 1, "lr_reference_batch": 512}}
+    save_profile(
+        TINY_CPU.model_copy(
+            update={
+                "name": "skewed",
+                "gpu_hours_per_rollout": TINY_CPU.gpu_hours_per_rollout * skew,
+                "step_overhead_gpu_hours": TINY_CPU.step_overhead_gpu_hours * skew,
+            }
+        )
+    )
+    spec = {
+        "name": "equal",
+        "method": "isocompute",
+        "metric": "val_reward",
+        "compute": {"unit": "gpu_hours", "budget": BUDGET, "scope": "per_run", "profile": "skewed", "min_steps": 5},
+        "parameters": {"rollouts": {"values": [2, 8]}, "prompts_per_batch": {"values": [8]}},
+        "recipe": {
+            "max_new_tokens": 8,
+            "eval_every": 10,
+            "eval_prompts": 32,
+            "eval_samples": 2,
+            "checkpoint_every": 10,
+            "async": "pipeline",
+            "max_staleness": 1,
+            "lr_reference_batch": 512,
+        },
+    }
     path = tmp_path / "equal.yaml"
     path.write_text(yaml.safe_dump(spec))
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
@@ -51,5 +68,6 @@ def test_runs_stop_within_5_percent_of_their_planned_compute_whatever_the_profil
         spent, steps = float(mine["gpu_hours"].max()), int(mine["step"].max())
         assert runs.loc[run_id, "status"] == "done"
         assert abs(spent / planned_hours - 1) <= 0.05, json.dumps(
-            {"planned_gpu_hours": planned_hours, "spent": spent, "planned_steps": planned_steps, "steps": steps})
+            {"planned_gpu_hours": planned_hours, "spent": spent, "planned_steps": planned_steps, "steps": steps}
+        )
         assert mine.loc[mine["step"] == steps, "val_reward"].notna().all()  # the last step is evaluated

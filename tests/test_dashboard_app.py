@@ -20,14 +20,21 @@ CLOSER = "</script><script>alert(2)</script>"
 def seed(url: str) -> None:
     """A grid study over lr with two runs, one named to attack the page, one still running on 2 GPUs."""
     with Store(url) as store:
-        store.upsert_study("grid", {"name": "grid", "method": "grid", "recipe": {"steps": 40},
-                                    "parameters": {"lr": {"values": [1e-4, 2e-4]}}})
+        store.upsert_study(
+            "grid",
+            {"name": "grid", "method": "grid", "recipe": {"steps": 40}, "parameters": {"lr": {"values": [1e-4, 2e-4]}}},
+        )
         for name, lr, status, error in ((HOSTILE, 1e-4, "stopped", CLOSER), ("lr2e-4", 2e-4, "running", "on 2 GPU")):
             run_id = store.ensure_run("grid", name, {"lr": lr, "steps": 40})
             hours = np.linspace(0.0, 0.4, 21)
             reward = sigmoid(hours, 0.5 + lr * 1000, 2.0, 0.1, 0.1)
-            store.add_records(run_id, [{"step": 2 * i, "gpu_hours": float(h), "val_reward": float(r)}
-                                       for i, (h, r) in enumerate(zip(hours, reward))])
+            store.add_records(
+                run_id,
+                [
+                    {"step": 2 * i, "gpu_hours": float(h), "val_reward": float(r)}
+                    for i, (h, r) in enumerate(zip(hours, reward))
+                ],
+            )
             store.set_run_status(run_id, status, error=error)
 
 
@@ -56,9 +63,17 @@ def test_hostile_names_are_escaped_in_the_page_and_json_in_its_content_type(url)
 def test_embedded_chart_data_cannot_close_its_script_element():
     text = script_json({"run": CLOSER})
     assert "</script" not in text and json.loads(text) == {"run": CLOSER}
-    page = render_study_page(StudyPage(study="s", curves={"grid": [], "unit": "", "reward": "",
-                                                          "runs": [{"run": CLOSER, "c": [], "r": [], "fit": None,
-                                                                    "color": 0}]}))
+    page = render_study_page(
+        StudyPage(
+            study="s",
+            curves={
+                "grid": [],
+                "unit": "",
+                "reward": "",
+                "runs": [{"run": CLOSER, "c": [], "r": [], "fit": None, "color": 0}],
+            },
+        )
+    )
     assert page.count("</script>") == page.count("<script")  # each script element closed by its own tag only
 
 
@@ -66,7 +81,9 @@ def test_a_refresh_without_changes_says_so_and_a_new_record_changes_it(url):
     with TestClient(create_app(url)) as client:
         first = client.get("/api/study/grid").json()
         assert client.get("/api/study/grid", params={"since": first["stamp"]}).json() == {
-            "changed": False, "stamp": first["stamp"]}
+            "changed": False,
+            "stamp": first["stamp"],
+        }
         with Store(url) as store:
             run_id = int(store.runs_frame("grid")["run_id"].iloc[1])
             store.add_records(run_id, [{"step": 42, "gpu_hours": 0.42, "val_reward": 0.7}])
@@ -82,9 +99,20 @@ def test_runs_in_flight_and_runs_stopped_early_are_shown_with_what_the_sweep_wro
     assert 'class="status-stopped' in sections["runs"] and "&lt;/script&gt;" in sections["stopped"]
 
 
-@pytest.mark.parametrize("path", ["/assets/../db/store.py", "/assets/..%2f..%2fdb%2fstore.py", "/assets/page.py",
-                                  "/assets/%2e%2e/page.py", "/assets/", "/../../etc/passwd", "/study/..%2f..",
-                                  "/api/study/..", "/study/%3Cimg%3E"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/assets/../db/store.py",
+        "/assets/..%2f..%2fdb%2fstore.py",
+        "/assets/page.py",
+        "/assets/%2e%2e/page.py",
+        "/assets/",
+        "/../../etc/passwd",
+        "/study/..%2f..",
+        "/api/study/..",
+        "/study/%3Cimg%3E",
+    ],
+)
 def test_nothing_outside_the_pages_own_assets_is_served(url, path):
     with TestClient(create_app(url)) as client:
         response = client.get(path)

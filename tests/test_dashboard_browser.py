@@ -22,8 +22,16 @@ from rlscale.db.store import Store
 pytestmark = pytest.mark.slow
 
 HOSTILE = "<img src=x onerror=\"document.title='pwned'\">"
-RECIPE = {"prompts_per_batch": 8, "rollouts": 4, "eval_prompts": 16, "eval_samples": 2, "async": "sync",
-          "lr_reference_batch": 256, "eval_every": 2, "checkpoint_every": 2}
+RECIPE = {
+    "prompts_per_batch": 8,
+    "rollouts": 4,
+    "eval_prompts": 16,
+    "eval_samples": 2,
+    "async": "sync",
+    "lr_reference_batch": 256,
+    "eval_every": 2,
+    "checkpoint_every": 2,
+}
 SWEEP = textwrap.dedent("""
     import sys, time
     from pathlib import Path
@@ -77,8 +85,17 @@ SWEEP = textwrap.dedent("""
 
 
 def _study(path: Path, name: str, lrs: list, steps: int, **spec) -> Path:
-    path.write_text(yaml.safe_dump({"name": name, "method": "grid", "recipe": {**RECIPE, "steps": steps},
-                                    "parameters": {"lr": {"values": lrs}}, **spec}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "method": "grid",
+                "recipe": {**RECIPE, "steps": steps},
+                "parameters": {"lr": {"values": lrs}},
+                **spec,
+            }
+        )
+    )
     return path
 
 
@@ -96,12 +113,21 @@ def sweep(tmp_path_factory):
     """The sweep in a process of its own (its own process group, killed at the end); yields (url, gate file)."""
     tmp = tmp_path_factory.mktemp("dash")
     url, gate = f"sqlite:///{tmp / 'store.db'}", tmp / "gate"
-    rungs = _study(tmp / "rungs.yaml", "rungs", [1e-4, 2e-4, 3e-4, 4e-4], 80,
-                   early_terminate={"type": "asymptote", "min_fraction": 0.25})
+    rungs = _study(
+        tmp / "rungs.yaml",
+        "rungs",
+        [1e-4, 2e-4, 3e-4, 4e-4],
+        80,
+        early_terminate={"type": "asymptote", "min_fraction": 0.25},
+    )
     paced = _study(tmp / "paced.yaml", "paced", [3e-4], 60)
     gate.write_text("3")  # the paced run's first evaluations, so its curve has points when the page opens
-    process = subprocess.Popen([sys.executable, "-c", SWEEP, url, str(rungs), str(paced), str(gate)],
-                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-c", SWEEP, url, str(rungs), str(paced), str(gate)],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         yield url, gate, process
     finally:
@@ -165,6 +191,7 @@ def test_the_study_page_loads_from_the_index_without_console_errors(dashboard, p
 def test_a_new_evaluation_appears_within_seconds(sweep, dashboard, page):
     _, gate, _ = sweep
     with Store(sweep[0], read_only=True) as store:
+
         def evaluated():
             done = "paced" in store.study_names() and store.records_frame("paced")["val_reward"].notna().sum() >= 4
             return True if done else None
@@ -184,6 +211,7 @@ def test_a_run_stopped_early_is_shown_as_stopped_with_the_reason_the_sweep_store
     page.goto(dashboard + "study/rungs")
     stopped = page.locator("#runs tr.status-stopped")
     with Store(sweep[0], read_only=True) as store:
+
         def finished():  # the study's sweep is over: every run done or stopped
             runs = store.runs_frame("rungs")
             return runs if runs["status"].isin(["done", "stopped"]).all() else None
@@ -202,8 +230,16 @@ def test_a_run_stopped_early_is_shown_as_stopped_with_the_reason_the_sweep_store
 def test_a_hostile_run_name_is_shown_as_text_and_runs_nothing(sweep, dashboard, page):
     with Store(sweep[0]) as store:  # an import beside the sweep: the test is a second writer, as `rlscale import` is
         _until(lambda: True if "paced" in store.study_names() else None, 120, "the paced study")
-        store.import_runs("paced", [(HOSTILE, {"source": "import"}, [
-            {"step": s, "gpu_hours": 0.01 * s, "val_reward": 0.1 + 0.005 * s} for s in range(0, 40, 2)])])
+        store.import_runs(
+            "paced",
+            [
+                (
+                    HOSTILE,
+                    {"source": "import"},
+                    [{"step": s, "gpu_hours": 0.01 * s, "val_reward": 0.1 + 0.005 * s} for s in range(0, 40, 2)],
+                )
+            ],
+        )
     page.goto(dashboard + "study/paced")
     row = page.locator("#runs tbody tr", has_text="onerror")
     row.wait_for(timeout=30_000)

@@ -1,7 +1,6 @@
 """Early termination rules: the asymptote rule on fitted curves, and Optuna's Hyperband pruner as the sweep uses it."""
 
 import numpy as np
-
 from rlscale.fitting.early_stop import UPPER_LEVEL, best_fit_of, should_stop
 from rlscale.fitting.sigmoid import SigmoidFit, fit_sigmoid, sigmoid
 from rlscale.planner.study import EarlyTerminate
@@ -67,10 +66,22 @@ def test_hyperband_prunes_runs_that_trail_at_a_rung_and_keeps_the_leader():
 
 # The rung scheduler: hand-built fits, so each test states exactly what the scheduler sees.
 
+
 def sigmoid_fit(A, half_width=0.01, C_mid=0.1, identified=True):
-    return SigmoidFit(A=A, B=2.0, C_mid=C_mid, R0=0.15, rss=0.0, r2=1.0, A_lo=A - half_width,
-                      A_hi=min(1.0, A + half_width), n_points=20, identified=identified, reason="",
-                      A_upper=min(1.0, A + half_width))
+    return SigmoidFit(
+        A=A,
+        B=2.0,
+        C_mid=C_mid,
+        R0=0.15,
+        rss=0.0,
+        r2=1.0,
+        A_lo=A - half_width,
+        A_hi=min(1.0, A + half_width),
+        n_points=20,
+        identified=identified,
+        reason="",
+        A_upper=min(1.0, A + half_width),
+    )
 
 
 def at(key, fraction, A=None, half_width=0.01, C_mid=0.1, identified=True, **kw):

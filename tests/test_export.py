@@ -7,16 +7,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
 from conftest import run_cli, script_argv
-from rlscale.planner.frameworks import Deployment, export_config, openrlhf_mapping, trl_mapping, verl_mapping, verl_overrides
+from rlscale.planner.frameworks import (
+    Deployment,
+    export_config,
+    openrlhf_mapping,
+    trl_mapping,
+    verl_mapping,
+    verl_overrides,
+)
 from rlscale.planner.recipe import Recipe
 
-RECIPE = Recipe(prompts_per_batch=48, rollouts=16, steps=1200, lr=1e-6, kl_coef=0.001, entropy_coef=0.002,
-                max_new_tokens=16384, seed=3)
-
-
-
+RECIPE = Recipe(
+    prompts_per_batch=48,
+    rollouts=16,
+    steps=1200,
+    lr=1e-6,
+    kl_coef=0.001,
+    entropy_coef=0.002,
+    max_new_tokens=16384,
+    seed=3,
+)
 
 
 def test_every_export_names_its_framework_and_version():
@@ -27,7 +38,11 @@ def test_every_export_names_its_framework_and_version():
 def test_verl_mapping_is_callable_and_trains_one_update_per_batch():
     m = verl_mapping(RECIPE)
     r = m.recipe
-    assert (r["data.train_batch_size"], r["actor_rollout_ref.rollout.n"], r["trainer.total_training_steps"]) == (48, 16, 1200)
+    assert (r["data.train_batch_size"], r["actor_rollout_ref.rollout.n"], r["trainer.total_training_steps"]) == (
+        48,
+        16,
+        1200,
+    )
     # ppo_mini_batch_size counts prompts like train_batch_size: equal means one optimizer update per step
     assert r["actor_rollout_ref.actor.ppo_mini_batch_size"] == 48 and r["actor_rollout_ref.actor.ppo_epochs"] == 1
     assert r["actor_rollout_ref.actor.optim.lr_warmup_steps"] == 20
@@ -142,8 +157,9 @@ def _cli(args, capsys, monkeypatch):
 
 def test_export_command_from_a_recipe_file(workdir, capsys, monkeypatch):
     (workdir / "r.yaml").write_text("prompts_per_batch: 8\nrollouts: 4\nsteps: 50\nloss: grpo\nasync: sync\n")
-    code, out, err = _cli(["export", "--format", "verl", "--recipe", "r.yaml", "--gpus", "4", "--out", "verl.sh"],
-                          capsys, monkeypatch)
+    code, out, err = _cli(
+        ["export", "--format", "verl", "--recipe", "r.yaml", "--gpus", "4", "--out", "verl.sh"], capsys, monkeypatch
+    )
     assert code == 0, err
     argv = script_argv((workdir / "verl.sh").read_text(), workdir)
     assert "data.train_batch_size=8" in argv and "actor_rollout_ref.rollout.n=4" in argv
@@ -160,8 +176,25 @@ def test_export_command_from_a_study_recommendation(workdir, capsys, monkeypatch
     url = f"sqlite:///{workdir / 'rl.db'}"
     truth, c_obs = bench.CASES["saturates_64"]
     seed_isocompute(url, "iso", truth, c_obs)
-    code, out, err = _cli(["export", "--format", "trl", "--study", "iso", "--budget", str(4 * c_obs), "--db", url,
-                           "--profile", "tiny-cpu", "--gpus", "1"], capsys, monkeypatch)
+    code, out, err = _cli(
+        [
+            "export",
+            "--format",
+            "trl",
+            "--study",
+            "iso",
+            "--budget",
+            str(4 * c_obs),
+            "--db",
+            url,
+            "--profile",
+            "tiny-cpu",
+            "--gpus",
+            "1",
+        ],
+        capsys,
+        monkeypatch,
+    )
     assert code == 0, err
     config = yaml.safe_load(out)
     assert config["num_generations"] in (32, 64, 128)
@@ -187,8 +220,13 @@ def _seed_study(url: str, study_file: str, asymptotes: dict) -> dict:
         run_id = store.ensure_run(study.name, run.name, run.recipe.to_json(), run.seed)
         compute = np.concatenate([[0.0], np.geomspace(0.0002, 0.035, 30)])
         reward = rng.binomial(4000, sigmoid(compute, A, 1.5, 0.004, 0.05)) / 4000
-        store.add_records(run_id, [{"step": i, "gpu_hours": float(c), "val_reward": float(r),
-                                    "metrics": {"truncation_rate": 0.01}} for i, (c, r) in enumerate(zip(compute, reward))])
+        store.add_records(
+            run_id,
+            [
+                {"step": i, "gpu_hours": float(c), "val_reward": float(r), "metrics": {"truncation_rate": 0.01}}
+                for i, (c, r) in enumerate(zip(compute, reward))
+            ],
+        )
         store.set_run_status(run_id, "done")
     store.close()
     return truth
@@ -197,7 +235,9 @@ def _seed_study(url: str, study_file: str, asymptotes: dict) -> dict:
 def test_export_a_loss_ablation_names_its_best_run(workdir, capsys, monkeypatch):
     url = f"sqlite:///{workdir / 'rl.db'}"
     _seed_study(url, "loss_ablation.yaml", lambda name: 0.8 if "cispo" in name else 0.6)
-    code, out, err = _cli(["export", "--format", "openrlhf", "--study", "loss_ablation", "--db", url], capsys, monkeypatch)
+    code, out, err = _cli(
+        ["export", "--format", "openrlhf", "--study", "loss_ablation", "--db", url], capsys, monkeypatch
+    )
     assert code == 0, err
     assert "best run of study loss_ablation" in out and "cispo" in out.splitlines()[2]
     assert "highest fitted asymptote" in out
@@ -210,8 +250,11 @@ def test_export_scalerl_leave_one_out_by_predicted_reward(workdir, capsys, monke
     url = f"sqlite:///{workdir / 'rl.db'}"
     truth = _seed_study(url, "scalerl_loo.yaml", lambda name: 0.7 if name == "baseline" else 0.55)
     assert "baseline" in truth
-    code, out, err = _cli(["export", "--format", "verl", "--study", "scalerl_loo", "--budget", "0.05", "--db", url,
-                           "--gpus", "2"], capsys, monkeypatch)
+    code, out, err = _cli(
+        ["export", "--format", "verl", "--study", "scalerl_loo", "--budget", "0.05", "--db", url, "--gpus", "2"],
+        capsys,
+        monkeypatch,
+    )
     assert code == 0, err
     assert "best run of study scalerl_loo: baseline" in out and "predicted reward at a budget of 0.05" in out
     assert "reward at 0.05: " in out and "(90% prediction interval" in out

@@ -15,10 +15,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
+from conftest import script_argv
 from rlscale.planner.frameworks import TARGETS, Deployment, export_config
 from rlscale.planner.recipe import Recipe
-from conftest import script_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKERS = Path(__file__).resolve().parent / "checkers"
@@ -30,10 +29,25 @@ DEPLOY = Deployment(gpus_per_node=1, nodes=1, max_prompt_tokens=512)  # TRL's co
 
 def combo_recipe(i: int, loss: str, agg: str, norm: str) -> Recipe:
     """A recipe per combination; async modes, KL and seeds vary across them so every path is exercised."""
-    return Recipe(loss=loss, loss_agg=agg, adv_norm=norm, prompts_per_batch=48, rollouts=16, steps=400 + i,
-                  max_new_tokens=4096, lr=1e-6, lr_warmup_steps=20, kl_coef=0.001 if i % 2 else 0.0,
-                  async_mode=ASYNC[i % 3], max_staleness=1 + i % 4, ppo_minibatches=4, seed=7 + i,
-                  zero_variance_filter=bool(i % 2), entropy_coef=0.001 * (i % 3 == 0), model="/models/qwen 7b")
+    return Recipe(
+        loss=loss,
+        loss_agg=agg,
+        adv_norm=norm,
+        prompts_per_batch=48,
+        rollouts=16,
+        steps=400 + i,
+        max_new_tokens=4096,
+        lr=1e-6,
+        lr_warmup_steps=20,
+        kl_coef=0.001 if i % 2 else 0.0,
+        async_mode=ASYNC[i % 3],
+        max_staleness=1 + i % 4,
+        ppo_minibatches=4,
+        seed=7 + i,
+        zero_variance_filter=bool(i % 2),
+        entropy_coef=0.001 * (i % 3 == 0),
+        model="/models/qwen 7b",
+    )
 
 
 HOSTILE = Recipe(model="x; touch PWNED # it's \\ here", async_mode="sync")  # must reach the framework as one value
@@ -53,11 +67,19 @@ def run_checker(name: str, cases: list[dict], tmp_path: Path) -> dict:
             pytest.fail(message)
         pytest.skip(message)
     out = tmp_path / f"{name}.json"
-    done = subprocess.run([str(python), str(CHECKERS / f"{name}_check.py"), str(out)], input=json.dumps(cases),
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    done = subprocess.run(
+        [str(python), str(CHECKERS / f"{name}_check.py"), str(out)],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0 and out.exists(), done.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["version"] == TARGETS[name][1], f"{name} {report['version']} installed, the export targets {TARGETS[name][1]}"
+    assert report["version"] == TARGETS[name][1], (
+        f"{name} {report['version']} installed, the export targets {TARGETS[name][1]}"
+    )
     return {case["name"]: case for case in report["cases"]}
 
 
@@ -70,11 +92,16 @@ def _ok(results: dict, name: str) -> dict:
 @pytest.fixture(scope="module")
 def verl_results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("verl")
-    cases = [{"name": name, "overrides": script_argv(export_config(recipe, "verl", deployment=DEPLOY), tmp)}
-             for name, recipe in CASES.items()]
-    cases.append({"name": "default-deployment",
-                  "overrides": script_argv(export_config(Recipe(async_mode="sync"), "verl"), tmp)})
-    cases.append({"name": "hostile-model", "overrides": script_argv(export_config(HOSTILE, "verl", deployment=DEPLOY), tmp)})
+    cases = [
+        {"name": name, "overrides": script_argv(export_config(recipe, "verl", deployment=DEPLOY), tmp)}
+        for name, recipe in CASES.items()
+    ]
+    cases.append(
+        {"name": "default-deployment", "overrides": script_argv(export_config(Recipe(async_mode="sync"), "verl"), tmp)}
+    )
+    cases.append(
+        {"name": "hostile-model", "overrides": script_argv(export_config(HOSTILE, "verl", deployment=DEPLOY), tmp)}
+    )
     # a key verl 0.9.1 does not have (as trainer.seed was) must be refused, so a renamed key fails this suite
     cases.append({"name": "unknown-key", "overrides": cases[0]["overrides"] + ["trainer.seed=0"]})
     return run_checker("verl", cases, tmp)
@@ -83,10 +110,14 @@ def verl_results(tmp_path_factory):
 @pytest.fixture(scope="module")
 def openrlhf_results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("openrlhf")
-    cases = [{"name": name, "argv": script_argv(export_config(recipe, "openrlhf", deployment=DEPLOY), tmp)}
-             for name, recipe in CASES.items()]
+    cases = [
+        {"name": name, "argv": script_argv(export_config(recipe, "openrlhf", deployment=DEPLOY), tmp)}
+        for name, recipe in CASES.items()
+    ]
     cases.append({"name": "default-deployment", "argv": script_argv(export_config(Recipe(), "openrlhf"), tmp)})
-    cases.append({"name": "hostile-model", "argv": script_argv(export_config(HOSTILE, "openrlhf", deployment=DEPLOY), tmp)})
+    cases.append(
+        {"name": "hostile-model", "argv": script_argv(export_config(HOSTILE, "openrlhf", deployment=DEPLOY), tmp)}
+    )
     cases.append({"name": "unknown-flag", "argv": cases[0]["argv"] + ["--seed", "0"]})
     return run_checker("openrlhf", cases, tmp)
 
@@ -124,8 +155,13 @@ def test_verl_composes_validates_and_trains_the_recipe(verl_results, name):
     else:  # clipped: no gradient; and no dual clip caps the loss of a negative-advantage token at clip_ratio_c
         assert v["clip_ratio_low"] == low and v["weight_at_ratio_e6"] == 0
     if recipe.loss in ("dapo", "grpo"):
-        assert v["loss_mode"] == "vanilla" and v["loss_negative_advantage_ratio_e15"] == pytest.approx(math.exp(15), rel=1e-4)
-    assert v["loss_agg_mode"] == {"token": "token-mean", "sample": "seq-mean-token-mean", "prompt": "token-mean"}[recipe.loss_agg]
+        assert v["loss_mode"] == "vanilla" and v["loss_negative_advantage_ratio_e15"] == pytest.approx(
+            math.exp(15), rel=1e-4
+        )
+    assert (
+        v["loss_agg_mode"]
+        == {"token": "token-mean", "sample": "seq-mean-token-mean", "prompt": "token-mean"}[recipe.loss_agg]
+    )
     if recipe.adv_norm in ("group", "none"):  # verl's estimator computes rlscale's advantages
         assert v["advantages"] == pytest.approx(_rlscale_advantages(recipe.adv_norm), abs=1e-5)
     else:  # group mean, batch scale: centred per group, one scale for the batch
@@ -170,7 +206,10 @@ def test_openrlhf_parser_reads_the_intended_recipe(openrlhf_results, name):
     if recipe.loss == "cispo":
         assert 1 + v["eps_clip_low_high"][1] == 5
     assert v["policy_loss_type"] == ("gspo" if recipe.loss == "gspo" else "ppo")
-    assert v["loss_agg_mode"] == {"token": "token-mean", "sample": "seq-mean-token-mean", "prompt": "token-mean"}[recipe.loss_agg]
+    assert (
+        v["loss_agg_mode"]
+        == {"token": "token-mean", "sample": "seq-mean-token-mean", "prompt": "token-mean"}[recipe.loss_agg]
+    )
     assert v["kl_init_coef"] == recipe.kl_coef
     if recipe.kl_coef > 0:
         assert v["kl_use_loss"] and v["kl_estimator"] == "k3"

@@ -22,13 +22,34 @@ STEP_HOURS = 0.0005  # the metered engine's cost of one step
 
 
 def write_study(path, name: str, budget: float, rollouts=(2, 4)):
-    path.write_text(yaml.safe_dump({
-        "name": name, "method": "isocompute", "metric": "val_reward",
-        "compute": {"unit": "gpu_hours", "budget": budget, "scope": "per_run", "profile": "tiny-cpu", "min_steps": 5},
-        "parameters": {"rollouts": {"values": list(rollouts)}, "prompts_per_batch": {"values": [8]}},
-        "recipe": {"max_new_tokens": 8, "eval_every": 10, "eval_prompts": 32, "eval_samples": 2,
-                   "checkpoint_every": 10, "async": "pipeline", "max_staleness": 1, "lr_reference_batch": 512},
-        "fit": {"points": "all"}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "method": "isocompute",
+                "metric": "val_reward",
+                "compute": {
+                    "unit": "gpu_hours",
+                    "budget": budget,
+                    "scope": "per_run",
+                    "profile": "tiny-cpu",
+                    "min_steps": 5,
+                },
+                "parameters": {"rollouts": {"values": list(rollouts)}, "prompts_per_batch": {"values": [8]}},
+                "recipe": {
+                    "max_new_tokens": 8,
+                    "eval_every": 10,
+                    "eval_prompts": 32,
+                    "eval_samples": 2,
+                    "checkpoint_every": 10,
+                    "async": "pipeline",
+                    "max_staleness": 1,
+                    "lr_reference_batch": 512,
+                },
+                "fit": {"points": "all"},
+            }
+        )
+    )
     return path
 
 
@@ -48,8 +69,9 @@ class MeteredEngine(Engine):
         reached = False
         while step < recipe.steps * 10 and not reached:
             step, hours = step + 1, hours + STEP_HOURS
-            records.append({"step": step, "gpu_hours": hours, "val_reward": 0.9 - 0.4 / (1 + hours / 0.002),
-                            "metrics": {}})
+            records.append(
+                {"step": step, "gpu_hours": hours, "val_reward": 0.9 - 0.4 / (1 + hours / 0.002), "metrics": {}}
+            )
             reached = hours + STEP_HOURS / 2 >= gpu_hours
         self.checkpoints[run_key] = (step, hours)
         on_records(records)
@@ -94,16 +116,40 @@ def test_extend_resumes_finished_runs_to_the_larger_compute_under_the_same_ident
 
 
 def _curves(rows):
-    base = {"run_id": None, "prompts_per_batch": 16, "status": "done", "B": 1.5, "R0": 0.5, "A_lo": 0.85,
-            "A_hi": 0.95, "r2": 0.99, "n_points": 20, "reason": "", "c_min": 0.001, "truncation_rate": 0.0}
+    base = {
+        "run_id": None,
+        "prompts_per_batch": 16,
+        "status": "done",
+        "B": 1.5,
+        "R0": 0.5,
+        "A_lo": 0.85,
+        "A_hi": 0.95,
+        "r2": 0.99,
+        "n_points": 20,
+        "reason": "",
+        "c_min": 0.001,
+        "truncation_rate": 0.0,
+    }
     return pd.DataFrame([{**base, **row} for row in rows], columns=CURVE_COLUMNS)
 
 
 def test_next_allocation_extends_every_run_by_what_the_least_advanced_unidentified_fit_needs():
     identified = {"A": 0.9, "C_mid": 0.005, "c_max": 0.035, "identified": True}
-    curves = _curves([{"run": "n2", "rollouts": 2, **identified}, {"run": "n4", "rollouts": 4, **identified},
-                      {"run": "n16", "rollouts": 16, "A": 1.0, "C_mid": 0.06, "c_max": 0.035, "identified": False,
-                       "reason": "has not passed the inflection: max C 0.035 < C_mid 0.06"}])
+    curves = _curves(
+        [
+            {"run": "n2", "rollouts": 2, **identified},
+            {"run": "n4", "rollouts": 4, **identified},
+            {
+                "run": "n16",
+                "rollouts": 16,
+                "A": 1.0,
+                "C_mid": 0.06,
+                "c_max": 0.035,
+                "identified": False,
+                "reason": "has not passed the inflection: max C 0.035 < C_mid 0.06",
+            },
+        ]
+    )
     plan = next_allocation(curves, law_identified=False)
     # n16 needs twice its C_mid (0.12 > 3.4x what it reached): 4x, and every run goes to it (equal compute)
     assert plan.factor == 4 and [run["target"] for run in plan.runs] == pytest.approx([0.14] * 3)
@@ -119,8 +165,16 @@ def test_next_allocation_extends_every_run_by_what_the_least_advanced_unidentifi
 
 def _decision(tmp_path, study, plan, **fields) -> tuple:
     """(Decision, its commands) of study `grow` at 0.035 GPU-hours with the next allocation `plan`."""
-    decision = Decision(study=study.name, kind="allocation", unit="gpu_hours", budget=0.035, compute=0.035,
-                        export_format="verl", next_allocation=plan, **fields)
+    decision = Decision(
+        study=study.name,
+        kind="allocation",
+        unit="gpu_hours",
+        budget=0.035,
+        compute=0.035,
+        export_format="verl",
+        next_allocation=plan,
+        **fields,
+    )
     return decision, decision.commands(study_file=tmp_path / "grow.yaml")
 
 
@@ -128,14 +182,37 @@ def test_the_sweep_ends_with_the_one_command_that_extends_it_in_80_columns(tmp_p
     from rlscale.cli.commands.sweep import _closing_lines
 
     study = load_study(write_study(tmp_path / "grow.yaml", "grow", 0.035, rollouts=(2, 4, 8, 16)))
-    plan = NextAllocation(factor=2.0, goal=Reason("identify_fits_and_law", {"unidentified": 1, "runs": 4}), runs=[
-        {"run": f"n{n}", "compute": 0.035, "target": 0.07, "why": "A sits at its bound 1" if n == 16 else ""}
-        for n in (2, 4, 8, 16)])
-    payload = {"done": 4, "stopped": 0, "failed": 0, "runs": 4, "wall_seconds": 470.0, "gpu_hours": 0.14, "budget": 0.14,
-               "planned_gpu_hours": 0.14, "db": "sqlite:///store.db"}
-    refusal = (Reason("law_not_identified", {"law": Reason("frontier_few_n", {
-        "rollouts": [2, 4, 8], "compute_lo": 0.001, "compute_hi": 0.035, "min_distinct": 3})}),
-        Reason("runs_not_pinned", {"moved": [2, 4, 8], "runs": [{"run": "n16", "why": "A sits at its bound 1"}]}))
+    plan = NextAllocation(
+        factor=2.0,
+        goal=Reason("identify_fits_and_law", {"unidentified": 1, "runs": 4}),
+        runs=[
+            {"run": f"n{n}", "compute": 0.035, "target": 0.07, "why": "A sits at its bound 1" if n == 16 else ""}
+            for n in (2, 4, 8, 16)
+        ],
+    )
+    payload = {
+        "done": 4,
+        "stopped": 0,
+        "failed": 0,
+        "runs": 4,
+        "wall_seconds": 470.0,
+        "gpu_hours": 0.14,
+        "budget": 0.14,
+        "planned_gpu_hours": 0.14,
+        "db": "sqlite:///store.db",
+    }
+    refusal = (
+        Reason(
+            "law_not_identified",
+            {
+                "law": Reason(
+                    "frontier_few_n",
+                    {"rollouts": [2, 4, 8], "compute_lo": 0.001, "compute_hi": 0.035, "min_distinct": 3},
+                )
+            },
+        ),
+        Reason("runs_not_pinned", {"moved": [2, 4, 8], "runs": [{"run": "n16", "why": "A sits at its bound 1"}]}),
+    )
     decision, commands = _decision(tmp_path, study, plan, refusal=refusal)
     assert commands["extend"] == extend_command(tmp_path / "grow.yaml", None, 2.0)
     lines = _closing_lines(study, None, payload, decision, commands)
@@ -154,15 +231,40 @@ def test_a_decision_without_a_law_also_names_the_extension_that_would_decide_lar
     from rlscale.cli.commands.sweep import _closing_lines
 
     study = load_study(write_study(tmp_path / "grow.yaml", "grow", 0.035, rollouts=(2, 4, 8, 16)))
-    rec = Recommendation(budget=0.035, prompts_per_batch=16, rollouts=8, steps=440, n_star=8.0, n_star_interval=(8, 8),
-                         predicted_reward=0.886, predicted_interval=(0.866, 0.905), predicted_from="n8",
-                         extrapolation=1.0, law={}, law_identified=False, basis=Reason("within_data", {
-                             "compute": 0.035, "run": "n8", "rollouts": 8, "reward": 0.886, "within_band": [],
-                             "noise_band": 0.02}))
-    plan = NextAllocation(factor=2.0, goal=Reason("identify_law", {"unidentified": 0, "runs": 4}), runs=[
-        {"run": f"n{n}", "compute": 0.035, "target": 0.07, "why": ""} for n in (2, 4, 8, 16)])
-    payload = {"done": 4, "stopped": 0, "failed": 0, "runs": 4, "wall_seconds": 415.0, "gpu_hours": 0.14,
-               "budget": 0.035, "planned_gpu_hours": 0.14, "db": "sqlite:///store.db"}
+    rec = Recommendation(
+        budget=0.035,
+        prompts_per_batch=16,
+        rollouts=8,
+        steps=440,
+        n_star=8.0,
+        n_star_interval=(8, 8),
+        predicted_reward=0.886,
+        predicted_interval=(0.866, 0.905),
+        predicted_from="n8",
+        extrapolation=1.0,
+        law={},
+        law_identified=False,
+        basis=Reason(
+            "within_data",
+            {"compute": 0.035, "run": "n8", "rollouts": 8, "reward": 0.886, "within_band": [], "noise_band": 0.02},
+        ),
+    )
+    plan = NextAllocation(
+        factor=2.0,
+        goal=Reason("identify_law", {"unidentified": 0, "runs": 4}),
+        runs=[{"run": f"n{n}", "compute": 0.035, "target": 0.07, "why": ""} for n in (2, 4, 8, 16)],
+    )
+    payload = {
+        "done": 4,
+        "stopped": 0,
+        "failed": 0,
+        "runs": 4,
+        "wall_seconds": 415.0,
+        "gpu_hours": 0.14,
+        "budget": 0.035,
+        "planned_gpu_hours": 0.14,
+        "db": "sqlite:///store.db",
+    }
     decision, commands = _decision(tmp_path, study, plan, recommendation=rec)
     lines = _closing_lines(study, None, payload, decision, commands)
     assert sum(line.startswith("decided") or line.startswith("not yet") for line in lines) == 1

@@ -6,7 +6,6 @@ import warnings
 
 import numpy as np
 import pytest
-
 from rlscale.fitting.sigmoid import NOISE_MODELS, FitError, fit_sigmoid, sigmoid
 
 TRUTH = (0.7, 1.5, 1000.0, 0.1)  # A, B, C_mid, R0
@@ -49,8 +48,11 @@ def test_compute_near_the_ends_of_the_float_range_fits_like_the_same_curve_at_1e
     reference = fit_sigmoid(*binomial_curve(), bootstrap=50)
     fit = fit_sigmoid(*binomial_curve(scale), bootstrap=50)
     assert reference.identified and fit.identified
-    np.testing.assert_allclose([fit.A, fit.B, fit.C_mid / scale, fit.R0, fit.r2],
-                               [reference.A, reference.B, reference.C_mid, reference.R0, reference.r2], rtol=1e-6)
+    np.testing.assert_allclose(
+        [fit.A, fit.B, fit.C_mid / scale, fit.R0, fit.r2],
+        [reference.A, reference.B, reference.C_mid, reference.R0, reference.r2],
+        rtol=1e-6,
+    )
     np.testing.assert_allclose([fit.A_lo, fit.A_hi], [reference.A_lo, reference.A_hi], rtol=1e-6)
     assert abs(fit.A - TRUTH[0]) <= 0.02
 
@@ -98,12 +100,15 @@ def test_fewer_than_two_points_per_parameter_is_not_identified():
     assert fit_sigmoid(compute, sigmoid(compute, *TRUTH), r0=0.1, bootstrap=0).identified  # 3 parameters
 
 
-@pytest.mark.parametrize("compute,reward", [
-    ([0.0, 1e-300, 1e308, 1.7e308], [0.0, 0.0, 1.0, 1.0]),
-    ([1.0, 2.0, 3.0, 4.0], [0.5, 0.5, 0.5, 0.5]),
-    ([1.0, 2.0, np.inf, 4.0, 5.0], [0.0, np.nan, 0.5, 1.0, 1.0]),
-    (np.arange(1.0, 30.0), np.r_[np.zeros(28), 1.0]),
-])
+@pytest.mark.parametrize(
+    "compute,reward",
+    [
+        ([0.0, 1e-300, 1e308, 1.7e308], [0.0, 0.0, 1.0, 1.0]),
+        ([1.0, 2.0, 3.0, 4.0], [0.5, 0.5, 0.5, 0.5]),
+        ([1.0, 2.0, np.inf, 4.0, 5.0], [0.0, np.nan, 0.5, 1.0, 1.0]),
+        (np.arange(1.0, 30.0), np.r_[np.zeros(28), 1.0]),
+    ],
+)
 @pytest.mark.parametrize("noise", NOISE_MODELS)
 def test_degenerate_input_raises_no_runtime_warning(compute, reward, noise):
     with warnings.catch_warnings():

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.optimize import least_squares
-
 from conftest import run_cli
 from rlscale.fitting.sigmoid import fit_sigmoid, levenberg_marquardt
+from scipy.optimize import least_squares
 
 NIST = Path(__file__).parent / "data" / "nist"
 
@@ -73,8 +72,9 @@ def test_rat42_solver_from_nist_starts(start):
         return b1 * s, np.stack([s, -b1 * s * (1 - s), b1 * s * (1 - s) * x], axis=-1)
 
     inf = np.full(3, np.inf)
-    theta, cost = levenberg_marquardt(model, starts[start:start + 1], y, np.ones_like(y), -inf, inf,
-                                      np.ones(3, bool), max_iter=500)
+    theta, cost = levenberg_marquardt(
+        model, starts[start : start + 1], y, np.ones_like(y), -inf, inf, np.ones(3, bool), max_iter=500
+    )
     assert_six_digits(theta[0], certified)
     assert cost[0] == pytest.approx(rss, rel=1e-9)
 
@@ -86,8 +86,17 @@ def test_rat43_multistart_solver_matches_certified_values():
     grid = np.array([[y.max(), b2, b3, b4] for b2 in (1.0, 5.0, 10.0) for b3 in (0.3, 1.0) for b4 in (0.5, 1.0, 2.0)])
     inf = np.full(4, np.inf)
     lower = np.array([-np.inf, -np.inf, -np.inf, 1e-3])
-    theta, cost = levenberg_marquardt(lambda t: rat43(t, x), np.vstack([starts, grid]), y, np.ones_like(y),
-                                      lower, inf, np.ones(4, bool), max_iter=1000, xtol=1e-12)
+    theta, cost = levenberg_marquardt(
+        lambda t: rat43(t, x),
+        np.vstack([starts, grid]),
+        y,
+        np.ones_like(y),
+        lower,
+        inf,
+        np.ones(4, bool),
+        max_iter=1000,
+        xtol=1e-12,
+    )
     best = np.argmin(cost)
     assert_six_digits(theta[best], certified)
     assert cost[best] == pytest.approx(rss, rel=1e-9)
@@ -98,8 +107,20 @@ def write_csv(path, compute, reward):
 
 
 def fit_cli(monkeypatch, capsys, path, *options):
-    code, out, err = run_cli(monkeypatch, capsys, "fit", str(path), "--r0", "0", "--min-compute", "0",
-                             "--noise", "constant", "--json", *options)
+    code, out, err = run_cli(
+        monkeypatch,
+        capsys,
+        "fit",
+        str(path),
+        "--r0",
+        "0",
+        "--min-compute",
+        "0",
+        "--noise",
+        "constant",
+        "--json",
+        *options,
+    )
     assert code == 0, err
     (fit,) = json.loads(out)
     return fit
@@ -117,8 +138,9 @@ def test_rat42_through_the_cli_matches_certified_values(monkeypatch, capsys, wor
     write_csv(workdir / "rat42.csv", np.exp(x / 10), y / 100)
     fit = fit_cli(monkeypatch, capsys, "rat42.csv")
     assert fit["noise"] == "constant" and fit["R0"] == 0.0 and fit["n_points"] == len(x)
-    assert_six_digits([fit["A"], fit["B"], fit["C_mid"], fit["rss"]],
-                      [b1 / 100, 10 * b3, np.exp(b2 / (10 * b3)), rss / 100**2])
+    assert_six_digits(
+        [fit["A"], fit["B"], fit["C_mid"], fit["rss"]], [b1 / 100, 10 * b3, np.exp(b2 / (10 * b3)), rss / 100**2]
+    )
 
 
 def test_rat43_data_through_the_cli_give_the_least_squares_logistic(monkeypatch, capsys, workdir):
@@ -126,11 +148,18 @@ def test_rat43_data_through_the_cli_give_the_least_squares_logistic(monkeypatch,
     write_csv(workdir / "rat43.csv", np.exp(x), y / 1000)  # C = exp(x): B = b3, ln C_mid = b2 / b3
     fit = fit_cli(monkeypatch, capsys, "rat43.csv")
     # The same b4 = 1 model by an independent solver (MINPACK's trust region), from NIST's start 2.
-    logistic = least_squares(lambda b: b[0] / (1 + np.exp(b[1] - b[2] * x)) - y, starts[1][:3],
-                             xtol=1e-15, ftol=1e-15, gtol=1e-15, method="lm")
+    logistic = least_squares(
+        lambda b: b[0] / (1 + np.exp(b[1] - b[2] * x)) - y,
+        starts[1][:3],
+        xtol=1e-15,
+        ftol=1e-15,
+        gtol=1e-15,
+        method="lm",
+    )
     b1, b2, b3 = logistic.x
-    assert_six_digits([fit["A"], fit["B"], fit["C_mid"], fit["rss"]],
-                      [b1 / 1000, b3, np.exp(b2 / b3), 2 * logistic.cost / 1000**2])
+    assert_six_digits(
+        [fit["A"], fit["B"], fit["C_mid"], fit["rss"]], [b1 / 1000, b3, np.exp(b2 / b3), 2 * logistic.cost / 1000**2]
+    )
     assert fit["rss"] > rss_richards / 1000**2  # the Richards curve's extra parameter fits Rat43 better
     # and through --unbounded in NIST's own units the RSS is NIST's scale again
     write_csv(workdir / "rat43_raw.csv", np.exp(x), y)

@@ -26,10 +26,15 @@ def curve(seed, n=30, sd=0.01):
 
 def lmfit_result(compute, reward):
     """lmfit's least-squares fit of the same sigmoid, bounds as the fit's (A and R0 in [0, 1], B and C_mid > 0)."""
-    model = lmfit.Model(lambda compute, A, B, C_mid, R0: sigmoid(compute, A, B, C_mid, R0),
-                        independent_vars=["compute"])
-    params = model.make_params(A={"value": 0.6, "min": 0.0, "max": 1.0}, B={"value": 1.0, "min": 1e-3},
-                               C_mid={"value": 1000.0, "min": 1e-3}, R0={"value": 0.1, "min": 0.0, "max": 1.0})
+    model = lmfit.Model(
+        lambda compute, A, B, C_mid, R0: sigmoid(compute, A, B, C_mid, R0), independent_vars=["compute"]
+    )
+    params = model.make_params(
+        A={"value": 0.6, "min": 0.0, "max": 1.0},
+        B={"value": 1.0, "min": 1e-3},
+        C_mid={"value": 1000.0, "min": 1e-3},
+        R0={"value": 0.1, "min": 0.0, "max": 1.0},
+    )
     return model.fit(reward, params, compute=compute)
 
 

@@ -5,7 +5,6 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-
 from rlscale.fitting.sigmoid import NOISE_MODELS, FitError, fit_sigmoid
 
 any_float = st.floats(allow_nan=True, allow_infinity=True, width=64)
@@ -23,9 +22,12 @@ def fit_or_error(compute, reward, **kwargs):
 
 
 @FAST
-@given(arrays(np.float64, st.integers(0, 12), elements=any_float),
-       arrays(np.float64, st.integers(0, 12), elements=any_float),
-       st.booleans(), noise_model)
+@given(
+    arrays(np.float64, st.integers(0, 12), elements=any_float),
+    arrays(np.float64, st.integers(0, 12), elements=any_float),
+    st.booleans(),
+    noise_model,
+)
 def test_arbitrary_arrays_only_ever_raise_fit_error(compute, reward, bounded, noise):
     fit = fit_or_error(compute, reward, bounded=bounded, noise=noise)
     if fit is not None:
@@ -53,8 +55,12 @@ def test_constant_reward_is_never_identified(compute, level, noise):
 
 
 @FAST
-@given(st.lists(st.floats(1e-3, 1e6), min_size=3, max_size=20, unique=True),
-       st.floats(0.05, 0.5), st.floats(0.0, 0.4), noise_model)
+@given(
+    st.lists(st.floats(1e-3, 1e6), min_size=3, max_size=20, unique=True),
+    st.floats(0.05, 0.5),
+    st.floats(0.0, 0.4),
+    noise_model,
+)
 def test_decreasing_reward_is_never_identified(compute, drop, floor, noise):
     compute = np.sort(compute)
     assume(compute[-1] / compute[0] > 1.5)

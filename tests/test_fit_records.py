@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from rlscale.fitting.records import record_breaking_points
 
 

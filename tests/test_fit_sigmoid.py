@@ -3,7 +3,6 @@
 import numpy as np
 import pandas as pd
 import pytest
-
 from rlscale.fitting.frame import fit_runs
 from rlscale.fitting.plots import plot_study
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
@@ -90,8 +89,7 @@ def test_data_before_the_inflection_is_not_identified_and_says_why():
 
 def test_profile_upper_bound_covers_the_truth_and_is_the_ceiling_before_the_bend():
     params = (0.7, 1.5, 2000.0, 0.1)
-    fits = [fit_sigmoid(COMPUTE, noisy(params, seed), bootstrap=0, upper_level=0.99)
-            for seed in range(30)]
+    fits = [fit_sigmoid(COMPUTE, noisy(params, seed), bootstrap=0, upper_level=0.99) for seed in range(30)]
     assert all(fit.A <= fit.A_upper <= 1.0 for fit in fits)
     assert sum(fit.A_upper >= params[0] for fit in fits) >= 28  # one-sided 99%: at most ~1 miss in 30
     assert np.median([fit.A_upper - fit.A for fit in fits]) < 0.05  # and it is a bound a run can be judged by
@@ -145,8 +143,10 @@ def test_to_dict_has_the_contract_keys():
 
 def study_records():
     truths = {"cispo": (0.8, 1.5, 2500.0, 0.1), "grpo": (0.6, 1.2, 1800.0, 0.1)}
-    frames = [pd.DataFrame({"run": run, "compute": COMPUTE, "reward": noisy(p, seed=i)})
-              for i, (run, p) in enumerate(truths.items())]
+    frames = [
+        pd.DataFrame({"run": run, "compute": COMPUTE, "reward": noisy(p, seed=i)})
+        for i, (run, p) in enumerate(truths.items())
+    ]
     frames.append(pd.DataFrame({"run": "broken", "compute": [1.0, 2.0], "reward": [0.1, 0.2]}))
     return pd.concat(frames, ignore_index=True), truths
 
@@ -188,11 +188,15 @@ def test_auto_noise_finds_a_relative_error_and_weights_by_it():
     # sd 3% of the reward on a curve from 0.02 to 0.9: a 45-fold range of sd that only R^2 describes
     params = (0.9, 1.5, 2000.0, 0.02)
     mean = sigmoid(COMPUTE, *params)
-    fits = [fit_sigmoid(COMPUTE, mean * (1 + 0.03 * np.random.default_rng(seed).standard_normal(mean.size)),
-                        bootstrap=0) for seed in range(10)]
+    fits = [
+        fit_sigmoid(COMPUTE, mean * (1 + 0.03 * np.random.default_rng(seed).standard_normal(mean.size)), bootstrap=0)
+        for seed in range(10)
+    ]
     assert sum(fit.noise == "multiplicative" for fit in fits) >= 9
-    constant = [fit_sigmoid(COMPUTE, mean + 0.01 * np.random.default_rng(seed).standard_normal(mean.size),
-                            bootstrap=0) for seed in range(10)]
+    constant = [
+        fit_sigmoid(COMPUTE, mean + 0.01 * np.random.default_rng(seed).standard_normal(mean.size), bootstrap=0)
+        for seed in range(10)
+    ]
     assert sum(fit.noise == "multiplicative" for fit in constant) <= 1
 
 
@@ -217,10 +221,14 @@ def ar1_noise(n, rho, sd, seed):
 def test_autocorrelated_noise_is_measured_and_widens_the_interval():
     params = (0.7, 1.5, 2000.0, 0.1)
     mean = sigmoid(COMPUTE, *params)
-    carried = [fit_sigmoid(COMPUTE, mean + ar1_noise(mean.size, 0.5, 0.01, seed), bootstrap=100, seed=seed)
-               for seed in range(20)]
-    independent = [fit_sigmoid(COMPUTE, mean + ar1_noise(mean.size, 0.0, 0.01, seed), bootstrap=100, seed=seed)
-                   for seed in range(20)]
+    carried = [
+        fit_sigmoid(COMPUTE, mean + ar1_noise(mean.size, 0.5, 0.01, seed), bootstrap=100, seed=seed)
+        for seed in range(20)
+    ]
+    independent = [
+        fit_sigmoid(COMPUTE, mean + ar1_noise(mean.size, 0.0, 0.01, seed), bootstrap=100, seed=seed)
+        for seed in range(20)
+    ]
     assert 0.35 <= np.mean([fit.rho for fit in carried]) <= 0.65  # the fit's bias in rho is corrected
     assert np.median([fit.rho for fit in independent]) <= 0.05
     width = lambda fits: np.median([fit.A_hi - fit.A_lo for fit in fits])  # noqa: E731

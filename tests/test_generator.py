@@ -20,7 +20,9 @@ def actors():
     from rlscale.runner.builtin.trainer import trainer_actor
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    recipe = Recipe(prompts_per_batch=8, rollouts=4, lr=3e-4, lr_reference_batch=32, max_new_tokens=8, **{"async": "sync"})
+    recipe = Recipe(
+        prompts_per_batch=8, rollouts=4, lr=3e-4, lr_reference_batch=32, max_new_tokens=8, **{"async": "sync"}
+    )
     model_dir = resolve_model_dir(recipe)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:
@@ -33,8 +35,11 @@ def actors():
 
 
 def _sample(generator, recipe, prompts, seed=1):
-    return ray.get(generator.generate.remote(prompts, n=recipe.rollouts, temperature=recipe.temperature,
-                                             max_new_tokens=recipe.max_new_tokens, seed=seed))
+    return ray.get(
+        generator.generate.remote(
+            prompts, n=recipe.rollouts, temperature=recipe.temperature, max_new_tokens=recipe.max_new_tokens, seed=seed
+        )
+    )
 
 
 def test_samples_n_rollouts_per_prompt_with_logprobs(actors):
@@ -57,7 +62,7 @@ def test_logprobs_match_trainer_after_weight_update(actors):
 
     recipe, generator, trainer = actors
     task = make_task(recipe)
-    prompts = task.train[:recipe.prompts_per_batch]
+    prompts = task.train[: recipe.prompts_per_batch]
     prompt_ids = [ray.get(generator.encode.remote(p.text)) for p in prompts]
     fixed_prompt, fixed_completion = prompt_ids[0], ray.get(generator.encode.remote("146"))[1:]  # without BOS
     before = ray.get(generator.score.remote(fixed_prompt, fixed_completion))
@@ -82,16 +87,15 @@ def test_logprobs_match_trainer_after_weight_update(actors):
 
 def test_a_reset_trainer_trains_exactly_like_a_fresh_one(actors):
     """A sweep reuses one trainer actor across jobs: after reset(recipe) it must train as a new trainer would."""
-    from safetensors.torch import load
-
     from rlscale.runner.builtin.local import resolve_model_dir
-    from rlscale.runner.rl.tasks import make_task
     from rlscale.runner.builtin.trainer import Trainer
+    from rlscale.runner.rl.tasks import make_task
+    from safetensors.torch import load
 
     recipe, generator, trainer = actors
     other = recipe.model_copy(update={"lr": 2e-4, "seed": 5})
     task = make_task(other)
-    prompts = task.train[:other.prompts_per_batch]
+    prompts = task.train[: other.prompts_per_batch]
     prompt_ids = [ray.get(generator.encode.remote(p.text)) for p in prompts]
     generation = _sample(generator, other, [p.text for p in prompts], seed=11)
     rewards = [[task.verify(p, r.text) for r in group] for p, group in zip(prompts, generation.rollouts)]
@@ -113,9 +117,8 @@ def test_a_reset_trainer_trains_exactly_like_a_fresh_one(actors):
 def test_load_base_restores_the_base_policy(actors):
     """A generator reused by the next job serves the base weights again after other weights (no engine restart)."""
     import torch
-    from safetensors.torch import load, save
-
     from rlscale.runner.builtin.local import resolve_model_dir
+    from safetensors.torch import load, save
 
     recipe, generator, _ = actors
     ids = ray.get(generator.encode.remote("11+22="))
@@ -138,13 +141,22 @@ def test_interrupt_forces_the_marker_and_lets_the_model_answer(actors):
     recipe, generator, _ = actors
     marker = "="
     marker_ids = ray.get(generator.encode.remote(marker))[1:]  # without BOS
-    generation = ray.get(generator.generate.remote(["12+34="] * 4, n=4, temperature=1.0, max_new_tokens=1,
-                                                   length_control="interrupt", end_of_thinking=marker, seed=3))
+    generation = ray.get(
+        generator.generate.remote(
+            ["12+34="] * 4,
+            n=4,
+            temperature=1.0,
+            max_new_tokens=1,
+            length_control="interrupt",
+            end_of_thinking=marker,
+            seed=3,
+        )
+    )
     truncated = [r for group in generation.rollouts for r in group if r.truncated]
     assert truncated, "max_new_tokens=1 must truncate some rollouts"
     for rollout in truncated:
-        assert rollout.token_ids[1:1 + len(marker_ids)] == marker_ids
-        assert rollout.sampled[1:1 + len(marker_ids)] == [False] * len(marker_ids)
+        assert rollout.token_ids[1 : 1 + len(marker_ids)] == marker_ids
+        assert rollout.sampled[1 : 1 + len(marker_ids)] == [False] * len(marker_ids)
         assert len(rollout.token_ids) <= 1 + len(marker_ids) + INTERRUPT_ANSWER_TOKENS
         assert len(rollout.logprobs) == len(rollout.token_ids) == len(rollout.sampled)
     assert 0 < generation.truncation_rate <= 1

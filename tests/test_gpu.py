@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from rlscale.planner.recipe import Recipe
+from rlscale.runner.rl.train_step import make_optimizer, train_step
 from trainer_batch import base, batch, tokenizer  # noqa: F401  (module fixtures)
-from rlscale.runner.rl.train_step import TrainBatch, make_optimizer, train_step
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: torch.cuda.is_available() is false")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: torch.cuda.is_available() is false"),
+]
 
 LOSSES = ("cispo", "gspo", "dapo", "grpo")
 AGGREGATIONS = ("prompt", "token", "sample")
@@ -36,8 +37,16 @@ def _bench():
 
 def _recipe(**changes):
     # float32 on both devices; plain SGD at lr 1 makes the weight change equal the accumulated gradient
-    return Recipe(prompts_per_batch=4, rollouts=4, lr=1.0, lr_scaling="none", lr_warmup_steps=0, grad_clip=1e9,
-                  gpu_dtype="float32", **({"micro_batch_tokens": 40} | changes))
+    return Recipe(
+        prompts_per_batch=4,
+        rollouts=4,
+        lr=1.0,
+        lr_scaling="none",
+        lr_warmup_steps=0,
+        grad_clip=1e9,
+        gpu_dtype="float32",
+        **({"micro_batch_tokens": 40} | changes),
+    )
 
 
 def _step(base, batch, recipe, device, ref=False):
@@ -64,8 +73,14 @@ def test_cuda_step_equals_cpu_step(base, batch, loss, loss_agg):
 
 
 def test_cuda_step_with_kl_entropy_minibatches_and_recomputed_logprobs_equals_cpu(base, batch):
-    recipe = _recipe(kl_coef=0.1, entropy_coef=0.01, recompute_logprobs=True, zero_variance_filter=False,
-                     ppo_minibatches=2, **{"async": "ppo_off_policy"})
+    recipe = _recipe(
+        kl_coef=0.1,
+        entropy_coef=0.01,
+        recompute_logprobs=True,
+        zero_variance_filter=False,
+        ppo_minibatches=2,
+        **{"async": "ppo_off_policy"},
+    )
     _assert_same_step(_step(base, batch, recipe, CUDA, ref=True), _step(base, batch, recipe, CPU, ref=True))
 
 
@@ -75,8 +90,9 @@ def test_bf16_autocast_keeps_float32_weights_adam_state_and_head(base, batch):
     optimizer = make_optimizer(model, recipe)
     metrics = train_step(model, optimizer, batch.to(CUDA), recipe)
     reference = copy.deepcopy(base).to(CUDA)
-    fp32 = train_step(reference, make_optimizer(reference, recipe), batch.to(CUDA),
-                      recipe.model_copy(update={"gpu_dtype": "float32"}))
+    fp32 = train_step(
+        reference, make_optimizer(reference, recipe), batch.to(CUDA), recipe.model_copy(update={"gpu_dtype": "float32"})
+    )
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert all(s["exp_avg"].dtype == torch.float32 for s in optimizer.state.values())
     assert math.isfinite(metrics["loss"]) and metrics["loss"] == pytest.approx(fp32["loss"], abs=0.05)
@@ -101,7 +117,9 @@ def test_checkpoint_resumes_the_next_step_on_cuda(tmp_path, tokenizer, base, bat
     want = train_step(first.model, first.optimizer, on_cuda, recipe)
     got = train_step(second.model, second.optimizer, on_cuda, recipe)
     for key in ("loss", "entropy", "grad_norm", "clip_fraction"):
-        assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-6), key  # CUDA's scatter-add backward is not bitwise
+        assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-6), (
+            key
+        )  # CUDA's scatter-add backward is not bitwise
     for p, q in zip(first.model.parameters(), second.model.parameters()):
         assert (p - q).abs().max().item() < 1e-5  # Adam divides by sqrt(v): tiny gradient noise grows
     on_cpu = Trainer(tmp_path, recipe, device="cpu")  # a GPU checkpoint resumes on a CPU too

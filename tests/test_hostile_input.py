@@ -11,17 +11,16 @@ import subprocess
 import sys
 import textwrap
 import time
-import warnings
 from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import run_cli
-from rlscale.base.errors import UserError
-from rlscale.base.names import MAX_RUNS, MAX_SEEDS, check_name, child_path, verifier_problem
 from rlscale.db.engine import display_url
 from rlscale.db.store import Store
+
+from rlscale.base.errors import UserError
+from rlscale.base.names import MAX_RUNS, MAX_SEEDS, check_name, child_path, verifier_problem
 
 REPO = Path(__file__).parents[1]
 OSC52 = "\x1b]52;c;cm0gLXJmIH4=\x07"  # a clipboard write: a terminal obeys it if it arrives raw
@@ -72,9 +71,13 @@ def test_report_never_writes_outside_reports(cli, workdir):
 def test_study_files_keep_the_strict_rule_and_imported_runs_refuse_control_characters(cli, workdir):
     study = _write(workdir / "s.yaml", "name: '../x'\nmethod: grid\nparameters: {rollouts: {values: [8]}}\n")
     assert "name" in one_line_error(*cli("plan", str(study)))
-    long_name = _write(workdir / "l.yaml", f"name: {'a' * 300}\nmethod: grid\nparameters: {{rollouts: {{values: [8]}}}}\n")
+    long_name = _write(
+        workdir / "l.yaml", f"name: {'a' * 300}\nmethod: grid\nparameters: {{rollouts: {{values: [8]}}}}\n"
+    )
     assert "300 characters" in one_line_error(*cli("plan", str(long_name)))
-    loo = _write(workdir / "loo.yaml", "name: loo\nmethod: loo\nleave_one_out: [{name: '[red]x', overrides: {loss: dapo}}]\n")
+    loo = _write(
+        workdir / "loo.yaml", "name: loo\nmethod: loo\nleave_one_out: [{name: '[red]x', overrides: {loss: dapo}}]\n"
+    )
     assert "leave_one_out.0.name" in one_line_error(*cli("plan", str(loo)))
     # run names are printable text as trackers write them (markup included, shown literally), never control codes
     for run, why in ((f"a{OSC52}", "U+001B"), ("a\u202eb", "U+202E"), ("x" * 201, "201"), ("a\x9bb", "U+009B")):
@@ -95,8 +98,10 @@ def _legacy_store(path: Path) -> str:
         store.upsert_study("ok", {})
     con = sqlite3.connect(path)
     con.execute("insert into rlscale_studies (name, spec, created_at) values (?, '{}', '2026-01-01')", ("[/]",))
-    con.execute("insert into rlscale_studies (name, spec, created_at) values (?, '{}', '2026-01-01')",
-                (f"[link=http://evil]x{OSC52}",))
+    con.execute(
+        "insert into rlscale_studies (name, spec, created_at) values (?, '{}', '2026-01-01')",
+        (f"[link=http://evil]x{OSC52}",),
+    )
     con.commit()
     con.close()
     return url
@@ -114,11 +119,11 @@ def test_studies_lists_a_store_with_markup_and_escape_sequences_in_its_names(cli
 
 
 def test_tables_and_errors_escape_what_came_from_data():
+    import pandas as pd
     from rich.console import Console
+    from rlscale.runner.sweep.state import RunState
 
     from rlscale.cli.views import fits_table, sweep_table
-    from rlscale.runner.sweep.state import RunState
-    import pandas as pd
 
     console = Console(record=True, width=200, force_terminal=False)
     runs = [RunState(1, f"[/]{OSC52}", None, 0, 1.0, status="failed", note="[bold]boom\x1b[31m")]
@@ -153,11 +158,30 @@ def test_password_like_query_parameters_are_masked_everywhere(cli):
 # --- verifiers ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("verifier", ["os:system", "builtins:eval", "shutil:rmtree", "subprocess:run",
-                                      "importlib:import_module", "rlscale.db.store:Store", "__import__('os')"])
+@pytest.mark.parametrize(
+    "verifier",
+    [
+        "os:system",
+        "builtins:eval",
+        "shutil:rmtree",
+        "subprocess:run",
+        "importlib:import_module",
+        "rlscale.db.store:Store",
+        "__import__('os')",
+    ],
+)
 def test_a_verifier_from_the_standard_library_or_not_module_function_is_refused(cli, workdir, verifier):
-    study = _write(workdir / "s.yaml", yaml.safe_dump({"name": "s", "method": "grid", "recipe": {"verifier": verifier},
-                                                      "parameters": {"rollouts": {"values": [8]}}}))
+    study = _write(
+        workdir / "s.yaml",
+        yaml.safe_dump(
+            {
+                "name": "s",
+                "method": "grid",
+                "recipe": {"verifier": verifier},
+                "parameters": {"rollouts": {"values": [8]}},
+            }
+        ),
+    )
     assert "recipe.verifier" in one_line_error(*cli("plan", str(study)))
     bare = _write(workdir / "r.yaml", yaml.safe_dump({"verifier": verifier, "steps": 10}))
     assert "verifier" in one_line_error(*cli("export", "--format", "openrlhf", "--recipe", str(bare)))
@@ -172,7 +196,9 @@ def test_the_projects_tasks_and_your_own_package_are_verifiers():
 
 
 def test_a_study_of_a_hundred_million_seeds_is_refused_at_once(cli, workdir):
-    study = _write(workdir / "s.yaml", "name: s\nmethod: grid\nseeds: 100000000\nparameters: {rollouts: {values: [8]}}\n")
+    study = _write(
+        workdir / "s.yaml", "name: s\nmethod: grid\nseeds: 100000000\nparameters: {rollouts: {values: [8]}}\n"
+    )
     started = time.perf_counter()
     err = one_line_error(*cli("plan", str(study)))
     assert time.perf_counter() - started < 5 and "seeds" in err and f"{MAX_SEEDS:,}" in err
@@ -180,15 +206,20 @@ def test_a_study_of_a_hundred_million_seeds_is_refused_at_once(cli, workdir):
 
 def test_a_study_above_the_run_limit_is_refused_with_its_count(cli, workdir):
     values = ", ".join(str(i) for i in range(1, 5001))
-    study = _write(workdir / "s.yaml", f"name: s\nmethod: grid\nseeds: 3\nparameters: {{rollouts: {{values: [{values}]}}}}\n")
+    study = _write(
+        workdir / "s.yaml", f"name: s\nmethod: grid\nseeds: 3\nparameters: {{rollouts: {{values: [{values}]}}}}\n"
+    )
     err = one_line_error(*cli("plan", str(study)))
     assert "15,000 runs" in err and f"{MAX_RUNS:,}" in err
 
 
 def test_planning_the_largest_allowed_study_is_quick(cli, workdir):
     values = ", ".join(str(i) for i in range(1, 5001))
-    study = _write(workdir / "s.yaml", "name: s\nmethod: isocompute\nseeds: 2\ncompute: {budget: 1e6, unit: rollouts}\n"
-                                       f"parameters: {{rollouts: {{values: [{values}]}}}}\n")
+    study = _write(
+        workdir / "s.yaml",
+        "name: s\nmethod: isocompute\nseeds: 2\ncompute: {budget: 1e6, unit: rollouts}\n"
+        f"parameters: {{rollouts: {{values: [{values}]}}}}\n",
+    )
     started = time.perf_counter()
     code, out, err = cli("plan", str(study), "--json")
     assert code == 0, err
@@ -232,11 +263,15 @@ def test_status_shows_an_imported_study(cli, workdir):
 def _early_study(url: str) -> None:
     """An IsoCompute study whose runs all stopped long before their inflection."""
     import numpy as np
-
     from rlscale.planner.recipe import Recipe
 
-    spec = {"name": "early", "method": "isocompute", "compute": {"budget": 100.0},
-            "parameters": {"rollouts": {"values": [4, 8, 16, 32]}}, "recipe": {"prompts_per_batch": 8}}
+    spec = {
+        "name": "early",
+        "method": "isocompute",
+        "compute": {"budget": 100.0},
+        "parameters": {"rollouts": {"values": [4, 8, 16, 32]}},
+        "recipe": {"prompts_per_batch": 8},
+    }
     rng = np.random.default_rng(1)
     with Store(url) as store:
         store.upsert_study("early", spec)
@@ -245,16 +280,19 @@ def _early_study(url: str) -> None:
             store.set_run_status(run, "done")
             c = np.linspace(0.01, 1.0, 12)
             reward = 0.1 + 0.6 / (1 + (2 * (1 + 0.3 * k) / c) ** 2) + rng.normal(0, 0.005, c.size)
-            store.add_records(run, [{"step": i, "gpu_hours": float(x), "val_reward": float(r)}
-                                    for i, (x, r) in enumerate(zip(c, reward))])
+            store.add_records(
+                run,
+                [{"step": i, "gpu_hours": float(x), "val_reward": float(r)} for i, (x, r) in enumerate(zip(c, reward))],
+            )
 
 
 def test_recommend_export_and_report_on_runs_before_their_inflection(cli, workdir):
     url = f"sqlite:///{workdir / 'early.db'}"
     _early_study(url)
     assert "no recommendation" in one_line_error(*cli("recommend", "--budget", "100", "--db", url, "--bootstrap", "0"))
-    assert "no recommendation" in one_line_error(*cli("export", "--format", "yaml", "--study", "early", "--budget", "100",
-                                                     "--db", url))
+    assert "no recommendation" in one_line_error(
+        *cli("export", "--format", "yaml", "--study", "early", "--budget", "100", "--db", url)
+    )
     code, out, err = cli("report", "early", "--db", url, "--bootstrap", "0")
     assert code == 0, err
     assert (workdir / "reports" / "early" / "report.html").is_file()
@@ -272,11 +310,14 @@ def test_recommend_and_export_refuse_an_unusable_budget(cli, workdir, budget):
     assert "--budget" in one_line_error(*cli("export", "--format", "yaml", *common, "--profile", "tiny-cpu"))
 
 
-@pytest.mark.parametrize("cell, column, line", [
-    ("rollouts\n{a},1,0.1,1e20", "rollouts", 2),
-    ("tokens\n{a},1,0.1,9223372036854775808", "tokens", 2),
-    ("step\n{a},1,0.1," + "9" * 5000, "step", 2),
-])
+@pytest.mark.parametrize(
+    "cell, column, line",
+    [
+        ("rollouts\n{a},1,0.1,1e20", "rollouts", 2),
+        ("tokens\n{a},1,0.1,9223372036854775808", "tokens", 2),
+        ("step\n{a},1,0.1," + "9" * 5000, "step", 2),
+    ],
+)
 def test_csv_integers_beyond_64_bits_are_refused(cli, workdir, cell, column, line):
     header, row = cell.split("\n")
     path = _write(workdir / "big.csv", f"run,compute,reward,{header}\n{row.format(a='a')}\n")
@@ -291,13 +332,16 @@ def test_the_largest_64_bit_integer_is_stored_exactly(cli, workdir):
         assert store.records_frame("s")["tokens"].tolist() == [2**63 - 1]
 
 
-@pytest.mark.parametrize("line", [
-    '{"run": "a", "compute": 1, "reward": 0.1, "tokens": 9223372036854775808}',
-    '{"run": "a", "compute": 1, "reward": 0.1, "step": ' + "9" * 5000 + "}",
-    '{"run": "a", "compute": 1, "reward": 0.1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
-    '{"run": "a", "compute": 1, "reward": 0.1, "reward": 0.9}',
-    '{"run": "a", "compute": 1, "Reward": 0.1, "reward": 0.9}',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"run": "a", "compute": 1, "reward": 0.1, "tokens": 9223372036854775808}',
+        '{"run": "a", "compute": 1, "reward": 0.1, "step": ' + "9" * 5000 + "}",
+        '{"run": "a", "compute": 1, "reward": 0.1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        '{"run": "a", "compute": 1, "reward": 0.1, "reward": 0.9}',
+        '{"run": "a", "compute": 1, "Reward": 0.1, "reward": 0.9}',
+    ],
+)
 def test_jsonl_big_integers_deep_nesting_and_duplicate_keys_are_refused(cli, workdir, line):
     path = _write(workdir / "log.jsonl", '{"run": "a", "compute": 0, "reward": 0.0}\n' + line + "\n")
     err = one_line_error(*cli("import", str(path), "--study", "s", "--db", "sqlite:///s.db"))
@@ -306,19 +350,25 @@ def test_jsonl_big_integers_deep_nesting_and_duplicate_keys_are_refused(cli, wor
 
 def test_a_jsonl_error_names_the_right_line(cli, workdir):
     # U+2028, U+2029 and NEL are legal inside a JSON string; str.splitlines counts them as line breaks
-    path = _write(workdir / "log.jsonl", '{"run": "a", "compute": 0, "reward": 0.0, "note": "x\u2028y\u2029z\x85"}\n'
-                                         '{"run": "a", "compute": 1, "reward": "oops"}\n')
+    path = _write(
+        workdir / "log.jsonl",
+        '{"run": "a", "compute": 0, "reward": 0.0, "note": "x\u2028y\u2029z\x85"}\n'
+        '{"run": "a", "compute": 1, "reward": "oops"}\n',
+    )
     assert "log.jsonl:2: column 'reward'" in one_line_error(*cli("fit", str(path)))
 
 
-@pytest.mark.parametrize("url, expected", [
-    ("sqlite:///{notdb}", "not a SQLite database"),
-    ("postgresql+psycopg://u@host:port/db", "--db"),
-    ("postgresql+psycopg://u@127.0.0.1:99999/db", "port"),
-    ("postgresql+psycopg://u@ho st:5432/db", "cannot open"),
-    ("postgresql+psycopg://u@127.0.0.1:1/db?sslmode=bogus", "cannot open"),
-    ("sqlite:///{db}?foo=bar", "unknown option"),
-])
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        ("sqlite:///{notdb}", "not a SQLite database"),
+        ("postgresql+psycopg://u@host:port/db", "--db"),
+        ("postgresql+psycopg://u@127.0.0.1:99999/db", "port"),
+        ("postgresql+psycopg://u@ho st:5432/db", "cannot open"),
+        ("postgresql+psycopg://u@127.0.0.1:1/db?sslmode=bogus", "cannot open"),
+        ("sqlite:///{db}?foo=bar", "unknown option"),
+    ],
+)
 def test_db_urls_that_cannot_work_are_one_line_errors(cli, workdir, url, expected):
     notdb = _write(workdir / "notdb.db", "this is not a database\n" * 100)
     url = url.format(notdb=notdb, db=workdir / "x.db")
@@ -336,7 +386,9 @@ def test_a_read_only_store_can_still_be_read(cli, workdir, monkeypatch, unwritab
     real = os.access
     target = str(workdir / "ro") if unwritable == "directory" else str(workdir / "ro" / "s.db")
     # root may write anything, so the test says what an unprivileged user (or a read-only mount) would see
-    monkeypatch.setattr(engine.os, "access", lambda p, mode: False if mode == os.W_OK and str(p) == target else real(p, mode))
+    monkeypatch.setattr(
+        engine.os, "access", lambda p, mode: False if mode == os.W_OK and str(p) == target else real(p, mode)
+    )
     engine._migrated.clear()
     code, out, err = cli("studies", "--db", url)
     assert (code, err) == (0, "") and "s" in out
@@ -353,30 +405,42 @@ def test_output_paths_that_cannot_be_written_are_one_line_errors(cli, workdir):
     assert "--out" in one_line_error(*cli("report", "s", "--db", url, "--out", str(afile)))
     assert "--plot" in one_line_error(*cli("fit", str(csv), "--plot", "x.txt"))
     recipe = _write(workdir / "r.yaml", "steps: 10\n")
-    assert "--out" in one_line_error(*cli("export", "--format", "yaml", "--recipe", str(recipe), "--out", str(afile / "x.yaml")))
+    assert "--out" in one_line_error(
+        *cli("export", "--format", "yaml", "--recipe", str(recipe), "--out", str(afile / "x.yaml"))
+    )
     if Path("/dev/full").exists():
-        assert "No space" in one_line_error(*cli("export", "--format", "yaml", "--recipe", str(recipe), "--out", "/dev/full"))
+        assert "No space" in one_line_error(
+            *cli("export", "--format", "yaml", "--recipe", str(recipe), "--out", "/dev/full")
+        )
 
 
 def test_base_model_without_the_runner_extra_says_what_to_install(workdir):
-    code = "import sys; sys.modules['torch'] = None; sys.argv = ['rlscale', 'base-model']; from rlscale.cli import main; main()"
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.argv = ['rlscale', 'base-model']; "
+        "from rlscale.cli import main; main()"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=workdir)
     one_line_error(done.returncode, done.stdout, done.stderr)
     assert "runner" in done.stderr and "torch" in done.stderr
 
 
-@pytest.mark.parametrize("recipe, field", [
-    ("lr: .inf", "lr"),
-    ("lr: .nan", "lr"),
-    ("steps: 1_000", "steps"),  # YAML 1.1 read this as 1000
-    ("fp32_head: yes", "fp32_head"),  # YAML 1.1 read this as true
-    ("steps: 10\nloss: dapo\nsteps: 20", "line 3"),  # a duplicate key
-])
+@pytest.mark.parametrize(
+    "recipe, field",
+    [
+        ("lr: .inf", "lr"),
+        ("lr: .nan", "lr"),
+        ("steps: 1_000", "steps"),  # YAML 1.1 read this as 1000
+        ("fp32_head: yes", "fp32_head"),  # YAML 1.1 read this as true
+        ("steps: 10\nloss: dapo\nsteps: 20", "line 3"),  # a duplicate key
+    ],
+)
 def test_yaml_values_are_read_as_written(cli, workdir, recipe, field):
     bare = _write(workdir / "r.yaml", recipe + "\n")
     assert field in one_line_error(*cli("export", "--format", "yaml", "--recipe", str(bare)))
     nested = "\n".join("  " + line for line in recipe.splitlines())
-    study = _write(workdir / "s.yaml", f"name: s\nmethod: grid\nparameters: {{rollouts: {{values: [8]}}}}\nrecipe:\n{nested}\n")
+    study = _write(
+        workdir / "s.yaml", f"name: s\nmethod: grid\nparameters: {{rollouts: {{values: [8]}}}}\nrecipe:\n{nested}\n"
+    )
     one_line_error(*cli("plan", str(study)))
 
 
@@ -437,8 +501,16 @@ def test_eight_concurrent_imports_into_one_sqlite_store_all_succeed(workdir, exi
         rows = "".join(f"run{i}_{r},{step},{step / 100}\n" for r in range(3) for step in range(40))
         files.append(_write(workdir / f"log{i}.csv", "run,compute,reward\n" + rows))
     go = workdir / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", _IMPORTER, str(go), str(f), url], cwd=workdir,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for f in files]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _IMPORTER, str(go), str(f), url],
+            cwd=workdir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for f in files
+    ]
     time.sleep(1.0)
     go.write_text("")
     results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]

@@ -6,16 +6,17 @@ import sys
 from pathlib import Path
 
 import pytest
-
+from conftest import run_cli
 from rlscale.db.importer import read_run_log
 from rlscale.db.store import Store
-from conftest import run_cli
 
 DATA = Path(__file__).parent / "data"
 
 
 def test_csv_import_stores_every_row_and_a_second_import_adds_nothing(monkeypatch, capsys, db_url):
-    code, out, err = run_cli(monkeypatch, capsys, "import", str(DATA / "two_runs.csv"), "--study", "tracker", "--db", db_url)
+    code, out, err = run_cli(
+        monkeypatch, capsys, "import", str(DATA / "two_runs.csv"), "--study", "tracker", "--db", db_url
+    )
     assert (code, err) == (0, "")
     assert "2 runs (2 new), 5 records added, 0 already stored" in out
     with Store(db_url) as store:
@@ -31,7 +32,9 @@ def test_csv_import_stores_every_row_and_a_second_import_adds_nothing(monkeypatc
     assert a["entropy"].tolist()[:2] == pytest.approx([1.5, 1.4])
     assert records[records["run"] == "b"]["step"].tolist() == [0, 20]
 
-    code, out, _ = run_cli(monkeypatch, capsys, "import", str(DATA / "two_runs.csv"), "--study", "tracker", "--db", db_url, "--json")
+    code, out, _ = run_cli(
+        monkeypatch, capsys, "import", str(DATA / "two_runs.csv"), "--study", "tracker", "--db", db_url, "--json"
+    )
     assert code == 0
     summary = json.loads(out)
     assert (summary["runs_created"], summary["records_added"], summary["records_skipped"]) == (0, 0, 5)
@@ -70,38 +73,87 @@ def test_a_file_without_a_run_column_is_one_run_named_after_the_file(tmp_path):
 MALFORMED = [
     ("missing_reward.csv", "run,compute\na,1\n", "missing_reward.csv:1: missing column 'reward'"),
     ("missing_compute.csv", "run,reward\na,0.1\n", "missing_compute.csv:1: missing column 'compute' (or 'gpu_hours')"),
-    ("text.csv", "run,compute,reward\na,1,0.1\na,2,high\n", "text.csv:3: column 'reward': expected a number, got 'high'"),
-    ("nan.csv", "run,compute,reward\na,1,0.1\na,2,nan\n", "nan.csv:3: column 'reward': expected a finite number, got 'nan'"),
+    (
+        "text.csv",
+        "run,compute,reward\na,1,0.1\na,2,high\n",
+        "text.csv:3: column 'reward': expected a number, got 'high'",
+    ),
+    (
+        "nan.csv",
+        "run,compute,reward\na,1,0.1\na,2,nan\n",
+        "nan.csv:3: column 'reward': expected a finite number, got 'nan'",
+    ),
     ("inf.csv", "run,compute,reward\na,inf,0.1\n", "inf.csv:2: column 'compute': expected a finite number, got 'inf'"),
     ("empty.csv", "", "empty.csv:1: empty file"),
     ("header_only.csv", "run,compute,reward\n", "header_only.csv:1: no data rows"),
-    ("dup.csv", "run,step,compute,reward\na,0,1,0.1\nb,0,1,0.1\na,0,2,0.2\n",
-     "dup.csv:4: column 'step': run 'a' already has step 0 (line 2)"),
+    (
+        "dup.csv",
+        "run,step,compute,reward\na,0,1,0.1\nb,0,1,0.1\na,0,2,0.2\n",
+        "dup.csv:4: column 'step': run 'a' already has step 0 (line 2)",
+    ),
     ("ragged.csv", "run,compute,reward\na,1\n", "ragged.csv:2: expected 3 fields like the header, got 2"),
     ("negative.csv", "run,compute,reward\na,-1,0.1\n", "negative.csv:2: column 'compute': expected a number >= 0"),
-    ("halfstep.csv", "run,step,compute,reward\na,1.5,1,0.1\n", "halfstep.csv:2: column 'step': expected a whole number >= 0"),
-    ("blank_cell.csv", "run,compute,reward\na,,0.1\n", "blank_cell.csv:2: column 'compute': expected a value, got an empty cell"),
+    (
+        "halfstep.csv",
+        "run,step,compute,reward\na,1.5,1,0.1\n",
+        "halfstep.csv:2: column 'step': expected a whole number >= 0",
+    ),
+    (
+        "blank_cell.csv",
+        "run,compute,reward\na,,0.1\n",
+        "blank_cell.csv:2: column 'compute': expected a value, got an empty cell",
+    ),
     ("both.csv", "compute,gpu_hours,reward\n1,1,0.1\n", "both.csv:1: both 'compute' and 'gpu_hours' given"),
-    ("bad.jsonl", '{"compute": 1, "reward": 0.1}\n{"compute": 2, "reward": NaN}\n',
-     "bad.jsonl:2: column 'reward': expected a finite number, got 'nan'"),
+    (
+        "bad.jsonl",
+        '{"compute": 1, "reward": 0.1}\n{"compute": 2, "reward": NaN}\n',
+        "bad.jsonl:2: column 'reward': expected a finite number, got 'nan'",
+    ),
     ("broken.jsonl", '{"compute": 1, "reward": 0.1}\n{"compute": 2,\n', "broken.jsonl:2: column 15: not valid JSON"),
-    ("missing_key.jsonl", '{"compute": 1, "reward": 0.1}\n{"compute": 2}\n', "missing_key.jsonl:2: column 'reward': missing"),
+    (
+        "missing_key.jsonl",
+        '{"compute": 1, "reward": 0.1}\n{"compute": 2}\n',
+        "missing_key.jsonl:2: column 'reward': missing",
+    ),
     ("log.txt", "run,compute,reward\na,1,0.1\n", "log.txt: unknown file type '.txt': expected .csv or .jsonl"),
     # Python's own number syntax is no CSV number: float() reads "1_000" as 1000
-    ("underscore.csv", "run,compute,reward\na,1,0.1\na,2,1_000\n", "underscore.csv:3: column 'reward': expected a number, got '1_000'"),
-    ("fullwidth.csv", "run,step,compute,reward\na,\uff11,1,0.1\n", "fullwidth.csv:2: column 'step': expected a number, got '\uff11'"),
-    ("superscript.csv", "run,step,compute,reward\na,\u00b2,1,0.1\n", "superscript.csv:2: column 'step': expected a number"),
-    ("second_line.jsonl", '{"gpu_hours": 1, "reward": 0.1}\n{"gpu_hours": 2, "compute": 2, "reward": 0.2}\n',
-     "second_line.jsonl:2: column 'compute': earlier lines give 'gpu_hours': keep one compute column"),
-    ("switched.jsonl", '{"compute": 1, "reward": 0.1}\n{"gpu_hours": 2, "reward": 0.2}\n',
-     "switched.jsonl:2: column 'gpu_hours': earlier lines give 'compute'"),
-    ("object_run.jsonl", '{"run": {"a": 1}, "compute": 1, "reward": 0.1}\n',
-     "object_run.jsonl:1: column 'run': expected a run name (text), got"),
+    (
+        "underscore.csv",
+        "run,compute,reward\na,1,0.1\na,2,1_000\n",
+        "underscore.csv:3: column 'reward': expected a number, got '1_000'",
+    ),
+    (
+        "fullwidth.csv",
+        "run,step,compute,reward\na,\uff11,1,0.1\n",
+        "fullwidth.csv:2: column 'step': expected a number, got '\uff11'",
+    ),
+    (
+        "superscript.csv",
+        "run,step,compute,reward\na,\u00b2,1,0.1\n",
+        "superscript.csv:2: column 'step': expected a number",
+    ),
+    (
+        "second_line.jsonl",
+        '{"gpu_hours": 1, "reward": 0.1}\n{"gpu_hours": 2, "compute": 2, "reward": 0.2}\n',
+        "second_line.jsonl:2: column 'compute': earlier lines give 'gpu_hours': keep one compute column",
+    ),
+    (
+        "switched.jsonl",
+        '{"compute": 1, "reward": 0.1}\n{"gpu_hours": 2, "reward": 0.2}\n',
+        "switched.jsonl:2: column 'gpu_hours': earlier lines give 'compute'",
+    ),
+    (
+        "object_run.jsonl",
+        '{"run": {"a": 1}, "compute": 1, "reward": 0.1}\n',
+        "object_run.jsonl:1: column 'run': expected a run name (text), got",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,content,message", MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_a_malformed_file_is_one_line_exit_2_and_stores_nothing(monkeypatch, capsys, tmp_path, db_url, name, content, message):
+def test_a_malformed_file_is_one_line_exit_2_and_stores_nothing(
+    monkeypatch, capsys, tmp_path, db_url, name, content, message
+):
     with Store(db_url) as store:
         store.import_runs("tracker", [("old", {"run": "old"}, [{"step": 0, "gpu_hours": 1.0, "val_reward": 0.1}])])
     path = tmp_path / name
@@ -127,8 +179,12 @@ def test_a_missing_file_names_it(monkeypatch, capsys, workdir):
 
 def test_the_installed_command_exits_2_with_one_line(workdir):
     (workdir / "bad.csv").write_text("run,compute,reward\na,1,0.1\na,2,\n")
-    result = subprocess.run([str(Path(sys.executable).with_name("rlscale")), "import", "bad.csv", "--study", "s"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("rlscale")), "import", "bad.csv", "--study", "s"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert result.stderr == "error: bad.csv:3: column 'reward': expected a value, got an empty cell\n"
     assert not (workdir / "rlscale.db").exists()

@@ -4,17 +4,22 @@ and verl's file-logger JSONL; bad logs are refused whole with a one-line error."
 import json
 
 import pytest
-
-from rlscale.db.store import Store
 from conftest import REWARD, run_cli, write_events
+from rlscale.db.store import Store
+
 
 def verl_steps(n_steps=20, every=5, *, tokens=7200.0, throughput=1.0, reward=lambda s: 0.2 + 0.01 * s):
     """What verl logs: validation at step 0 (before training), then each step's perf and health metrics,
     with validation every `every` steps. GPU-seconds per step = tokens / throughput."""
     steps = {0: {REWARD: reward(0)}}
     for step in range(1, n_steps + 1):
-        steps[step] = {"perf/total_num_tokens": tokens, "perf/throughput": throughput, "perf/time_per_step": 3.0,
-                       "actor/entropy": 1.0 - step / 100, "critic/score/mean": 0.3}
+        steps[step] = {
+            "perf/total_num_tokens": tokens,
+            "perf/throughput": throughput,
+            "perf/time_per_step": 3.0,
+            "actor/entropy": 1.0 - step / 100,
+            "critic/score/mean": 0.3,
+        }
         if step % every == 0:
             steps[step][REWARD] = reward(step)
     return steps
@@ -153,7 +158,10 @@ def no_reward_tag(tmp_path):
 
 def two_sources(tmp_path):
     write_events(tmp_path / "tb" / "r", {0: {"val-core/a/reward/mean@1": 0.1, "val-core/b/reward/mean@1": 0.2}})
-    return tmp_path / "tb", "several validation rewards (val-core/a/reward/mean@1, val-core/b/reward/mean@1): pick one with --tag"
+    return (
+        tmp_path / "tb",
+        "several validation rewards (val-core/a/reward/mean@1, val-core/b/reward/mean@1): pick one with --tag",
+    )
 
 
 def nan_reward_in_tb(tmp_path):
@@ -176,6 +184,7 @@ def jsonl(name, lines):
         path = tmp_path / "log.jsonl"
         path.write_text("".join(line + "\n" for line in lines))
         return path, f"{path}:{name}"
+
     return make
 
 
@@ -187,23 +196,44 @@ MALFORMED = {
     "nan reward in tensorboard": nan_reward_in_tb,
     "empty directory": empty_directory,
     "bad run name": bad_run_name,
-    "key twice": jsonl(f"2: column '{REWARD}': key appears twice in one object",
-                       [json.dumps({"step": 0, "data": {REWARD: 0.1}}), '{"step": 1, "data": {"%s": 0.1, "%s": 0.2}}' % (REWARD, REWARD)]),
-    "null reward": jsonl(f"2: column '{REWARD}': expected a number, got null",
-                         [json.dumps({"step": 0, "data": {REWARD: 0.1}}), json.dumps({"step": 1, "data": {REWARD: None}})]),
-    "text reward": jsonl(f"2: column '{REWARD}': expected a number, got 'high'",
-                         [json.dumps({"step": 0, "data": {REWARD: 0.1}}), json.dumps({"step": 1, "data": {REWARD: "high"}})]),
-    "broken json": jsonl("2: column 22: not valid JSON", [json.dumps({"step": 0, "data": {REWARD: 0.1}}), '{"step": 1, "data": {']),
-    "negative step": jsonl("2: column 'step': expected a whole number >= 0, got -1",
-                           [json.dumps({"step": 0, "data": {REWARD: 0.1}}), json.dumps({"step": -1, "data": {REWARD: 0.2}})]),
-    "not a verl line": jsonl("2: expected a verl file-logger line",
-                             [json.dumps({"step": 0, "data": {REWARD: 0.1}}), json.dumps({"step": 1, "metrics": {}})]),
-    "conflicting duplicate": jsonl(f"2: column '{REWARD}': step 0 already has 0.1",
-                                   [json.dumps({"step": 0, "data": {REWARD: 0.1}}), json.dumps({"step": 0, "data": {REWARD: 0.2}})]),
-    "zero throughput": jsonl("3: column 'perf/throughput': expected a throughput > 0",
-                             [json.dumps({"step": 0, "data": {REWARD: 0.1}}),
-                              json.dumps({"step": 1, "data": {"perf/total_num_tokens": 10, "perf/throughput": 1.0}}),
-                              json.dumps({"step": 2, "data": {"perf/total_num_tokens": 10, "perf/throughput": 0, REWARD: 0.2}})]),
+    "key twice": jsonl(
+        f"2: column '{REWARD}': key appears twice in one object",
+        [
+            json.dumps({"step": 0, "data": {REWARD: 0.1}}),
+            f'{{"step": 1, "data": {{"{REWARD}": 0.1, "{REWARD}": 0.2}}}}',
+        ],
+    ),
+    "null reward": jsonl(
+        f"2: column '{REWARD}': expected a number, got null",
+        [json.dumps({"step": 0, "data": {REWARD: 0.1}}), json.dumps({"step": 1, "data": {REWARD: None}})],
+    ),
+    "text reward": jsonl(
+        f"2: column '{REWARD}': expected a number, got 'high'",
+        [json.dumps({"step": 0, "data": {REWARD: 0.1}}), json.dumps({"step": 1, "data": {REWARD: "high"}})],
+    ),
+    "broken json": jsonl(
+        "2: column 22: not valid JSON", [json.dumps({"step": 0, "data": {REWARD: 0.1}}), '{"step": 1, "data": {']
+    ),
+    "negative step": jsonl(
+        "2: column 'step': expected a whole number >= 0, got -1",
+        [json.dumps({"step": 0, "data": {REWARD: 0.1}}), json.dumps({"step": -1, "data": {REWARD: 0.2}})],
+    ),
+    "not a verl line": jsonl(
+        "2: expected a verl file-logger line",
+        [json.dumps({"step": 0, "data": {REWARD: 0.1}}), json.dumps({"step": 1, "metrics": {}})],
+    ),
+    "conflicting duplicate": jsonl(
+        f"2: column '{REWARD}': step 0 already has 0.1",
+        [json.dumps({"step": 0, "data": {REWARD: 0.1}}), json.dumps({"step": 0, "data": {REWARD: 0.2}})],
+    ),
+    "zero throughput": jsonl(
+        "3: column 'perf/throughput': expected a throughput > 0",
+        [
+            json.dumps({"step": 0, "data": {REWARD: 0.1}}),
+            json.dumps({"step": 1, "data": {"perf/total_num_tokens": 10, "perf/throughput": 1.0}}),
+            json.dumps({"step": 2, "data": {"perf/total_num_tokens": 10, "perf/throughput": 0, REWARD: 0.2}}),
+        ],
+    ),
 }
 
 
@@ -222,8 +252,9 @@ def test_a_malformed_log_is_one_line_exit_2_and_stores_nothing(monkeypatch, caps
 def test_tag_options_on_a_csv_are_refused(monkeypatch, capsys, tmp_path):
     path = tmp_path / "log.csv"
     path.write_text("compute,reward\n1,0.1\n")
-    code, _, err = run_cli(monkeypatch, capsys, "import", str(path), "--study", "s", "--tag", "x",
-                           "--db", f"sqlite:///{tmp_path / 's.db'}")
+    code, _, err = run_cli(
+        monkeypatch, capsys, "import", str(path), "--study", "s", "--tag", "x", "--db", f"sqlite:///{tmp_path / 's.db'}"
+    )
     assert code == 2 and err.startswith(f"error: {path}: --tag and --compute-tag name scalars")
     assert not (tmp_path / "s.db").exists()
 

@@ -17,8 +17,15 @@ pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 
-RECIPE = dict(prompts_per_batch=32, rollouts=8, lr=1e-4, lr_reference_batch=256, max_new_tokens=8,
-              eval_prompts=128, eval_samples=4)
+RECIPE = dict(
+    prompts_per_batch=32,
+    rollouts=8,
+    lr=1e-4,
+    lr_reference_batch=256,
+    max_new_tokens=8,
+    eval_prompts=128,
+    eval_samples=4,
+)
 
 JOB_SCRIPT = textwrap.dedent("""
     import json, os, sys
@@ -98,11 +105,16 @@ def test_killed_job_resumes_from_checkpoint_without_gaps_and_reward_rises(cluste
     from rlscale.planner.recipe import Recipe
     from rlscale.runner.builtin.job import run_job
 
-    recipe = Recipe(**RECIPE, steps=80, eval_every=16, eval_early_per_decade=4, checkpoint_every=16,
-                    **{"async": "sync"})
+    recipe = Recipe(
+        **RECIPE, steps=80, eval_every=16, eval_early_per_decade=4, checkpoint_every=16, **{"async": "sync"}
+    )
     sink = tmp_path / "records.jsonl"
-    process = subprocess.Popen([sys.executable, "-c", JOB_SCRIPT, json.dumps(recipe.to_json()), run_key, str(sink)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", JOB_SCRIPT, json.dumps(recipe.to_json()), run_key, str(sink)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 400
         while time.time() < deadline and process.poll() is None:

@@ -9,19 +9,30 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # folder in the repo -> the package it installs as (pyproject.toml's package-dir)
-PACKAGE_DIRS = {"rlscale": "rlscale", "db": "rlscale.db", "planner": "rlscale.planner",
-                "fitting": "rlscale.fitting", "runner": "rlscale.runner"}
+PACKAGE_DIRS = {
+    "rlscale": "rlscale",
+    "db": "rlscale.db",
+    "planner": "rlscale.planner",
+    "fitting": "rlscale.fitting",
+    "runner": "rlscale.runner",
+}
 # (prefix, rank): a module may import modules of a strictly lower rank, or of its own layer
 LAYERS = [
     ("rlscale.base", 0),
-    ("rlscale.db", 1), ("rlscale.planner", 1),
+    ("rlscale.db", 1),
+    ("rlscale.planner", 1),
     ("rlscale.fitting", 2),
-    # runner/: the algorithm, then what engines share (runner/*.py), then the engines (builtin, verl, trl), then the sweep
-    ("rlscale.runner.rl", 3), ("rlscale.runner", 3.5), ("rlscale.runner.builtin", 4), ("rlscale.runner.verl", 4),
+    # runner/: the algorithm, then what engines share (runner/*.py), then the engines (builtin, verl, trl), then the
+    # sweep
+    ("rlscale.runner.rl", 3),
+    ("rlscale.runner", 3.5),
+    ("rlscale.runner.builtin", 4),
+    ("rlscale.runner.verl", 4),
     ("rlscale.runner.trl", 4),
     ("rlscale.runner.sweep", 5),
     ("rlscale.dashboard", 5.5),  # the web app: reads the store, fits (fitting) and run states (runner.sweep.state)
-    ("rlscale.cli", 6), ("rlscale.__main__", 7),
+    ("rlscale.cli", 6),
+    ("rlscale.__main__", 7),
     ("rlscale", 0),  # rlscale/__init__.py (the version) is part of the base
 ]
 
@@ -89,10 +100,13 @@ def test_a_lower_layer_importing_the_cli_is_caught():
     modules["rlscale.runner.rl.bad"] = "from rlscale.runner.sweep.driver import SweepDriver\n"
     modules["rlscale.base.bad"] = "from ..db.store import Store\n"
     assert layer_violations(modules) == [
-        "rlscale.base.bad -> rlscale.db.store", "rlscale.base.bad -> rlscale.db.store.Store",
-        "rlscale.db.bad -> rlscale.cli.console", "rlscale.db.bad -> rlscale.cli.console.console",
+        "rlscale.base.bad -> rlscale.db.store",
+        "rlscale.base.bad -> rlscale.db.store.Store",
+        "rlscale.db.bad -> rlscale.cli.console",
+        "rlscale.db.bad -> rlscale.cli.console.console",
         "rlscale.fitting.bad -> rlscale.runner.builtin.job",
-        "rlscale.planner.bad -> rlscale.db", "rlscale.planner.bad -> rlscale.db.store",
+        "rlscale.planner.bad -> rlscale.db",
+        "rlscale.planner.bad -> rlscale.db.store",
         "rlscale.runner.rl.bad -> rlscale.runner.sweep.driver",
         "rlscale.runner.rl.bad -> rlscale.runner.sweep.driver.SweepDriver",
     ]
@@ -100,9 +114,15 @@ def test_a_lower_layer_importing_the_cli_is_caught():
 
 def test_downward_and_same_layer_imports_are_allowed():
     modules = {
-        "rlscale.fitting.ok": "from rlscale.planner.recipe import Recipe\nfrom rlscale.fitting.sigmoid import fit_sigmoid\n",
-        "rlscale.runner.sweep.ok": "from rlscale.runner.builtin.job import run_job\nfrom rlscale.runner.rl import losses\n",
-        "rlscale.cli.ok": "from rlscale.runner.sweep.driver import SweepDriver\nfrom rlscale.base.errors import UserError\n",
+        "rlscale.fitting.ok": (
+            "from rlscale.planner.recipe import Recipe\nfrom rlscale.fitting.sigmoid import fit_sigmoid\n"
+        ),
+        "rlscale.runner.sweep.ok": (
+            "from rlscale.runner.builtin.job import run_job\nfrom rlscale.runner.rl import losses\n"
+        ),
+        "rlscale.cli.ok": (
+            "from rlscale.runner.sweep.driver import SweepDriver\nfrom rlscale.base.errors import UserError\n"
+        ),
     }
     assert layer_violations(modules) == []
 
@@ -133,10 +153,16 @@ def private_reaches(modules: dict[str, str]) -> list[str]:
     for module, source in modules.items():
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("rlscale")):
-                found += [f"{module}: from {node.module} import {alias.name}" for alias in node.names
-                          if _is_private(alias.name)]
-            elif isinstance(node, ast.Attribute) and _is_private(node.attr) and not (
-                    isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                found += [
+                    f"{module}: from {node.module} import {alias.name}"
+                    for alias in node.names
+                    if _is_private(alias.name)
+                ]
+            elif (
+                isinstance(node, ast.Attribute)
+                and _is_private(node.attr)
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            ):
                 if node.attr not in defined[module] and node.attr not in THIRD_PARTY_PRIVATE:
                     found.append(f"{module}: {ast.unparse(node)}")
     return sorted(set(found))
@@ -169,8 +195,10 @@ def test_a_private_reach_is_caught():
         "rlscale.runner.sweep.driver": "class D:\n    def _refit(self):\n        self._fits = 1\n",
         "rlscale.db.logs": "from rlscale.db.importer import _unique_keys\n",
     }
-    assert private_reaches(modules) == ["rlscale.db.logs: from rlscale.db.importer import _unique_keys",
-                                        "rlscale.runner.sweep.pool: driver._refit"]
+    assert private_reaches(modules) == [
+        "rlscale.db.logs: from rlscale.db.importer import _unique_keys",
+        "rlscale.runner.sweep.pool: driver._refit",
+    ]
 
 
 def test_no_test_module_imports_another():
@@ -179,7 +207,12 @@ def test_no_test_module_imports_another():
     found = []
     for path in sorted((ROOT / "tests").glob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
-                [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             found += [f"{path.name}: {name}" for name in names if name.split(".")[0].startswith("test_")]
     assert found == []

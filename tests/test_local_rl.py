@@ -4,9 +4,9 @@ import json
 from pathlib import Path
 
 import pytest
+from rlscale.planner.loading import load_recipe
 from typer.testing import CliRunner
 
-from rlscale.planner.loading import load_recipe
 from rlscale.cli import app
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny_scalerl.yaml"
@@ -21,8 +21,15 @@ def short(recipe, **changes):
 def test_same_seed_same_curve():
     from rlscale.runner.builtin.local import run_local
 
-    recipe = short(load_recipe(RECIPE), steps=6, eval_every=3, eval_early_per_decade=0, eval_prompts=32, eval_samples=2,
-                   prompts_per_batch=8)
+    recipe = short(
+        load_recipe(RECIPE),
+        steps=6,
+        eval_every=3,
+        eval_early_per_decade=0,
+        eval_prompts=32,
+        eval_samples=2,
+        prompts_per_batch=8,
+    )
     keys = ("step", "rollouts", "tokens", "val_reward", "train_reward", "grad_norm", "entropy")
     first, second = ([{k: r.get(k) for k in keys} for r in run_local(recipe)] for _ in range(2))
     assert first == second and len(first) == 3
@@ -67,5 +74,9 @@ def test_bad_recipe_key_is_a_user_error_naming_file_and_field(tmp_path):
 
 
 def _override(text: str) -> str:
-    lines = [line for line in text.splitlines() if not line.startswith(("eval_prompts:", "eval_samples:", "eval_every:", "eval_early"))]
+    lines = [
+        line
+        for line in text.splitlines()
+        if not line.startswith(("eval_prompts:", "eval_samples:", "eval_every:", "eval_early"))
+    ]
     return "\n".join(lines + ["eval_prompts: 16", "eval_samples: 1", "eval_every: 2", ""])

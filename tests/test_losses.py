@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.rl.advantages import PromptPool, compute_advantages, zero_variance_mask
 from rlscale.runner.rl.losses import aggregate, entropy_from_logits, kl_k3, policy_loss
@@ -14,7 +13,9 @@ LN = math.log
 
 
 def close(got, want, rel=1e-6):
-    return torch.allclose(torch.as_tensor(got, dtype=torch.float64), torch.tensor(want, dtype=torch.float64), rtol=rel, atol=1e-9)
+    return torch.allclose(
+        torch.as_tensor(got, dtype=torch.float64), torch.tensor(want, dtype=torch.float64), rtol=rel, atol=1e-9
+    )
 
 
 def leaf(values):
@@ -29,20 +30,26 @@ MASK = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=t
 GROUPS = torch.tensor([0, 0, 1])
 
 
-@pytest.mark.parametrize("mode, expected", [
-    ("token", (1 + 2 + 4 + 6 + 3 + 5) / 6),                 # 21 / 6 = 3.5
-    ("sample", (1.0 + 4.0 + 4.0) / 3),                      # sequence means 1, 4, 4
-    ("prompt", ((1 + 2 + 4 + 6) / 4 + (3 + 5) / 2) / 2),    # group means 3.25 and 4
-])
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("token", (1 + 2 + 4 + 6 + 3 + 5) / 6),  # 21 / 6 = 3.5
+        ("sample", (1.0 + 4.0 + 4.0) / 3),  # sequence means 1, 4, 4
+        ("prompt", ((1 + 2 + 4 + 6) / 4 + (3 + 5) / 2) / 2),  # group means 3.25 and 4
+    ],
+)
 def test_aggregation_values(mode, expected):
     assert aggregate(mode, PER_TOKEN, MASK, GROUPS).item() == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("mode, weights", [
-    ("token", [[1 / 6, 0, 0], [1 / 6] * 3, [1 / 6, 1 / 6, 0]]),
-    ("sample", [[1 / 3, 0, 0], [1 / 9] * 3, [1 / 6, 1 / 6, 0]]),
-    ("prompt", [[1 / 8, 0, 0], [1 / 8] * 3, [1 / 4, 1 / 4, 0]]),
-])
+@pytest.mark.parametrize(
+    "mode, weights",
+    [
+        ("token", [[1 / 6, 0, 0], [1 / 6] * 3, [1 / 6, 1 / 6, 0]]),
+        ("sample", [[1 / 3, 0, 0], [1 / 9] * 3, [1 / 6, 1 / 6, 0]]),
+        ("prompt", [[1 / 8, 0, 0], [1 / 8] * 3, [1 / 4, 1 / 4, 0]]),
+    ],
+)
 def test_aggregation_token_weights_are_the_gradient(mode, weights):
     per_token = PER_TOKEN.clone().requires_grad_(True)
     aggregate(mode, per_token, MASK, GROUPS).backward()
@@ -72,8 +79,17 @@ ONE_GROUP = torch.zeros(1, dtype=torch.long)
 
 def run_loss(name, advantage, clip_low, clip_high, logp=LOGP, agg="token"):
     logp = leaf([logp])
-    loss, stats = policy_loss(name, logp, torch.tensor([OLD], dtype=torch.float64), torch.tensor([advantage], dtype=torch.float64),
-                              ONE_MASK, clip_low=clip_low, clip_high=clip_high, agg=agg, group_index=ONE_GROUP)
+    loss, stats = policy_loss(
+        name,
+        logp,
+        torch.tensor([OLD], dtype=torch.float64),
+        torch.tensor([advantage], dtype=torch.float64),
+        ONE_MASK,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        agg=agg,
+        group_index=ONE_GROUP,
+    )
     loss.backward()
     return loss.item(), logp.grad[0].tolist(), stats
 
@@ -146,11 +162,21 @@ def test_on_policy_losses_all_equal_reinforce():
 
 
 def test_prompt_aggregation_in_policy_loss():
-    # two prompts; prompt 0 has two 1-token sequences (A = +1, -1), prompt 1 one 2-token sequence (A = 2); CISPO at r = 1
+    # two prompts; prompt 0 has two 1-token sequences (A = +1, -1), prompt 1 one 2-token sequence (A = 2); CISPO at r
+    # = 1
     logp = leaf([[LN(0.5), 0.0], [LN(0.25), 0.0], [LN(0.5), LN(0.5)]])
     mask = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
-    loss, _ = policy_loss("cispo", logp, logp.detach(), torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64), mask,
-                          clip_low=1.0, clip_high=4.0, agg="prompt", group_index=torch.tensor([0, 0, 1]))
+    loss, _ = policy_loss(
+        "cispo",
+        logp,
+        logp.detach(),
+        torch.tensor([1.0, -1.0, 2.0], dtype=torch.float64),
+        mask,
+        clip_low=1.0,
+        clip_high=4.0,
+        agg="prompt",
+        group_index=torch.tensor([0, 0, 1]),
+    )
     prompt0 = (-LN(0.5) + LN(0.25)) / 2
     prompt1 = -2 * LN(0.5)
     assert loss.item() == pytest.approx((prompt0 + prompt1) / 2)
@@ -210,9 +236,9 @@ def test_prompt_pool_retires_prompts_above_threshold_for_later_epochs():
     pool = PromptPool(list(range(4)), retire_above=0.9, seed=0, key=lambda p: p)
     first_epoch = pool.sample(4)
     assert sorted(first_epoch) == [0, 1, 2, 3]
-    pool.record(2, [1, 1, 1, 1])       # pass rate 1.0 > 0.9: retired
-    pool.record(1, [1, 1, 1, 0])       # 0.75: stays
-    pool.record(1, [1, 1, 1, 1])       # history 7/8 = 0.875: stays
+    pool.record(2, [1, 1, 1, 1])  # pass rate 1.0 > 0.9: retired
+    pool.record(1, [1, 1, 1, 0])  # 0.75: stays
+    pool.record(1, [1, 1, 1, 1])  # history 7/8 = 0.875: stays
     assert pool.retired == {2} and pool.pass_rate(1) == pytest.approx(7 / 8)
     assert sorted(pool.sample(3)) == [0, 1, 3] and pool.active == 3
 

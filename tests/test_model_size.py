@@ -32,13 +32,16 @@ def frame(lines=LINES, noise=0.01, seed=0, computes=np.geomspace(5, 2000, 30)):
     rows = []
     for model, (n, k, E) in lines.items():
         loss = np.exp(-k * np.log(computes) + E + noise * rng.standard_normal(computes.size))
-        rows += [{"model": model, "parameters": n, "run": model, "compute": c, "loss": l} for c, l in zip(computes, loss)]
+        rows += [
+            {"model": model, "parameters": n, "run": model, "compute": c, "loss": value}
+            for c, value in zip(computes, loss)
+        ]
     return pd.DataFrame(rows)
 
 
 def test_the_crossover_budget_is_where_the_two_sizes_predicted_losses_cross():
     law = fit_size_law(frame(), bootstrap=60)
-    (below, above, at), = winner_changes(law.k, law.E)
+    ((below, above, at),) = winner_changes(law.k, law.E)
     assert (law.models[below], law.models[above]) == ("/m/small", "/m/large")
     assert at == pytest.approx(CROSSOVER, rel=0.1)
     losses = np.exp(-law.k * np.log(at) + law.E)
@@ -64,7 +67,9 @@ def test_refuses_when_a_size_does_not_learn_or_the_budget_is_far_past_the_data()
         choose_size(fit_size_law(frame(), bootstrap=20), 1e6)
     past = refused.value.reasons[0]
     assert refused.value.codes == ["size_budget_past_data"] and past["model"] == "/m/small"
-    assert past["budget"] == 1e6 and past["factor"] == pytest.approx(1e6 / past["reach"]) and past["factor"] > MAX_BEYOND
+    assert (
+        past["budget"] == 1e6 and past["factor"] == pytest.approx(1e6 / past["reach"]) and past["factor"] > MAX_BEYOND
+    )
 
 
 @pytest.fixture
@@ -100,8 +105,10 @@ def _store_runs(study_path, url):
         steps = np.unique(np.geomspace(1, run.recipe.steps, 25).astype(int))
         hours = run.gpu_hours * steps / steps[-1]
         reward = 1 - np.exp(-k * np.log(hours) + E + 0.01 * rng.standard_normal(hours.size))
-        store.add_records(run_id, [{"step": int(s), "gpu_hours": float(h), "val_reward": float(r)}
-                                   for s, h, r in zip(steps, hours, reward)])
+        store.add_records(
+            run_id,
+            [{"step": int(s), "gpu_hours": float(h), "val_reward": float(r)} for s, h, r in zip(steps, hours, reward)],
+        )
         store.set_run_status(run_id, "done")
     store.close()
     return study.name
@@ -110,33 +117,54 @@ def _store_runs(study_path, url):
 def test_a_study_with_a_model_axis_reports_the_law_and_recommends_the_size(sizes_study, workdir, capsys, monkeypatch):
     url = f"sqlite:///{workdir / 'rl.db'}"
     name = _store_runs(sizes_study, url)
-    code, out, err = run_cli(monkeypatch, capsys, "report", name, "--db", url, "--out", "rep", "--bootstrap", "20",
-                             "--json")
+    code, out, err = run_cli(
+        monkeypatch, capsys, "report", name, "--db", url, "--out", "rep", "--bootstrap", "20", "--json"
+    )
     assert code == 0, err
     sizes = json.loads(out)["sizes"]
     assert [row["model"] for row in sizes["sizes"]] == ["/m/small", "/m/large"]
     assert sizes["sizes"][1]["k"] == pytest.approx(0.35, abs=0.02)
     assert "Across model sizes" in (workdir / "rep" / "report.md").read_text()
     for budget, model in ((CROSSOVER / 3, "/m/small"), (CROSSOVER * 3, "/m/large")):
-        code, out, err = run_cli(monkeypatch, capsys, "recommend", "--study", name, "--db", url, "--budget",
-                                 str(budget), "--bootstrap", "40", "--json")
+        code, out, err = run_cli(
+            monkeypatch,
+            capsys,
+            "recommend",
+            "--study",
+            name,
+            "--db",
+            url,
+            "--budget",
+            str(budget),
+            "--bootstrap",
+            "40",
+            "--json",
+        )
         assert code == 0, err
         choice = json.loads(out)
         assert choice["model"] == model
         assert choice["crossovers"][0]["budget"] == pytest.approx(CROSSOVER, rel=0.15)
-    code, out, err = run_cli(monkeypatch, capsys, "recommend", "--study", name, "--db", url, "--budget", "1e7", "--json")
+    code, out, err = run_cli(
+        monkeypatch, capsys, "recommend", "--study", name, "--db", url, "--budget", "1e7", "--json"
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert [reason["code"] for reason in json.loads(out)["reasons"]] == ["size_budget_past_data"]
 
 
-@pytest.mark.parametrize("edit, field", [
-    ("  /m/large: {parameters: 4.0e9, profile: large-gpu}\n", "parameters.model.values.1"),
-    ("profile: large-gpu", "models./m/large.profile"),
-    ("parameters: 0.5e9", "models./m/small.parameters"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        ("  /m/large: {parameters: 4.0e9, profile: large-gpu}\n", "parameters.model.values.1"),
+        ("profile: large-gpu", "models./m/large.profile"),
+        ("parameters: 0.5e9", "models./m/small.parameters"),
+    ],
+)
 def test_bad_model_axis_input_exits_2_naming_the_file_and_field(sizes_study, capsys, monkeypatch, edit, field):
-    broken = {"parameters.model.values.1": "", "models./m/large.profile": "profile: no-such-profile",
-              "models./m/small.parameters": "parameters: -3"}[field]
+    broken = {
+        "parameters.model.values.1": "",
+        "models./m/large.profile": "profile: no-such-profile",
+        "models./m/small.parameters": "parameters: -3",
+    }[field]
     sizes_study.write_text(STUDY.replace(edit, broken))
     code, out, err = run_cli(monkeypatch, capsys, "plan", str(sizes_study))
     assert code == 2

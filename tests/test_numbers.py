@@ -20,8 +20,15 @@ def test_table_cells_show_a_dash_for_anything_that_is_not_a_finite_number():
 
 
 def test_json_values_are_plain_and_strict():
-    payload = {"A": np.float64(0.8), "n": np.int64(3), "lo": float("nan"), "hi": np.inf, "draws": np.array([1.0, np.nan]),
-               "when": pd.NA, 1: (np.bool_(True), None)}
+    payload = {
+        "A": np.float64(0.8),
+        "n": np.int64(3),
+        "lo": float("nan"),
+        "hi": np.inf,
+        "draws": np.array([1.0, np.nan]),
+        "when": pd.NA,
+        1: (np.bool_(True), None),
+    }
     safe = json_safe(payload)
     assert safe == {"A": 0.8, "n": 3, "lo": None, "hi": None, "draws": [1.0, None], "when": None, "1": [True, None]}
     assert json.loads(json.dumps(safe, allow_nan=False)) == safe  # strict JSON: no NaN or Infinity

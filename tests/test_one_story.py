@@ -19,10 +19,17 @@ def seed_study(url: str) -> None:
     from rlscale.db.store import Store
     from rlscale.planner.study import parse_study
 
-    spec = parse_study({
-        "name": "story", "method": "isocompute", "compute": {"unit": "gpu_hours", "budget": C, "profile": "tiny-cpu"},
-        "parameters": {"prompts_per_batch": {"values": [16]}, "rollouts": {"values": sorted(RUNS)}},
-        "recipe": {"engine": "trl"}, "fit": {"points": "all"}}, file="test").to_spec()
+    spec = parse_study(
+        {
+            "name": "story",
+            "method": "isocompute",
+            "compute": {"unit": "gpu_hours", "budget": C, "profile": "tiny-cpu"},
+            "parameters": {"prompts_per_batch": {"values": [16]}, "rollouts": {"values": sorted(RUNS)}},
+            "recipe": {"engine": "trl"},
+            "fit": {"points": "all"},
+        },
+        file="test",
+    ).to_spec()
     rng = np.random.default_rng(0)
     with Store(url) as store:
         store.upsert_study("story", spec)
@@ -31,9 +38,13 @@ def seed_study(url: str) -> None:
             run_id = store.ensure_run("story", f"n{n}", recipe.to_json())
             hours = np.linspace(0.0, end, int(round(40 * end / C)) + 1)
             reward = rng.binomial(16384, sigmoid(hours, A, 1.5, c_mid, 0.3)) / 16384
-            store.add_records(run_id, [{"step": i, "gpu_hours": float(h), "val_reward": float(r),
-                                        "metrics": {"truncation_rate": 0.01}}
-                                       for i, (h, r) in enumerate(zip(hours, reward))])
+            store.add_records(
+                run_id,
+                [
+                    {"step": i, "gpu_hours": float(h), "val_reward": float(r), "metrics": {"truncation_rate": 0.01}}
+                    for i, (h, r) in enumerate(zip(hours, reward))
+                ],
+            )
             store.set_run_status(run_id, "done")
 
 
@@ -41,8 +52,9 @@ def seed_study(url: str) -> None:
 def story(workdir, capsys, monkeypatch):
     url = f"sqlite:///{workdir / 'story.db'}"
     seed_study(url)
-    code, out, err = run_cli(monkeypatch, capsys, "report", "story", "--db", url, "--out", "rep", "--bootstrap", "20",
-                             "--json")
+    code, out, err = run_cli(
+        monkeypatch, capsys, "report", "story", "--db", url, "--out", "rep", "--bootstrap", "20", "--json"
+    )
     assert code == 0, err
     return url, json.loads(out), (workdir / "rep" / "report.md").read_text()
 
@@ -74,8 +86,20 @@ def test_every_view_names_the_same_best_n_and_the_same_runs_within_the_band(stor
     inside = [segment for segment in law["frontier"] if segment["compute_from"] <= C * (1 + 1e-9)]
     assert inside[-1]["rollouts"] == 4
     # `rlscale recommend` at the same budget decides the same
-    code, out, err = run_cli(monkeypatch, capsys, "recommend", "--study", "story", "--db", url, "--budget", str(C),
-                             "--bootstrap", "20", "--json")
+    code, out, err = run_cli(
+        monkeypatch,
+        capsys,
+        "recommend",
+        "--study",
+        "story",
+        "--db",
+        url,
+        "--budget",
+        str(C),
+        "--bootstrap",
+        "20",
+        "--json",
+    )
     assert code == 0, err
     again = json.loads(out)
     assert (again["rollouts"], again["predicted_from"], again["standing"]["within_band"]) == (4, "n4", band)

@@ -9,7 +9,9 @@ import pytest
 from rlscale.fitting.curves import run_curves
 from rlscale.fitting.optimal_n import fit_law, fit_optimal_rollouts, frontier, optimal_rollouts_law
 
-_spec = importlib.util.spec_from_file_location("optimal_n_recovery", Path(__file__).parents[1] / "bench" / "optimal_n_recovery.py")
+_spec = importlib.util.spec_from_file_location(
+    "optimal_n_recovery", Path(__file__).parents[1] / "bench" / "optimal_n_recovery.py"
+)
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
@@ -36,10 +38,30 @@ def test_fit_law_recovers_known_parameters_from_the_curve():
 
 
 def test_frontier_picks_the_best_run_and_ignores_runs_beyond_their_data():
-    curves = pd.DataFrame([
-        {"run": "fast", "prompts_per_batch": 32, "rollouts": 4, "A": 0.5, "B": 2.0, "C_mid": 1.0, "R0": 0.1, "c_max": 100.0},
-        {"run": "slow", "prompts_per_batch": 32, "rollouts": 64, "A": 0.9, "B": 2.0, "C_mid": 10.0, "R0": 0.1, "c_max": 50.0},
-    ])
+    curves = pd.DataFrame(
+        [
+            {
+                "run": "fast",
+                "prompts_per_batch": 32,
+                "rollouts": 4,
+                "A": 0.5,
+                "B": 2.0,
+                "C_mid": 1.0,
+                "R0": 0.1,
+                "c_max": 100.0,
+            },
+            {
+                "run": "slow",
+                "prompts_per_batch": 32,
+                "rollouts": 64,
+                "A": 0.9,
+                "B": 2.0,
+                "C_mid": 10.0,
+                "R0": 0.1,
+                "c_max": 50.0,
+            },
+        ]
+    )
     front = frontier(curves, np.array([0.5, 40.0, 80.0]))
     # early the fast run leads, later the high-ceiling run; past its last point (50) it is not trusted, and the
     # fast run alone there compares with nothing, so 80 is no frontier point
@@ -48,12 +70,30 @@ def test_frontier_picks_the_best_run_and_ignores_runs_beyond_their_data():
 
 def test_a_run_that_overshot_an_isocompute_budget_does_not_lead_the_frontier_alone():
     # equal budgets; n2's last step overshot the most, so only it reaches the last grid point
-    curves = pd.DataFrame([
-        {"run": "n2", "prompts_per_batch": 16, "rollouts": 2, "A": 0.87, "B": 1.2, "C_mid": 5e-4, "R0": 0.78,
-         "c_max": 0.0700},
-        {"run": "n8", "prompts_per_batch": 16, "rollouts": 8, "A": 0.90, "B": 0.7, "C_mid": 7e-4, "R0": 0.77,
-         "c_max": 0.0698},
-    ])
+    curves = pd.DataFrame(
+        [
+            {
+                "run": "n2",
+                "prompts_per_batch": 16,
+                "rollouts": 2,
+                "A": 0.87,
+                "B": 1.2,
+                "C_mid": 5e-4,
+                "R0": 0.78,
+                "c_max": 0.0700,
+            },
+            {
+                "run": "n8",
+                "prompts_per_batch": 16,
+                "rollouts": 8,
+                "A": 0.90,
+                "B": 0.7,
+                "C_mid": 7e-4,
+                "R0": 0.77,
+                "c_max": 0.0698,
+            },
+        ]
+    )
     front = frontier(curves, np.geomspace(1e-3, 0.0700, 20))
     assert list(front["run"].unique()) == ["n8"]  # before, n2 took the last point and n* "moved" 8 -> 2
     assert front["compute"].max() <= 0.0698
@@ -87,6 +127,8 @@ def test_refuses_when_one_n_wins_everywhere():
 
 
 def test_needs_two_rollouts_values():
-    curves = pd.DataFrame([{"run": "a", "prompts_per_batch": 32, "rollouts": 16, "A": 0.5, "B": 1.0, "C_mid": 1.0, "R0": 0.1}])
+    curves = pd.DataFrame(
+        [{"run": "a", "prompts_per_batch": 32, "rollouts": 16, "A": 0.5, "B": 1.0, "C_mid": 1.0, "R0": 0.1}]
+    )
     with pytest.raises(ValueError, match="two or more rollouts"):
         fit_optimal_rollouts(curves)

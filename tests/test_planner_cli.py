@@ -38,8 +38,20 @@ def test_budget_json_follows_the_contract(workdir, monkeypatch, capsys):
 
 
 def test_playbook_axes_through_the_cli(workdir, monkeypatch, capsys):
-    code, out, _ = rlscale(monkeypatch, capsys, "plan", "--budget", 5e6, "--prompts", "32,64,...,1024",
-                           "--rollouts", "8,16,...,2048", "--max-batch", 65536, "--json")
+    code, out, _ = rlscale(
+        monkeypatch,
+        capsys,
+        "plan",
+        "--budget",
+        5e6,
+        "--prompts",
+        "32,64,...,1024",
+        "--rollouts",
+        "8,16,...,2048",
+        "--max-batch",
+        65536,
+        "--json",
+    )
     assert code == 0
     plan = json.loads(out)
     assert {(p["prompts_per_batch"], p["rollouts"]) for p in plan["points"]} == PLAYBOOK_GRID
@@ -52,8 +64,22 @@ def test_playbook_axes_through_the_cli(workdir, monkeypatch, capsys):
 
 
 def test_table_shows_points_and_dropped(workdir, monkeypatch, capsys):
-    code, out, _ = rlscale(monkeypatch, capsys, "plan", "--budget", 100, "--per-run", "--prompts", "8,16",
-                           "--rollouts", "4,8", "--profile", "scalerl-8b", "--min-steps", 100)
+    code, out, _ = rlscale(
+        monkeypatch,
+        capsys,
+        "plan",
+        "--budget",
+        100,
+        "--per-run",
+        "--prompts",
+        "8,16",
+        "--rollouts",
+        "4,8",
+        "--profile",
+        "scalerl-8b",
+        "--min-steps",
+        100,
+    )
     assert code == 0  # 100 GPU-hours pay for 177 steps of 8 x 4, 88 of 16 x 4 or 8 x 8, 44 of 16 x 8
     assert "IsoCompute plan: 1 runs at 100 GPU-hours each" in out
     assert "dropped (3)" in out and "100 step(s)" in out
@@ -110,15 +136,17 @@ def test_bad_study_exits_2_with_file_and_field_and_writes_nothing(workdir, monke
 def test_bad_study_exits_2_in_a_real_process(workdir):
     path = workdir / "typo.yaml"
     path.write_text("name: typo\nmethod: grid\nparameters:\n  loss: {values: [dapo]}\nrecipe:\n  rollout: 8\n")
-    proc = subprocess.run([sys.executable, "-m", "rlscale", "plan", str(path)], capture_output=True, text=True,
-                          cwd=workdir, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlscale", "plan", str(path)], capture_output=True, text=True, cwd=workdir, timeout=120
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {path}: recipe.rollout: unknown key (typo?)"
 
 
 def test_study_runs_and_save(workdir, monkeypatch, capsys):
-    code, out, _ = rlscale(monkeypatch, capsys, "plan", ROOT / "studies" / "quickstart.yaml", "--json",
-                           "--save", "quickstart-plan")
+    code, out, _ = rlscale(
+        monkeypatch, capsys, "plan", ROOT / "studies" / "quickstart.yaml", "--json", "--save", "quickstart-plan"
+    )
     assert code == 0
     plan = json.loads(out)
     assert plan["study"] == "quickstart" and plan["profile"] == "tiny-cpu"
@@ -165,8 +193,21 @@ def test_calibrate_from_the_store_then_plan_with_the_fitted_profile(workdir, mon
     assert fitted["quality"]["r2"] == pytest.approx(1.0)
     assert Path(fitted["path"]) == workdir / "cache" / "profiles" / "cpu-probe.json"
     # `--profile NAME` now finds it: 1 GPU-hour per run at 8 x 4 -> (1 - startup) / cost steps
-    code, out, _ = rlscale(monkeypatch, capsys, "plan", "--budget", 1, "--per-run", "--prompts", 8, "--rollouts", 4,
-                           "--profile", "cpu-probe", "--json")
+    code, out, _ = rlscale(
+        monkeypatch,
+        capsys,
+        "plan",
+        "--budget",
+        1,
+        "--per-run",
+        "--prompts",
+        8,
+        "--rollouts",
+        4,
+        "--profile",
+        "cpu-probe",
+        "--json",
+    )
     assert code == 0
     assert json.loads(out)["points"][0]["steps"] == int((1 - startup) / (overhead + per_rollout * 32))
 
@@ -193,14 +234,21 @@ main()
 """
 
 
-@pytest.mark.parametrize("args", [["plan", "--budget", "16000", "--json"], ["plan", "studies/quickstart.yaml", "--json"]])
+@pytest.mark.parametrize(
+    "args", [["plan", "--budget", "16000", "--json"], ["plan", "studies/quickstart.yaml", "--json"]]
+)
 def test_plan_runs_without_torch_ray_or_vllm(workdir, args):
     args = [str(ROOT / a) if a.endswith(".yaml") else a for a in args]
-    proc = subprocess.run([sys.executable, "-c", BLOCKER, *args], capture_output=True, text=True, cwd=workdir,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCKER, *args], capture_output=True, text=True, cwd=workdir, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)
     # and the blocker works: importing torch in that interpreter fails
-    check = subprocess.run([sys.executable, "-c", BLOCKER.replace("from rlscale.cli import main\nmain()", "import torch")],
-                           capture_output=True, text=True, timeout=60)
+    check = subprocess.run(
+        [sys.executable, "-c", BLOCKER.replace("from rlscale.cli import main\nmain()", "import torch")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert check.returncode != 0 and "blocked" in check.stderr

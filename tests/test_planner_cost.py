@@ -3,10 +3,8 @@
 import numpy as np
 import pandas as pd
 import pytest
-
 from rlscale.planner.cost import (
     SCALERL_8B,
-    TINY_CPU,
     Profile,
     calibrate,
     run_gpu_hours,
@@ -14,6 +12,7 @@ from rlscale.planner.cost import (
     steps_within,
 )
 from rlscale.planner.profiles import known_profiles, load_profile, save_profile
+
 from rlscale.base.errors import UserError
 
 TRUE = {"gpu_hours_per_rollout": 3.0e-6, "step_overhead_gpu_hours": 1.2e-4, "startup_gpu_hours": 0.015}
@@ -21,7 +20,8 @@ GEOMETRIES = [(8, 4), (8, 8), (16, 4), (16, 8), (32, 8)]
 
 
 def synthetic(noise: float, seed: int = 0, eval_every: int = 5, steps: int = 60):
-    """Records (cumulative gpu_hours every `eval_every` steps) of runs costing TRUE, with relative noise per interval."""
+    """Records (cumulative gpu_hours every `eval_every` steps) of runs costing TRUE, with relative noise per
+    interval."""
     rng = np.random.default_rng(seed)
     runs, records = [], []
     for run_id, (bp, n) in enumerate(GEOMETRIES, start=1):
@@ -76,8 +76,9 @@ def test_calibration_needs_two_batch_sizes():
 
 def test_step_and_run_cost():
     # 1 device-second per step plus 1/32 s per rollout, 60 s to start: an 8 x 4 step costs 2 s
-    profile = Profile(name="hand", gpu_hours_per_rollout=1 / 32 / 3600, step_overhead_gpu_hours=1 / 3600,
-                      startup_gpu_hours=60 / 3600)
+    profile = Profile(
+        name="hand", gpu_hours_per_rollout=1 / 32 / 3600, step_overhead_gpu_hours=1 / 3600, startup_gpu_hours=60 / 3600
+    )
     assert step_gpu_hours(profile, 8, 4) * 3600 == pytest.approx(2.0)
     assert run_gpu_hours(profile, 8, 4, 10) * 3600 == pytest.approx(60 + 20)
     assert run_gpu_hours(SCALERL_8B, 48, 16, 0) == 0

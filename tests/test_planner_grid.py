@@ -3,7 +3,6 @@
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from rlscale.planner.cost import SCALERL_8B, Profile, run_gpu_hours, step_gpu_hours
 from rlscale.planner.grid import (
     PLAYBOOK_MAX_BATCH,
@@ -13,6 +12,7 @@ from rlscale.planner.grid import (
     isocompute_plan,
     parse_axis,
 )
+
 from rlscale.base.errors import UserError
 
 PLAYBOOK_GRID = {(2**a, 2**b) for a in range(5, 11) for b in range(3, 12) if 2 ** (a + b) <= 65536}
@@ -20,7 +20,9 @@ PLAYBOOK_GRID = {(2**a, 2**b) for a in range(5, 11) for b in range(3, 12) if 2 *
 
 def test_playbook_axes_give_exactly_the_playbook_grid():
     budget = 3_000_000.0  # enough GPU-hours that even 1024 x 64 rollouts per step gets steps
-    plan = isocompute_plan(budget, PLAYBOOK_PROMPTS, PLAYBOOK_ROLLOUTS, profile=SCALERL_8B, max_batch=PLAYBOOK_MAX_BATCH)
+    plan = isocompute_plan(
+        budget, PLAYBOOK_PROMPTS, PLAYBOOK_ROLLOUTS, profile=SCALERL_8B, max_batch=PLAYBOOK_MAX_BATCH
+    )
     grid = {(p.prompts_per_batch, p.rollouts) for p in plan.points}
     assert grid == PLAYBOOK_GRID
     assert len(grid) == 39
@@ -51,7 +53,11 @@ def test_isocompute_steps_scale_inversely_with_batch():
     plan = isocompute_plan(4 * 1024 * 10 * 0.01, [32, 64], [8, 16], profile=profile)
     assert {p.total_rollouts for p in plan.points} == {10 * 1024}
     assert {(p.prompts_per_batch, p.rollouts, p.steps) for p in plan.points} == {
-        (32, 8, 40), (32, 16, 20), (64, 8, 20), (64, 16, 10)}
+        (32, 8, 40),
+        (32, 16, 20),
+        (64, 8, 20),
+        (64, 16, 10),
+    }
 
 
 def test_points_below_min_steps_are_dropped_and_their_budget_redistributed():
@@ -66,8 +72,9 @@ def test_points_below_min_steps_are_dropped_and_their_budget_redistributed():
 
 # a hand-made profile (the built-in tiny-cpu one is re-calibrated from measurements): 1 device-second per
 # step plus 1/32 s per rollout, 60 s to start
-HAND = Profile(name="hand", gpu_hours_per_rollout=1 / 32 / 3600, step_overhead_gpu_hours=1 / 3600,
-               startup_gpu_hours=60 / 3600)
+HAND = Profile(
+    name="hand", gpu_hours_per_rollout=1 / 32 / 3600, step_overhead_gpu_hours=1 / 3600, startup_gpu_hours=60 / 3600
+)
 
 
 def test_per_run_budget_is_one_points_compute():
@@ -91,8 +98,13 @@ def test_non_positive_budget_is_rejected(budget):
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("32,64,128", [32, 64, 128]), ("8,16,...,2048", [2**k for k in range(3, 12)]),
-     ("3, 5, 7", [3, 5, 7]), ("1,3,...,81", [1, 3, 9, 27, 81]), ("48", [48])],
+    [
+        ("32,64,128", [32, 64, 128]),
+        ("8,16,...,2048", [2**k for k in range(3, 12)]),
+        ("3, 5, 7", [3, 5, 7]),
+        ("1,3,...,81", [1, 3, 9, 27, 81]),
+        ("48", [48]),
+    ],
 )
 def test_parse_axis(text, expected):
     assert parse_axis(text, option="--rollouts") == expected
@@ -110,21 +122,35 @@ axis = st.lists(st.integers(1, 4096), min_size=1, max_size=6, unique=True)
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    prompts=axis, rollouts=axis,
+    prompts=axis,
+    rollouts=axis,
     max_batch=st.none() | st.integers(1, 1 << 22),
-    per_rollout=st.floats(1e-7, 1.0), overhead=st.floats(0, 10), startup=st.floats(0, 100),
-    budget=st.floats(1e-3, 1e7), per_run=st.booleans(), min_steps=st.integers(1, 50),
+    per_rollout=st.floats(1e-7, 1.0),
+    overhead=st.floats(0, 10),
+    startup=st.floats(0, 100),
+    budget=st.floats(1e-3, 1e7),
+    per_run=st.booleans(),
+    min_steps=st.integers(1, 50),
 )
 def test_plan_invariants(prompts, rollouts, max_batch, per_rollout, overhead, startup, budget, per_run, min_steps):
-    profile = Profile(name="p", gpu_hours_per_rollout=per_rollout, step_overhead_gpu_hours=overhead,
-                      startup_gpu_hours=startup)
+    profile = Profile(
+        name="p", gpu_hours_per_rollout=per_rollout, step_overhead_gpu_hours=overhead, startup_gpu_hours=startup
+    )
     try:
-        plan = isocompute_plan(budget, sorted(prompts), sorted(rollouts), profile=profile, max_batch=max_batch,
-                               per_run=per_run, min_steps=min_steps)
+        plan = isocompute_plan(
+            budget,
+            sorted(prompts),
+            sorted(rollouts),
+            profile=profile,
+            max_batch=max_batch,
+            per_run=per_run,
+            min_steps=min_steps,
+        )
     except UserError:
         return  # nothing fits: the budget is too small or max_batch excludes everything
-    seen = [(p.prompts_per_batch, p.rollouts) for p in plan.points] + [(d.prompts_per_batch, d.rollouts)
-                                                                       for d in plan.dropped]
+    seen = [(p.prompts_per_batch, p.rollouts) for p in plan.points] + [
+        (d.prompts_per_batch, d.rollouts) for d in plan.dropped
+    ]
     assert sorted(seen) == sorted((bp, n) for bp in prompts for n in rollouts)
     share = plan.per_run_gpu_hours
     for p in plan.points:

@@ -7,9 +7,9 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from rlscale.planner.recipe import Recipe
 from rlscale.planner.study import Study, load_study, parse_study, plan_study, planned_runs
+
 from rlscale.base.errors import UserError
 
 STUDIES = sorted((Path(__file__).parent.parent / "studies").glob("*.yaml"))
@@ -78,8 +78,15 @@ def test_loo_reverts_exactly_one_component_per_run():
         changed = {k for k in config if config[k] != base[k]}
         assert len(changed) == 1, name
         reverted.update({k: config[k] for k in changed})
-    assert reverted == {"loss": "dapo", "loss_agg": "sample", "adv_norm": "group", "fp32_head": False,
-                        "zero_variance_filter": False, "no_positive_resampling": None, "async": "ppo_off_policy"}
+    assert reverted == {
+        "loss": "dapo",
+        "loss_agg": "sample",
+        "adv_norm": "group",
+        "fp32_head": False,
+        "zero_variance_filter": False,
+        "no_positive_resampling": None,
+        "async": "ppo_off_policy",
+    }
 
 
 def test_loss_ablation_compares_the_three_losses_at_equal_compute():
@@ -105,17 +112,31 @@ def test_seeds_as_count_or_list():
 
 
 def test_total_scope_splits_the_budget_over_points_and_seeds():
-    study = parse_study({"name": "t", "method": "grid", "seeds": 2,
-                         "compute": {"unit": "rollouts", "budget": 4 * 2 * 100 * 128, "scope": "total"},
-                         "recipe": {"prompts_per_batch": 16, "rollouts": 8},
-                         "parameters": {"loss": {"values": ["dapo", "gspo", "cispo", "grpo"]}}}, file="t.yaml")
+    study = parse_study(
+        {
+            "name": "t",
+            "method": "grid",
+            "seeds": 2,
+            "compute": {"unit": "rollouts", "budget": 4 * 2 * 100 * 128, "scope": "total"},
+            "recipe": {"prompts_per_batch": 16, "rollouts": 8},
+            "parameters": {"loss": {"values": ["dapo", "gspo", "cispo", "grpo"]}},
+        },
+        file="t.yaml",
+    )
     runs = planned_runs(study)
     assert len(runs) == 8 and {r.recipe.steps for r in runs} == {100}
 
 
 def test_study_without_compute_uses_the_recipe_steps():
-    study = parse_study({"name": "g", "method": "grid", "recipe": {"steps": 77},
-                         "parameters": {"adv_norm": {"values": ["batch", "none"]}}}, file="g.yaml")
+    study = parse_study(
+        {
+            "name": "g",
+            "method": "grid",
+            "recipe": {"steps": 77},
+            "parameters": {"adv_norm": {"values": ["batch", "none"]}},
+        },
+        file="g.yaml",
+    )
     assert [r.recipe.steps for r in planned_runs(study)] == [77, 77]
 
 
@@ -125,8 +146,13 @@ def _write(tmp_path, data) -> Path:
     return path
 
 
-GRID = {"name": "g", "method": "grid", "compute": {"budget": 0.05, "profile": "tiny-cpu"},
-        "recipe": {"model": "tiny"}, "parameters": {"loss": {"values": ["dapo", "cispo"]}}}
+GRID = {
+    "name": "g",
+    "method": "grid",
+    "compute": {"budget": 0.05, "profile": "tiny-cpu"},
+    "recipe": {"model": "tiny"},
+    "parameters": {"loss": {"values": ["dapo", "cispo"]}},
+}
 
 
 @pytest.mark.parametrize(
@@ -136,7 +162,11 @@ GRID = {"name": "g", "method": "grid", "compute": {"budget": 0.05, "profile": "t
         (lambda d: d.update(metrics="val_reward"), "metrics", "unknown key"),
         (lambda d: d["compute"].update(budgett=1), "compute.budgett", "unknown key"),
         (lambda d: d["parameters"]["loss"].update(value=["dapo"]), "parameters.loss.value", "unknown key"),
-        (lambda d: d["parameters"]["loss"]["values"].append("ppo"), "parameters.loss.values.2", "'cispo', 'gspo', 'dapo' or 'grpo'"),
+        (
+            lambda d: d["parameters"]["loss"]["values"].append("ppo"),
+            "parameters.loss.values.2",
+            "'cispo', 'gspo', 'dapo' or 'grpo'",
+        ),
         (lambda d: d["parameters"].update(los={"values": ["dapo"]}), "parameters.los", "not a recipe key"),
         (lambda d: d["parameters"]["loss"].update(values=[]), "parameters.loss.values", "at least 1 item"),
         (lambda d: d["parameters"]["loss"].update(values=["dapo", "dapo"]), "parameters.loss.values.1", "duplicate"),
@@ -152,14 +182,32 @@ GRID = {"name": "g", "method": "grid", "compute": {"budget": 0.05, "profile": "t
         (lambda d: d["parameters"].update(seed={"values": [1, 2]}), "parameters.seed", "seeds"),
         (lambda d: d["parameters"].update(lr={"min": 1e-5, "max": 1e-3}), "parameters.lr", "bayes"),
         (lambda d: d.update(method="isocompute"), "parameters", "prompts_per_batch or rollouts"),
-        (lambda d: d.update(leave_one_out=[{"name": "x", "overrides": {"loss": "dapo"}}]), "leave_one_out", "only for method loo"),
-        (lambda d: d.update(early_terminate={"type": "median"}), "early_terminate.type", "'asymptote', 'hyperband' or 'none'"),
+        (
+            lambda d: d.update(leave_one_out=[{"name": "x", "overrides": {"loss": "dapo"}}]),
+            "leave_one_out",
+            "only for method loo",
+        ),
+        (
+            lambda d: d.update(early_terminate={"type": "median"}),
+            "early_terminate.type",
+            "'asymptote', 'hyperband' or 'none'",
+        ),
         (lambda d: d.update(n_trials=5), "n_trials", "only for method bayes"),
         (lambda d: d.update(fit={"points": "best"}), "fit.points", "'record_breaking' or 'all'"),
-        (lambda d: d.update(method="loo", parameters={}, leave_one_out=[{"name": "same", "overrides": {"loss": "cispo"}}]),
-         "leave_one_out.0.overrides.loss", "change nothing"),
-        (lambda d: d.update(method="loo", parameters={}, leave_one_out=[{"name": "v", "overrides": {"verifier": "a b"}}]),
-         "leave_one_out.0.overrides.verifier", "package.module:function"),
+        (
+            lambda d: d.update(
+                method="loo", parameters={}, leave_one_out=[{"name": "same", "overrides": {"loss": "cispo"}}]
+            ),
+            "leave_one_out.0.overrides.loss",
+            "change nothing",
+        ),
+        (
+            lambda d: d.update(
+                method="loo", parameters={}, leave_one_out=[{"name": "v", "overrides": {"verifier": "a b"}}]
+            ),
+            "leave_one_out.0.overrides.verifier",
+            "package.module:function",
+        ),
     ],
 )
 def test_malformed_study_names_file_field_and_expectation(tmp_path, change, field, message):
@@ -190,8 +238,19 @@ def test_invalid_yaml_names_the_line(tmp_path):
 # ---- fuzzing: every mutation of a valid study is rejected with a field path ---------------------------------
 
 VALID = [yaml.safe_load(p.read_text()) for p in STUDIES] + [BAYES]
-ENUMS = {"method", "unit", "scope", "type", "distribution", "loss", "loss_agg", "adv_norm", "async", "length_control",
-         "lr_scaling"}
+ENUMS = {
+    "method",
+    "unit",
+    "scope",
+    "type",
+    "distribution",
+    "loss",
+    "loss_agg",
+    "adv_norm",
+    "async",
+    "length_control",
+    "lr_scaling",
+}
 # a mapping anywhere rejects a scalar field; a string rejects a container field (and no field accepts both)
 WRONG_FOR_SCALAR = {"nested": [1, 2]}
 WRONG_FOR_CONTAINER = "not-a-container"
@@ -252,8 +311,11 @@ def malformed(draw):
             return data, f"parameters.{key}"
         data["parameters"] = {"loss": {"values": []}}
         return data, "parameters"
-    counts = [p for p, v in _nodes(data.get("recipe", {}), ("recipe",))
-              if p[-1] in ("prompts_per_batch", "rollouts", "eval_every", "eval_samples", "generator_devices")]
+    counts = [
+        p
+        for p, v in _nodes(data.get("recipe", {}), ("recipe",))
+        if p[-1] in ("prompts_per_batch", "rollouts", "eval_every", "eval_samples", "generator_devices")
+    ]
     path = draw(st.sampled_from(counts or [("recipe", "rollouts")]))
     data.setdefault("recipe", {})
     _set(data, path, draw(st.integers(-1000, 0)))

@@ -4,7 +4,6 @@ import json
 
 import pytest
 import torch
-
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.rl.policy import ARCHITECTURE, build_model, build_tokenizer
 from rlscale.runner.rl.sampling import sample
@@ -26,7 +25,10 @@ def model(tokenizer):
 def test_character_tokenizer_round_trip(tokenizer):
     ids = tokenizer("07+35=")["input_ids"]
     assert ids[0] == tokenizer.bos_token_id and len(ids) == 7
-    assert tokenizer.decode(ids[1:] + [tokenizer.eos_token_id, tokenizer.pad_token_id], skip_special_tokens=True) == "07+35="
+    assert (
+        tokenizer.decode(ids[1:] + [tokenizer.eos_token_id, tokenizer.pad_token_id], skip_special_tokens=True)
+        == "07+35="
+    )
     assert len({tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id}) == 3
 
 
@@ -51,8 +53,17 @@ def test_saved_directory_loads_with_auto_classes(tmp_path, tokenizer, model):
 def test_sampler_log_probs_match_the_trainer(tokenizer, model):
     # on-policy the importance ratio must be exactly 1: the cached sampler and the trainer agree
     prompts = [tokenizer(text)["input_ids"] for text in ("07+35=", "1+2=")]  # different lengths: left padding
-    rollouts = sample(model, prompts, n=3, max_new_tokens=5, temperature=0.7, eos_id=tokenizer.eos_token_id,
-                      pad_id=tokenizer.pad_token_id, generator=torch.Generator().manual_seed(0), decode=tokenizer.decode)
+    rollouts = sample(
+        model,
+        prompts,
+        n=3,
+        max_new_tokens=5,
+        temperature=0.7,
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+        generator=torch.Generator().manual_seed(0),
+        decode=tokenizer.decode,
+    )
     logp, _ = token_logprobs(model, rollouts.input_ids, rollouts.attention_mask, temperature=0.7, fp32_head=True)
     mask = rollouts.response_mask
     assert mask.sum() > 0
@@ -61,8 +72,19 @@ def test_sampler_log_probs_match_the_trainer(tokenizer, model):
 
 def test_sampling_is_deterministic_by_generator(tokenizer, model):
     prompts = [tokenizer("07+35=")["input_ids"]]
-    draw = lambda seed: sample(model, prompts, n=4, max_new_tokens=4, temperature=1.0, eos_id=2, pad_id=0,
-                               generator=torch.Generator().manual_seed(seed), decode=tokenizer.decode).input_ids
+    draw = lambda seed: (
+        sample(
+            model,
+            prompts,
+            n=4,
+            max_new_tokens=4,
+            temperature=1.0,
+            eos_id=2,
+            pad_id=0,
+            generator=torch.Generator().manual_seed(seed),
+            decode=tokenizer.decode,
+        ).input_ids
+    )
     assert torch.equal(draw(1), draw(1))
     assert not torch.equal(draw(1), draw(2))
 
@@ -83,8 +105,17 @@ def test_train_step_raises_probability_of_rewarded_rollouts(tokenizer):
     model = build_model(tokenizer, seed=0)
     recipe = Recipe(prompts_per_batch=2, rollouts=4, lr=1e-3, lr_scaling="none", max_new_tokens=4)
     prompts = [tokenizer(text)["input_ids"] for text in ("07+35=", "11+11=")]
-    rollouts = sample(model, prompts, n=4, max_new_tokens=4, temperature=1.0, eos_id=2, pad_id=0,
-                      generator=torch.Generator().manual_seed(0), decode=tokenizer.decode)
+    rollouts = sample(
+        model,
+        prompts,
+        n=4,
+        max_new_tokens=4,
+        temperature=1.0,
+        eos_id=2,
+        pad_id=0,
+        generator=torch.Generator().manual_seed(0),
+        decode=tokenizer.decode,
+    )
     rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])  # prompt 1 has no variance: filtered
     batch = TrainBatch(rollouts.input_ids, rollouts.attention_mask, rollouts.response_mask, rollouts.logp, rewards)
     optimizer = make_optimizer(model, recipe)
@@ -103,8 +134,13 @@ def test_the_shipped_base_policy_is_the_same_on_every_host_and_has_room_to_climb
 
     path = base_model_dir()
     assert path == SHIPPED_DIR and not (workdir / "cache" / "base-model-v5").exists()  # nothing built on the way
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-            "generation_config.json"} <= {p.name for p in path.iterdir()}
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    } <= {p.name for p in path.iterdir()}
     info = json.loads((path / "rlscale_base_model.json").read_text())
     assert info["portable"] and info["environment"] == PORTABLE_ENV  # built the way --rebuild builds it
     assert 0.8 <= info["sampled_pass_rate"] <= 0.9  # knows the sums: RL sharpens them to a plateau within minutes
@@ -118,8 +154,9 @@ def test_the_shipped_base_policy_is_the_same_on_every_host_and_has_room_to_climb
 def test_a_changed_base_policy_file_is_refused_with_the_file_it_is_in(tmp_path):
     import shutil
 
-    from rlscale.base.errors import UserError
     from rlscale.runner.rl.policy import SHIPPED_DIR, verify_checksums
+
+    from rlscale.base.errors import UserError
 
     copy = shutil.copytree(SHIPPED_DIR, tmp_path / "base")
     verify_checksums(copy)
@@ -132,16 +169,33 @@ def test_a_changed_base_policy_file_is_refused_with_the_file_it_is_in(tmp_path):
 
 def _sampled_batch(tokenizer, model, rewards):
     prompts = [tokenizer(text)["input_ids"] for text in ("07+35=", "11+11=", "50+25=", "99+01=")][: rewards.shape[0]]
-    rollouts = sample(model, prompts, n=rewards.shape[1], max_new_tokens=4, temperature=1.0, eos_id=2, pad_id=0,
-                      generator=torch.Generator().manual_seed(0), decode=tokenizer.decode)
+    rollouts = sample(
+        model,
+        prompts,
+        n=rewards.shape[1],
+        max_new_tokens=4,
+        temperature=1.0,
+        eos_id=2,
+        pad_id=0,
+        generator=torch.Generator().manual_seed(0),
+        decode=tokenizer.decode,
+    )
     return TrainBatch(rollouts.input_ids, rollouts.attention_mask, rollouts.response_mask, rollouts.logp, rewards)
 
 
 def test_ppo_off_policy_takes_one_update_per_minibatch_and_clips_later_ones(tokenizer):
     model = build_model(tokenizer, seed=0)
     rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
-    recipe = Recipe(loss="grpo", prompts_per_batch=4, rollouts=2, lr=0.05, lr_scaling="none", lr_warmup_steps=0,
-                    async_mode="ppo_off_policy", ppo_minibatches=4)
+    recipe = Recipe(
+        loss="grpo",
+        prompts_per_batch=4,
+        rollouts=2,
+        lr=0.05,
+        lr_scaling="none",
+        lr_warmup_steps=0,
+        async_mode="ppo_off_policy",
+        ppo_minibatches=4,
+    )
     metrics = train_step(model, make_optimizer(model, recipe), _sampled_batch(tokenizer, model, rewards), recipe)
     assert metrics["updates"] == 4
     assert metrics["clip_fraction"] > 0  # minibatches 2-4 see a moved policy: ratios leave [0.8, 1.2]
@@ -155,6 +209,7 @@ def test_kl_term_needs_a_reference_and_is_zero_at_the_start(tokenizer):
     with pytest.raises(ValueError, match="reference"):
         train_step(model, make_optimizer(model, recipe), batch, recipe)
     import copy
+
     model = build_model(tokenizer, seed=0)
     metrics = train_step(model, make_optimizer(model, recipe), batch, recipe, ref_model=copy.deepcopy(model))
     assert metrics["kl"] == pytest.approx(0.0, abs=1e-9) and metrics["entropy"] > 0

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from rlscale.fitting.powerlaw import fit_power_law, fit_size, learning_efficiency
 from rlscale.fitting.sigmoid import FitError
 
@@ -30,7 +29,9 @@ def test_noise_free_parameters_are_recovered():
     assert fit.K_max == pytest.approx(K_MAX, rel=1e-8)
     assert fit.N0 == pytest.approx(N0, rel=1e-8)
     np.testing.assert_allclose(fit.E, [E[s] for s in SIZES], rtol=1e-9)
-    assert fit.pass_rate(7e9, 500.0) == pytest.approx(1 - np.exp(-learning_efficiency(7e9, K_MAX, N0) * np.log(500) + E[7e9]))
+    assert fit.pass_rate(7e9, 500.0) == pytest.approx(
+        1 - np.exp(-learning_efficiency(7e9, K_MAX, N0) * np.log(500) + E[7e9])
+    )
 
 
 def test_noisy_fit_is_close_and_predicts_held_out_steps():

@@ -22,8 +22,9 @@ GAUSSIAN = Calibration.normal(1.0, 0.5, 0.08)
 def wandering_curve(seed: int, noise: float):
     """A sigmoid plus a random walk in ln(compute) of step WANDER x noise, plus independent noise of sd `noise`."""
     rng = np.random.default_rng(seed)
-    curve = sigmoid(COMPUTE, rng.uniform(0.5, 0.9), rng.uniform(1.0, 2.5), rng.uniform(8.0, 20.0),
-                    rng.uniform(0.05, 0.3))
+    curve = sigmoid(
+        COMPUTE, rng.uniform(0.5, 0.9), rng.uniform(1.0, 2.5), rng.uniform(8.0, 20.0), rng.uniform(0.05, 0.3)
+    )
     log_c = np.log(COMPUTE)
     walk = np.cumsum(rng.normal(0.0, 1.0, COMPUTE.size) * np.sqrt(np.diff(log_c, prepend=log_c[0])))
     return curve + WANDER * noise * walk + rng.normal(0.0, noise, COMPUTE.size)
@@ -36,8 +37,9 @@ def backtested(seeds):
         noise = 0.004 if seed % 2 else 0.04
         reward = wandering_curve(seed, noise)
         fit = fit_sigmoid(COMPUTE[PART], reward[PART], bootstrap=50, seed=0, bounded=False)
-        p = predict_at(fit, COMPUTE[PART], reward[PART], 100.0, window_compute=COMPUTE[END], calibration=GAUSSIAN,
-                       bounded=False)
+        p = predict_at(
+            fit, COMPUTE[PART], reward[PART], 100.0, window_compute=COMPUTE[END], calibration=GAUSSIAN, bounded=False
+        )
         rows.append((noise, p, float(np.mean(reward[END]))))
     return rows
 
@@ -46,13 +48,16 @@ def backtested(seeds):
 def judged():
     """Calibrated on 120 runs, then the held-out 80 runs' (noise, prediction, observed) with that calibration."""
     train = backtested(range(1000, 1120))
-    calibration = calibrate_interval([p.predicted - obs for _, p, obs in train], [p.sd_parameters for _, p, _ in train],
-                                     [p.sigma for _, p, _ in train], [p.gain_left for _, p, _ in train],
-                                     [p.distance for _, p, _ in train])
+    calibration = calibrate_interval(
+        [p.predicted - obs for _, p, obs in train],
+        [p.sd_parameters for _, p, _ in train],
+        [p.sigma for _, p, _ in train],
+        [p.gain_left for _, p, _ in train],
+        [p.distance for _, p, _ in train],
+    )
     held = []
     for noise, p, observed in backtested(range(80)):
-        scale = math.sqrt(sum(part**2 for part in calibration.parts(p.sd_parameters, p.sigma, p.gain_left,
-                                                                    p.distance)))
+        scale = math.sqrt(sum(part**2 for part in calibration.parts(p.sd_parameters, p.sigma, p.gain_left, p.distance)))
         half = calibration.quantile(0.9) * scale
         held.append((noise, p.predicted - half, p.predicted + half, observed))
     return held
@@ -110,10 +115,10 @@ def test_the_interval_widens_past_the_data_and_with_its_level():
     assert inside.distance == 0.0 and inside.sd_drift == 0.0
     assert inside.width < near.width < far.width
     assert predict_at(fit, COMPUTE[PART], reward[PART], 100.0, level=0.5, calibration=GAUSSIAN).width < near.width
-    assert near.predicted == pytest.approx(float(np.mean(fit.predict(np.linspace(90.0, 100.0, near.n_window)))),
-                                           abs=0.01)
-    assert near.width == pytest.approx(2 * near.quantile * math.hypot(near.sd_parameters, near.sd_noise,
-                                                                      near.sd_drift))
+    assert near.predicted == pytest.approx(
+        float(np.mean(fit.predict(np.linspace(90.0, 100.0, near.n_window)))), abs=0.01
+    )
+    assert near.width == pytest.approx(2 * near.quantile * math.hypot(near.sd_parameters, near.sd_noise, near.sd_drift))
 
 
 def test_a_run_that_has_not_bent_gets_more_drift_than_a_saturated_one():
@@ -157,8 +162,9 @@ def test_the_shipped_calibration_gives_a_finite_interval_at_every_level():
 
 def write_run(path):
     reward = wandering_curve(2, 0.01)
-    path.write_text("run,compute,reward\n" + "".join(f"r,{float(c)!r},{float(r)!r}\n"
-                                                     for c, r in zip(COMPUTE[PART], reward[PART])))
+    path.write_text(
+        "run,compute,reward\n" + "".join(f"r,{float(c)!r},{float(r)!r}\n" for c, r in zip(COMPUTE[PART], reward[PART]))
+    )
 
 
 def test_fit_at_adds_the_prediction_keys_to_each_run(cli, tmp_path):

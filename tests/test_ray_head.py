@@ -16,10 +16,29 @@ import yaml
 from rlscale.db.store import Store
 
 # a short TRL run on the tiny policy (what tests/test_trl_engine.py trains, fewer steps)
-RECIPE = dict(engine="trl", model="tiny", task="arithmetic", prompts_per_batch=4, rollouts=2, steps=6, loss="dapo",
-              loss_agg="token", adv_norm="group", zero_variance_filter=False, no_positive_resampling=None,
-              length_control="truncate", max_new_tokens=8, lr=1e-4, lr_reference_batch=8, lr_warmup_steps=0,
-              eval_every=3, eval_prompts=8, eval_samples=2, checkpoint_every=2, trainer_devices=1)
+RECIPE = dict(
+    engine="trl",
+    model="tiny",
+    task="arithmetic",
+    prompts_per_batch=4,
+    rollouts=2,
+    steps=6,
+    loss="dapo",
+    loss_agg="token",
+    adv_norm="group",
+    zero_variance_filter=False,
+    no_positive_resampling=None,
+    length_control="truncate",
+    max_new_tokens=8,
+    lr=1e-4,
+    lr_reference_batch=8,
+    lr_warmup_steps=0,
+    eval_every=3,
+    eval_prompts=8,
+    eval_samples=2,
+    checkpoint_every=2,
+    trainer_devices=1,
+)
 RECIPE["async"] = "sync"
 
 DRIVER = textwrap.dedent("""
@@ -35,8 +54,16 @@ DRIVER = textwrap.dedent("""
 
 
 def write_study(path: Path, name: str, **recipe) -> Path:
-    path.write_text(yaml.safe_dump({"name": name, "method": "grid", "recipe": {**RECIPE, **recipe},
-                                    "parameters": {"rollouts": {"values": [2]}}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "method": "grid",
+                "recipe": {**RECIPE, **recipe},
+                "parameters": {"rollouts": {"values": [2]}},
+            }
+        )
+    )
     return path
 
 
@@ -53,8 +80,7 @@ def test_a_sweep_with_no_cluster_named_starts_a_head_adopts_it_after_kill_9_and_
     url, shared = f"sqlite:///{tmp_path / 'store.db'}", tmp_path / "shared"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     args = [sys.executable, "-c", DRIVER, str(study), url, str(shared)]
-    driver = subprocess.Popen(args, start_new_session=True, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE)
+    driver = subprocess.Popen(args, start_new_session=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.time() + 300
         while time.time() < deadline and driver.poll() is None:  # a job that has stored a step: the head is up
@@ -104,15 +130,27 @@ def test_a_token_is_found_as_rays_own_clients_find_it(tmp_path, start_ray_head):
     db = tmp_path / "store.db"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
     env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token of this machine's earlier clusters
-    rlscale = [str(Path(sys.executable).with_name("rlscale")), "sweep", str(study), "--db", f"sqlite:///{db}",
-               "--ray-address", address]
+    rlscale = [
+        str(Path(sys.executable).with_name("rlscale")),
+        "sweep",
+        str(study),
+        "--db",
+        f"sqlite:///{db}",
+        "--ray-address",
+        address,
+    ]
     refused = subprocess.run(rlscale, capture_output=True, text=True, env=env, timeout=120)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr[-2000:]
     assert "RAY_AUTH_TOKEN" in refused.stderr and not db.exists()
     # the token where `ray start` and `ray.init` look for one (RAY_AUTH_MODE unset): the client uses it
     (tmp_path / "token").write_text(token)
     probe = "from rlscale.runner.ray_head import jobs_client; import sys; print(jobs_client(sys.argv[1]).list_jobs())"
-    found = subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True, timeout=120,
-                           env={**env, "RAY_AUTH_TOKEN_PATH": str(tmp_path / "token")})
+    found = subprocess.run(
+        [sys.executable, "-c", probe, address],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "RAY_AUTH_TOKEN_PATH": str(tmp_path / "token")},
+    )
     assert found.returncode == 0 and "submission_id='probe'" in found.stdout, found.stderr[-2000:]
     assert found.stderr.strip() == ""  # not a line of Ray's warnings on the user's terminal

@@ -12,22 +12,62 @@ from rlscale.fitting.recommend import Refusal, recommend
 from rlscale.planner.cost import TINY_CPU, step_gpu_hours, steps_within
 
 
-
 def _law(identified=True, hi=6.0):
-    front = pd.DataFrame({"compute": [1.0, 100.0], "reward": [0.3, 0.7], "rollouts": [4, 64],
-                          "prompts_per_batch": [32, 32], "run": ["a", "b"]})
-    verdict = Reason("law_identified") if identified else Reason("frontier_few_n", {
-        "rollouts": [4, 64], "compute_lo": 1.0, "compute_hi": 100.0, "min_distinct": 3})
-    return RolloutsLaw(lo=2.0, hi=hi, k=3.0, c0=np.log(10.0), identified=identified, verdict=verdict,
-                       compute_range=(1.0, 100.0), frontier=front)
+    front = pd.DataFrame(
+        {
+            "compute": [1.0, 100.0],
+            "reward": [0.3, 0.7],
+            "rollouts": [4, 64],
+            "prompts_per_batch": [32, 32],
+            "run": ["a", "b"],
+        }
+    )
+    verdict = (
+        Reason("law_identified")
+        if identified
+        else Reason("frontier_few_n", {"rollouts": [4, 64], "compute_lo": 1.0, "compute_hi": 100.0, "min_distinct": 3})
+    )
+    return RolloutsLaw(
+        lo=2.0,
+        hi=hi,
+        k=3.0,
+        c0=np.log(10.0),
+        identified=identified,
+        verdict=verdict,
+        compute_range=(1.0, 100.0),
+        frontier=front,
+    )
 
 
 def _curves(rows):
-    base = {"status": "done", "B": 1.5, "C_mid": 10.0, "R0": 0.1, "r2": 0.99, "n_points": 20, "reason": "",
-            "c_min": 1.0, "c_max": 100.0, "truncation_rate": 0.01, "identified": True, "run_id": None}
+    base = {
+        "status": "done",
+        "B": 1.5,
+        "C_mid": 10.0,
+        "R0": 0.1,
+        "r2": 0.99,
+        "n_points": 20,
+        "reason": "",
+        "c_min": 1.0,
+        "c_max": 100.0,
+        "truncation_rate": 0.01,
+        "identified": True,
+        "run_id": None,
+    }
     out = []
     for run, bp, n, A, extra in rows:
-        out.append({**base, "run": run, "prompts_per_batch": bp, "rollouts": n, "A": A, "A_lo": A - 0.01, "A_hi": A + 0.01, **extra})
+        out.append(
+            {
+                **base,
+                "run": run,
+                "prompts_per_batch": bp,
+                "rollouts": n,
+                "A": A,
+                "A_lo": A - 0.01,
+                "A_hi": A + 0.01,
+                **extra,
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -36,8 +76,15 @@ def _steps(budget, bp, n):
 
 
 def test_takes_the_smallest_prompts_per_batch_within_the_noise_band():
-    curves = _curves([("bp16", 16, 64, 0.785, {}), ("bp32", 32, 64, 0.80, {}), ("bp64", 64, 64, 0.79, {}),
-                      ("bp8", 8, 64, 0.70, {}), ("n4", 32, 4, 0.5, {})])
+    curves = _curves(
+        [
+            ("bp16", 16, 64, 0.785, {}),
+            ("bp32", 32, 64, 0.80, {}),
+            ("bp64", 64, 64, 0.79, {}),
+            ("bp8", 8, 64, 0.70, {}),
+            ("n4", 32, 4, 0.5, {}),
+        ]
+    )
     rec = recommend(curves, _law(), budget=1e5, steps_for=_steps)
     assert (rec.prompts_per_batch, rec.rollouts) == (16, 64)  # 0.785 is within 0.02 of 0.80; 0.70 is not
     assert rec.steps == int(1e5 // (16 * 64))
@@ -46,8 +93,9 @@ def test_takes_the_smallest_prompts_per_batch_within_the_noise_band():
 
 
 def test_skips_runs_that_trained_unstably():
-    curves = _curves([("bp16", 16, 64, 0.80, {"truncation_rate": 0.12}), ("bp32", 32, 64, 0.79, {}),
-                      ("n4", 32, 4, 0.5, {})])
+    curves = _curves(
+        [("bp16", 16, 64, 0.80, {"truncation_rate": 0.12}), ("bp32", 32, 64, 0.79, {}), ("n4", 32, 4, 0.5, {})]
+    )
     rec = recommend(curves, _law(), budget=1e5, steps_for=_steps)
     assert rec.prompts_per_batch == 32
     assert not next(r for r in rec.evidence if r["run"] == "bp16")["stable"]
@@ -62,8 +110,12 @@ def test_refuses_when_the_law_is_not_identified():
 
 
 def test_refuses_when_the_fits_at_the_recommended_n_are_unidentified():
-    curves = _curves([("bp32", 32, 64, 0.8, {"identified": False, "reason": "has not passed the inflection"}),
-                      ("n4", 32, 4, 0.5, {})])
+    curves = _curves(
+        [
+            ("bp32", 32, 64, 0.8, {"identified": False, "reason": "has not passed the inflection"}),
+            ("n4", 32, 4, 0.5, {}),
+        ]
+    )
     with pytest.raises(Refusal) as refused:
         recommend(curves, _law(), budget=1e5, steps_for=_steps)
     assert refused.value.codes == ["no_trusted_run_at_n"]
@@ -82,6 +134,7 @@ def test_refuses_when_the_budget_buys_no_step():
 
 # --- the command, on a stored synthetic study --------------------------------------------------------------
 
+
 def _cli(args, capsys, monkeypatch):
     return run_cli(monkeypatch, capsys, *args)
 
@@ -91,8 +144,24 @@ def test_recommend_command_recovers_n_star_and_prices_the_steps(workdir, capsys,
     truth, c_obs = bench.CASES["saturates_64"]
     seed_isocompute(url, "iso", truth, c_obs)
     budget = 4 * c_obs
-    code, out, err = _cli(["recommend", "--budget", str(budget), "--study", "iso", "--db", url,
-                              "--profile", "tiny-cpu", "--bootstrap", "20", "--json"], capsys, monkeypatch)
+    code, out, err = _cli(
+        [
+            "recommend",
+            "--budget",
+            str(budget),
+            "--study",
+            "iso",
+            "--db",
+            url,
+            "--profile",
+            "tiny-cpu",
+            "--bootstrap",
+            "20",
+            "--json",
+        ],
+        capsys,
+        monkeypatch,
+    )
     assert code == 0, err
     rec = json.loads(out)
     n_true = bench.true_optimal_rollouts(truth, budget)
@@ -105,8 +174,23 @@ def test_recommend_command_recovers_n_star_and_prices_the_steps(workdir, capsys,
     assert rec["predicted_level"] == 0.9  # the prediction interval of the reward at the budget (fitting/predict.py)
     assert any(row["chosen"] for row in rec["evidence"])
 
-    code, out, _ = _cli(["recommend", "--budget", str(budget), "--study", "iso", "--db", url,
-                            "--profile", "tiny-cpu", "--bootstrap", "0"], capsys, monkeypatch)
+    code, out, _ = _cli(
+        [
+            "recommend",
+            "--budget",
+            str(budget),
+            "--study",
+            "iso",
+            "--db",
+            url,
+            "--profile",
+            "tiny-cpu",
+            "--bootstrap",
+            "0",
+        ],
+        capsys,
+        monkeypatch,
+    )
     assert code == 0 and "recommendation" in out and "evidence" in out
 
 
@@ -114,7 +198,9 @@ def test_recommend_command_refuses_with_the_reason_and_exit_2(workdir, capsys, m
     url = f"sqlite:///{workdir / 'rl.db'}"
     truth, c_obs = bench.CASES["still_rising"]
     seed_isocompute(url, "rising", truth, c_obs)
-    code, out, err = _cli(["recommend", "--budget", "120", "--db", url, "--bootstrap", "0", "--json"], capsys, monkeypatch)
+    code, out, err = _cli(
+        ["recommend", "--budget", "120", "--db", url, "--bootstrap", "0", "--json"], capsys, monkeypatch
+    )
     assert code == 2
     refusal = json.loads(out)
     assert refusal["refused"] is True and refusal["reasons"][0]["code"] == "law_not_identified"
@@ -136,11 +222,17 @@ def test_the_study_says_which_points_each_run_is_fitted_on(workdir, capsys, monk
     with Store(url) as store:
         records = store.records_frame("iso").dropna(subset=["val_reward"])
         names = dict(zip(store.runs_frame("iso")["run_id"], store.runs_frame("iso")["run"]))
-    points = {names[run_id]: len(record_breaking_points(group["gpu_hours"], group["val_reward"])) if fit is None
-              else len(group) for run_id, group in records.groupby("run_id")}
+    points = {
+        names[run_id]: len(record_breaking_points(group["gpu_hours"], group["val_reward"]))
+        if fit is None
+        else len(group)
+        for run_id, group in records.groupby("run_id")
+    }
     assert fit is not None or all(points[name] < (records["run_id"].map(names) == name).sum() for name in points)
 
-    code, out, err = _cli(["report", "iso", "--db", url, "--out", "rep", "--bootstrap", "0", "--json"], capsys, monkeypatch)
+    code, out, err = _cli(
+        ["report", "iso", "--db", url, "--out", "rep", "--bootstrap", "0", "--json"], capsys, monkeypatch
+    )
     assert code == 0, err
     report = json.loads(out)
     assert report["fitted_on"] == expected
@@ -160,14 +252,16 @@ def test_the_fits_table_of_a_quickstart_sized_study_fits_80_columns(workdir, cap
     url = f"sqlite:///{workdir / 'rl.db'}"
     truth, c_obs = bench.CASES["still_rising"]  # some fits unidentified: "no (1)" must fit too
     seed_isocompute(url, "iso", truth, c_obs)
-    code, out, err = _cli(["report", "iso", "--db", url, "--out", "rep", "--bootstrap", "20", "--json"], capsys, monkeypatch)
+    code, out, err = _cli(
+        ["report", "iso", "--db", url, "--out", "rep", "--bootstrap", "20", "--json"], capsys, monkeypatch
+    )
     fits = json.loads(out)["fits"]
     assert any(not row["identified"] for row in fits)
     monkeypatch.setattr(console, "_width", 80)
     code, out, err = _cli(["report", "iso", "--db", url, "--out", "rep", "--bootstrap", "20"], capsys, monkeypatch)
     assert code == 0, err
-    table = out[out.index("sigmoid fits"):]
-    table = table[:table.index("└")]
+    table = out[out.index("sigmoid fits") :]
+    table = table[: table.index("└")]
     rows = [line.rstrip() for line in table.splitlines()[1:]]  # rich crops what does not fit: the edge must show
     assert rows and all(len(line) <= 80 and line[-1] in "┓┃┩│" for line in rows), "\n".join(rows)
     for row in fits:

@@ -23,7 +23,9 @@ def _cli(args, capsys, monkeypatch):
 def loo_report(workdir, capsys, monkeypatch):
     url = f"sqlite:///{workdir / 'rl.db'}"
     name = seed_loo(url)
-    code, out, err = _cli(["report", name, "--db", url, "--out", "rep", "--bootstrap", "40", "--json"], capsys, monkeypatch)
+    code, out, err = _cli(
+        ["report", name, "--db", url, "--out", "rep", "--bootstrap", "40", "--json"], capsys, monkeypatch
+    )
     assert code == 0, err
     return workdir / "rep", json.loads(out), (url, name)
 
@@ -41,31 +43,63 @@ def test_linearised_plot_draws_fits_whose_line_overflows_or_has_no_point_to_line
     (no point strictly between them), as a sweep's two-eval runs do: the plot is written, not a crash."""
     import pandas as pd
 
-    records = pd.DataFrame({"run": ["step"] * 3 + ["flat"] * 3 + ["fell"] * 3,
-                            "gpu_hours": [0.0, 2.9e-4, 6.3e-4] * 3,
-                            "val_reward": [0.84375, 0.8125, 0.8125, 0.84375, 0.84375, 0.84375, 0.9, 0.5, 0.5]})
-    curves = pd.DataFrame({"run": ["step", "flat", "fell"], "A": [0.8125, 0.84375, 0.5], "R0": [0.84375, 0.84375, 0.9],
-                           "B": [126.03, 0.3714, 1e4], "C_mid": [1.92e-4, 1.96e-4, 1e-3], "identified": [False] * 3})
-    path = plot_linearised(records, curves, tmp_path / "linearised.png", compute_col="gpu_hours", reward_col="val_reward")
+    records = pd.DataFrame(
+        {
+            "run": ["step"] * 3 + ["flat"] * 3 + ["fell"] * 3,
+            "gpu_hours": [0.0, 2.9e-4, 6.3e-4] * 3,
+            "val_reward": [0.84375, 0.8125, 0.8125, 0.84375, 0.84375, 0.84375, 0.9, 0.5, 0.5],
+        }
+    )
+    curves = pd.DataFrame(
+        {
+            "run": ["step", "flat", "fell"],
+            "A": [0.8125, 0.84375, 0.5],
+            "R0": [0.84375, 0.84375, 0.9],
+            "B": [126.03, 0.3714, 1e4],
+            "C_mid": [1.92e-4, 1.96e-4, 1e-3],
+            "identified": [False] * 3,
+        }
+    )
+    path = plot_linearised(
+        records, curves, tmp_path / "linearised.png", compute_col="gpu_hours", reward_col="val_reward"
+    )
     assert path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the same fits beside a run with points to linearise
-    records = pd.concat([records, pd.DataFrame({"run": ["ok"] * 20, "gpu_hours": np.geomspace(1, 100, 20),
-                                                "val_reward": sigmoid(np.geomspace(1, 100, 20), 0.8, 1.5, 10, 0.1)})])
-    curves = pd.concat([curves, pd.DataFrame({"run": ["ok"], "A": [0.8], "R0": [0.1], "B": [1.5], "C_mid": [10.0],
-                                              "identified": [True]})])
-    path = plot_linearised(records, curves, tmp_path / "linearised_ok.png", compute_col="gpu_hours", reward_col="val_reward")
+    records = pd.concat(
+        [
+            records,
+            pd.DataFrame(
+                {
+                    "run": ["ok"] * 20,
+                    "gpu_hours": np.geomspace(1, 100, 20),
+                    "val_reward": sigmoid(np.geomspace(1, 100, 20), 0.8, 1.5, 10, 0.1),
+                }
+            ),
+        ]
+    )
+    curves = pd.concat(
+        [
+            curves,
+            pd.DataFrame({"run": ["ok"], "A": [0.8], "R0": [0.1], "B": [1.5], "C_mid": [10.0], "identified": [True]}),
+        ]
+    )
+    path = plot_linearised(
+        records, curves, tmp_path / "linearised_ok.png", compute_col="gpu_hours", reward_col="val_reward"
+    )
     assert path.stat().st_size > 1000
 
 
 def test_loo_table_flags_only_differences_beyond_the_noise_band():
     import pandas as pd
 
-    curves = pd.DataFrame([
-        {"run": "baseline", "A": 0.60, "A_lo": 0.59, "A_hi": 0.61, "B": 1.5, "C_mid": 1.0, "identified": True},
-        {"run": "worse", "A": 0.55, "A_lo": 0.54, "A_hi": 0.56, "B": 1.4, "C_mid": 1.0, "identified": True},
-        {"run": "same", "A": 0.59, "A_lo": 0.58, "A_hi": 0.60, "B": 1.6, "C_mid": 1.0, "identified": True},
-        {"run": "early", "A": 0.40, "A_lo": 0.1, "A_hi": 0.9, "B": 1.6, "C_mid": 1.0, "identified": False},
-    ])
+    curves = pd.DataFrame(
+        [
+            {"run": "baseline", "A": 0.60, "A_lo": 0.59, "A_hi": 0.61, "B": 1.5, "C_mid": 1.0, "identified": True},
+            {"run": "worse", "A": 0.55, "A_lo": 0.54, "A_hi": 0.56, "B": 1.4, "C_mid": 1.0, "identified": True},
+            {"run": "same", "A": 0.59, "A_lo": 0.58, "A_hi": 0.60, "B": 1.6, "C_mid": 1.0, "identified": True},
+            {"run": "early", "A": 0.40, "A_lo": 0.1, "A_hi": 0.9, "B": 1.6, "C_mid": 1.0, "identified": False},
+        ]
+    )
     rows = {r["variant"]: r for r in loo_table(curves)}
     assert rows["worse"]["beyond_noise"] and rows["worse"]["dA"] == pytest.approx(-0.05)
     assert rows["worse"]["verdict_code"] == "worse" and rows["baseline"]["verdict_code"] == "full_recipe"
@@ -80,8 +114,16 @@ def test_loo_report_renders_tables_pngs_and_one_self_contained_html(loo_report):
         assert png.is_file() and png.stat().st_size > 10_000, name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     loo = {row["variant"]: row for row in payload["loo"]}
-    assert set(loo) == {"baseline", "dapo_loss", "sample_average", "group_advantage_norm", "no_fp32_head",
-                        "no_zero_variance_filter", "no_positive_resampling_off", "ppo_off_policy"}
+    assert set(loo) == {
+        "baseline",
+        "dapo_loss",
+        "sample_average",
+        "group_advantage_norm",
+        "no_fp32_head",
+        "no_zero_variance_filter",
+        "no_positive_resampling_off",
+        "ppo_off_policy",
+    }
     assert loo["dapo_loss"]["beyond_noise"] and loo["dapo_loss"]["dA"] == pytest.approx(-0.10, abs=0.02)
     assert not any(row["beyond_noise"] for name, row in loo.items() if name != "dapo_loss")
     for row in loo.values():
@@ -99,7 +141,9 @@ def test_loo_pools_the_seeds_of_runs_named_as_a_sweep_names_them(workdir, capsys
     # a sweep of a 3-seed study stores "dapo_loss/s0", "dapo_loss/s1", ...: the table is still one row per variant
     url = f"sqlite:///{workdir / 'sweep.db'}"
     name = seed_loo(url, sweep_names=True)
-    code, out, err = _cli(["report", name, "--db", url, "--out", "rep", "--bootstrap", "40", "--json"], capsys, monkeypatch)
+    code, out, err = _cli(
+        ["report", name, "--db", url, "--out", "rep", "--bootstrap", "40", "--json"], capsys, monkeypatch
+    )
     assert code == 0, err
     loo = {row["variant"]: row for row in json.loads(out)["loo"]}
     assert "baseline" in loo and "dapo_loss" in loo and not any("/s" in variant for variant in loo)
@@ -122,8 +166,8 @@ def test_the_fits_table_fits_100_columns_with_every_interval_on_one_line(loo_rep
     monkeypatch.setattr(console, "_width", 100)  # a 100-column terminal
     code, out, err = _cli(["report", name, "--db", url, "--out", "rep3", "--bootstrap", "40"], capsys, monkeypatch)
     assert code == 0, err
-    fits = out[out.index("sigmoid fits"):]
-    fits = fits[:fits.index("└")]  # title to the last row
+    fits = out[out.index("sigmoid fits") :]
+    fits = fits[: fits.index("└")]  # title to the last row
     assert max(len(line) for line in fits.splitlines()) <= 100
     for row in payload["fits"]:
         assert fit_cells(row)[1] in fits, row["run"]  # "A [lo, hi]" whole, not wrapped
@@ -147,11 +191,26 @@ def test_report_html_renders_in_headless_chromium(loo_report, tmp_path):
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
     out, _, _ = loo_report
     shot = tmp_path / "shot.png"
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1200,900",
-                    (out / "report.html").resolve().as_uri()],
-                   check=True, timeout=120, capture_output=True)
+    subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1200,900",
+            (out / "report.html").resolve().as_uri(),
+        ],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
     import matplotlib.image
 
     pixels = matplotlib.image.imread(shot)[..., :3]

@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import NAMES, curves_csv, run_cli
 from rlscale.db.store import Store
 from rlscale.fitting.sigmoid import sigmoid
+
 
 @pytest.fixture
 def cli(monkeypatch, capsys):
@@ -19,6 +19,7 @@ def cli(monkeypatch, capsys):
 
             monkeypatch.setattr(console, "_width", width)
         return run_cli(monkeypatch, capsys, *args)
+
     return call
 
 
@@ -46,8 +47,11 @@ def test_realistic_names_round_trip_through_import_fit_report_and_status(cli, wo
     # escaped so that a markdown viewer shows them as typed: no link, emphasis, math or broken table
     assert r"| \[bold\]x\[/bold\] |" in markdown and r"cost \$5 \*draft\* \_v2" in markdown
 
-    for command in (("fit", "--study", "logs", "--db", url), ("report", "logs", "--db", url, "--bootstrap", "0"),
-                    ("status", "logs", "--db", url)):
+    for command in (
+        ("fit", "--study", "logs", "--db", url),
+        ("report", "logs", "--db", url, "--bootstrap", "0"),
+        ("status", "logs", "--db", url),
+    ):
         code, out, err = cli(*command, width=400)  # wide: one row per run, names whole
         assert (code, err) == (0, ""), command
         assert all(name in out for name in NAMES), (command, out)
@@ -86,7 +90,11 @@ def test_training_logs_are_named_by_their_directory_path_or_file_name(cli, workd
         code, _, err = cli("import", path, "--study", "logs", "--db", url)
         assert (code, err) == (0, "")
     with Store(url) as store:
-        assert sorted(store.runs_frame("logs")["run"]) == ["GRPO (clip 0.2)", "grpo/seed_1", "qwen2.5-7b lr=1e-6,bs=256"]
+        assert sorted(store.runs_frame("logs")["run"]) == [
+            "GRPO (clip 0.2)",
+            "grpo/seed_1",
+            "qwen2.5-7b lr=1e-6,bs=256",
+        ]
 
 
 def test_export_names_the_chosen_run_as_typed(cli, workdir):
@@ -98,8 +106,13 @@ def test_export_names_the_chosen_run_as_typed(cli, workdir):
         for i, name in enumerate(["GRPO (clip 0.2)", "qwen2.5-7b/lr=1e-6,bs=256"]):
             run_id = store.ensure_run("runs", name, Recipe(rollouts=8 * (i + 1)).to_json(), 0)
             rewards = sigmoid(compute, 0.5 + 0.1 * i, 1.5, 300.0, 0.1)
-            store.add_records(run_id, [{"step": s, "gpu_hours": float(c), "val_reward": float(r)}
-                                       for s, (c, r) in enumerate(zip(compute, rewards))])
+            store.add_records(
+                run_id,
+                [
+                    {"step": s, "gpu_hours": float(c), "val_reward": float(r)}
+                    for s, (c, r) in enumerate(zip(compute, rewards))
+                ],
+            )
             store.set_run_status(run_id, "done")
     code, out, err = cli("export", "--format", "yaml", "--study", "runs", "--db", url)
     assert (code, err) == (0, "")
@@ -111,11 +124,12 @@ def test_a_long_plot_title_wraps_inside_its_figure():
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     from rlscale.fitting.plots import set_title
 
-    reason = ("the frontier has not bent: n* is still moving at the largest compute observed (30); the last n* = 32 "
-              "holds over only 2% of the log-compute range (need 20%), so extrapolation would be a guess")
+    reason = (
+        "the frontier has not bent: n* is still moving at the largest compute observed (30); the last n* = 32 "
+        "holds over only 2% of the log-compute range (need 20%), so extrapolation would be a guess"
+    )
     for size, fontsize in (((8, 4), 9), ((8, 5), 10), ((10, 5), 10)):
         fig, ax = plt.subplots(figsize=size, dpi=120)
         set_title(ax, f"Optimal n: frontier and law (not identified: {reason})", fontsize=fontsize)

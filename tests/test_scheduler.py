@@ -3,7 +3,6 @@ the compute spent out. No Ray and no store: the same loop SweepDriver and bench/
 
 import numpy as np
 import pytest
-
 from rlscale.fitting.early_stop import UPPER_LEVEL
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 from rlscale.planner.study import EarlyTerminate
@@ -20,8 +19,9 @@ class ReplayedStudy:
     def __init__(self, asymptotes: dict, C_mid: float = 0.05, check_every: int = 2, seed: int = 0):
         rng = np.random.default_rng(seed)
         self.asymptotes = asymptotes
-        self.reward = {key: rng.binomial(2048, sigmoid(COMPUTE, A, 2.0, C_mid, 0.15)) / 2048
-                       for key, A in asymptotes.items()}
+        self.reward = {
+            key: rng.binomial(2048, sigmoid(COMPUTE, A, 2.0, C_mid, 0.15)) / 2048 for key, A in asymptotes.items()
+        }
         self.seen = dict.fromkeys(asymptotes, 0)
         self.stopped: dict = {}  # key -> reason
         self.check_every = check_every
@@ -34,17 +34,23 @@ class ReplayedStudy:
             return None
         if (key, n) not in self._fits:
             try:
-                self._fits[key, n] = fit_sigmoid(np.r_[0.0, COMPUTE[:n]], np.r_[0.15, self.reward[key][:n]],
-                                                 bootstrap=50, upper_level=UPPER_LEVEL)
+                self._fits[key, n] = fit_sigmoid(
+                    np.r_[0.0, COMPUTE[:n]], np.r_[0.15, self.reward[key][:n]], bootstrap=50, upper_level=UPPER_LEVEL
+                )
             except FitError:
                 self._fits[key, n] = None
         return self._fits[key, n]
 
     def view(self, key) -> RunProgress:
         n = self.seen[key]
-        return RunProgress(key=key, fraction=float(COMPUTE[n - 1]) if n else 0.0, fit=self.fit(key, n),
-                           finished=n == EVALS, last_reward=float(self.reward[key][n - 1]) if n else None,
-                           stopped=key in self.stopped)
+        return RunProgress(
+            key=key,
+            fraction=float(COMPUTE[n - 1]) if n else 0.0,
+            fit=self.fit(key, n),
+            finished=n == EVALS,
+            last_reward=float(self.reward[key][n - 1]) if n else None,
+            stopped=key in self.stopped,
+        )
 
     def progress(self):
         return [self.view(key) for key in self.asymptotes]
@@ -190,8 +196,9 @@ def test_admission_backfills_small_runs_but_never_starves_a_large_one():
             ledger.release(key)
         return ended
 
-    run_concurrently(GridSchedule(), study.progress, study.start, wait, lambda key, reason: None, admit=admit,
-                     slots=8, max_skips=2)
+    run_concurrently(
+        GridSchedule(), study.progress, study.start, wait, lambda key, reason: None, admit=admit, slots=8, max_skips=2
+    )
     assert sorted(started) == sorted(keys) and all(study.seen[key] == EVALS for key in keys)
     assert most_gpus[0] <= 8.0  # never more than the cluster
     # the 8-GPU run waited while 2-GPU runs backfilled, then held the queue until the cluster drained for it

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import yaml
-
 from rlscale.planner.frameworks.setup import parse_override, read_setup, setup_plan
 from rlscale.planner.study import load_study, planned_runs
 
@@ -28,27 +27,46 @@ python3 -m verl.trainer.main_ppo \\
     trainer.n_gpus_per_node=8 trainer.nnodes=1
 """
 
-TRL_CONFIG = {"model_name_or_path": "/models/Qwen3-0.6B", "dataset_name": "/data/gsm8k", "learning_rate": 1e-6,
-              "num_generations": 8, "per_device_train_batch_size": 16, "gradient_accumulation_steps": 4,
-              "max_completion_length": 512, "reward_funcs": ["my_rewards.correct"], "report_to": ["mlflow"],
-              "bf16": False, "use_cpu": True, "env": {"MY_FLAG": "1"}}
+TRL_CONFIG = {
+    "model_name_or_path": "/models/Qwen3-0.6B",
+    "dataset_name": "/data/gsm8k",
+    "learning_rate": 1e-6,
+    "num_generations": 8,
+    "per_device_train_batch_size": 16,
+    "gradient_accumulation_steps": 4,
+    "max_completion_length": 512,
+    "reward_funcs": ["my_rewards.correct"],
+    "report_to": ["mlflow"],
+    "bf16": False,
+    "use_cpu": True,
+    "env": {"MY_FLAG": "1"},
+}
 
 
 def verl_study(tmp_path, parameters: dict, **setup) -> object:
     (tmp_path / "gsm8k.args").write_text(VERL_ARGS)
-    study = {"name": "mine", "method": "isocompute", "seeds": 1,
-             "compute": {"unit": "gpu_hours", "budget": 200, "profile": "scalerl-8b"},
-             "parameters": {key: {"values": values} for key, values in parameters.items()},
-             "recipe": {"engine": "verl", "trainer_devices": 8},
-             "setup": {"overrides_file": "gsm8k.args", **setup}}
+    study = {
+        "name": "mine",
+        "method": "isocompute",
+        "seeds": 1,
+        "compute": {"unit": "gpu_hours", "budget": 200, "profile": "scalerl-8b"},
+        "parameters": {key: {"values": values} for key, values in parameters.items()},
+        "recipe": {"engine": "verl", "trainer_devices": 8},
+        "setup": {"overrides_file": "gsm8k.args", **setup},
+    }
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
     return tmp_path / "study.yaml"
 
 
 def test_a_launch_script_is_read_as_the_overrides_verl_would_receive(tmp_path):
     (tmp_path / "gsm8k.args").write_text(VERL_ARGS)
-    setup = read_setup("verl", config=None, overrides=["trainer.nnodes=2"], overrides_file=str(tmp_path / "gsm8k.args"),
-                       study_file="study.yaml")
+    setup = read_setup(
+        "verl",
+        config=None,
+        overrides=["trainer.nnodes=2"],
+        overrides_file=str(tmp_path / "gsm8k.args"),
+        study_file="study.yaml",
+    )
     assert setup.keys["data.train_batch_size"] == 512 and setup.keys["actor_rollout_ref.rollout.n"] == 5
     assert setup.keys["trainer.logger"] == ["console", "wandb"]  # the shell's quotes gone, Hydra's list read
     assert setup.keys["actor_rollout_ref.actor.optim.lr"] == 1e-6
@@ -70,39 +88,56 @@ def test_the_recipe_takes_the_users_batch_and_the_study_its_axes(tmp_path):
     plan = setup_plan(study)
     assert plan.changed == {"actor_rollout_ref.rollout.n": "rollouts"}  # nothing else of the user's changes
     runs = planned_runs(study)
-    assert [plan.values(run.recipe) for run in runs] == [{"actor_rollout_ref.rollout.n": 4},
-                                                          {"actor_rollout_ref.rollout.n": 8}]
+    assert [plan.values(run.recipe) for run in runs] == [
+        {"actor_rollout_ref.rollout.n": 4},
+        {"actor_rollout_ref.rollout.n": 8},
+    ]
     assert [change.line() for change in plan.changes(runs[0].recipe)] == [
-        "~ actor_rollout_ref.rollout.n: 5 -> 4  (axis rollouts)"]
+        "~ actor_rollout_ref.rollout.n: 5 -> 4  (axis rollouts)"
+    ]
 
 
 def test_a_key_the_study_varies_and_the_users_files_set_exits_2_naming_both(tmp_path, cli):
     study = verl_study(tmp_path, {"prompts_per_batch": [256, 512]})
     code, out, err = cli("plan", study)
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "gsm8k.args: actor_rollout_ref.actor.ppo_mini_batch_size" in err or "gsm8k.args: data.train_batch_size" in err
+    assert (
+        "gsm8k.args: actor_rollout_ref.actor.ppo_mini_batch_size" in err or "gsm8k.args: data.train_batch_size" in err
+    )
     assert "prompts_per_batch" in err and "setup.keep" in err
     # both batch keys named: the users' mini-batch (one update per batch of 256 prompts at most) wins; the batch moves
-    study = verl_study(tmp_path, {"prompts_per_batch": [256, 512]}, keep=["actor_rollout_ref.actor.ppo_mini_batch_size"],
-                       replace=["data.train_batch_size"])
+    study = verl_study(
+        tmp_path,
+        {"prompts_per_batch": [256, 512]},
+        keep=["actor_rollout_ref.actor.ppo_mini_batch_size"],
+        replace=["data.train_batch_size"],
+    )
     code, out, err = cli("plan", study, "--json")
     assert code == 0, err
     plan = setup_plan(load_study(study))
     assert [plan.values(run.recipe) for run in planned_runs(load_study(study))] == [
-        {"data.train_batch_size": 256}, {"data.train_batch_size": 512}]
+        {"data.train_batch_size": 256},
+        {"data.train_batch_size": 512},
+    ]
 
 
 def test_keep_or_replace_naming_a_key_the_study_does_not_change_is_a_typo(tmp_path, cli):
-    study = verl_study(tmp_path, {"rollouts": [4, 8]}, replace=["actor_rollout_ref.rollout.n",
-                                                                  "actor_rollout_ref.rollout.nn"])
+    study = verl_study(
+        tmp_path, {"rollouts": [4, 8]}, replace=["actor_rollout_ref.rollout.n", "actor_rollout_ref.rollout.nn"]
+    )
     code, out, err = cli("plan", study)
     assert code == 2 and "setup.replace" in err and "actor_rollout_ref.rollout.nn" in err
 
 
 def test_a_trl_config_gives_the_batch_trl_would_generate(tmp_path):
     (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(TRL_CONFIG))
-    study = {"name": "t", "method": "grid", "parameters": {"rollouts": {"values": [4, 8]}},
-             "recipe": {"engine": "trl"}, "setup": {"config": "grpo.yaml", "replace": ["num_generations"]}}
+    study = {
+        "name": "t",
+        "method": "grid",
+        "parameters": {"rollouts": {"values": [4, 8]}},
+        "recipe": {"engine": "trl"},
+        "setup": {"config": "grpo.yaml", "replace": ["num_generations"]},
+    }
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(study))
     loaded = load_study(tmp_path / "t.yaml")
     # 16 completions per device x 4 accumulation steps = 64 per generation batch, 8 per prompt
@@ -115,21 +150,37 @@ def test_a_trl_config_gives_the_batch_trl_would_generate(tmp_path):
     assert plan.values(run.recipe) == {"num_generations": 8, "generation_batch_size": 64, "steps_per_generation": None}
 
 
-@pytest.mark.parametrize("block, message", [
-    ({"config": "missing.yaml"}, "file not found"),
-    ({}, "setup.config"),
-])
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        ({"config": "missing.yaml"}, "file not found"),
+        ({}, "setup.config"),
+    ],
+)
 def test_a_trl_setup_without_its_file_exits_2(tmp_path, cli, block, message):
-    study = {"name": "t", "method": "grid", "parameters": {"rollouts": {"values": [4]}}, "recipe": {"engine": "trl"},
-             "setup": block}
+    study = {
+        "name": "t",
+        "method": "grid",
+        "parameters": {"rollouts": {"values": [4]}},
+        "recipe": {"engine": "trl"},
+        "setup": block,
+    }
     (tmp_path / "t.yaml").write_text(json.dumps(study))
     code, out, err = cli("plan", tmp_path / "t.yaml")
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_setup_needs_a_framework_engine(tmp_path, cli):
-    (tmp_path / "t.yaml").write_text(yaml.safe_dump({"name": "t", "method": "grid", "parameters": {
-        "rollouts": {"values": [4]}}, "setup": {"overrides": ["data.train_batch_size=8"]}}))
+    (tmp_path / "t.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "t",
+                "method": "grid",
+                "parameters": {"rollouts": {"values": [4]}},
+                "setup": {"overrides": ["data.train_batch_size=8"]},
+            }
+        )
+    )
     code, out, err = cli("plan", tmp_path / "t.yaml")
     assert code == 2 and "setup" in err and "engine" in err
 
@@ -143,8 +194,9 @@ def test_the_decision_exports_as_the_users_own_launch_with_only_the_decided_keys
     words = [line.strip().rstrip("\\").strip() for line in script.splitlines() if not line.startswith("#")]
     assert words[0] == "python3 -m verl.trainer.main_ppo"
     keys = dict(parse_override(word.strip("'"), file="") for word in words[1:] if word)
-    mine = read_setup("verl", config=None, overrides=[], overrides_file=str(tmp_path / "gsm8k.args"),
-                      study_file=None).keys
+    mine = read_setup(
+        "verl", config=None, overrides=[], overrides_file=str(tmp_path / "gsm8k.args"), study_file=None
+    ).keys
     assert keys == {**mine, "actor_rollout_ref.rollout.n": 8, "trainer.total_training_steps": 300}
 
 
@@ -152,8 +204,13 @@ def test_the_decision_exports_as_the_users_own_trl_yaml(tmp_path):
     from rlscale.planner.frameworks.setup import export_setup
 
     (tmp_path / "grpo.yaml").write_text(yaml.safe_dump(TRL_CONFIG))
-    study = {"name": "t", "method": "grid", "parameters": {"rollouts": {"values": [4, 8]}},
-             "recipe": {"engine": "trl"}, "setup": {"config": "grpo.yaml", "replace": ["num_generations"]}}
+    study = {
+        "name": "t",
+        "method": "grid",
+        "parameters": {"rollouts": {"values": [4, 8]}},
+        "recipe": {"engine": "trl"},
+        "setup": {"config": "grpo.yaml", "replace": ["num_generations"]},
+    }
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(study))
     loaded = load_study(tmp_path / "t.yaml")
     exported = yaml.safe_load(export_setup(setup_plan(loaded), planned_runs(loaded)[0].recipe, ["decided"]))
@@ -173,9 +230,19 @@ def test_export_of_a_setup_study_is_the_users_launch_with_the_best_runs_keys(tmp
         store.upsert_study(study.name, study.to_spec())
         for point, asymptote in zip(planned_runs(study), (0.6, 0.8)):  # n 8 is the better run
             run_id = store.ensure_run(study.name, run_name(point, False), point.recipe.to_json(), point.seed)
-            store.add_records(run_id, [{"step": step, "gpu_hours": 2.0 * step, "rollouts": step, "tokens": 0,
-                                        "val_reward": 0.2 + (asymptote - 0.2) / (1 + (40 / (2.0 * step)) ** 1.5)
-                                        if step else 0.2} for step in range(0, 101, 5)])
+            store.add_records(
+                run_id,
+                [
+                    {
+                        "step": step,
+                        "gpu_hours": 2.0 * step,
+                        "rollouts": step,
+                        "tokens": 0,
+                        "val_reward": 0.2 + (asymptote - 0.2) / (1 + (40 / (2.0 * step)) ** 1.5) if step else 0.2,
+                    }
+                    for step in range(0, 101, 5)
+                ],
+            )
             store.set_run_status(run_id, "done")
         assert math.isfinite(store.records_frame(study.name)["val_reward"].max())
     code, out, err = cli("export", "--format", "verl", "--study", "mine", "--db", url)

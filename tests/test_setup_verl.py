@@ -61,8 +61,10 @@ GSM8K = """python3 -m verl.trainer.main_ppo \\
     trainer.save_freq=20 trainer.test_freq=5 trainer.total_epochs=15
 """
 # the user's YAML: verl's pattern (defaults: ppo_trainer), without verl's search path; a cosine schedule
-USER_YAML = {"defaults": ["ppo_trainer", "_self_"],
-             "actor_rollout_ref": {"actor": {"optim": {"lr_scheduler_type": "cosine", "lr_warmup_steps_ratio": 0.05}}}}
+USER_YAML = {
+    "defaults": ["ppo_trainer", "_self_"],
+    "actor_rollout_ref": {"actor": {"optim": {"lr_scheduler_type": "cosine", "lr_warmup_steps_ratio": 0.05}}},
+}
 REWARDS = r'''import re
 
 
@@ -78,12 +80,22 @@ CHECKPOINTING = "actor_rollout_ref.model.enable_gradient_checkpointing"
 
 def gsm8k_rows(count: int, split: str, source: str = "openai/gsm8k") -> list[dict]:
     """Rows as verl's examples/data_preprocess/gsm8k.py writes them."""
-    return [{"data_source": source,
-             "prompt": [{"role": "user", "content": f"What is {i} + {i}? Let's think step by step and output the "
-                                                    "final answer after \"####\"."}],
-             "ability": "math", "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
-             "extra_info": {"split": split, "index": i, "answer": f"#### {2 * i}", "question": f"{i} + {i}"}}
-            for i in range(count)]
+    return [
+        {
+            "data_source": source,
+            "prompt": [
+                {
+                    "role": "user",
+                    "content": f"What is {i} + {i}? Let's think step by step and output the "
+                    'final answer after "####".',
+                }
+            ],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
+            "extra_info": {"split": split, "index": i, "answer": f"#### {2 * i}", "question": f"{i} + {i}"},
+        }
+        for i in range(count)
+    ]
 
 
 def write_parquet(path: Path, rows: list[dict]) -> Path:
@@ -102,17 +114,36 @@ def gsm8k_study(tmp_path: Path, *, args: str = GSM8K, rows=None, **setup) -> Pat
     (data / "rewards.py").write_text(REWARDS)
     (tmp_path / "gsm8k.args").write_text(args.format(data=data))
     (tmp_path / "mine.yaml").write_text(yaml.safe_dump(USER_YAML))
-    study = {"name": "gsm8k_n", "method": "grid", "seeds": 1, "parameters": {"rollouts": {"values": [4, 8]}},
-             "recipe": {"engine": "verl", "trainer_devices": 4, "steps": 100},
-             "setup": {"config": "mine.yaml", "overrides_file": "gsm8k.args",
-                       "replace": ["actor_rollout_ref.rollout.n"], **setup}}
+    study = {
+        "name": "gsm8k_n",
+        "method": "grid",
+        "seeds": 1,
+        "parameters": {"rollouts": {"values": [4, 8]}},
+        "recipe": {"engine": "verl", "trainer_devices": 4, "steps": 100},
+        "setup": {
+            "config": "mine.yaml",
+            "overrides_file": "gsm8k.args",
+            "replace": ["actor_rollout_ref.rollout.n"],
+            **setup,
+        },
+    }
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
     return tmp_path / "study.yaml"
 
 
 def dry_run(cli, study: Path, tmp_path: Path) -> tuple[int, list | None, str]:
-    code, out, err = cli("sweep", study, "--dry-run", "--json", "--db", f"sqlite:///{tmp_path / 'never.db'}",
-                         "--shared-dir", "/nfs/rl", "--ray-address", "http://head:8265")
+    code, out, err = cli(
+        "sweep",
+        study,
+        "--dry-run",
+        "--json",
+        "--db",
+        f"sqlite:///{tmp_path / 'never.db'}",
+        "--shared-dir",
+        "/nfs/rl",
+        "--ray-address",
+        "http://head:8265",
+    )
     return code, json.loads(out) if code == 0 else None, err
 
 
@@ -122,8 +153,11 @@ def test_the_job_runs_the_users_command_changing_only_the_studys_and_the_runs_ke
     first = points[0]
     words = first["overrides"]
     # the user's YAML from its own folder, verl's configs on Hydra's search path; then their words
-    assert words[:3] == [f"--config-path={tmp_path}", "--config-name=mine",
-                         "hydra.searchpath=['pkg://verl.trainer.config']"]
+    assert words[:3] == [
+        f"--config-path={tmp_path}",
+        "--config-name=mine",
+        "hydra.searchpath=['pkg://verl.trainer.config']",
+    ]
     keys = [override_key(word) for word in words[3:]]
     assert len(keys) == len(set(keys))  # each key once
     given = dict(word.split("=", 1) for word in words[3:])
@@ -137,8 +171,11 @@ def test_the_job_runs_the_users_command_changing_only_the_studys_and_the_runs_ke
     for key, change in changes.items():
         if change["after"] is not None:
             assert yaml.safe_load(given[key]) == change["after"], key
-    user = dict(word.split("=", 1) for word in Path(tmp_path / "gsm8k.args").read_text().split()
-                if "=" in word and not word.startswith("custom_reward"))
+    user = dict(
+        word.split("=", 1)
+        for word in Path(tmp_path / "gsm8k.args").read_text().split()
+        if "=" in word and not word.startswith("custom_reward")
+    )
     assert {key for key in user if user[key] != given.get(key)} <= set(changes)
     # why, in the study's words: the axis, the compute stop, checkpoints, devices, seeds, loggers, names
     rollouts = changes["actor_rollout_ref.rollout.n"]
@@ -176,24 +213,57 @@ def drop(rows: list[dict], column: str) -> list[dict]:
     return [{key: value for key, value in row.items() if key != column} for row in rows]
 
 
-@pytest.mark.parametrize("case, rows, args, where", [
-    ("no data_source column", drop(gsm8k_rows(32, "train"), "data_source"), GSM8K, ("train.parquet", "data_source")),
-    ("no ground truth", [{**row, "reward_model": {"style": "rule"}} for row in gsm8k_rows(32, "train")], GSM8K,
-     ("train.parquet", "reward_model.ground_truth")),
-    ("a row without a prompt", [*gsm8k_rows(31, "train"), {**gsm8k_rows(1, "train")[0], "prompt": []}], GSM8K,
-     ("train.parquet", "prompt")),
-    ("a reward file that does not exist", None, GSM8K.replace("rewards.py", "rewardz.py"),
-     ("gsm8k.args", "reward.custom_reward_function.path")),
-    ("a reward function the file does not define", None, GSM8K.replace("name=gsm8k_strict", "name=gsm8k_score"),
-     ("rewards.py", "reward.custom_reward_function.name")),
-    ("fewer rows than a batch", gsm8k_rows(8, "train"), GSM8K, ("gsm8k.args", "data.train_batch_size")),
-])
-def test_bad_data_or_reward_exits_2_naming_the_file_and_field_and_stores_nothing(cli, tmp_path, case, rows, args,
-                                                                                 where):
+@pytest.mark.parametrize(
+    "case, rows, args, where",
+    [
+        (
+            "no data_source column",
+            drop(gsm8k_rows(32, "train"), "data_source"),
+            GSM8K,
+            ("train.parquet", "data_source"),
+        ),
+        (
+            "no ground truth",
+            [{**row, "reward_model": {"style": "rule"}} for row in gsm8k_rows(32, "train")],
+            GSM8K,
+            ("train.parquet", "reward_model.ground_truth"),
+        ),
+        (
+            "a row without a prompt",
+            [*gsm8k_rows(31, "train"), {**gsm8k_rows(1, "train")[0], "prompt": []}],
+            GSM8K,
+            ("train.parquet", "prompt"),
+        ),
+        (
+            "a reward file that does not exist",
+            None,
+            GSM8K.replace("rewards.py", "rewardz.py"),
+            ("gsm8k.args", "reward.custom_reward_function.path"),
+        ),
+        (
+            "a reward function the file does not define",
+            None,
+            GSM8K.replace("name=gsm8k_strict", "name=gsm8k_score"),
+            ("rewards.py", "reward.custom_reward_function.name"),
+        ),
+        ("fewer rows than a batch", gsm8k_rows(8, "train"), GSM8K, ("gsm8k.args", "data.train_batch_size")),
+    ],
+)
+def test_bad_data_or_reward_exits_2_naming_the_file_and_field_and_stores_nothing(
+    cli, tmp_path, case, rows, args, where
+):
     study = gsm8k_study(tmp_path, args=args, rows=rows)
     db = tmp_path / "store.db"
-    code, out, err = cli("sweep", study, "--db", f"sqlite:///{db}", "--shared-dir", str(tmp_path / "shared"),
-                         "--ray-address", "http://127.0.0.1:9")
+    code, out, err = cli(
+        "sweep",
+        study,
+        "--db",
+        f"sqlite:///{db}",
+        "--shared-dir",
+        str(tmp_path / "shared"),
+        "--ray-address",
+        "http://127.0.0.1:9",
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     file, field = where
     assert f"{file}: {field}:" in err, err
@@ -202,7 +272,8 @@ def test_bad_data_or_reward_exits_2_naming_the_file_and_field_and_stores_nothing
 
 def test_files_only_the_cluster_sees_are_noted_not_refused(cli, tmp_path):
     args = GSM8K.replace("{data}/train.parquet", "/cluster/gsm8k/train.parquet").replace(
-        "{data}/rewards.py", "/cluster/rewards.py")
+        "{data}/rewards.py", "/cluster/rewards.py"
+    )
     code, points, err = dry_run(cli, gsm8k_study(tmp_path, args=args), tmp_path)
     assert code == 0, err
     notes = points[0]["notes"]
@@ -227,17 +298,21 @@ def test_the_study_names_its_reward_metric_and_records_carry_it_as_val_reward(tm
     engine = VerlEngine(shared_dir=tmp_path / "shared", setup=setup_plan(study))
     recipe = planned_runs(study)[0].recipe
     line = {"val-core/openai/gsm8k/acc/mean@1": 0.75, "val-aux/openai/gsm8k/reward/mean@1": 0.5}
-    records = engine.record_maker(recipe).records([{"step": 0, "data": line}], job="j", devices=4,
-                                                  base_device_seconds=0.0)
+    records = engine.record_maker(recipe).records(
+        [{"step": 0, "data": line}], job="j", devices=4, base_device_seconds=0.0
+    )
     assert records[0]["val_reward"] == 0.75
 
 
-@pytest.mark.parametrize("line, expected", [
-    ({"val-core/a/acc/mean@4": 0.5, "val-aux/a/reward/mean@4": 0.5}, 0.5),  # a float score: verl's acc is core
-    ({"val-core/a/reward/mean@4": 0.25, "val-aux/a/score/mean@4": 0.25}, 0.25),  # a dict {"score": ...}
-    ({"val-core/a/acc/mean@4": 1.0, "val-aux/a/reward/mean@4": -1.0}, -1.0),  # acc and reward differ: the reward
-    ({"val-aux/b/reward/mean@4": 0.6, "val-core/a/reward/mean@8": 0.6}, None),  # another source, another n
-])
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ({"val-core/a/acc/mean@4": 0.5, "val-aux/a/reward/mean@4": 0.5}, 0.5),  # a float score: verl's acc is core
+        ({"val-core/a/reward/mean@4": 0.25, "val-aux/a/score/mean@4": 0.25}, 0.25),  # a dict {"score": ...}
+        ({"val-core/a/acc/mean@4": 1.0, "val-aux/a/reward/mean@4": -1.0}, -1.0),  # acc and reward differ: the reward
+        ({"val-aux/b/reward/mean@4": 0.6, "val-core/a/reward/mean@8": 0.6}, None),  # another source, another n
+    ],
+)
 def test_the_default_reward_metric_is_verls_validation_reward_of_the_data_source(line, expected):
     from rlscale.runner.verl.logs import reward_metrics
 
@@ -271,6 +346,7 @@ def test_a_compute_stopped_run_may_train_past_its_planned_steps_up_to_the_cap(tm
 
 # verl 0.9.1 itself: the job's command composed and validated --------------------------------------------------
 
+
 def checker_python() -> Path:
     from test_verl_engine import python_of
 
@@ -290,13 +366,27 @@ def verl_composed(tmp_path_factory):
     recipe = planned_runs(study)[0].recipe
     first = engine.dry_run(recipe, "gsm8k_n-1-abc")
     build_tokenizer().save_pretrained(tmp / "tokenizer")
-    cases = [{"data_source": "openai/gsm8k", "solution_str": text, "ground_truth": "4", "extra_info": {}}
-             for text in ("so #### 4", "#### 5", "4")]
-    spec = {"setup": {"command": first["overrides"], "user_command": user_command(plan.setup),
-                      "tokenizer": str(tmp / "tokenizer"), "reward_cases": cases}}
+    cases = [
+        {"data_source": "openai/gsm8k", "solution_str": text, "ground_truth": "4", "extra_info": {}}
+        for text in ("so #### 4", "#### 5", "4")
+    ]
+    spec = {
+        "setup": {
+            "command": first["overrides"],
+            "user_command": user_command(plan.setup),
+            "tokenizer": str(tmp / "tokenizer"),
+            "reward_cases": cases,
+        }
+    }
     out = tmp / "result.json"
-    done = subprocess.run([str(python), str(TESTS / "checkers" / "verl_engine_check.py"), str(out)],
-                          input=json.dumps(spec), capture_output=True, text=True, timeout=600, cwd=tmp)
+    done = subprocess.run(
+        [str(python), str(TESTS / "checkers" / "verl_engine_check.py"), str(out)],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp,
+    )
     assert done.returncode == 0 and out.exists(), done.stderr[-3000:]
     result = json.loads(out.read_text())
     errors = {key: value for key, value in result.items() if key.endswith("_error")}
@@ -345,9 +435,9 @@ def test_verls_dataset_reads_the_users_parquet_and_the_reward_metric_names_its_s
 
 # the stand-in job on a Ray cluster: the user's parquet, the user's reward function, the store ------------------
 
-SCORES = '''def exact(data_source, solution_str, ground_truth, extra_info=None):
+SCORES = """def exact(data_source, solution_str, ground_truth, extra_info=None):
     return 1.0 if solution_str == f"#### {ground_truth}" else 0.0
-'''
+"""
 
 
 @pytest.mark.slow
@@ -364,14 +454,29 @@ def test_a_sweep_reads_the_users_parquet_scores_with_their_function_and_stores_t
         f"data.train_files={data}/train.parquet data.val_files={data}/val.parquet data.train_batch_size=4 "
         "actor_rollout_ref.model.path=/models/stand-in actor_rollout_ref.rollout.n=8 "
         f"actor_rollout_ref.rollout.val_kwargs.n=2 reward.custom_reward_function.path={data}/scores.py "
-        "reward.custom_reward_function.name=exact trainer.logger=[console]")
-    (tmp_path / "study.yaml").write_text(yaml.safe_dump({
-        "name": "mine", "method": "grid", "parameters": {"rollouts": {"values": [2, 4]}},
-        "recipe": {"engine": "verl", "steps": 10, "eval_every": 5, "checkpoint_every": 5},
-        "setup": {"overrides_file": "run.args", "replace": ["actor_rollout_ref.rollout.n"]}}))
+        "reward.custom_reward_function.name=exact trainer.logger=[console]"
+    )
+    (tmp_path / "study.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "mine",
+                "method": "grid",
+                "parameters": {"rollouts": {"values": [2, 4]}},
+                "recipe": {"engine": "verl", "steps": 10, "eval_every": 5, "checkpoint_every": 5},
+                "setup": {"overrides_file": "run.args", "replace": ["actor_rollout_ref.rollout.n"]},
+            }
+        )
+    )
     study = load_study(tmp_path / "study.yaml")
-    options = {"verl": {"shared_dir": tmp_path / "shared", "python": sys.executable, "module": "verl_standin",
-                        "poll_seconds": 0.2, "env_vars": {"PYTHONPATH": str(TESTS), "STANDIN_STEP_SECONDS": "0.05"}}}
+    options = {
+        "verl": {
+            "shared_dir": tmp_path / "shared",
+            "python": sys.executable,
+            "module": "verl_standin",
+            "poll_seconds": 0.2,
+            "env_vars": {"PYTHONPATH": str(TESTS), "STANDIN_STEP_SECONDS": "0.05"},
+        }
+    }
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
         summary = SweepDriver(study, store, ray_address=cluster, engine_options=options, max_retries=0).run()
         records = store.records_frame("mine")
@@ -395,7 +500,8 @@ def test_the_shipped_setup_study_validates_as_is(cli, tmp_path):
     first = points[0]
     assert f"{TP}=2" in first["overrides"] and "trainer.logger=[console,wandb,file]" in first["overrides"]
     assert [change["key"] for change in first["changes"] if change["why"].startswith("axis")] == [
-        "actor_rollout_ref.rollout.n"]
+        "actor_rollout_ref.rollout.n"
+    ]
     # the placeholders the user sets are paths only the cluster would see: noted, not refused
     assert any("/path/to/gsm8k/train.parquet" in note for note in first["notes"])
     assert not (tmp_path / "never.db").exists()

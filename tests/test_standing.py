@@ -12,8 +12,12 @@ from rlscale.fitting.standing import beyond_noise, pooled_sd, standing_at
 
 def _curves(rows):
     base = {"status": "done", "B": 1.5, "R0": 0.1, "truncation_rate": 0.0, "prompts_per_batch": 16, "identified": True}
-    return pd.DataFrame([{**base, "run": run, "rollouts": n, "A": A, "C_mid": c_mid, "c_max": c_max, **extra}
-                         for run, n, A, c_mid, c_max, extra in rows])
+    return pd.DataFrame(
+        [
+            {**base, "run": run, "rollouts": n, "A": A, "C_mid": c_mid, "c_max": c_max, **extra}
+            for run, n, A, c_mid, c_max, extra in rows
+        ]
+    )
 
 
 def test_the_band_and_the_seed_spread_are_one_rule():
@@ -24,9 +28,14 @@ def test_the_band_and_the_seed_spread_are_one_rule():
 
 
 def test_runs_are_read_inside_their_own_data_and_a_short_unidentified_run_is_set_apart():
-    curves = _curves([("a", 4, 0.80, 10.0, 100.0, {}), ("b", 8, 0.79, 10.0, 100.0, {}),
-                      ("c", 2, 0.70, 10.0, 100.0, {}),
-                      ("short", 16, 0.95, 50.0, 20.0, {"identified": False})])  # an imported log cut short
+    curves = _curves(
+        [
+            ("a", 4, 0.80, 10.0, 100.0, {}),
+            ("b", 8, 0.79, 10.0, 100.0, {}),
+            ("c", 2, 0.70, 10.0, 100.0, {}),
+            ("short", 16, 0.95, 50.0, 20.0, {"identified": False}),
+        ]
+    )  # an imported log cut short
     assert reach_of_finished(curves) == 100.0  # the identified runs' reach: the short run is not waited for
     standing = standing_at(curves, 100.0)
     assert standing.best["run"] == "a" and standing.within_band == ["a", "b"]

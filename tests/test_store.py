@@ -1,37 +1,45 @@
 """The store, run against every backend (SQLite always; PostgreSQL when RLSCALE_TEST_PG_URL is set)."""
 
-import gc
 import json
 import math
-import os
 import sqlite3
-import sys
-import uuid
 
 import pandas as pd
 import pytest
-from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
-
+from conftest import run_cli
 from rlscale.db.engine import display_url
 from rlscale.db.store import Store
+from sqlalchemy import inspect, text
+from sqlalchemy.exc import IntegrityError
+
 from rlscale.base.errors import UserError
-from conftest import run_cli
 
 RUN_CONFIG = {"loss": "cispo", "prompts_per_batch": 48, "rollouts": 16, "lr": 1e-4}
 
 
 def _record(step: int, reward: float | None = None, **metrics) -> dict:
-    return {"step": step, "gpu_hours": 0.01 * step, "rollouts": 768 * step, "tokens": 9000 * step,
-            "val_reward": reward, "metrics": metrics}
+    return {
+        "step": step,
+        "gpu_hours": 0.01 * step,
+        "rollouts": 768 * step,
+        "tokens": 9000 * step,
+        "val_reward": reward,
+        "metrics": metrics,
+    }
 
 
 def test_migrations_create_every_table_and_a_second_store_reuses_them(db_url):
     with Store(db_url) as first:
         first.upsert_study("s", {"budget": 16})
         tables = set(inspect(first.engine).get_table_names())
-    assert {"rlscale_studies", "rlscale_runs", "rlscale_records", "rlscale_fits", "rlscale_plans", "rlscale_alembic_version"} <= tables
+    assert {
+        "rlscale_studies",
+        "rlscale_runs",
+        "rlscale_records",
+        "rlscale_fits",
+        "rlscale_plans",
+        "rlscale_alembic_version",
+    } <= tables
     with Store(db_url) as second:
         assert second.study_names() == ["s"]
         with second.engine.connect() as conn:
@@ -77,9 +85,10 @@ def test_the_database_itself_refuses_a_second_record_for_a_step(store):
     run = store.ensure_run("s", "r", RUN_CONFIG)
     store.add_records(run, [_record(5, 0.2)])
     with pytest.raises(IntegrityError), store.engine.begin() as conn:
-        conn.execute(text(
-            "insert into rlscale_records (run_id, step, gpu_hours, metrics) values (:run, 5, 1.0, '{}')"
-        ), {"run": run})
+        conn.execute(
+            text("insert into rlscale_records (run_id, step, gpu_hours, metrics) values (:run, 5, 1.0, '{}')"),
+            {"run": run},
+        )
 
 
 def test_run_status_and_error_are_stored(store):
@@ -96,13 +105,38 @@ def test_run_status_and_error_are_stored(store):
 def test_fits_round_trip_and_replace_only_their_model(store):
     a = store.ensure_run("s", "a", RUN_CONFIG)
     b = store.ensure_run("s", "b", {**RUN_CONFIG, "rollouts": 8})
-    fits = pd.DataFrame([
-        {"run": "a", "A": 0.61, "B": 1.4, "C_mid": 120.0, "R0": 0.1, "rss": 0.002, "r2": 0.99,
-         "A_lo": 0.58, "A_hi": 0.64, "n_points": 30, "identified": True, "reason": ""},
-        {"run": "b", "A": 0.9, "B": 0.7, "C_mid": float("nan"), "R0": 0.1, "rss": 0.01, "r2": 0.5,
-         "A_lo": float("nan"), "A_hi": float("inf"), "n_points": 5, "identified": False,
-         "reason": "data has not passed the inflection"},
-    ])
+    fits = pd.DataFrame(
+        [
+            {
+                "run": "a",
+                "A": 0.61,
+                "B": 1.4,
+                "C_mid": 120.0,
+                "R0": 0.1,
+                "rss": 0.002,
+                "r2": 0.99,
+                "A_lo": 0.58,
+                "A_hi": 0.64,
+                "n_points": 30,
+                "identified": True,
+                "reason": "",
+            },
+            {
+                "run": "b",
+                "A": 0.9,
+                "B": 0.7,
+                "C_mid": float("nan"),
+                "R0": 0.1,
+                "rss": 0.01,
+                "r2": 0.5,
+                "A_lo": float("nan"),
+                "A_hi": float("inf"),
+                "n_points": 5,
+                "identified": False,
+                "reason": "data has not passed the inflection",
+            },
+        ]
+    )
     store.save_fits("s", fits)
     store.save_fits("s", pd.DataFrame([{"run_id": a, "k": 0.3, "identified": True}]), model="power")
     loaded = store.fits_frame("s").set_index("run")
@@ -159,8 +193,17 @@ def test_json_columns_take_numpy_values_and_nan(store):
     import numpy as np
 
     run = store.ensure_run("s", "r", {"lr": np.float64(1e-4), "n": np.int64(16)})
-    store.add_records(run, [{"step": np.int64(1), "gpu_hours": np.float64(0.5), "val_reward": np.float32(0.25),
-                             "metrics": {"kl": float("nan"), "entropy": np.float32(0.5)}}])
+    store.add_records(
+        run,
+        [
+            {
+                "step": np.int64(1),
+                "gpu_hours": np.float64(0.5),
+                "val_reward": np.float32(0.25),
+                "metrics": {"kl": float("nan"), "entropy": np.float32(0.5)},
+            }
+        ],
+    )
     frame = store.records_frame("s")
     assert frame["val_reward"].item() == pytest.approx(0.25)
     assert math.isnan(frame["kl"].item()) and frame["entropy"].item() == pytest.approx(0.5)
@@ -175,8 +218,18 @@ def test_study_counts_summarise_runs_records_and_fits(store):
     store.save_fits("s", pd.DataFrame([{"run_id": run, "A": 0.5, "identified": False}]))
     store.upsert_study("empty", {})
     counts = {row["study"]: row for row in store.study_counts()}
-    assert counts["s"] == {"study": "s", "runs": 2, "pending": 1, "running": 0, "paused": 0, "done": 1, "failed": 0,
-                                "stopped": 0, "records": 2, "fits": 1}
+    assert counts["s"] == {
+        "study": "s",
+        "runs": 2,
+        "pending": 1,
+        "running": 0,
+        "paused": 0,
+        "done": 1,
+        "failed": 0,
+        "stopped": 0,
+        "records": 2,
+        "fits": 1,
+    }
     assert counts["empty"]["runs"] == 0 and counts["empty"]["records"] == 0
 
 
@@ -192,7 +245,10 @@ def test_a_password_in_the_url_is_never_printed(monkeypatch, capsys, workdir):
     code, out, err_text = run_cli(monkeypatch, capsys, "studies", "--db", url)
     assert code == 2
     assert "hunter2secret" not in out + err_text
-    assert err_text.startswith("error: --db: cannot open the store postgresql+psycopg://rl:***@") and err_text.count("\n") == 1
+    assert (
+        err_text.startswith("error: --db: cannot open the store postgresql+psycopg://rl:***@")
+        and err_text.count("\n") == 1
+    )
 
 
 def test_rlscale_db_env_chooses_the_store(monkeypatch, workdir):
@@ -242,12 +298,28 @@ def test_studies_command_lists_what_is_stored(monkeypatch, capsys, db_url):
         store.ensure_run("ablation", "r", RUN_CONFIG)
     code, out, _ = run_cli(monkeypatch, capsys, "studies", "--db", db_url, "--json")
     assert code == 0
-    assert json.loads(out)[0] == {"study": "ablation", "runs": 1, "pending": 1, "running": 0, "paused": 0, "done": 0,
-                                  "failed": 0, "stopped": 0, "records": 0, "fits": 0}
+    assert json.loads(out)[0] == {
+        "study": "ablation",
+        "runs": 1,
+        "pending": 1,
+        "running": 0,
+        "paused": 0,
+        "done": 0,
+        "failed": 0,
+        "stopped": 0,
+        "records": 0,
+        "fits": 0,
+    }
 
 
 def test_read_only_commands_do_not_create_a_store(monkeypatch, capsys, workdir):
-    for args in (["status", "s"], ["report", "s"], ["studies"], ["fit", "--study", "s"], ["recommend", "--budget", "5"]):
+    for args in (
+        ["status", "s"],
+        ["report", "s"],
+        ["studies"],
+        ["fit", "--study", "s"],
+        ["recommend", "--budget", "5"],
+    ):
         code, out, err = run_cli(monkeypatch, capsys, *args)
         assert code in (0, 2) and len(err.strip().splitlines()) <= 1
     assert not (workdir / "rlscale.db").exists()

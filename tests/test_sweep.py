@@ -11,24 +11,42 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from rlscale.base.errors import UserError
 from rlscale.db.store import Store
 from rlscale.planner.study import load_study
 from rlscale.runner.engine import Engine, JobResult
 from rlscale.runner.sweep.driver import SweepDriver
 
+from rlscale.base.errors import UserError
+
 ROOT = Path(__file__).resolve().parents[1]
 RLSCALE = [sys.executable, "-m", "rlscale"]
 
 # 2 runs x 16 steps of the tiny policy; a checkpoint (and a batch of records) every 4 steps
-RECIPE = {"steps": 16, "prompts_per_batch": 8, "rollouts": 4, "eval_every": 4, "eval_prompts": 16,
-          "eval_samples": 2, "checkpoint_every": 4, "async": "sync", "lr": 3e-4, "lr_reference_batch": 256}
+RECIPE = {
+    "steps": 16,
+    "prompts_per_batch": 8,
+    "rollouts": 4,
+    "eval_every": 4,
+    "eval_prompts": 16,
+    "eval_samples": 2,
+    "checkpoint_every": 4,
+    "async": "sync",
+    "lr": 3e-4,
+    "lr_reference_batch": 256,
+}
 
 
 def write_study(path: Path, name: str, parameters: dict, **recipe) -> Path:
-    path.write_text(yaml.safe_dump({"name": name, "method": "grid", "recipe": {**RECIPE, **recipe},
-                                    "parameters": {k: {"values": v} for k, v in parameters.items()}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "method": "grid",
+                "recipe": {**RECIPE, **recipe},
+                "parameters": {k: {"values": v} for k, v in parameters.items()},
+            }
+        )
+    )
     return path
 
 
@@ -39,9 +57,15 @@ def test_replanning_is_idempotent_and_new_axis_values_add_only_new_runs(tmp_path
         again = SweepDriver(load_study(tmp_path / "s.yaml"), store).plan()
         assert [r.run_id for r in again] == [r.run_id for r in first]
         store.set_run_status(first[0].run_id, "done")
-        grown = SweepDriver(load_study(write_study(tmp_path / "s.yaml", "grid", {"rollouts": [4, 8, 16]})), store).plan()
+        grown = SweepDriver(
+            load_study(write_study(tmp_path / "s.yaml", "grid", {"rollouts": [4, 8, 16]})), store
+        ).plan()
         assert [r.run_id for r in grown[:2]] == [r.run_id for r in first]
-        assert [r.status for r in grown] == ["done", "pending", "pending"]  # only the new point and the unfinished one run
+        assert [r.status for r in grown] == [
+            "done",
+            "pending",
+            "pending",
+        ]  # only the new point and the unfinished one run
         assert len(store.runs_frame("grid")) == 3
 
 
@@ -57,8 +81,9 @@ def test_killed_sweep_resumes_with_every_record_once_and_status_reads_meanwhile(
     url = f"sqlite:///{tmp_path / 'store.db'}"
     env = dict(os.environ)
     sweep = [*RLSCALE, "sweep", str(study), "--db", url, "--out", str(tmp_path / "reports")]
-    process = subprocess.Popen(sweep, cwd=tmp_path, env=env, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        sweep, cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         deadline = time.time() + 420
         while time.time() < deadline and process.poll() is None:
@@ -67,8 +92,14 @@ def test_killed_sweep_resumes_with_every_record_once_and_status_reads_meanwhile(
             except UserError:  # the store file is there before the sweep has written its study into it
                 records = []
             if len(records) >= 9:  # the first run is past its second checkpoint: kill the sweep mid-run
-                status = subprocess.run([*RLSCALE, "status", "kill", "--db", url, "--json"], cwd=tmp_path,
-                                        env=env, capture_output=True, text=True, timeout=120)
+                status = subprocess.run(
+                    [*RLSCALE, "status", "kill", "--db", url, "--json"],
+                    cwd=tmp_path,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
                 assert status.returncode == 0, status.stderr
                 assert {row["status"] for row in json.loads(status.stdout)} <= {"running", "pending", "done"}
                 break
@@ -89,7 +120,8 @@ def test_killed_sweep_resumes_with_every_record_once_and_status_reads_meanwhile(
     assert not records.duplicated(["run_id", "step"]).any()
     assert sorted(records.groupby("run_id")["step"].apply(list).iloc[0]) == list(range(33))
     assert records["gpu_hours"].is_monotonic_increasing or all(
-        g["gpu_hours"].is_monotonic_increasing for _, g in records.groupby("run_id"))
+        g["gpu_hours"].is_monotonic_increasing for _, g in records.groupby("run_id")
+    )
     summary = json.loads(resumed.stdout)
     assert summary["done"] == 2 and summary["failed"] == 0
     # the compute the study spent, over both invocations, against its plan
@@ -101,9 +133,14 @@ def test_killed_sweep_resumes_with_every_record_once_and_status_reads_meanwhile(
 def test_a_crashing_job_is_retried_and_an_always_failing_one_is_marked_failed(tmp_path, monkeypatch):
     monkeypatch.setenv("RLSCALE_FAULT_DIR", str(tmp_path))
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    study = load_study(write_study(tmp_path / "faults.yaml", "faults",
-                                   {"verifier": ["fault_verifiers:crash_once", "fault_verifiers:always_crash"]},
-                                   steps=8))
+    study = load_study(
+        write_study(
+            tmp_path / "faults.yaml",
+            "faults",
+            {"verifier": ["fault_verifiers:crash_once", "fault_verifiers:always_crash"]},
+            steps=8,
+        )
+    )
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
         driver = SweepDriver(study, store, max_retries=1)
         summary = driver.run()
@@ -122,9 +159,17 @@ def test_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_pa
     import optuna
 
     study = tmp_path / "bayes.yaml"
-    study.write_text(yaml.safe_dump({
-        "name": "bayes", "method": "bayes", "n_trials": 2, "recipe": {**RECIPE, "steps": 8},
-        "parameters": {"lr": {"min": 1e-4, "max": 6e-4, "distribution": "log_uniform"}}}))
+    study.write_text(
+        yaml.safe_dump(
+            {
+                "name": "bayes",
+                "method": "bayes",
+                "n_trials": 2,
+                "recipe": {**RECIPE, "steps": 8},
+                "parameters": {"lr": {"min": 1e-4, "max": 6e-4, "distribution": "log_uniform"}},
+            }
+        )
+    )
     url = f"sqlite:///{tmp_path / 'store.db'}"
     sweep = [*RLSCALE, "sweep", str(study), "--db", url, "--out", str(tmp_path / "reports"), "--json"]
     first = subprocess.run(sweep, cwd=tmp_path, capture_output=True, text=True, timeout=900)
@@ -171,7 +216,6 @@ class ReplayEngine(Engine):
 
     def reward(self, lr: float, step: int) -> float:
         import numpy as np
-
         from rlscale.fitting.sigmoid import sigmoid
 
         truth = float(sigmoid(0.01 * step, self.ASYMPTOTE[lr], 2.0, 0.15, 0.1)) if step else 0.1
@@ -184,8 +228,16 @@ class ReplayEngine(Engine):
         steps = range(start + 1, last + 1) if start else range(0, last + 1)
         batch, stopped = [], None
         for step in steps:
-            batch.append({"step": step, "gpu_hours": 0.01 * step, "rollouts": step * recipe.total_batch, "tokens": 0,
-                          "val_reward": self.reward(recipe.lr, step) if step % 2 == 0 else None, "metrics": {}})
+            batch.append(
+                {
+                    "step": step,
+                    "gpu_hours": 0.01 * step,
+                    "rollouts": step * recipe.total_batch,
+                    "tokens": 0,
+                    "val_reward": self.reward(recipe.lr, step) if step % 2 == 0 else None,
+                    "metrics": {},
+                }
+            )
             if step % 2 == 0 or step == last:
                 on_records(batch)
                 batch = []
@@ -199,8 +251,14 @@ class ReplayEngine(Engine):
 
 def test_asymptote_rungs_explore_every_run_then_stop_the_ones_that_cannot_win(tmp_path):
     jobs = ReplayEngine()
-    path = write_study(tmp_path / "rungs.yaml", "rungs", {"lr": sorted(ReplayEngine.ASYMPTOTE)}, steps=80,
-                       eval_every=2, checkpoint_every=2)
+    path = write_study(
+        tmp_path / "rungs.yaml",
+        "rungs",
+        {"lr": sorted(ReplayEngine.ASYMPTOTE)},
+        steps=80,
+        eval_every=2,
+        checkpoint_every=2,
+    )
     spec = yaml.safe_load(path.read_text())
     path.write_text(yaml.safe_dump({**spec, "early_terminate": {"type": "asymptote", "min_fraction": 0.25}}))
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
@@ -228,8 +286,9 @@ def test_rung_scheduled_sweep_pauses_and_resumes_real_jobs_without_gaps(tmp_path
     path.write_text(yaml.safe_dump({**spec, "early_terminate": {"type": "asymptote", "min_fraction": 0.25}}))
     seen = []
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
-        driver = SweepDriver(load_study(path), store,
-                             on_update=lambda runs: seen.extend((r.name, r.status, r.step) for r in runs))
+        driver = SweepDriver(
+            load_study(path), store, on_update=lambda runs: seen.extend((r.name, r.status, r.step) for r in runs)
+        )
         summary = driver.run()
         records = store.records_frame("paused")
     assert summary.count("done") + summary.count("stopped") == 2 and summary.count("failed") == 0
@@ -238,7 +297,9 @@ def test_rung_scheduled_sweep_pauses_and_resumes_real_jobs_without_gaps(tmp_path
     assert {("n4", 4), ("n8", 4)} <= paused and {step for _, step in paused} <= {4, 8}
     assert not records.duplicated(["run_id", "step"]).any()
     names = {run.run_id: run.name for run in driver.runs}
-    for run_id, rows in records.groupby("run_id"):  # resumed from the rung's checkpoint: every step once, compute rising
+    for run_id, rows in records.groupby(
+        "run_id"
+    ):  # resumed from the rung's checkpoint: every step once, compute rising
         assert list(rows["step"]) == list(range(int(rows["step"].max()) + 1))
         assert rows["gpu_hours"].is_monotonic_increasing
         rungs = [0] + [step for name, step in paused if name == names[run_id]]
@@ -246,9 +307,10 @@ def test_rung_scheduled_sweep_pauses_and_resumes_real_jobs_without_gaps(tmp_path
 
 
 def test_engines_are_chosen_by_name_and_an_unknown_name_is_a_user_error():
-    from rlscale.base.errors import UserError
     from rlscale.runner.builtin.engine import BuiltinEngine
     from rlscale.runner.engine import DEFAULT_ENGINE, get_engine
+
+    from rlscale.base.errors import UserError
 
     engine = get_engine(DEFAULT_ENGINE, ray_address="auto")
     assert isinstance(engine, BuiltinEngine) and engine.ray_address == "auto"
@@ -269,8 +331,12 @@ class FlakyEngine(Engine):
         self.calls[recipe.lr] = self.calls.get(recipe.lr, 0) + 1
         if recipe.lr == 2e-4 or (recipe.lr == 1e-4 and self.calls[recipe.lr] == 1):
             raise RuntimeError(f"injected crash (lr {recipe.lr})")
-        on_records([{"step": step, "gpu_hours": 0.01 * step, "rollouts": 0, "tokens": 0, "val_reward": 0.5,
-                     "metrics": {}} for step in range(recipe.steps + 1)])
+        on_records(
+            [
+                {"step": step, "gpu_hours": 0.01 * step, "rollouts": 0, "tokens": 0, "val_reward": 0.5, "metrics": {}}
+                for step in range(recipe.steps + 1)
+            ]
+        )
         return JobResult(steps=recipe.steps)
 
 

@@ -10,22 +10,40 @@ import time
 
 import pytest
 import yaml
-
 from rlscale.db.store import Store
 from rlscale.planner.study import load_study
 from rlscale.runner.sweep.driver import SweepDriver
 
 
 def write_study(path, name: str, parameters: dict, **recipe):
-    base = {"steps": 16, "prompts_per_batch": 8, "rollouts": 4, "eval_every": 4, "eval_prompts": 16,
-            "eval_samples": 2, "checkpoint_every": 4, "async": "sync", "lr": 3e-4, "lr_reference_batch": 256}
-    path.write_text(yaml.safe_dump({"name": name, "method": "grid", "recipe": {**base, **recipe},
-                                    "parameters": {k: {"values": v} for k, v in parameters.items()}}))
+    base = {
+        "steps": 16,
+        "prompts_per_batch": 8,
+        "rollouts": 4,
+        "eval_every": 4,
+        "eval_prompts": 16,
+        "eval_samples": 2,
+        "checkpoint_every": 4,
+        "async": "sync",
+        "lr": 3e-4,
+        "lr_reference_batch": 256,
+    }
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "method": "grid",
+                "recipe": {**base, **recipe},
+                "parameters": {k: {"values": v} for k, v in parameters.items()},
+            }
+        )
+    )
     return load_study(path)
 
 
-def test_a_job_whose_devices_were_taken_goes_back_to_the_queue_without_using_an_attempt(tmp_path, monkeypatch,
-                                                                                           paced_engine):
+def test_a_job_whose_devices_were_taken_goes_back_to_the_queue_without_using_an_attempt(
+    tmp_path, monkeypatch, paced_engine
+):
     import rlscale.runner.sweep.pool as pool_module
 
     monkeypatch.setattr(pool_module, "REQUEUE_SECONDS", 0.2)
@@ -42,8 +60,9 @@ def test_a_job_whose_devices_were_taken_goes_back_to_the_queue_without_using_an_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
-def test_a_postgresql_restart_under_a_running_sweep_loses_no_record_and_stores_none_twice(db_url, tmp_path,
-                                                                                          paced_engine):
+def test_a_postgresql_restart_under_a_running_sweep_loses_no_record_and_stores_none_twice(
+    db_url, tmp_path, paced_engine
+):
     ctl = os.environ.get("RLSCALE_TEST_PG_CTL")
     if not ctl:
         pytest.skip("RLSCALE_TEST_PG_CTL is not set (.ci/run sets it with the server it starts)")
@@ -83,9 +102,14 @@ def test_two_builtin_runs_train_at_once_and_store_what_they_store_one_by_one(tmp
         seen = []
         try:
             with Store(f"sqlite:///{tmp_path / label}.db") as store:
-                summary = SweepDriver(study, store, max_concurrent=concurrent,
-                                      on_update=lambda runs: seen.append(
-                                          sorted(run.name for run in runs if run.status == "running"))).run()
+                summary = SweepDriver(
+                    study,
+                    store,
+                    max_concurrent=concurrent,
+                    on_update=lambda runs, seen=seen: seen.append(
+                        sorted(run.name for run in runs if run.status == "running")
+                    ),
+                ).run()
                 results[label] = store.records_frame("pair").sort_values(["run", "step"])
         finally:
             ray.shutdown()
@@ -115,8 +139,9 @@ def test_dry_run_prints_the_admission_plan_and_status_the_runs_in_flight(tmp_pat
     from conftest import run_cli
 
     study = write_study(tmp_path / "plan.yaml", "plan", {"rollouts": [2, 4, 8]})
-    code, out, _ = run_cli(monkeypatch, capsys, "sweep", str(tmp_path / "plan.yaml"), "--dry-run",
-                           "--max-concurrent", "2")
+    code, out, _ = run_cli(
+        monkeypatch, capsys, "sweep", str(tmp_path / "plan.yaml"), "--dry-run", "--max-concurrent", "2"
+    )
     cores = len(os.sched_getaffinity(0))
     first = min(2, cores // 2)  # a builtin run holds 2 CPU cores of a local sweep
     assert code == 0 and f"admission: free now {cores} CPU; at most 2 at once" in out
@@ -134,14 +159,21 @@ def test_dry_run_prints_the_admission_plan_and_status_the_runs_in_flight(tmp_pat
 
 def test_bayes_opens_max_concurrent_trials_at_once_and_tells_optuna_each(tmp_path, paced_engine):
     import optuna
-
     from rlscale.runner.sweep.bayes import run_bayes
 
     path = tmp_path / "tpe.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "tpe", "method": "bayes", "n_trials": 4, "max_concurrent": 2,
-        "recipe": {"steps": 20, "eval_every": 2, "checkpoint_every": 2, "async": "sync"},
-        "parameters": {"lr": {"min": 2e-4, "max": 6e-4, "distribution": "log_uniform"}}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tpe",
+                "method": "bayes",
+                "n_trials": 4,
+                "max_concurrent": 2,
+                "recipe": {"steps": 20, "eval_every": 2, "checkpoint_every": 2, "async": "sync"},
+                "parameters": {"lr": {"min": 2e-4, "max": 6e-4, "distribution": "log_uniform"}},
+            }
+        )
+    )
     engine = paced_engine(seconds=0.02)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     with Store(url) as store:

@@ -3,10 +3,10 @@
 import json
 
 import pytest
-
 from rlscale.planner.recipe import Recipe
-from rlscale.base.errors import UserError
 from rlscale.runner.rl.tasks import make_task, math_match, normalize_math_answer
+
+from rlscale.base.errors import UserError
 
 
 def test_arithmetic_prompts_have_one_length_and_correct_answers():
@@ -45,15 +45,18 @@ def test_arithmetic_verifier_is_exact():
     assert task.verify(prompt, "") == 0.0
 
 
-@pytest.mark.parametrize("completion, answer, reward", [
-    ("The answer is \\boxed{1,234}.", "1234", 1.0),
-    ("1,234.", "1234", 1.0),
-    ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}", 1.0),
-    ("42.0", "42", 1.0),
-    ("$7$", "7", 1.0),
-    ("43", "42", 0.0),
-    ("\\boxed{41} then \\boxed{42}", "42", 1.0),  # the last boxed answer counts
-])
+@pytest.mark.parametrize(
+    "completion, answer, reward",
+    [
+        ("The answer is \\boxed{1,234}.", "1234", 1.0),
+        ("1,234.", "1234", 1.0),
+        ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}", 1.0),
+        ("42.0", "42", 1.0),
+        ("$7$", "7", 1.0),
+        ("43", "42", 0.0),
+        ("\\boxed{41} then \\boxed{42}", "42", 1.0),  # the last boxed answer counts
+    ],
+)
 def test_math_answer_normalisation(completion, answer, reward):
     assert math_match(answer, completion) == reward
 

@@ -4,7 +4,6 @@ its tracker run. The engine is conftest's PacedEngine: the test isolates the dri
 
 import pytest
 import yaml
-
 from rlscale.db.store import Store
 from rlscale.planner.study import load_study
 from rlscale.runner.sweep.driver import SweepDriver
@@ -15,15 +14,23 @@ def test_each_evaluation_is_mirrored_to_mlflow_by_study_and_run_and_a_resume_con
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    spec = {"name": "mirror", "method": "grid", "parameters": {"lr": {"values": [2e-4, 3e-4]}},
-            "recipe": {"steps": 8, "eval_every": 2, "checkpoint_every": 2, "async": "sync"},
-            "tracking": {"backend": "mlflow", "uri": uri}}
+    spec = {
+        "name": "mirror",
+        "method": "grid",
+        "parameters": {"lr": {"values": [2e-4, 3e-4]}},
+        "recipe": {"steps": 8, "eval_every": 2, "checkpoint_every": 2, "async": "sync"},
+        "tracking": {"backend": "mlflow", "uri": uri},
+    }
     (tmp_path / "mirror.yaml").write_text(yaml.safe_dump(spec))
     engine = paced_engine(seconds=0.0)
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
         SweepDriver(load_study(tmp_path / "mirror.yaml"), store, engine=engine, max_concurrent=2).run()
-        SweepDriver(load_study(tmp_path / "mirror.yaml").model_copy(update={"extend": 1.5}), store, engine=engine,
-                    max_concurrent=2).run()  # every run resumed to 12 steps
+        SweepDriver(
+            load_study(tmp_path / "mirror.yaml").model_copy(update={"extend": 1.5}),
+            store,
+            engine=engine,
+            max_concurrent=2,
+        ).run()  # every run resumed to 12 steps
         stored = store.records_frame("mirror").dropna(subset=["val_reward"])
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("mirror")
@@ -41,11 +48,17 @@ def test_a_tracker_whose_library_is_missing_is_one_line(tmp_path, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "wandb", None)
-    spec = {"name": "w", "method": "grid", "parameters": {"lr": {"values": [2e-4]}},
-            "recipe": {"steps": 4}, "tracking": {"backend": "wandb"}}
+    spec = {
+        "name": "w",
+        "method": "grid",
+        "parameters": {"lr": {"values": [2e-4]}},
+        "recipe": {"steps": 4},
+        "tracking": {"backend": "wandb"},
+    }
     (tmp_path / "w.yaml").write_text(yaml.safe_dump(spec))
-    from rlscale.base.errors import UserError
     from rlscale.runner.tracking import make_tracker
+
+    from rlscale.base.errors import UserError
 
     with pytest.raises(UserError, match="pip install wandb"):
         make_tracker(load_study(tmp_path / "w.yaml").tracking, "w")

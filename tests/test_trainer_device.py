@@ -5,11 +5,10 @@ import copy
 
 import pytest
 import torch
-
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.rl.sampling import sample
+from rlscale.runner.rl.train_step import micro_batches, token_logprobs, train_step
 from trainer_batch import base, batch, tokenizer  # noqa: F401  (module fixtures)
-from rlscale.runner.rl.train_step import TrainBatch, make_optimizer, micro_batches, token_logprobs, train_step
 
 torch.set_num_threads(1)
 
@@ -20,8 +19,9 @@ WHOLE = 10**9  # a micro-batch budget no batch reaches: one forward pass
 
 def _recipe(**changes):
     # plain SGD at lr 1 (no warmup, no clipping) makes the weight change equal the accumulated gradient
-    return Recipe(prompts_per_batch=4, rollouts=4, lr=1.0, lr_scaling="none", lr_warmup_steps=0, grad_clip=1e9,
-                  **changes)
+    return Recipe(
+        prompts_per_batch=4, rollouts=4, lr=1.0, lr_scaling="none", lr_warmup_steps=0, grad_clip=1e9, **changes
+    )
 
 
 def _step(base, batch, recipe, ref=False):
@@ -50,19 +50,34 @@ def _assert_same_step(one, other, tol=1e-5):
 def test_train_step_makes_every_tensor_on_the_batch_device(base, batch, zero_variance_filter, loss_agg):
     # A default device other than the batch's: any tensor the step makes without device= lands on 'meta', where
     # mixing it with the batch fails, as a CPU-made index tensor fails next to a CUDA batch.
-    recipe = _recipe(loss_agg=loss_agg, zero_variance_filter=zero_variance_filter, kl_coef=0.1, entropy_coef=0.01,
-                     recompute_logprobs=True)
+    recipe = _recipe(
+        loss_agg=loss_agg,
+        zero_variance_filter=zero_variance_filter,
+        kl_coef=0.1,
+        entropy_coef=0.01,
+        recompute_logprobs=True,
+    )
     want, _, _ = _step(base, batch, recipe, ref=True)
     with torch.device("meta"):
         got, grads, _ = _step(base, batch, recipe, ref=True)
     assert grads.device.type == "cpu"
-    assert got["loss"] == pytest.approx(want["loss"], abs=1e-6) and got["kept_prompts"] == (3 if zero_variance_filter else 4)
+    assert got["loss"] == pytest.approx(want["loss"], abs=1e-6) and got["kept_prompts"] == (
+        3 if zero_variance_filter else 4
+    )
 
 
 def test_sampler_makes_its_tensors_on_the_model_device(tokenizer, base):
     prompts = [tokenizer(t)["input_ids"] for t in ("07+35=", "1+2=")]
-    draw = lambda: sample(base, prompts, n=2, max_new_tokens=4, temperature=1.0, eos_id=2, pad_id=0,
-                          generator=torch.Generator().manual_seed(0))
+    draw = lambda: sample(
+        base,
+        prompts,
+        n=2,
+        max_new_tokens=4,
+        temperature=1.0,
+        eos_id=2,
+        pad_id=0,
+        generator=torch.Generator().manual_seed(0),
+    )
     want = draw()
     with torch.device("meta"):
         got = draw()
@@ -84,8 +99,9 @@ def test_micro_batched_step_equals_the_whole_batch_step(base, batch, loss, loss_
 
 
 def test_micro_batching_with_kl_entropy_minibatches_and_recomputed_logprobs(base, batch):
-    knobs = dict(kl_coef=0.1, entropy_coef=0.01, recompute_logprobs=True, ppo_minibatches=2,
-                 **{"async": "ppo_off_policy"})
+    knobs = dict(
+        kl_coef=0.1, entropy_coef=0.01, recompute_logprobs=True, ppo_minibatches=2, **{"async": "ppo_off_policy"}
+    )
     whole = _step(base, batch, _recipe(micro_batch_tokens=WHOLE, **knobs), ref=True)
     assert whole[0]["updates"] == 2
     _assert_same_step(_step(base, batch, _recipe(micro_batch_tokens=1, **knobs), ref=True), whole)
@@ -111,8 +127,16 @@ def test_activation_checkpointing_gives_the_same_step(base, batch):
 def test_chunked_lm_head_gives_the_same_logprobs_entropy_and_gradients(base, batch):
     def run(chunk_elements):
         model = copy.deepcopy(base)
-        logp, entropy = token_logprobs(model, batch.input_ids, batch.attention_mask, temperature=0.7, fp32_head=True,
-                                       with_entropy=True, entropy_grad=True, chunk_elements=chunk_elements)
+        logp, entropy = token_logprobs(
+            model,
+            batch.input_ids,
+            batch.attention_mask,
+            temperature=0.7,
+            fp32_head=True,
+            with_entropy=True,
+            entropy_grad=True,
+            chunk_elements=chunk_elements,
+        )
         ((logp * batch.response_mask).sum() + entropy.sum()).backward()
         return logp, entropy, model.lm_head.weight.grad, model.model.embed_tokens.weight.grad
 
@@ -174,8 +198,15 @@ def test_chunked_lm_head_keeps_no_whole_batch_logits_for_backward(base, batch):
         sizes = []
         keep = lambda t: sizes.append(t.numel() if t.dim() == 3 and t.shape[-1] == vocab else 0) or t
         with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
-            token_logprobs(copy.deepcopy(base), batch.input_ids, batch.attention_mask, temperature=1.0,
-                           fp32_head=True, with_entropy=True, chunk_elements=chunk_elements)
+            token_logprobs(
+                copy.deepcopy(base),
+                batch.input_ids,
+                batch.attention_mask,
+                temperature=1.0,
+                fp32_head=True,
+                with_entropy=True,
+                chunk_elements=chunk_elements,
+            )
         return sum(sizes)
 
     rows, length = batch.input_ids.shape

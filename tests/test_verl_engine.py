@@ -21,9 +21,22 @@ from rlscale.runner.verl.logs import RecordMaker
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKER = ROOT / "tests" / "checkers" / "verl_engine_check.py"
-RECIPE = Recipe(engine="verl", model="/models/Qwen3-0.6B", task="arithmetic", prompts_per_batch=4, rollouts=2,
-                steps=40, eval_every=5, eval_prompts=6, eval_samples=2, checkpoint_every=10, temperature=0.9,
-                trainer_devices=2, generator_devices=2, kl_coef=0.001)
+RECIPE = Recipe(
+    engine="verl",
+    model="/models/Qwen3-0.6B",
+    task="arithmetic",
+    prompts_per_batch=4,
+    rollouts=2,
+    steps=40,
+    eval_every=5,
+    eval_prompts=6,
+    eval_samples=2,
+    checkpoint_every=10,
+    temperature=0.9,
+    trainer_devices=2,
+    generator_devices=2,
+    kl_coef=0.001,
+)
 # (metric the store keeps, verl's name) for the actor metrics verl's workers log each step
 ACTOR = {"entropy": 1.3, "grad_norm": 0.7, "clip_fraction": 0.05, "kl": 0.002}
 
@@ -44,10 +57,12 @@ def steps_spec(path: Path, steps: range, *, first_val: bool = True) -> dict:
     for step in steps:
         row = {"step": step}
         if step > 0:
-            row.update(scores=[1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0][: 8 - step % 3],
-                       response_lengths=[3, 5, 7, 16, 2, 4, 16, 1][: 8 - step % 3],
-                       timing={"step": 10.0 + step, "gen": 4.0},
-                       actor={VERL_HEALTH[name]: value for name, value in ACTOR.items()})
+            row.update(
+                scores=[1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0][: 8 - step % 3],
+                response_lengths=[3, 5, 7, 16, 2, 4, 16, 1][: 8 - step % 3],
+                timing={"step": 10.0 + step, "gen": 4.0},
+                actor={VERL_HEALTH[name]: value for name, value in ACTOR.items()},
+            )
         if step % 5 == 0 and (step > 0 or first_val):
             row["val_scores"] = [1.0, 0.0] * 3 + [1.0, 1.0] * 3  # 6 prompts x 2 samples: mean 0.75
         rows.append(row)
@@ -67,15 +82,40 @@ def verl_check(tmp_path_factory):
     stage_reward_modules(run_dir.modules)
     tokenizer = tmp / "tokenizer"
     build_tokenizer().save_pretrained(tokenizer)
-    cases = [{"data_source": DATA_SOURCE, "solution_str": solution, "ground_truth": "42",
-              "extra_info": {"verifier": "exact_match"}} for solution in ("42", " 42\n", "43", "4 2")]
-    cases += [{"data_source": DATA_SOURCE, "solution_str": solution, "ground_truth": "1234",
-               "extra_info": {"verifier": "math_match"}} for solution in ("so \\boxed{1,234}", "1234.0", "\\boxed{12}")]
-    spec = {"overrides": job.overrides, "modules": str(run_dir.modules.parent), "tokenizer": str(tokenizer),
-            "reward_cases": cases, "logger": steps_spec(tmp / "verl.jsonl", range(0, 21))}
+    cases = [
+        {
+            "data_source": DATA_SOURCE,
+            "solution_str": solution,
+            "ground_truth": "42",
+            "extra_info": {"verifier": "exact_match"},
+        }
+        for solution in ("42", " 42\n", "43", "4 2")
+    ]
+    cases += [
+        {
+            "data_source": DATA_SOURCE,
+            "solution_str": solution,
+            "ground_truth": "1234",
+            "extra_info": {"verifier": "math_match"},
+        }
+        for solution in ("so \\boxed{1,234}", "1234.0", "\\boxed{12}")
+    ]
+    spec = {
+        "overrides": job.overrides,
+        "modules": str(run_dir.modules.parent),
+        "tokenizer": str(tokenizer),
+        "reward_cases": cases,
+        "logger": steps_spec(tmp / "verl.jsonl", range(0, 21)),
+    }
     out = tmp / "result.json"
-    done = subprocess.run([str(python_of(".venv-verl")), str(CHECKER), str(out)], input=json.dumps(spec),
-                          capture_output=True, text=True, timeout=600, cwd=tmp)
+    done = subprocess.run(
+        [str(python_of(".venv-verl")), str(CHECKER), str(out)],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp,
+    )
     assert done.returncode == 0 and out.exists(), done.stderr[-3000:]
     result = json.loads(out.read_text())
     errors = {key: value for key, value in result.items() if key.endswith("_error")}
@@ -163,8 +203,11 @@ def test_file_logger_lines_land_in_the_store_once_across_a_driver_restart(verl_c
     row = frame.set_index("step").loc[3]
     assert math.isclose(row["gpu_hours"], 4 * (11 + 12 + 13) / 3600)
     assert row["rollouts"] == 3 * 8
-    means = {1: sum([3, 5, 7, 16, 2, 4, 16][:7]) / 7, 2: sum([3, 5, 7, 16, 2, 4]) / 6,
-             3: sum([3, 5, 7, 16, 2, 4, 16, 1]) / 8}
+    means = {
+        1: sum([3, 5, 7, 16, 2, 4, 16][:7]) / 7,
+        2: sum([3, 5, 7, 16, 2, 4]) / 6,
+        3: sum([3, 5, 7, 16, 2, 4, 16, 1]) / 8,
+    }
     assert row["tokens"] == round(sum(means.values()) * 8)
     # health: verl's own metric names; truncation = responses at max_response_length (step 3: 2 of 8)
     assert math.isclose(row["truncation_rate"], 2 / 8) and row["entropy"] == ACTOR["entropy"]
@@ -176,8 +219,18 @@ def test_plan_and_dry_run_accept_the_verl_study_and_submit_nothing(cli, workdir,
     code, out, err = cli("plan", str(study), "--json")
     assert code == 0, err
     url = f"sqlite:///{tmp_path / 'never.db'}"
-    code, out, err = cli("sweep", str(study), "--dry-run", "--json", "--db", url, "--shared-dir", "/nfs/rl",
-                         "--ray-address", "http://head:8265")
+    code, out, err = cli(
+        "sweep",
+        str(study),
+        "--dry-run",
+        "--json",
+        "--db",
+        url,
+        "--shared-dir",
+        "/nfs/rl",
+        "--ray-address",
+        "http://head:8265",
+    )
     assert code == 0, err
     points = json.loads(out)
     assert len(points) == len(json.loads(cli("plan", str(study), "--json")[1])["runs"]) == 6
@@ -193,9 +246,21 @@ def test_plan_and_dry_run_accept_the_verl_study_and_submit_nothing(cli, workdir,
 def test_a_verl_study_with_early_evaluations_is_refused_in_one_line(cli, tmp_path):
     # verl's trainer.test_freq cannot express log-spaced early evaluations: refused before anything is submitted
     study = tmp_path / "early.yaml"
-    study.write_text((ROOT / "studies" / "verl_gsm8k.yaml").read_text().replace(
-        "recipe:\n", "recipe:\n  eval_early_per_decade: 4\n", 1))
-    code, out, err = cli("sweep", str(study), "--dry-run", "--db", f"sqlite:///{tmp_path / 'never.db'}",
-                         "--shared-dir", "/nfs/rl", "--ray-address", "http://head:8265")
+    study.write_text(
+        (ROOT / "studies" / "verl_gsm8k.yaml")
+        .read_text()
+        .replace("recipe:\n", "recipe:\n  eval_early_per_decade: 4\n", 1)
+    )
+    code, out, err = cli(
+        "sweep",
+        str(study),
+        "--dry-run",
+        "--db",
+        f"sqlite:///{tmp_path / 'never.db'}",
+        "--shared-dir",
+        "/nfs/rl",
+        "--ray-address",
+        "http://head:8265",
+    )
     assert code == 2 and "eval_early_per_decade" in err and "test_freq" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "never.db").exists()

@@ -18,16 +18,31 @@ from rlscale.planner.recipe import Recipe
 pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).resolve().parent
-RECIPE = Recipe(engine="verl", model="/models/stand-in", steps=20, prompts_per_batch=4, rollouts=2, eval_every=5,
-                eval_prompts=4, eval_samples=2, checkpoint_every=5, async_mode="sync")
+RECIPE = Recipe(
+    engine="verl",
+    model="/models/stand-in",
+    steps=20,
+    prompts_per_batch=4,
+    rollouts=2,
+    eval_every=5,
+    eval_prompts=4,
+    eval_samples=2,
+    checkpoint_every=5,
+    async_mode="sync",
+)
 
 
 def engine(cluster, tmp_path, **env):
     from rlscale.runner.verl.engine import VerlEngine
 
-    return VerlEngine(ray_address=cluster, shared_dir=tmp_path / "shared", python=sys.executable,
-                      module="verl_standin", poll_seconds=0.2,
-                      env_vars={"PYTHONPATH": str(TESTS), "STANDIN_STEP_SECONDS": "0.05", **env})
+    return VerlEngine(
+        ray_address=cluster,
+        shared_dir=tmp_path / "shared",
+        python=sys.executable,
+        module="verl_standin",
+        poll_seconds=0.2,
+        env_vars={"PYTHONPATH": str(TESTS), "STANDIN_STEP_SECONDS": "0.05", **env},
+    )
 
 
 def test_a_run_pauses_at_a_rung_resumes_from_its_checkpoint_and_a_crash_is_retried(cluster, tmp_path):
@@ -57,12 +72,14 @@ def test_a_run_pauses_at_a_rung_resumes_from_its_checkpoint_and_a_crash_is_retri
         firsts.setdefault(record["step"], record)
     hours = [firsts[s]["gpu_hours"] for s in range(11)]
     assert hours == sorted(hours) and hours[-1] > hours[5]
-    jobs = sorted(j.submission_id for j in JobSubmissionClient(cluster).list_jobs()
-                  if j.submission_id.startswith("life-1-aa-"))
+    jobs = sorted(
+        j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("life-1-aa-")
+    )
     assert jobs == ["life-1-aa-1", "life-1-aa-2", "life-1-aa-3"]
     # a stop from the driver's rule at a checkpoint ends the job there
-    result = verl.run(RECIPE, run_key="life-1-aa", on_records=got.extend,
-                      should_stop=lambda: "asymptote below the best run's")
+    result = verl.run(
+        RECIPE, run_key="life-1-aa", on_records=got.extend, should_stop=lambda: "asymptote below the best run's"
+    )
     assert result.stopped and result.stop_reason == "asymptote below the best run's" and 15 <= result.steps < 20
     assert str(JobSubmissionClient(cluster).get_job_status("life-1-aa-4").value) == "STOPPED"
 
@@ -95,11 +112,27 @@ def test_a_sweep_of_verl_jobs_survives_kill_9_of_its_driver_with_two_runs_in_fli
     from ray.job_submission import JobSubmissionClient
 
     study = tmp_path / "killverl.yaml"
-    recipe = {k: v for k, v in RECIPE.to_json().items() if k in ("engine", "model", "steps", "prompts_per_batch",
-                                                                  "eval_every", "eval_prompts", "eval_samples",
-                                                                  "checkpoint_every", "async")}
-    study.write_text(yaml.safe_dump({"name": "killverl", "method": "grid", "recipe": recipe,
-                                     "parameters": {"rollouts": {"values": [2, 4]}}}))
+    recipe = {
+        k: v
+        for k, v in RECIPE.to_json().items()
+        if k
+        in (
+            "engine",
+            "model",
+            "steps",
+            "prompts_per_batch",
+            "eval_every",
+            "eval_prompts",
+            "eval_samples",
+            "checkpoint_every",
+            "async",
+        )
+    }
+    study.write_text(
+        yaml.safe_dump(
+            {"name": "killverl", "method": "grid", "recipe": recipe, "parameters": {"rollouts": {"values": [2, 4]}}}
+        )
+    )
     url = f"sqlite:///{tmp_path / 'store.db'}"
     args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared"), str(TESTS)]
     driver = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -126,20 +159,31 @@ def test_a_sweep_of_verl_jobs_survives_kill_9_of_its_driver_with_two_runs_in_fli
     for _, steps in records.groupby("run_id")["step"]:
         assert sorted(steps) == list(range(21))  # nothing lost: the lines written while no driver read them too
     # the restarted driver adopted the running job (or read the finished one's log) rather than submitting another
-    jobs = [j.submission_id for j in JobSubmissionClient(cluster).list_jobs()
-            if j.submission_id.startswith("killverl-")]
+    jobs = [
+        j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("killverl-")
+    ]
     assert len(jobs) == 2 and all(job.endswith("-1") for job in jobs)
 
 
 def _study(tmp_path, name: str, parameters: dict, **recipe) -> Path:
     import yaml
 
-    keys = ("engine", "model", "steps", "prompts_per_batch", "eval_every", "eval_prompts", "eval_samples",
-            "checkpoint_every", "async")
+    keys = (
+        "engine",
+        "model",
+        "steps",
+        "prompts_per_batch",
+        "eval_every",
+        "eval_prompts",
+        "eval_samples",
+        "checkpoint_every",
+        "async",
+    )
     base = {k: v for k, v in RECIPE.to_json().items() if k in keys}
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "method": "grid", "recipe": {**base, **recipe},
-                                    "parameters": parameters}))
+    path.write_text(
+        yaml.safe_dump({"name": name, "method": "grid", "recipe": {**base, **recipe}, "parameters": parameters})
+    )
     return path
 
 
@@ -156,15 +200,28 @@ def test_a_sweep_runs_jobs_concurrently_admitted_by_free_gpus_and_finishes_every
     from rlscale.runner.sweep.driver import SweepDriver
 
     # six runs of 2 and 4 GPUs on the cluster's 8 logical GPUs
-    study = load_study(_study(tmp_path, "fill", {"trainer_devices": {"values": [2, 4]},
-                                                 "rollouts": {"values": [2, 4, 8]}}))
-    options = {"verl": {"shared_dir": tmp_path / "shared", "python": sys.executable, "module": "verl_standin",
-                        "poll_seconds": 0.2, "env_vars": {"PYTHONPATH": str(TESTS), "STANDIN_STEP_SECONDS": "0.3"}}}
+    study = load_study(
+        _study(tmp_path, "fill", {"trainer_devices": {"values": [2, 4]}, "rollouts": {"values": [2, 4, 8]}})
+    )
+    options = {
+        "verl": {
+            "shared_dir": tmp_path / "shared",
+            "python": sys.executable,
+            "module": "verl_standin",
+            "poll_seconds": 0.2,
+            "env_vars": {"PYTHONPATH": str(TESTS), "STANDIN_STEP_SECONDS": "0.3"},
+        }
+    }
     seen = []
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
-        driver = SweepDriver(study, store, ray_address=cluster, engine_options=options, max_retries=0,
-                             on_update=lambda runs: seen.append(sum(run.status in ("starting", "running")
-                                                                    for run in runs)))
+        driver = SweepDriver(
+            study,
+            store,
+            ray_address=cluster,
+            engine_options=options,
+            max_retries=0,
+            on_update=lambda runs: seen.append(sum(run.status in ("starting", "running") for run in runs)),
+        )
         summary = driver.run()
         records = store.records_frame("fill")
     assert summary.count("done") == 6, [(run.name, run.status, run.note) for run in summary.runs]
@@ -223,8 +280,11 @@ def test_ctrl_c_of_a_sweep_stops_the_jobs_it_started(cluster, tmp_path):
     client = JobSubmissionClient(cluster)
 
     def running() -> list[str]:
-        return [j.submission_id for j in client.list_jobs()
-                if (j.submission_id or "").startswith("interrupt-") and str(j.status.value) == "RUNNING"]
+        return [
+            j.submission_id
+            for j in client.list_jobs()
+            if (j.submission_id or "").startswith("interrupt-") and str(j.status.value) == "RUNNING"
+        ]
 
     try:
         deadline = time.time() + 180

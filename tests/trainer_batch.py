@@ -3,7 +3,6 @@ with the module fixtures that build it (tokenizer, base policy, batch)."""
 
 import pytest
 import torch
-
 from rlscale.runner.rl.policy import build_model, build_tokenizer
 from rlscale.runner.rl.sampling import sample
 from rlscale.runner.rl.train_step import TrainBatch
@@ -13,16 +12,27 @@ def perturbed_batch(tokenizer, base) -> TrainBatch:
     """4 prompts of different lengths x 4 rollouts; responses cut to different lengths (right padding), the
     behaviour log-probs perturbed so ratios leave the clip range, and prompt 3 all-correct (filtered)."""
     texts = ("07+35=", "1+2=", "50+25=", "9+10=")
-    rollouts = sample(base, [tokenizer(t)["input_ids"] for t in texts], n=4, max_new_tokens=6, temperature=1.0,
-                      eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                      generator=torch.Generator().manual_seed(0))
-    input_ids, attention, response = rollouts.input_ids.clone(), rollouts.attention_mask.clone(), rollouts.response_mask.clone()
+    rollouts = sample(
+        base,
+        [tokenizer(t)["input_ids"] for t in texts],
+        n=4,
+        max_new_tokens=6,
+        temperature=1.0,
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+        generator=torch.Generator().manual_seed(0),
+    )
+    input_ids, attention, response = (
+        rollouts.input_ids.clone(),
+        rollouts.attention_mask.clone(),
+        rollouts.response_mask.clone(),
+    )
     start = input_ids.shape[1] - 6
     for row in range(input_ids.shape[0]):
         keep = 1 + row % 6  # response lengths 1..6
-        input_ids[row, start + keep:] = tokenizer.pad_token_id
-        attention[row, start + keep:] = 0
-        response[row, start + keep:] = 0
+        input_ids[row, start + keep :] = tokenizer.pad_token_id
+        attention[row, start + keep :] = 0
+        response[row, start + keep :] = 0
     noise = torch.randn(input_ids.shape, generator=torch.Generator().manual_seed(1))
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
     return TrainBatch(input_ids, attention, response, (rollouts.logp + 0.3 * noise) * response, rewards)

@@ -100,8 +100,14 @@ def user_reward(overrides: dict, samples: int):
             truth = row["reward_model"]["ground_truth"]
             for sample in range(samples):
                 answer = f"#### {truth}" if index * samples + sample < right else "#### none"
-                rewards.append(score(data_source=row["data_source"], solution_str=answer, ground_truth=truth,
-                                     extra_info=row.get("extra_info") or {}))
+                rewards.append(
+                    score(
+                        data_source=row["data_source"],
+                        solution_str=answer,
+                        ground_truth=truth,
+                        extra_info=row.get("extra_info") or {},
+                    )
+                )
                 sources.append(row["data_source"])
         return verl_val_metrics(sources, rewards, samples)
 
@@ -140,8 +146,15 @@ def main(argv: list[str]) -> None:
         if crash.exists() and int(crash.read_text()) == step:
             crash.unlink()
             os._exit(1)
-        data = {"timing_s/step": seconds, "response_length/mean": 4.0 + step % 3, "response_length/clip_ratio": 0.0,
-                "critic/score/mean": 0.5, "actor/entropy": 1.0, "actor/pg_clipfrac": 0.01, "actor/grad_norm": 0.5}
+        data = {
+            "timing_s/step": seconds,
+            "response_length/mean": 4.0 + step % 3,
+            "response_length/clip_ratio": 0.0,
+            "critic/score/mean": 0.5,
+            "actor/entropy": 1.0,
+            "actor/pg_clipfrac": 0.01,
+            "actor/grad_norm": 0.5,
+        }
         if step % test_freq == 0 or step == total:
             data.update(val())
         if step % save_freq == 0 or step == total:

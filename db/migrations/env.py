@@ -5,9 +5,8 @@ URL paths exist for `alembic -x url=... revision --autogenerate` during developm
 """
 
 from alembic import context
-from sqlalchemy import create_engine
-
 from rlscale.db.models import Base
+from sqlalchemy import create_engine
 
 target_metadata = Base.metadata
 # Prefixed, like the tables: Optuna's RDB storage shares the database (bayes sweeps) and has its own

@@ -9,7 +9,6 @@ The frameworks' own parsers check these mappings in CI (tests/checkers/).
 """
 
 import yaml
-
 from rlscale.planner.recipe import Recipe
 
 from . import openrlhf, trl, verl
@@ -20,16 +19,30 @@ from .verl import verl_mapping, verl_overrides
 
 FORMATS = ("verl", "trl", "openrlhf", "yaml")
 # format -> (framework, pinned version); scripts/checker_envs.sh installs these versions
-TARGETS = {"verl": (verl.FRAMEWORK, verl.VERSION), "trl": (trl.FRAMEWORK, trl.VERSION),
-           "openrlhf": (openrlhf.FRAMEWORK, openrlhf.VERSION)}
+TARGETS = {
+    "verl": (verl.FRAMEWORK, verl.VERSION),
+    "trl": (trl.FRAMEWORK, trl.VERSION),
+    "openrlhf": (openrlhf.FRAMEWORK, openrlhf.VERSION),
+}
 _RENDER = {"verl": verl.render, "trl": trl.render, "openrlhf": openrlhf.render}
 
-__all__ = ["FORMATS", "TARGETS", "Deployment", "Mapping", "export_config", "openrlhf_argv", "openrlhf_mapping",
-           "trl_mapping", "verl_mapping", "verl_overrides"]
+__all__ = [
+    "FORMATS",
+    "TARGETS",
+    "Deployment",
+    "Mapping",
+    "export_config",
+    "openrlhf_argv",
+    "openrlhf_mapping",
+    "trl_mapping",
+    "verl_mapping",
+    "verl_overrides",
+]
 
 
-def export_config(recipe: Recipe, fmt: str, *, header: list[str] | None = None,
-                  deployment: Deployment | None = None) -> str:
+def export_config(
+    recipe: Recipe, fmt: str, *, header: list[str] | None = None, deployment: Deployment | None = None
+) -> str:
     """The text of `recipe` in format `fmt`; `header` lines (provenance) go on top as comments."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")

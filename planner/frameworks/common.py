@@ -33,12 +33,20 @@ class Deployment:
     cpu: bool = False
 
     def __post_init__(self):
-        for name in ("gpus_per_node", "nodes", "tensor_parallel", "max_prompt_tokens", "max_tokens_per_gpu",
-                     "micro_batch_per_gpu"):
+        for name in (
+            "gpus_per_node",
+            "nodes",
+            "tensor_parallel",
+            "max_prompt_tokens",
+            "max_tokens_per_gpu",
+            "micro_batch_per_gpu",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.gpus_per_node % self.tensor_parallel:
-            raise ValueError(f"tensor_parallel ({self.tensor_parallel}) must divide gpus_per_node ({self.gpus_per_node})")
+            raise ValueError(
+                f"tensor_parallel ({self.tensor_parallel}) must divide gpus_per_node ({self.gpus_per_node})"
+            )
 
     @property
     def gpus(self) -> int:
@@ -49,8 +57,10 @@ class Deployment:
         return max(self.max_tokens_per_gpu, self.max_prompt_tokens + recipe.max_new_tokens)
 
     def describe(self) -> str:
-        return (f"--gpus {self.gpus_per_node} --nodes {self.nodes} --tp {self.tensor_parallel} "
-                f"--prompt-tokens {self.max_prompt_tokens}")
+        return (
+            f"--gpus {self.gpus_per_node} --nodes {self.nodes} --tp {self.tensor_parallel} "
+            f"--prompt-tokens {self.max_prompt_tokens}"
+        )
 
 
 @dataclass
@@ -82,8 +92,10 @@ def minibatch_prompts(recipe: Recipe, mapping: Mapping) -> int:
     per_update = max(1, recipe.prompts_per_batch // k)
     if per_update * k != recipe.prompts_per_batch:
         k_real = math.ceil(recipe.prompts_per_batch / per_update)
-        mapping.nearest.append(f"ppo_minibatches {k}: B_p {recipe.prompts_per_batch} does not split into {k} equal "
-                               f"minibatches; {per_update} prompts per update ({k_real} updates per batch)")
+        mapping.nearest.append(
+            f"ppo_minibatches {k}: B_p {recipe.prompts_per_batch} does not split into {k} equal "
+            f"minibatches; {per_update} prompts per update ({k_real} updates per batch)"
+        )
     return per_update
 
 
@@ -99,19 +111,25 @@ def common_missing(recipe: Recipe, target: str) -> list[str]:
     """ScaleRL knobs that none of the pinned targets has a key for (each target adds its own)."""
     missing = []
     if recipe.no_positive_resampling is not None:
-        missing.append(f"no_positive_resampling: {recipe.no_positive_resampling} (retire prompts whose pass rate "
-                       f"exceeds it) has no {target} key; filter the dataset between epochs instead")
+        missing.append(
+            f"no_positive_resampling: {recipe.no_positive_resampling} (retire prompts whose pass rate "
+            f"exceeds it) has no {target} key; filter the dataset between epochs instead"
+        )
     if recipe.length_control == "interrupt":
-        missing.append(f"length_control: interrupt (append an end-of-thinking marker at the limit and let the model "
-                       f"answer) has no {target} key; responses are truncated at the limit")
+        missing.append(
+            f"length_control: interrupt (append an end-of-thinking marker at the limit and let the model "
+            f"answer) has no {target} key; responses are truncated at the limit"
+        )
     return missing
 
 
 def lr_note(recipe: Recipe) -> str:
     """How the exported lr was computed (the recipe's sqrt batch scaling, already applied)."""
     if recipe.lr_scaling == "sqrt":
-        return (f"lr {recipe.scaled_lr:.6g} = lr {recipe.lr:g} x sqrt(B_p x n {recipe.total_batch} / "
-                f"{recipe.lr_reference_batch}) (lr_scaling: sqrt, applied here)")
+        return (
+            f"lr {recipe.scaled_lr:.6g} = lr {recipe.lr:g} x sqrt(B_p x n {recipe.total_batch} / "
+            f"{recipe.lr_reference_batch}) (lr_scaling: sqrt, applied here)"
+        )
     return f"lr {recipe.scaled_lr:.6g} (lr_scaling: none)"
 
 
@@ -121,8 +139,17 @@ def comment_block(title: str, items: list[str]) -> list[str]:
     return [f"# {title}:"] + [f"#   - {item}" for item in items]
 
 
-def launch_script(target: str, recipe: Recipe, header: list[str], mapping, recipe_words: list[list[str]],
-                  deployment, deployment_words: list[list[str]], module: str, keys: str) -> str:
+def launch_script(
+    target: str,
+    recipe: Recipe,
+    header: list[str],
+    mapping,
+    recipe_words: list[list[str]],
+    deployment,
+    deployment_words: list[list[str]],
+    module: str,
+    keys: str,
+) -> str:
     """A bash script for a framework's launcher `python3 -m module`: the header, how the lr was computed, what is
     only near or not expressible (from `mapping`), then the recipe's and the deployment's words in two arrays."""
     lines = ["#!/usr/bin/env bash", f"# target: {target}"]

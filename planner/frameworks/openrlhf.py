@@ -8,8 +8,17 @@ Every value is shell-quoted: a path with `;` or spaces stays one argument.
 
 from rlscale.planner.recipe import Recipe
 
-from .common import (MODEL_PLACEHOLDER, TRAIN_DATA_PLACEHOLDER, VERIFIER_PLACEHOLDER, Deployment, Mapping,
-                     common_missing, launch_script, updates_per_batch, warmup_fraction)
+from .common import (
+    MODEL_PLACEHOLDER,
+    TRAIN_DATA_PLACEHOLDER,
+    VERIFIER_PLACEHOLDER,
+    Deployment,
+    Mapping,
+    common_missing,
+    launch_script,
+    updates_per_batch,
+    warmup_fraction,
+)
 
 FRAMEWORK, VERSION = "OpenRLHF", "0.11.2"
 
@@ -23,17 +32,22 @@ LOSSES = {
 AGGREGATIONS = {
     "token": ("token-mean", None),
     "sample": ("seq-mean-token-mean", None),
-    "prompt": ("token-mean", "loss_agg: prompt (token mean within each prompt's group, then mean over prompts) has "
-                             "no OpenRLHF mode; token-mean weights each group by its token count instead of equally"),
+    "prompt": (
+        "token-mean",
+        "loss_agg: prompt (token mean within each prompt's group, then mean over prompts) has "
+        "no OpenRLHF mode; token-mean weights each group by its token count instead of equally",
+    ),
 }
 # adv_norm -> (--algo.advantage.estimator, difference or None)
 ADVANTAGES = {
     "group": ("group_norm", None),
     "none": ("dr_grpo", None),
-    "batch": ("reinforce_baseline",
-              "adv_norm: batch -> reinforce_baseline (group mean, then whitened over the batch): OpenRLHF whitens "
-              "(r - group mean) over the batch's response tokens (token-weighted, mean re-subtracted); rlscale "
-              "divides (r - group mean) by the std of the raw rewards of all B_p x n rollouts"),
+    "batch": (
+        "reinforce_baseline",
+        "adv_norm: batch -> reinforce_baseline (group mean, then whitened over the batch): OpenRLHF whitens "
+        "(r - group mean) over the batch's response tokens (token-weighted, mean re-subtracted); rlscale "
+        "divides (r - group mean) by the std of the raw rewards of all B_p x n rollouts",
+    ),
 }
 
 
@@ -47,8 +61,9 @@ def openrlhf_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Ma
     estimator, adv_diff = ADVANTAGES[recipe.adv_norm]
     m.nearest += [d for d in (agg_diff, adv_diff) if d]
     if recipe.loss == "gspo" and recipe.loss_agg != "sample":
-        m.nearest.append(f"loss_agg: {recipe.loss_agg} with gspo: OpenRLHF's GSPO always averages per sequence "
-                         "(sample)")
+        m.nearest.append(
+            f"loss_agg: {recipe.loss_agg} with gspo: OpenRLHF's GSPO always averages per sequence (sample)"
+        )
     k = updates_per_batch(recipe)
     r = m.recipe
     # batch geometry: --rollout.batch_size counts prompts, --train.batch_size completions per optimizer update
@@ -84,19 +99,25 @@ def openrlhf_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Ma
     if recipe.zero_variance_filter:  # binary rewards: a group mean strictly inside (0, 1) has variance
         r["--algo.dynamic_filtering_enable"] = True
         r["--algo.dynamic_filtering_range"] = [0.0, 1.0]
-        m.nearest.append("zero_variance_filter: true -> dynamic filtering (group mean reward strictly inside (0, 1)): "
-                         "OpenRLHF generates more prompts until B_p informative groups fill the batch; rlscale "
-                         "trains on the smaller batch")
+        m.nearest.append(
+            "zero_variance_filter: true -> dynamic filtering (group mean reward strictly inside (0, 1)): "
+            "OpenRLHF generates more prompts until B_p informative groups fill the batch; rlscale "
+            "trains on the smaller batch"
+        )
     pipeline = recipe.async_mode == "pipeline"
     if pipeline:
         r["--train.async_enable"] = True
         r["--train.async_queue_size"] = max(1, recipe.max_staleness)
-        m.nearest.append(f"async: pipeline (max_staleness {recipe.max_staleness}) -> async training with a queue of "
-                         f"{max(1, recipe.max_staleness)} generated batch(es): staleness is bounded by the queue, "
-                         "not checked and dropped as rlscale does")
+        m.nearest.append(
+            f"async: pipeline (max_staleness {recipe.max_staleness}) -> async training with a queue of "
+            f"{max(1, recipe.max_staleness)} generated batch(es): staleness is bounded by the queue, "
+            "not checked and dropped as rlscale does"
+        )
     if not recipe.recompute_logprobs:
-        m.nearest.append("recompute_logprobs: false: OpenRLHF recomputes the old log-probs with the trainer (as "
-                         "recompute_logprobs: true); rlscale takes the generator's")
+        m.nearest.append(
+            "recompute_logprobs: false: OpenRLHF recomputes the old log-probs with the trainer (as "
+            "recompute_logprobs: true); rlscale takes the generator's"
+        )
 
     d = m.deployment
     actor_gpus = dep.gpus_per_node // 2 if pipeline else dep.gpus_per_node  # async: vLLM on GPUs of its own
@@ -123,9 +144,11 @@ def openrlhf_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Ma
     d["--reward.remote_url"] = VERIFIER_PLACEHOLDER
 
     if recipe.loss == "cispo":
-        m.missing.append(f"loss: cispo has no OpenRLHF policy_loss_type (ppo, gspo); the nearest, ppo with the ratio "
-                         f"clipped to [{max(0.0, 1 - low):g}, {1 + high:g}], drops the gradient of clipped tokens where "
-                         "CISPO keeps it with a truncated weight")
+        m.missing.append(
+            f"loss: cispo has no OpenRLHF policy_loss_type (ppo, gspo); the nearest, ppo with the ratio "
+            f"clipped to [{max(0.0, 1 - low):g}, {1 + high:g}], drops the gradient of clipped tokens where "
+            "CISPO keeps it with a truncated weight"
+        )
     m.missing += common_missing(recipe, "OpenRLHF")
     if recipe.fp32_head:
         m.missing.append("fp32_head: true (LM head and logits in fp32, trainer and generator) has no OpenRLHF flag")
@@ -158,6 +181,14 @@ def _word(value) -> str:
 def render(recipe: Recipe, deployment: Deployment, header: list[str]) -> str:
     """A bash script: the recipe's flags and the deployment's in two arrays, then the launch line."""
     m = openrlhf_mapping(recipe, deployment)
-    return launch_script(f"{FRAMEWORK} {VERSION} (openrlhf.cli.train_ppo_ray flags)", recipe, header, m,
-                         flag_words(m.recipe), deployment, flag_words(m.deployment), "openrlhf.cli.train_ppo_ray",
-                         "flags")
+    return launch_script(
+        f"{FRAMEWORK} {VERSION} (openrlhf.cli.train_ppo_ray flags)",
+        recipe,
+        header,
+        m,
+        flag_words(m.recipe),
+        deployment,
+        flag_words(m.deployment),
+        "openrlhf.cli.train_ppo_ray",
+        "flags",
+    )

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rlscale.planner.loading import StrictLoader, load_yaml_mapping
 
 from rlscale.base.errors import UserError
-from rlscale.planner.loading import StrictLoader, load_yaml_mapping
 
 # verl YAML keys that are Hydra's own, not the trainer's config
 HYDRA_KEYS = ("defaults", "hydra")
@@ -70,8 +70,10 @@ def _shown(value: Any) -> str:
 
 # reading the files ---------------------------------------------------------------------------------------------
 
-def read_setup(framework: str, *, config: str | None, overrides: list[str], overrides_file: str | None,
-               study_file: str | None) -> UserSetup:
+
+def read_setup(
+    framework: str, *, config: str | None, overrides: list[str], overrides_file: str | None, study_file: str | None
+) -> UserSetup:
     """The keys the user's files set. verl: the YAML config's leaves (dotted), then the overrides file's, then the
     study's `overrides` (later ones win, as on verl's command line); TRL: the YAML's keys. UserError naming the
     file for a file that is missing, not YAML, or holds something that is not an override."""
@@ -146,6 +148,7 @@ def _flatten(data: dict, prefix: str = ""):
 
 # what the study changes ----------------------------------------------------------------------------------------
 
+
 def axis_keys(recipes: list, mapping, *, owned: set[str]) -> dict[str, str]:
     """The framework keys the study's runs set differently (key -> the recipe fields behind them), through
     `mapping(recipe) -> {key: value}`; keys in `owned` (rlscale's run keys: steps, seeds, ...) are left out."""
@@ -164,23 +167,31 @@ def _fields_that_vary(recipes: list) -> list[str]:
     return [key for key in dumps[0] if key not in ("steps", "seed") and len({repr(d[key]) for d in dumps}) > 1]
 
 
-def check_conflicts(setup: UserSetup, changed: dict[str, str], *, keep: list[str], replace: list[str],
-                    study_file: str | None) -> None:
+def check_conflicts(
+    setup: UserSetup, changed: dict[str, str], *, keep: list[str], replace: list[str], study_file: str | None
+) -> None:
     """UserError (one line, naming the file and the key) for a key the study changes that the user's files also
     set, unless `keep` or `replace` names it; and for a keep/replace entry that names no such key (a typo)."""
     for name, entries in (("keep", keep), ("replace", replace)):
         for key in entries:
             if key not in changed:
-                raise UserError(f"{key} is not a key the study changes (it changes: {', '.join(changed) or 'none'})",
-                                file=study_file, field=f"setup.{name}")
+                raise UserError(
+                    f"{key} is not a key the study changes (it changes: {', '.join(changed) or 'none'})",
+                    file=study_file,
+                    field=f"setup.{name}",
+                )
     for key, why in changed.items():
         if setup.sets(key) and key not in keep and key not in replace:
-            raise UserError(f"set here and varied by the study ({why}); remove it, or name it in the study's "
-                            "setup.keep (your value wins) or setup.replace (the study's wins)",
-                            file=setup.source[key], field=key)
+            raise UserError(
+                f"set here and varied by the study ({why}); remove it, or name it in the study's "
+                "setup.keep (your value wins) or setup.replace (the study's wins)",
+                file=setup.source[key],
+                field=key,
+            )
 
 
 # the study's setup -----------------------------------------------------------------------------------------------
+
 
 def _framework(name: str):
     from rlscale.planner.frameworks import trl, verl
@@ -191,8 +202,13 @@ def _framework(name: str):
 def study_setup(study) -> UserSetup:
     """The user's setup a study (rlscale.planner.study.Study with a `setup` block) starts from."""
     block = study.setup
-    return read_setup(study.recipe.engine, config=block.config, overrides=list(block.overrides),
-                      overrides_file=block.overrides_file, study_file=study.file)
+    return read_setup(
+        study.recipe.engine,
+        config=block.config,
+        overrides=list(block.overrides),
+        overrides_file=block.overrides_file,
+        study_file=study.file,
+    )
 
 
 def recipe_from_setup(setup: UserSetup) -> dict:
@@ -213,8 +229,13 @@ def changed_keys(study, recipes: list) -> dict[str, str]:
 def check_study_setup(study, recipes: list) -> dict[str, str]:
     """The keys the study changes, after checking them against the user's files (check_conflicts)."""
     changed = changed_keys(study, recipes)
-    check_conflicts(study_setup(study), changed, keep=list(study.setup.keep), replace=list(study.setup.replace),
-                    study_file=study.file)
+    check_conflicts(
+        study_setup(study),
+        changed,
+        keep=list(study.setup.keep),
+        replace=list(study.setup.replace),
+        study_file=study.file,
+    )
     return changed
 
 
@@ -234,14 +255,20 @@ class SetupPlan:
     def values(self, recipe) -> dict[str, Any]:
         """The values the study gives its changed keys in `recipe`'s run (None: the key goes); kept keys left out."""
         values = _framework(self.setup.framework).axis_values(recipe)
-        return {key: (None if key == "steps_per_generation" else values.get(key)) for key in self.changed
-                if key not in self.keep}
+        return {
+            key: (None if key == "steps_per_generation" else values.get(key))
+            for key in self.changed
+            if key not in self.keep
+        }
 
     def changes(self, recipe) -> list[Change]:
         """The study's changes to the user's keys in `recipe`'s run, for the dry-run's diff."""
         values = self.values(recipe)
-        return [Change(key, self.setup.keys.get(key), values[key], f"axis {self.changed[key]}") for key in values
-                if repr(values[key]) != repr(self.setup.keys.get(key))]
+        return [
+            Change(key, self.setup.keys.get(key), values[key], f"axis {self.changed[key]}")
+            for key in values
+            if repr(values[key]) != repr(self.setup.keys.get(key))
+        ]
 
 
 def setup_plan(study) -> SetupPlan | None:
@@ -256,6 +283,7 @@ def setup_plan(study) -> SetupPlan | None:
 
 # the decision, as the user's own config ---------------------------------------------------------------------------
 
+
 def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
     """The user's own config with the decision applied: the study's changed keys at the decided recipe's values and
     its steps (verl: a launch script of the user's config and overrides; TRL: the user's YAML). Nothing else of
@@ -266,8 +294,11 @@ def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
     lines += [f"# your setup: {', '.join(files_of(setup)) or 'the study file'}; the decision changes:"]
     steps_key = "trainer.total_training_steps" if setup.framework == "verl" else "max_steps"
     values[steps_key] = recipe.steps
-    lines += [f"#   {Change(key, setup.keys.get(key), value, 'decided').line()}" for key, value in values.items()
-              if repr(value) != repr(setup.keys.get(key))]
+    lines += [
+        f"#   {Change(key, setup.keys.get(key), value, 'decided').line()}"
+        for key, value in values.items()
+        if repr(value) != repr(setup.keys.get(key))
+    ]
     if setup.framework == "trl":
         from rlscale.planner.loading import load_yaml_mapping
 
@@ -277,8 +308,11 @@ def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
                 config.pop(key, None)
             else:
                 config[key] = value
-        return "\n".join(["# target: TRL 1.16.0 (`trl grpo --config FILE`)", *lines]) + "\n" + \
-            yaml.safe_dump(config, sort_keys=False)
+        return (
+            "\n".join(["# target: TRL 1.16.0 (`trl grpo --config FILE`)", *lines])
+            + "\n"
+            + yaml.safe_dump(config, sort_keys=False)
+        )
     from rlscale.planner.frameworks.verl import hydra_value
 
     words = []
@@ -288,8 +322,10 @@ def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
     words += [word for word in setup.overrides if parse_override(word, file="")[0] not in values]
     words += [f"{key}={hydra_value(value)}" for key, value in values.items() if value is not None]
     body = " \\\n    ".join(["python3 -m verl.trainer.main_ppo", *map(shlex.quote, words)])
-    return "\n".join(["#!/usr/bin/env bash", "# target: verl 0.9.1, your launch with the decision applied", *lines,
-                      body]) + "\n"
+    return (
+        "\n".join(["#!/usr/bin/env bash", "# target: verl 0.9.1, your launch with the decision applied", *lines, body])
+        + "\n"
+    )
 
 
 def files_of(setup: UserSetup) -> list[str]:

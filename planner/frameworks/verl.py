@@ -42,18 +42,23 @@ LOSSES = {
 AGGREGATIONS = {
     "token": ("token-mean", None),
     "sample": ("seq-mean-token-mean", None),
-    "prompt": ("token-mean", "loss_agg: prompt (token mean within each prompt's group, then mean over prompts) has "
-                             "no verl mode; token-mean weights each group by its token count instead of equally "
-                             "(the same when every group has as many response tokens)"),
+    "prompt": (
+        "token-mean",
+        "loss_agg: prompt (token mean within each prompt's group, then mean over prompts) has "
+        "no verl mode; token-mean weights each group by its token count instead of equally "
+        "(the same when every group has as many response tokens)",
+    ),
 }
 # adv_norm -> (algorithm keys, difference or None when exact)
 ADVANTAGES = {
     "group": ({"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True}, None),
     "none": ({"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": False}, None),
-    "batch": ({"adv_estimator": "reinforce_plus_plus_baseline"},
-              "adv_norm: batch -> reinforce_plus_plus_baseline (group mean, batch std): verl whitens (r - group mean) "
-              "over the batch's response tokens (token-weighted std, mean re-subtracted); rlscale divides "
-              "(r - group mean) by the std of the raw rewards of all B_p x n rollouts"),
+    "batch": (
+        {"adv_estimator": "reinforce_plus_plus_baseline"},
+        "adv_norm: batch -> reinforce_plus_plus_baseline (group mean, batch std): verl whitens (r - group mean) "
+        "over the batch's response tokens (token-weighted std, mean re-subtracted); rlscale divides "
+        "(r - group mean) by the std of the raw rewards of all B_p x n rollouts",
+    ),
 }
 
 
@@ -89,9 +94,11 @@ def verl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mappin
     r[f"{ACTOR}.clip_ratio_high"] = high
     r.update({f"{ACTOR}.{key}": value for key, value in loss_extra.items()})
     if "clip_ratio_c" in loss_extra:
-        m.nearest.append(f"loss: {recipe.loss} -> vanilla PPO clip; verl's dual clip (clip_ratio_c, default 3.0) "
-                         f"cannot be switched off, so clip_ratio_c is {DUAL_CLIP_OFF:g}, above verl's ratio clamp "
-                         "e^20: it never binds")
+        m.nearest.append(
+            f"loss: {recipe.loss} -> vanilla PPO clip; verl's dual clip (clip_ratio_c, default 3.0) "
+            f"cannot be switched off, so clip_ratio_c is {DUAL_CLIP_OFF:g}, above verl's ratio clamp "
+            "e^20: it never binds"
+        )
     r[f"{ACTOR}.loss_agg_mode"] = agg_mode
     r.update({f"algorithm.{key}": value for key, value in adv_keys.items()})
     # KL to the reference policy as a k3 loss term (low_var_kl is verl's k3), never as a reward penalty
@@ -104,9 +111,11 @@ def verl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mappin
     r["algorithm.filter_groups.enable"] = recipe.zero_variance_filter
     if recipe.zero_variance_filter:
         r["algorithm.filter_groups.metric"] = "reward"
-        m.nearest.append("zero_variance_filter: true -> algorithm.filter_groups: verl drops the same groups but "
-                         "generates more prompts until B_p informative groups fill the batch (more generation per "
-                         "step); rlscale trains on the smaller batch")
+        m.nearest.append(
+            "zero_variance_filter: true -> algorithm.filter_groups: verl drops the same groups but "
+            "generates more prompts until B_p informative groups fill the batch (more generation per "
+            "step); rlscale trains on the smaller batch"
+        )
     # seeds: verl has no trainer.seed; the data order, the actor's data loader, the generator and FSDP init
     r["data.seed"] = recipe.seed
     r[f"{ACTOR}.data_loader_seed"] = recipe.seed
@@ -120,12 +129,16 @@ def verl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mappin
         # verl drops a trajectory when (trainer step - its prompt's step + 1) > threshold: staleness > k
         r["trainer.v1.sampler.max_off_policy_threshold"] = recipe.max_staleness + 1
         r["trainer.v1.sampler.max_off_policy_strategy"] = "drop"
-        m.nearest.append(f"async: pipeline (max_staleness {recipe.max_staleness}) -> separate_async with "
-                         "partial rollouts: a trajectory may span weight versions (rlscale generates each batch with "
-                         "one version); a batch more than max_staleness steps old is dropped in both")
+        m.nearest.append(
+            f"async: pipeline (max_staleness {recipe.max_staleness}) -> separate_async with "
+            "partial rollouts: a trajectory may span weight versions (rlscale generates each batch with "
+            "one version); a batch more than max_staleness steps old is dropped in both"
+        )
     if not recipe.recompute_logprobs:
-        m.nearest.append("recompute_logprobs: false: verl recomputes the old log-probs with the trainer (as "
-                         "recompute_logprobs: true); rlscale takes the generator's")
+        m.nearest.append(
+            "recompute_logprobs: false: verl recomputes the old log-probs with the trainer (as "
+            "recompute_logprobs: true); rlscale takes the generator's"
+        )
 
     d = m.deployment
     rollout_gpus = dep.gpus_per_node // 2 if pipeline else 0
@@ -148,8 +161,9 @@ def verl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mappin
     if recipe.fp32_head:
         m.missing.append("fp32_head: true (LM head and logits in fp32, trainer and generator) has no verl key")
     if pipeline and dep.gpus_per_node < 2:
-        m.missing.append("async: pipeline needs separate generator GPUs in verl (separate_async); one GPU per node "
-                         "leaves none")
+        m.missing.append(
+            "async: pipeline needs separate generator GPUs in verl (separate_async); one GPU per node leaves none"
+        )
     return m
 
 
@@ -165,14 +179,32 @@ RECIPE_FROM_KEYS = {
     "entropy_coef": f"{ACTOR}.entropy_coeff",
     "eval_samples": f"{ROLLOUT}.val_kwargs.n",
 }
-RUN_KEYS = frozenset({
-    "trainer.total_training_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.resume_mode",
-    "trainer.resume_from_path", "trainer.default_local_dir", "trainer.del_local_ckpt_after_load",
-    f"{ACTOR}.checkpoint.async_save", "trainer.val_before_train", "trainer.test_freq", "trainer.nnodes",
-    "trainer.n_gpus_per_node", f"{ROLLOUT}.nnodes", f"{ROLLOUT}.n_gpus_per_node", "data.seed",
-    f"{ACTOR}.data_loader_seed", f"{ACTOR}.fsdp_config.seed", "actor_rollout_ref.ref.fsdp_config.seed",
-    f"{ROLLOUT}.seed", "trainer.logger", "trainer.project_name", "trainer.experiment_name",
-})
+RUN_KEYS = frozenset(
+    {
+        "trainer.total_training_steps",
+        "trainer.total_epochs",
+        "trainer.save_freq",
+        "trainer.resume_mode",
+        "trainer.resume_from_path",
+        "trainer.default_local_dir",
+        "trainer.del_local_ckpt_after_load",
+        f"{ACTOR}.checkpoint.async_save",
+        "trainer.val_before_train",
+        "trainer.test_freq",
+        "trainer.nnodes",
+        "trainer.n_gpus_per_node",
+        f"{ROLLOUT}.nnodes",
+        f"{ROLLOUT}.n_gpus_per_node",
+        "data.seed",
+        f"{ACTOR}.data_loader_seed",
+        f"{ACTOR}.fsdp_config.seed",
+        "actor_rollout_ref.ref.fsdp_config.seed",
+        f"{ROLLOUT}.seed",
+        "trainer.logger",
+        "trainer.project_name",
+        "trainer.experiment_name",
+    }
+)
 
 
 def recipe_from_keys(keys: dict) -> dict:
@@ -226,6 +258,14 @@ def verl_overrides(recipe: Recipe, deployment: Deployment | None = None) -> list
 def render(recipe: Recipe, deployment: Deployment, header: list[str]) -> str:
     """A bash script that launches verl with the recipe's and the deployment's overrides."""
     m = verl_mapping(recipe, deployment)
-    return launch_script(f"{FRAMEWORK} {VERSION} (Hydra overrides of verl/trainer/config/ppo_trainer.yaml)", recipe,
-                         header, m, [[f"{k}={hydra_value(v)}"] for k, v in m.recipe.items()], deployment,
-                         [[f"{k}={hydra_value(v)}"] for k, v in m.deployment.items()], "verl.trainer.main_ppo", "keys")
+    return launch_script(
+        f"{FRAMEWORK} {VERSION} (Hydra overrides of verl/trainer/config/ppo_trainer.yaml)",
+        recipe,
+        header,
+        m,
+        [[f"{k}={hydra_value(v)}"] for k, v in m.recipe.items()],
+        deployment,
+        [[f"{k}={hydra_value(v)}"] for k, v in m.deployment.items()],
+        "verl.trainer.main_ppo",
+        "keys",
+    )

@@ -40,8 +40,10 @@ def run_name_problem(value: object) -> str | None:
         return f"expected a run name of at most {MAX_RUN_NAME_LENGTH} characters, got {len(value)}: {value[:40]!r}..."
     for i, char in enumerate(value):
         if unicodedata.category(char) in _UNPRINTABLE:
-            return (f"expected a run name of printable text, got {_cut(value)} "
-                    f"(character {i + 1}, U+{ord(char):04X}, is not printable)")
+            return (
+                f"expected a run name of printable text, got {_cut(value)} "
+                f"(character {i + 1}, U+{ord(char):04X}, is not printable)"
+            )
     return None
 
 
@@ -61,15 +63,21 @@ def check_budget(value: float, *, field: str = "--budget") -> float:
 def check_steps(steps: int, *, field: str = "--budget") -> int:
     """`steps` if a run can be given that many (at most MAX_STEPS); else a UserError naming `field`."""
     if steps > MAX_STEPS:
-        raise UserError(f"the budget gives a run {steps:.3g} steps; expected at most {MAX_STEPS:,} (is the unit right?)",
-                        field=field)
+        raise UserError(
+            f"the budget gives a run {steps:.3g} steps; expected at most {MAX_STEPS:,} (is the unit right?)",
+            field=field,
+        )
     return steps
 
 
 def check_name(value: object, *, field: str, file: str | None = None, what: str = "name") -> str:
     """`value` if it follows NAME_RULE; else a UserError naming the file and field."""
     if not isinstance(value, str) or not _NAME.match(value):
-        shown = repr(value) if not isinstance(value, str) or len(value) <= 40 else f"{value[:40]!r}... ({len(value)} characters)"
+        shown = (
+            repr(value)
+            if not isinstance(value, str) or len(value) <= 40
+            else f"{value[:40]!r}... ({len(value)} characters)"
+        )
         raise UserError(f"expected a {what} of {NAME_RULE}, got {shown}", file=file, field=field)
     return value
 
@@ -91,8 +99,10 @@ def child_path(directory: str | Path, name: str, *, field: str) -> Path:
 
 # A custom verifier is named, never evaluated: a dotted module path, a colon, a function name.
 VERIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
-VERIFIER_RULE = ("'package.module:function' from the project's tasks (rlscale.runner.rl.tasks) or your own package, "
-                 "not the standard library or builtins")
+VERIFIER_RULE = (
+    "'package.module:function' from the project's tasks (rlscale.runner.rl.tasks) or your own package, "
+    "not the standard library or builtins"
+)
 _PROJECT_TASKS = "rlscale.runner.rl.tasks"
 
 

@@ -9,7 +9,11 @@ NOISE_BAND = 0.02  # ScaleRL: a difference in asymptote |dA| below this is seed-
 
 def is_missing(value: Any) -> bool:
     """None, pandas' NA/NaT or a float NaN."""
-    return value is None or type(value).__name__ in ("NAType", "NaTType") or (isinstance(value, float) and math.isnan(value))
+    return (
+        value is None
+        or type(value).__name__ in ("NAType", "NaTType")
+        or (isinstance(value, float) and math.isnan(value))
+    )
 
 
 def plain(value: Any) -> Any:

@@ -8,9 +8,9 @@ import warnings
 
 import typer
 
+from rlscale.base.errors import UserError
 from rlscale.cli import commands
 from rlscale.cli.console import err_console, safe
-from rlscale.base.errors import UserError
 
 app = typer.Typer(
     name="rlscale",

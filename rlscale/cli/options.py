@@ -4,12 +4,14 @@ from typing import Annotated
 
 import typer
 
-DbUrl = Annotated[str | None, typer.Option(
-    "--db", help="SQLAlchemy URL of the store (default: RLSCALE_DB or sqlite:///rlscale.db)")]
+DbUrl = Annotated[
+    str | None, typer.Option("--db", help="SQLAlchemy URL of the store (default: RLSCALE_DB or sqlite:///rlscale.db)")
+]
 
 
-def check_fit_source(file, study: str | None, db: str | None, *, command: str, noise: str, unbounded: bool,
-                     r0: float | None) -> None:
+def check_fit_source(
+    file, study: str | None, db: str | None, *, command: str, noise: str, unbounded: bool, r0: float | None
+) -> None:
     """The checks `fit` and `backtest` share: a FILE or --study (not both), --db only with --study, a known
     --noise that suits the metric, a finite --r0 (in [0, 1] unless --unbounded). Raises UserError."""
     import math
@@ -24,8 +26,12 @@ def check_fit_source(file, study: str | None, db: str | None, *, command: str, n
     if noise not in NOISE_MODELS:
         raise UserError(f"expected one of {', '.join(NOISE_MODELS)}, got {noise!r}", field="--noise")
     if unbounded and noise == "binomial":
-        raise UserError("binomial noise is for pass rates in [0, 1]; with --unbounded use auto, constant or "
-                        "multiplicative", field="--noise")
+        raise UserError(
+            "binomial noise is for pass rates in [0, 1]; with --unbounded use auto, constant or multiplicative",
+            field="--noise",
+        )
     if r0 is not None and not (math.isfinite(r0) and (unbounded or 0.0 <= r0 <= 1.0)):
-        raise UserError(f"expected a finite reward{'' if unbounded else ' in [0, 1] (or pass --unbounded)'}, "
-                        f"got {r0:g}", field="--r0")
+        raise UserError(
+            f"expected a finite reward{'' if unbounded else ' in [0, 1] (or pass --unbounded)'}, got {r0:g}",
+            field="--r0",
+        )

@@ -9,11 +9,21 @@ from rlscale.base.numbers import format_number as _num
 from rlscale.cli.console import console, safe
 from rlscale.runner.sweep.state import FINISHED
 
-STATUS_STYLE = {"done": "green", "running": "cyan", "starting": "cyan", "failed": "red", "stopped": "yellow",
-                "paused": "magenta", "pending": "dim", "queued": "dim"}
+STATUS_STYLE = {
+    "done": "green",
+    "running": "cyan",
+    "starting": "cyan",
+    "failed": "red",
+    "stopped": "yellow",
+    "paused": "magenta",
+    "pending": "dim",
+    "queued": "dim",
+}
 IN_FLIGHT = ("starting", "running")
-SWEEP_LEGEND = ("step: steps taken; hours / plan: device-hours (GPU-hours on GPUs) spent of those planned, "
-                "where the run stops; %: share of its plan")
+SWEEP_LEGEND = (
+    "step: steps taken; hours / plan: device-hours (GPU-hours on GPUs) spent of those planned, "
+    "where the run stops; %: share of its plan"
+)
 
 
 def compute_progress(spent: float, planned: float) -> tuple[str, str]:
@@ -30,23 +40,40 @@ def sweep_table(study: str, runs, cluster: str = "") -> Table:
     share, note; a total row; the cluster line (devices busy / total, runs in flight, runs queued) and the legend
     under it. Fits 80 columns: long names and notes wrap."""
     lines = [cluster] if cluster else []
-    table = Table(title=f"sweep {safe(study)}", title_justify="left", caption_justify="left",
-                  caption="\n".join(safe(line) for line in [*lines, SWEEP_LEGEND]), caption_style="dim")
+    table = Table(
+        title=f"sweep {safe(study)}",
+        title_justify="left",
+        caption_justify="left",
+        caption="\n".join(safe(line) for line in [*lines, SWEEP_LEGEND]),
+        caption_style="dim",
+    )
     for column in ("run", "status", "step", "reward", "hours / plan", "%", "note"):
         right = column in ("step", "reward", "hours / plan", "%")
-        table.add_column(column, justify="right" if right else "left", no_wrap=column not in ("run", "note"),
-                         overflow="fold", ratio=1 if column == "note" else None)
+        table.add_column(
+            column,
+            justify="right" if right else "left",
+            no_wrap=column not in ("run", "note"),
+            overflow="fold",
+            ratio=1 if column == "note" else None,
+        )
     for run in runs:
         style = STATUS_STYLE.get(run.status, "")
         status = f"{run.status} {run.devices}" if run.status in IN_FLIGHT and run.devices else run.status
-        table.add_row(safe(run.name), f"[{style}]{safe(status)}[/]", f"{run.step:,}", _num(run.val_reward),
-                      *compute_progress(run.gpu_hours, run.planned_gpu_hours), safe(run.note[:120]))
+        table.add_row(
+            safe(run.name),
+            f"[{style}]{safe(status)}[/]",
+            f"{run.step:,}",
+            _num(run.val_reward),
+            *compute_progress(run.gpu_hours, run.planned_gpu_hours),
+            safe(run.note[:120]),
+        )
     spent = sum(run.gpu_hours for run in runs)
     planned = sum(run.planned_gpu_hours for run in runs if run.planned_gpu_hours == run.planned_gpu_hours)
     finished = sum(run.status in FINISHED for run in runs)
     table.add_section()
-    table.add_row("total", f"{finished}/{len(runs)} ended", "", "", *compute_progress(spent, planned or float("nan")),
-                  "")
+    table.add_row(
+        "total", f"{finished}/{len(runs)} ended", "", "", *compute_progress(spent, planned or float("nan")), ""
+    )
     return table
 
 
@@ -85,18 +112,28 @@ def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
     """A [95%], B, C_mid, R0 and points per run (a frame or dicts with fit_runs' columns), and whether A is
     identified; 80 columns hold it with run names wrapped. The reasons go under it (`fit_reasons`)."""
     rows = fits.to_dict("records") if hasattr(fits, "to_dict") else list(fits)
-    table = Table(title=safe(title), title_justify="left", caption_justify="left", caption=FITS_LEGEND,
-                  caption_style="dim")
+    table = Table(
+        title=safe(title), title_justify="left", caption_justify="left", caption=FITS_LEGEND, caption_style="dim"
+    )
     for column in ("run", "A [95%]", "B", "C_mid", "R0", "pts", "fit"):
         # numbers stay whole; a long run name wraps (folding where it has no spaces)
-        table.add_column(column, justify="left" if column in ("run", "fit") else "right",
-                         no_wrap=column != "run", overflow="fold" if column == "run" else "ellipsis")
+        table.add_column(
+            column,
+            justify="left" if column in ("run", "fit") else "right",
+            no_wrap=column != "run",
+            overflow="fold" if column == "run" else "ellipsis",
+        )
     for row in _numbered(rows):
         status = "yes" if row["identified"] else f"{'no' if _fitted(row) else 'none'} ({row['note']})"
         table.add_row(
-            safe(row.get("run")), f"{_num(row.get('A'))} [{_num(row.get('A_lo'))}, {_num(row.get('A_hi'))}]",
-            _num(row.get("B"), "{:.2f}"), _num(row.get("C_mid"), "{:.3g}"), _num(row.get("R0")),
-            str(row.get("n_points", "-")), status, style=None if row["identified"] else "dim",
+            safe(row.get("run")),
+            f"{_num(row.get('A'))} [{_num(row.get('A_lo'))}, {_num(row.get('A_hi'))}]",
+            _num(row.get("B"), "{:.2f}"),
+            _num(row.get("C_mid"), "{:.3g}"),
+            _num(row.get("R0")),
+            str(row.get("n_points", "-")),
+            status,
+            style=None if row["identified"] else "dim",
         )
     return table
 
@@ -109,8 +146,10 @@ def fit_reasons(fits) -> list[str]:
 
 def reason_line(row) -> str:
     """'run: not identified|not fitted: reason' for one fit (a dict with fit_runs' columns)."""
-    return (f"{row.get('run')}: {'not identified' if _fitted(row) else 'not fitted'}: "
-            f"{cli_reason(row.get('reason')) or '?'}")
+    return (
+        f"{row.get('run')}: {'not identified' if _fitted(row) else 'not fitted'}: "
+        f"{cli_reason(row.get('reason')) or '?'}"
+    )
 
 
 def print_fits(fits, *, title: str) -> None:
@@ -124,8 +163,11 @@ def print_fits(fits, *, title: str) -> None:
 
 def cli_reason(reason) -> str:
     """A fit's reason in the command line's words (the fitting library's also names its API's arguments)."""
-    return "" if reason is None or reason != reason else _API_WORDS.sub(
-        "if the metric is not a pass rate, use --unbounded", str(reason))
+    return (
+        ""
+        if reason is None or reason != reason
+        else _API_WORDS.sub("if the metric is not a pass rate, use --unbounded", str(reason))
+    )
 
 
 _API_WORDS = re.compile(r"fit metrics not in \[0, 1\] unbounded \(rlscale fit --unbounded; bounded=False in the API\)")

@@ -25,7 +25,7 @@ COOKIE = "rlscale_dashboard"
 HEADERS = {
     # only this server's own scripts and styles; charts are canvas, report PNGs data URIs
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                               "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",  # a token in a URL never leaves in a Referer header
 }
@@ -78,8 +78,9 @@ def create_app(url: str | None = None, *, token: str | None = None, db: str | No
             stamp, page = dashboard.view(name).refresh(dashboard.store())
         except UserError as err:
             return HTMLResponse(render_index([], error=str(err)), status_code=_status(err))
-        return HTMLResponse(render_study_page(page, live_url=f"../api/study/{name}", stamp=stamp,
-                                              assets_href="../assets/"))
+        return HTMLResponse(
+            render_study_page(page, live_url=f"../api/study/{name}", stamp=stamp, assets_href="../assets/")
+        )
 
     def study_json(request: Request) -> Response:
         name = request.path_params["name"]
@@ -89,8 +90,10 @@ def create_app(url: str | None = None, *, token: str | None = None, db: str | No
             return JSONResponse({"error": str(err)}, status_code=_status(err), headers={"Cache-Control": "no-store"})
         if request.query_params.get("since") == stamp:
             return JSONResponse({"changed": False, "stamp": stamp}, headers={"Cache-Control": "no-store"})
-        return JSONResponse({"changed": True, "stamp": stamp, "sections": live_sections(page),
-                             "charts": chart_data(page)}, headers={"Cache-Control": "no-store"})
+        return JSONResponse(
+            {"changed": True, "stamp": stamp, "sections": live_sections(page), "charts": chart_data(page)},
+            headers={"Cache-Control": "no-store"},
+        )
 
     def assets(request: Request) -> Response:
         name = request.path_params["name"]
@@ -100,8 +103,13 @@ def create_app(url: str | None = None, *, token: str | None = None, db: str | No
 
     # study names are file-safe words (rlscale.base.names); anything else is not a study
     name = "{name:str}"
-    routes = [Route("/", index), Route(f"/study/{name}", study_page), Route(f"/api/study/{name}", study_json),
-              Route("/assets/{name:str}", assets)]
+    routes = [
+        Route("/", index),
+        Route(f"/study/{name}", study_page),
+        Route(f"/api/study/{name}", study_json),
+        Route("/assets/{name:str}", assets),
+    ]
+
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         yield
@@ -138,7 +146,8 @@ class _Guard:
         async def with_headers(message):
             if message["type"] == "http.response.start":
                 message["headers"] = list(message.get("headers", [])) + [
-                    (key.lower().encode(), value.encode()) for key, value in HEADERS.items()]
+                    (key.lower().encode(), value.encode()) for key, value in HEADERS.items()
+                ]
             await send(message)
 
         await self.app(scope, receive, with_headers)
@@ -163,8 +172,11 @@ class _Guard:
         for candidate in (request.cookies.get(COOKIE, ""), bearer):
             if candidate and hmac.compare_digest(candidate.encode(), self.token.encode()):
                 return None
-        return _secured(PlainTextResponse("this dashboard needs its token: open the address it printed "
-                                          "(...?token=...)", status_code=401))
+        return _secured(
+            PlainTextResponse(
+                "this dashboard needs its token: open the address it printed (...?token=...)", status_code=401
+            )
+        )
 
 
 def _secured(response: Response) -> Response:

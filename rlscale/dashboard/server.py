@@ -22,9 +22,12 @@ def is_loopback(host: str) -> bool:
 def check_exposure(host: str, token: str | None) -> None:
     """UserError when the dashboard would listen beyond this machine without a token."""
     if not is_loopback(host) and not token:
-        raise UserError(f"listening on {host} shows the store to the network: give --token TOKEN (or "
-                        "RLSCALE_DASHBOARD_TOKEN), e.g. --token $(python -c 'import secrets; "
-                        "print(secrets.token_urlsafe(24))')", field="--host")
+        raise UserError(
+            f"listening on {host} shows the store to the network: give --token TOKEN (or "
+            "RLSCALE_DASHBOARD_TOKEN), e.g. --token $(python -c 'import secrets; "
+            "print(secrets.token_urlsafe(24))')",
+            field="--host",
+        )
 
 
 def serve(app, host: str, port: int) -> None:
@@ -41,8 +44,9 @@ class Background:
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0):
         import uvicorn
 
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                                    access_log=False, lifespan="on"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
+        )
         self.thread = threading.Thread(target=self.server.run, name="dashboard", daemon=True)
         self.url = ""
 

@@ -65,27 +65,46 @@ class StudyView:
         evaluated["run"] = evaluated["run_id"].map(label_of)
         curves, draws = self._curves(runs, evaluated, compute_col, metric, fits_record_breaking(typed))
         states = run_states(runs.drop(columns=["label"]), records, planned_gpu_hours(typed))
-        page = StudyPage(study=self.name, method=typed.method if typed is not None else "imported", unit=unit,
-                         description=typed.description if typed is not None else "",
-                         fitted_on=fitted_points_label(fits_record_breaking(typed)))
+        page = StudyPage(
+            study=self.name,
+            method=typed.method if typed is not None else "imported",
+            unit=unit,
+            description=typed.description if typed is not None else "",
+            fitted_on=fitted_points_label(fits_record_breaking(typed)),
+        )
         fit_of = {row["run_id"]: row for row in curves.to_dict("records")}
         for position, state in enumerate(states):
             fit = fit_of.get(state.run_id, {})
-            page.runs.append({
-                "run": label_of[state.run_id], "color": color_index(position), "status": state.status,
-                "note": state.note, "step": state.step, "compute": state.gpu_hours,
-                "planned": state.planned_gpu_hours, "reward": state.val_reward,
-                **{k: fit.get(k) for k in ("A", "A_lo", "A_hi", "B", "C_mid", "R0", "r2", "n_points", "reason")},
-                "identified": bool(fit.get("identified", False))})
-        page.flight = {"running": [[label_of[s.run_id], s.note.removeprefix("on ")] for s in states
-                                   if s.status == "running"],
-                       "queued": sum(s.status in ("pending", "paused") for s in states),
-                       "counts": {status: sum(s.status == status for s in states) for status in ("done", "stopped",
-                                                                                               "failed")}}
+            page.runs.append(
+                {
+                    "run": label_of[state.run_id],
+                    "color": color_index(position),
+                    "status": state.status,
+                    "note": state.note,
+                    "step": state.step,
+                    "compute": state.gpu_hours,
+                    "planned": state.planned_gpu_hours,
+                    "reward": state.val_reward,
+                    **{k: fit.get(k) for k in ("A", "A_lo", "A_hi", "B", "C_mid", "R0", "r2", "n_points", "reason")},
+                    "identified": bool(fit.get("identified", False)),
+                }
+            )
+        page.flight = {
+            "running": [[label_of[s.run_id], s.note.removeprefix("on ")] for s in states if s.status == "running"],
+            "queued": sum(s.status in ("pending", "paused") for s in states),
+            "counts": {status: sum(s.status == status for s in states) for status in ("done", "stopped", "failed")},
+        }
         page.stopped = [{"run": label_of[s.run_id], "reason": s.note} for s in states if s.status == "stopped"]
         page.rule = _rule_words(typed)
-        page.curves = curve_chart(evaluated, curves, compute_col=compute_col, reward_col=metric, draws=draws,
-                                  unit_label=UNIT_LABELS.get(unit, unit), reward_label=metric.replace("_", " "))
+        page.curves = curve_chart(
+            evaluated,
+            curves,
+            compute_col=compute_col,
+            reward_col=metric,
+            draws=draws,
+            unit_label=UNIT_LABELS.get(unit, unit),
+            reward_label=metric.replace("_", " "),
+        )
         law = self._rollouts_law(curves)
         if law is not None:
             page.law = law.to_dict()
@@ -93,8 +112,9 @@ class StudyView:
         page.decision = self._cached_decision(store, typed, runs)
         return page
 
-    def _curves(self, runs: pd.DataFrame, evaluated: pd.DataFrame, compute_col: str, metric: str,
-                record_breaking: bool) -> tuple[pd.DataFrame, dict]:
+    def _curves(
+        self, runs: pd.DataFrame, evaluated: pd.DataFrame, compute_col: str, metric: str, record_breaking: bool
+    ) -> tuple[pd.DataFrame, dict]:
         """Every run's curve row (fitting.recommend.run_curves) and bootstrap draws; refitted only when changed."""
         rows, draws = [], {}
         for run in runs.to_dict("records"):
@@ -104,8 +124,14 @@ class StudyView:
             if cached is None or cached[0] != key:
                 # the run's study-wide label as its name, so the fit and its draws carry it
                 one = pd.DataFrame([{**run, "run": run["label"]}]).drop(columns=["seed", "label"])
-                curve, got = run_curves(mine.drop(columns=["run"]), one, compute_col=compute_col, reward_col=metric,
-                                        record_breaking=record_breaking, bootstrap=BOOTSTRAP)
+                curve, got = run_curves(
+                    mine.drop(columns=["run"]),
+                    one,
+                    compute_col=compute_col,
+                    reward_col=metric,
+                    record_breaking=record_breaking,
+                    bootstrap=BOOTSTRAP,
+                )
                 cached = self._fits[run["run_id"]] = (key, curve.iloc[0].to_dict(), got.get(run["label"]))
             rows.append({**cached[1], "status": run["status"]})
             if cached[2] is not None:
@@ -158,8 +184,11 @@ class StudyView:
         decision = self._decision[1]
         if self._decision[0] != key:
             working = "working out the decision for the runs as they are now (it refits every run)"
-            decision = {**decision, "lines": [*decision["lines"], f"- {working}"]} if decision else \
-                {"verdict": "not yet", "lines": [working[0].upper() + working[1:] + "..."]}
+            decision = (
+                {**decision, "lines": [*decision["lines"], f"- {working}"]}
+                if decision
+                else {"verdict": "not yet", "lines": [working[0].upper() + working[1:] + "..."]}
+            )
         return decision
 
 
@@ -169,8 +198,10 @@ def _rule_words(typed) -> str:
     if rule is None or rule.type == "none":
         return "none (every run goes to its planned compute)"
     if rule.type == "asymptote":
-        return (f"asymptote: runs pause at {', '.join(f'{r:g}' for r in rule.rungs)} of their compute; one is stopped "
-                f"when its A's upper bound is below the best run's A less {rule.margin:g}")
+        return (
+            f"asymptote: runs pause at {', '.join(f'{r:g}' for r in rule.rungs)} of their compute; one is stopped "
+            f"when its A's upper bound is below the best run's A less {rule.margin:g}"
+        )
     return f"hyperband: keep 1/{rule.eta} of the runs at each rung, from {rule.min_fraction:g} of the steps"
 
 
@@ -186,8 +217,11 @@ def study_decision(store, study: str, typed, *, db: str | None = None) -> dict |
         return None
     lines = decision_lines(decision, decision.commands(db=db))
     recipe = yaml.safe_dump(decision.recipe, sort_keys=False).strip() if decision.recipe else None
-    return {"verdict": "decided" if lines and lines[0].startswith("decided") else "not yet", "lines": lines,
-            "recipe": recipe}
+    return {
+        "verdict": "decided" if lines and lines[0].startswith("decided") else "not yet",
+        "lines": lines,
+        "recipe": recipe,
+    }
 
 
 def _unit(typed) -> str:

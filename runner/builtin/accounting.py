@@ -32,7 +32,7 @@ def placement(recipe) -> Placement:
     if len(cores) < g + t:  # not enough cores to separate them: let the OS share
         return Placement(False, None, None)
     generator = cores[:g]
-    return Placement(False, ",".join(map(str, generator)), cores[g:g + t])
+    return Placement(False, ",".join(map(str, generator)), cores[g : g + t])
 
 
 def overlap_seconds(intervals: list[tuple[float, float]], start: float, end: float) -> float:

@@ -7,8 +7,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rlscale.base.errors import UserError
 from rlscale.runner.engine import Engine, JobResult
+
+from rlscale.base.errors import UserError
 
 
 @dataclass
@@ -32,13 +33,20 @@ class BuiltinEngine(Engine):
         self._lock = threading.Lock()
         self._started_ray = False
 
-    def run(self, recipe, *, run_key: str, on_records: Callable[[list[dict]], None],
-            until_step: int | None = None, should_stop: Callable[[], str | None] | None = None,
-            progress: Callable[[dict], None] | None = None, gpu_hours: float | None = None) -> JobResult:
+    def run(
+        self,
+        recipe,
+        *,
+        run_key: str,
+        on_records: Callable[[list[dict]], None],
+        until_step: int | None = None,
+        should_stop: Callable[[], str | None] | None = None,
+        progress: Callable[[dict], None] | None = None,
+        gpu_hours: float | None = None,
+    ) -> JobResult:
         """See Engine.run. A dead actor (a crashed vLLM engine, an OOM-killed trainer) is released before the
         error is raised, so a retry starts fresh ones. Safe to call from several threads at once."""
         import ray
-
         from rlscale.runner.builtin.job import run_job
         from rlscale.runner.builtin.local import resolve_model_dir
 
@@ -47,10 +55,19 @@ class BuiltinEngine(Engine):
             resolve_model_dir(recipe)
         workers = self._acquire(recipe)
         try:
-            result = run_job(recipe, run_key=run_key, on_records=on_records, resume=True, ray_address=self.ray_address,
-                             generator=workers.generator, trainer=workers.trainer,
-                             progress=progress, should_stop=should_stop, until_step=until_step,
-                             gpu_hours=gpu_hours)
+            result = run_job(
+                recipe,
+                run_key=run_key,
+                on_records=on_records,
+                resume=True,
+                ray_address=self.ray_address,
+                generator=workers.generator,
+                trainer=workers.trainer,
+                progress=progress,
+                should_stop=should_stop,
+                until_step=until_step,
+                gpu_hours=gpu_hours,
+            )
         except ray.exceptions.RayActorError:
             self._release(workers, kill=True)
             raise
@@ -58,10 +75,14 @@ class BuiltinEngine(Engine):
             self._release(workers, kill=False)
             raise
         self._release(workers, kill=False)
-        return JobResult(steps=int(result["steps"]), stopped=bool(result.get("stopped")),
-                         compute_reached=bool(result.get("compute_reached")),
-                         stop_reason=result.get("stop_reason", ""), busy_seconds=float(result.get("busy_seconds", 0.0)),
-                         timings=dict(result.get("timings") or {}))
+        return JobResult(
+            steps=int(result["steps"]),
+            stopped=bool(result.get("stopped")),
+            compute_reached=bool(result.get("compute_reached")),
+            stop_reason=result.get("stop_reason", ""),
+            busy_seconds=float(result.get("busy_seconds", 0.0)),
+            timings=dict(result.get("timings") or {}),
+        )
 
     def devices(self, recipe) -> list[dict[str, float]]:
         """One node holding the generator's and the trainer's devices: GPUs on a cluster with GPUs, else CPU cores."""
@@ -112,12 +133,21 @@ class BuiltinEngine(Engine):
                 return
             cores = len(os.sched_getaffinity(0))
             try:
-                ray.init(address=self.ray_address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                         num_cpus=None if self.ray_address else max(cores, recipe.generator_devices + recipe.trainer_devices))
+                ray.init(
+                    address=self.ray_address,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level="ERROR",
+                    num_cpus=None
+                    if self.ray_address
+                    else max(cores, recipe.generator_devices + recipe.trainer_devices),
+                )
             except (ConnectionError, ray.exceptions.AuthenticationError) as err:
-                raise UserError(f"cannot join the Ray cluster at {self.ray_address} ({str(err).splitlines()[0]}); "
-                                "check --ray-address, and RAY_AUTH_TOKEN for a cluster with token auth",
-                                field="--ray-address") from None
+                raise UserError(
+                    f"cannot join the Ray cluster at {self.ray_address} ({str(err).splitlines()[0]}); "
+                    "check --ray-address, and RAY_AUTH_TOKEN for a cluster with token auth",
+                    field="--ray-address",
+                ) from None
             self._started_ray = True
 
     def _acquire(self, recipe) -> WorkerSet:

@@ -17,7 +17,8 @@ INTERRUPT_ANSWER_TOKENS = 8  # after an interrupt, the model gets this many toke
 
 
 class WeightSync:
-    """vLLM worker extension (`worker_extension_cls="rlscale.runner.builtin.generator.WeightSync"`): in-place weight loads."""
+    """vLLM worker extension (`worker_extension_cls="rlscale.runner.builtin.generator.WeightSync"`): in-place weight
+    loads."""
 
     def load_weights_blob(self, blob: bytes) -> int:
         """Load a `safetensors.torch.save(state_dict)` blob into the running model; returns the tensor count."""
@@ -64,9 +65,18 @@ class Generation:
 class Generator:
     """A vLLM engine over one HF model directory; FP32 LM head on request; log-probs of the sampling distribution."""
 
-    def __init__(self, model_dir: str | Path, *, fp32_head: bool = True, seed: int = 0, dtype: str = "auto",
-                 kv_cache_bytes: int = KV_CACHE_BYTES, cpu_cores: str | None = None, max_model_len: int | None = None,
-                 in_process: bool = False):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        fp32_head: bool = True,
+        seed: int = 0,
+        dtype: str = "auto",
+        kv_cache_bytes: int = KV_CACHE_BYTES,
+        cpu_cores: str | None = None,
+        max_model_len: int | None = None,
+        in_process: bool = False,
+    ):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the explicit kv_cache_bytes below is the real bound
         if cpu_cores is not None:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_cores  # vLLM-CPU pins its OpenMP threads to these cores
@@ -118,7 +128,8 @@ class Generator:
         return started, time.time()
 
     def load_base(self, model_dir: str | Path | None = None) -> tuple[float, float]:
-        """Reload base weights from `model_dir` (default: the engine's own) as version 0, so the engine serves a new job."""
+        """Reload base weights from `model_dir` (default: the engine's own) as version 0, so the engine serves a new
+        job."""
         from safetensors.torch import load_file, save
 
         state = {}
@@ -126,17 +137,35 @@ class Generator:
             state.update(load_file(path))
         return self.update_weights(save(state), 0)
 
-    def generate(self, prompts: list[str], *, n: int, temperature: float, max_new_tokens: int,
-                 length_control: str = "truncate", end_of_thinking: str | None = None, seed: int | None = None) -> Generation:
-        """Sample `n` completions per prompt; `interrupt` forces `end_of_thinking` into truncated ones and lets them answer.
+    def generate(
+        self,
+        prompts: list[str],
+        *,
+        n: int,
+        temperature: float,
+        max_new_tokens: int,
+        length_control: str = "truncate",
+        end_of_thinking: str | None = None,
+        seed: int | None = None,
+    ) -> Generation:
+        """Sample `n` completions per prompt; `interrupt` forces `end_of_thinking` into truncated ones and lets them
+        answer.
 
         With a `seed` the batch is reproducible: prompt i's samples use seeds seed + i*n .. seed + i*n + n-1.
         """
         from vllm import SamplingParams
 
         started, clock = time.time(), time.perf_counter()
-        params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_new_tokens, logprobs=0,
-                                 seed=None if seed is None else seed + i * n) for i in range(len(prompts))]
+        params = [
+            SamplingParams(
+                n=n,
+                temperature=temperature,
+                max_tokens=max_new_tokens,
+                logprobs=0,
+                seed=None if seed is None else seed + i * n,
+            )
+            for i in range(len(prompts))
+        ]
         requests = [{"prompt_token_ids": self.encode(text)} for text in prompts]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         rollouts = [[self._rollout(sample) for sample in output.outputs] for output in outputs]
@@ -144,11 +173,18 @@ class Generator:
             self._interrupt(requests, rollouts, end_of_thinking, temperature, seed)
         self.busy_seconds += time.perf_counter() - clock
         tokens = sum(len(r.token_ids) for group in rollouts for r in group)
-        return Generation(rollouts=rollouts, weights_version=self.weights_version, started=started, ended=time.time(),
-                          tokens=tokens, prompt_ids=[request["prompt_token_ids"] for request in requests])
+        return Generation(
+            rollouts=rollouts,
+            weights_version=self.weights_version,
+            started=started,
+            ended=time.time(),
+            tokens=tokens,
+            prompt_ids=[request["prompt_token_ids"] for request in requests],
+        )
 
     def score(self, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0) -> list[float]:
-        """Log-probs the engine assigns to a fixed completion after a prompt (prompt log-probs; for weight-sync checks)."""
+        """Log-probs the engine assigns to a fixed completion after a prompt (prompt log-probs; for weight-sync
+        checks)."""
         from vllm import SamplingParams
 
         params = SamplingParams(max_tokens=1, temperature=temperature, prompt_logprobs=0)
@@ -166,21 +202,37 @@ class Generator:
 
     def _rollout(self, sample) -> Rollout:
         logprobs = [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)]
-        return Rollout(token_ids=list(sample.token_ids), logprobs=logprobs, sampled=[True] * len(logprobs),
-                       text=sample.text, truncated=sample.finish_reason == "length")
+        return Rollout(
+            token_ids=list(sample.token_ids),
+            logprobs=logprobs,
+            sampled=[True] * len(logprobs),
+            text=sample.text,
+            truncated=sample.finish_reason == "length",
+        )
 
     def _interrupt(self, requests, rollouts, marker: str, temperature: float, seed: int | None) -> None:
-        """ScaleRL's length interrupt: append the end-of-thinking marker to truncated rollouts and sample a short answer."""
+        """ScaleRL's length interrupt: append the end-of-thinking marker to truncated rollouts and sample a short
+        answer."""
         from vllm import SamplingParams
 
         marker_ids = self.tokenizer.encode(marker, add_special_tokens=False)  # mid-sequence: no BOS
         cut = [(i, j) for i, group in enumerate(rollouts) for j, r in enumerate(group) if r.truncated]
         if not cut:
             return
-        params = [SamplingParams(n=1, temperature=temperature, max_tokens=INTERRUPT_ANSWER_TOKENS, logprobs=0,
-                                 seed=None if seed is None else seed + 7919 * (k + 1)) for k in range(len(cut))]
-        continued = [{"prompt_token_ids": requests[i]["prompt_token_ids"] + rollouts[i][j].token_ids + marker_ids}
-                     for i, j in cut]
+        params = [
+            SamplingParams(
+                n=1,
+                temperature=temperature,
+                max_tokens=INTERRUPT_ANSWER_TOKENS,
+                logprobs=0,
+                seed=None if seed is None else seed + 7919 * (k + 1),
+            )
+            for k in range(len(cut))
+        ]
+        continued = [
+            {"prompt_token_ids": requests[i]["prompt_token_ids"] + rollouts[i][j].token_ids + marker_ids}
+            for i, j in cut
+        ]
         for (i, j), output in zip(cut, self.llm.generate(continued, params, use_tqdm=False)):
             answer = self._rollout(output.outputs[0])
             head = rollouts[i][j]
@@ -203,10 +255,16 @@ def create_generator(recipe, model_dir: str | Path | None = None):
     from rlscale.runner.builtin.local import resolve_model_dir
 
     where = placement(recipe)
-    return generator_actor(model_dir or resolve_model_dir(recipe), devices=recipe.generator_devices,
-                           on_gpu=where.on_gpu, fp32_head=recipe.fp32_head, seed=recipe.seed,
-                           dtype=recipe.gpu_dtype if where.on_gpu else "float32", cpu_cores=where.generator_cores,
-                           in_process=not where.on_gpu)
+    return generator_actor(
+        model_dir or resolve_model_dir(recipe),
+        devices=recipe.generator_devices,
+        on_gpu=where.on_gpu,
+        fp32_head=recipe.fp32_head,
+        seed=recipe.seed,
+        dtype=recipe.gpu_dtype if where.on_gpu else "float32",
+        cpu_cores=where.generator_cores,
+        in_process=not where.on_gpu,
+    )
 
 
 def generator_actor(model_dir: str | Path, *, devices: int = 1, on_gpu: bool = False, **engine_kwargs):

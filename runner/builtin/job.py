@@ -40,11 +40,20 @@ class JobState:
     records: list[dict] = field(default_factory=list)  # the steps since the previous checkpoint
 
 
-def run_job(recipe, *, run_key: str, on_records: Callable[[list[dict]], None], resume: bool = True,
-            ray_address: str | None = None, generator=None, trainer=None,
-            progress: Callable[[dict], None] | None = None,
-            should_stop: Callable[[], str | None] | None = None, until_step: int | None = None,
-            gpu_hours: float | None = None) -> dict:
+def run_job(
+    recipe,
+    *,
+    run_key: str,
+    on_records: Callable[[list[dict]], None],
+    resume: bool = True,
+    ray_address: str | None = None,
+    generator=None,
+    trainer=None,
+    progress: Callable[[dict], None] | None = None,
+    should_stop: Callable[[], str | None] | None = None,
+    until_step: int | None = None,
+    gpu_hours: float | None = None,
+) -> dict:
     """Train `recipe` to recipe.steps (or pause at `until_step`, evaluated and checkpointed, for a later resume);
     returns a summary (steps, gpu_hours, busy fractions, staleness, timings, compute_reached).
 
@@ -62,11 +71,23 @@ def run_job(recipe, *, run_key: str, on_records: Callable[[list[dict]], None], r
     started_ray = not ray.is_initialized()
     if started_ray:
         cores = len(os.sched_getaffinity(0))
-        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                 num_cpus=None if ray_address else max(cores, recipe.generator_devices + recipe.trainer_devices))
+        ray.init(
+            address=ray_address,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="ERROR",
+            num_cpus=None if ray_address else max(cores, recipe.generator_devices + recipe.trainer_devices),
+        )
     cap = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
-    job = _Job(recipe, run_key, on_records, progress or (lambda info: None), should_stop,
-               until_step=min(until_step or cap, cap), gpu_hours=gpu_hours)
+    job = _Job(
+        recipe,
+        run_key,
+        on_records,
+        progress or (lambda info: None),
+        should_stop,
+        until_step=min(until_step or cap, cap),
+        gpu_hours=gpu_hours,
+    )
     try:
         return job.run(resume, generator, trainer)
     finally:
@@ -107,7 +128,6 @@ class _Job:
 
     def run(self, resume: bool, generator, trainer) -> dict:
         import ray
-
         from rlscale.runner.builtin.generator import create_generator
         from rlscale.runner.builtin.trainer import create_trainer
 
@@ -121,8 +141,12 @@ class _Job:
         if saved is None:
             from rlscale.runner.rl.advantages import PromptPool
 
-            state = JobState(step=0, pool=PromptPool(self.task.train, retire_above=self.recipe.no_positive_resampling,
-                                                     seed=self.recipe.seed))
+            state = JobState(
+                step=0,
+                pool=PromptPool(
+                    self.task.train, retire_above=self.recipe.no_positive_resampling, seed=self.recipe.seed
+                ),
+            )
             ray.get(self.trainer.stats.remote())  # the trainer has loaded the base policy
             self._push(self.generator.load_base.remote(str(self.model_dir)) if generator else None)
         else:
@@ -145,12 +169,20 @@ class _Job:
         wall = time.time() - self.clock.started
         gen_busy, train_busy = union_seconds(self.gen_intervals), union_seconds(self.train_intervals)
         return {
-            "steps": self.state.step, "resumed_from": resumed_from, "gpu_hours": self.state.gpu_hours,
-            "rollouts": self.state.rollouts, "tokens": self.state.tokens, "wall_seconds": wall,
+            "steps": self.state.step,
+            "resumed_from": resumed_from,
+            "gpu_hours": self.state.gpu_hours,
+            "rollouts": self.state.rollouts,
+            "tokens": self.state.tokens,
+            "wall_seconds": wall,
             "busy_seconds": union_seconds(self.gen_intervals + self.train_intervals),
-            "generator_busy": gen_busy / wall if wall else 0.0, "trainer_busy": train_busy / wall if wall else 0.0,
-            "max_staleness": self.state.max_staleness, "dropped_batches": self.state.dropped_batches,
-            "timings": dict(self.timings), "stopped": stopped is not None, "stop_reason": stopped or "",
+            "generator_busy": gen_busy / wall if wall else 0.0,
+            "trainer_busy": train_busy / wall if wall else 0.0,
+            "max_staleness": self.state.max_staleness,
+            "dropped_batches": self.state.dropped_batches,
+            "timings": dict(self.timings),
+            "stopped": stopped is not None,
+            "stop_reason": stopped or "",
             "compute_reached": self.compute_reached,
         }
 
@@ -204,9 +236,12 @@ class _Job:
             state.tokens += generation.tokens
             state.max_staleness = max(state.max_staleness, staleness)
             metrics = result["metrics"] | {
-                "truncation_rate": generation.truncation_rate, "staleness": staleness,
-                "weights_version": generation.weights_version, "active_prompts": state.pool.active,
-                "retired_prompts": len(state.pool.retired), "dropped_batches": state.dropped_batches,
+                "truncation_rate": generation.truncation_rate,
+                "staleness": staleness,
+                "weights_version": generation.weights_version,
+                "active_prompts": state.pool.active,
+                "retired_prompts": len(state.pool.retired),
+                "dropped_batches": state.dropped_batches,
             }
             self._add_record(step, metrics, wall=now)
             self._collect_evals(wait_upto=None)
@@ -235,19 +270,32 @@ class _Job:
     def _submit_batch(self, step: int, prompts=None):
         prompts = prompts or self.state.pool.sample(self.recipe.prompts_per_batch)
         ref = self.generator.generate.remote(
-            [p.text for p in prompts], n=self.recipe.rollouts, temperature=self.recipe.temperature,
-            max_new_tokens=self.recipe.max_new_tokens, length_control=self.recipe.length_control,
-            end_of_thinking=self.end_of_thinking, seed=batch_seed(self.recipe, step))
+            [p.text for p in prompts],
+            n=self.recipe.rollouts,
+            temperature=self.recipe.temperature,
+            max_new_tokens=self.recipe.max_new_tokens,
+            length_control=self.recipe.length_control,
+            end_of_thinking=self.end_of_thinking,
+            seed=batch_seed(self.recipe, step),
+        )
         return prompts, ref
 
     def _submit_eval(self, step: int) -> None:
         recipe = self.recipe
         prompts = self.task.validation(recipe.eval_prompts)
         seed = (EVAL_SEED_BASE + recipe.seed * 1_000_000 + step) * len(prompts) * recipe.eval_samples
-        self.pending_evals[step] = (prompts, self.generator.generate.remote(
-            [p.text for p in prompts], n=recipe.eval_samples, temperature=recipe.temperature,
-            max_new_tokens=recipe.max_new_tokens, length_control=recipe.length_control,
-            end_of_thinking=self.end_of_thinking, seed=seed))
+        self.pending_evals[step] = (
+            prompts,
+            self.generator.generate.remote(
+                [p.text for p in prompts],
+                n=recipe.eval_samples,
+                temperature=recipe.temperature,
+                max_new_tokens=recipe.max_new_tokens,
+                length_control=recipe.length_control,
+                end_of_thinking=self.end_of_thinking,
+                seed=seed,
+            ),
+        )
 
     def _collect_evals(self, wait_upto: int | None) -> None:
         """Fill in finished validations; with `wait_upto`, block for every validation of a step <= it."""
@@ -267,8 +315,14 @@ class _Job:
             for record in self.state.records:
                 if record["step"] == step:
                     record["val_reward"] = val_reward
-            self.progress({"step": self.state.step, "val_step": step, "val_reward": val_reward,
-                           "gpu_hours": self.clock.hours_at(time.time())})
+            self.progress(
+                {
+                    "step": self.state.step,
+                    "val_step": step,
+                    "val_reward": val_reward,
+                    "gpu_hours": self.clock.hours_at(time.time()),
+                }
+            )
 
     def _note_generation(self, generation, kind: str) -> None:
         self.gen_intervals.append((generation.started, generation.ended))
@@ -282,10 +336,26 @@ class _Job:
 
     def _add_record(self, step: int, metrics: dict, *, wall: float) -> None:
         state = self.state
-        self.state.records.append({"step": step, "gpu_hours": None, "rollouts": state.rollouts, "tokens": state.tokens,
-                                   "val_reward": None, "metrics": metrics, "_wall": wall})
-        self.progress({"step": step, "gpu_hours": self.clock.hours_at(wall), "rollouts": state.rollouts,
-                       "train_reward": metrics.get("train_reward"), "staleness": metrics.get("staleness")})
+        self.state.records.append(
+            {
+                "step": step,
+                "gpu_hours": None,
+                "rollouts": state.rollouts,
+                "tokens": state.tokens,
+                "val_reward": None,
+                "metrics": metrics,
+                "_wall": wall,
+            }
+        )
+        self.progress(
+            {
+                "step": step,
+                "gpu_hours": self.clock.hours_at(wall),
+                "rollouts": state.rollouts,
+                "train_reward": metrics.get("train_reward"),
+                "staleness": metrics.get("staleness"),
+            }
+        )
 
     def _flush(self) -> None:
         """Finish pending validations, price the buffered records, checkpoint, then hand the records to the driver."""

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-
 from rlscale.runner.rl.advantages import PromptPool
 from rlscale.runner.rl.sampling import sample
 from rlscale.runner.rl.tasks import make_task
@@ -26,8 +25,9 @@ DEVICES = 1  # the local loop holds one device
 
 def resolve_model_dir(recipe) -> Path:
     """The recipe's model directory: the embedded tiny policy for 'tiny', else the given HF directory."""
-    from rlscale.base.errors import UserError
     from rlscale.runner.rl.policy import base_model_dir
+
+    from rlscale.base.errors import UserError
 
     if recipe.model == "tiny":
         return base_model_dir()
@@ -42,9 +42,16 @@ def evaluate(model, tokenizer, task, recipe, generator: torch.Generator) -> floa
     prompts = task.validation(recipe.eval_prompts)
     with autocast(recipe, generator.device):
         rollouts = sample(
-            model, [tokenizer(p.text)["input_ids"] for p in prompts], n=recipe.eval_samples,
-            max_new_tokens=recipe.max_new_tokens, temperature=recipe.temperature, eos_id=tokenizer.eos_token_id,
-            pad_id=tokenizer.pad_token_id, generator=generator, fp32_head=recipe.fp32_head, decode=tokenizer.decode,
+            model,
+            [tokenizer(p.text)["input_ids"] for p in prompts],
+            n=recipe.eval_samples,
+            max_new_tokens=recipe.max_new_tokens,
+            temperature=recipe.temperature,
+            eos_id=tokenizer.eos_token_id,
+            pad_id=tokenizer.pad_token_id,
+            generator=generator,
+            fp32_head=recipe.fp32_head,
+            decode=tokenizer.decode,
         )
     rewards = [task.verify(prompts[i // recipe.eval_samples], c) for i, c in enumerate(rollouts.completions)]
     return sum(rewards) / len(rewards)
@@ -55,9 +62,15 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def run_local(recipe, *, steps: int | None = None, threads: int = 1, device: str | None = None,
-              on_step: Callable[[int, dict], None] | None = None,
-              on_record: Callable[[dict], None] | None = None) -> list[dict]:
+def run_local(
+    recipe,
+    *,
+    steps: int | None = None,
+    threads: int = 1,
+    device: str | None = None,
+    on_step: Callable[[int, dict], None] | None = None,
+    on_record: Callable[[dict], None] | None = None,
+) -> list[dict]:
     """Train per `recipe` for `steps` (default recipe.steps) on `device` (default: cuda when available); returns the
     eval records {step, gpu_hours, rollouts, tokens, val_reward, train_reward, ...}. Deterministic for a seed,
     device and thread count."""
@@ -83,10 +96,26 @@ def run_local(recipe, *, steps: int | None = None, threads: int = 1, device: str
     def record(step: int) -> None:
         val = evaluate(model, tokenizer, task, recipe, torch.Generator(device=device).manual_seed(eval_seed + step))
         row = {
-            "step": step, "gpu_hours": DEVICES * train_seconds / 3600.0, "rollouts": rollouts_done,
-            "tokens": tokens_done, "val_reward": val, "active_prompts": pool.active, "retired_prompts": len(pool.retired),
-            **{k: last[k] for k in ("train_reward", "entropy", "kl", "grad_norm", "clip_fraction",
-                                    "truncation_rate", "kept_prompts") if k in last},
+            "step": step,
+            "gpu_hours": DEVICES * train_seconds / 3600.0,
+            "rollouts": rollouts_done,
+            "tokens": tokens_done,
+            "val_reward": val,
+            "active_prompts": pool.active,
+            "retired_prompts": len(pool.retired),
+            **{
+                k: last[k]
+                for k in (
+                    "train_reward",
+                    "entropy",
+                    "kl",
+                    "grad_norm",
+                    "clip_fraction",
+                    "truncation_rate",
+                    "kept_prompts",
+                )
+                if k in last
+            },
             "staleness": 0,
         }
         records.append(row)
@@ -99,9 +128,15 @@ def run_local(recipe, *, steps: int | None = None, threads: int = 1, device: str
         prompts = pool.sample(recipe.prompts_per_batch)
         with autocast(recipe, device):  # the sampler's log-probs in the trainer's precision: ratio 1 on-policy
             rollouts = sample(
-                model, [tokenizer(p.text)["input_ids"] for p in prompts], n=recipe.rollouts,
-                max_new_tokens=recipe.max_new_tokens, temperature=recipe.temperature, eos_id=tokenizer.eos_token_id,
-                pad_id=tokenizer.pad_token_id, generator=rollout_gen, fp32_head=recipe.fp32_head,
+                model,
+                [tokenizer(p.text)["input_ids"] for p in prompts],
+                n=recipe.rollouts,
+                max_new_tokens=recipe.max_new_tokens,
+                temperature=recipe.temperature,
+                eos_id=tokenizer.eos_token_id,
+                pad_id=tokenizer.pad_token_id,
+                generator=rollout_gen,
+                fp32_head=recipe.fp32_head,
                 decode=tokenizer.decode,
             )
         rewards = torch.tensor(

@@ -13,13 +13,15 @@ import time
 from pathlib import Path
 
 import torch
-
 from rlscale.runner.builtin.generator import Generation
 from rlscale.runner.rl.train_step import TrainBatch, autocast, make_optimizer, token_logprobs, train_step
 
 
-def train_batch(prompt_ids: list[list[int]], generation: Generation, rewards: list[list[float]], pad_id: int) -> TrainBatch:
-    """A TrainBatch in rlscale.runner.rl.sampling's layout: left-padded prompts, right-padded responses, generator log-probs.
+def train_batch(
+    prompt_ids: list[list[int]], generation: Generation, rewards: list[list[float]], pad_id: int
+) -> TrainBatch:
+    """A TrainBatch in rlscale.runner.rl.sampling's layout: left-padded prompts, right-padded responses, generator
+    log-probs.
 
     Forced tokens (an interrupt's marker) are attended to but masked out of the loss.
     """
@@ -38,16 +40,28 @@ def train_batch(prompt_ids: list[list[int]], generation: Generation, rewards: li
         attention_mask[row, start:end] = 1
         response_mask[row, prompt_width:end] = torch.tensor(rollout.sampled, dtype=torch.float32, device=cpu)
         old_logp[row, prompt_width:end] = torch.tensor(rollout.logprobs, dtype=torch.float32, device=cpu)
-    return TrainBatch(input_ids, attention_mask, response_mask, old_logp,
-                      torch.tensor(rewards, dtype=torch.float32, device=cpu).view(len(prompt_ids), n))
+    return TrainBatch(
+        input_ids,
+        attention_mask,
+        response_mask,
+        old_logp,
+        torch.tensor(rewards, dtype=torch.float32, device=cpu).view(len(prompt_ids), n),
+    )
 
 
 class Trainer:
     """The policy being trained (float32 weights and AdamW state, bf16 autocast on CUDA per recipe.gpu_dtype, FP32
     head per recipe) on `device`, and an optional frozen reference."""
 
-    def __init__(self, model_dir: str | Path, recipe, *, threads: int = 1, cpu_cores: list[int] | None = None,
-                 device: str = "cpu"):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        recipe,
+        *,
+        threads: int = 1,
+        cpu_cores: list[int] | None = None,
+        device: str = "cpu",
+    ):
         if cpu_cores:
             os.sched_setaffinity(0, cpu_cores)  # keep the trainer off the generator's cores
         torch.set_num_threads(threads)
@@ -87,9 +101,15 @@ class Trainer:
     def state(self) -> bytes:
         """Everything a checkpoint needs to resume training bit-for-bit: model, optimizer, CPU and CUDA RNG."""
         buffer = io.BytesIO()
-        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "rng": torch.get_rng_state(),
-                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, buffer)
+        torch.save(
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
+            buffer,
+        )
         return buffer.getvalue()
 
     def load_state(self, blob: bytes) -> None:
@@ -99,16 +119,17 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])  # moves the Adam moments to their parameters' device
         torch.set_rng_state(state["rng"])
         if state.get("cuda_rng") and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"][:torch.cuda.device_count()])
+            torch.cuda.set_rng_state_all(state["cuda_rng"][: torch.cuda.device_count()])
 
     @torch.no_grad()
     def score(self, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0) -> list[float]:
         """The trainer's log-probs of a fixed completion after a prompt (the same computation `train_step` uses)."""
         ids = torch.tensor([prompt_ids + completion_ids], device=self.device)
         with autocast(self.recipe, self.device):
-            logp, _ = token_logprobs(self.model, ids, torch.ones_like(ids), temperature=temperature,
-                                     fp32_head=self.recipe.fp32_head)
-        return logp[0, len(prompt_ids):].tolist()
+            logp, _ = token_logprobs(
+                self.model, ids, torch.ones_like(ids), temperature=temperature, fp32_head=self.recipe.fp32_head
+            )
+        return logp[0, len(prompt_ids) :].tolist()
 
     def stats(self) -> dict:
         """Cumulative busy seconds (time inside `train`)."""
@@ -124,17 +145,23 @@ def create_trainer(recipe, model_dir: str | Path | None = None):
     from rlscale.runner.builtin.local import resolve_model_dir
 
     where = placement(recipe)
-    return trainer_actor(model_dir or resolve_model_dir(recipe), recipe, on_gpu=where.on_gpu,
-                         cpu_cores=where.trainer_cores)
+    return trainer_actor(
+        model_dir or resolve_model_dir(recipe), recipe, on_gpu=where.on_gpu, cpu_cores=where.trainer_cores
+    )
 
 
 def trainer_actor(model_dir: str | Path, recipe, *, on_gpu: bool = False, cpu_cores: list[int] | None = None):
-    """Start a `Trainer` as a Ray actor holding recipe.trainer_devices GPUs (`on_gpu`) or CPU cores; returns the handle."""
+    """Start a `Trainer` as a Ray actor holding recipe.trainer_devices GPUs (`on_gpu`) or CPU cores; returns the
+    handle."""
     import ray
 
     devices = recipe.trainer_devices
     resources = {"num_gpus": devices, "num_cpus": 1} if on_gpu else {"num_cpus": devices}
     # one device per trainer for now: multi-GPU data parallelism is not implemented
     return ray.remote(**resources)(Trainer).remote(
-        str(model_dir), recipe, threads=1 if on_gpu else devices, cpu_cores=cpu_cores,
-        device="cuda" if on_gpu else "cpu")
+        str(model_dir),
+        recipe,
+        threads=1 if on_gpu else devices,
+        cpu_cores=cpu_cores,
+        device="cuda" if on_gpu else "cpu",
+    )

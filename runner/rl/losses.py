@@ -52,13 +52,16 @@ AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
 
 
 def aggregation_weights(name: str, mask: torch.Tensor, group_index: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-token weights [B, T] (summing to 1 over a batch with tokens) of aggregation mode `name` (prompt | token | sample)."""
+    """Per-token weights [B, T] (summing to 1 over a batch with tokens) of aggregation mode `name` (prompt | token |
+    sample)."""
     if name not in AGGREGATIONS:
         raise ValueError(f"unknown loss_agg {name!r}; expected one of {', '.join(AGGREGATIONS)}")
     return AGGREGATIONS[name](mask, group_index)
 
 
-def aggregate(name: str, per_token: torch.Tensor, mask: torch.Tensor, group_index: torch.Tensor | None = None) -> torch.Tensor:
+def aggregate(
+    name: str, per_token: torch.Tensor, mask: torch.Tensor, group_index: torch.Tensor | None = None
+) -> torch.Tensor:
     """Scalar from per-token values [B, T] by aggregation mode `name` (prompt | token | sample)."""
     return (per_token * aggregation_weights(name, mask.to(per_token.dtype), group_index)).sum()
 
@@ -85,7 +88,8 @@ def gspo_loss(logp, old_logp, advantages, mask, *, clip_low: float, clip_high: f
     adv = advantages[:, None]
     mask = mask.to(logp.dtype)
     sequence_log_ratio = _safe_div(((logp - old_logp) * mask).sum(dim=1), mask.sum(dim=1))
-    # value exp(sequence log-ratio) on every token; gradient s * d logp_t, so the sequence-mean of tokens is GSPO's gradient
+    # value exp(sequence log-ratio) on every token; gradient s * d logp_t, so the sequence-mean of tokens is GSPO's
+    # gradient
     log_ratio = logp - logp.detach() + sequence_log_ratio.detach()[:, None]
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio
@@ -109,8 +113,19 @@ POLICY_LOSSES: dict[str, Callable] = {
 }
 
 
-def policy_loss(name: str, logp, old_logp, advantages, mask, *, clip_low: float, clip_high: float,
-                agg: str, group_index=None, weights=None) -> tuple[torch.Tensor, dict[str, float]]:
+def policy_loss(
+    name: str,
+    logp,
+    old_logp,
+    advantages,
+    mask,
+    *,
+    clip_low: float,
+    clip_high: float,
+    agg: str,
+    group_index=None,
+    weights=None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """(scalar loss, stats) for policy loss `name` aggregated by `agg`; stats: clip_fraction, ratio_mean (token means).
 
     `weights` [B, T], when given, replaces `agg`: the rows' share of a larger batch's aggregation_weights.

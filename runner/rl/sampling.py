@@ -38,8 +38,9 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
 
 def last_hidden(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """The decoder's final hidden states [B, L, H] (before the LM head), positions skipping left padding."""
-    return model.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
-                       use_cache=False).last_hidden_state
+    return model.model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask), use_cache=False
+    ).last_hidden_state
 
 
 def head_logits(model, hidden: torch.Tensor, fp32_head: bool) -> torch.Tensor:
@@ -84,16 +85,21 @@ def sample(
     input_ids = torch.full((batch, width), pad_id, dtype=torch.long, device="cpu")
     attention_mask = torch.zeros((batch, width), dtype=torch.long, device="cpu")
     for row, ids in enumerate(rows):
-        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long, device="cpu")
-        attention_mask[row, width - len(ids):] = 1
+        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long, device="cpu")
+        attention_mask[row, width - len(ids) :] = 1
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     new_tokens, new_logp, new_mask = [], [], []
     cache = DynamicCache(config=model.config)
     step_ids, step_positions = input_ids, position_ids(attention_mask)
     for _ in range(max_new_tokens):
-        hidden = model.model(input_ids=step_ids, attention_mask=attention_mask, position_ids=step_positions,
-                             past_key_values=cache, use_cache=True).last_hidden_state[:, -1:, :]
+        hidden = model.model(
+            input_ids=step_ids,
+            attention_mask=attention_mask,
+            position_ids=step_positions,
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state[:, -1:, :]
         logits = head_logits(model, hidden, fp32_head)[:, -1, :].float()
         logprobs = torch.log_softmax(logits / temperature, dim=-1)
         token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(1)

@@ -12,9 +12,9 @@ import importlib
 import json
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from rlscale.base.errors import UserError
 
@@ -60,6 +60,7 @@ class Task:
 
 
 # ---------------------------------------------------------------- verifiers (answer, completion) -> 0/1
+
 
 def exact_match(answer: str, completion: str) -> float:
     """1.0 if the completion, stripped of surrounding whitespace, equals the answer."""
@@ -110,6 +111,7 @@ def load_verifier(spec: str) -> Verifier:
 
 # ---------------------------------------------------------------- arithmetic
 
+
 def arithmetic_prompt(a: int, b: int, digits: int) -> str:
     """The prompt for a + b with zero-padded operands, e.g. '07+35=' (every prompt has one length)."""
     return f"{a:0{digits}d}+{b:0{digits}d}="
@@ -129,7 +131,9 @@ def arithmetic_task(digits: int, seed: int, *, name: str | None = None, train_si
         pairs = [(a, b) for a in range(top) for b in range(top)]
     else:
         pair_rng = random.Random(1234 + digits)  # the instance set is part of the task, not of the seed
-        pairs = sorted({(pair_rng.randrange(top), pair_rng.randrange(top)) for _ in range(train_size + train_size // 5)})
+        pairs = sorted(
+            {(pair_rng.randrange(top), pair_rng.randrange(top)) for _ in range(train_size + train_size // 5)}
+        )
     train, validation = [], []
     for a, b in pairs:
         prompt = Prompt(id=a * top + b, text=arithmetic_prompt(a, b, digits), answer=str(a + b))
@@ -140,8 +144,10 @@ def arithmetic_task(digits: int, seed: int, *, name: str | None = None, train_si
 
 # ---------------------------------------------------------------- JSONL
 
+
 def jsonl_task(path: str | Path, seed: int, *, verifier: Verifier = math_match, validation_size: int = 128) -> Task:
-    """A JSONL file of {"prompt", "answer"} lines; the validation split is a seed-independent tail of a fixed shuffle."""
+    """A JSONL file of {"prompt", "answer"} lines; the validation split is a seed-independent tail of a fixed
+    shuffle."""
     path = Path(path)
     if not path.is_file():
         raise UserError("file not found", file=str(path), field="task")
@@ -180,4 +186,6 @@ def make_task(recipe_or_name, seed: int | None = None) -> Task:
         if verifier_spec:
             task.verifier = load_verifier(verifier_spec)
         return task
-    raise UserError(f"expected 'arithmetic', 'arithmetic_hard', 'arithmetic_<d>d' or a .jsonl file, got {name!r}", field="task")
+    raise UserError(
+        f"expected 'arithmetic', 'arithmetic_hard', 'arithmetic_<d>d' or a .jsonl file, got {name!r}", field="task"
+    )

@@ -17,18 +17,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch.utils.checkpoint import checkpoint
-
 from rlscale.runner.rl.advantages import compute_advantages, zero_variance_mask
 from rlscale.runner.rl.losses import aggregation_weights, kl_k3, policy_loss
 from rlscale.runner.rl.sampling import head_logits, last_hidden
+from torch.utils.checkpoint import checkpoint
 
 LOGITS_CHUNK_ELEMENTS = 2**28  # logits per LM-head chunk (1 GiB in fp32): the head's memory, whatever the batch
 
 
 @dataclass
 class TrainBatch:
-    """A generated batch, B = B_p x n rows with the n rollouts of a prompt adjacent (rlscale.runner.rl.sampling layout)."""
+    """A generated batch, B = B_p x n rows with the n rollouts of a prompt adjacent (rlscale.runner.rl.sampling
+    layout)."""
 
     input_ids: torch.Tensor  # [B, L] long: left-padded prompt, then response
     attention_mask: torch.Tensor  # [B, L]
@@ -36,28 +36,46 @@ class TrainBatch:
     old_logp: torch.Tensor  # [B, L] generator (behaviour policy) log-probs at the sampling temperature
     rewards: torch.Tensor  # [B_p, n]
 
-    def rows(self, index: torch.Tensor) -> "TrainBatch":
+    def rows(self, index: torch.Tensor) -> TrainBatch:
         """The sequences `index` (rewards are not sliced: callers index groups themselves)."""
-        return TrainBatch(self.input_ids[index], self.attention_mask[index], self.response_mask[index],
-                          self.old_logp[index], self.rewards)
+        return TrainBatch(
+            self.input_ids[index],
+            self.attention_mask[index],
+            self.response_mask[index],
+            self.old_logp[index],
+            self.rewards,
+        )
 
-    def to(self, device) -> "TrainBatch":
+    def to(self, device) -> TrainBatch:
         """The batch on `device`."""
-        return TrainBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.response_mask,
-                                                    self.old_logp, self.rewards)))
+        return TrainBatch(
+            *(
+                t.to(device)
+                for t in (self.input_ids, self.attention_mask, self.response_mask, self.old_logp, self.rewards)
+            )
+        )
 
 
 def autocast(recipe, device) -> torch.autocast:
     """bf16 autocast on CUDA when recipe.gpu_dtype is bfloat16 (weights stay float32); disabled on other devices."""
     device = torch.device(device)
     enabled = device.type == "cuda" and recipe.gpu_dtype == "bfloat16"
-    return torch.autocast(device.type if device.type in ("cuda", "cpu") else "cpu", dtype=torch.bfloat16,
-                          enabled=enabled)
+    return torch.autocast(
+        device.type if device.type in ("cuda", "cpu") else "cpu", dtype=torch.bfloat16, enabled=enabled
+    )
 
 
-def token_logprobs(model, input_ids, attention_mask, *, temperature: float, fp32_head: bool,
-                   with_entropy: bool = False, entropy_grad: bool = False,
-                   chunk_elements: int = LOGITS_CHUNK_ELEMENTS) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    model,
+    input_ids,
+    attention_mask,
+    *,
+    temperature: float,
+    fp32_head: bool,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+    chunk_elements: int = LOGITS_CHUNK_ELEMENTS,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log pi(token t | < t) [B, L] at `temperature`, position 0 set to 0; entropy [B, L] in nats or None).
 
     The entropy carries a gradient only with `entropy_grad` (an entropy bonus); otherwise it is a metric.
@@ -71,8 +89,15 @@ def token_logprobs(model, input_ids, attention_mask, *, temperature: float, fp32
     recompute = torch.is_grad_enabled() and positions > span
     pieces = []
     for start in range(0, positions, span):
-        args = (hidden[:, start:start + span], targets[:, start:start + span], model, temperature, fp32_head,
-                with_entropy, entropy_grad)
+        args = (
+            hidden[:, start : start + span],
+            targets[:, start : start + span],
+            model,
+            temperature,
+            fp32_head,
+            with_entropy,
+            entropy_grad,
+        )
         pieces.append(checkpoint(_head_logprobs, *args, use_reentrant=False) if recompute else _head_logprobs(*args))
     token = torch.cat([piece[0] for piece in pieces], dim=1)
     logp = torch.cat([token.new_zeros(rows, 1), token], dim=1)
@@ -160,7 +185,11 @@ def train_step(model, optimizer, batch: TrainBatch, recipe, ref_model=None) -> d
     device = batch.input_ids.device
     prompts, n = batch.rewards.shape
     rewards = batch.rewards.to(device)
-    keep = zero_variance_mask(rewards) if recipe.zero_variance_filter else torch.ones(prompts, dtype=torch.bool, device=device)
+    keep = (
+        zero_variance_mask(rewards)
+        if recipe.zero_variance_filter
+        else torch.ones(prompts, dtype=torch.bool, device=device)
+    )
     metrics = {
         "train_reward": rewards.float().mean().item(),
         "kept_prompts": int(keep.sum().item()),
@@ -186,8 +215,9 @@ def train_step(model, optimizer, batch: TrainBatch, recipe, ref_model=None) -> d
         for group in optimizer.param_groups:
             group["lr"] = warmup_lr(recipe, _updates_done(optimizer))
         optimizer.zero_grad(set_to_none=True)
-        update = _accumulate(model, batch, old_logp_all, rows, mask, weights, advantages[groups].reshape(-1),
-                             recipe, ref_model)
+        update = _accumulate(
+            model, batch, old_logp_all, rows, mask, weights, advantages[groups].reshape(-1), recipe, ref_model
+        )
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
         optimizer.step()
         for key, value in (update | {"grad_norm": grad_norm.item()}).items():
@@ -211,17 +241,33 @@ def _accumulate(model, batch, old_logp_all, rows, mask, weights, advantages, rec
         input_ids, attention_mask = batch.input_ids[index][:, columns], batch.attention_mask[index][:, columns]
         part_mask, part_weights = mask[part][:, columns], weights[part][:, columns]
         with autocast(recipe, device):
-            logp, entropy = token_logprobs(model, input_ids, attention_mask, temperature=recipe.temperature,
-                                           fp32_head=recipe.fp32_head, with_entropy=True,
-                                           entropy_grad=recipe.entropy_coef > 0)
-        loss, stats = policy_loss(recipe.loss, logp, old_logp_all[index][:, columns], advantages[part], part_mask,
-                                  clip_low=low, clip_high=high, agg=recipe.loss_agg, weights=part_weights)
+            logp, entropy = token_logprobs(
+                model,
+                input_ids,
+                attention_mask,
+                temperature=recipe.temperature,
+                fp32_head=recipe.fp32_head,
+                with_entropy=True,
+                entropy_grad=recipe.entropy_coef > 0,
+            )
+        loss, stats = policy_loss(
+            recipe.loss,
+            logp,
+            old_logp_all[index][:, columns],
+            advantages[part],
+            part_mask,
+            clip_low=low,
+            clip_high=high,
+            agg=recipe.loss_agg,
+            weights=part_weights,
+        )
         entropy_sum = (entropy * part_weights).sum()
         kl = torch.zeros((), device=device)
         if recipe.kl_coef > 0:
             with torch.no_grad(), autocast(recipe, device):
-                ref_logp, _ = token_logprobs(ref_model, input_ids, attention_mask, temperature=recipe.temperature,
-                                             fp32_head=recipe.fp32_head)
+                ref_logp, _ = token_logprobs(
+                    ref_model, input_ids, attention_mask, temperature=recipe.temperature, fp32_head=recipe.fp32_head
+                )
             kl = (kl_k3(logp, ref_logp) * part_weights).sum()
         total = loss + recipe.kl_coef * kl - recipe.entropy_coef * entropy_sum
         total.backward()
@@ -236,14 +282,19 @@ def _accumulate(model, batch, old_logp_all, rows, mask, weights, advantages, rec
 
 @torch.no_grad()
 def _logprobs_in_micro_batches(model, batch: TrainBatch, recipe) -> torch.Tensor:
-    """The model's own log-probs [B, L] of every batch token (0 outside the attended span), micro-batch by micro-batch."""
+    """The model's own log-probs [B, L] of every batch token (0 outside the attended span), micro-batch by
+    micro-batch."""
     device = batch.input_ids.device
     logp = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=device)
     for part, columns in micro_batches(batch.attention_mask, recipe.micro_batch_tokens):
         index = torch.tensor(part, device=device)
         with autocast(recipe, device):
-            part_logp, _ = token_logprobs(model, batch.input_ids[index][:, columns],
-                                          batch.attention_mask[index][:, columns],
-                                          temperature=recipe.temperature, fp32_head=recipe.fp32_head)
+            part_logp, _ = token_logprobs(
+                model,
+                batch.input_ids[index][:, columns],
+                batch.attention_mask[index][:, columns],
+                temperature=recipe.temperature,
+                fp32_head=recipe.fp32_head,
+            )
         logp[index, columns] = part_logp
     return logp

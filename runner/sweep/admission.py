@@ -22,8 +22,11 @@ def place(bundles: Sequence[Bundle], free: Sequence[Bundle]) -> list[int] | None
     order = sorted(range(len(bundles)), key=lambda i: -sum(bundles[i].values()))
     nodes: list[int | None] = [None] * len(bundles)
     for i in order:
-        fits = [n for n in range(len(room))
-                if all(room[n].get(key, 0.0) + _EPS >= amount for key, amount in bundles[i].items())]
+        fits = [
+            n
+            for n in range(len(room))
+            if all(room[n].get(key, 0.0) + _EPS >= amount for key, amount in bundles[i].items())
+        ]
         if not fits:
             return None
         best = min(fits, key=lambda n: sum(room[n].get(key, 0.0) - amount for key, amount in bundles[i].items()))
@@ -66,12 +69,21 @@ class Ledger:
         free = _less([dict(node) for node in self.nodes], self.held.values())
         if self.observed is not None and len(self.observed) == len(free):
             # the report less the jobs admitted since, plus those that ended since (it may still count them)
-            seen = _less([dict(node) for node in self.observed],
-                         [self.held[key] for key in self.since_observed if key in self.held])
-            seen = _less(seen, [(nodes, [{key: -amount for key, amount in bundle.items()} for bundle in bundles])
-                                for nodes, bundles in self.released_since])
-            free = [{key: min(amount, node_seen.get(key, amount)) for key, amount in node.items()}
-                    for node, node_seen in zip(free, seen)]
+            seen = _less(
+                [dict(node) for node in self.observed],
+                [self.held[key] for key in self.since_observed if key in self.held],
+            )
+            seen = _less(
+                seen,
+                [
+                    (nodes, [{key: -amount for key, amount in bundle.items()} for bundle in bundles])
+                    for nodes, bundles in self.released_since
+                ],
+            )
+            free = [
+                {key: min(amount, node_seen.get(key, amount)) for key, amount in node.items()}
+                for node, node_seen in zip(free, seen)
+            ]
         return free
 
     def fits_at_all(self, bundles: Sequence[Bundle]) -> bool:
@@ -112,8 +124,9 @@ def _less(free: list[dict[str, float]], jobs) -> list[dict[str, float]]:
     return free
 
 
-def first_wave(jobs: Sequence[tuple[Hashable, Sequence[Bundle]]], nodes: Sequence[Bundle],
-               limit: int | None = None) -> list[Hashable]:
+def first_wave(
+    jobs: Sequence[tuple[Hashable, Sequence[Bundle]]], nodes: Sequence[Bundle], limit: int | None = None
+) -> list[Hashable]:
     """The jobs (key, bundles), in queue order, that start at once on the empty `nodes`, at most `limit` of them:
     what `rlscale sweep --dry-run` shows of the admission plan."""
     ledger = Ledger([dict(node) for node in nodes])

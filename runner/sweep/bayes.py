@@ -6,7 +6,6 @@ interrupted mid-trial resumes that trial's run (from its checkpoint) and tells O
 
 import math
 
-from rlscale.planner.recipe import Recipe
 from rlscale.runner.sweep.driver import SweepSummary
 
 
@@ -36,9 +35,16 @@ def run_bayes(driver) -> SweepSummary:
             _run_trials(driver, search, [(t.number, t.params) for t in interrupted], base, summary)
         while (open_now := min(batch, study.n_trials - _finished(search))) > 0:
             trials = [search.ask() for _ in range(open_now)]
-            _run_trials(driver, search, [(trial.number, {key: _suggest(trial, key, axis)
-                                                         for key, axis in study.parameters.items()})
-                                         for trial in trials], base, summary)
+            _run_trials(
+                driver,
+                search,
+                [
+                    (trial.number, {key: _suggest(trial, key, axis) for key, axis in study.parameters.items()})
+                    for trial in trials
+                ],
+                base,
+                summary,
+            )
     finally:
         driver.close()
     summary.wall_seconds = time.perf_counter() - started
@@ -49,7 +55,6 @@ def _run_trials(driver, search, trials: list[tuple[int, dict]], base: dict, summ
     """Run the trials' runs side by side (admitted by free devices, as a grid sweep's), then tell Optuna each
     trial's objective."""
     import optuna
-
     from rlscale.planner.study import trial_recipe
 
     runs = []

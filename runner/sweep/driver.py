@@ -1,8 +1,9 @@
 """The sweep driver: study -> planned runs in the store -> runs on an engine (rlscale.runner.engine; the builtin
 one runs RL jobs on Ray) -> records -> fits.
 
-The driver is the store's one writer: engines hand records back through a callback that runs in this process. Resumable by construction: a run's identity is its config hash and seed, finished runs
-are skipped, interrupted ones resume from their checkpoint, and (run, step) is unique in the store.
+The driver is the store's one writer: engines hand records back through a callback that runs in this process.
+Resumable by construction: a run's identity is its config hash and seed, finished runs are skipped, interrupted
+ones resume from their checkpoint, and (run, step) is unique in the store.
 """
 
 import hashlib
@@ -42,9 +43,18 @@ class SweepDriver:
     """Runs a study's planned runs through an engine (rlscale.runner.engine), one writer to the store, resumable
     and fault tolerant. The driver never touches Ray: the engine does."""
 
-    def __init__(self, study, store, *, engine: Engine | None = None, ray_address: str | None = None,
-                 max_retries: int = 2, on_update: Callable[[list[RunState]], None] | None = None,
-                 engine_options: dict[str, dict] | None = None, max_concurrent: int | None = None):
+    def __init__(
+        self,
+        study,
+        store,
+        *,
+        engine: Engine | None = None,
+        ray_address: str | None = None,
+        max_retries: int = 2,
+        on_update: Callable[[list[RunState]], None] | None = None,
+        engine_options: dict[str, dict] | None = None,
+        max_concurrent: int | None = None,
+    ):
         self.study = study
         self.store = store
         # an engine given here trains every run; otherwise each run's recipe names its engine, made on first use
@@ -90,7 +100,7 @@ class SweepDriver:
     def add_run(self, name: str, recipe: Recipe, seed: int, planned_gpu_hours: float) -> RunState:
         """Register one run (idempotent) and load its status and progress from the store."""
         run_id = self.store.ensure_run(self.study.name, name, recipe.to_json(), seed)
-        state, = self._load({run_id: (name, planned_gpu_hours)})
+        (state,) = self._load({run_id: (name, planned_gpu_hours)})
         self.runs.append(state)
         return state
 
@@ -138,8 +148,14 @@ class SweepDriver:
         """The study's early-termination rule as a Schedule for `runs` (by_rungs False: each run to its end in
         order, judged at its checkpoints only, as bayes trials are)."""
         steps = next((run.recipe.steps for run in runs if run.recipe is not None), 1)
-        return schedule_for(self.study.early_terminate, by_rungs=by_rungs, steps=steps, evaluations=self.evaluations,
-                            seed=self.study.seeds[0], study=self.study.name)
+        return schedule_for(
+            self.study.early_terminate,
+            by_rungs=by_rungs,
+            steps=steps,
+            evaluations=self.evaluations,
+            seed=self.study.seeds[0],
+            study=self.study.name,
+        )
 
     def run_schedule(self, schedule: Schedule, runs: list[RunState], summary: SweepSummary) -> None:
         """Advance `runs` by `schedule` (runner/sweep/scheduler.py), each advance a job on a thread of its own,
@@ -147,23 +163,42 @@ class SweepDriver:
         todo = [run for run in runs if run.status not in FINISHED and run.recipe is not None]
         engines = {run.run_id: self.engine_for(run.recipe) for run in todo}
         first = next(iter(engines.values()), None)
-        pool = JobPool({run.run_id: run for run in runs},
-                       devices={key: engine.devices(self._run(key).recipe) for key, engine in engines.items()},
-                       nodes=first.nodes if first is not None else (lambda: None),
-                       limit=self.max_concurrent or getattr(self.study, "max_concurrent", None),
-                       advance=lambda run, until_step, should_stop: self.advance(
-                           run, until_step, should_stop, summary=summary, schedule=schedule),
-                       progress_of=self.progress_of, stopped=self._mark_stopped, on_change=self._cluster_changed)
+        pool = JobPool(
+            {run.run_id: run for run in runs},
+            devices={key: engine.devices(self._run(key).recipe) for key, engine in engines.items()},
+            nodes=first.nodes if first is not None else (lambda: None),
+            limit=self.max_concurrent or getattr(self.study, "max_concurrent", None),
+            advance=lambda run, until_step, should_stop: self.advance(
+                run, until_step, should_stop, summary=summary, schedule=schedule
+            ),
+            progress_of=self.progress_of,
+            stopped=self._mark_stopped,
+            on_change=self._cluster_changed,
+        )
         try:
-            run_concurrently(schedule, lambda: self.progress(runs, pool.waiting()), pool.start, pool.wait,
-                             pool.stop, admit=pool.admit, slots=pool.slots)
+            run_concurrently(
+                schedule,
+                lambda: self.progress(runs, pool.waiting()),
+                pool.start,
+                pool.wait,
+                pool.stop,
+                admit=pool.admit,
+                slots=pool.slots,
+            )
         except BaseException:
             self.interrupted = True  # jobs that end now were stopped, not crashed: no retries
             pool.interrupt()
             raise
 
-    def advance(self, run: RunState, until_step: int | None, should_stop: Callable[[], str | None], *,
-                summary: SweepSummary, schedule: Schedule) -> bool:
+    def advance(
+        self,
+        run: RunState,
+        until_step: int | None,
+        should_stop: Callable[[], str | None],
+        *,
+        summary: SweepSummary,
+        schedule: Schedule,
+    ) -> bool:
         """Run `run`'s job to `until_step` (None: its end) with retries, then refit the study and tell `schedule`
         when the run ended for good; False when its devices were taken before it started (back to the queue)."""
         if not self._run_with_retries(run, summary, until_step, should_stop):
@@ -174,8 +209,9 @@ class SweepDriver:
                 schedule.ended(run.run_id, run.val_reward if run.status == "done" else None)
         return True
 
-    def _run_with_retries(self, run: RunState, summary: SweepSummary, until_step: int | None,
-                          should_stop: Callable[[], str | None]) -> bool:
+    def _run_with_retries(
+        self, run: RunState, summary: SweepSummary, until_step: int | None, should_stop: Callable[[], str | None]
+    ) -> bool:
         """Run `run`'s job until it ends; False when its devices were taken before it started (DevicesUnavailable:
         back to the queue, no attempt counted)."""
         from rlscale.runner.engine import DevicesUnavailable
@@ -285,17 +321,25 @@ class SweepDriver:
         (run_id -> target) read as busy."""
         fits = self._current_fits()
         waiting = waiting or {}
-        return [replace(progress, target=waiting[run.run_id]) if run.run_id in waiting else progress
-                for run in (self.runs if runs is None else runs)
-                for progress in [self.progress_of(run, fits.get(run.run_id))]]
+        return [
+            replace(progress, target=waiting[run.run_id]) if run.run_id in waiting else progress
+            for run in (self.runs if runs is None else runs)
+            for progress in [self.progress_of(run, fits.get(run.run_id))]
+        ]
 
     def progress_of(self, run: RunState, fit=...) -> RunProgress:
         """One run as the scheduler sees it (its fit refreshed from the store unless given)."""
         if fit is ...:
             fit = self._current_fits(run.run_id).get(run.run_id)
-        return RunProgress(key=run.run_id, fraction=run.step / run.recipe.steps, fit=fit,
-                           finished=run.status == "done", last_reward=run.val_reward, compute=run.gpu_hours,
-                           stopped=run.status in ("failed", "stopped"))
+        return RunProgress(
+            key=run.run_id,
+            fraction=run.step / run.recipe.steps,
+            fit=fit,
+            finished=run.status == "done",
+            last_reward=run.val_reward,
+            compute=run.gpu_hours,
+            stopped=run.status in ("failed", "stopped"),
+        )
 
     def _current_fits(self, run_id: int | None = None) -> dict:
         """run_id -> sigmoid fit (100 bootstrap draws, and the profile bound on A early termination judges by) on the
@@ -319,8 +363,9 @@ class SweepDriver:
         cached = self._fit_cache.get(key)
         if cached is None or cached[0] != stamp:
             try:
-                fit = fit_sigmoid(rows["gpu_hours"].to_numpy(), rows["val_reward"].to_numpy(), bootstrap=100,
-                                  upper_level=UPPER_LEVEL)
+                fit = fit_sigmoid(
+                    rows["gpu_hours"].to_numpy(), rows["val_reward"].to_numpy(), bootstrap=100, upper_level=UPPER_LEVEL
+                )
             except FitError:
                 fit = None
             self._fit_cache[key] = cached = (stamp, fit)
@@ -349,8 +394,9 @@ class SweepDriver:
         name = getattr(recipe, "engine", DEFAULT_ENGINE)
         with self._engines_lock:
             if name not in self._engines:
-                self._engines[name] = study_engine(self.study, name, ray_address=self.ray_address,
-                                                   **self.engine_options.get(name, {}))
+                self._engines[name] = study_engine(
+                    self.study, name, ray_address=self.ray_address, **self.engine_options.get(name, {})
+                )
             return self._engines[name]
 
     def close(self) -> None:

@@ -18,8 +18,12 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
         recipe = point.recipe
         entry = {"run": run_name(point, several_seeds), "seed": point.seed, "engine": recipe.engine}
         if recipe.engine in ("verl", "trl"):
-            engine = engines.get(recipe.engine) or engines.setdefault(recipe.engine, study_engine(
-                study, recipe.engine, ray_address=ray_address, **({"shared_dir": shared_dir} if shared_dir else {})))
+            engine = engines.get(recipe.engine) or engines.setdefault(
+                recipe.engine,
+                study_engine(
+                    study, recipe.engine, ray_address=ray_address, **({"shared_dir": shared_dir} if shared_dir else {})
+                ),
+            )
             entry.update(engine.dry_run(recipe, RUN_KEY))
         else:
             entry["recipe"] = recipe.to_json()
@@ -27,8 +31,9 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
     return out
 
 
-def admission_plan(study, *, ray_address: str | None = None, shared_dir: str | None = None,
-                   max_concurrent: int | None = None) -> dict:
+def admission_plan(
+    study, *, ray_address: str | None = None, shared_dir: str | None = None, max_concurrent: int | None = None
+) -> dict:
     """How the sweep would admit the study's runs on the cluster as it is now: each run's devices (Ray bundles, one
     per node), the runs that start at once (in plan order, whole jobs, runs that fit filling in behind one that does
     not), and the bound on runs in flight. Reads the cluster (the dashboard, or this host for a local builtin
@@ -46,8 +51,9 @@ def admission_plan(study, *, ray_address: str | None = None, shared_dir: str | N
             if ray_address is None:
                 nodes = [{"CPU": float(len(os.sched_getaffinity(0)))}]
         else:
-            engine = study_engine(study, recipe.engine, ray_address=ray_address,
-                                  **({"shared_dir": shared_dir} if shared_dir else {}))
+            engine = study_engine(
+                study, recipe.engine, ray_address=ray_address, **({"shared_dir": shared_dir} if shared_dir else {})
+            )
             devices = engine.devices(recipe)
             if nodes is None and ray_address is not None:
                 try:
@@ -58,8 +64,12 @@ def admission_plan(study, *, ray_address: str | None = None, shared_dir: str | N
         jobs.append((run_name(point, several_seeds), devices))
     limit = max_concurrent or study.max_concurrent
     wave = first_wave(jobs, nodes, limit) if nodes else []
-    return {"devices": {name: devices for name, devices in jobs}, "nodes": nodes, "first": wave,
-            "max_concurrent": limit}
+    return {
+        "devices": {name: devices for name, devices in jobs},
+        "nodes": nodes,
+        "first": wave,
+        "max_concurrent": limit,
+    }
 
 
 def check_cluster(study, *, ray_address: str | None = None) -> None:

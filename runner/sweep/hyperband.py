@@ -10,12 +10,17 @@ class HyperbandStopper:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        pruner = optuna.pruners.HyperbandPruner(min_resource=max(1, int(min_fraction * steps)), max_resource=steps,
-                                                reduction_factor=eta)
+        pruner = optuna.pruners.HyperbandPruner(
+            min_resource=max(1, int(min_fraction * steps)), max_resource=steps, reduction_factor=eta
+        )
         # named after the sweep's study: Optuna assigns a trial's bracket from a hash of the study name, and an
         # unnamed study gets a random one, so the same sweep would prune different runs from one go to the next
-        self.study = optuna.create_study(study_name=f"rlscale-hyperband:{study}", direction="maximize",
-                                         pruner=pruner, sampler=optuna.samplers.RandomSampler(seed))
+        self.study = optuna.create_study(
+            study_name=f"rlscale-hyperband:{study}",
+            direction="maximize",
+            pruner=pruner,
+            sampler=optuna.samplers.RandomSampler(seed),
+        )
         self.trials: dict[int, object] = {}
         self.reported: dict[int, set[int]] = {}
 

@@ -10,9 +10,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from rlscale.base.errors import UserError
 from rlscale.runner.sweep.admission import Ledger
 from rlscale.runner.sweep.state import FINISHED, RunState
+
+from rlscale.base.errors import UserError
 
 REQUEUE_SECONDS = 10.0  # a run whose devices were taken at start waits this long before it is admitted again
 CLUSTER_POLL_SECONDS = 2.0  # how often admission reads the cluster's free devices
@@ -30,9 +31,18 @@ class JobPool:
     stopped(run, reason): record that an idle run was stopped. on_change(status line): the cluster line changed.
     """
 
-    def __init__(self, runs: dict[int, RunState], *, devices: dict[int, list[dict]], nodes: Callable[[], list | None],
-                 limit: int | None, advance: Advance, progress_of: Callable, stopped: Callable[[RunState, str], None],
-                 on_change: Callable[[str], None]):
+    def __init__(
+        self,
+        runs: dict[int, RunState],
+        *,
+        devices: dict[int, list[dict]],
+        nodes: Callable[[], list | None],
+        limit: int | None,
+        advance: Advance,
+        progress_of: Callable,
+        stopped: Callable[[RunState, str], None],
+        on_change: Callable[[str], None],
+    ):
         self.runs, self.devices = runs, devices
         self.nodes, self.advance, self.progress_of = nodes, advance, progress_of
         self.stopped, self.on_change = stopped, on_change
@@ -47,9 +57,11 @@ class JobPool:
         todo = [run for run in runs.values() if run.status not in FINISHED and run.recipe is not None]
         for run in todo:
             if self.ledger is not None and not self.ledger.fits_at_all(devices[run.run_id]):
-                raise UserError(f"run {run.name!r} needs {devices_text(devices[run.run_id])}; the cluster's "
-                                f"nodes have {', '.join(devices_text([node]) for node in self.ledger.nodes)}",
-                                field="generator_devices/trainer_devices")
+                raise UserError(
+                    f"run {run.name!r} needs {devices_text(devices[run.run_id])}; the cluster's "
+                    f"nodes have {', '.join(devices_text([node]) for node in self.ledger.nodes)}",
+                    field="generator_devices/trainer_devices",
+                )
         limit = limit or (len(todo) if self.ledger is not None else 1)
         self.slots = max(1, min(limit, len(todo) or 1))
         self._show()
@@ -141,8 +153,10 @@ class JobPool:
         parts = []
         if self.ledger is not None:
             kinds = [key for key in ("GPU", "TPU", "CPU") if self.ledger.capacity(key) > 0]
-            resource = next((key for key in kinds if any(key in b for bs in self.devices.values() for b in bs)),
-                            kinds[0] if kinds else "GPU")
+            resource = next(
+                (key for key in kinds if any(key in b for bs in self.devices.values() for b in bs)),
+                kinds[0] if kinds else "GPU",
+            )
             parts.append(f"{resource} {self.ledger.busy(resource):g}/{self.ledger.capacity(resource):g} busy")
         parts.append(f"{len(self.threads)} in flight (max {self.slots})")
         parts.append(f"{queued} queued")

@@ -12,9 +12,10 @@ from abc import ABC
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 
-from rlscale.base.numbers import NOISE_BAND
 from rlscale.fitting.early_stop import PAST_INFLECTION, asymptote_lower_bound, best_fit_of, should_stop
 from rlscale.fitting.sigmoid import SigmoidFit
+
+from rlscale.base.numbers import NOISE_BAND
 
 _EPS = 1e-9  # slack for fractions computed as step / planned steps
 
@@ -79,9 +80,16 @@ def promise(run: RunProgress, noise_band: float = NOISE_BAND) -> float:
     return float(run.last_reward) if run.last_reward is not None else float("-inf")
 
 
-def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...], leaders: int = 1,
-              noise_band: float = NOISE_BAND, past_inflection: float = PAST_INFLECTION,
-              rank: Callable[[RunProgress], float] | None = None, slots: int = 1) -> Move | None:
+def next_move(
+    runs: list[RunProgress],
+    *,
+    rungs: tuple[float, ...],
+    leaders: int = 1,
+    noise_band: float = NOISE_BAND,
+    past_inflection: float = PAST_INFLECTION,
+    rank: Callable[[RunProgress], float] | None = None,
+    slots: int = 1,
+) -> Move | None:
     """The next thing the sweep should do, or None when every run is finished, stopped or busy (in flight).
 
     In this order:
@@ -110,6 +118,7 @@ def next_move(runs: list[RunProgress], *, rungs: tuple[float, ...], leaders: int
     if not idle:
         return None
     if rank is None:
+
         def rank(run):
             return promise(run, noise_band)
 
@@ -190,16 +199,24 @@ class RungSchedule(Schedule):
     @classmethod
     def from_rule(cls, rule, **overrides) -> "RungSchedule":
         """The schedule of a study's `early_terminate` rule (rlscale.planner.study.EarlyTerminate)."""
-        return cls(**{"rungs": tuple(rule.rungs), "min_fraction": rule.min_fraction, "noise_band": rule.margin,
-                      **overrides})
+        return cls(
+            **{"rungs": tuple(rule.rungs), "min_fraction": rule.min_fraction, "noise_band": rule.margin, **overrides}
+        )
 
     def next_move(self, runs: list[RunProgress], slots: int = 1) -> Move | None:
         """What to do next (see next_move), or None when every run is finished, stopped or busy."""
         if not self.by_rungs:
             return super().next_move(runs, slots)
         rank = self.rank or (lambda run: promise(run, self.noise_band))
-        return next_move(runs, rungs=self.rungs, leaders=self.leaders, noise_band=self.noise_band,
-                         past_inflection=self.past_inflection, rank=rank, slots=slots)
+        return next_move(
+            runs,
+            rungs=self.rungs,
+            leaders=self.leaders,
+            noise_band=self.noise_band,
+            past_inflection=self.past_inflection,
+            rank=rank,
+            slots=slots,
+        )
 
     def stop_check(self, runs: list[RunProgress]) -> StopCheck:
         """A reason to stop the advancing run once it has spent min_fraction of its compute, is past its
@@ -211,8 +228,9 @@ class RungSchedule(Schedule):
             if reference is None or run.fraction < self.min_fraction - _EPS:
                 return None
             compute = run.fraction if run.compute is None else run.compute
-            decision = should_stop(run.fit, reference, compute, noise_band=self.noise_band,
-                                   past_inflection=self.past_inflection)
+            decision = should_stop(
+                run.fit, reference, compute, noise_band=self.noise_band, past_inflection=self.past_inflection
+            )
             return decision.reason if decision.stop else None
 
         return check
@@ -222,8 +240,15 @@ class HyperbandSchedule(Schedule):
     """`early_terminate: hyperband`: every run to its end in order; Optuna's HyperbandPruner judges each at its
     checkpoints on its evaluations so far (`evaluations(key)` -> [(step, reward)]), one trial per run."""
 
-    def __init__(self, rule, *, steps: int, evaluations: Callable[[Hashable], list[tuple[int, float]]],
-                 seed: int = 0, study: str = "rlscale"):
+    def __init__(
+        self,
+        rule,
+        *,
+        steps: int,
+        evaluations: Callable[[Hashable], list[tuple[int, float]]],
+        seed: int = 0,
+        study: str = "rlscale",
+    ):
         from rlscale.runner.sweep.hyperband import HyperbandStopper
 
         self.pruner = HyperbandStopper(steps, rule.min_fraction, rule.eta, seed=seed, study=study)
@@ -236,8 +261,9 @@ class HyperbandSchedule(Schedule):
         self.pruner.finish(key, reward)
 
 
-def schedule_for(rule, *, by_rungs: bool = True, steps: int = 1, evaluations=None, seed: int = 0,
-                 study: str = "rlscale") -> Schedule:
+def schedule_for(
+    rule, *, by_rungs: bool = True, steps: int = 1, evaluations=None, seed: int = 0, study: str = "rlscale"
+) -> Schedule:
     """The Schedule of a study's `early_terminate` rule; `by_rungs` False: runs advance to their end in order and
     are judged at their checkpoints only (bayes trials). hyperband needs the runs' planned `steps` and
     `evaluations(key)`."""
@@ -248,12 +274,17 @@ def schedule_for(rule, *, by_rungs: bool = True, steps: int = 1, evaluations=Non
     return GridSchedule()
 
 
-def run_concurrently(schedule, progress: Callable[[], list[RunProgress]],
-                     start: Callable[[Hashable, float, StopCheck], None],
-                     wait: Callable[[], list[Hashable]],
-                     stop: Callable[[Hashable, str], None], *,
-                     admit: Callable[[Hashable], bool] | None = None, slots: int = 1,
-                     max_skips: int = 4) -> int:
+def run_concurrently(
+    schedule,
+    progress: Callable[[], list[RunProgress]],
+    start: Callable[[Hashable, float, StopCheck], None],
+    wait: Callable[[], list[Hashable]],
+    stop: Callable[[Hashable, str], None],
+    *,
+    admit: Callable[[Hashable], bool] | None = None,
+    slots: int = 1,
+    max_skips: int = 4,
+) -> int:
     """Keep up to `slots` advances in flight, each admitted by `admit`, until every run is finished or stopped;
     returns the number of moves. The one loop behind a sweep, one run at a time or many.
 
@@ -308,9 +339,12 @@ def run_concurrently(schedule, progress: Callable[[], list[RunProgress]],
                 raise RuntimeError(f"run {key} made no progress")
 
 
-def run_by_rungs(schedule: RungSchedule, progress: Callable[[], list[RunProgress]],
-                 advance: Callable[[Hashable, float, StopCheck], None],
-                 stop: Callable[[Hashable, str], None]) -> int:
+def run_by_rungs(
+    schedule: RungSchedule,
+    progress: Callable[[], list[RunProgress]],
+    advance: Callable[[Hashable, float, StopCheck], None],
+    stop: Callable[[Hashable, str], None],
+) -> int:
     """One advance at a time (run_concurrently with one slot, each advance run to its end when started); returns
     the number of moves. advance(key, until, check) runs `key` on to `until` x its planned compute, calling
     check(its progress) at each checkpoint and stopping the run there if it returns a reason."""
@@ -333,7 +367,9 @@ def _overlay(runs: list[RunProgress], in_flight: dict, stopping: set) -> list[Ru
     for run in runs:
         target = in_flight.get(run.key, run.target)
         stopped = run.stopped or run.key in stopping
-        out.append(run if (target, stopped) == (run.target, run.stopped) else replace(run, target=target, stopped=stopped))
+        out.append(
+            run if (target, stopped) == (run.target, run.stopped) else replace(run, target=target, stopped=stopped)
+        )
     return out
 
 

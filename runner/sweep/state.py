@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import pandas as pd
 from pydantic import ValidationError
-
 from rlscale.planner.recipe import Recipe
 
 FINISHED = ("done", "failed", "stopped")  # "paused": checkpointed at a rung, resumed when the scheduler says so
@@ -34,9 +33,18 @@ class RunState:
 
     def to_dict(self) -> dict:
         """The `rlscale status --json` row."""
-        return {"run_id": self.run_id, "run": self.name, "seed": self.seed, "status": self.status, "step": self.step,
-                "steps": None if self.recipe is None else self.recipe.steps, "val_reward": self.val_reward, "gpu_hours": self.gpu_hours,
-                "planned_gpu_hours": self.planned_gpu_hours, "note": self.note}
+        return {
+            "run_id": self.run_id,
+            "run": self.name,
+            "seed": self.seed,
+            "status": self.status,
+            "step": self.step,
+            "steps": None if self.recipe is None else self.recipe.steps,
+            "val_reward": self.val_reward,
+            "gpu_hours": self.gpu_hours,
+            "planned_gpu_hours": self.planned_gpu_hours,
+            "note": self.note,
+        }
 
 
 def run_states(runs: pd.DataFrame, records: pd.DataFrame, planned_gpu_hours: Mapping[str, float]) -> list[RunState]:
@@ -47,9 +55,16 @@ def run_states(runs: pd.DataFrame, records: pd.DataFrame, planned_gpu_hours: Map
     states = []
     for row in runs.to_dict("records"):
         error = row.get("error") if isinstance(row.get("error"), str) else ""  # None or NaN when there is none
-        state = RunState(int(row["run_id"]), row["run"], _recipe(row["config"]), int(row["seed"]),
-                         float(planned_gpu_hours.get(row["run"], math.nan)), status=row["status"],
-                         note=error.splitlines()[0] if error else "", created_at=row.get("created_at"))
+        state = RunState(
+            int(row["run_id"]),
+            row["run"],
+            _recipe(row["config"]),
+            int(row["seed"]),
+            float(planned_gpu_hours.get(row["run"], math.nan)),
+            status=row["status"],
+            note=error.splitlines()[0] if error else "",
+            created_at=row.get("created_at"),
+        )
         mine = by_run.get(row["run_id"])
         if mine is not None and len(mine):
             state.step = int(mine["step"].max())

@@ -41,8 +41,9 @@ def check_setup(keys: dict, source: dict, *, study_file: str | None = None) -> S
     found: dict[str, tuple[int, set] | None] = {}
     for key in (TRAIN_FILES, VAL_FILES):
         if keys.get(key) is None:
-            raise UserError("not set: verl's data files (a parquet path or a list)", file=source.get(key, study_file),
-                            field=key)
+            raise UserError(
+                "not set: verl's data files (a parquet path or a list)", file=source.get(key, study_file), field=key
+            )
         counts, sources, complete = 0, set(), True
         for name in files(keys[key]):
             path = visible(name, key, source.get(key, study_file), notes)
@@ -96,27 +97,38 @@ def check_parquet(path: Path, prompt_key: str) -> tuple[int, set]:
     except (pa.ArrowException, OSError) as err:
         raise UserError(f"not a parquet file ({err})", file=str(path)) from None
     schema = parquet.schema_arrow
-    for column, why in ((prompt_key, "the prompt, data.prompt_key"), (DATA_SOURCE, "the reward and metrics' source"),
-                        (REWARD_MODEL, "the reward's ground truth")):
+    for column, why in (
+        (prompt_key, "the prompt, data.prompt_key"),
+        (DATA_SOURCE, "the reward and metrics' source"),
+        (REWARD_MODEL, "the reward's ground truth"),
+    ):
         if column not in schema.names:
-            raise UserError(f"missing column ({why}; columns: {', '.join(schema.names)})", file=str(path),
-                            field=column)
+            raise UserError(f"missing column ({why}; columns: {', '.join(schema.names)})", file=str(path), field=column)
     reward = schema.field(REWARD_MODEL).type
     if not pa.types.is_struct(reward) or reward.get_field_index(GROUND_TRUTH) < 0:
-        raise UserError(f"missing column: verl's reward reads {REWARD_MODEL}.{GROUND_TRUTH}, got {reward}",
-                        file=str(path), field=f"{REWARD_MODEL}.{GROUND_TRUTH}")
+        raise UserError(
+            f"missing column: verl's reward reads {REWARD_MODEL}.{GROUND_TRUTH}, got {reward}",
+            file=str(path),
+            field=f"{REWARD_MODEL}.{GROUND_TRUTH}",
+        )
     prompt = schema.field(prompt_key).type
     messages = pa.types.is_list(prompt) or pa.types.is_large_list(prompt)
-    if not messages or not pa.types.is_struct(prompt.value_type) or {"role", "content"} - {
-            field.name for field in prompt.value_type}:
-        raise UserError(f"expected a list of chat messages {{role, content}}, got {prompt}", file=str(path),
-                        field=prompt_key)
+    if (
+        not messages
+        or not pa.types.is_struct(prompt.value_type)
+        or {"role", "content"} - {field.name for field in prompt.value_type}
+    ):
+        raise UserError(
+            f"expected a list of chat messages {{role, content}}, got {prompt}", file=str(path), field=prompt_key
+        )
     rows, sources = 0, set()
     for batch in parquet.iter_batches(batch_size=ROWS_PER_READ, columns=[prompt_key, DATA_SOURCE]):
         prompts, data_sources = batch.column(0), batch.column(1)
         empty = pc.or_kleene(prompts.is_null(), pc.equal(pc.list_value_length(prompts), 0))
-        for column, bad, what in ((prompt_key, empty, "no prompt messages"),
-                                  (DATA_SOURCE, data_sources.is_null(), "no data source")):
+        for column, bad, what in (
+            (prompt_key, empty, "no prompt messages"),
+            (DATA_SOURCE, data_sources.is_null(), "no data source"),
+        ):
             if pc.any(bad).as_py():
                 row = rows + pc.index(bad, True).as_py()
                 raise UserError(f"row {row}: {what}", file=str(path), field=column)
@@ -146,8 +158,11 @@ def check_reward(keys: dict, source: dict, study_file: str | None = None) -> lis
         raise UserError(f"not Python the reward loop can load ({err})", file=str(path), field=REWARD_PATH) from None
     defined = top_level_names(tree.body)
     if name not in defined:
-        raise UserError(f"defines no {name!r} (it defines: {', '.join(sorted(defined)) or 'nothing'})",
-                        file=str(path), field=REWARD_NAME)
+        raise UserError(
+            f"defines no {name!r} (it defines: {', '.join(sorted(defined)) or 'nothing'})",
+            file=str(path),
+            field=REWARD_NAME,
+        )
     return [f"reward: {name} from {path}"]
 
 
@@ -173,5 +188,8 @@ def check_batch(facts: SetupFacts, recipe, origin: str | None) -> None:
     """UserError when the training files hold fewer rows than one batch of the run (verl's epoch would hold no
     step: steps_per_epoch = rows // data.train_batch_size)."""
     if facts.train_rows is not None and facts.train_rows < recipe.prompts_per_batch:
-        raise UserError(f"{facts.train_rows} training rows, fewer than one batch of the run "
-                        f"({recipe.prompts_per_batch} prompts)", file=origin, field="data.train_batch_size")
+        raise UserError(
+            f"{facts.train_rows} training rows, fewer than one batch of the run ({recipe.prompts_per_batch} prompts)",
+            file=origin,
+            field="data.train_batch_size",
+        )

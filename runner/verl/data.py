@@ -23,13 +23,16 @@ def task_rows(recipe, split: str) -> list[dict]:
     task = make_task(recipe)
     prompts = task.train if split == "train" else task.validation(recipe.eval_prompts)
     verifier = verifier_name(recipe)
-    return [{
-        "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": prompt.text}],
-        "ability": ABILITY,
-        "reward_model": {"style": "rule", "ground_truth": prompt.answer},
-        "extra_info": {"split": split, "index": index, "prompt_id": prompt.id, "verifier": verifier},
-    } for index, prompt in enumerate(prompts)]
+    return [
+        {
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": prompt.text}],
+            "ability": ABILITY,
+            "reward_model": {"style": "rule", "ground_truth": prompt.answer},
+            "extra_info": {"split": split, "index": index, "prompt_id": prompt.id, "verifier": verifier},
+        }
+        for index, prompt in enumerate(prompts)
+    ]
 
 
 def write_task_parquet(recipe, directory: Path) -> tuple[Path, Path]:

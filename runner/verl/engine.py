@@ -47,13 +47,25 @@ class VerlEngine(JobsApiEngine):
     name = "verl"
     failure = VerlJobFailed
 
-    def __init__(self, *, ray_address: str | None = None, shared_dir: str | Path | None = None,
-                 python: str = "python3", module: str = ENTRYPOINT, gpus_per_node: int = 8,
-                 max_prompt_tokens: int = 1024, env_vars: dict | None = None, poll_seconds: float = 5.0,
-                 setup=None):
+    def __init__(
+        self,
+        *,
+        ray_address: str | None = None,
+        shared_dir: str | Path | None = None,
+        python: str = "python3",
+        module: str = ENTRYPOINT,
+        gpus_per_node: int = 8,
+        max_prompt_tokens: int = 1024,
+        env_vars: dict | None = None,
+        poll_seconds: float = 5.0,
+        setup=None,
+    ):
         self.setup = setup  # the user's own verl setup the study starts from (planner/frameworks/setup.SetupPlan)
-        super().__init__(ray_address=ray_address, shared_dir=Path(shared_dir) if shared_dir else default_shared_dir(),
-                         poll_seconds=poll_seconds)
+        super().__init__(
+            ray_address=ray_address,
+            shared_dir=Path(shared_dir) if shared_dir else default_shared_dir(),
+            poll_seconds=poll_seconds,
+        )
         self.python, self.module = python, module
         self.gpus_per_node, self.max_prompt_tokens = gpus_per_node, max_prompt_tokens
         self.env_vars = dict(env_vars or {})
@@ -68,12 +80,28 @@ class VerlEngine(JobsApiEngine):
         if self.setup is not None:
             from .setup import make_setup_job
 
-            return make_setup_job(self.setup, recipe, run_dir, submission_id, until_step=until_step,
-                                  python=self.python, module=self.module, gpus_per_node=self.gpus_per_node,
-                                  env_vars=self.env_vars)
-        return make_job(recipe, run_dir, submission_id, until_step=until_step, python=self.python, module=self.module,
-                        gpus_per_node=self.gpus_per_node, max_prompt_tokens=self.max_prompt_tokens,
-                        env_vars=self.env_vars), []
+            return make_setup_job(
+                self.setup,
+                recipe,
+                run_dir,
+                submission_id,
+                until_step=until_step,
+                python=self.python,
+                module=self.module,
+                gpus_per_node=self.gpus_per_node,
+                env_vars=self.env_vars,
+            )
+        return make_job(
+            recipe,
+            run_dir,
+            submission_id,
+            until_step=until_step,
+            python=self.python,
+            module=self.module,
+            gpus_per_node=self.gpus_per_node,
+            max_prompt_tokens=self.max_prompt_tokens,
+            env_vars=self.env_vars,
+        ), []
 
     def setup_facts(self):
         """The checks of the user's data and reward (rlscale.runner.verl.checks.SetupFacts), run once per engine;
@@ -101,17 +129,23 @@ class VerlEngine(JobsApiEngine):
         source = sources[0] if sources and len(sources) == 1 else ANY_SOURCE
         return reward_metrics(source, val_samples(self.setup.setup))
 
-    def submission(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int,
-                   base_device_seconds: float) -> Submission:
+    def submission(
+        self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int, base_device_seconds: float
+    ) -> Submission:
         """The verl job of one segment, holding no Ray resources itself: verl's own placement groups hold the
         GPUs (and verl checks them at start)."""
         job = self.verl_job(recipe, run_dir, submission_id, until_step=until_step)
         # the user's setup brings its own reward; rlscale's task ships its reward module
         modules = {} if self.setup is not None else {"py_modules": [str(run_dir.modules)]}
-        return Submission(submission_id=submission_id, entrypoint=job.entrypoint, devices=job.gpus,
-                          until_step=until_step, runtime_env={"env_vars": job.env_vars, **modules},
-                          resources={"entrypoint_num_cpus": 0},
-                          metadata={"rlscale_run": run_dir.root.name, "base_gpu_seconds": repr(base_device_seconds)})
+        return Submission(
+            submission_id=submission_id,
+            entrypoint=job.entrypoint,
+            devices=job.gpus,
+            until_step=until_step,
+            runtime_env={"env_vars": job.env_vars, **modules},
+            resources={"entrypoint_num_cpus": 0},
+            metadata={"rlscale_run": run_dir.root.name, "base_gpu_seconds": repr(base_device_seconds)},
+        )
 
     def prepare(self, recipe, run_dir: RunDir, job: Submission) -> None:
         """The run's parquet files (once) and the reward module's package for the job's py_modules; with the user's
@@ -145,16 +179,27 @@ class VerlEngine(JobsApiEngine):
         facts = self.setup_facts()
         until = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
         job, changes = self._job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=until)
-        out = {"ray_address": self.ray_address or "RAY_ADDRESS", "submission_id": job.submission_id,
-               "entrypoint": f"{self.python} -m {self.module}", "overrides": job.overrides,
-               "env_vars": job.env_vars, "train_file": _shown(job.train_file), "val_file": _shown(job.val_file),
-               "log_file": str(job.log_file), "gpus": job.gpus, "reward_metric": list(self.val_reward(recipe).names)}
+        out = {
+            "ray_address": self.ray_address or "RAY_ADDRESS",
+            "submission_id": job.submission_id,
+            "entrypoint": f"{self.python} -m {self.module}",
+            "overrides": job.overrides,
+            "env_vars": job.env_vars,
+            "train_file": _shown(job.train_file),
+            "val_file": _shown(job.val_file),
+            "log_file": str(job.log_file),
+            "gpus": job.gpus,
+            "reward_metric": list(self.val_reward(recipe).names),
+        }
         if facts is not None:
             from .checks import TRAIN_FILES, check_batch
 
             check_batch(facts, recipe, self.setup.setup.source.get(TRAIN_FILES))
-            out.update(setup_files=list(dict.fromkeys(self.setup.setup.source.values())),
-                       changes=[change.to_dict() for change in changes], notes=list(facts.notes))
+            out.update(
+                setup_files=list(dict.fromkeys(self.setup.setup.source.values())),
+                changes=[change.to_dict() for change in changes],
+                notes=list(facts.notes),
+            )
         return out
 
     def devices(self, recipe) -> list[dict[str, float]]:

@@ -26,11 +26,24 @@ REWARD_MODULE = "pkg://rlscale.runner.verl.reward"  # importable on the cluster 
 PROJECT = "rlscale"
 # verl writes this file once a checkpoint is saved in default_local_dir (verl/trainer/ppo/ray_trainer.py)
 LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"
-SEED_KEYS = ("data.seed", f"{ACTOR}.data_loader_seed", f"{ACTOR}.fsdp_config.seed",
-             "actor_rollout_ref.ref.fsdp_config.seed", f"{ROLLOUT}.seed")
+SEED_KEYS = (
+    "data.seed",
+    f"{ACTOR}.data_loader_seed",
+    f"{ACTOR}.fsdp_config.seed",
+    "actor_rollout_ref.ref.fsdp_config.seed",
+    f"{ROLLOUT}.seed",
+)
 # rlscale modules the reward function imports on the cluster (no third-party imports)
-REWARD_IMPORTS = ("rlscale", "rlscale.base", "rlscale.base.errors", "rlscale.runner", "rlscale.runner.rl",
-                  "rlscale.runner.rl.tasks", "rlscale.runner.verl", "rlscale.runner.verl.reward")
+REWARD_IMPORTS = (
+    "rlscale",
+    "rlscale.base",
+    "rlscale.base.errors",
+    "rlscale.runner",
+    "rlscale.runner.rl",
+    "rlscale.runner.rl.tasks",
+    "rlscale.runner.verl",
+    "rlscale.runner.verl.reward",
+)
 
 
 def checkpointed_step(run_dir: RunDir) -> int:
@@ -76,8 +89,9 @@ def _layout(devices: int, gpus_per_node: int, what: str) -> tuple[int, int]:
     """(nnodes, n_gpus_per_node) for `devices` GPUs on nodes of `gpus_per_node`."""
     nodes = math.ceil(devices / gpus_per_node)
     if devices % nodes:
-        raise UserError(f"{what} {devices} GPUs do not split evenly over {nodes} nodes of {gpus_per_node}",
-                        field=f"{what}_devices")
+        raise UserError(
+            f"{what} {devices} GPUs do not split evenly over {nodes} nodes of {gpus_per_node}", field=f"{what}_devices"
+        )
     return nodes, devices // nodes
 
 
@@ -85,8 +99,10 @@ def run_keys(recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8
     """The keys each job of a run sets itself, whatever config it starts from: key -> (value, why). The segment's
     stop, checkpoints and resume, validation cadence, devices, seeds and run name (the loggers are the caller's)."""
     if recipe.eval_early_per_decade:
-        raise UserError("engine: verl evaluates every trainer.test_freq steps only; expected "
-                        "eval_early_per_decade: 0", field="eval_early_per_decade")
+        raise UserError(
+            "engine: verl evaluates every trainer.test_freq steps only; expected eval_early_per_decade: 0",
+            field="eval_early_per_decade",
+        )
     trainer_nodes, trainer_per_node = _layout(recipe.trainer_devices, gpus_per_node, "trainer")
     keys = {
         # a rung or the compute stop ends the job: verl checkpoints at its last step; total_epochs is at least a step
@@ -115,32 +131,39 @@ def run_keys(recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8
     return keys
 
 
-def job_overrides(recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8,
-                  max_prompt_tokens: int = 1024) -> list[str]:
+def job_overrides(
+    recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8, max_prompt_tokens: int = 1024
+) -> list[str]:
     """verl 0.9.1 Hydra overrides for one segment of `recipe` up to `until_step`: the export's mapping
     (rlscale.planner.frameworks.verl) with the devices, data, reward function, validation, checkpoints and file logger
     this run uses."""
     if recipe.model == "tiny":
-        raise UserError("engine: verl needs a HF model directory the cluster can read, not the tiny CPU policy",
-                        field="model")
+        raise UserError(
+            "engine: verl needs a HF model directory the cluster can read, not the tiny CPU policy", field="model"
+        )
     pipeline = recipe.async_mode == "pipeline"
     owned = run_keys(recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node)
     trainer_nodes, trainer_per_node = owned["trainer.nnodes"][0], owned["trainer.n_gpus_per_node"][0]
-    deployment = Deployment(gpus_per_node=trainer_per_node * (2 if pipeline else 1), nodes=trainer_nodes,
-                            max_prompt_tokens=max_prompt_tokens)
+    deployment = Deployment(
+        gpus_per_node=trainer_per_node * (2 if pipeline else 1),
+        nodes=trainer_nodes,
+        max_prompt_tokens=max_prompt_tokens,
+    )
     keys = verl_mapping(recipe, deployment).keys()
-    keys.update({
-        "actor_rollout_ref.model.path": recipe.model,
-        "data.train_files": str(run_dir.data / "train.parquet"),
-        "data.val_files": str(run_dir.data / "val.parquet"),
-        "reward.custom_reward_function.path": REWARD_MODULE,
-        "reward.custom_reward_function.name": "compute_score",
-        # validation = rlscale's val reward: eval_samples samples per held-out prompt at the training temperature
-        f"{ROLLOUT}.val_kwargs.n": recipe.eval_samples,
-        f"{ROLLOUT}.val_kwargs.temperature": recipe.temperature,
-        f"{ROLLOUT}.val_kwargs.do_sample": True,
-        "trainer.project_name": PROJECT,
-    })
+    keys.update(
+        {
+            "actor_rollout_ref.model.path": recipe.model,
+            "data.train_files": str(run_dir.data / "train.parquet"),
+            "data.val_files": str(run_dir.data / "val.parquet"),
+            "reward.custom_reward_function.path": REWARD_MODULE,
+            "reward.custom_reward_function.name": "compute_score",
+            # validation = rlscale's val reward: eval_samples samples per held-out prompt at the training temperature
+            f"{ROLLOUT}.val_kwargs.n": recipe.eval_samples,
+            f"{ROLLOUT}.val_kwargs.temperature": recipe.temperature,
+            f"{ROLLOUT}.val_kwargs.do_sample": True,
+            "trainer.project_name": PROJECT,
+        }
+    )
     keys.update({key: value for key, (value, _) in owned.items()})
     keys["trainer.logger"] = ["console", "file"]
     return [f"{key}={hydra_value(value)}" for key, value in keys.items()]
@@ -151,15 +174,32 @@ def val_reward_metric(recipe) -> ValReward:
     return reward_metrics(DATA_SOURCE, recipe.eval_samples)
 
 
-def make_job(recipe, run_dir: RunDir, submission_id: str, *, until_step: int,
-             python: str = "python3", module: str = ENTRYPOINT, gpus_per_node: int = 8,
-             max_prompt_tokens: int = 1024, env_vars: dict | None = None) -> Job:
+def make_job(
+    recipe,
+    run_dir: RunDir,
+    submission_id: str,
+    *,
+    until_step: int,
+    python: str = "python3",
+    module: str = ENTRYPOINT,
+    gpus_per_node: int = 8,
+    max_prompt_tokens: int = 1024,
+    env_vars: dict | None = None,
+) -> Job:
     """The job of one segment: `python -m module overrides...` with VERL_FILE_LOGGER_PATH set."""
-    overrides = job_overrides(recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node,
-                              max_prompt_tokens=max_prompt_tokens)
+    overrides = job_overrides(
+        recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node, max_prompt_tokens=max_prompt_tokens
+    )
     log = run_dir.log(submission_id)
     entrypoint = " ".join([shlex.quote(python), "-m", shlex.quote(module), *map(shlex.quote, overrides)])
-    return Job(submission_id=submission_id, entrypoint=entrypoint, overrides=overrides,
-               env_vars={**(env_vars or {}), "VERL_FILE_LOGGER_PATH": str(log)},
-               train_file=run_dir.data / "train.parquet", val_file=run_dir.data / "val.parquet", log_file=log,
-               until_step=until_step, gpus=gpus_held(recipe))
+    return Job(
+        submission_id=submission_id,
+        entrypoint=entrypoint,
+        overrides=overrides,
+        env_vars={**(env_vars or {}), "VERL_FILE_LOGGER_PATH": str(log)},
+        train_file=run_dir.data / "train.parquet",
+        val_file=run_dir.data / "val.parquet",
+        log_file=log,
+        until_step=until_step,
+        gpus=gpus_held(recipe),
+    )

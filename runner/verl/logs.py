@@ -60,8 +60,9 @@ class RecordMaker:
     tokens_by_step: dict = field(default_factory=dict)
     step_seconds: dict = field(default_factory=dict)  # job -> its timing_s/step summed over the lines read so far
 
-    def records(self, lines: list[dict], *, job: str, devices: int, base_device_seconds: float,
-                started: float = 0.0) -> list[dict]:
+    def records(
+        self, lines: list[dict], *, job: str, devices: int, base_device_seconds: float, started: float = 0.0
+    ) -> list[dict]:
         """Records of `lines`, the next lines of job `job` (`started`, its start, is not needed: verl times its
         steps itself)."""
         batch = self.recipe.prompts_per_batch * self.recipe.rollouts
@@ -74,14 +75,19 @@ class RecordMaker:
             length = _number(data.get(RESPONSE_LENGTH))
             if length is not None:
                 self.tokens_by_step.setdefault(step, length * batch)
-            out.append({
-                "step": step,
-                "gpu_hours": (base_gpu_seconds + gpus * job_seconds) / 3600.0,
-                "rollouts": step * batch,
-                "tokens": round(sum(tokens for s, tokens in self.tokens_by_step.items() if s <= step)),
-                "val_reward": self.val_metric.value(data),
-                "metrics": {name: value for name, source in VERL_HEALTH.items()
-                            if (value := _number(data.get(source))) is not None},
-            })
+            out.append(
+                {
+                    "step": step,
+                    "gpu_hours": (base_gpu_seconds + gpus * job_seconds) / 3600.0,
+                    "rollouts": step * batch,
+                    "tokens": round(sum(tokens for s, tokens in self.tokens_by_step.items() if s <= step)),
+                    "val_reward": self.val_metric.value(data),
+                    "metrics": {
+                        name: value
+                        for name, source in VERL_HEALTH.items()
+                        if (value := _number(data.get(source))) is not None
+                    },
+                }
+            )
         self.step_seconds[job] = job_seconds
         return out

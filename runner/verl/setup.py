@@ -81,8 +81,10 @@ def user_command(setup: UserSetup) -> list[str]:
     wrote them."""
     for word in setup.overrides:
         if word.startswith("--"):
-            raise UserError(f"Hydra flag {word.split('=')[0]} among the overrides: give a YAML config as the study's "
-                            "setup.config", field="setup.overrides")
+            raise UserError(
+                f"Hydra flag {word.split('=')[0]} among the overrides: give a YAML config as the study's setup.config",
+                field="setup.overrides",
+            )
     return config_words(setup) + list(setup.overrides)
 
 
@@ -95,13 +97,22 @@ def legacy_moves(setup: UserSetup) -> dict[str, str]:
     """The user's legacy reward keys -> the live keys they move to; UserError when the live key is set too."""
     moves = {}
     for key in setup.keys:
-        live = next((new + key[len(old):] for old, new in LEGACY_REWARD.items()
-                     if key == old or (old.endswith(".") and key.startswith(old))), None)
+        live = next(
+            (
+                new + key[len(old) :]
+                for old, new in LEGACY_REWARD.items()
+                if key == old or (old.endswith(".") and key.startswith(old))
+            ),
+            None,
+        )
         if live is None or setup.keys[key] is None:
             continue
         if setup.sets(live):
-            raise UserError(f"set twice: as {live} and as the legacy {key} (verl 0.9.1's main_ppo reads only "
-                            f"{live}); keep one", file=setup.source[key], field=key)
+            raise UserError(
+                f"set twice: as {live} and as the legacy {key} (verl 0.9.1's main_ppo reads only {live}); keep one",
+                file=setup.source[key],
+                field=key,
+            )
         moves[key] = live
     return moves
 
@@ -110,8 +121,10 @@ def live_keys(setup: UserSetup) -> tuple[dict, dict]:
     """The user's keys as verl's main_ppo reads them (legacy reward keys under their live names), and the file that
     sets each."""
     moves = legacy_moves(setup)
-    return ({moves.get(key, key): value for key, value in setup.keys.items()},
-            {moves.get(key, key): origin for key, origin in setup.source.items()})
+    return (
+        {moves.get(key, key): value for key, value in setup.keys.items()},
+        {moves.get(key, key): origin for key, origin in setup.source.items()},
+    )
 
 
 def loggers(setup: UserSetup) -> list[str]:
@@ -147,7 +160,7 @@ def setup_job(plan, recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: 
         owned["trainer.resume_from_path"] = (None, "checkpoints: the run's own, resume_mode auto")
     owned.update(schedule_keys(setup.keys, owned, recipe))
     moves = legacy_moves(setup)
-    kept = words[:len(words) - len(setup.overrides)]  # the YAML's words
+    kept = words[: len(words) - len(setup.overrides)]  # the YAML's words
     for word in setup.overrides:
         key = override_key(word)
         if key in moves:
@@ -164,8 +177,11 @@ def setup_job(plan, recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: 
         if key not in from_yaml:
             changes.append(Change(key, setup.keys[key], None, f"legacy reward key: main_ppo reads {moves[key]}"))
         changes.append(Change(moves[key], None, setup.keys[key], f"legacy reward key {key}"))
-    changes += [Change(key, setup.keys.get(key), value, why) for key, (value, why) in owned.items()
-                if key not in axes and repr(value) != repr(setup.keys.get(key))]
+    changes += [
+        Change(key, setup.keys.get(key), value, why)
+        for key, (value, why) in owned.items()
+        if key not in axes and repr(value) != repr(setup.keys.get(key))
+    ]
     env = {}
     if set(WANDB_LOGGERS) & set(loggers(setup)):  # every segment continues the run's one W&B run
         env = {"WANDB_RUN_ID": wandb_run_id(run_dir.root.name), "WANDB_RESUME": "allow"}
@@ -177,6 +193,7 @@ def schedule_keys(keys: dict, owned: dict, recipe) -> dict[str, tuple]:
     (the ratio of the run's planned steps): key -> (value, why)."""
     out = {}
     for prefix in (ACTOR, "critic"):
+
         def current(name, prefix=prefix):
             key = f"{prefix}.optim.{name}"
             return owned[key][0] if key in owned else keys.get(key)
@@ -195,8 +212,9 @@ def schedule_keys(keys: dict, owned: dict, recipe) -> dict[str, tuple]:
 def check_parallelism(setup: UserSetup, recipe) -> None:
     """UserError when the user's rollout parallelism (tensor x data x pipeline) does not divide the GPUs its
     rollout runs on in the study (verl checks no such thing: leftover GPUs idle, or no rollout replica at all)."""
-    sizes = {name: setup.keys.get(f"{ROLLOUT}.{name}_parallel_size") for name in ("tensor_model", "data",
-                                                                                 "pipeline_model")}
+    sizes = {
+        name: setup.keys.get(f"{ROLLOUT}.{name}_parallel_size") for name in ("tensor_model", "data", "pipeline_model")
+    }
     if not any(sizes.values()):
         return
     product = 1
@@ -207,12 +225,26 @@ def check_parallelism(setup: UserSetup, recipe) -> None:
     if gpus % product:
         key = next(f"{ROLLOUT}.{name}_parallel_size" for name, value in sizes.items() if value)
         field = "generator_devices" if pipeline else "trainer_devices"
-        raise UserError(f"rollout parallelism {product} (tensor x data x pipeline) does not divide the run's {gpus} "
-                        f"rollout GPUs (recipe.{field})", file=setup.source[key], field=key)
+        raise UserError(
+            f"rollout parallelism {product} (tensor x data x pipeline) does not divide the run's {gpus} "
+            f"rollout GPUs (recipe.{field})",
+            file=setup.source[key],
+            field=key,
+        )
 
 
-def make_setup_job(plan, recipe, run_dir: RunDir, submission_id: str, *, until_step: int, python: str, module: str,
-                   gpus_per_node: int, env_vars: dict | None = None) -> tuple[Job, list[Change]]:
+def make_setup_job(
+    plan,
+    recipe,
+    run_dir: RunDir,
+    submission_id: str,
+    *,
+    until_step: int,
+    python: str,
+    module: str,
+    gpus_per_node: int,
+    env_vars: dict | None = None,
+) -> tuple[Job, list[Change]]:
     """The job of one segment on the user's setup, and its changes to the user's config."""
     import shlex
 
@@ -220,7 +252,14 @@ def make_setup_job(plan, recipe, run_dir: RunDir, submission_id: str, *, until_s
     log = run_dir.log(submission_id)  # verl's file logger: the records
     entrypoint = " ".join([shlex.quote(python), "-m", shlex.quote(module), *map(shlex.quote, job.overrides)])
     keys = live_keys(plan.setup)[0]
-    return Job(submission_id=submission_id, entrypoint=entrypoint, overrides=job.overrides,
-               env_vars={**(env_vars or {}), **job.env_vars, "VERL_FILE_LOGGER_PATH": str(log)},
-               train_file=keys.get("data.train_files"), val_file=keys.get("data.val_files"), log_file=log,
-               until_step=until_step, gpus=gpus_held(recipe)), job.changes
+    return Job(
+        submission_id=submission_id,
+        entrypoint=entrypoint,
+        overrides=job.overrides,
+        env_vars={**(env_vars or {}), **job.env_vars, "VERL_FILE_LOGGER_PATH": str(log)},
+        train_file=keys.get("data.train_files"),
+        val_file=keys.get("data.val_files"),
+        log_file=log,
+        until_step=until_step,
+        gpus=gpus_held(recipe),
+    ), job.changes

@@ -32,8 +32,13 @@ def _main_block():
 def parse(code, argv: list[str]):
     """OpenRLHF's parsed and checked args for `argv`."""
     parsed = []
-    namespace = {"__name__": "__main__", "argparse": argparse, "os": os, "datetime": datetime.datetime,
-                 "train": parsed.append}
+    namespace = {
+        "__name__": "__main__",
+        "argparse": argparse,
+        "os": os,
+        "datetime": datetime.datetime,
+        "train": parsed.append,
+    }
     sys.argv = ["train_ppo_ray.py", *argv]
     exec(code, namespace)
     return parsed[0]
@@ -41,19 +46,32 @@ def parse(code, argv: list[str]):
 
 def values(args) -> dict:
     return {
-        "estimator": args.algo.advantage.estimator, "no_std_norm": args.algo.advantage.no_std_norm,
+        "estimator": args.algo.advantage.estimator,
+        "no_std_norm": args.algo.advantage.no_std_norm,
         "critic": args.critic.model_name_or_path,
-        "rollout_batch_size": args.rollout.batch_size, "n_samples_per_prompt": args.rollout.n_samples_per_prompt,
-        "train_batch_size": args.train.batch_size, "max_epochs": args.train.max_epochs,
-        "num_episodes": args.train.num_episodes, "max_samples": args.data.max_samples,
-        "max_len": args.data.max_len, "max_new_tokens": args.rollout.max_new_tokens,
-        "policy_loss_type": args.actor.policy_loss_type, "eps_clip_low_high": list(args.actor.eps_clip_low_high),
-        "dual_clip": args.actor.dual_clip, "loss_agg_mode": args.actor.loss_agg_mode,
-        "kl_use_loss": args.algo.kl.use_loss, "kl_estimator": args.algo.kl.estimator,
-        "kl_init_coef": args.algo.kl.init_coef, "entropy_coef": args.actor.entropy_coef,
-        "lr": args.actor.adam.lr, "betas": list(args.actor.adam.betas), "lr_scheduler": args.actor.lr_scheduler,
-        "lr_warmup_ratio": args.actor.lr_warmup_ratio, "seed": args.train.seed,
-        "async_enable": args.train.async_enable, "async_queue_size": args.train.async_queue_size,
+        "rollout_batch_size": args.rollout.batch_size,
+        "n_samples_per_prompt": args.rollout.n_samples_per_prompt,
+        "train_batch_size": args.train.batch_size,
+        "max_epochs": args.train.max_epochs,
+        "num_episodes": args.train.num_episodes,
+        "max_samples": args.data.max_samples,
+        "max_len": args.data.max_len,
+        "max_new_tokens": args.rollout.max_new_tokens,
+        "policy_loss_type": args.actor.policy_loss_type,
+        "eps_clip_low_high": list(args.actor.eps_clip_low_high),
+        "dual_clip": args.actor.dual_clip,
+        "loss_agg_mode": args.actor.loss_agg_mode,
+        "kl_use_loss": args.algo.kl.use_loss,
+        "kl_estimator": args.algo.kl.estimator,
+        "kl_init_coef": args.algo.kl.init_coef,
+        "entropy_coef": args.actor.entropy_coef,
+        "lr": args.actor.adam.lr,
+        "betas": list(args.actor.adam.betas),
+        "lr_scheduler": args.actor.lr_scheduler,
+        "lr_warmup_ratio": args.actor.lr_warmup_ratio,
+        "seed": args.train.seed,
+        "async_enable": args.train.async_enable,
+        "async_queue_size": args.train.async_queue_size,
         "dynamic_filtering": args.algo.dynamic_filtering_enable,
         "dynamic_filtering_range": list(args.algo.dynamic_filtering_range),
         "model": args.actor.model_name_or_path,

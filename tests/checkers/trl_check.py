@@ -10,26 +10,34 @@ import json
 import sys
 import tempfile
 
-import yaml
-
 import trl
+import yaml
 
 
 def check(case: dict, output_dir: str) -> dict:
     fields = yaml.safe_load(case["yaml"])
     config = trl.GRPOConfig(**{**fields, "output_dir": output_dir, "bf16": False, "use_cpu": True})
     return {
-        "world_size": config.world_size, "num_generations": config.num_generations,
+        "world_size": config.world_size,
+        "num_generations": config.num_generations,
         "per_device_train_batch_size": config.per_device_train_batch_size,
         "gradient_accumulation_steps": config.gradient_accumulation_steps,
-        "steps_per_generation": config.steps_per_generation, "generation_batch_size": config.generation_batch_size,
-        "num_iterations": config.num_iterations, "max_steps": config.max_steps, "loss_type": config.loss_type,
-        "epsilon": config.epsilon, "epsilon_high": config.epsilon_high,
-        "importance_sampling_level": config.importance_sampling_level, "scale_rewards": config.scale_rewards,
-        "beta": config.beta, "learning_rate": config.learning_rate,
+        "steps_per_generation": config.steps_per_generation,
+        "generation_batch_size": config.generation_batch_size,
+        "num_iterations": config.num_iterations,
+        "max_steps": config.max_steps,
+        "loss_type": config.loss_type,
+        "epsilon": config.epsilon,
+        "epsilon_high": config.epsilon_high,
+        "importance_sampling_level": config.importance_sampling_level,
+        "scale_rewards": config.scale_rewards,
+        "beta": config.beta,
+        "learning_rate": config.learning_rate,
         "lr_scheduler_type": str(getattr(config.lr_scheduler_type, "value", config.lr_scheduler_type)),
-        "warmup_steps": config.warmup_steps, "max_completion_length": config.max_completion_length,
-        "cast_lm_head_to_fp32": config.cast_lm_head_to_fp32, "seed": config.seed,
+        "warmup_steps": config.warmup_steps,
+        "max_completion_length": config.max_completion_length,
+        "cast_lm_head_to_fp32": config.cast_lm_head_to_fp32,
+        "seed": config.seed,
     }
 
 

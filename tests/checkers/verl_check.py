@@ -31,13 +31,25 @@ def _measure(cfg) -> dict:
     out = {}
     # the weight a token with a huge ratio (e^6) gets: d loss / d log_prob for advantage +1
     log_prob = torch.tensor([[0.0]], requires_grad=True)
-    loss, _ = loss_fn(old_log_prob=torch.tensor([[-6.0]]), log_prob=log_prob, advantages=torch.ones(1, 1),
-                      response_mask=mask, loss_agg_mode="token-mean", config=actor_cfg)
+    loss, _ = loss_fn(
+        old_log_prob=torch.tensor([[-6.0]]),
+        log_prob=log_prob,
+        advantages=torch.ones(1, 1),
+        response_mask=mask,
+        loss_agg_mode="token-mean",
+        config=actor_cfg,
+    )
     loss.backward()
     out["weight_at_ratio_e6"] = -float(log_prob.grad)
     # the loss of a token with advantage -1 and ratio e^15: a dual clip would cap it at clip_ratio_c
-    loss, _ = loss_fn(old_log_prob=torch.tensor([[-15.0]]), log_prob=torch.tensor([[0.0]]),
-                      advantages=-torch.ones(1, 1), response_mask=mask, loss_agg_mode="token-mean", config=actor_cfg)
+    loss, _ = loss_fn(
+        old_log_prob=torch.tensor([[-15.0]]),
+        log_prob=torch.tensor([[0.0]]),
+        advantages=-torch.ones(1, 1),
+        response_mask=mask,
+        loss_agg_mode="token-mean",
+        config=actor_cfg,
+    )
     out["loss_negative_advantage_ratio_e15"] = float(loss)
     # verl's KL estimator, compared with k3 = exp(ref - logp) - (ref - logp) - 1
     logp, ref = torch.tensor([[-1.0]]), torch.tensor([[-1.7]])
@@ -49,8 +61,12 @@ def _measure(cfg) -> dict:
     scores[:, -1] = rewards
     index = [0, 0, 0, 0, 1, 1, 1, 1]
     estimator = core_algos.get_adv_estimator_fn(cfg.algorithm.adv_estimator)
-    kwargs = {"token_level_rewards": scores, "response_mask": torch.ones(8, 3), "index": index,
-              "config": omega_conf_to_dataclass(cfg.algorithm)}
+    kwargs = {
+        "token_level_rewards": scores,
+        "response_mask": torch.ones(8, 3),
+        "index": index,
+        "config": omega_conf_to_dataclass(cfg.algorithm),
+    }
     if cfg.algorithm.adv_estimator == "grpo":
         kwargs["norm_adv_by_std_in_grpo"] = cfg.algorithm.norm_adv_by_std_in_grpo
     advantages, _ = estimator(**kwargs)
@@ -71,16 +87,24 @@ def check(cases: list[dict]) -> list[dict]:
                 validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
                 omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)  # RolloutConfig checks its own fields too
                 result["values"] = {
-                    "train_batch_size": cfg.data.train_batch_size, "n": cfg.actor_rollout_ref.rollout.n,
-                    "ppo_mini_batch_size": actor.ppo_mini_batch_size, "ppo_epochs": actor.ppo_epochs,
+                    "train_batch_size": cfg.data.train_batch_size,
+                    "n": cfg.actor_rollout_ref.rollout.n,
+                    "ppo_mini_batch_size": actor.ppo_mini_batch_size,
+                    "ppo_epochs": actor.ppo_epochs,
                     "total_training_steps": cfg.trainer.total_training_steps,
                     "max_response_length": cfg.data.max_response_length,
-                    "loss_mode": actor.policy_loss.loss_mode, "loss_agg_mode": actor.loss_agg_mode,
-                    "clip_ratio_low": actor.clip_ratio_low, "clip_ratio_high": actor.clip_ratio_high,
-                    "adv_estimator": cfg.algorithm.adv_estimator, "use_kl_loss": actor.use_kl_loss,
-                    "use_kl_in_reward": cfg.algorithm.use_kl_in_reward, "kl_loss_coef": actor.kl_loss_coef,
-                    "lr": actor.optim.lr, "lr_warmup_steps": actor.optim.lr_warmup_steps,
-                    "lr_scheduler_type": actor.optim.lr_scheduler_type, "use_dynamic_bsz": actor.use_dynamic_bsz,
+                    "loss_mode": actor.policy_loss.loss_mode,
+                    "loss_agg_mode": actor.loss_agg_mode,
+                    "clip_ratio_low": actor.clip_ratio_low,
+                    "clip_ratio_high": actor.clip_ratio_high,
+                    "adv_estimator": cfg.algorithm.adv_estimator,
+                    "use_kl_loss": actor.use_kl_loss,
+                    "use_kl_in_reward": cfg.algorithm.use_kl_in_reward,
+                    "kl_loss_coef": actor.kl_loss_coef,
+                    "lr": actor.optim.lr,
+                    "lr_warmup_steps": actor.optim.lr_warmup_steps,
+                    "lr_scheduler_type": actor.optim.lr_scheduler_type,
+                    "use_dynamic_bsz": actor.use_dynamic_bsz,
                     "trainer_mode": cfg.trainer.v1.trainer_mode,
                     "parameter_sync_step": cfg.trainer.v1.separate_async.parameter_sync_step,
                     "max_off_policy_threshold": cfg.trainer.v1.sampler.max_off_policy_threshold,

@@ -45,8 +45,10 @@ def _compose(words):
     overrides)."""
     flags = dict(word[2:].split("=", 1) for word in words if word.startswith("--"))
     with initialize_config_dir(config_dir=flags.get("config-path", VERL_CONFIG), version_base=None):
-        return compose(config_name=flags.get("config-name", "ppo_trainer"),
-                       overrides=[word for word in words if not word.startswith("--")])
+        return compose(
+            config_name=flags.get("config-name", "ppo_trainer"),
+            overrides=[word for word in words if not word.startswith("--")],
+        )
 
 
 def _validated(cfg):
@@ -59,15 +61,25 @@ def _config(overrides):
     rollout, trainer = cfg.actor_rollout_ref.rollout, cfg.trainer
     values = {
         "model_path": cfg.actor_rollout_ref.model.path,
-        "train_files": cfg.data.train_files, "val_files": cfg.data.val_files,
-        "reward_path": cfg.reward.custom_reward_function.path, "reward_name": cfg.reward.custom_reward_function.name,
-        "val_n": rollout.val_kwargs.n, "val_temperature": rollout.val_kwargs.temperature,
-        "val_do_sample": rollout.val_kwargs.do_sample, "temperature": rollout.temperature,
-        "test_freq": trainer.test_freq, "val_before_train": trainer.val_before_train,
-        "total_training_steps": trainer.total_training_steps, "save_freq": trainer.save_freq,
-        "resume_mode": trainer.resume_mode, "default_local_dir": trainer.default_local_dir,
-        "logger": list(trainer.logger), "nnodes": trainer.nnodes, "n_gpus_per_node": trainer.n_gpus_per_node,
-        "rollout_n_gpus_per_node": rollout.get("n_gpus_per_node"), "train_batch_size": cfg.data.train_batch_size,
+        "train_files": cfg.data.train_files,
+        "val_files": cfg.data.val_files,
+        "reward_path": cfg.reward.custom_reward_function.path,
+        "reward_name": cfg.reward.custom_reward_function.name,
+        "val_n": rollout.val_kwargs.n,
+        "val_temperature": rollout.val_kwargs.temperature,
+        "val_do_sample": rollout.val_kwargs.do_sample,
+        "temperature": rollout.temperature,
+        "test_freq": trainer.test_freq,
+        "val_before_train": trainer.val_before_train,
+        "total_training_steps": trainer.total_training_steps,
+        "save_freq": trainer.save_freq,
+        "resume_mode": trainer.resume_mode,
+        "default_local_dir": trainer.default_local_dir,
+        "logger": list(trainer.logger),
+        "nnodes": trainer.nnodes,
+        "n_gpus_per_node": trainer.n_gpus_per_node,
+        "rollout_n_gpus_per_node": rollout.get("n_gpus_per_node"),
+        "train_batch_size": cfg.data.train_batch_size,
         "n": rollout.n,
     }
     return cfg, values
@@ -81,17 +93,31 @@ def _dataset(cfg, tokenizer_dir):
     for split, files in (("train", cfg.data.train_files), ("val", cfg.data.val_files)):
         dataset = RLHFDataset(data_files=files, tokenizer=tokenizer, config=cfg.data)
         row = dataset[0]
-        out[split] = {"len": len(dataset), "raw_prompt": list(row["raw_prompt"]), "data_source": row["data_source"],
-                      "ground_truth": row["reward_model"]["ground_truth"], "ability": row.get("ability"),
-                      "extra_info": dict(row["extra_info"])}
+        out[split] = {
+            "len": len(dataset),
+            "raw_prompt": list(row["raw_prompt"]),
+            "data_source": row["data_source"],
+            "ground_truth": row["reward_model"]["ground_truth"],
+            "ability": row.get("ability"),
+            "extra_info": dict(row["extra_info"]),
+        }
     return out
 
 
 def _rewards(cfg, cases):
     fn = get_custom_reward_fn(cfg)
     # as verl's reward loop (experimental/reward_loop/reward_manager/naive.py) calls compute_score: by keyword
-    return [float(fn(data_source=c["data_source"], solution_str=c["solution_str"], ground_truth=c["ground_truth"],
-                     extra_info=c["extra_info"])) for c in cases]
+    return [
+        float(
+            fn(
+                data_source=c["data_source"],
+                solution_str=c["solution_str"],
+                ground_truth=c["ground_truth"],
+                extra_info=c["extra_info"],
+            )
+        )
+        for c in cases
+    ]
 
 
 def _compiled(relative, name, namespace, cls=None):
@@ -122,14 +148,18 @@ def _batch(scores, lengths, max_response, prompt_len=3):
     token_scores = torch.zeros(count, max_response)
     for i, (score, length) in enumerate(zip(scores, lengths)):
         token_scores[i, max(length - 1, 0)] = score
-    return DataProto.from_dict(tensors={
-        "token_level_scores": token_scores, "token_level_rewards": token_scores.clone(),
-        "advantages": token_scores.clone(), "returns": token_scores.clone(),
-        "prompts": torch.ones(count, prompt_len, dtype=torch.long),
-        "responses": torch.ones(count, max_response, dtype=torch.long),
-        "attention_mask": torch.cat([torch.ones(count, prompt_len), response_mask], dim=1).long(),
-        "response_mask": response_mask,
-    })
+    return DataProto.from_dict(
+        tensors={
+            "token_level_scores": token_scores,
+            "token_level_rewards": token_scores.clone(),
+            "advantages": token_scores.clone(),
+            "returns": token_scores.clone(),
+            "prompts": torch.ones(count, prompt_len, dtype=torch.long),
+            "responses": torch.ones(count, max_response, dtype=torch.long),
+            "attention_mask": torch.cat([torch.ones(count, prompt_len), response_mask], dim=1).long(),
+            "response_mask": response_mask,
+        }
+    )
 
 
 def _log(spec):
@@ -147,8 +177,11 @@ def _log(spec):
             k = spec["val_samples"]
             uids = [f"p{i // k}" for i in range(len(scores))]
             # a float score, as rlscale's compute_score returns: verl's naive reward manager files it as `acc` too
-            data.update(_trainer_method("_val_metrics_update")(None, [spec["data_source"]] * len(scores), uids,
-                                                               {"reward": scores, "acc": scores}, []))
+            data.update(
+                _trainer_method("_val_metrics_update")(
+                    None, [spec["data_source"]] * len(scores), uids, {"reward": scores, "acc": scores}, []
+                )
+            )
         logger.log(data=data, step=step["step"])
     logger.finish()
     return len(spec["steps"])
@@ -157,6 +190,7 @@ def _log(spec):
 def _leaves(cfg):
     """The config's leaves as {dotted key: value}, interpolations as written (a key set through another is not a
     change of its own)."""
+
     def walk(node, prefix):
         if isinstance(node, dict) and node:
             for key, value in node.items():
@@ -171,14 +205,23 @@ def _setup(setup):
     """The job's config and the user's own, as verl composes them; the job's validated."""
     job = _validated(_compose(setup["command"]))
     user = _compose(setup["user_command"])
-    migrate = _compiled("experimental/reward_loop/reward_loop.py", "migrate_legacy_reward_impl",
-                        {"open_dict": open_dict})
+    migrate = _compiled(
+        "experimental/reward_loop/reward_loop.py", "migrate_legacy_reward_impl", {"open_dict": open_dict}
+    )
     migrated = migrate(OmegaConf.create(OmegaConf.to_container(user)))
     optim = omega_conf_to_dataclass(job.actor_rollout_ref.actor.optim)
-    return {"job": _leaves(job), "user": _leaves(user), "user_reward_migrated": _leaves(migrated.reward),
-            "optim": {"lr_scheduler_type": optim.lr_scheduler_type, "lr_warmup_steps": optim.lr_warmup_steps,
-                      "lr_warmup_steps_ratio": optim.lr_warmup_steps_ratio},
-            "reference_policy": need_reference_policy(job), "critic": need_critic(job)}
+    return {
+        "job": _leaves(job),
+        "user": _leaves(user),
+        "user_reward_migrated": _leaves(migrated.reward),
+        "optim": {
+            "lr_scheduler_type": optim.lr_scheduler_type,
+            "lr_warmup_steps": optim.lr_warmup_steps,
+            "lr_warmup_steps_ratio": optim.lr_warmup_steps_ratio,
+        },
+        "reference_policy": need_reference_policy(job),
+        "critic": need_critic(job),
+    }
 
 
 if __name__ == "__main__":
@@ -186,15 +229,19 @@ if __name__ == "__main__":
     result = {"version": verl.__version__}
     if "setup" in spec:
         setup = spec["setup"]
-        parts = (("setup_config", lambda: _setup(setup)),
-                 ("setup_dataset", lambda: _dataset(_compose(setup["command"]), setup["tokenizer"])),
-                 ("setup_rewards", lambda: _rewards(_compose(setup["command"]), setup["reward_cases"])))
+        parts = (
+            ("setup_config", lambda: _setup(setup)),
+            ("setup_dataset", lambda: _dataset(_compose(setup["command"]), setup["tokenizer"])),
+            ("setup_rewards", lambda: _rewards(_compose(setup["command"]), setup["reward_cases"])),
+        )
     else:
         sys.path.insert(0, spec["modules"])  # what the job's runtime env py_modules does on the cluster
-        parts = (("config", lambda: _config(spec["overrides"])[1]),
-                 ("dataset", lambda: _dataset(_config(spec["overrides"])[0], spec["tokenizer"])),
-                 ("rewards", lambda: _rewards(_config(spec["overrides"])[0], spec["reward_cases"])),
-                 ("logged", lambda: _log(spec["logger"])))
+        parts = (
+            ("config", lambda: _config(spec["overrides"])[1]),
+            ("dataset", lambda: _dataset(_config(spec["overrides"])[0], spec["tokenizer"])),
+            ("rewards", lambda: _rewards(_config(spec["overrides"])[0], spec["reward_cases"])),
+            ("logged", lambda: _log(spec["logger"])),
+        )
     for name, part in parts:
         try:
             result[name] = part()

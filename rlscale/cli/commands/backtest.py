@@ -12,23 +12,30 @@ def register(app: typer.Typer) -> None:
     @app.command("backtest")
     def backtest(
         file: Path = typer.Argument(
-            None, help="run log: .csv/.jsonl, a TensorBoard directory or a verl file-logger .jsonl"),
+            None, help="run log: .csv/.jsonl, a TensorBoard directory or a verl file-logger .jsonl"
+        ),
         study: str = typer.Option(None, "--study", help="backtest the stored records of this study instead of a file"),
         db: DbUrl = None,
         fraction: float = typer.Option(
-            0.5, "--fraction", help="fit on the points at compute <= this share of each run's last compute"),
+            0.5, "--fraction", help="fit on the points at compute <= this share of each run's last compute"
+        ),
         level: float = typer.Option(0.9, "--level", help="the level of the end reward's prediction interval"),
         r0: float = typer.Option(None, "--r0", help="reward before RL, held fixed (default: fitted)"),
         min_compute: float = typer.Option(0.0, "--min-compute", min=0.0, help="drop points below this compute"),
         bootstrap: int = typer.Option(200, "--bootstrap", min=2, help="bootstrap resamples for the intervals"),
-        noise: str = typer.Option("auto", "--noise", help="reward noise around the curve, as for `rlscale fit`: "
-                                  "auto, binomial, constant, multiplicative"),
+        noise: str = typer.Option(
+            "auto",
+            "--noise",
+            help="reward noise around the curve, as for `rlscale fit`: auto, binomial, constant, multiplicative",
+        ),
         unbounded: bool = typer.Option(False, "--unbounded", help="the metric is not a pass rate in [0, 1]"),
         tag: str = typer.Option(None, "--tag", help="TensorBoard/verl logs: the reward scalar"),
         compute_tag: str = typer.Option(
-            None, "--compute-tag", help="TensorBoard/verl logs: a scalar of cumulative compute"),
+            None, "--compute-tag", help="TensorBoard/verl logs: a scalar of cumulative compute"
+        ),
         json_out: bool = typer.Option(
-            False, "--json", help="print {source, fraction, runs: [...], summary: {...}, decision: {...}} as JSON"),
+            False, "--json", help="print {source, fraction, runs: [...], summary: {...}, decision: {...}} as JSON"
+        ),
     ) -> None:
         """Fit each run on its first part of compute, extrapolate to its end, and compare (ScaleRL's check).
 
@@ -53,9 +60,19 @@ def register(app: typer.Typer) -> None:
             from rlscale.fitting.stored import study_records
 
             records, source = study_records(Store(db, create=False), study), study
-        results = backtest_runs(records, fraction=fraction, run_col="run", compute_col="compute", reward_col="reward",
-                                level=level, r0=r0, min_compute=min_compute, bootstrap=bootstrap, noise=noise,
-                                bounded=not unbounded)
+        results = backtest_runs(
+            records,
+            fraction=fraction,
+            run_col="run",
+            compute_col="compute",
+            reward_col="reward",
+            level=level,
+            r0=r0,
+            min_compute=min_compute,
+            bootstrap=bootstrap,
+            noise=noise,
+            bounded=not unbounded,
+        )
         if not any(r.fitted for r in results):
             from rlscale.cli.views import cli_reason
 
@@ -68,9 +85,16 @@ def register(app: typer.Typer) -> None:
         if json_out:
             from rlscale.cli.console import print_json
 
-            print_json({"source": source, "fraction": fraction, "compute_unit": records.attrs.get("compute_unit"),
-                        "runs": [r.to_dict() for r in results], "summary": summary.to_dict(),
-                        "decision": None if decision is None else decision.to_dict()})
+            print_json(
+                {
+                    "source": source,
+                    "fraction": fraction,
+                    "compute_unit": records.attrs.get("compute_unit"),
+                    "runs": [r.to_dict() for r in results],
+                    "summary": summary.to_dict(),
+                    "decision": None if decision is None else decision.to_dict(),
+                }
+            )
             return
         show(results, summary, title=f"{source}: fit on the first {fraction:.0%} of compute, extrapolated to the end")
         if decision is not None:
@@ -90,14 +114,23 @@ def show(results, summary, *, title: str) -> None:
     from rlscale.cli.console import bullet, console, safe, say
     from rlscale.fitting.backtest import summary_lines
 
-    table = Table(title=safe(title), title_justify="left", caption_justify="left", caption_style="dim",
-                  caption=f"pred. [PI]: the part-fit's reward at the run's end, {summary.level:.0%} prediction "
-                          "interval; obs.: mean over the last 10% of compute; err: pred. - obs.; carry: the error of "
-                          "carrying the part's last reward forward; A in: the full run's A inside the part-fit's 95% "
-                          "interval; fit: the part-fit's A identified (every column: --json)")
+    table = Table(
+        title=safe(title),
+        title_justify="left",
+        caption_justify="left",
+        caption_style="dim",
+        caption=f"pred. [PI]: the part-fit's reward at the run's end, {summary.level:.0%} prediction "
+        "interval; obs.: mean over the last 10% of compute; err: pred. - obs.; carry: the error of "
+        "carrying the part's last reward forward; A in: the full run's A inside the part-fit's 95% "
+        "interval; fit: the part-fit's A identified (every column: --json)",
+    )
     for column in ("run", "pred. [PI]", "obs.", "err", "carry", "A in", "fit"):
-        table.add_column(column, no_wrap=column != "run", overflow="fold" if column == "run" else None,
-                         justify="left" if column in ("run", "A in", "fit") else "right")
+        table.add_column(
+            column,
+            no_wrap=column != "run",
+            overflow="fold" if column == "run" else None,
+            justify="left" if column in ("run", "A in", "fit") else "right",
+        )
     notes = []
     yes_no = {True: "yes", False: "no", None: "-"}
     for r in results:
@@ -106,9 +139,16 @@ def show(results, summary, *, title: str) -> None:
         else:
             notes.append(f"({len(notes) + 1}) {r.run}: not fitted: {r.reason}")
             fit = f"none ({len(notes)})"
-        table.add_row(safe(r.run), f"{_f(r.predicted)} [{_f(r.pi_lo)}, {_f(r.pi_hi)}]", _f(r.observed),
-                      _f(r.error, "{:+.3f}"), _f(r.carry_forward_error, "{:+.3f}"), yes_no[r.A_inside], fit,
-                      style=None if r.fitted else "dim")
+        table.add_row(
+            safe(r.run),
+            f"{_f(r.predicted)} [{_f(r.pi_lo)}, {_f(r.pi_hi)}]",
+            _f(r.observed),
+            _f(r.error, "{:+.3f}"),
+            _f(r.carry_forward_error, "{:+.3f}"),
+            yes_no[r.A_inside],
+            fit,
+            style=None if r.fitted else "dim",
+        )
     console.print(table)
     for note in notes:
         say(note, rest="    ")

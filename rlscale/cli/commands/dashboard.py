@@ -11,8 +11,12 @@ def register(app: typer.Typer) -> None:
         db: DbUrl = None,
         port: int = typer.Option(8765, "--port", min=0, max=65535, help="port to listen on"),
         host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (beyond loopback: --token)"),
-        token: str = typer.Option(None, "--token", envvar="RLSCALE_DASHBOARD_TOKEN",
-                                  help="required to open any page; needed to listen beyond 127.0.0.1"),
+        token: str = typer.Option(
+            None,
+            "--token",
+            envvar="RLSCALE_DASHBOARD_TOKEN",
+            help="required to open any page; needed to listen beyond 127.0.0.1",
+        ),
     ) -> None:
         """Serve the store's studies as live web pages: runs in flight and queued, each run's curve with its fit
         and band as records arrive, the frontier and the optimal-n law, the decision, and the runs stopped early.
@@ -33,6 +37,10 @@ def register(app: typer.Typer) -> None:
         address = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
         say(f"dashboard over {shown} (read-only); Ctrl-C stops it:")
         # the address whole on a line of its own, to click or copy
-        console.print(f"  {address}{'?token=' + quote(token, safe='') if token else ''}", markup=False,
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"  {address}{'?token=' + quote(token, safe='') if token else ''}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         serve(create_app(db, token=token, db=shown if db else None), host, port)

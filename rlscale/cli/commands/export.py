@@ -11,21 +11,32 @@ from rlscale.cli.options import DbUrl
 def register(app: typer.Typer) -> None:
     @app.command("export")
     def export(
-        fmt: str = typer.Option(..., "--format", help=(
-            "verl 0.9.1 (Hydra overrides), trl 1.16.0 (GRPOConfig YAML), openrlhf 0.11.2 (command line) or yaml "
-            "(rlscale recipe)")),
-        study: str = typer.Option(None, "--study", help="export from this study: the recommendation (with --budget, "
-                                  "for a study that varies rollouts), else its best run"),
-        budget: float = typer.Option(None, "--budget", help=(
-            "target compute: recommend for it, or pick the run predicted best at it")),
+        fmt: str = typer.Option(
+            ...,
+            "--format",
+            help=(
+                "verl 0.9.1 (Hydra overrides), trl 1.16.0 (GRPOConfig YAML), openrlhf 0.11.2 (command line) or yaml "
+                "(rlscale recipe)"
+            ),
+        ),
+        study: str = typer.Option(
+            None,
+            "--study",
+            help="export from this study: the recommendation (with --budget, "
+            "for a study that varies rollouts), else its best run",
+        ),
+        budget: float = typer.Option(
+            None, "--budget", help=("target compute: recommend for it, or pick the run predicted best at it")
+        ),
         recipe: Path = typer.Option(None, "--recipe", help="export this recipe file instead"),
         db: DbUrl = None,
         profile: str = typer.Option(None, "--profile", help="cost profile for steps (see `rlscale recommend`)"),
         gpus: int = typer.Option(8, "--gpus", help="deployment: GPUs per node"),
         nodes: int = typer.Option(1, "--nodes", help="deployment: nodes"),
         tp: int = typer.Option(1, "--tp", help="deployment: the generator's tensor-parallel size"),
-        prompt_tokens: int = typer.Option(1024, "--prompt-tokens", help=(
-            "deployment: the longest prompt in the data (tokens)")),
+        prompt_tokens: int = typer.Option(
+            1024, "--prompt-tokens", help=("deployment: the longest prompt in the data (tokens)")
+        ),
         out: Path = typer.Option(None, "--out", help="write here instead of stdout"),
     ) -> None:
         """Write a production config (verl, TRL, OpenRLHF or rlscale's own YAML) naming its target version.
@@ -77,12 +88,18 @@ def register(app: typer.Typer) -> None:
                 check_steps(rec.steps)
                 chosen = recommended_recipe(stored, rec)
                 lo, hi = rec.predicted_interval
-                n_from = (f"law n* {rec.n_star:.0f}" if rec.basis.code == "law" else
-                          "from the runs' fits at the budget" if rec.basis.code == "within_data" else
-                          "no optimal-n law: from the best fitted runs")
-                header = [f"rlscale export: recommendation from study {name} for a budget of {budget:g}",
-                          f"B_p {rec.prompts_per_batch}, n {rec.rollouts} ({n_from}), M {rec.steps} steps; predicted "
-                          f"reward {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] from run {rec.predicted_from}"]
+                n_from = (
+                    f"law n* {rec.n_star:.0f}"
+                    if rec.basis.code == "law"
+                    else "from the runs' fits at the budget"
+                    if rec.basis.code == "within_data"
+                    else "no optimal-n law: from the best fitted runs"
+                )
+                header = [
+                    f"rlscale export: recommendation from study {name} for a budget of {budget:g}",
+                    f"B_p {rec.prompts_per_batch}, n {rec.rollouts} ({n_from}), M {rec.steps} steps; predicted "
+                    f"reward {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] from run {rec.predicted_from}",
+                ]
             else:
                 chosen, header = best_run_recipe(store, name, budget)
         text = _user_setup_text(store, name, chosen, fmt, header) if recipe is None else None
@@ -110,4 +127,3 @@ def _user_setup_text(store, study: str, recipe, fmt: str, header: list[str]) -> 
     if typed is None or typed.setup is None or typed.recipe.engine != fmt:
         return None
     return export_setup(setup_plan(typed), recipe, header)
-

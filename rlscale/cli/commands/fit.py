@@ -20,27 +20,47 @@ TARGET_KEYS = ("target", "reach_code", "reach_compute", "reach_compute_lo", "rea
 def register(app: typer.Typer) -> None:
     @app.command("fit")
     def fit(
-        file: Path = typer.Argument(None, help=(
-            "run log (.csv or .jsonl): run (optional), compute or gpu_hours, reward")),
-        study: str = typer.Option(None, "--study", help=(
-            "fit the stored records of this study instead of a file, and save the fits")),
+        file: Path = typer.Argument(
+            None, help=("run log (.csv or .jsonl): run (optional), compute or gpu_hours, reward")
+        ),
+        study: str = typer.Option(
+            None, "--study", help=("fit the stored records of this study instead of a file, and save the fits")
+        ),
         db: DbUrl = None,
         r0: float = typer.Option(None, "--r0", help="reward before RL, held fixed (default: fitted)"),
-        min_compute: float = typer.Option(0.0, "--min-compute", min=0.0, help=(
-            "drop points below this compute (ScaleRL: ~1.5k of 16k GPU-hours)")),
-        noise: str = typer.Option("auto", "--noise", help=(
-            "reward noise around the curve: auto (chosen by likelihood), binomial (pass rates), constant (plain "
-            "least squares), multiplicative")),
-        unbounded: bool = typer.Option(False, "--unbounded", help=(
-            "the metric is not a pass rate in [0, 1] (A and R0 unbounded)")),
+        min_compute: float = typer.Option(
+            0.0, "--min-compute", min=0.0, help=("drop points below this compute (ScaleRL: ~1.5k of 16k GPU-hours)")
+        ),
+        noise: str = typer.Option(
+            "auto",
+            "--noise",
+            help=(
+                "reward noise around the curve: auto (chosen by likelihood), binomial (pass rates), constant (plain "
+                "least squares), multiplicative"
+            ),
+        ),
+        unbounded: bool = typer.Option(
+            False, "--unbounded", help=("the metric is not a pass rate in [0, 1] (A and R0 unbounded)")
+        ),
         json_out: bool = typer.Option(False, "--json", help="print a JSON list, one object per run"),
-        plot: Path = typer.Option(None, "--plot", help=(
-            "also write a PNG: points (filled: those fitted), curves, bands")),
-        at: float = typer.Option(None, "--at", help=(
-            "also predict each run's mean reward over the last 10% of compute up to C, with a prediction interval")),
-        target: float = typer.Option(None, "--target", help=(
-            "also give the compute at which each run is predicted to reach reward R, with an interval, or say it is "
-            "not reached below A")),
+        plot: Path = typer.Option(
+            None, "--plot", help=("also write a PNG: points (filled: those fitted), curves, bands")
+        ),
+        at: float = typer.Option(
+            None,
+            "--at",
+            help=(
+                "also predict each run's mean reward over the last 10% of compute up to C, with a prediction interval"
+            ),
+        ),
+        target: float = typer.Option(
+            None,
+            "--target",
+            help=(
+                "also give the compute at which each run is predicted to reach reward R, with an interval, or say "
+                "it is not reached below A"
+            ),
+        ),
         level: float = typer.Option(0.9, "--level", help="the intervals' level (with --at and --target)"),
     ) -> None:
         """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) per run; say when A is not identified."""
@@ -73,8 +93,9 @@ def register(app: typer.Typer) -> None:
 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                predictions = predict_runs(records, at, level=level, run_col="run", compute_col="compute",
-                                           reward_col="reward", **options)
+                predictions = predict_runs(
+                    records, at, level=level, run_col="run", compute_col="compute", reward_col="reward", **options
+                )
         targets = None
         if target is not None:
             with warnings.catch_warnings():
@@ -123,8 +144,16 @@ def _fit_and_plot(file, study, db, options, plot):
     if plot is not None:
         from rlscale.fitting.plots import plot_study
 
-        plot_study(records, fits, plot, run_col="run", compute_col="compute", reward_col="reward", title=title,
-                   record_breaking=record_breaking)
+        plot_study(
+            records,
+            fits,
+            plot,
+            run_col="run",
+            compute_col="compute",
+            reward_col="reward",
+            title=title,
+            record_breaking=record_breaking,
+        )
     return records, fits, title, store, record_breaking
 
 
@@ -134,9 +163,13 @@ def _print_predictions(predictions) -> None:
     from rlscale.cli.console import console, safe
 
     for row in predictions.to_dict("records"):
-        console.print(f"{safe(row['run'])}: at {row['at']:.4g}: {format_number(row['predicted'])} "
-                      f"[{format_number(row['predicted_lo'])}, {format_number(row['predicted_hi'])}] "
-                      f"({row['level']:.0%} PI)", highlight=False, soft_wrap=True)
+        console.print(
+            f"{safe(row['run'])}: at {row['at']:.4g}: {format_number(row['predicted'])} "
+            f"[{format_number(row['predicted_lo'])}, {format_number(row['predicted_hi'])}] "
+            f"({row['level']:.0%} PI)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _targets(records, record_breaking: bool, target: float, level: float, options: dict) -> list[dict]:
@@ -147,11 +180,14 @@ def _targets(records, record_breaking: bool, target: float, level: float, option
 
     points = records
     if record_breaking:
-        keep = [group.index[record_breaking_points(group["compute"], group["reward"])]
-                for _, group in records.groupby("run", sort=False)]
+        keep = [
+            group.index[record_breaking_points(group["compute"], group["reward"])]
+            for _, group in records.groupby("run", sort=False)
+        ]
         points = records.loc[[index for part in keep for index in part]]
-    return record_targets(points, target, level=level, run_col="run", compute_col="compute", reward_col="reward",
-                          **options)
+    return record_targets(
+        points, target, level=level, run_col="run", compute_col="compute", reward_col="reward", **options
+    )
 
 
 def _print_targets(targets: list[dict]) -> None:
@@ -168,9 +204,14 @@ def _print_targets(targets: list[dict]) -> None:
 def target_json(row: dict) -> dict:
     """TARGET_KEYS of one fitting.target row (null where they do not apply)."""
     values = row["reach"]["values"]
-    return {"target": values.get("target"), "reach_code": row["reach"]["code"],
-            "reach_compute": values.get("compute"), "reach_compute_lo": values.get("compute_lo"),
-            "reach_compute_hi": values.get("compute_hi"), "reach_level": values.get("level")}
+    return {
+        "target": values.get("target"),
+        "reach_code": row["reach"]["code"],
+        "reach_compute": values.get("compute"),
+        "reach_compute_lo": values.get("compute_lo"),
+        "reach_compute_hi": values.get("compute_hi"),
+        "reach_level": values.get("level"),
+    }
 
 
 def fits_json(fits, predictions=None, targets=None) -> list[dict]:

@@ -16,14 +16,20 @@ def _fmt(value: float) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan(
-        study: Annotated[str | None, typer.Argument(help="a study file (studies/*.yaml): show its runs and compute")] = None,
-        budget: Annotated[float | None, typer.Option(help="GPU-hours for the whole sweep (one run's with --per-run)")] = None,
+        study: Annotated[
+            str | None, typer.Argument(help="a study file (studies/*.yaml): show its runs and compute")
+        ] = None,
+        budget: Annotated[
+            float | None, typer.Option(help="GPU-hours for the whole sweep (one run's with --per-run)")
+        ] = None,
         per_run: Annotated[bool, typer.Option("--per-run", help="--budget is one point's GPU-hours")] = False,
         prompts: Annotated[str | None, typer.Option(help="B_p axis, e.g. 32,64,128 or 32,64,...,1024")] = None,
         rollouts: Annotated[str | None, typer.Option(help="n axis, e.g. 8,16,32 or 8,16,...,2048")] = None,
         max_batch: Annotated[int | None, typer.Option(help="leave out points with B_p * n above this")] = None,
         min_steps: Annotated[int, typer.Option(help="drop points that cannot reach this many steps")] = 1,
-        profile: Annotated[str | None, typer.Option(help="cost profile: scalerl-8b, tiny-cpu or a calibrated one")] = None,
+        profile: Annotated[
+            str | None, typer.Option(help="cost profile: scalerl-8b, tiny-cpu or a calibrated one")
+        ] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
         save: Annotated[str | None, typer.Option(help="store the plan under this name")] = None,
         calibrate: Annotated[str | None, typer.Option(help="fit a cost profile to STUDY's measured records")] = None,
@@ -32,19 +38,33 @@ def register(app: typer.Typer) -> None:
         """Plan an IsoCompute grid over prompts per batch x rollouts at one compute level (GPU-hours)."""
         if calibrate is not None:
             if study is not None or budget is not None:
-                raise UserError("--calibrate takes a study name only; drop the study file and --budget", field="--calibrate")
+                raise UserError(
+                    "--calibrate takes a study name only; drop the study file and --budget", field="--calibrate"
+                )
             _calibrate(calibrate, db=db, as_json=as_json)
             return
         if study is not None:
             grid_options = {"--budget": budget, "--prompts": prompts, "--rollouts": rollouts, "--max-batch": max_batch}
             given = [name for name, value in grid_options.items() if value is not None]
             if given or per_run or min_steps != 1:
-                raise UserError("set the compute and axes in the study file (compute:, parameters:, max_batch:)",
-                                field=(given or ["--per-run/--min-steps"])[0])
+                raise UserError(
+                    "set the compute and axes in the study file (compute:, parameters:, max_batch:)",
+                    field=(given or ["--per-run/--min-steps"])[0],
+                )
             _plan_study(study, profile=profile, as_json=as_json, save=save, db=db)
             return
-        _plan_grid(budget, per_run=per_run, prompts=prompts, rollouts=rollouts, max_batch=max_batch,
-                   min_steps=min_steps, profile=profile, as_json=as_json, save=save, db=db)
+        _plan_grid(
+            budget,
+            per_run=per_run,
+            prompts=prompts,
+            rollouts=rollouts,
+            max_batch=max_batch,
+            min_steps=min_steps,
+            profile=profile,
+            as_json=as_json,
+            save=save,
+            db=db,
+        )
 
 
 def _plan_grid(budget, *, per_run, prompts, rollouts, max_batch, min_steps, profile, as_json, save, db) -> None:
@@ -68,13 +88,21 @@ def _plan_grid(budget, *, per_run, prompts, rollouts, max_batch, min_steps, prof
         return
     from rich.table import Table
 
-    table = Table(title=f"IsoCompute plan: {len(plan.points)} runs at {_fmt(plan.per_run_gpu_hours)} GPU-hours each "
-                        f"(profile {plan.profile})")
+    table = Table(
+        title=f"IsoCompute plan: {len(plan.points)} runs at {_fmt(plan.per_run_gpu_hours)} GPU-hours each "
+        f"(profile {plan.profile})"
+    )
     for column in ("B_p", "n", "B_p x n", "steps", "GPU-hours", "total rollouts"):
         table.add_column(column, justify="right")
     for p in plan.points:
-        table.add_row(str(p.prompts_per_batch), str(p.rollouts), str(p.prompts_per_batch * p.rollouts),
-                      str(p.steps), f"{_fmt(p.gpu_hours)}", f"{p.total_rollouts:,}")
+        table.add_row(
+            str(p.prompts_per_batch),
+            str(p.rollouts),
+            str(p.prompts_per_batch * p.rollouts),
+            str(p.steps),
+            f"{_fmt(p.gpu_hours)}",
+            f"{p.total_rollouts:,}",
+        )
     console.print(table)
     console.print(f"total {_fmt(plan.total_gpu_hours)} of {_fmt(plan.budget_gpu_hours)} GPU-hours")
     _print_dropped([(f"B_p={d.prompts_per_batch}, n={d.rollouts}", d.reason) for d in plan.dropped])
@@ -95,9 +123,15 @@ def _plan_study(path: str, *, profile, as_json, save, db) -> None:
         "per_run_budget": plan.per_run_budget,
         "gpu_hours": plan.gpu_hours,
         "runs": [
-            {"name": r.name, "seed": r.seed, "prompts_per_batch": r.recipe.prompts_per_batch,
-             "rollouts": r.recipe.rollouts, "steps": r.recipe.steps, "gpu_hours": r.gpu_hours,
-             "total_rollouts": r.recipe.total_batch * r.recipe.steps}
+            {
+                "name": r.name,
+                "seed": r.seed,
+                "prompts_per_batch": r.recipe.prompts_per_batch,
+                "rollouts": r.recipe.rollouts,
+                "steps": r.recipe.steps,
+                "gpu_hours": r.gpu_hours,
+                "total_rollouts": r.recipe.total_batch * r.recipe.steps,
+            }
             for r in plan.runs
         ],
         "dropped": [{"name": name, "reason": reason} for name, reason in plan.dropped],
@@ -118,14 +152,28 @@ def _plan_study(path: str, *, profile, as_json, save, db) -> None:
     from rich.table import Table
 
     budget = "" if plan.per_run_budget is None else f", {_fmt(plan.per_run_budget)} {plan.unit} per run"
-    table = Table(title=f"study {safe(study.name)} ({study.method}): {len(plan.runs)} runs{budget}, profile {safe(plan.profile.name)}")
+    table = Table(
+        title=f"study {safe(study.name)} ({study.method}): {len(plan.runs)} runs{budget}, "
+        f"profile {safe(plan.profile.name)}"
+    )
     for column in ("run", "seed", "B_p", "n", "steps", "GPU-hours", "total rollouts"):
         # numbers stay whole; a long run name folds onto a second line
-        table.add_column(column, justify="left" if column == "run" else "right", no_wrap=column != "run",
-                         overflow="fold" if column == "run" else None)
+        table.add_column(
+            column,
+            justify="left" if column == "run" else "right",
+            no_wrap=column != "run",
+            overflow="fold" if column == "run" else None,
+        )
     for r in plan.runs:
-        table.add_row(safe(r.name), str(r.seed), str(r.recipe.prompts_per_batch), str(r.recipe.rollouts), str(r.recipe.steps),
-                      f"{_fmt(r.gpu_hours)}", f"{r.recipe.total_batch * r.recipe.steps:,}")
+        table.add_row(
+            safe(r.name),
+            str(r.seed),
+            str(r.recipe.prompts_per_batch),
+            str(r.recipe.rollouts),
+            str(r.recipe.steps),
+            f"{_fmt(r.gpu_hours)}",
+            f"{r.recipe.total_batch * r.recipe.steps:,}",
+        )
     console.print(table)
     console.print(f"total {_fmt(plan.gpu_hours)} GPU-hours (estimated)")
     _print_dropped(plan.dropped)
@@ -180,8 +228,10 @@ def _calibration_source(study: str) -> str:
             gpus = f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
     except ImportError:
         pass
-    return (f"study {study}'s measured records, calibrated {datetime.date.today().isoformat()} on a host with "
-            f"{len(os.sched_getaffinity(0))} cores ({platform.machine()}{gpus})")
+    return (
+        f"study {study}'s measured records, calibrated {datetime.date.today().isoformat()} on a host with "
+        f"{len(os.sched_getaffinity(0))} cores ({platform.machine()}{gpus})"
+    )
 
 
 def _calibrate(study: str, *, db: str | None, as_json: bool) -> None:
@@ -204,9 +254,17 @@ def _calibrate(study: str, *, db: str | None, as_json: bool) -> None:
         return
     seconds = 3600  # profiles are in GPU-hours; per-step numbers read better in GPU-seconds
     console.print(f"profile [bold]{fitted.name}[/] from {quality.n_runs} runs, {quality.n_intervals} intervals")
-    console.print(f"  per rollout    {fitted.gpu_hours_per_rollout:.6g} GPU-hours ({fitted.gpu_hours_per_rollout * seconds:.4g} GPU-s)")
-    console.print(f"  per step       {fitted.step_overhead_gpu_hours:.6g} GPU-hours ({fitted.step_overhead_gpu_hours * seconds:.4g} GPU-s)")
-    console.print(f"  startup        {fitted.startup_gpu_hours:.6g} GPU-hours ({fitted.startup_gpu_hours * seconds:.4g} GPU-s)")
+    console.print(
+        f"  per rollout    {fitted.gpu_hours_per_rollout:.6g} GPU-hours "
+        f"({fitted.gpu_hours_per_rollout * seconds:.4g} GPU-s)"
+    )
+    console.print(
+        f"  per step       {fitted.step_overhead_gpu_hours:.6g} GPU-hours "
+        f"({fitted.step_overhead_gpu_hours * seconds:.4g} GPU-s)"
+    )
+    console.print(
+        f"  startup        {fitted.startup_gpu_hours:.6g} GPU-hours ({fitted.startup_gpu_hours * seconds:.4g} GPU-s)"
+    )
     console.print(f"  R^2 {quality.r2:.4f}, relative residual {quality.relative_residual:.2%}")
     if quality.r2 < 0.9:
         console.print("[yellow]warning:[/] per-step cost is not well explained by B_p x n; check the runs' records")

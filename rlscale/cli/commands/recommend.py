@@ -8,13 +8,16 @@ from rlscale.cli.options import DbUrl
 def register(app: typer.Typer) -> None:
     @app.command("recommend")
     def recommend(
-        budget: float = typer.Option(..., "--budget", help=(
-            "target compute, in the study's unit (GPU-hours by default)")),
-        study: str = typer.Option(None, "--study", help=(
-            "the IsoCompute study to learn from (default: the only one that varies rollouts)")),
+        budget: float = typer.Option(
+            ..., "--budget", help=("target compute, in the study's unit (GPU-hours by default)")
+        ),
+        study: str = typer.Option(
+            None, "--study", help=("the IsoCompute study to learn from (default: the only one that varies rollouts)")
+        ),
         db: DbUrl = None,
-        profile: str = typer.Option(None, "--profile", help=(
-            "cost profile for steps (default: calibrated on the study's records)")),
+        profile: str = typer.Option(
+            None, "--profile", help=("cost profile for steps (default: calibrated on the study's records)")
+        ),
         bootstrap: int = typer.Option(100, "--bootstrap", min=0, help="bootstrap draws for the intervals"),
         json_out: bool = typer.Option(False, "--json", help="print JSON"),
     ) -> None:
@@ -71,38 +74,65 @@ def show(rec, study: str) -> None:
     n_from = "n* from the law [95%]" if from_law else "n from"
     for col in ("B_p", "n", "M steps", n_from, f"predicted reward [{rec.predicted_level:.0%}]"):
         top.add_column(col)
-    top.add_row(str(rec.prompts_per_batch), str(rec.rollouts), str(rec.steps),
-                f"{rec.n_star:.0f} [{rec.n_star_interval[0]:.0f}, {rec.n_star_interval[1]:.0f}]" if from_law
-                else "runs at the budget" if rec.basis.code == "within_data" else "best fitted runs",
-                f"{rec.predicted_reward:.3f} [{rec.predicted_interval[0]:.3f}, {rec.predicted_interval[1]:.3f}]")
+    top.add_row(
+        str(rec.prompts_per_batch),
+        str(rec.rollouts),
+        str(rec.steps),
+        f"{rec.n_star:.0f} [{rec.n_star_interval[0]:.0f}, {rec.n_star_interval[1]:.0f}]"
+        if from_law
+        else "runs at the budget"
+        if rec.basis.code == "within_data"
+        else "best fitted runs",
+        f"{rec.predicted_reward:.3f} [{rec.predicted_interval[0]:.3f}, {rec.predicted_interval[1]:.3f}]",
+    )
     console.print(top)
-    measure = (f"the best fitted reward at {rec.budget:.4g} (the runs reached it)" if rec.basis.code == "within_data"
-               else "the best A")
-    evidence = Table(title=f"evidence: runs at n = {rec.evidence[0]['rollouts'] if rec.evidence else '-'}",
-                     title_justify="left", caption_justify="left", caption_style="dim",
-                     caption=f"ident.: A identified; trunc.: truncation rate; near best: within {NOISE_BAND:g} of "
-                             f"{measure}; *: chosen")
+    measure = (
+        f"the best fitted reward at {rec.budget:.4g} (the runs reached it)"
+        if rec.basis.code == "within_data"
+        else "the best A"
+    )
+    evidence = Table(
+        title=f"evidence: runs at n = {rec.evidence[0]['rollouts'] if rec.evidence else '-'}",
+        title_justify="left",
+        caption_justify="left",
+        caption_style="dim",
+        caption=f"ident.: A identified; trunc.: truncation rate; near best: within {NOISE_BAND:g} of "
+        f"{measure}; *: chosen",
+    )
     for col in ("run", "B_p", "A [95%]", "ident.", "trunc.", "near best", "chosen"):
         evidence.add_column(col, no_wrap=col != "run", overflow="fold" if col == "run" else None)
     reasons = []
     for row in rec.evidence:
         if not row["identified"]:
             reasons.append(f"({len(reasons) + 1}) {row['run']}: not identified: {cli_reason(row['reason'])}")
-        evidence.add_row(safe(row["run"]), str(row["prompts_per_batch"]),
-                         f"{row['A']:.3f} [{row['A_lo']:.3f}, {row['A_hi']:.3f}]",
-                         "yes" if row["identified"] else f"no ({len(reasons)})",
-                         "-" if row["truncation_rate"] != row["truncation_rate"] else f"{row['truncation_rate']:.1%}",
-                         "yes" if row["within_noise_of_best"] else "no", "*" if row["chosen"] else "")
+        evidence.add_row(
+            safe(row["run"]),
+            str(row["prompts_per_batch"]),
+            f"{row['A']:.3f} [{row['A_lo']:.3f}, {row['A_hi']:.3f}]",
+            "yes" if row["identified"] else f"no ({len(reasons)})",
+            "-" if row["truncation_rate"] != row["truncation_rate"] else f"{row['truncation_rate']:.1%}",
+            "yes" if row["within_noise_of_best"] else "no",
+            "*" if row["chosen"] else "",
+        )
     console.print(evidence)
     for line in reasons:
         say(line, rest="    ")
     law = rec.law
     if rec.law_identified:
-        say(f"law: log2 n* = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} "
+        say(
+            f"law: log2 n* = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} "
             f"(ln C - {law['c0']:.2f}))); observed {law['compute_min']:.3g}-{law['compute_max']:.3g}; the budget is "
-            f"{rec.extrapolation:.1f}x beyond", rest="  ")
-    say("frontier: " + ", ".join(f"n={s['rollouts']} (B_p {s['prompts_per_batch']}) {s['compute_from']:.3g}-"
-                                 f"{s['compute_to']:.3g}" for s in law["frontier"]), rest="  ")
+            f"{rec.extrapolation:.1f}x beyond",
+            rest="  ",
+        )
+    say(
+        "frontier: "
+        + ", ".join(
+            f"n={s['rollouts']} (B_p {s['prompts_per_batch']}) {s['compute_from']:.3g}-{s['compute_to']:.3g}"
+            for s in law["frontier"]
+        ),
+        rest="  ",
+    )
     for note in rec.notes:
         bullet(note)
 
@@ -118,16 +148,22 @@ def show_size(choice, study: str) -> None:
     for col in ("model", "params", f"reward at budget [{level}]", "chosen"):
         top.add_column(col, overflow="fold" if col == "model" else None)
     for row in choice.predicted:
-        top.add_row(safe(row["model"]), f"{row['parameters']:.3g}",
-                    f"{row['reward']:.3f} [{row['reward_lo']:.3f}, {row['reward_hi']:.3f}]",
-                    "*" if row["model"] == choice.model else "")
+        top.add_row(
+            safe(row["model"]),
+            f"{row['parameters']:.3g}",
+            f"{row['reward']:.3f} [{row['reward_lo']:.3f}, {row['reward_hi']:.3f}]",
+            "*" if row["model"] == choice.model else "",
+        )
     console.print(top)
     say(f"chosen: {choice.model} (picked in {choice.pick_share:.0%} of the bootstrap draws)", rest="  ")
     for c in choice.crossovers:
-        say(f"crossover: {c['above']} beats {c['below']} above {c['budget']:.3g} "
+        say(
+            f"crossover: {c['above']} beats {c['below']} above {c['budget']:.3g} "
             f"[{level}: {c['budget_lo']:.3g}, {c['budget_hi']:.3g}]"
             f"{'' if c['identified'] else ' (not identified)'}"
-            f"{'' if c['measured'] else ' (past the data: extrapolated)'}", rest="  ")
+            f"{'' if c['measured'] else ' (past the data: extrapolated)'}",
+            rest="  ",
+        )
     if not choice.crossovers:
         say("crossover: none; one size has the lowest loss at every budget", rest="  ")
     for note in choice.notes:

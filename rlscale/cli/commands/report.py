@@ -13,12 +13,18 @@ def register(app: typer.Typer) -> None:
     def report(
         study: str = typer.Argument(..., help="study name in the store"),
         db: DbUrl = None,
-        out: Path = typer.Option(None, "--out", help=(
-            "directory for report.md, report.html and the PNGs (default: reports/STUDY)")),
+        out: Path = typer.Option(
+            None, "--out", help=("directory for report.md, report.html and the PNGs (default: reports/STUDY)")
+        ),
         bootstrap: int = typer.Option(200, "--bootstrap", min=0, help="bootstrap draws for the intervals"),
-        target: float = typer.Option(None, "--target", help=(
-            "the reward whose compute each run is asked for (default: the best run's fitted reward at the compute "
-            "every finished run reached)")),
+        target: float = typer.Option(
+            None,
+            "--target",
+            help=(
+                "the reward whose compute each run is asked for (default: the best run's fitted reward at the compute "
+                "every finished run reached)"
+            ),
+        ),
         json_out: bool = typer.Option(False, "--json", help="print the report's tables as JSON"),
     ) -> None:
         """Fit every run of STUDY, decide, and write the report (markdown + PNGs, and one self-contained HTML page),
@@ -32,8 +38,9 @@ def register(app: typer.Typer) -> None:
         # the study name becomes a directory: it must stay inside reports/
         out = out or child_path("reports", study, field="study")
         if out.exists() and not out.is_dir():
-            raise UserError(f"{out} is a file: expected a directory for report.md, report.html and the PNGs",
-                            field="--out")
+            raise UserError(
+                f"{out} is a file: expected a directory for report.md, report.html and the PNGs", field="--out"
+            )
         if target is not None and not math.isfinite(target):
             raise UserError(f"expected a finite reward, got {target:g}", field="--target")
         store = Store(db, create=False)
@@ -51,8 +58,12 @@ def show_decision(lines: list[str]) -> None:
     from rlscale.cli.console import console, visible, wrapped
 
     for line in lines:
-        console.print(visible(line) if line.startswith("  rlscale ") else wrapped(line, rest="  "), markup=False,
-                      highlight=False, soft_wrap=True)
+        console.print(
+            visible(line) if line.startswith("  rlscale ") else wrapped(line, rest="  "),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def show(result) -> None:
@@ -66,18 +77,27 @@ def show(result) -> None:
     from rlscale.fitting.report_text import loo_cells
 
     if result.loo is not None:
-        table = Table(title=f"{safe(result.study)}: leave-one-out", title_justify="left", caption_justify="left",
-                      caption=f"dA: the variant's A minus the full recipe's; better/worse: |dA| beyond the "
-                              f"{NOISE_BAND:g} noise band (C_mid, dB and verdicts in words: report.md)",
-                      caption_style="dim")
+        table = Table(
+            title=f"{safe(result.study)}: leave-one-out",
+            title_justify="left",
+            caption_justify="left",
+            caption=f"dA: the variant's A minus the full recipe's; better/worse: |dA| beyond the "
+            f"{NOISE_BAND:g} noise band (C_mid, dB and verdicts in words: report.md)",
+            caption_style="dim",
+        )
         for col in ("variant", "A [95%]", "dA", "B", "verdict"):
             # numbers stay whole; names fold
-            table.add_column(col, no_wrap=col != "variant", overflow="fold" if col == "variant" else None,
-                             justify="right" if col in ("dA", "B") else "left")
+            table.add_column(
+                col,
+                no_wrap=col != "variant",
+                overflow="fold" if col == "variant" else None,
+                justify="right" if col in ("dA", "B") else "left",
+            )
         for row in result.loo:
             variant, interval, B, _, dA, *_ = loo_cells(row)
-            table.add_row(safe(variant), interval, dA, B, _loo_verdict(row),
-                          style="bold red" if row["beyond_noise"] else None)
+            table.add_row(
+                safe(variant), interval, dA, B, _loo_verdict(row), style="bold red" if row["beyond_noise"] else None
+            )
         console.print(table)
     fits = [{**row, "reason": row["status"].removeprefix("not identified: ")} for row in result.fits]
     print_fits(fits, title=f"{result.study}: sigmoid fits ({result.method}, on {result.fitted_on})")
@@ -85,8 +105,10 @@ def show(result) -> None:
         # the summary only: the per-run table is in report.md/html and `rlscale backtest --study`
         from rlscale.fitting.backtest import BacktestSummary, summary_lines
 
-        say(f"backtest: each run fitted on its first half, extrapolated (table: rlscale backtest --study "
-            f"{result.study})")
+        say(
+            f"backtest: each run fitted on its first half, extrapolated (table: rlscale backtest --study "
+            f"{result.study})"
+        )
         for line in summary_lines(BacktestSummary(**result.backtest["summary"])):
             bullet(line)
     if result.comparison is not None:
@@ -94,13 +116,22 @@ def show(result) -> None:
         from rlscale.fitting.compare import summary_lines as compare_lines
 
         at = f"{result.comparison['compute']:.4g}"
-        table = Table(title=f"{safe(result.study)}: variants across seeds", title_justify="left",
-                      caption=f"ident.: seeds whose A is identified; fitted R: fitted reward at {at} (the compute "
-                              "every finished run reached), the verdict's measure; vs best: minus the best variant's; "
-                              "observed end reward: report.md", caption_justify="left", caption_style="dim")
+        table = Table(
+            title=f"{safe(result.study)}: variants across seeds",
+            title_justify="left",
+            caption=f"ident.: seeds whose A is identified; fitted R: fitted reward at {at} (the compute "
+            "every finished run reached), the verdict's measure; vs best: minus the best variant's; "
+            "observed end reward: report.md",
+            caption_justify="left",
+            caption_style="dim",
+        )
         for col in ("variant", "seeds", "ident.", "A mean +- sd", "fitted R +- sd", "vs best"):
-            table.add_column(col, no_wrap=col != "variant", overflow="fold" if col == "variant" else None,
-                             justify="left" if col == "variant" else "right")
+            table.add_column(
+                col,
+                no_wrap=col != "variant",
+                overflow="fold" if col == "variant" else None,
+                justify="left" if col == "variant" else "right",
+            )
         for row in result.comparison["rows"]:
             table.add_row(*map(safe, compare_cells(row)[:6]))
         console.print(table)
@@ -116,5 +147,9 @@ def show(result) -> None:
 
 def _loo_verdict(row) -> str:
     """A leave-one-out row's verdict in a word (report.md has the sentence)."""
-    return {"full_recipe": "full recipe", "no_fit": "no fit", "unidentified": "not identified",
-            "within_noise": "noise"}.get(row["verdict_code"], row["verdict_code"])
+    return {
+        "full_recipe": "full recipe",
+        "no_fit": "no fit",
+        "unidentified": "not identified",
+        "within_noise": "noise",
+    }.get(row["verdict_code"], row["verdict_code"])

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import typer
 
-from rlscale.cli.console import console, print_json, safe
-from rlscale.cli.options import DbUrl
 from rlscale.base.errors import UserError
 from rlscale.base.numbers import format_number
+from rlscale.cli.console import console, print_json, safe
+from rlscale.cli.options import DbUrl
 
 RECORD_COLUMNS = ("step", "gpu_hours", "rollouts", "tokens", "val_reward", "train_reward")
 RECORD_FORMATS = {"gpu_hours": "{:.4g}", "val_reward": "{:.3f}", "train_reward": "{:.3f}"}  # others: integers
@@ -18,16 +18,25 @@ def register(app: typer.Typer) -> None:
     @app.command("run")
     def run(
         recipe_file: Path = typer.Argument(..., help="Recipe YAML (recipe keys, or a study file's `recipe:` block)."),
-        local: bool = typer.Option(False, "--local", help="Single process on this machine: torch sampling, no Ray/vLLM."),
+        local: bool = typer.Option(
+            False, "--local", help="Single process on this machine: torch sampling, no Ray/vLLM."
+        ),
         steps: int | None = typer.Option(None, "--steps", min=1, help="Override the recipe's steps."),
-        threads: int = typer.Option(1, "--threads", min=1, help="--local: torch CPU threads (results are reproducible per thread count)."),
-        device: str = typer.Option(None, "--device", help="--local: cpu or cuda (default: cuda when torch sees a GPU)."),
+        threads: int = typer.Option(
+            1, "--threads", min=1, help="--local: torch CPU threads (results are reproducible per thread count)."
+        ),
+        device: str = typer.Option(
+            None, "--device", help="--local: cpu or cuda (default: cuda when torch sees a GPU)."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print {recipe, records, ...} as JSON instead of tables."),
         study: str = typer.Option("runs", "--study", help="Ray runner: the study the run is stored in."),
         db: DbUrl = None,
-        ray_address: str = typer.Option(None, "--ray-address", help="Ray runner: join an existing cluster (default: start a local one)."),
+        ray_address: str = typer.Option(
+            None, "--ray-address", help="Ray runner: join an existing cluster (default: start a local one)."
+        ),
     ) -> None:
-        """Run one RL job; every eval_every steps record (step, device-hours, rollouts, tokens, validation pass rate)."""
+        """Run one RL job; every eval_every steps record (step, device-hours, rollouts, tokens, validation pass
+        rate)."""
         from rlscale.planner.loading import load_recipe
 
         recipe = load_recipe(recipe_file)
@@ -36,17 +45,28 @@ def register(app: typer.Typer) -> None:
         if not local:
             records, seconds = _run_on_ray(recipe, recipe_file.stem, study, db, ray_address, quiet=as_json)
             if as_json:
-                print_json({"recipe": recipe.to_json(), "runner": "ray", "study": study, "wall_seconds": seconds,
-                            "records": records})
+                print_json(
+                    {
+                        "recipe": recipe.to_json(),
+                        "runner": "ray",
+                        "study": study,
+                        "wall_seconds": seconds,
+                        "records": records,
+                    }
+                )
             else:
-                _print_summary(records, seconds, title="validation pass rate vs compute (Ray: vLLM generator + torch trainer)")
+                _print_summary(
+                    records, seconds, title="validation pass rate vs compute (Ray: vLLM generator + torch trainer)"
+                )
             return
         device = _local_device(device)
         records, seconds = _run_local(recipe, steps, threads, device, quiet=as_json)
         if as_json:
             print_json({"recipe": recipe.to_json(), "runner": "local", "wall_seconds": seconds, "records": records})
         else:
-            _print_summary(records, seconds, title=f"validation pass rate vs compute (local runner, 1 {device.upper()} device)")
+            _print_summary(
+                records, seconds, title=f"validation pass rate vs compute (local runner, 1 {device.upper()} device)"
+            )
 
 
 def _local_device(device: str | None) -> str:
@@ -79,15 +99,23 @@ def _run_local(recipe, steps, threads, device, *, quiet: bool):
         state = {"val": float("nan")}
 
         def on_step(step: int, metrics: dict) -> None:
-            progress.update(line, completed=step, description=(
-                f"step {step}/{total}  train reward {metrics['train_reward']:.3f}  val pass rate {state['val']:.3f}  "
-                f"train {metrics['elapsed']:.0f}s"))
+            progress.update(
+                line,
+                completed=step,
+                description=(
+                    f"step {step}/{total}  train reward {metrics['train_reward']:.3f}  "
+                    f"val pass rate {state['val']:.3f}  "
+                    f"train {metrics['elapsed']:.0f}s"
+                ),
+            )
 
         def on_record(row: dict) -> None:
             state["val"] = row["val_reward"]
             progress.console.print(
                 f"step {row['step']:5d}  device-hours {row['gpu_hours']:.5f}  rollouts {row['rollouts']:7d}  "
-                f"val_reward {row['val_reward']:.3f}", highlight=False)
+                f"val_reward {row['val_reward']:.3f}",
+                highlight=False,
+            )
 
         records = run_local(recipe, steps=total, threads=threads, device=device, on_step=on_step, on_record=on_record)
     return records, time.perf_counter() - started
@@ -97,14 +125,21 @@ def _run_on_ray(recipe, name: str, study_name: str, db: str | None, ray_address:
     """The job as a one-run study through the sweep driver (store, resume, retries); its evaluated records."""
     import time
 
+    from rlscale.cli.views import SweepView
     from rlscale.db.store import Store
     from rlscale.planner.study import Study
-    from rlscale.cli.views import SweepView
     from rlscale.runner.sweep.driver import SweepDriver
 
     # a one-point grid (the recipe's own loss), so `status` and `report` see it like any study
-    study = Study.model_validate({"name": study_name, "method": "grid", "recipe": recipe.to_json(),
-                                  "seeds": [recipe.seed], "parameters": {"loss": {"values": [recipe.loss]}}})
+    study = Study.model_validate(
+        {
+            "name": study_name,
+            "method": "grid",
+            "recipe": recipe.to_json(),
+            "seeds": [recipe.seed],
+            "parameters": {"loss": {"values": [recipe.loss]}},
+        }
+    )
     store = Store(db)
     started = time.perf_counter()
     view = SweepView(study_name, enabled=not quiet)
@@ -123,7 +158,9 @@ def _run_on_ray(recipe, name: str, study_name: str, db: str | None, ray_address:
     return mine[columns].to_dict("records"), time.perf_counter() - started
 
 
-def _print_summary(records: list[dict], seconds: float, *, title: str = "validation pass rate vs compute (local runner, 1 CPU device)") -> None:
+def _print_summary(
+    records: list[dict], seconds: float, *, title: str = "validation pass rate vs compute (local runner, 1 CPU device)"
+) -> None:
     from rich.table import Table
 
     table = Table(title=title)
@@ -133,4 +170,6 @@ def _print_summary(records: list[dict], seconds: float, *, title: str = "validat
         table.add_row(*(format_number(row.get(column), RECORD_FORMATS.get(column, "{}")) for column in RECORD_COLUMNS))
     console.print(table)
     first, last = records[0]["val_reward"], records[-1]["val_reward"]
-    console.print(f"val_reward {first:.3f} -> {last:.3f} ({last - first:+.3f}) in {seconds:.0f} s wall", highlight=False)
+    console.print(
+        f"val_reward {first:.3f} -> {last:.3f} ({last - first:+.3f}) in {seconds:.0f} s wall", highlight=False
+    )

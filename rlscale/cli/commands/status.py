@@ -20,8 +20,9 @@ def register(app: typer.Typer) -> None:
         from rlscale.runner.sweep.state import planned_gpu_hours, run_states
 
         store = Store(db, create=False)
-        states = run_states(store.runs_frame(study), store.records_frame(study),
-                            planned_gpu_hours(stored_study(store, study)))
+        states = run_states(
+            store.runs_frame(study), store.records_frame(study), planned_gpu_hours(stored_study(store, study))
+        )
         if json_out:
             print_json([state.to_dict() for state in states])
             return

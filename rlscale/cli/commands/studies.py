@@ -14,9 +14,9 @@ def register(app: typer.Typer) -> None:
         """List the studies in the store with their runs (by status), records and fits."""
         from rich.table import Table
 
+        from rlscale.cli.console import console, print_json, safe
         from rlscale.db.models import RUN_STATUSES
         from rlscale.db.store import Store
-        from rlscale.cli.console import console, print_json, safe
 
         store = Store(db, create=False)
         rows = store.study_counts()
@@ -25,8 +25,11 @@ def register(app: typer.Typer) -> None:
             return
         table = Table(title=f"studies in {safe(store.url_for_display)}", title_justify="left")
         for column in ("study", "runs", "by status", "records", "fits"):
-            table.add_column(column, justify="left" if column in ("study", "by status") else "right",
-                             overflow="fold" if column == "study" else None)
+            table.add_column(
+                column,
+                justify="left" if column in ("study", "by status") else "right",
+                overflow="fold" if column == "study" else None,
+            )
         for row in rows:
             # the statuses a study's runs are in, in lifecycle order, instead of a column each (80 columns)
             statuses = ", ".join(f"{row[status]} {status}" for status in RUN_STATUSES if row[status]) or "-"

@@ -12,24 +12,49 @@ def register(app: typer.Typer) -> None:
     def sweep(
         study_file: Path = typer.Argument(..., help="study YAML (see studies/)"),
         db: DbUrl = None,
-        ray_address: str = typer.Option(None, "--ray-address", help=(
-            "join an existing Ray cluster (default: start a local one)")),
-        max_retries: int = typer.Option(2, "--max-retries", min=0, help=(
-            "retries of a crashing job before it is marked failed")),
+        ray_address: str = typer.Option(
+            None, "--ray-address", help=("join an existing Ray cluster (default: start a local one)")
+        ),
+        max_retries: int = typer.Option(
+            2, "--max-retries", min=0, help=("retries of a crashing job before it is marked failed")
+        ),
         out: Path = typer.Option(None, "--out", help="directory for the study's report (default: reports/STUDY)"),
         json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
-        shared_dir: Path = typer.Option(None, "--shared-dir", help=(
-            "engines verl, trl: a directory the driver and every Ray node see (data, checkpoints, logs); "
-            "default RLSCALE_SHARED_DIR or ~/.cache/rlscale/ENGINE")),
-        dry_run: bool = typer.Option(False, "--dry-run", help=(
-            "print what each planned run would run (verl: entrypoint, overrides, data paths; builtin: the recipe) "
-            "and submit nothing")),
-        max_concurrent: int = typer.Option(None, "--max-concurrent", min=1, help=(
-            "runs in flight at once (default: the study's max_concurrent, else as many as the cluster's free "
-            "devices admit, each job whole)")),
-        extend: float = typer.Option(None, "--extend", min=1.0, max=1000.0, help=(
-            "multiply each run's planned compute by this: finished runs resume from their last checkpoints to the "
-            "larger compute, nothing is trained twice (the end of a sweep says when and by how much)")),
+        shared_dir: Path = typer.Option(
+            None,
+            "--shared-dir",
+            help=(
+                "engines verl, trl: a directory the driver and every Ray node see (data, checkpoints, logs); "
+                "default RLSCALE_SHARED_DIR or ~/.cache/rlscale/ENGINE"
+            ),
+        ),
+        dry_run: bool = typer.Option(
+            False,
+            "--dry-run",
+            help=(
+                "print what each planned run would run (verl: entrypoint, overrides, data paths; builtin: the recipe) "
+                "and submit nothing"
+            ),
+        ),
+        max_concurrent: int = typer.Option(
+            None,
+            "--max-concurrent",
+            min=1,
+            help=(
+                "runs in flight at once (default: the study's max_concurrent, else as many as the cluster's free "
+                "devices admit, each job whole)"
+            ),
+        ),
+        extend: float = typer.Option(
+            None,
+            "--extend",
+            min=1.0,
+            max=1000.0,
+            help=(
+                "multiply each run's planned compute by this: finished runs resume from their last checkpoints to the "
+                "larger compute, nothing is trained twice (the end of a sweep says when and by how much)"
+            ),
+        ),
     ) -> None:
         """Run a study's planned runs as RL jobs on Ray, resumably; then its report and recommendation.
 
@@ -58,9 +83,15 @@ def register(app: typer.Typer) -> None:
         store = Store(db)
         view = SweepView(study.name, enabled=not json_out)
         options = {"verl": {"shared_dir": shared_dir}, "trl": {"shared_dir": shared_dir}} if shared_dir else None
-        driver = SweepDriver(study, store, ray_address=ray_address, max_retries=max_retries,
-                             on_update=lambda runs: view.update(runs, driver.cluster_status or driver.store_note),
-                             engine_options=options, max_concurrent=max_concurrent)
+        driver = SweepDriver(
+            study,
+            store,
+            ray_address=ray_address,
+            max_retries=max_retries,
+            on_update=lambda runs: view.update(runs, driver.cluster_status or driver.store_note),
+            engine_options=options,
+            max_concurrent=max_concurrent,
+        )
         runs = driver.plan()
         with view:
             if study.method == "bayes":
@@ -78,11 +109,17 @@ def register(app: typer.Typer) -> None:
         refusal = str(Refusal(*decision.refusal)) if decision is not None and decision.refusal else None
         allocation = decision.next_allocation if decision is not None else None
         payload = {
-            "study": study.name, "db": store.url_for_display, "runs": len(driver.runs or runs),
-            "done": summary.count("done"), "failed": summary.count("failed"), "stopped": summary.count("stopped"),
-            "gpu_hours": spent, "budget": decision.budget if decision is not None else 0.0,
+            "study": study.name,
+            "db": store.url_for_display,
+            "runs": len(driver.runs or runs),
+            "done": summary.count("done"),
+            "failed": summary.count("failed"),
+            "stopped": summary.count("stopped"),
+            "gpu_hours": spent,
+            "budget": decision.budget if decision is not None else 0.0,
             "planned_gpu_hours": sum(run.planned_gpu_hours for run in driver.runs),
-            "wall_seconds": round(summary.wall_seconds, 2), "busy_seconds": round(summary.busy_seconds, 2),
+            "wall_seconds": round(summary.wall_seconds, 2),
+            "busy_seconds": round(summary.busy_seconds, 2),
             "timings": {k: round(v, 2) for k, v in summary.timings.items()},
             "report": report.to_dict() if report else None,
             "recommendation": recommendation.to_dict() if recommendation else None,
@@ -101,8 +138,12 @@ def register(app: typer.Typer) -> None:
 
             for line in _closing_lines(study, db, payload, decision, commands):
                 # a command stays on one line, to copy; the rest wraps with a hanging indent
-                console.print(visible(line) if line.startswith("  rlscale ") else wrapped(line, rest="  "),
-                              markup=False, highlight=False, soft_wrap=True)
+                console.print(
+                    visible(line) if line.startswith("  rlscale ") else wrapped(line, rest="  "),
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
         if payload["failed"]:
             raise typer.Exit(1)
 
@@ -118,9 +159,11 @@ def _closing_lines(study, db: str | None, payload: dict, decision, commands: dic
 
     planned, spent = payload["planned_gpu_hours"], payload["gpu_hours"]
     share = f" ({spent / planned:.0%})" if planned > 0 else ""
-    lines = [f"{payload['done']} done, {payload['stopped']} stopped early, {payload['failed']} failed of "
-             f"{payload['runs']} runs in {payload['wall_seconds']:.0f} s",
-             f"spent {spent:.4g} of {planned:.4g} planned {unit_label('gpu_hours')}{share}; store: {payload['db']}"]
+    lines = [
+        f"{payload['done']} done, {payload['stopped']} stopped early, {payload['failed']} failed of "
+        f"{payload['runs']} runs in {payload['wall_seconds']:.0f} s",
+        f"spent {spent:.4g} of {planned:.4g} planned {unit_label('gpu_hours')}{share}; store: {payload['db']}",
+    ]
     if decision is None:
         return lines + ["not yet: no run has an evaluation"]
     if commands.get("evidence"):
