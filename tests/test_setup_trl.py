@@ -162,6 +162,41 @@ def test_datasets_load_as_users_keep_them_with_a_fixed_held_out_part(tmp_path, f
     assert check_rows(first[0], columns=["answer"], split="train", source=str(path))  # conversational
 
 
+@pytest.mark.parametrize("metric", [None, "eval_rewards/correct/mean"])
+def test_each_step_is_recorded_once_with_the_studys_reward_metric_at_its_eval_steps(tmp_path, metric):
+    from types import SimpleNamespace
+
+    from rlscale.planner.recipe import Recipe
+    from rlscale.runner.trl.callback import EvalRecordCallback
+
+    recipe = Recipe.model_validate({"engine": "trl", "steps": 10, "eval_every": 2})
+    log = tmp_path / "records.jsonl"
+    callback = EvalRecordCallback(recipe, log, until_step=3, updates=2, metric=metric or "eval_reward")
+    state, control = SimpleNamespace(global_step=0), SimpleNamespace(should_evaluate=False, should_save=False,
+                                                                     should_training_stop=False)
+    evaluation = {"eval_reward": 0.5, "eval_rewards/correct/mean": 0.25, "eval_loss": 0.0}
+
+    def evaluate():  # what TRL does: log the evaluation's metrics, then call on_evaluate
+        callback.on_log(None, state, control, logs=evaluation)
+        callback.on_evaluate(None, state, control, metrics=evaluation)
+
+    evaluate()  # eval_on_start
+    for update in range(1, 7):  # TRL per update: on_step_end, the log, the evaluation if asked for
+        state.global_step = update
+        control.should_evaluate = False
+        callback.on_step_end(None, state, control)
+        callback.on_log(None, state, control, logs={"reward": update / 10, "loss": 0.0})
+        if control.should_evaluate:
+            evaluate()
+    callback.close()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    expected = 0.25 if metric else 0.5
+    assert [(line["step"], line["val_reward"]) for line in lines] == [(0, expected), (1, None), (2, expected),
+                                                                       (3, expected)]
+    assert [line["metrics"].get("reward") for line in lines] == [None, 0.2, 0.4, 0.6]  # each step's own update
+    assert control.should_training_stop and control.should_save  # the segment ends at until_step, checkpointed
+
+
 # ------------------------------------------------------------------------------------------ real TRL jobs on Ray
 
 @pytest.mark.slow
@@ -170,8 +205,9 @@ def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_t
     from rlscale.planner.study import load_study, planned_runs
     from test_trl_engine import DRIVER, kill_driver_past
 
-    # device-hours per run: each of its two jobs starts in 15-50 s (imports, model, first evaluation), counted in it
-    study, _ = write_setup(tmp_path, budget=0.03)
+    # device-hours per run: each of its two jobs starts in 15-50 s (imports, model, first evaluation), counted in it;
+    # 3% of it (4.3 s) is more than the slowest step seen (3.5 s, while the other run ended and the driver refitted)
+    study, _ = write_setup(tmp_path, budget=0.04)
     planned = {run.name: run.gpu_hours for run in planned_runs(load_study(study))}
     url, tracking = f"sqlite:///{tmp_path / 'store.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared")]
