@@ -62,6 +62,7 @@ class TrlEngine(JobsApiEngine):
         self._shapes: dict[str, tuple[int, int]] = {}  # a setup study's recipe -> (updates, completions) per step
         self._checked: dict[str, list[str]] = {}  # a setup study's config file -> the user's files, checked
         self._tracker_lock = threading.Lock()  # one thread creates tracker runs at a time
+        self._setup_lock = threading.Lock()  # guards _shapes and _checked, and the user's code while it is checked
 
     def devices(self, recipe) -> list[dict[str, float]]:
         """One node: the trainer's devices as GPUs (generation colocated), or as CPU cores."""
@@ -76,22 +77,20 @@ class TrlEngine(JobsApiEngine):
         if self.setup is None:
             return make_job(recipe, run_dir, submission_id, until_step=until_step, python=self.python,
                             gpus=self.gpus, micro_batch=self.micro_batch, max_prompt_tokens=self.max_prompt_tokens)
-        job = make_setup_job(self.setup, recipe, run_dir, submission_id, until_step=until_step, python=self.python,
-                             gpus=self.gpus)
-        with self._lock:
+        with self._setup_lock:  # one thread at a time parses, imports the user's rewards, reads the data
+            job = make_setup_job(self.setup, recipe, run_dir, submission_id, until_step=until_step,
+                                 python=self.python, gpus=self.gpus)
             self._shapes[_recipe_key(recipe)] = (job.composed.updates, job.composed.batch)
-            files = self._checked.get(self.setup.setup.config_file)
-        if files is None:
-            files = check_inputs(job.composed, file=self.setup.setup.config_file, eval_prompts=recipe.eval_prompts)
-            with self._lock:
-                self._checked[self.setup.setup.config_file] = files
+            if self.setup.setup.config_file not in self._checked:
+                self._checked[self.setup.setup.config_file] = check_inputs(
+                    job.composed, file=self.setup.setup.config_file, eval_prompts=recipe.eval_prompts)
         return job
 
     def _shape(self, recipe) -> tuple[int | None, int | None]:
         """(optimizer updates per step, completions per step) of a setup study's run; (None, None) otherwise."""
         if self.setup is None:
             return None, None
-        with self._lock:
+        with self._setup_lock:
             shape = self._shapes.get(_recipe_key(recipe))
         if shape is None:
             job = self.trl_job(recipe, RunDir(self.shared_dir / "RUN_KEY"), "RUN_KEY-1", until_step=recipe.steps)
@@ -149,7 +148,7 @@ class TrlEngine(JobsApiEngine):
 
         header = [f"# rlscale sweep --dry-run: job {job.submission_id}, the config it reads: "
                   f"{self.setup.setup.config_file} with rlscale's changes"]
-        with self._lock:
+        with self._setup_lock:
             files = self._checked[self.setup.setup.config_file]
         return {"ray_address": self.ray_address or "RAY_ADDRESS", "submission_id": job.submission_id,
                 "entrypoint": job.entrypoint, "devices": self.devices(recipe),

@@ -43,6 +43,7 @@ class Composed:
     updates: int = 1
     batch: int = 0
     parsed: tuple = ()
+    gpus: bool = False  # a GPU job (its device keys are the user's)
 
     def put(self, key: str, value, why: str) -> None:
         """Set `key` to `value` (None: remove it) and note the change when it is one."""
@@ -61,7 +62,7 @@ def compose(plan, recipe, *, run_dir, run_key: str, until_step: int, fresh: bool
     naming the user's file and key for what TRL refuses or rlscale cannot keep."""
     file = plan.setup.config_file
     keys, user_env = user_config.read_keys(file)
-    job = Composed(dict(keys))
+    job = Composed(dict(keys), gpus=gpus)
     folders = [Path.cwd(), Path(file).parent]
     for key, value in user_config.local_paths(keys, folders).items():
         job.put(key, value, "path: made absolute, the job runs elsewhere")
@@ -102,6 +103,15 @@ def compose(plan, recipe, *, run_dir, run_key: str, until_step: int, fresh: bool
     return job
 
 
+_CPU_CHECK = {"use_cpu": True, "bf16": False, "fp16": False}
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _model_dir(model: str) -> str:
     if model == "tiny":
         from rlscale.runner.rl.policy import base_model_dir
@@ -130,8 +140,9 @@ def _user_updates(keys: dict) -> float:
 
 
 def _updates(job: Composed, file: str) -> int:
-    """Parse the job's keys with TRL's parser (kept in job.parsed); the optimizer updates per generated batch."""
-    job.parsed = user_config.parse(job.keys, file=file)
+    """Parse the job's keys with TRL's parser (kept in job.parsed); the optimizer updates per generated batch. A GPU
+    job's keys are parsed as a CPU job's where this process has no GPU (TRL refuses bf16 without one)."""
+    job.parsed = user_config.parse({**job.keys, **(_CPU_CHECK if job.gpus and not _cuda() else {})}, file=file)
     try:
         return user_config.updates_per_generation(job.parsed[1])
     except UserError as err:
