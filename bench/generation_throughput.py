@@ -31,7 +31,13 @@ sys.path.insert(0, str(ROOT))
 RESULT = Path(__file__).parent / "results" / "generation_throughput.json"
 GOAL = 0.8
 # vLLM's own call, and with each of the two things the job's call adds (the job itself is "job")
-VARIANTS = {"job": {}, "vllm": {}, "vllm_logprobs": {"logprobs": 0}, "vllm_seeded": {"seeded": True}}
+VARIANTS = {
+    "job": {},
+    "vllm": {},
+    "vllm_logprobs": {"logprobs": 0},
+    "vllm_seeded": {"seeded": True},
+    "vllm_logprobs_no_detok": {"logprobs": 0, "detokenize": False},
+}
 
 
 def bench_generator_class():
@@ -45,10 +51,10 @@ def bench_generator_class():
             return generation.tokens, time.perf_counter() - started
 
         def vllm_path(
-            self, prompts, *, n, temperature, max_new_tokens, seed, logprobs=None, seeded=False
+            self, prompts, *, n, temperature, max_new_tokens, seed, logprobs=None, seeded=False, detokenize=True
         ) -> tuple[int, float]:
             """vLLM's own generate; `logprobs` 0 asks the sampled tokens' log-probs, `seeded` a seed per prompt
-            (the two things the job's call adds)."""
+            (the two things the job's call adds); `detokenize` False leaves text (and log-prob tokens) undecoded."""
             from vllm import SamplingParams
 
             params = [
@@ -58,6 +64,7 @@ def bench_generator_class():
                     max_tokens=max_new_tokens,
                     logprobs=logprobs,
                     seed=seed + i * n if seeded else None,
+                    detokenize=detokenize,
                 )
                 for i in range(len(prompts))
             ]
@@ -142,7 +149,8 @@ def main() -> None:
         print(
             f"B_p {row['prompts_per_batch']:3d} n {rollouts:3d}: job {row['job_tokens_per_s']:6.0f} tok/s  "
             f"vLLM {row['vllm_tokens_per_s']:6.0f} (+log-probs {row['vllm_logprobs_tokens_per_s']:6.0f}, "
-            f"+seeds {row['vllm_seeded_tokens_per_s']:6.0f})  ratio {row['ratio']:.2f}"
+            f"+seeds {row['vllm_seeded_tokens_per_s']:6.0f}, log-probs undecoded "
+            f"{row['vllm_logprobs_no_detok_tokens_per_s']:6.0f})  ratio {row['ratio']:.2f}"
         )
     ray.shutdown()
     worst = min(row["ratio"] for row in rows)

@@ -163,12 +163,13 @@ class Generator:
                 max_tokens=max_new_tokens,
                 logprobs=0,
                 seed=None if seed is None else seed + i * n,
+                detokenize=False,  # decoded once below, in one batch: vLLM also decodes every log-prob's token
             )
             for i in range(len(prompts))
         ]
         requests = [{"prompt_token_ids": self.encode(text)} for text in prompts]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
-        rollouts = [[self._rollout(sample) for sample in output.outputs] for output in outputs]
+        rollouts = self._rollouts([output.outputs for output in outputs])
         if length_control == "interrupt" and end_of_thinking:
             self._interrupt(requests, rollouts, end_of_thinking, temperature, seed)
         self.busy_seconds += time.perf_counter() - clock
@@ -200,13 +201,20 @@ class Generator:
         """Cumulative busy seconds and the current weights version."""
         return {"busy_seconds": self.busy_seconds, "weights_version": self.weights_version}
 
-    def _rollout(self, sample) -> Rollout:
+    def _rollouts(self, groups) -> list[list[Rollout]]:
+        """Rollouts of vLLM's completions ([prompt][sample]), their texts decoded in one batch as vLLM decodes them
+        (special tokens skipped)."""
+        flat = [sample for group in groups for sample in group]
+        texts = iter(self.tokenizer.batch_decode([list(s.token_ids) for s in flat], skip_special_tokens=True))
+        return [[self._rollout(sample, next(texts)) for sample in group] for group in groups]
+
+    def _rollout(self, sample, text: str) -> Rollout:
         logprobs = [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)]
         return Rollout(
             token_ids=list(sample.token_ids),
             logprobs=logprobs,
             sampled=[True] * len(logprobs),
-            text=sample.text,
+            text=text,
             truncated=sample.finish_reason == "length",
         )
 
@@ -226,6 +234,7 @@ class Generator:
                 max_tokens=INTERRUPT_ANSWER_TOKENS,
                 logprobs=0,
                 seed=None if seed is None else seed + 7919 * (k + 1),
+                detokenize=False,
             )
             for k in range(len(cut))
         ]
@@ -233,8 +242,8 @@ class Generator:
             {"prompt_token_ids": requests[i]["prompt_token_ids"] + rollouts[i][j].token_ids + marker_ids}
             for i, j in cut
         ]
-        for (i, j), output in zip(cut, self.llm.generate(continued, params, use_tqdm=False)):
-            answer = self._rollout(output.outputs[0])
+        answers = self._rollouts([output.outputs for output in self.llm.generate(continued, params, use_tqdm=False)])
+        for (i, j), (answer,) in zip(cut, answers):
             head = rollouts[i][j]
             rollouts[i][j] = Rollout(
                 token_ids=head.token_ids + marker_ids + answer.token_ids,
