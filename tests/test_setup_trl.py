@@ -28,8 +28,15 @@ def conversations(prompts) -> list[dict]:
     return [{"prompt": [{"role": "user", "content": p.text}], "answer": p.answer} for p in prompts]
 
 
-def write_setup(folder: Path, *, budget: float = 0.04, train_rows: int = 64, grpo: dict | None = None,
-                rows: list[dict] | None = None, module_text: str | None = None) -> tuple[Path, str]:
+def write_setup(
+    folder: Path,
+    *,
+    budget: float = 0.04,
+    train_rows: int = 64,
+    grpo: dict | None = None,
+    rows: list[dict] | None = None,
+    module_text: str | None = None,
+) -> tuple[Path, str]:
     """A study folder as a TRL user has it: grpo.yaml, data/{train,test}.parquet (conversational 2-digit sums), a
     reward module; and a two-point study over n on it. Returns (the study file, the reward module's name)."""
     import datasets
@@ -43,27 +50,48 @@ def write_setup(folder: Path, *, budget: float = 0.04, train_rows: int = 64, grp
         held_out = [{"prompt": row["prompt"], "solution": row["answer"]} for row in held_out]
     datasets.Dataset.from_list(held_out).to_parquet(folder / "data/test.parquet")
     module = f"rewards_{uuid.uuid4().hex[:8]}"  # a fresh name: the CLI runs in this process, which caches modules
-    (folder / f"{module}.py").write_text(module_text or textwrap.dedent('''
+    (folder / f"{module}.py").write_text(
+        module_text
+        or textwrap.dedent('''
         def correct(completions, answer, **kwargs):
             """1.0 when the completion is the sum."""
             return [float(c[0]["content"].strip() == a) for c, a in zip(completions, answer)]
-    '''))
-    config = {"dataset_name": "data", "reward_funcs": [f"{module}.correct", "get_soft_overlong_punishment"],
-              "reward_weights": [1.0, 0.1], "learning_rate": 2.0e-5, "per_device_train_batch_size": 8,
-              "max_completion_length": 8, "gradient_checkpointing": False, "report_to": ["mlflow"],
-              "env": {"MY_FLAG": "1"}, **(grpo or {})}
+    ''')
+    )
+    config = {
+        "dataset_name": "data",
+        "reward_funcs": [f"{module}.correct", "get_soft_overlong_punishment"],
+        "reward_weights": [1.0, 0.1],
+        "learning_rate": 2.0e-5,
+        "per_device_train_batch_size": 8,
+        "max_completion_length": 8,
+        "gradient_checkpointing": False,
+        "report_to": ["mlflow"],
+        "env": {"MY_FLAG": "1"},
+        **(grpo or {}),
+    }
     (folder / "grpo.yaml").write_text(yaml.safe_dump({k: v for k, v in config.items() if v is not None}))
-    study = {"name": "mine", "method": "isocompute", "compute": {"unit": "gpu_hours", "budget": budget,
-                                                                  "profile": "tiny-cpu"},
-             "parameters": {"rollouts": {"values": [2, 4]}},
-             "recipe": {"engine": "trl", "prompts_per_batch": 4, "eval_every": 5, "eval_prompts": 8,
-                        "eval_samples": 2, "checkpoint_every": 2},
-             "setup": {"config": "grpo.yaml"}}
+    study = {
+        "name": "mine",
+        "method": "isocompute",
+        "compute": {"unit": "gpu_hours", "budget": budget, "profile": "tiny-cpu"},
+        "parameters": {"rollouts": {"values": [2, 4]}},
+        "recipe": {
+            "engine": "trl",
+            "prompts_per_batch": 4,
+            "eval_every": 5,
+            "eval_prompts": 8,
+            "eval_samples": 2,
+            "checkpoint_every": 2,
+        },
+        "setup": {"config": "grpo.yaml"},
+    }
     (folder / "study.yaml").write_text(yaml.safe_dump(study))
     return folder / "study.yaml", module
 
 
 # ------------------------------------------------------------------------------------------ no Ray, no training
+
 
 def test_the_dry_run_lists_the_users_files_and_every_key_rlscale_changes(cli, tmp_path):
     import trl
@@ -74,13 +102,27 @@ def test_the_dry_run_lists_the_users_files_and_every_key_rlscale_changes(cli, tm
     points = json.loads(out)
     assert [p["run"] for p in points] == ["n2", "n4"]
     for point, n in zip(points, (2, 4)):
-        assert point["setup_files"] == [str(tmp_path / "grpo.yaml"), str(tmp_path / "data"),
-                                        str(tmp_path / f"{module}.py")]
+        assert point["setup_files"] == [
+            str(tmp_path / "grpo.yaml"),
+            str(tmp_path / "data"),
+            str(tmp_path / f"{module}.py"),
+        ]
         changes = {c["key"]: c for c in point["changes"]}
-        assert changes["num_generations"] == {"key": "num_generations", "before": None, "after": n,
-                                              "why": "axis rollouts"}
-        assert {"max_steps", "output_dir", "save_steps", "seed", "run_name", "eval_strategy",
-                "lr_scheduler_type"} <= set(changes)
+        assert changes["num_generations"] == {
+            "key": "num_generations",
+            "before": None,
+            "after": n,
+            "why": "axis rollouts",
+        }
+        assert {
+            "max_steps",
+            "output_dir",
+            "save_steps",
+            "seed",
+            "run_name",
+            "eval_strategy",
+            "lr_scheduler_type",
+        } <= set(changes)
         assert changes["lr_scheduler_type"]["after"] == "constant_with_warmup"  # TRL's linear would follow max_steps
         config = point["config"]
         # the user's keys stay as written; what changed is exactly what the changes list
@@ -89,7 +131,8 @@ def test_the_dry_run_lists_the_users_files_and_every_key_rlscale_changes(cli, tm
             if key not in ("env", "dataset_name"):
                 assert config[key] == value, key
         assert {key for key in config if config.get(key) != user.get(key)} == {
-            c["key"] for c in point["changes"] if not c["key"].startswith("env.")}
+            c["key"] for c in point["changes"] if not c["key"].startswith("env.")
+        }
         # TRL builds it: B_p x n completions per generated batch, one optimizer update per batch, as the user's
         # config had (8 completions per device, no accumulation)
         grpo = trl.GRPOConfig(**{k: v for k, v in config.items() if k in trl.GRPOConfig.__dataclass_fields__})
@@ -100,8 +143,9 @@ def test_the_dry_run_lists_the_users_files_and_every_key_rlscale_changes(cli, tm
     assert "MY_FLAG" not in os.environ
 
 
-@pytest.mark.parametrize("case", ["missing column", "bad row", "reward does not import", "unknown field",
-                                  "decaying schedule"])
+@pytest.mark.parametrize(
+    "case", ["missing column", "bad row", "reward does not import", "unknown field", "decaying schedule"]
+)
 def test_bad_input_exits_2_naming_the_file_and_the_field_and_stores_nothing(cli, tmp_path, case):
     from rlscale.runner.rl.tasks import arithmetic_task
 
@@ -116,16 +160,20 @@ def test_bad_input_exits_2_naming_the_file_and_the_field_and_stores_nothing(cli,
     db = tmp_path / "store.db"
     code, out, err = cli("sweep", study, "--db", f"sqlite:///{db}")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    expected = {"missing column": f"{tmp_path / 'data'}: answer:", "bad row": f"{tmp_path / 'data'}: prompt: row 3",
-                "reward does not import": f"{tmp_path / 'grpo.yaml'}: reward_funcs: {module}.correct",
-                "unknown field": f"{tmp_path / 'grpo.yaml'}: learning_rat:",
-                "decaying schedule": f"{tmp_path / 'grpo.yaml'}: lr_scheduler_type: cosine"}[case]
+    expected = {
+        "missing column": f"{tmp_path / 'data'}: answer:",
+        "bad row": f"{tmp_path / 'data'}: prompt: row 3",
+        "reward does not import": f"{tmp_path / 'grpo.yaml'}: reward_funcs: {module}.correct",
+        "unknown field": f"{tmp_path / 'grpo.yaml'}: learning_rat:",
+        "decaying schedule": f"{tmp_path / 'grpo.yaml'}: lr_scheduler_type: cosine",
+    }[case]
     assert expected in err
     assert not db.exists()
 
 
-@pytest.mark.parametrize("form", ["directory of split files", "parquet file", "jsonl file", "save_to_disk",
-                                  "save_to_disk with splits"])
+@pytest.mark.parametrize(
+    "form", ["directory of split files", "parquet file", "jsonl file", "save_to_disk", "save_to_disk with splits"]
+)
 def test_datasets_load_as_users_keep_them_with_a_fixed_held_out_part(tmp_path, form):
     import datasets
     from rlscale.runner.rl.tasks import arithmetic_task
@@ -133,8 +181,10 @@ def test_datasets_load_as_users_keep_them_with_a_fixed_held_out_part(tmp_path, f
     from rlscale.runner.trl.user_data import check_rows, load_splits
 
     task = arithmetic_task(2, 0)
-    train, test = (datasets.Dataset.from_list(conversations(task.train[:40])),
-                   datasets.Dataset.from_list(conversations(task.validation(8))))
+    train, test = (
+        datasets.Dataset.from_list(conversations(task.train[:40])),
+        datasets.Dataset.from_list(conversations(task.validation(8))),
+    )
     path = tmp_path / "data"
     if form == "directory of split files":
         path.mkdir()
@@ -150,12 +200,15 @@ def test_datasets_load_as_users_keep_them_with_a_fixed_held_out_part(tmp_path, f
         train.save_to_disk(path)
     else:
         datasets.DatasetDict({"train": train, "test": test}).save_to_disk(path)
-    parsed = parse({"dataset_name": str(path), "reward_funcs": ["x.y"], "use_cpu": True, "bf16": False,
-                    "num_generations": 2}, file="grpo.yaml")
+    parsed = parse(
+        {"dataset_name": str(path), "reward_funcs": ["x.y"], "use_cpu": True, "bf16": False, "num_generations": 2},
+        file="grpo.yaml",
+    )
     first = load_splits(parsed[0], parsed[3], eval_prompts=6)
     again = load_splits(parsed[0], parsed[3], eval_prompts=6)
-    assert [len(part) for part in first] == ([40, 6] if form in ("directory of split files", "save_to_disk with splits")
-                                             else [34, 6])  # without a test split, 6 rows are held out
+    assert [len(part) for part in first] == (
+        [40, 6] if form in ("directory of split files", "save_to_disk with splits") else [34, 6]
+    )  # without a test split, 6 rows are held out
     assert first[1]["prompt"] == again[1]["prompt"]  # the same held-out rows for every run and segment
     held = {str(p) for p in first[1]["prompt"]}
     assert not held & {str(p) for p in first[0]["prompt"]}
@@ -172,8 +225,10 @@ def test_each_step_is_recorded_once_with_the_studys_reward_metric_at_its_eval_st
     recipe = Recipe.model_validate({"engine": "trl", "steps": 10, "eval_every": 2})
     log = tmp_path / "records.jsonl"
     callback = EvalRecordCallback(recipe, log, until_step=3, updates=2, metric=metric or "eval_reward")
-    state, control = SimpleNamespace(global_step=0), SimpleNamespace(should_evaluate=False, should_save=False,
-                                                                     should_training_stop=False)
+    state, control = (
+        SimpleNamespace(global_step=0),
+        SimpleNamespace(should_evaluate=False, should_save=False, should_training_stop=False),
+    )
     evaluation = {"eval_reward": 0.5, "eval_rewards/correct/mean": 0.25, "eval_loss": 0.0}
 
     def evaluate():  # what TRL does: log the evaluation's metrics, then call on_evaluate
@@ -191,13 +246,18 @@ def test_each_step_is_recorded_once_with_the_studys_reward_metric_at_its_eval_st
     callback.close()
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     expected = 0.25 if metric else 0.5
-    assert [(line["step"], line["val_reward"]) for line in lines] == [(0, expected), (1, None), (2, expected),
-                                                                       (3, expected)]
+    assert [(line["step"], line["val_reward"]) for line in lines] == [
+        (0, expected),
+        (1, None),
+        (2, expected),
+        (3, expected),
+    ]
     assert [line["metrics"].get("reward") for line in lines] == [None, 0.2, 0.4, 0.6]  # each step's own update
     assert control.should_training_stop and control.should_save  # the segment ends at until_step, checkpointed
 
 
 # ------------------------------------------------------------------------------------------ real TRL jobs on Ray
+
 
 @pytest.mark.slow
 def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_to_mlflow(cluster, tmp_path):
@@ -230,8 +290,9 @@ def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_t
         assert mine.set_index("step")["gpu_hours"].loc[kept.index].tolist() == kept.tolist()  # stored once
         assert planned[name] <= mine["gpu_hours"].max() <= planned[name] * 1.03  # ended at its planned compute
         assert mine["gpu_hours"].is_monotonic_increasing and mine["val_reward"].notna().sum() >= 3
-    assert len(stopped) >= 1 and any((tmp_path / "shared" / f"{job[:-2]}" / "logs" / f"{job[:-2]}-2.jsonl").exists()
-                                     for job in stopped)  # a second job resumed the run
+    assert len(stopped) >= 1 and any(
+        (tmp_path / "shared" / f"{job[:-2]}" / "logs" / f"{job[:-2]}-2.jsonl").exists() for job in stopped
+    )  # a second job resumed the run
     # MLflow holds both runs under the study, each one run across its jobs, with the study's reward at its steps
     mlflow = MlflowClient(tracking)
     experiment = mlflow.get_experiment_by_name("mine")

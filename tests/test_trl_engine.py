@@ -19,11 +19,29 @@ from rlscale.planner.recipe import Recipe
 
 TESTS = Path(__file__).resolve().parent
 # sync, one update per batch, group normalisation, token aggregation, clip 0.2/0.28: what TRL expresses exactly
-RECIPE = dict(engine="trl", model="tiny", task="arithmetic", prompts_per_batch=4, rollouts=4, steps=8,
-              loss="dapo", loss_agg="token", adv_norm="group", zero_variance_filter=False,
-              no_positive_resampling=None, length_control="truncate", max_new_tokens=8, lr=1e-4,
-              lr_reference_batch=16, lr_warmup_steps=0, eval_every=4, eval_prompts=16, eval_samples=2,
-              checkpoint_every=2, trainer_devices=1)
+RECIPE = dict(
+    engine="trl",
+    model="tiny",
+    task="arithmetic",
+    prompts_per_batch=4,
+    rollouts=4,
+    steps=8,
+    loss="dapo",
+    loss_agg="token",
+    adv_norm="group",
+    zero_variance_filter=False,
+    no_positive_resampling=None,
+    length_control="truncate",
+    max_new_tokens=8,
+    lr=1e-4,
+    lr_reference_batch=16,
+    lr_warmup_steps=0,
+    eval_every=4,
+    eval_prompts=16,
+    eval_samples=2,
+    checkpoint_every=2,
+    trainer_devices=1,
+)
 RECIPE["async"] = "sync"
 
 
@@ -36,8 +54,12 @@ def trl_engine(cluster, tmp_path):
 def write_study(path: Path, name: str, parameters: dict, compute: dict | None = None, **recipe) -> Path:
     """A grid study over `parameters` of RECIPE with `recipe` changes; with `compute`, IsoCompute (no steps key)."""
     keys = {key: value for key, value in {**RECIPE, **recipe}.items() if not (compute and key == "steps")}
-    spec = {"name": name, "method": "grid", "recipe": keys,
-            "parameters": {key: {"values": values} for key, values in parameters.items()}}
+    spec = {
+        "name": name,
+        "method": "grid",
+        "recipe": keys,
+        "parameters": {key: {"values": values} for key, values in parameters.items()},
+    }
     if compute:
         spec.update(method="isocompute", compute=compute)
     path.write_text(yaml.safe_dump(spec))
@@ -45,6 +67,7 @@ def write_study(path: Path, name: str, parameters: dict, compute: dict | None = 
 
 
 # ------------------------------------------------------------------------------------------ no Ray, no training
+
 
 def test_dry_run_prints_the_grpo_config_that_the_export_prints(cli, tmp_path, monkeypatch):
     if "vllm" not in sys.modules:  # TRL imports an installed vLLM (slow) that a GRPOConfig does not need
@@ -92,6 +115,7 @@ def test_bad_input_exits_2_naming_the_field_or_package_and_stores_nothing(cli, t
 
 
 # ------------------------------------------------------------------------------------------ real TRL jobs on Ray
+
 
 def _kill_job(tmp_path: Path, submission_id: str) -> None:
     """kill -9 the job's python process (its command line ends with its spec file; not Ray's shell around it)."""
@@ -149,8 +173,9 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
     assert end["step"] == rung and 0 < end["val_reward"] <= 1 and end["rollouts"] == rung * 16
     assert end["tokens"] > rung * 16
     assert {"train_reward", "entropy", "grad_norm", "clip_fraction", "truncation_rate"} <= set(end["metrics"])
-    jobs = sorted(j.submission_id for j in JobSubmissionClient(cluster).list_jobs()
-                  if j.submission_id.startswith("life-1-aa-"))
+    jobs = sorted(
+        j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("life-1-aa-")
+    )
     assert jobs == ["life-1-aa-1", "life-1-aa-2"]
     # a driver that comes back with a planned compute the jobs passed unwatched: the run ends at the plan's step
     ended = []
@@ -170,8 +195,9 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def kill_driver_past(args: list[str], url: str, study: str, cluster: str, *, step: int = 3,
-                     env: dict | None = None, seconds: float = 300) -> list[str]:
+def kill_driver_past(
+    args: list[str], url: str, study: str, cluster: str, *, step: int = 3, env: dict | None = None, seconds: float = 300
+) -> list[str]:
     """Start the driver `args`, kill -9 its process group once a record of `study` reaches `step` (past the
     checkpoint at step 2), then stop its running jobs as a lost node would; returns those jobs' submission ids."""
     from ray.job_submission import JobSubmissionClient
@@ -192,8 +218,11 @@ def kill_driver_past(args: list[str], url: str, study: str, cluster: str, *, ste
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
     client = JobSubmissionClient(cluster)
-    stopped = [j.submission_id for j in client.list_jobs()
-               if j.submission_id.startswith(f"{study}-") and str(j.status.value) in ("PENDING", "RUNNING")]
+    stopped = [
+        j.submission_id
+        for j in client.list_jobs()
+        if j.submission_id.startswith(f"{study}-") and str(j.status.value) in ("PENDING", "RUNNING")
+    ]
     for job in stopped:
         client.stop_job(job)
     while any(str(client.get_job_status(job).value) in ("PENDING", "RUNNING") for job in stopped):
@@ -206,8 +235,13 @@ def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned
     from ray.job_submission import JobSubmissionClient
 
     # IsoCompute over n at 256 rollouts per run: n 2 trains 32 steps, n 4 trains 16
-    study = write_study(tmp_path / "killtrl.yaml", "killtrl", {"rollouts": [2, 4]},
-                        compute={"unit": "rollouts", "budget": 256}, eval_every=8)
+    study = write_study(
+        tmp_path / "killtrl.yaml",
+        "killtrl",
+        {"rollouts": [2, 4]},
+        compute={"unit": "rollouts", "budget": 256},
+        eval_every=8,
+    )
     url = f"sqlite:///{tmp_path / 'store.db'}"
     args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared")]
     client = JobSubmissionClient(cluster)

@@ -31,8 +31,13 @@ SHIPPED_DIR = Path(__file__).with_name("base")  # the weights rlscale ships (bui
 CHECKSUMS = "SHA256SUMS"  # sha256sum's format: one '<hex>  <file>' line per file of the model directory
 # Numerics that depend least on the CPU: torch's baseline kernels, MKL's and oneDNN's reproducible paths, one thread
 # (fixed reduction order). Read when torch loads, so a build runs in a child process with them.
-PORTABLE_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41",
-                "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+PORTABLE_ENV = {
+    "ATEN_CPU_CAPABILITY": "default",
+    "MKL_CBWR": "COMPATIBLE",
+    "ONEDNN_MAX_CPU_ISA": "SSE41",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 CHARACTERS = [chr(code) for code in range(32, 127)] + ["\n"]  # printable ASCII and newline
 # conversational prompts (TRL's, verl's chat data) are their messages' text after <bos>: the same ids as the plain text
@@ -75,8 +80,13 @@ def build_tokenizer():
     )
     core.add_special_tokens(SPECIAL_TOKENS)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
-        padding_side="left", model_max_length=ARCHITECTURE["max_position_embeddings"],
+        tokenizer_object=core,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        padding_side="left",
+        model_max_length=ARCHITECTURE["max_position_embeddings"],
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
@@ -88,8 +98,12 @@ def build_model(tokenizer, seed: int = SFT_SEED):
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, torch_dtype="float32", **ARCHITECTURE,
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
+        **ARCHITECTURE,
     )
     return LlamaForCausalLM(config).float()
 
@@ -111,15 +125,30 @@ def sft_batch(prompts: list[Prompt], tokenizer) -> tuple[torch.Tensor, torch.Ten
     return input_ids, labels
 
 
-def sampled_pass_rate(model, tokenizer, task, prompts: list[Prompt], *, samples: int = 1, temperature: float = 1.0,
-                      max_new_tokens: int = 8, seed: int = 0) -> float:
+def sampled_pass_rate(
+    model,
+    tokenizer,
+    task,
+    prompts: list[Prompt],
+    *,
+    samples: int = 1,
+    temperature: float = 1.0,
+    max_new_tokens: int = 8,
+    seed: int = 0,
+) -> float:
     """Mean verifier reward over `samples` rollouts per prompt, sampled at `temperature` (ScaleRL's validation
     metric)."""
     generator = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed)
     rollouts = sample(
-        model, [tokenizer(p.text)["input_ids"] for p in prompts], n=samples, max_new_tokens=max_new_tokens,
-        temperature=temperature, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-        generator=generator, decode=tokenizer.decode,
+        model,
+        [tokenizer(p.text)["input_ids"] for p in prompts],
+        n=samples,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+        generator=generator,
+        decode=tokenizer.decode,
     )
     rewards = [task.verify(prompts[i // samples], text) for i, text in enumerate(rollouts.completions)]
     return sum(rewards) / len(rewards)
@@ -204,9 +233,11 @@ def verify_checksums(directory: Path) -> None:
         path = directory / name
         actual = _sha256(path) if path.is_file() else "missing"
         if actual != expected:
-            raise UserError(f"the base policy's {name} is damaged or was changed (sha256 {actual[:16]}, expected "
-                            f"{expected[:16]}); reinstall rlscale, or build one: rlscale base-model --rebuild",
-                            file=str(sums))
+            raise UserError(
+                f"the base policy's {name} is damaged or was changed (sha256 {actual[:16]}, expected "
+                f"{expected[:16]}); reinstall rlscale, or build one: rlscale base-model --rebuild",
+                file=str(sums),
+            )
     _VERIFIED.add(stamp)
 
 
@@ -214,8 +245,10 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-_CHILD = ("import json, sys; from pathlib import Path; from rlscale.runner.rl.policy import _build_into; "
-          "_build_into(Path(sys.argv[1]), log=lambda *row: print(json.dumps(row), flush=True))")
+_CHILD = (
+    "import json, sys; from pathlib import Path; from rlscale.runner.rl.policy import _build_into; "
+    "_build_into(Path(sys.argv[1]), log=lambda *row: print(json.dumps(row), flush=True))"
+)
 
 
 def build_portable(directory: Path, *, log=None) -> None:
@@ -223,8 +256,13 @@ def build_portable(directory: Path, *, log=None) -> None:
     pass_rate) at each SFT check. RuntimeError with the child's last line if it fails."""
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile("w+") as errors:
-        with subprocess.Popen([sys.executable, "-c", _CHILD, str(directory)], env={**os.environ, **PORTABLE_ENV},
-                              stdout=subprocess.PIPE, stderr=errors, text=True) as child:
+        with subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(directory)],
+            env={**os.environ, **PORTABLE_ENV},
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        ) as child:
             for line in child.stdout:
                 if log:
                     log(*json.loads(line))
@@ -250,16 +288,32 @@ def _build_into(directory: Path, *, log=None) -> None:
     tokenizer.save_pretrained(directory)
     _portable_tokenizer_class(directory / "tokenizer_config.json")
     GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        do_sample=True, temperature=1.0, max_new_tokens=8,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        do_sample=True,
+        temperature=1.0,
+        max_new_tokens=8,
     ).save_pretrained(directory)
     environment = {key: os.environ.get(key) for key in PORTABLE_ENV}
-    (directory / "rlscale_base_model.json").write_text(json.dumps({
-        "version": BASE_MODEL_VERSION, "task": "arithmetic", "sft_steps": steps,
-        "sampled_pass_rate": pass_rate, "eval_prompts": SFT_EVAL_PROMPTS, "temperature": 1.0,
-        "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "portable": environment == PORTABLE_ENV, "environment": environment,
-    }, indent=2) + "\n")
+    (directory / "rlscale_base_model.json").write_text(
+        json.dumps(
+            {
+                "version": BASE_MODEL_VERSION,
+                "task": "arithmetic",
+                "sft_steps": steps,
+                "sampled_pass_rate": pass_rate,
+                "eval_prompts": SFT_EVAL_PROMPTS,
+                "temperature": 1.0,
+                "torch": torch.__version__,
+                "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                "portable": environment == PORTABLE_ENV,
+                "environment": environment,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     files = sorted(p.name for p in directory.iterdir() if p.is_file() and p.name != CHECKSUMS)
     (directory / CHECKSUMS).write_text("".join(f"{_sha256(directory / name)}  {name}\n" for name in files))
 

@@ -52,17 +52,26 @@ class RecordCallback(TrainerCallback):
         recipe, tokenizer = self.recipe, self.tokenizer
         model = getattr(model, "module", model)
         device = next(model.parameters()).device
-        batch = tokenizer([p.text for p in self.prompts], return_tensors="pt", padding=True,
-                          padding_side="left").to(device)
+        batch = tokenizer([p.text for p in self.prompts], return_tensors="pt", padding=True, padding_side="left").to(
+            device
+        )
         training = model.training
         model.eval()
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
             torch.manual_seed(EVAL_SEED_BASE + recipe.seed * 1_000_000 + step)
-            out = model.generate(**batch, do_sample=True, temperature=recipe.temperature, top_k=0, top_p=1.0,
-                                 max_new_tokens=recipe.max_new_tokens, num_return_sequences=recipe.eval_samples,
-                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+            out = model.generate(
+                **batch,
+                do_sample=True,
+                temperature=recipe.temperature,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=recipe.max_new_tokens,
+                num_return_sequences=recipe.eval_samples,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
         model.train(training)
-        texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+        texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         rewards = [self.task.verify(self.prompts[i // recipe.eval_samples], text) for i, text in enumerate(texts)]
         return sum(rewards) / len(rewards)
 
@@ -115,8 +124,10 @@ class EvalRecordCallback(TrainerCallback):
         metrics = metrics or {}
         value = metrics.get(self.metric, metrics.get(f"eval_{self.metric}"))
         if self.metric not in metrics and f"eval_{self.metric}" not in metrics:
-            raise KeyError(f"the study's reward metric {self.metric!r} is not among TRL's evaluation metrics: "
-                           f"{', '.join(sorted(metrics))}")
+            raise KeyError(
+                f"the study's reward metric {self.metric!r} is not among TRL's evaluation metrics: "
+                f"{', '.join(sorted(metrics))}"
+            )
         step = state.global_step // self.updates
         write_line(self.log, step, value, self.pending if step == self.evaluating else {})
         self.evaluating, self.pending = None, {}

@@ -49,13 +49,25 @@ class TrlEngine(JobsApiEngine):
     name = "trl"
     failure = TrlJobFailed
 
-    def __init__(self, *, ray_address: str | None = None, shared_dir: str | Path | None = None,
-                 python: str = sys.executable, gpus: bool = False, micro_batch: int = 64,
-                 max_prompt_tokens: int = 1024, env_vars: dict | None = None, poll_seconds: float = 2.0,
-                 setup=None):
+    def __init__(
+        self,
+        *,
+        ray_address: str | None = None,
+        shared_dir: str | Path | None = None,
+        python: str = sys.executable,
+        gpus: bool = False,
+        micro_batch: int = 64,
+        max_prompt_tokens: int = 1024,
+        env_vars: dict | None = None,
+        poll_seconds: float = 2.0,
+        setup=None,
+    ):
         self.setup = setup  # the user's own TRL setup the study starts from (planner/frameworks/setup.SetupPlan)
-        super().__init__(ray_address=ray_address, shared_dir=Path(shared_dir) if shared_dir else default_shared_dir(),
-                         poll_seconds=poll_seconds)
+        super().__init__(
+            ray_address=ray_address,
+            shared_dir=Path(shared_dir) if shared_dir else default_shared_dir(),
+            poll_seconds=poll_seconds,
+        )
         self.python, self.gpus = python, gpus
         self.micro_batch, self.max_prompt_tokens = micro_batch, max_prompt_tokens
         self.env_vars = dict(env_vars or {})
@@ -75,15 +87,25 @@ class TrlEngine(JobsApiEngine):
         if self.python == sys.executable or self.setup is not None:
             require_trl()
         if self.setup is None:
-            return make_job(recipe, run_dir, submission_id, until_step=until_step, python=self.python,
-                            gpus=self.gpus, micro_batch=self.micro_batch, max_prompt_tokens=self.max_prompt_tokens)
+            return make_job(
+                recipe,
+                run_dir,
+                submission_id,
+                until_step=until_step,
+                python=self.python,
+                gpus=self.gpus,
+                micro_batch=self.micro_batch,
+                max_prompt_tokens=self.max_prompt_tokens,
+            )
         with self._setup_lock:  # one thread at a time parses, imports the user's rewards, reads the data
-            job = make_setup_job(self.setup, recipe, run_dir, submission_id, until_step=until_step,
-                                 python=self.python, gpus=self.gpus)
+            job = make_setup_job(
+                self.setup, recipe, run_dir, submission_id, until_step=until_step, python=self.python, gpus=self.gpus
+            )
             self._shapes[_recipe_key(recipe)] = (job.composed.updates, job.composed.batch)
             if self.setup.setup.config_file not in self._checked:
                 self._checked[self.setup.setup.config_file] = check_inputs(
-                    job.composed, file=self.setup.setup.config_file, eval_prompts=recipe.eval_prompts)
+                    job.composed, file=self.setup.setup.config_file, eval_prompts=recipe.eval_prompts
+                )
         return job
 
     def _shape(self, recipe) -> tuple[int | None, int | None]:
@@ -97,8 +119,9 @@ class TrlEngine(JobsApiEngine):
             shape = job.composed.updates, job.composed.batch
         return shape
 
-    def submission(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int,
-                   base_device_seconds: float) -> Submission:
+    def submission(
+        self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int, base_device_seconds: float
+    ) -> Submission:
         """The job, holding its devices as Ray resources (GPUs, or CPU cores with as many OpenMP threads)."""
         job = self.trl_job(recipe, run_dir, submission_id, until_step=until_step)
         env = dict(self.env_vars)
@@ -106,14 +129,21 @@ class TrlEngine(JobsApiEngine):
             env.update(job.composed.env)
             if "MLFLOW_EXPERIMENT_NAME" in env:  # the sweep creates the MLflow run, every segment continues it
                 with self._tracker_lock:
-                    env["MLFLOW_RUN_ID"] = mlflow_run(env, study=self.setup.study, run_key=run_dir.root.name,
-                                                      run_dir=run_dir.root)
+                    env["MLFLOW_RUN_ID"] = mlflow_run(
+                        env, study=self.setup.study, run_key=run_dir.root.name, run_dir=run_dir.root
+                    )
         if not job.gpus:
             env.setdefault("OMP_NUM_THREADS", str(job.devices))
         resources = {"entrypoint_num_gpus": job.devices} if job.gpus else {"entrypoint_num_cpus": job.devices}
-        return Submission(submission_id=submission_id, entrypoint=job.entrypoint, devices=job.devices,
-                          until_step=until_step, runtime_env={"env_vars": env}, resources=resources,
-                          metadata={"rlscale_run": run_dir.root.name, "base_gpu_seconds": repr(base_device_seconds)})
+        return Submission(
+            submission_id=submission_id,
+            entrypoint=job.entrypoint,
+            devices=job.devices,
+            until_step=until_step,
+            runtime_env={"env_vars": env},
+            resources=resources,
+            metadata={"rlscale_run": run_dir.root.name, "base_gpu_seconds": repr(base_device_seconds)},
+        )
 
     def prepare(self, recipe, run_dir: RunDir, job: Submission) -> None:
         write_spec(self.trl_job(recipe, run_dir, job.submission_id, until_step=job.until_step), recipe)
@@ -135,24 +165,42 @@ class TrlEngine(JobsApiEngine):
         job = self.trl_job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=recipe.steps)
         if isinstance(job, SetupJob):
             return self._setup_dry_run(job, recipe)
-        return {"ray_address": self.ray_address or "RAY_ADDRESS", "submission_id": job.submission_id,
-                "entrypoint": job.entrypoint, "devices": self.devices(recipe), "log_file": str(job.log_file),
-                "config": job.config, "nearest": job.mapping.nearest, "not_expressible": job.mapping.missing,
-                "config_text": render(recipe, job.deployment, [f"rlscale sweep --dry-run: job {job.submission_id}"],
-                                      run_keys=job.run_keys)}
+        return {
+            "ray_address": self.ray_address or "RAY_ADDRESS",
+            "submission_id": job.submission_id,
+            "entrypoint": job.entrypoint,
+            "devices": self.devices(recipe),
+            "log_file": str(job.log_file),
+            "config": job.config,
+            "nearest": job.mapping.nearest,
+            "not_expressible": job.mapping.missing,
+            "config_text": render(
+                recipe, job.deployment, [f"rlscale sweep --dry-run: job {job.submission_id}"], run_keys=job.run_keys
+            ),
+        }
 
     def _setup_dry_run(self, job, recipe) -> dict:
         """A setup study's first job: the user's files, rlscale's changes to their keys (the axes', then the run's,
         each with its reason) and the config the job reads."""
         import yaml
 
-        header = [f"# rlscale sweep --dry-run: job {job.submission_id}, the config it reads: "
-                  f"{self.setup.setup.config_file} with rlscale's changes"]
+        header = [
+            f"# rlscale sweep --dry-run: job {job.submission_id}, the config it reads: "
+            f"{self.setup.setup.config_file} with rlscale's changes"
+        ]
         with self._setup_lock:
             files = self._checked[self.setup.setup.config_file]
-        return {"ray_address": self.ray_address or "RAY_ADDRESS", "submission_id": job.submission_id,
-                "entrypoint": job.entrypoint, "devices": self.devices(recipe),
-                "log_file": str(job.log_file), "config": job.config, "env_vars": job.composed.env,
-                "setup_files": files, "changes": [change.to_dict() for change in job.composed.changes],
-                "nearest": [], "not_expressible": [],
-                "config_text": "\n".join(header) + "\n" + yaml.safe_dump(job.config, sort_keys=False)}
+        return {
+            "ray_address": self.ray_address or "RAY_ADDRESS",
+            "submission_id": job.submission_id,
+            "entrypoint": job.entrypoint,
+            "devices": self.devices(recipe),
+            "log_file": str(job.log_file),
+            "config": job.config,
+            "env_vars": job.composed.env,
+            "setup_files": files,
+            "changes": [change.to_dict() for change in job.composed.changes],
+            "nearest": [],
+            "not_expressible": [],
+            "config_text": "\n".join(header) + "\n" + yaml.safe_dump(job.config, sort_keys=False),
+        }

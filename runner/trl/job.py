@@ -30,9 +30,11 @@ DEFAULT_REWARD_METRIC = "eval_reward"  # a setup study's reward: TRL's weighted 
 
 def last_checkpoint(run_dir: RunDir) -> Path | None:
     """The run's newest whole TRL checkpoint directory (None if there is none)."""
-    whole = [(int(path.name[len(CHECKPOINT_PREFIX):]), path)
-             for path in run_dir.checkpoints.glob(f"{CHECKPOINT_PREFIX}*")
-             if path.name[len(CHECKPOINT_PREFIX):].isdigit() and (path / TRAINER_STATE).is_file()]
+    whole = [
+        (int(path.name[len(CHECKPOINT_PREFIX) :]), path)
+        for path in run_dir.checkpoints.glob(f"{CHECKPOINT_PREFIX}*")
+        if path.name[len(CHECKPOINT_PREFIX) :].isdigit() and (path / TRAINER_STATE).is_file()
+    ]
     return max(whole)[1] if whole else None
 
 
@@ -40,7 +42,7 @@ def checkpointed_step(recipe, run_dir: RunDir, updates: int | None = None) -> in
     """The rlscale step of the run's last checkpoint (TRL counts optimizer updates, `updates` per step: the recipe's
     by default; 0 without one)."""
     last = last_checkpoint(run_dir)
-    return int(last.name[len(CHECKPOINT_PREFIX):]) // (updates or updates_per_batch(recipe)) if last else 0
+    return int(last.name[len(CHECKPOINT_PREFIX) :]) // (updates or updates_per_batch(recipe)) if last else 0
 
 
 @dataclass(frozen=True)
@@ -61,59 +63,97 @@ class Job:
 
     def spec(self, recipe) -> dict:
         """What the job reads (train.py): the recipe, its GRPOConfig, where to stop and where to write records."""
-        return {"recipe": recipe.to_json(), "config": self.config, "until_step": self.until_step,
-                "log_file": str(self.log_file), "devices": self.devices, "gpus": self.gpus}
+        return {
+            "recipe": recipe.to_json(),
+            "config": self.config,
+            "until_step": self.until_step,
+            "log_file": str(self.log_file),
+            "devices": self.devices,
+            "gpus": self.gpus,
+        }
 
 
 def check_recipe(recipe) -> None:
     """UserError (naming the field) for a recipe whose loss TRL trains differently, not just more coarsely."""
     low, _high = recipe.clip_range
     if recipe.loss == "cispo" and low < 1:
-        raise UserError(f"engine: trl: TRL {VERSION}'s CISPO clamps its weight from above only; expected clip_low: 1 "
-                        f"(no lower truncation), got {low:g}", field="clip_low")
+        raise UserError(
+            f"engine: trl: TRL {VERSION}'s CISPO clamps its weight from above only; expected clip_low: 1 "
+            f"(no lower truncation), got {low:g}",
+            field="clip_low",
+        )
 
 
 def require_trl() -> None:
     """UserError naming the package when this interpreter has no TRL (the job runs GRPOTrainer from it)."""
     if find_spec("trl") is None:
-        raise UserError(f"engine: trl needs the package trl=={VERSION} (pip install 'rlscale[runner]')",
-                        field="engine")
+        raise UserError(f"engine: trl needs the package trl=={VERSION} (pip install 'rlscale[runner]')", field="engine")
 
 
 def deployment(recipe, *, gpus: bool, micro_batch: int, max_prompt_tokens: int) -> Deployment:
     """One node: on GPUs one process per trainer device with vLLM colocated; on CPU one process, transformers'
     generate."""
-    return Deployment(gpus_per_node=recipe.trainer_devices if gpus else 1, nodes=1, max_prompt_tokens=max_prompt_tokens,
-                      micro_batch_per_gpu=micro_batch, cpu=not gpus)
+    return Deployment(
+        gpus_per_node=recipe.trainer_devices if gpus else 1,
+        nodes=1,
+        max_prompt_tokens=max_prompt_tokens,
+        micro_batch_per_gpu=micro_batch,
+        cpu=not gpus,
+    )
 
 
 def run_keys(recipe, run_dir: RunDir, until_step: int | None = None) -> dict:
     """The GRPOConfig keys that belong to the run, not the recipe: the segment's last step (a run stopped by its
     compute may pass the plan's), checkpoints every checkpoint_every steps into the run's directory, a log line per
     optimizer update, no trackers."""
-    return {"max_steps": (until_step or recipe.steps) * updates_per_batch(recipe),
-            "output_dir": str(run_dir.checkpoints), "save_strategy": "steps",
-            "save_steps": recipe.checkpoint_every * updates_per_batch(recipe), "logging_steps": 1,
-            "report_to": "none", "disable_tqdm": True}
+    return {
+        "max_steps": (until_step or recipe.steps) * updates_per_batch(recipe),
+        "output_dir": str(run_dir.checkpoints),
+        "save_strategy": "steps",
+        "save_steps": recipe.checkpoint_every * updates_per_batch(recipe),
+        "logging_steps": 1,
+        "report_to": "none",
+        "disable_tqdm": True,
+    }
 
 
-def make_job(recipe, run_dir: RunDir, submission_id: str, *, until_step: int, python: str, gpus: bool = False,
-             micro_batch: int = 64, max_prompt_tokens: int = 64) -> Job:
+def make_job(
+    recipe,
+    run_dir: RunDir,
+    submission_id: str,
+    *,
+    until_step: int,
+    python: str,
+    gpus: bool = False,
+    micro_batch: int = 64,
+    max_prompt_tokens: int = 64,
+) -> Job:
     """The job of one segment: `python -m rlscale.runner.trl.train SPEC` (on several GPUs, under accelerate launch)."""
     check_recipe(recipe)
     layout = deployment(recipe, gpus=gpus, micro_batch=micro_batch, max_prompt_tokens=max_prompt_tokens)
     mapping = trl_mapping(recipe, layout)
     keys = run_keys(recipe, run_dir, until_step)
     spec = run_dir.spec(submission_id)
-    return Job(submission_id=submission_id, entrypoint=entrypoint(python, spec, processes=layout.gpus if gpus else 1),
-               deployment=layout, mapping=mapping, config={**mapping.keys(), **keys}, run_keys=keys, spec_file=spec,
-               log_file=run_dir.log(submission_id), until_step=until_step, devices=recipe.trainer_devices, gpus=gpus)
+    return Job(
+        submission_id=submission_id,
+        entrypoint=entrypoint(python, spec, processes=layout.gpus if gpus else 1),
+        deployment=layout,
+        mapping=mapping,
+        config={**mapping.keys(), **keys},
+        run_keys=keys,
+        spec_file=spec,
+        log_file=run_dir.log(submission_id),
+        until_step=until_step,
+        devices=recipe.trainer_devices,
+        gpus=gpus,
+    )
 
 
 def entrypoint(python: str, spec: Path, *, processes: int) -> str:
     """`python -m rlscale.runner.trl.train SPEC`, under accelerate launch on several processes."""
-    launcher = [python, "-m", "accelerate.commands.launch", "--num_processes", str(processes)] \
-        if processes > 1 else [python]
+    launcher = (
+        [python, "-m", "accelerate.commands.launch", "--num_processes", str(processes)] if processes > 1 else [python]
+    )
     return " ".join(shlex.quote(word) for word in [*launcher, "-m", ENTRYPOINT, str(spec)])
 
 
@@ -140,29 +180,54 @@ class SetupJob:
 
     def spec(self, recipe) -> dict:
         """What the job reads (setup_train.py): the recipe, the config file, where to stop and write records."""
-        return {"recipe": recipe.to_json(), "until_step": self.until_step, "log_file": str(self.log_file),
-                "devices": self.devices, "gpus": self.gpus, "use_vllm": bool(self.config.get("use_vllm")),
-                "setup": {"config_file": str(self.config_file), "updates": self.composed.updates,
-                          "reward_metric": self.reward_metric, "eval_prompts": recipe.eval_prompts,
-                          "import_paths": self.import_paths}}
+        return {
+            "recipe": recipe.to_json(),
+            "until_step": self.until_step,
+            "log_file": str(self.log_file),
+            "devices": self.devices,
+            "gpus": self.gpus,
+            "use_vllm": bool(self.config.get("use_vllm")),
+            "setup": {
+                "config_file": str(self.config_file),
+                "updates": self.composed.updates,
+                "reward_metric": self.reward_metric,
+                "eval_prompts": recipe.eval_prompts,
+                "import_paths": self.import_paths,
+            },
+        }
 
 
-def make_setup_job(plan, recipe, run_dir: RunDir, submission_id: str, *, until_step: int, python: str,
-                   gpus: bool = False) -> SetupJob:
+def make_setup_job(
+    plan, recipe, run_dir: RunDir, submission_id: str, *, until_step: int, python: str, gpus: bool = False
+) -> SetupJob:
     """The job of one segment of a setup study (plan: its planner/frameworks/setup.SetupPlan); UserError naming the
     user's file and key for a config TRL refuses."""
     from .setup import compose, import_paths
 
     check_recipe(recipe)
-    composed = compose(plan, recipe, run_dir=run_dir, run_key=run_dir.root.name, until_step=until_step,
-                       fresh=last_checkpoint(run_dir) is None, gpus=gpus)
+    composed = compose(
+        plan,
+        recipe,
+        run_dir=run_dir,
+        run_key=run_dir.root.name,
+        until_step=until_step,
+        fresh=last_checkpoint(run_dir) is None,
+        gpus=gpus,
+    )
     spec = run_dir.spec(submission_id)
-    return SetupJob(submission_id=submission_id,
-                    entrypoint=entrypoint(python, spec, processes=recipe.trainer_devices if gpus else 1),
-                    composed=composed, spec_file=spec, config_file=spec.with_suffix(".yaml"),
-                    log_file=run_dir.log(submission_id), until_step=until_step, devices=recipe.trainer_devices,
-                    gpus=gpus, reward_metric=plan.reward_metric or DEFAULT_REWARD_METRIC,
-                    import_paths=import_paths(plan.setup.config_file))
+    return SetupJob(
+        submission_id=submission_id,
+        entrypoint=entrypoint(python, spec, processes=recipe.trainer_devices if gpus else 1),
+        composed=composed,
+        spec_file=spec,
+        config_file=spec.with_suffix(".yaml"),
+        log_file=run_dir.log(submission_id),
+        until_step=until_step,
+        devices=recipe.trainer_devices,
+        gpus=gpus,
+        reward_metric=plan.reward_metric or DEFAULT_REWARD_METRIC,
+        import_paths=import_paths(plan.setup.config_file),
+    )
 
 
 def write_spec(job: Job | SetupJob, recipe) -> Path:

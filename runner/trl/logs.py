@@ -35,8 +35,9 @@ class RecordMaker:
     batch: int | None = None  # completions per step (a setup study's generation batch); None: the recipe's B_p x n
     tokens_by_step: dict = field(default_factory=dict)
 
-    def records(self, lines: list[dict], *, job: str, devices: int, base_device_seconds: float,
-                started: float) -> list[dict]:
+    def records(
+        self, lines: list[dict], *, job: str, devices: int, base_device_seconds: float, started: float
+    ) -> list[dict]:
         """Records of `lines`, the next lines of job `job`, which started at epoch second `started`."""
         batch = self.batch or self.recipe.total_batch
         out = []
@@ -45,17 +46,20 @@ class RecordMaker:
             length = _number(logs.get(MEAN_LENGTH))
             if length is not None:
                 self.tokens_by_step.setdefault(step, length * batch)
-            metrics = {name: value for name, source in TRL_HEALTH.items()
-                       if (value := _number(logs.get(source))) is not None}
+            metrics = {
+                name: value for name, source in TRL_HEALTH.items() if (value := _number(logs.get(source))) is not None
+            }
             if "clip_fraction" not in metrics and (value := _number(logs.get(CISPO_CLIP))) is not None:
                 metrics["clip_fraction"] = value
             seconds = max(0.0, float(line["time"]) - started)
-            out.append({
-                "step": step,
-                "gpu_hours": (base_device_seconds + devices * seconds) / 3600.0,
-                "rollouts": step * batch,
-                "tokens": round(sum(tokens for s, tokens in self.tokens_by_step.items() if s <= step)),
-                "val_reward": _number(line.get("val_reward")),
-                "metrics": metrics,
-            })
+            out.append(
+                {
+                    "step": step,
+                    "gpu_hours": (base_device_seconds + devices * seconds) / 3600.0,
+                    "rollouts": step * batch,
+                    "tokens": round(sum(tokens for s, tokens in self.tokens_by_step.items() if s <= step)),
+                    "val_reward": _number(line.get("val_reward")),
+                    "metrics": metrics,
+                }
+            )
         return out

@@ -8,7 +8,9 @@ def task_reward(task: Task):
     (answer, completion). TRL logs it as rewards/verifier/mean."""
 
     def verifier(prompts, completions, answer, **columns) -> list[float]:
-        return [task.verify(Prompt(id=0, text=prompt, answer=reference), completion)
-                for prompt, completion, reference in zip(prompts, completions, answer)]
+        return [
+            task.verify(Prompt(id=0, text=prompt, answer=reference), completion)
+            for prompt, completion, reference in zip(prompts, completions, answer)
+        ]
 
     return verifier

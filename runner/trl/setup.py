@@ -87,11 +87,18 @@ def compose(plan, recipe, *, run_dir, run_key: str, until_step: int, fresh: bool
         config = job.parsed[1]
         micro = config.steps_per_generation * config.num_iterations
         if user_updates < 1 or micro % user_updates:
-            raise UserError(f"a generated batch of {config.generation_batch_size} completions cannot keep "
-                            f"{user_updates} update(s) of equal size", file=file, field="per_device_train_batch_size")
-        job.put("gradient_accumulation_steps", int(micro // user_updates),
-                f"axis {plan.changed.get('generation_batch_size', 'batch')}: {user_updates:g} update(s) per "
-                "generated batch, as in your config")
+            raise UserError(
+                f"a generated batch of {config.generation_batch_size} completions cannot keep "
+                f"{user_updates} update(s) of equal size",
+                file=file,
+                field="per_device_train_batch_size",
+            )
+        job.put(
+            "gradient_accumulation_steps",
+            int(micro // user_updates),
+            f"axis {plan.changed.get('generation_batch_size', 'batch')}: {user_updates:g} update(s) per "
+            "generated batch, as in your config",
+        )
         updates = int(user_updates)
     _run_keys(job, recipe, run_dir=run_dir, run_key=run_key, until_step=until_step, updates=updates, fresh=fresh)
     for key, value in trackers.tracker_keys(keys.get("report_to"), study=plan.study).items():
@@ -123,19 +130,27 @@ def _model_dir(model: str) -> str:
 def _schedule(job: Composed, file: str) -> None:
     schedule = job.keys.get("lr_scheduler_type")
     if schedule is None:
-        job.put("lr_scheduler_type", "constant_with_warmup",
-                "schedule: TRL's default linear decays over max_steps, which the compute stop sets")
+        job.put(
+            "lr_scheduler_type",
+            "constant_with_warmup",
+            "schedule: TRL's default linear decays over max_steps, which the compute stop sets",
+        )
     elif schedule not in STEADY_SCHEDULES:
-        raise UserError(f"{schedule} decays over max_steps, which rlscale sets (each run ends at its planned compute); "
-                        f"expected one of {', '.join(STEADY_SCHEDULES)}", file=file, field="lr_scheduler_type")
+        raise UserError(
+            f"{schedule} decays over max_steps, which rlscale sets (each run ends at its planned compute); "
+            f"expected one of {', '.join(STEADY_SCHEDULES)}",
+            file=file,
+            field="lr_scheduler_type",
+        )
 
 
 def _user_updates(keys: dict) -> float:
     """Optimizer updates per generated batch the user's keys give on one process (GRPOConfig's arithmetic, with its
     defaults: 8 completions per device, one accumulation step, one iteration)."""
     per_device, accumulation = keys.get("per_device_train_batch_size", 8), keys.get("gradient_accumulation_steps", 1)
-    micro = keys.get("steps_per_generation") or (keys["generation_batch_size"] / per_device
-                                                 if keys.get("generation_batch_size") else accumulation)
+    micro = keys.get("steps_per_generation") or (
+        keys["generation_batch_size"] / per_device if keys.get("generation_batch_size") else accumulation
+    )
     return micro * keys.get("num_iterations", 1) / accumulation
 
 
@@ -152,8 +167,9 @@ def _updates(job: Composed, file: str) -> int:
 def _run_keys(job: Composed, recipe, *, run_dir, run_key: str, until_step: int, updates: int, fresh: bool) -> None:
     warmup = job.keys.get("warmup_steps")
     if isinstance(warmup, float) and 0 < warmup < 1:  # a fraction of max_steps: of the planned steps instead
-        job.put("warmup_steps", math.ceil(warmup * recipe.steps * updates),
-                "schedule: the fraction of the planned steps")
+        job.put(
+            "warmup_steps", math.ceil(warmup * recipe.steps * updates), "schedule: the fraction of the planned steps"
+        )
     job.put("max_steps", until_step * updates, "compute stop: the segment's last step")
     job.put("output_dir", str(run_dir.checkpoints), "checkpoints")
     job.put("save_strategy", "steps", "checkpoints")
@@ -174,8 +190,11 @@ def _run_keys(job: Composed, recipe, *, run_dir, run_key: str, until_step: int, 
     per_prompt = job.keys["num_generations_eval"]
     eval_batch = job.keys.get("per_device_eval_batch_size", 8)
     if eval_batch % per_prompt:
-        job.put("per_device_eval_batch_size", per_prompt * math.ceil(eval_batch / per_prompt),
-                "eval: a whole number of prompts per batch")
+        job.put(
+            "per_device_eval_batch_size",
+            per_prompt * math.ceil(eval_batch / per_prompt),
+            "eval: a whole number of prompts per batch",
+        )
 
 
 def _env(job: Composed, plan, user_env: dict, *, run_key: str, fresh: bool) -> dict:
@@ -196,8 +215,9 @@ def check_inputs(job: Composed, *, file: str, eval_prompts: int) -> list[str]:
     script_args, config, model_args, mixture = job.parsed
     funcs = user_rewards.reward_functions(script_args, paths=import_paths(file), file=file)
     if config.reward_weights is not None and len(config.reward_weights) != len(funcs):
-        raise UserError(f"{len(config.reward_weights)} weights for {len(funcs)} reward functions", file=file,
-                        field="reward_weights")
+        raise UserError(
+            f"{len(config.reward_weights)} weights for {len(funcs)} reward functions", file=file, field="reward_weights"
+        )
     train, held_out = user_data.load_splits(script_args, mixture, eval_prompts=eval_prompts)
     source = user_data.dataset_source(script_args, mixture)
     columns = user_rewards.needed_columns(funcs)

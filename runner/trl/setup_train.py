@@ -30,17 +30,32 @@ def train_setup(spec: dict, recipe) -> None:
     script_args, config, model_args, mixture = parse_file(setup["config_file"])
     run_dir = RunDir(Path(config.output_dir).parent)
     funcs = reward_functions(script_args, paths=setup["import_paths"], file=setup["config_file"])
-    model_init_kwargs = dict(revision=model_args.model_revision, trust_remote_code=config.trust_remote_code,
-                             attn_implementation=model_args.attn_implementation, dtype=model_args.dtype)
+    model_init_kwargs = dict(
+        revision=model_args.model_revision,
+        trust_remote_code=config.trust_remote_code,
+        attn_implementation=model_args.attn_implementation,
+        dtype=model_args.dtype,
+    )
     config.model_init_kwargs = {**model_init_kwargs, **(config.model_init_kwargs or {})}
     train, held_out = load_splits(script_args, mixture, eval_prompts=int(setup["eval_prompts"]))
-    records = EvalRecordCallback(recipe, Path(spec["log_file"]), until_step=int(spec["until_step"]),
-                                 updates=int(setup["updates"]), metric=setup["reward_metric"])
+    records = EvalRecordCallback(
+        recipe,
+        Path(spec["log_file"]),
+        until_step=int(spec["until_step"]),
+        updates=int(setup["updates"]),
+        metric=setup["reward_metric"],
+    )
     with importable(setup["import_paths"]):  # a reward module may import its siblings while it runs
-        trainer = trl.GRPOTrainer(model=model_args.model_name_or_path, reward_funcs=funcs, args=config,
-                                  train_dataset=train, eval_dataset=held_out, callbacks=[records],
-                                  quantization_config=get_quantization_config(model_args),
-                                  peft_config=get_peft_config(model_args))
+        trainer = trl.GRPOTrainer(
+            model=model_args.model_name_or_path,
+            reward_funcs=funcs,
+            args=config,
+            train_dataset=train,
+            eval_dataset=held_out,
+            callbacks=[records],
+            quantization_config=get_quantization_config(model_args),
+            peft_config=get_peft_config(model_args),
+        )
         last = last_checkpoint(run_dir)
         try:
             trainer.train(resume_from_checkpoint=str(last) if last else None)

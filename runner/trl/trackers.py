@@ -40,8 +40,11 @@ def uses(report_to, tracker: str) -> bool:
 
 def forwarded_env(environ: dict) -> dict[str, str]:
     """The sweep's tracker variables a job gets (credentials left to the cluster)."""
-    return {key: value for key, value in environ.items()
-            if key.startswith(TRACKER_PREFIXES) and not any(word in key for word in SECRET_WORDS)}
+    return {
+        key: value
+        for key, value in environ.items()
+        if key.startswith(TRACKER_PREFIXES) and not any(word in key for word in SECRET_WORDS)
+    }
 
 
 def tracker_env(report_to, *, study: str, run_key: str, env: dict, fresh: bool) -> dict[str, str]:
@@ -69,7 +72,7 @@ def tracker_keys(report_to, *, study: str) -> dict:
 def absolute_uri(uri: str) -> str:
     """A local tracking URI (sqlite:///relative.db, a bare path) made absolute from here: the job runs elsewhere."""
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+        return "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
     if "://" not in uri and not uri.startswith("/"):
         return str(Path(uri.removeprefix("file:")).resolve())
     return uri

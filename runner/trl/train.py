@@ -51,10 +51,22 @@ def main(spec_path: str) -> None:
     tokenizer = AutoTokenizer.from_pretrained(model)
     task = make_task(recipe)
     config = trl.GRPOConfig(**spec["config"])
-    records = RecordCallback(recipe, task, tokenizer, validation_prompts(task, recipe), Path(spec["log_file"]),
-                             until_step=int(spec["until_step"]))
-    trainer = trl.GRPOTrainer(model=model, reward_funcs=[task_reward(task)], args=config,
-                              train_dataset=train_dataset(task), processing_class=tokenizer, callbacks=[records])
+    records = RecordCallback(
+        recipe,
+        task,
+        tokenizer,
+        validation_prompts(task, recipe),
+        Path(spec["log_file"]),
+        until_step=int(spec["until_step"]),
+    )
+    trainer = trl.GRPOTrainer(
+        model=model,
+        reward_funcs=[task_reward(task)],
+        args=config,
+        train_dataset=train_dataset(task),
+        processing_class=tokenizer,
+        callbacks=[records],
+    )
     last = last_checkpoint(RunDir(Path(config.output_dir).parent))
     try:
         trainer.train(resume_from_checkpoint=str(last) if last else None)

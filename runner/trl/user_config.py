@@ -63,8 +63,9 @@ def parse(keys: dict, *, file: str) -> tuple:
     parser = make_parser()
     unknown = sorted(set(keys) - known_keys(parser))
     if unknown:
-        raise UserError("not a field of GRPOConfig, ModelConfig or the `trl grpo` script's arguments", file=file,
-                        field=unknown[0])
+        raise UserError(
+            "not a field of GRPOConfig, ModelConfig or the `trl grpo` script's arguments", file=file, field=unknown[0]
+        )
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as handle:
         yaml.safe_dump(keys, handle)
         handle.flush()
@@ -79,13 +80,15 @@ def parse_file(path: str, *, shown: str | None = None, parser=None) -> tuple:
         with contextlib.redirect_stderr(printed):
             return tuple(parser.parse_args_and_config(["--config", path]))
     except argparse.ArgumentError as err:
-        raise UserError(_first_line(err.message), file=shown or path,
-                        field=(err.argument_name or "").lstrip("-")) from None
+        raise UserError(
+            _first_line(err.message), file=shown or path, field=(err.argument_name or "").lstrip("-")
+        ) from None
     except (ValueError, TypeError) as err:
         raise UserError(_first_line(str(err)), file=shown or path, field="GRPOConfig") from None
     except SystemExit:
-        raise UserError(_first_line(printed.getvalue().strip().splitlines()[-1:] or ["refused by TRL's parser"]),
-                        file=shown or path) from None
+        raise UserError(
+            _first_line(printed.getvalue().strip().splitlines()[-1:] or ["refused by TRL's parser"]), file=shown or path
+        ) from None
 
 
 def _first_line(text) -> str:
@@ -136,7 +139,9 @@ def updates_per_generation(config) -> int:
     that is not a whole number."""
     micro = config.steps_per_generation * config.num_iterations
     if micro % config.gradient_accumulation_steps:
-        raise UserError(f"a generated batch is {config.steps_per_generation} micro-batches x {config.num_iterations} "
-                        f"iterations, not a whole number of updates of {config.gradient_accumulation_steps}",
-                        field="gradient_accumulation_steps")
+        raise UserError(
+            f"a generated batch is {config.steps_per_generation} micro-batches x {config.num_iterations} "
+            f"iterations, not a whole number of updates of {config.gradient_accumulation_steps}",
+            field="gradient_accumulation_steps",
+        )
     return micro // config.gradient_accumulation_steps

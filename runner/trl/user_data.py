@@ -32,8 +32,11 @@ def load_splits(script_args, mixture, *, eval_prompts: int) -> tuple:
     the dataset and the field when it cannot be loaded or has no such split."""
     source = dataset_source(script_args, mixture)
     if script_args.dataset_streaming or mixture.streaming:
-        raise UserError("a streamed dataset cannot be checked or held out; expected streaming: false", file=source,
-                        field="dataset_streaming")
+        raise UserError(
+            "a streamed dataset cannot be checked or held out; expected streaming: false",
+            file=source,
+            field="dataset_streaming",
+        )
     splits, held_out_size = _load(script_args, mixture, source)
     name = script_args.dataset_train_split
     if name not in splits:
@@ -43,9 +46,12 @@ def load_splits(script_args, mixture, *, eval_prompts: int) -> tuple:
     if test is None:
         size = held_out_size or eval_prompts
         if len(train) <= size:
-            raise UserError(f"no split {script_args.dataset_test_split!r} to take the study's reward on, and "
-                            f"{len(train)} train rows are too few to hold out {size}", file=source,
-                            field="dataset_test_split")
+            raise UserError(
+                f"no split {script_args.dataset_test_split!r} to take the study's reward on, and "
+                f"{len(train)} train rows are too few to hold out {size}",
+                file=source,
+                field="dataset_test_split",
+            )
         parts = train.train_test_split(test_size=size, seed=HELD_OUT_SEED)
         train, test = parts["train"], parts["test"]
     return train, test.select(range(min(eval_prompts, len(test))))
@@ -69,8 +75,9 @@ def _load(script_args, mixture, source: str) -> tuple[dict, float | int | None]:
         if path.is_file():
             builder = BUILDERS.get(path.suffix)
             if builder is None:
-                raise UserError(f"expected a {', '.join(BUILDERS)} file or a dataset directory", file=source,
-                                field="dataset_name")
+                raise UserError(
+                    f"expected a {', '.join(BUILDERS)} file or a dataset directory", file=source, field="dataset_name"
+                )
             loaded = datasets.load_dataset(builder, data_files=str(path))
         elif path.is_dir() and any((path / marker).is_file() for marker in SAVED_MARKERS):
             loaded = datasets.load_from_disk(str(path))
@@ -83,8 +90,9 @@ def _load(script_args, mixture, source: str) -> tuple[dict, float | int | None]:
         root = err
         while root.__cause__ is not None or root.__context__ is not None:
             root = root.__cause__ or root.__context__
-        raise UserError(f"cannot load the dataset ({type(root).__name__}: {_line(root)})", file=source,
-                        field=field) from None
+        raise UserError(
+            f"cannot load the dataset ({type(root).__name__}: {_line(root)})", file=source, field=field
+        ) from None
     return ({"train": loaded} if isinstance(loaded, datasets.Dataset) else dict(loaded)), None
 
 
@@ -94,16 +102,20 @@ def check_rows(dataset, *, columns: list[str], split: str, source: str) -> bool:
     dataset and the column, with the first bad row."""
     for column in ["prompt", *columns]:
         if column not in dataset.column_names:
-            raise UserError(f"no column {column!r} in the {split} split (columns: {', '.join(dataset.column_names)})",
-                            file=source, field=column)
+            raise UserError(
+                f"no column {column!r} in the {split} split (columns: {', '.join(dataset.column_names)})",
+                file=source,
+                field=column,
+            )
     prompts = dataset["prompt"]
     conversational = bool(prompts) and isinstance(prompts[0], list)
     for row, prompt in enumerate(prompts):
         problem = _conversation_problem(prompt) if conversational else _text_problem(prompt)
         if problem:
             kind = "a list of {role, content} messages" if conversational else "a non-empty text"
-            raise UserError(f"row {row} of the {split} split: {problem}; expected {kind} (as in row 0)", file=source,
-                            field="prompt")
+            raise UserError(
+                f"row {row} of the {split} split: {problem}; expected {kind} (as in row 0)", file=source, field="prompt"
+            )
     for column in columns:
         row = next((row for row, value in enumerate(dataset[column]) if value is None), None)
         if row is not None:
@@ -134,8 +146,12 @@ def check_chat_template(model: str, *, source: str) -> None:
     from transformers import AutoTokenizer
 
     if AutoTokenizer.from_pretrained(model).chat_template is None:
-        raise UserError(f"the prompts of {source} are conversational, and this model's tokenizer has no chat template "
-                        "(add chat_template.jinja, or use text prompts)", file=model, field="chat_template")
+        raise UserError(
+            f"the prompts of {source} are conversational, and this model's tokenizer has no chat template "
+            "(add chat_template.jinja, or use text prompts)",
+            file=model,
+            field="chat_template",
+        )
 
 
 def _line(err: Exception) -> str:

@@ -11,8 +11,15 @@ from contextlib import contextmanager
 from rlscale.base.errors import UserError
 
 # what GRPOTrainer passes every reward function besides the dataset's columns (grpo_trainer.py _calculate_rewards)
-TRAINER_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
-                     "environments"}
+TRAINER_ARGUMENTS = {
+    "prompts",
+    "completions",
+    "completion_ids",
+    "trainer_state",
+    "log_extra",
+    "log_metric",
+    "environments",
+}
 
 
 def registry() -> dict:
@@ -24,10 +31,12 @@ def registry() -> dict:
         think_format_reward,
     )
 
-    return {"accuracy_reward": accuracy_reward, "reasoning_accuracy_reward": reasoning_accuracy_reward,
-            "think_format_reward": think_format_reward,
-            "get_soft_overlong_punishment": get_soft_overlong_punishment(max_completion_len=1280,
-                                                                         soft_punish_cache=256)}
+    return {
+        "accuracy_reward": accuracy_reward,
+        "reasoning_accuracy_reward": reasoning_accuracy_reward,
+        "think_format_reward": think_format_reward,
+        "get_soft_overlong_punishment": get_soft_overlong_punishment(max_completion_len=1280, soft_punish_cache=256),
+    }
 
 
 @contextmanager
@@ -49,8 +58,9 @@ def reward_functions(script_args, *, paths: list[str], file: str) -> list:
     funcs = [script_args.reward_model_name_or_path] if script_args.reward_model_name_or_path else []
     names = script_args.reward_funcs or []
     if not funcs and not names:
-        raise UserError("expected at least one reward function (or reward_model_name_or_path)", file=file,
-                        field="reward_funcs")
+        raise UserError(
+            "expected at least one reward function (or reward_model_name_or_path)", file=file, field="reward_funcs"
+        )
     known = registry()
     with importable(paths):
         for name in names:
@@ -59,8 +69,11 @@ def reward_functions(script_args, *, paths: list[str], file: str) -> list:
             elif "." in name:
                 funcs.append(_import(name, file))
             else:
-                raise UserError(f"{name!r} is neither one of {', '.join(known)} nor a dotted import path", file=file,
-                                field="reward_funcs")
+                raise UserError(
+                    f"{name!r} is neither one of {', '.join(known)} nor a dotted import path",
+                    file=file,
+                    field="reward_funcs",
+                )
     return funcs
 
 
@@ -70,8 +83,9 @@ def _import(name: str, file: str):
         function = getattr(importlib.import_module(module_name), attribute)
     except Exception as err:  # the user's module may raise anything while it imports
         text = (str(err).strip().splitlines() or [""])[0][:200]
-        raise UserError(f"{name}: cannot import it ({type(err).__name__}: {text})", file=file,
-                        field="reward_funcs") from None
+        raise UserError(
+            f"{name}: cannot import it ({type(err).__name__}: {text})", file=file, field="reward_funcs"
+        ) from None
     if not callable(function):
         raise UserError(f"{name} is not a function", file=file, field="reward_funcs")
     return function
@@ -88,8 +102,11 @@ def needed_columns(funcs: list) -> list[str]:
         except (TypeError, ValueError):  # a builtin or C callable: nothing to read
             continue
         for parameter in parameters:
-            if (parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
-                    and parameter.default is parameter.empty and parameter.name not in TRAINER_ARGUMENTS
-                    and parameter.name not in columns):
+            if (
+                parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+                and parameter.default is parameter.empty
+                and parameter.name not in TRAINER_ARGUMENTS
+                and parameter.name not in columns
+            ):
                 columns.append(parameter.name)
     return columns
