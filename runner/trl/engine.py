@@ -4,6 +4,8 @@ shares), with exactly the GRPOConfig `rlscale export --format trl` writes.
 
 A job pauses a run at a rung by ending at that step with a checkpoint; the next job resumes from it
 (resume_from_checkpoint). The driver reads the records the job's callback writes while it runs (job.py).
+A study with a `setup:` block trains the user's own `trl grpo` YAML instead (setup.py: what rlscale changes in it;
+setup_train.py: the job), its data, rewards and trackers checked once before anything is stored.
 """
 
 import json
@@ -122,7 +124,9 @@ class TrlEngine(JobsApiEngine):
     def submission(
         self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int, base_device_seconds: float
     ) -> Submission:
-        """The job, holding its devices as Ray resources (GPUs, or CPU cores with as many OpenMP threads)."""
+        """The job, holding its devices as Ray resources (GPUs, or CPU cores with as many OpenMP threads). A setup
+        study's job gets its tracker and `env:` variables; with MLflow, the run's MLflow run is created here on its
+        first job (trackers.mlflow_run: one writer to the tracking store), which dry-runs never reach."""
         job = self.trl_job(recipe, run_dir, submission_id, until_step=until_step)
         env = dict(self.env_vars)
         if isinstance(job, SetupJob):

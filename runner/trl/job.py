@@ -5,6 +5,8 @@ The GRPOConfig is the export's (rlscale.planner.frameworks.trl.trl_mapping) for 
 run's own output_dir, checkpoint interval and logging. Files live under <shared_dir>/<run key>/: checkpoints/
 (GRPOConfig.output_dir: TRL's checkpoint-<N> directories), jobs/<submission id>.json (the spec the job reads),
 logs/<submission id>.jsonl (the records the job's callback writes; the driver reads them while it runs).
+A study on the user's own `trl grpo` YAML gets a SetupJob instead: the user's keys with rlscale's changes
+(setup.py), written beside the spec as jobs/<submission id>.yaml for the job to read with TRL's parser.
 Nothing here submits; only write_spec writes.
 """
 
