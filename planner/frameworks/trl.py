@@ -5,21 +5,27 @@ trl/trainer/grpo_trainer.py (_compute_loss: CISPO's weight is clamp(ratio, max=e
 """
 
 import yaml
-
 from rlscale.planner.recipe import Recipe
 
-from .common import (MODEL_PLACEHOLDER, Deployment, Mapping, comment_block, common_missing, lr_note,
-                     updates_per_batch)
+from .common import MODEL_PLACEHOLDER, Deployment, Mapping, comment_block, common_missing, lr_note, updates_per_batch
 
 FRAMEWORK, VERSION = "TRL", "1.16.0"
 
 # (loss, loss_agg) -> TRL loss_type; TRL's loss_type fixes the aggregation as well as the loss.
 # dapo: token sum / tokens of the whole generation batch; grpo: mean of per-sequence token means; cispo: as dapo.
 LOSS_TYPES = {
-    ("cispo", "token"): "cispo", ("cispo", "sample"): "cispo", ("cispo", "prompt"): "cispo",
-    ("dapo", "token"): "dapo", ("dapo", "sample"): "grpo", ("dapo", "prompt"): "dapo",
-    ("grpo", "token"): "dapo", ("grpo", "sample"): "grpo", ("grpo", "prompt"): "dapo",
-    ("gspo", "token"): "dapo", ("gspo", "sample"): "grpo", ("gspo", "prompt"): "dapo",
+    ("cispo", "token"): "cispo",
+    ("cispo", "sample"): "cispo",
+    ("cispo", "prompt"): "cispo",
+    ("dapo", "token"): "dapo",
+    ("dapo", "sample"): "grpo",
+    ("dapo", "prompt"): "dapo",
+    ("grpo", "token"): "dapo",
+    ("grpo", "sample"): "grpo",
+    ("grpo", "prompt"): "dapo",
+    ("gspo", "token"): "dapo",
+    ("gspo", "sample"): "grpo",
+    ("gspo", "prompt"): "dapo",
 }
 AGG_OF_LOSS_TYPE = {"dapo": "token", "cispo": "token", "grpo": "sample"}
 # adv_norm -> scale_rewards: TRL's batch std is the std of all rewards of the generation batch, as rlscale's
@@ -37,9 +43,11 @@ def trl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mapping
     low, high = recipe.clip_range
     loss_type = LOSS_TYPES[(recipe.loss, recipe.loss_agg)]
     if AGG_OF_LOSS_TYPE[loss_type] != recipe.loss_agg:
-        m.nearest.append(f"loss_agg: {recipe.loss_agg} with loss {recipe.loss}: TRL's loss_type {loss_type!r} "
-                         f"aggregates by {AGG_OF_LOSS_TYPE[loss_type]} (token: one mean over the generation batch's "
-                         "tokens; sample: mean of per-sequence token means)")
+        m.nearest.append(
+            f"loss_agg: {recipe.loss_agg} with loss {recipe.loss}: TRL's loss_type {loss_type!r} "
+            f"aggregates by {AGG_OF_LOSS_TYPE[loss_type]} (token: one mean over the generation batch's "
+            "tokens; sample: mean of per-sequence token means)"
+        )
     k = updates_per_batch(recipe)
     r = m.recipe
     r["num_generations"] = recipe.rollouts
@@ -56,8 +64,9 @@ def trl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mapping
         # TRL's CISPO weight is clamp(ratio, max=epsilon_high): the cap itself, so 1 + clip_high
         r["epsilon_high"] = 1.0 + high
         if low < 1:
-            m.missing.append(f"CISPO lower truncation at 1 - clip_low = {1 - low:g}: TRL's CISPO clamps the weight "
-                             "from above only")
+            m.missing.append(
+                f"CISPO lower truncation at 1 - clip_low = {1 - low:g}: TRL's CISPO clamps the weight from above only"
+            )
     else:
         r["epsilon"] = low
         r["epsilon_high"] = high
@@ -69,13 +78,17 @@ def trl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mapping
     r["cast_lm_head_to_fp32"] = recipe.fp32_head
     r["seed"] = recipe.seed
     if recipe.lr_warmup_steps:
-        m.nearest.append(f"lr_warmup_steps {recipe.lr_warmup_steps}: TRL's warmup takes its first update at lr 0 "
-                         "(lr x u / warmup_steps at update u); rlscale's at lr / (warmup + 1)")
+        m.nearest.append(
+            f"lr_warmup_steps {recipe.lr_warmup_steps}: TRL's warmup takes its first update at lr 0 "
+            "(lr x u / warmup_steps at update u); rlscale's at lr / (warmup + 1)"
+        )
     if recipe.adv_norm != "none":
         m.nearest.append("adv_norm: TRL divides by (std + 1e-4); rlscale by (std + 1e-6)")
     if not recipe.recompute_logprobs:
-        m.nearest.append("recompute_logprobs: false: TRL takes the old log-probs from the trainer (as "
-                         "recompute_logprobs: true); rlscale takes the generator's")
+        m.nearest.append(
+            "recompute_logprobs: false: TRL takes the old log-probs from the trainer (as "
+            "recompute_logprobs: true); rlscale takes the generator's"
+        )
 
     # one optimizer update per generated batch: the generation batch (B_p x n completions) is
     # per_device_train_batch_size x processes x steps_per_generation, and each update accumulates
@@ -84,8 +97,10 @@ def trl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mapping
     world = dep.gpus
     per_update = recipe.total_batch // k
     if per_update % world or recipe.total_batch % k:
-        m.missing.append(f"deployment: B_p x n / ppo minibatches = {recipe.total_batch}/{k} completions per update do "
-                         f"not split over {world} processes; choose --gpus/--nodes that divide them")
+        m.missing.append(
+            f"deployment: B_p x n / ppo minibatches = {recipe.total_batch}/{k} completions per update do "
+            f"not split over {world} processes; choose --gpus/--nodes that divide them"
+        )
     micro = _divisor_at_most(max(1, per_update // world), dep.micro_batch_per_gpu)
     accumulation = max(1, per_update // (world * micro))
     d["per_device_train_batch_size"] = micro
@@ -105,12 +120,16 @@ def trl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mapping
 
     m.missing += common_missing(recipe, "TRL")
     if recipe.zero_variance_filter:
-        m.missing.append("zero_variance_filter: true has no GRPOConfig key: all-pass / all-fail groups get "
-                         "advantage 0 but stay in the batch (and in the token count a dapo/cispo loss divides by)")
+        m.missing.append(
+            "zero_variance_filter: true has no GRPOConfig key: all-pass / all-fail groups get "
+            "advantage 0 but stay in the batch (and in the token count a dapo/cispo loss divides by)"
+        )
     if recipe.async_mode == "pipeline":
-        m.missing.append(f"async: pipeline (max_staleness {recipe.max_staleness}): GRPOConfig trains on-policy; "
-                         "TRL 1.16's experimental AsyncGRPOConfig has max_staleness but no loss_type, scale_rewards "
-                         "or beta, so it cannot carry this recipe")
+        m.missing.append(
+            f"async: pipeline (max_staleness {recipe.max_staleness}): GRPOConfig trains on-policy; "
+            "TRL 1.16's experimental AsyncGRPOConfig has max_staleness but no loss_type, scale_rewards "
+            "or beta, so it cannot carry this recipe"
+        )
     return m
 
 
@@ -125,22 +144,47 @@ RECIPE_FROM_KEYS = {
     "kl_coef": "beta",
     "entropy_coef": "entropy_coef",
 }
-RUN_KEYS = frozenset({"max_steps", "output_dir", "save_strategy", "save_steps", "logging_steps", "seed", "run_name",
-                      "disable_tqdm", "eval_strategy"})
+RUN_KEYS = frozenset(
+    {
+        "max_steps",
+        "output_dir",
+        "save_strategy",
+        "save_steps",
+        "logging_steps",
+        "seed",
+        "run_name",
+        "disable_tqdm",
+        "eval_strategy",
+    }
+)
+
+
+# GRPOConfig's defaults in TRL 1.16.0 (trl/trainer/grpo_config.py) for the keys above: what TRL trains when a user's
+# YAML leaves them out, so the recipe says what the job trains (rlscale's own defaults, e.g. lr 3e-4, are the tiny
+# policy's, and the planner must not import TRL)
+TRL_DEFAULTS = {
+    "num_generations": 8,
+    "max_completion_length": 512,
+    "learning_rate": 1e-6,
+    "temperature": 1.0,
+    "beta": 0.0,
+    "entropy_coef": 0.0,
+    "per_device_train_batch_size": 8,
+}
 
 
 def recipe_from_keys(keys: dict) -> dict:
-    """The recipe fields a user's GRPOConfig keys say (only those they set): rollouts, prompts per batch (the
-    generation batch over num_generations, on one process), model, lengths, lr (unscaled), temperature, KL."""
-    out = {field: keys[key] for field, key in RECIPE_FROM_KEYS.items() if keys.get(key) is not None}
-    batch = keys.get("generation_batch_size")
-    if batch is None and keys.get("per_device_train_batch_size") is not None:
-        per_generation = keys.get("steps_per_generation") or keys.get("gradient_accumulation_steps") or 1
-        batch = keys["per_device_train_batch_size"] * per_generation
-    if batch is not None and out.get("rollouts"):
-        out["prompts_per_batch"] = max(1, int(batch) // int(out["rollouts"]))
-    if "lr" in out:
-        out["lr_scaling"] = "none"
+    """The recipe fields a user's GRPOConfig keys say, with TRL's defaults for those they leave out: rollouts, prompts
+    per batch (the generation batch over num_generations, on one process), model (if set), lengths, lr (as it is: not
+    scaled with the batch), temperature, KL."""
+    given = {**TRL_DEFAULTS, **{key: value for key, value in keys.items() if value is not None}}
+    out = {field: given[key] for field, key in RECIPE_FROM_KEYS.items() if given.get(key) is not None}
+    batch = given.get("generation_batch_size")
+    if batch is None:
+        per_generation = given.get("steps_per_generation") or given.get("gradient_accumulation_steps") or 1
+        batch = given["per_device_train_batch_size"] * per_generation
+    out["prompts_per_batch"] = max(1, int(batch) // int(out["rollouts"]))
+    out["lr_scaling"] = "none"
     if keys.get("max_steps") is not None and keys["max_steps"] > 0:
         out["max_steps"] = keys["max_steps"]
     out["async"] = "sync"  # GRPOTrainer generates and trains in turn
@@ -161,11 +205,13 @@ def render(recipe: Recipe, deployment: Deployment, header: list[str], run_keys: 
     model = recipe.model if recipe.model != "tiny" else MODEL_PLACEHOLDER
     lines = [f"# target: {FRAMEWORK} {VERSION} (trl.GRPOConfig fields; `trl grpo --config FILE` or GRPOConfig(**yaml))"]
     lines += [f"# {line}" for line in header]
-    lines += [f"# {lr_note(recipe)}",
-              f"# model ({model}), train_dataset and reward_funcs (the {recipe.task} verifier) go to GRPOTrainer, "
-              "not GRPOConfig",
-              f"# generation batch = per_device_train_batch_size x processes x steps_per_generation = B_p x n = "
-              f"{recipe.total_batch}; {updates_per_batch(recipe)} optimizer update(s) per generation batch"]
+    lines += [
+        f"# {lr_note(recipe)}",
+        f"# model ({model}), train_dataset and reward_funcs (the {recipe.task} verifier) go to GRPOTrainer, "
+        "not GRPOConfig",
+        f"# generation batch = per_device_train_batch_size x processes x steps_per_generation = B_p x n = "
+        f"{recipe.total_batch}; {updates_per_batch(recipe)} optimizer update(s) per generation batch",
+    ]
     lines += comment_block("nearest form (the difference named)", m.nearest)
     lines += comment_block("not expressible", m.missing)
     lines += ["# the recipe: keys with rlscale's meaning"]

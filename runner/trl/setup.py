@@ -106,6 +106,7 @@ def compose(plan, recipe, *, run_dir, run_key: str, until_step: int, fresh: bool
     job.updates = _updates(job, file)  # the final keys, parsed as the job will
     assert job.updates == updates, "the run's keys changed the updates per generated batch"
     job.batch = job.parsed[1].generation_batch_size
+    _check_geometry(job.parsed[1], recipe, plan, file)
     job.env = _env(job, plan, user_env, run_key=run_key, fresh=fresh)
     return job
 
@@ -162,6 +163,22 @@ def _updates(job: Composed, file: str) -> int:
         return user_config.updates_per_generation(job.parsed[1])
     except UserError as err:
         raise UserError(err.detail, file=file, field=err.field) from None
+
+
+def _check_geometry(config, recipe, plan, file: str) -> None:
+    """UserError when TRL would train another n or generation batch than the study plans (a value in the study's
+    recipe block that the user's file contradicts without the study varying it), unless the study keeps the user's."""
+    for key, trained, planned, field_ in (
+        ("num_generations", config.num_generations, recipe.rollouts, "rollouts"),
+        ("generation_batch_size", config.generation_batch_size, recipe.total_batch, "prompts_per_batch x rollouts"),
+    ):
+        if trained != planned and key not in plan.keep:
+            raise UserError(
+                f"TRL would train {trained}, the study plans {planned} (recipe {field_}); give it in one place: "
+                "this file or the study",
+                file=file,
+                field=key,
+            )
 
 
 def _run_keys(job: Composed, recipe, *, run_dir, run_key: str, until_step: int, updates: int, fresh: bool) -> None:
