@@ -221,7 +221,7 @@ def _env(job: Composed, plan, user_env: dict, *, run_key: str, fresh: bool) -> d
     env = trackers.tracker_env(job.keys.get("report_to"), study=plan.study, run_key=run_key, env=given, fresh=fresh)
     for key, value in env.items():
         if given.get(key) != value:
-            job.changes.append(Change(f"env.{key}", given.get(key), value, "trackers: grouped by study, one run a run"))
+            job.changes.append(Change(f"env.{key}", given.get(key), value, trackers.ENV_REASONS.get(key, "trackers")))
     return env
 
 

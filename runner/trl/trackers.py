@@ -22,6 +22,16 @@ from rlscale.runner.jobs_api import write_whole
 
 TRACKER_PREFIXES = ("MLFLOW_", "WANDB_", "TRACKIO_")
 SECRET_WORDS = ("KEY", "TOKEN", "PASSWORD", "SECRET")
+# why each variable is set, as the dry-run lists it
+ENV_REASONS = {
+    "MLFLOW_EXPERIMENT_NAME": "trackers: runs grouped by study",
+    "MLFLOW_TRACKING_URI": "trackers: the MLflow store as the sweep sees it",
+    "MLFLOW_MAX_LOG_PARAMS": "trackers: the first segment logged the params",
+    "WANDB_PROJECT": "trackers: runs grouped by study",
+    "WANDB_RUN_GROUP": "trackers: runs grouped by study",
+    "WANDB_RUN_ID": "trackers: a run's segments continue one W&B run",
+    "WANDB_RESUME": "trackers: a run's segments continue one W&B run",
+}
 RUNS_FILE = "tracker_runs.json"  # in the run's directory: {"mlflow_run_id": ...}, written by its first segment
 
 
