@@ -256,6 +256,29 @@ def test_each_step_is_recorded_once_with_the_studys_reward_metric_at_its_eval_st
     assert control.should_training_stop and control.should_save  # the segment ends at until_step, checkpointed
 
 
+def test_trackers_group_runs_by_study_and_continue_a_run_across_its_jobs(tmp_path, monkeypatch):
+    from rlscale.runner.trl.trackers import forwarded_env, tracker_env, tracker_keys
+
+    monkeypatch.chdir(tmp_path)
+    given = forwarded_env(
+        {"WANDB_MODE": "offline", "WANDB_API_KEY": "secret", "MLFLOW_TRACKING_URI": "sqlite:///m.db", "HOME": "/root"}
+    )
+    assert given == {"WANDB_MODE": "offline", "MLFLOW_TRACKING_URI": "sqlite:///m.db"}  # credentials stay on the nodes
+    jobs = [
+        tracker_env(["wandb", "mlflow"], study="mine", run_key="mine-1-ab", env=given, fresh=fresh)
+        for fresh in (True, False)
+    ]
+    assert jobs[0]["WANDB_RUN_ID"] == jobs[1]["WANDB_RUN_ID"]  # one W&B run across the run's jobs
+    assert jobs[0]["WANDB_PROJECT"] == jobs[0]["WANDB_RUN_GROUP"] == "mine" and jobs[0]["WANDB_RESUME"] == "allow"
+    other = tracker_env(["wandb"], study="mine", run_key="mine-2-cd", env=given, fresh=True)
+    assert other["WANDB_RUN_ID"] != jobs[0]["WANDB_RUN_ID"]
+    # MLflow: the study is the experiment, at the store the sweep sees (the job runs in another directory)
+    assert jobs[0]["MLFLOW_EXPERIMENT_NAME"] == "mine"
+    assert jobs[0]["MLFLOW_TRACKING_URI"] == f"sqlite:///{tmp_path / 'm.db'}"
+    assert "MLFLOW_MAX_LOG_PARAMS" not in jobs[0] and jobs[1]["MLFLOW_MAX_LOG_PARAMS"] == "0"  # params logged once
+    assert tracker_keys(["trackio"], study="mine") == {"project": "mine"} and tracker_keys("none", study="x") == {}
+
+
 # ------------------------------------------------------------------------------------------ real TRL jobs on Ray
 
 
