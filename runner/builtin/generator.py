@@ -147,11 +147,14 @@ class Generator:
         length_control: str = "truncate",
         end_of_thinking: str | None = None,
         seed: int | None = None,
+        logprobs: bool = True,
     ) -> Generation:
         """Sample `n` completions per prompt; `interrupt` forces `end_of_thinking` into truncated ones and lets them
         answer.
 
         With a `seed` the batch is reproducible: prompt i's samples use seeds seed + i*n .. seed + i*n + n-1.
+        `logprobs` False (validation: only the texts are scored) skips the sampled tokens' log-probs; the samples
+        are the same.
         """
         from vllm import SamplingParams
 
@@ -161,7 +164,7 @@ class Generator:
                 n=n,
                 temperature=temperature,
                 max_tokens=max_new_tokens,
-                logprobs=0,
+                logprobs=0 if logprobs else None,
                 seed=None if seed is None else seed + i * n,
                 detokenize=False,  # decoded once below, in one batch: vLLM also decodes every log-prob's token
             )
@@ -171,7 +174,7 @@ class Generator:
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         rollouts = self._rollouts([output.outputs for output in outputs])
         if length_control == "interrupt" and end_of_thinking:
-            self._interrupt(requests, rollouts, end_of_thinking, temperature, seed)
+            self._interrupt(requests, rollouts, end_of_thinking, temperature, seed, logprobs)
         self.busy_seconds += time.perf_counter() - clock
         tokens = sum(len(r.token_ids) for group in rollouts for r in group)
         return Generation(
@@ -209,16 +212,18 @@ class Generator:
         return [[self._rollout(sample, next(texts)) for sample in group] for group in groups]
 
     def _rollout(self, sample, text: str) -> Rollout:
-        logprobs = [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)]
+        logprobs = [step[token].logprob for step, token in zip(sample.logprobs or [], sample.token_ids)]
         return Rollout(
             token_ids=list(sample.token_ids),
             logprobs=logprobs,
-            sampled=[True] * len(logprobs),
+            sampled=[True] * len(sample.token_ids),
             text=text,
             truncated=sample.finish_reason == "length",
         )
 
-    def _interrupt(self, requests, rollouts, marker: str, temperature: float, seed: int | None) -> None:
+    def _interrupt(
+        self, requests, rollouts, marker: str, temperature: float, seed: int | None, logprobs: bool = True
+    ) -> None:
         """ScaleRL's length interrupt: append the end-of-thinking marker to truncated rollouts and sample a short
         answer."""
         from vllm import SamplingParams
@@ -232,7 +237,7 @@ class Generator:
                 n=1,
                 temperature=temperature,
                 max_tokens=INTERRUPT_ANSWER_TOKENS,
-                logprobs=0,
+                logprobs=0 if logprobs else None,
                 seed=None if seed is None else seed + 7919 * (k + 1),
                 detokenize=False,
             )

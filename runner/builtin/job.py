@@ -294,6 +294,7 @@ class _Job:
                 length_control=recipe.length_control,
                 end_of_thinking=self.end_of_thinking,
                 seed=seed,
+                logprobs=False,  # only the texts are scored
             ),
         )
 
