@@ -286,7 +286,7 @@ def test_trackers_group_runs_by_study_and_continue_a_run_across_its_jobs(tmp_pat
 def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_to_mlflow(cluster, tmp_path):
     from mlflow import MlflowClient
     from rlscale.planner.study import load_study, planned_runs
-    from test_trl_engine import DRIVER, kill_driver_past
+    from trl_sweep import DRIVER, kill_driver_past
 
     # device-hours per run: each of its two jobs starts in 15-50 s (imports, model, first evaluation), counted in it;
     # 3% of it (4.3 s) is more than the slowest step seen (3.5 s, while the other run ended and the driver refitted)

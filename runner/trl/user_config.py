@@ -54,7 +54,8 @@ def accelerate_keys() -> set[str]:
     """The `accelerate launch` options `trl grpo` takes from a YAML (num_processes, mixed_precision, ...)."""
     from accelerate.commands.launch import launch_command_parser
 
-    return {action.dest for action in launch_command_parser()._actions} - {"help", "config_file"}
+    options = vars(launch_command_parser().parse_args(["script.py"]))  # every option's name, at its default
+    return set(options) - {"config_file", "training_script", "training_script_args"}
 
 
 def parse(keys: dict, *, file: str) -> tuple:
