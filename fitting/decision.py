@@ -125,6 +125,10 @@ def recommend_from_frames(
     law = law or rollouts_law(study, curves, draws, bootstrap=bootstrap, seed=seed)
     steps_for, cost_how = steps_model(typed, records, runs, profile=profile)
     rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=draws, allow_constant_n=True)
+    measured = measured_steps(records, rec.predicted_from, compute_column(typed), rec.budget)
+    if rec.basis.code == "within_data" and measured is not None:  # the run itself trained this B_p, n to here
+        rec = replace(rec, steps=measured)
+        cost_how = Reason("steps_measured", {"run": rec.predicted_from, "steps": measured})
     chosen = curves[curves["run"] == rec.predicted_from]
     p = None if chosen.empty else predict_stored_run(records, chosen.iloc[0], compute_column(typed), rec.budget)
     notes = [Reason("cost_model", {"unit": study_unit(typed), "how": cost_how})]
@@ -132,6 +136,14 @@ def recommend_from_frames(
         rec = replace(rec, predicted_reward=p.predicted, predicted_interval=(p.lo, p.hi), predicted_level=p.level)
         notes.insert(0, Reason("prediction_interval", {"level": p.level}))
     return replace(rec, reasons=(*rec.reasons, *notes))
+
+
+def measured_steps(records: pd.DataFrame, run: str, compute_col: str, budget: float) -> int | None:
+    """The step at which `run` reached `budget` compute (its first record there; its last within 1% short of it),
+    or None when its records do not reach it."""
+    mine = records[records["run"] == run].dropna(subset=[compute_col]).sort_values("step")
+    reached = mine[mine[compute_col].astype(float) >= budget * (1 - 0.01)]
+    return int(reached["step"].iloc[0]) if len(reached) else None
 
 
 def varies_rollouts(typed, runs: pd.DataFrame) -> bool:

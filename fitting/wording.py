@@ -103,11 +103,12 @@ _TEXT = {
         f"reward at the budget: the mean over its last 10%, with a {v['level']:.0%} prediction interval (fit, "
         "evaluation noise and drift past the data)"
     ),
-    "cost_model": lambda v: f"compute in {_unit(v['unit'])}; steps from the cost model: {_text(v['how'])}",
-    "steps_per_rollout": lambda v: "rollouts: B_p x n per step",
-    "steps_per_token": lambda v: f"tokens: {v['tokens_per_rollout']:.1f} per rollout",
-    "steps_profile": lambda v: f"profile {v['profile']}",
-    "steps_calibrated": lambda v: f"calibrated on the study's records (r2 {v['r2']:.2f})",
+    "cost_model": lambda v: f"compute in {_unit(v['unit'])}; steps {_text(v['how'])}",
+    "steps_per_rollout": lambda v: "from the rollouts: B_p x n per step",
+    "steps_per_token": lambda v: f"from the tokens: {v['tokens_per_rollout']:.1f} per rollout",
+    "steps_profile": lambda v: f"from the cost model, profile {v['profile']}",
+    "steps_calibrated": lambda v: f"from the cost model calibrated on the study's records (r2 {v['r2']:.2f})",
+    "steps_measured": lambda v: f"as run {v['run']} took them to this compute ({v['steps']:,}), measured",
     # refusals
     "no_evaluations": lambda v: f"study {v['study']!r} has no evaluated records yet",
     "one_rollouts_value": lambda v: (
