@@ -69,18 +69,23 @@ class LocalHead:
     temp_dir: str
 
     def alive(self) -> bool:
-        """The head's process runs and its Jobs API answers."""
-        try:
-            os.kill(self.pid, 0)
-        except OSError:
+        """The head's process runs and its Jobs API answers (with the token Ray's clients would use)."""
+        if not _running(self.pid):
             return False
-        from ray.job_submission import JobSubmissionClient
-
         try:
-            JobSubmissionClient(self.address).list_jobs()
+            jobs_client(self.address).list_jobs()
         except Exception:  # not up (yet), or gone
             return False
         return True
+
+    def ready(self) -> bool:
+        """Alive, and the dashboard reports the head node's devices (what admission reads)."""
+        from rlscale.runner.cluster import dashboard_nodes
+
+        try:
+            return bool(self.alive() and dashboard_nodes(jobs_client(self.address)))
+        except Exception:  # the dashboard's first report is a few seconds behind the Jobs API
+            return False
 
     def stop(self, head_file: Path | None = None) -> None:
         """Stop the head and every process it started; forget it."""
@@ -149,7 +154,7 @@ def start_head() -> LocalHead:
     )
     local = LocalHead(f"http://127.0.0.1:{dashboard}", head.pid, temp)
     deadline = time.monotonic() + START_SECONDS
-    while not local.alive():
+    while not local.ready():
         if head.poll() is not None or time.monotonic() > deadline:
             tail = (Path(temp) / "head.log").read_text(errors="replace").strip().splitlines()[-1:]
             local.stop()
