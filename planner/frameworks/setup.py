@@ -300,7 +300,15 @@ def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
         if repr(value) != repr(setup.keys.get(key))
     ]
     if setup.framework == "trl":
+        from rlscale.planner.frameworks.trl import accumulation_keeping_updates
         from rlscale.planner.loading import load_yaml_mapping
+
+        accumulation = accumulation_keeping_updates(setup.keys, values)
+        if accumulation is not None:  # as the sweep's jobs ran: the user's updates per generated batch
+            values["gradient_accumulation_steps"] = accumulation
+            before = setup.keys.get("gradient_accumulation_steps")
+            change = Change("gradient_accumulation_steps", before, accumulation, "your updates per generated batch")
+            lines.append(f"#   {change.line()}")
 
         config = load_yaml_mapping(setup.config_file)
         for key, value in values.items():

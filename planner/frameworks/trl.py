@@ -191,6 +191,29 @@ def recipe_from_keys(keys: dict) -> dict:
     return out
 
 
+def updates_per_generated_batch(keys: dict) -> float:
+    """Optimizer updates per generated batch that GRPOConfig keys give on one process (GRPOConfig's arithmetic, with
+    its defaults: 8 completions per device, one accumulation step, one iteration)."""
+    per_device, accumulation = keys.get("per_device_train_batch_size", 8), keys.get("gradient_accumulation_steps", 1)
+    micro = keys.get("steps_per_generation") or (
+        keys["generation_batch_size"] / per_device if keys.get("generation_batch_size") else accumulation
+    )
+    return micro * keys.get("num_iterations", 1) / accumulation
+
+
+def accumulation_keeping_updates(user: dict, changed: dict) -> int | None:
+    """The gradient_accumulation_steps that keeps the user's updates per generated batch once `changed` (the study's
+    values) moves the generation batch; None when it does not need to change."""
+    keys = {key: value for key, value in {**user, **changed}.items() if value is not None}
+    wanted = updates_per_generated_batch(user)
+    if updates_per_generated_batch(keys) == wanted or not wanted:
+        return None
+    micro = keys.get("steps_per_generation") or keys.get("generation_batch_size", 0) / keys.get(
+        "per_device_train_batch_size", 8
+    )
+    return max(1, round(micro * keys.get("num_iterations", 1) / wanted))
+
+
 def axis_values(recipe: Recipe) -> dict:
     """The recipe's GRPOConfig keys that carry its meaning, with the generation batch (B_p x n completions) that
     TRL derives from the layout keys otherwise."""

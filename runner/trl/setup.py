@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlscale.planner.frameworks.setup import Change
+from rlscale.planner.frameworks.trl import updates_per_generated_batch
 
 from rlscale.base.errors import UserError
 
@@ -79,7 +80,7 @@ def compose(plan, recipe, *, run_dir, run_key: str, until_step: int, fresh: bool
     if not keys.get("model_name_or_path"):
         job.put("model_name_or_path", _model_dir(recipe.model), "model: the study's recipe.model")
     _schedule(job, file)
-    user_updates = _user_updates(job.keys)
+    user_updates = updates_per_generated_batch(job.keys)
     for change in plan.changes(recipe):
         job.put(change.key, change.after, change.why)
     updates = _updates(job, file)
@@ -143,16 +144,6 @@ def _schedule(job: Composed, file: str) -> None:
             file=file,
             field="lr_scheduler_type",
         )
-
-
-def _user_updates(keys: dict) -> float:
-    """Optimizer updates per generated batch the user's keys give on one process (GRPOConfig's arithmetic, with its
-    defaults: 8 completions per device, one accumulation step, one iteration)."""
-    per_device, accumulation = keys.get("per_device_train_batch_size", 8), keys.get("gradient_accumulation_steps", 1)
-    micro = keys.get("steps_per_generation") or (
-        keys["generation_batch_size"] / per_device if keys.get("generation_batch_size") else accumulation
-    )
-    return micro * keys.get("num_iterations", 1) / accumulation
 
 
 def _updates(job: Composed, file: str) -> int:
