@@ -214,7 +214,14 @@ def test_the_decision_exports_as_the_users_own_trl_yaml(tmp_path):
     (tmp_path / "t.yaml").write_text(yaml.safe_dump(study))
     loaded = load_study(tmp_path / "t.yaml")
     exported = yaml.safe_load(export_setup(setup_plan(loaded), planned_runs(loaded)[0].recipe, ["decided"]))
-    expected = {**TRL_CONFIG, "num_generations": 4, "generation_batch_size": 32, "max_steps": loaded.recipe.steps}
+    # 32 completions (8 prompts x 4) on 16 per device: 2 micro-batches, so one update each as the user's 4 of 4 gave
+    expected = {
+        **TRL_CONFIG,
+        "num_generations": 4,
+        "generation_batch_size": 32,
+        "max_steps": loaded.recipe.steps,
+        "gradient_accumulation_steps": 2,
+    }
     assert exported == expected  # the user's keys (and env block) kept, the decision's set
 
 
