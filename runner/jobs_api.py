@@ -81,15 +81,31 @@ class Submission:
 
 class JobsApiEngine(Engine):
     """Trains each run as a chain of jobs on the Ray cluster at `ray_address` (the dashboard, http://HEAD:8265;
-    RAY_ADDRESS when None), the run's files under `shared_dir`, a running job's status and records read every
-    `poll_seconds`."""
+    RAY_ADDRESS when None; neither: a local head, rlscale.runner.ray_head), the run's files under `shared_dir` (a
+    directory the driver and every node see; default RLSCALE_SHARED_DIR or <cache>/<engine name>), a running job's
+    status and records read every `poll_seconds`. python: the job's interpreter on the cluster; max_prompt_tokens:
+    the longest prompt; env_vars: more environment for the job; setup: the study's SetupPlan when it starts from
+    the user's own config (rlscale.planner.frameworks.setup)."""
 
     failure: type[JobFailed] = JobFailed
 
-    def __init__(self, *, ray_address: str | None, shared_dir: Path, poll_seconds: float):
+    def __init__(
+        self,
+        *,
+        ray_address: str | None = None,
+        shared_dir: str | Path | None = None,
+        poll_seconds: float = 2.0,
+        python: str = "python3",
+        max_prompt_tokens: int = 1024,
+        env_vars: dict | None = None,
+        setup=None,
+    ):
         self.ray_address = ray_address
-        self.shared_dir = Path(shared_dir)
+        self.shared_dir = Path(shared_dir) if shared_dir else default_shared_dir(self.name)
         self.poll_seconds = poll_seconds
+        self.python, self.max_prompt_tokens = python, max_prompt_tokens
+        self.env_vars = dict(env_vars or {})
+        self.setup = setup
         self._client = None
         self._lock = threading.Lock()
         self._started: set[str] = set()  # submission ids submitted here (close stops those still running)
@@ -340,6 +356,14 @@ class JobsApiEngine(Engine):
                     self.ray_address = self._head.address
                 self._client = jobs_client(self.ray_address)
             return self._client
+
+
+def default_shared_dir(engine: str) -> Path:
+    """Where an engine's runs keep their data, checkpoints and logs without --shared-dir: RLSCALE_SHARED_DIR or
+    <cache>/<engine> (right for a cluster whose nodes share this machine's disk, e.g. one node)."""
+    from rlscale.base.settings import cache_dir
+
+    return Path(os.environ.get("RLSCALE_SHARED_DIR") or cache_dir() / engine)
 
 
 @dataclass

@@ -383,3 +383,14 @@ def write_events(directory, steps: dict[int, dict[str, float]], *, suffix: str =
         writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=values)))
     writer.close()
     return next(p for p in directory.iterdir() if p.name.endswith(suffix) and "tfevents" in p.name)
+
+
+def python_of(env: str) -> Path:
+    """The Python of a checker venv (scripts/checker_envs.sh); a failure in CI, a skip elsewhere, when it is missing."""
+    python = ROOT / env / "bin" / "python"
+    if not python.exists():
+        message = f"{env} is missing: run scripts/checker_envs.sh (make setup builds it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return python

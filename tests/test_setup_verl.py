@@ -348,7 +348,7 @@ def test_a_compute_stopped_run_may_train_past_its_planned_steps_up_to_the_cap(tm
 
 
 def checker_python() -> Path:
-    from test_verl_engine import python_of
+    from conftest import python_of
 
     return python_of(".venv-verl")
 

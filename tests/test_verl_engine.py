@@ -5,11 +5,11 @@ The dataset is loaded with the tiny policy's tokenizer (rlscale.runner.rl.policy
 
 import json
 import math
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import python_of
 from rlscale.db.logs import VERL_HEALTH
 from rlscale.db.store import Store
 from rlscale.planner.recipe import Recipe
@@ -39,16 +39,6 @@ RECIPE = Recipe(
 )
 # (metric the store keeps, verl's name) for the actor metrics verl's workers log each step
 ACTOR = {"entropy": 1.3, "grad_norm": 0.7, "clip_fraction": 0.05, "kl": 0.002}
-
-
-def python_of(env: str) -> Path:
-    python = ROOT / env / "bin" / "python"
-    if not python.exists():
-        message = f"{env} is missing: run scripts/checker_envs.sh (make setup builds it)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
 
 
 def steps_spec(path: Path, steps: range, *, first_val: bool = True) -> dict:

@@ -24,7 +24,9 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
                     study, recipe.engine, ray_address=ray_address, **({"shared_dir": shared_dir} if shared_dir else {})
                 ),
             )
-            entry.update(engine.dry_run(recipe, RUN_KEY))
+            # a run that ends at its measured GPU-hours may pass its planned steps (up to the cap)
+            stops_at_compute = study.compute is not None and study.compute.unit == "gpu_hours"
+            entry.update(engine.dry_run(recipe, RUN_KEY, gpu_hours=point.gpu_hours if stops_at_compute else None))
         else:
             entry["recipe"] = recipe.to_json()
         out.append(entry)

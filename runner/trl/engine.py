@@ -9,14 +9,10 @@ setup_train.py: the job), its data, rewards and trackers checked once before any
 """
 
 import json
-import os
 import sys
 import threading
-from pathlib import Path
 
-from rlscale.runner.jobs_api import JobFailed, JobsApiEngine, RunDir, Submission
-
-from rlscale.base.settings import cache_dir
+from rlscale.runner.jobs_api import COMPUTE_STEP_CAP, JobFailed, JobsApiEngine, RunDir, Submission
 
 from .job import DEVICES_TAKEN, SetupJob, checkpointed_step, make_job, make_setup_job, require_trl, write_spec
 from .logs import RecordMaker
@@ -32,47 +28,19 @@ def _recipe_key(recipe) -> str:
     return json.dumps(recipe.to_json(), sort_keys=True)
 
 
-def default_shared_dir() -> Path:
-    """Where runs' checkpoints and records go without --shared-dir: RLSCALE_SHARED_DIR or <cache>/trl."""
-    return Path(os.environ.get("RLSCALE_SHARED_DIR") or cache_dir() / "trl")
-
-
 class TrlEngine(JobsApiEngine):
-    """Runs each segment of a run as a TRL job submitted to the Ray cluster at `ray_address` (the dashboard's
-    address, http://HEAD:8265; RAY_ADDRESS when None).
-
-    shared_dir: a directory the driver and the job's node see. python: the job's interpreter (with rlscale and
-    trl installed; default this one). gpus: train on the node's GPUs (vLLM colocate, bf16; written, untested here)
-    instead of CPU cores (transformers' generate, float32). micro_batch: completions per forward/backward.
-    env_vars: more environment for the job. poll_seconds: how often a running job's status and records are read.
-    setup: the study's SetupPlan when it starts from the user's own `trl grpo` YAML (rlscale.planner.frameworks.setup).
+    """Runs each segment of a run as a TRL job (rlscale.runner.jobs_api.JobsApiEngine: cluster, shared directory,
+    polling, environment, setup). python: the job's interpreter (with rlscale and trl installed; default this one).
+    gpus: train on the node's GPUs (vLLM colocate, bf16; written, untested here) instead of CPU cores
+    (transformers' generate, float32). micro_batch: completions per forward/backward.
     """
 
     name = "trl"
     failure = TrlJobFailed
 
-    def __init__(
-        self,
-        *,
-        ray_address: str | None = None,
-        shared_dir: str | Path | None = None,
-        python: str = sys.executable,
-        gpus: bool = False,
-        micro_batch: int = 64,
-        max_prompt_tokens: int = 1024,
-        env_vars: dict | None = None,
-        poll_seconds: float = 2.0,
-        setup=None,
-    ):
-        self.setup = setup  # the user's own TRL setup the study starts from (planner/frameworks/setup.SetupPlan)
-        super().__init__(
-            ray_address=ray_address,
-            shared_dir=Path(shared_dir) if shared_dir else default_shared_dir(),
-            poll_seconds=poll_seconds,
-        )
-        self.python, self.gpus = python, gpus
-        self.micro_batch, self.max_prompt_tokens = micro_batch, max_prompt_tokens
-        self.env_vars = dict(env_vars or {})
+    def __init__(self, *, python: str = sys.executable, gpus: bool = False, micro_batch: int = 64, **options):
+        super().__init__(python=python, **options)
+        self.gpus, self.micro_batch = gpus, micro_batch
         self._shapes: dict[str, tuple[int, int]] = {}  # a setup study's recipe -> (updates, completions) per step
         self._checked: dict[str, list[str]] = {}  # a setup study's config file -> the user's files, checked
         self._tracker_lock = threading.Lock()  # one thread creates tracker runs at a time
@@ -89,15 +57,9 @@ class TrlEngine(JobsApiEngine):
         if self.python == sys.executable or self.setup is not None:
             require_trl()
         if self.setup is None:
+            sizes = {"micro_batch": self.micro_batch, "max_prompt_tokens": self.max_prompt_tokens}
             return make_job(
-                recipe,
-                run_dir,
-                submission_id,
-                until_step=until_step,
-                python=self.python,
-                gpus=self.gpus,
-                micro_batch=self.micro_batch,
-                max_prompt_tokens=self.max_prompt_tokens,
+                recipe, run_dir, submission_id, until_step=until_step, python=self.python, gpus=self.gpus, **sizes
             )
         with self._setup_lock:  # one thread at a time parses, imports the user's rewards, reads the data
             job = make_setup_job(
@@ -161,14 +123,28 @@ class TrlEngine(JobsApiEngine):
     def devices_taken(self, logs: str, last_step: int | None) -> str | None:
         return DEVICES_TAKEN if DEVICES_TAKEN in logs else None
 
-    def dry_run(self, recipe, run_key: str) -> dict:
+    def dry_run(self, recipe, run_key: str, *, gpu_hours: float | None = None) -> dict:
         """What `rlscale sweep --dry-run` shows of a run's first job: where it goes, its entrypoint, and its GRPOConfig
-        as `rlscale export --format trl` renders it (nearest-form and not-expressible notes included)."""
+        as `rlscale export --format trl` renders it (nearest-form and not-expressible notes included). gpu_hours:
+        the run's planned compute, when it ends there (its first job may then go past the planned steps, to the
+        cap)."""
         from rlscale.planner.frameworks.trl import render
 
-        job = self.trl_job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=recipe.steps)
+        until = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
+        job = self.trl_job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=until)
         if isinstance(job, SetupJob):
             return self._setup_dry_run(job, recipe)
+        return {
+            **self._where(job, recipe),
+            "nearest": job.mapping.nearest,
+            "not_expressible": job.mapping.missing,
+            "config_text": render(
+                recipe, job.deployment, [f"rlscale sweep --dry-run: job {job.submission_id}"], run_keys=job.run_keys
+            ),
+        }
+
+    def _where(self, job, recipe) -> dict:
+        """Where a job goes and what it runs: the part of the dry-run every trl job shows."""
         return {
             "ray_address": self.ray_address or "RAY_ADDRESS",
             "submission_id": job.submission_id,
@@ -176,11 +152,6 @@ class TrlEngine(JobsApiEngine):
             "devices": self.devices(recipe),
             "log_file": str(job.log_file),
             "config": job.config,
-            "nearest": job.mapping.nearest,
-            "not_expressible": job.mapping.missing,
-            "config_text": render(
-                recipe, job.deployment, [f"rlscale sweep --dry-run: job {job.submission_id}"], run_keys=job.run_keys
-            ),
         }
 
     def _setup_dry_run(self, job, recipe) -> dict:
@@ -195,12 +166,7 @@ class TrlEngine(JobsApiEngine):
         with self._setup_lock:
             files = self._checked[self.setup.setup.config_file]
         return {
-            "ray_address": self.ray_address or "RAY_ADDRESS",
-            "submission_id": job.submission_id,
-            "entrypoint": job.entrypoint,
-            "devices": self.devices(recipe),
-            "log_file": str(job.log_file),
-            "config": job.config,
+            **self._where(job, recipe),
             "env_vars": job.composed.env,
             "setup_files": files,
             "changes": [change.to_dict() for change in job.composed.changes],

@@ -6,15 +6,12 @@ the run's checkpoint directory (trainer.resume_mode=auto). The driver reads each
 shared directory while it runs (job.py says what lives there).
 """
 
-import os
 import shutil
 import threading
 from importlib.util import find_spec
 from pathlib import Path
 
 from rlscale.runner.jobs_api import COMPUTE_STEP_CAP, JobFailed, JobsApiEngine, RunDir, Submission
-
-from rlscale.base.settings import cache_dir
 
 from .job import ENTRYPOINT, REWARD_IMPORTS, checkpointed_step, job_devices, make_job, val_reward_metric
 from .logs import ANY_SOURCE, RecordMaker, ValReward, reward_metrics
@@ -28,20 +25,10 @@ class VerlJobFailed(JobFailed):
     """A verl job ended FAILED or STOPPED by someone else; the message carries the Jobs API's reason and log tail."""
 
 
-def default_shared_dir() -> Path:
-    """Where runs' data, checkpoints and logs go without --shared-dir: RLSCALE_SHARED_DIR or <cache>/verl (only
-    right for a cluster whose nodes share this machine's disk, e.g. one node)."""
-    return Path(os.environ.get("RLSCALE_SHARED_DIR") or cache_dir() / "verl")
-
-
 class VerlEngine(JobsApiEngine):
-    """Runs each segment of a run as a verl job submitted to the Ray cluster at `ray_address` (the dashboard's
-    address, http://HEAD:8265; RAY_ADDRESS when None).
-
-    shared_dir: a directory the driver and every node see (data, checkpoints, logs). python, module: the job's
-    interpreter on the cluster and the module it runs (verl.trainer.main_ppo). env_vars: more environment for the
-    job. poll_seconds: how often a running job's status and log are read. setup: the study's SetupPlan when it
-    starts from the user's own verl config (rlscale.planner.frameworks.setup).
+    """Runs each segment of a run as a verl job (rlscale.runner.jobs_api.JobsApiEngine: cluster, shared directory,
+    polling, environment, setup). module: what the job runs (verl.trainer.main_ppo); gpus_per_node: the nodes'
+    GPUs, which lay a run's pools out.
     """
 
     name = "verl"
@@ -50,25 +37,13 @@ class VerlEngine(JobsApiEngine):
     def __init__(
         self,
         *,
-        ray_address: str | None = None,
-        shared_dir: str | Path | None = None,
-        python: str = "python3",
         module: str = ENTRYPOINT,
         gpus_per_node: int = 8,
-        max_prompt_tokens: int = 1024,
-        env_vars: dict | None = None,
         poll_seconds: float = 5.0,
-        setup=None,
+        **options,
     ):
-        self.setup = setup  # the user's own verl setup the study starts from (planner/frameworks/setup.SetupPlan)
-        super().__init__(
-            ray_address=ray_address,
-            shared_dir=Path(shared_dir) if shared_dir else default_shared_dir(),
-            poll_seconds=poll_seconds,
-        )
-        self.python, self.module = python, module
-        self.gpus_per_node, self.max_prompt_tokens = gpus_per_node, max_prompt_tokens
-        self.env_vars = dict(env_vars or {})
+        super().__init__(poll_seconds=poll_seconds, **options)
+        self.module, self.gpus_per_node = module, gpus_per_node
         self._facts, self._facts_lock = None, threading.Lock()
 
     def verl_job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int):
@@ -77,31 +52,23 @@ class VerlEngine(JobsApiEngine):
 
     def _job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int):
         """(the segment's Job, its changes to the user's setup: [] without one)."""
+        layout = {"python": self.python, "module": self.module, "gpus_per_node": self.gpus_per_node}
         if self.setup is not None:
             from .setup import make_setup_job
 
             return make_setup_job(
-                self.setup,
-                recipe,
-                run_dir,
-                submission_id,
-                until_step=until_step,
-                python=self.python,
-                module=self.module,
-                gpus_per_node=self.gpus_per_node,
-                env_vars=self.env_vars,
+                self.setup, recipe, run_dir, submission_id, until_step=until_step, env_vars=self.env_vars, **layout
             )
-        return make_job(
+        job = make_job(
             recipe,
             run_dir,
             submission_id,
             until_step=until_step,
-            python=self.python,
-            module=self.module,
-            gpus_per_node=self.gpus_per_node,
-            max_prompt_tokens=self.max_prompt_tokens,
             env_vars=self.env_vars,
-        ), []
+            max_prompt_tokens=self.max_prompt_tokens,
+            **layout,
+        )
+        return job, []
 
     def setup_facts(self):
         """The checks of the user's data and reward (rlscale.runner.verl.checks.SetupFacts), run once per engine;
