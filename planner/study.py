@@ -475,7 +475,7 @@ def _with_setup(study: Study, folder: Path) -> Study:
     """The study with its setup's paths made absolute (from the study file's folder) and its recipe filled in from
     the user's keys where the study's recipe block does not set a field; UserError for a conflict between the two
     (planner/frameworks/setup.py)."""
-    from rlscale.planner.frameworks.setup import check_study_setup, recipe_from_setup, study_setup
+    from rlscale.planner.frameworks.setup import check_study_setup, recipe_from_setup, setup_key, study_setup
 
     block = study.setup
     paths = {
@@ -486,18 +486,33 @@ def _with_setup(study: Study, folder: Path) -> Study:
     shown = study.file
     study = study.model_copy(update={"setup": block.model_copy(update=paths)})
     study._file = shown
-    derived = recipe_from_setup(study_setup(study))
+    setup = study_setup(study)
+    derived = recipe_from_setup(setup)
     explicit = study.recipe.model_dump(by_alias=True, exclude_unset=True)
     if study.compute is None and "steps" not in explicit and derived.get("max_steps"):
         derived["steps"] = derived["max_steps"]
     derived.pop("max_steps", None)
     try:
+        Recipe.model_validate(derived)
+    except ValidationError as err:  # a value in the user's file that is not what the key takes: name that file
+        first = err.errors()[0]
+        key = setup_key(setup.framework, str(first["loc"][0]))
+        raise UserError(
+            f"{first['msg']} (got {first.get('input')!r})", file=setup.source.get(key, shown), field=key
+        ) from None
+    for field, value in explicit.items():  # the job runs the user's value: a different one here would never train
+        key = setup_key(setup.framework, field)
+        if field in derived and key != field and repr(derived[field]) != repr(value) and field not in study.parameters:
+            raise UserError(
+                f"{value!r} here, but {key} is {derived[field]!r} in {setup.source[key]}, which the runs train with; "
+                "set it in one place (your file, or an axis of the study)",
+                file=shown,
+                field=f"recipe.{field}",
+            )
+    try:
         recipe = Recipe.model_validate({**derived, **explicit})
     except ValidationError as err:
-        first = err.errors()[0]
-        raise UserError(
-            f"{first['msg']} (from your setup's {'.'.join(map(str, first['loc']))})", file=shown, field="setup"
-        ) from None
+        raise user_error_from_validation(err, file=shown, prefix="recipe") from None
     study = study.model_copy(update={"recipe": recipe})
     study._file = shown
     check_study_setup(study, [run.recipe for run in planned_runs(study)])

@@ -257,3 +257,21 @@ def test_export_of_a_setup_study_is_the_users_launch_with_the_best_runs_keys(tmp
     assert "actor_rollout_ref.rollout.n=8" in out and "actor_rollout_ref.rollout.n=5" not in out
     assert "actor_rollout_ref.rollout.tensor_model_parallel_size=2" in out  # the user's own keys, as they wrote them
     assert "# your setup:" in out and "~ actor_rollout_ref.rollout.n: 5 -> 8" in out
+
+
+def test_a_bad_value_in_the_users_file_names_that_file_and_key(tmp_path, cli):
+    study = verl_study(tmp_path, {"rollouts": [4, 8]}, replace=["actor_rollout_ref.rollout.n"])
+    (tmp_path / "gsm8k.args").write_text(VERL_ARGS.replace("optim.lr=1e-6", "optim.lr=fast"))
+    code, out, err = cli("plan", study)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "gsm8k.args: actor_rollout_ref.actor.optim.lr:" in err and "'fast'" in err
+
+
+def test_a_recipe_value_the_users_file_contradicts_is_refused(tmp_path, cli):
+    spec = yaml.safe_load(
+        verl_study(tmp_path, {"rollouts": [4, 8]}, replace=["actor_rollout_ref.rollout.n"]).read_text()
+    )
+    spec["recipe"]["lr"] = 3e-6  # the file says 1e-6, and the job would train with the file's
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(spec))
+    code, out, err = cli("plan", tmp_path / "study.yaml")
+    assert code == 2 and "recipe.lr" in err and "actor_rollout_ref.actor.optim.lr" in err and "gsm8k.args" in err

@@ -216,6 +216,11 @@ def recipe_from_setup(setup: UserSetup) -> dict:
     return _framework(setup.framework).recipe_from_keys(setup.keys)
 
 
+def setup_key(framework: str, field: str) -> str:
+    """The framework key a recipe field is read from in a user's setup (the field's own name when none is)."""
+    return _framework(framework).RECIPE_FROM_KEYS.get(field, field)
+
+
 def changed_keys(study, recipes: list) -> dict[str, str]:
     """The framework keys the study's runs (`recipes`) set differently: key -> the recipe fields behind them. TRL:
     a user's steps_per_generation goes when the study sets the generation batch (TRL takes one of the two)."""
