@@ -143,21 +143,21 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
     def kill_at_step_3(records):
         got.extend(records)
         if not killed.is_set() and any(r["step"] >= 3 for r in records):
-            _kill_job(tmp_path, "life-1-aa-1")
+            _kill_job(tmp_path, "trl-life-1-aa-1")
             killed.set()
 
     # the first job is killed with -9 once it is past its checkpoint at step 2: the engine raises
-    with pytest.raises(TrlJobFailed, match="life-1-aa-1 FAILED"):
-        engine.run(recipe, run_key="life-1-aa", on_records=kill_at_step_3)
-    run_dir = RunDir(tmp_path / "shared" / "life-1-aa")
+    with pytest.raises(TrlJobFailed, match="trl-life-1-aa-1 FAILED"):
+        engine.run(recipe, run_key="trl-life-1-aa", on_records=kill_at_step_3)
+    run_dir = RunDir(tmp_path / "shared" / "trl-life-1-aa")
     saved = checkpointed_step(recipe, run_dir)  # 2, or later on a host fast enough to step on before the kill lands
     assert saved >= 2
     # the retry resumes from TRL's last checkpoint and pauses at the next rung, checkpointed there
     rung = saved + 2
-    result = engine.run(recipe, run_key="life-1-aa", on_records=got.extend, until_step=rung)
+    result = engine.run(recipe, run_key="trl-life-1-aa", on_records=got.extend, until_step=rung)
     assert result.steps == rung and not result.stopped and result.timings["launch"] > 0
     assert (run_dir.checkpoints / f"checkpoint-{rung}" / "trainer_state.json").is_file()
-    second = [yaml.safe_load(line) for line in run_dir.log("life-1-aa-2").read_text().splitlines()]
+    second = [yaml.safe_load(line) for line in run_dir.log("trl-life-1-aa-2").read_text().splitlines()]
     assert [line["step"] for line in second] == [saved + 1, saved + 2]  # no step 0 again
     assert sorted({r["step"] for r in got}) == list(range(max(r["step"] for r in got) + 1))  # nothing lost
     firsts = {}
@@ -172,12 +172,12 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
     assert end["tokens"] > rung * 16
     assert {"train_reward", "entropy", "grad_norm", "clip_fraction", "truncation_rate"} <= set(end["metrics"])
     jobs = sorted(
-        j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("life-1-aa-")
+        j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("trl-life-1-aa-")
     )
-    assert jobs == ["life-1-aa-1", "life-1-aa-2"]
+    assert jobs == ["trl-life-1-aa-1", "trl-life-1-aa-2"]
     # a driver that comes back with a planned compute the jobs passed unwatched: the run ends at the plan's step
     ended = []
-    result = engine.run(recipe, run_key="life-1-aa", on_records=ended.extend, gpu_hours=firsts[3]["gpu_hours"])
+    result = engine.run(recipe, run_key="trl-life-1-aa", on_records=ended.extend, gpu_hours=firsts[3]["gpu_hours"])
     assert result.compute_reached and result.steps == 3 and max(r["step"] for r in ended) == 3
 
 
