@@ -267,3 +267,22 @@ def _bootstrap_law(curves, grid, front, draws, bootstrap, seed, theta_hat, min_p
         theta, _ = fit_law(f["compute"].to_numpy(), np.log2(f["rollouts"].to_numpy(float)), start=theta_hat)
         thetas.append(theta)
     return np.array(thetas)
+
+
+def frontier_segments(front: pd.DataFrame) -> list[dict]:
+    """The frontier as runs of constant n*: [{rollouts, prompts_per_batch, run, compute_from, compute_to}]."""
+    segments = []
+    for row in front.itertuples():
+        if segments and segments[-1]["run"] == row.run:
+            segments[-1]["compute_to"] = float(row.compute)
+        else:
+            segments.append(
+                {
+                    "rollouts": int(row.rollouts),
+                    "prompts_per_batch": int(row.prompts_per_batch),
+                    "run": str(row.run),
+                    "compute_from": float(row.compute),
+                    "compute_to": float(row.compute),
+                }
+            )
+    return segments

@@ -23,7 +23,7 @@ from rlscale.fitting.curves import (
     run_geometry,
     stable,
 )
-from rlscale.fitting.optimal_n import RolloutsLaw
+from rlscale.fitting.optimal_n import RolloutsLaw, frontier_segments
 from rlscale.fitting.reasons import Reason, Refusal
 from rlscale.fitting.standing import Standing, beyond_noise, decision_runs, standing_at
 
@@ -386,22 +386,3 @@ def recommend(
         law_identified=bool(law.identified),
         standing=standing,
     )
-
-
-def frontier_segments(front: pd.DataFrame) -> list[dict]:
-    """The frontier as runs of constant n*: [{rollouts, prompts_per_batch, run, compute_from, compute_to}]."""
-    segments = []
-    for row in front.itertuples():
-        if segments and segments[-1]["run"] == row.run:
-            segments[-1]["compute_to"] = float(row.compute)
-        else:
-            segments.append(
-                {
-                    "rollouts": int(row.rollouts),
-                    "prompts_per_batch": int(row.prompts_per_batch),
-                    "run": str(row.run),
-                    "compute_from": float(row.compute),
-                    "compute_to": float(row.compute),
-                }
-            )
-    return segments

@@ -270,8 +270,7 @@ def build_report(
 def _law(report: Report, curves: pd.DataFrame, draws: dict, bootstrap: int, seed: int):
     """The optimal-n law of a study whose fitted runs try two or more rollouts values (report.law, with the frontier
     as segments); None otherwise, with a note when it cannot be fitted."""
-    from rlscale.fitting.optimal_n import fit_optimal_rollouts
-    from rlscale.fitting.recommend import frontier_segments
+    from rlscale.fitting.optimal_n import fit_optimal_rollouts, frontier_segments
 
     usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1) & curves["rollouts"].notna()]
     if usable["rollouts"].nunique() < 2:
