@@ -172,7 +172,9 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
     assert end["tokens"] > rung * 16
     assert {"train_reward", "entropy", "grad_norm", "clip_fraction", "truncation_rate"} <= set(end["metrics"])
     jobs = sorted(
-        j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("trl-life-1-aa-")
+        j.submission_id
+        for j in JobSubmissionClient(cluster).list_jobs()
+        if j.submission_id.startswith("trl-life-1-aa-")
     )
     assert jobs == ["trl-life-1-aa-1", "trl-life-1-aa-2"]
     # a driver that comes back with a planned compute the jobs passed unwatched: the run ends at the plan's step
