@@ -19,6 +19,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rlscale.runner.cluster import WORKER_NICENESS_ENV
+
 from rlscale.base.errors import UserError
 
 HEAD_FILE = "ray-head.json"
@@ -88,17 +90,16 @@ class LocalHead:
             return False
 
     def stop(self, head_file: Path | None = None) -> None:
-        """Stop the head and every process it started; forget it."""
-        for sig, wait in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
+        """Stop the head and every process it started; forget it. `ray start` shuts its cluster down on SIGTERM
+        (~2 s); SIGTERM to its whole group instead leaves it waiting on children already gone (30 s and more)."""
+        for kill, sig, wait in ((os.kill, signal.SIGTERM, 30.0), (os.killpg, signal.SIGKILL, 10.0)):
             try:
-                os.killpg(self.pid, sig)
+                kill(self.pid, sig)
             except OSError:
-                break
+                continue  # the head is gone; its group may still hold leftovers (the dashboard's forkserver)
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline and _running(self.pid):
                 time.sleep(0.2)
-            if not _running(self.pid):
-                break
         shutil.rmtree(self.temp_dir, ignore_errors=True)
         if head_file is not None:
             head_file.unlink(missing_ok=True)
@@ -149,6 +150,7 @@ def start_head() -> LocalHead:
             "--disable-usage-stats",
         ],
         start_new_session=True,
+        env={**os.environ, **WORKER_NICENESS_ENV},
         stdout=log,
         stderr=subprocess.STDOUT,
     )

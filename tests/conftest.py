@@ -18,7 +18,12 @@ import numpy as np
 import pytest
 from rlscale.fitting.sigmoid import sigmoid
 from rlscale.planner.recipe import Recipe
+from rlscale.runner.cluster import WORKER_NICENESS_ENV
 from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
+
+# every Ray cluster the tests start runs its workers at normal priority, as the clusters rlscale starts do: at Ray's
+# nice 15 a busy host starves them and a test then races the host's load
+os.environ.update(WORKER_NICENESS_ENV)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -146,14 +151,17 @@ def _start_head(env: dict | None = None, *, cpus: int = 4, gpus: int = 8) -> tup
 
 
 def _stop_head(head: subprocess.Popen, temp: Path) -> None:
+    """SIGTERM to `ray start` (it stops its cluster), then SIGKILL to what its group has left."""
+    head.terminate()
     try:
-        os.killpg(head.pid, signal.SIGTERM)
         head.wait(30)
     except subprocess.TimeoutExpired:
+        pass
+    try:
         os.killpg(head.pid, signal.SIGKILL)
-        head.wait()
     except ProcessLookupError:
         pass
+    head.wait()
     shutil.rmtree(temp, ignore_errors=True)
 
 

@@ -2,11 +2,11 @@
 (vLLM) and a trainer actor each) serves the runs in flight; a set that finishes a job is kept for the next job on
 the same model and devices, so consecutive runs skip the actors' start-up."""
 
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rlscale.runner.cluster import init_ray
 from rlscale.runner.engine import Engine, JobResult
 
 from rlscale.base.errors import UserError
@@ -131,17 +131,8 @@ class BuiltinEngine(Engine):
         with self._lock:
             if ray.is_initialized():
                 return
-            cores = len(os.sched_getaffinity(0))
             try:
-                ray.init(
-                    address=self.ray_address,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    logging_level="ERROR",
-                    num_cpus=None
-                    if self.ray_address
-                    else max(cores, recipe.generator_devices + recipe.trainer_devices),
-                )
+                init_ray(self.ray_address, recipe.generator_devices + recipe.trainer_devices)
             except (ConnectionError, ray.exceptions.AuthenticationError) as err:
                 raise UserError(
                     f"cannot join the Ray cluster at {self.ray_address} ({str(err).splitlines()[0]}); "

@@ -108,11 +108,13 @@ class Generator:
         self.start_seconds = time.perf_counter() - started
 
     def _warm_up(self) -> None:
-        """One throwaway batch: the first forward pass pays one-off kernel and allocator set-up (~4 s on CPU), which
-        belongs to engine start, not to the first job's device-hours."""
+        """A throwaway batch down the training path (seeded, with log-probs): the first forward pass and the first
+        log-prob sampling pay one-off set-up (~4 s and ~2 s on CPU, far more on a loaded host), which belongs to
+        engine start, not to the first job's device-hours."""
         from vllm import SamplingParams
 
-        self.llm.generate([{"prompt_token_ids": self.encode("0")}], SamplingParams(n=2, max_tokens=2), use_tqdm=False)
+        params = SamplingParams(n=2, max_tokens=2, logprobs=0, seed=0, detokenize=False)
+        self.llm.generate([{"prompt_token_ids": self.encode("0")}], params, use_tqdm=False)
 
     def ready(self) -> dict:
         """Engine facts once started: start-up seconds and the model directory."""

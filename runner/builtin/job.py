@@ -13,7 +13,6 @@ resume (the store's (run, step) insert drops the copies), so nothing is missing 
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 
 from rlscale.runner.builtin import checkpoint
 from rlscale.runner.builtin.accounting import DeviceClock, union_seconds
+from rlscale.runner.cluster import init_ray
 
 EVAL_SEED_BASE = 10**9  # validation samples come from their own seed stream
 COMPUTE_STEP_CAP = 10  # a run stopped by compute takes at most this many times its planned steps (a runaway guard)
@@ -70,14 +70,7 @@ def run_job(
 
     started_ray = not ray.is_initialized()
     if started_ray:
-        cores = len(os.sched_getaffinity(0))
-        ray.init(
-            address=ray_address,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level="ERROR",
-            num_cpus=None if ray_address else max(cores, recipe.generator_devices + recipe.trainer_devices),
-        )
+        init_ray(ray_address, recipe.generator_devices + recipe.trainer_devices)
     cap = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
     job = _Job(
         recipe,
