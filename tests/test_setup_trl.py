@@ -284,16 +284,16 @@ def test_trackers_group_runs_by_study_and_continue_a_run_across_its_jobs(tmp_pat
 
 @pytest.mark.slow
 def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_to_mlflow(cluster, tmp_path):
+    from conftest import TRL_DRIVER, kill_driver_past
     from mlflow import MlflowClient
     from rlscale.planner.study import load_study, planned_runs
-    from trl_sweep import DRIVER, kill_driver_past
 
     # device-hours per run: each of its two jobs starts in 15-50 s (imports, model, first evaluation), counted in it;
     # 3% of it (4.3 s) is more than the slowest step seen (3.5 s, while the other run ended and the driver refitted)
     study, _ = write_setup(tmp_path, budget=0.04)
     planned = {run.name: run.gpu_hours for run in planned_runs(load_study(study))}
     url, tracking = f"sqlite:///{tmp_path / 'store.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
-    args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared")]
+    args = [sys.executable, "-c", TRL_DRIVER, str(study), url, cluster, str(tmp_path / "shared")]
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking}
     # the node goes too: its jobs die with the driver, so the next sweep resumes them from TRL's checkpoints
     stopped = kill_driver_past(args, url, "mine", cluster, env=env)

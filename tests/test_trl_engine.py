@@ -185,8 +185,8 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
 
 @pytest.mark.slow
 def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned_compute(cluster, tmp_path):
+    from conftest import TRL_DRIVER, kill_driver_past
     from ray.job_submission import JobSubmissionClient
-    from trl_sweep import DRIVER, kill_driver_past
 
     # IsoCompute over n at 256 rollouts per run: n 2 trains 32 steps, n 4 trains 16
     study = write_study(
@@ -197,7 +197,7 @@ def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned
         eval_every=8,
     )
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared")]
+    args = [sys.executable, "-c", TRL_DRIVER, str(study), url, cluster, str(tmp_path / "shared")]
     client = JobSubmissionClient(cluster)
     # the node goes too: the running jobs die with the driver, so the next sweep must resume from TRL's checkpoints
     stopped = kill_driver_past(args, url, "killtrl", cluster)
