@@ -104,13 +104,25 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def spawn(args: list[str], log: Path, **options) -> subprocess.Popen:
+    """Start `args` in a process group of its own, its stderr into the file `log`: a pipe nobody reads while the
+    process runs fills up (64 KiB) and blocks it."""
+    with open(log, "ab") as stderr:
+        return subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=stderr, **options)
+
+
+def tail(log: Path, chars: int = 2000) -> str:
+    """The last `chars` characters of a spawned process's stderr."""
+    return log.read_text(errors="replace")[-chars:] if log.exists() else ""
+
+
 def _start_head(env: dict | None = None, *, cpus: int = 4, gpus: int = 8) -> tuple[subprocess.Popen, str, Path]:
     """A Ray head on loopback with the dashboard (the Jobs API), `gpus` logical GPUs (Ray places and releases GPU
     requests on them as on real ones), in its own temp dir and process group; returns once a job can be submitted."""
     temp = Path(tempfile.mkdtemp(prefix="rv", dir="/tmp"))
     port, dashboard, agent, agent_grpc, runtime_env, metrics = (_free_port() for _ in range(6))
     environment = {**os.environ, "RAY_AUTH_MODE": "disabled", **(env or {})}  # loopback; Ray 2.60 asks a token
-    head = subprocess.Popen(
+    head = spawn(
         [
             str(RAY),
             "start",
@@ -131,9 +143,7 @@ def _start_head(env: dict | None = None, *, cpus: int = 4, gpus: int = 8) -> tup
             f"--temp-dir={temp}",
             "--disable-usage-stats",
         ],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        temp / "head.log",
         env=environment,
     )
     address = f"http://127.0.0.1:{dashboard}"
@@ -147,7 +157,7 @@ def _start_head(env: dict | None = None, *, cpus: int = 4, gpus: int = 8) -> tup
             return head, address, temp
         if time.time() > deadline or head.poll() is not None:
             _stop_head(head, temp)
-            raise RuntimeError(f"Ray's Jobs API did not come up: {head.stderr.read()[-2000:]}")
+            raise RuntimeError(f"Ray's Jobs API did not come up: {tail(temp / 'head.log')}")
         time.sleep(0.5)
 
 
@@ -427,8 +437,9 @@ def kill_driver_past(
     from ray.job_submission import JobSubmissionClient
     from rlscale.db.store import Store
 
-    driver = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     store_file = Path(url.removeprefix("sqlite:///"))
+    log = store_file.with_name("driver.log")
+    driver = spawn(args, log, env=env)
     try:
         deadline = time.time() + seconds
         while time.time() < deadline and driver.poll() is None:
@@ -438,7 +449,7 @@ def kill_driver_past(
                 if len(records) and records["step"].max() >= step:
                     break
             time.sleep(0.3)
-        assert driver.poll() is None, f"the driver ended before it could be killed: {driver.stderr.read()[-2000:]}"
+        assert driver.poll() is None, f"the driver ended before it could be killed: {tail(log)}"
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()

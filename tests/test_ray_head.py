@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import spawn, tail
 from rlscale.db.store import Store
 
 # a short TRL run on the tiny policy (what tests/test_trl_engine.py trains, fewer steps)
@@ -80,7 +81,7 @@ def test_a_sweep_with_no_cluster_named_starts_a_head_adopts_it_after_kill_9_and_
     url, shared = f"sqlite:///{tmp_path / 'store.db'}", tmp_path / "shared"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     args = [sys.executable, "-c", DRIVER, str(study), url, str(shared)]
-    driver = subprocess.Popen(args, start_new_session=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    driver = spawn(args, log := tmp_path / "driver.log", env=env)
     try:
         deadline = time.time() + 300
         while time.time() < deadline and driver.poll() is None:  # a job that has stored a step: the head is up
@@ -89,7 +90,7 @@ def test_a_sweep_with_no_cluster_named_starts_a_head_adopts_it_after_kill_9_and_
                     if "local" in store.study_names() and len(store.records_frame("local")) >= 2:
                         break
             time.sleep(0.5)
-        assert driver.poll() is None, driver.stderr.read()[-3000:]
+        assert driver.poll() is None, tail(log, 3000)
         head = json.loads((shared / "ray-head.json").read_text())
         assert head["address"].startswith("http://127.0.0.1:") and head_processes(head["temp_dir"])
     finally:

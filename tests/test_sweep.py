@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import spawn, tail
 from rlscale.db.store import Store
 from rlscale.planner.study import load_study
 from rlscale.runner.engine import Engine, JobResult
@@ -81,9 +82,7 @@ def test_killed_sweep_resumes_with_every_record_once_and_status_reads_meanwhile(
     url = f"sqlite:///{tmp_path / 'store.db'}"
     env = dict(os.environ)
     sweep = [*RLSCALE, "sweep", str(study), "--db", url, "--out", str(tmp_path / "reports")]
-    process = subprocess.Popen(
-        sweep, cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    process = spawn(sweep, log := tmp_path / "sweep.log", cwd=tmp_path, env=env)
     try:
         deadline = time.time() + 420
         while time.time() < deadline and process.poll() is None:
@@ -104,7 +103,7 @@ def test_killed_sweep_resumes_with_every_record_once_and_status_reads_meanwhile(
                 assert {row["status"] for row in json.loads(status.stdout)} <= {"running", "pending", "done"}
                 break
             time.sleep(1)
-        assert process.poll() is None, f"the sweep ended before it could be killed: {process.stderr.read()[-2000:]}"
+        assert process.poll() is None, f"the sweep ended before it could be killed: {tail(log)}"
     finally:
         os.killpg(process.pid, signal.SIGKILL)  # the driver, its Ray cluster and the vLLM engine
         process.wait()

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import spawn, tail
 from rlscale.db.store import Store
 from rlscale.planner.recipe import Recipe
 
@@ -95,7 +96,8 @@ def test_a_run_ends_where_its_measured_gpu_hours_reach_the_plan(cluster, tmp_pat
 
 
 DRIVER = textwrap.dedent("""
-    import sys
+    import faulthandler, signal, sys
+    faulthandler.register(signal.SIGUSR1)  # a test that finds it stuck asks for its threads' stacks
     from rlscale.db.store import Store
     from rlscale.planner.study import load_study
     from rlscale.runner.sweep.driver import SweepDriver
@@ -135,7 +137,7 @@ def test_a_sweep_of_verl_jobs_survives_kill_9_of_its_driver_with_two_runs_in_fli
     )
     url = f"sqlite:///{tmp_path / 'store.db'}"
     args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared"), str(TESTS)]
-    driver = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    driver = spawn(args, log := tmp_path / "driver.log")
     try:
         deadline = time.time() + 180
         while time.time() < deadline and driver.poll() is None:
@@ -146,7 +148,7 @@ def test_a_sweep_of_verl_jobs_survives_kill_9_of_its_driver_with_two_runs_in_fli
                 if len(counts) == 2 and min(counts) >= 4:  # both runs' jobs mid-way: kill the driver, not the jobs
                     break
             time.sleep(0.3)
-        assert driver.poll() is None, f"the driver ended before it could be killed: {driver.stderr.read()[-2000:]}"
+        assert driver.poll() is None, f"the driver ended before it could be killed: {tail(log)}"
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
@@ -276,7 +278,7 @@ def test_ctrl_c_of_a_sweep_stops_the_jobs_it_started(cluster, tmp_path):
     study = _study(tmp_path, "interrupt", {"rollouts": {"values": [2, 4]}}, steps=100_000)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared"), str(TESTS)]
-    driver = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    driver = spawn(args, log := tmp_path / "driver.log")
     client = JobSubmissionClient(cluster)
 
     def running() -> list[str]:
@@ -290,9 +292,15 @@ def test_ctrl_c_of_a_sweep_stops_the_jobs_it_started(cluster, tmp_path):
         deadline = time.time() + 180
         while len(running()) < 2 and time.time() < deadline and driver.poll() is None:
             time.sleep(0.5)
-        assert len(running()) == 2, driver.stderr.read()[-2000:] if driver.poll() is not None else "jobs not up"
+        assert len(running()) == 2, tail(log) if driver.poll() is not None else "jobs not up"
         driver.send_signal(signal.SIGINT)  # Ctrl-C
-        driver.wait(120)
+        try:
+            driver.wait(300)
+        except subprocess.TimeoutExpired:
+            driver.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            os.killpg(driver.pid, signal.SIGKILL)
+            pytest.fail(f"the driver did not end after Ctrl-C; its threads:\n{tail(log, 6000)}")
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
