@@ -98,6 +98,8 @@ def test_a_run_ends_where_its_measured_gpu_hours_reach_the_plan(cluster, tmp_pat
 DRIVER = textwrap.dedent("""
     import faulthandler, signal, sys
     faulthandler.register(signal.SIGUSR1)  # a test that finds it stuck asks for its threads' stacks
+    # Ctrl-C as a terminal delivers it, even when this suite was started in the background (SIGINT then ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from rlscale.db.store import Store
     from rlscale.planner.study import load_study
     from rlscale.runner.sweep.driver import SweepDriver
