@@ -66,6 +66,31 @@ def baseline_parts(baseline, compute, reward, fraction: float, fit: dict) -> tup
     return math.hypot(p.sd_parameters, p.sd_noise), baseline.drift_scale(part_fit, p.distance)
 
 
+def own_extrapolation_error(compute, reward, fraction: float) -> float:
+    """A run's own backtest inside what the fit sees: the sigmoid fitted on the first half of the part cut at
+    `fraction` predicts the part's last 10%; that prediction's error (NaN with under 5 points to fit or none to
+    check). A candidate sign of how far this run wanders from its curve, for the alternatives."""
+    x, y = np.asarray(compute, dtype=float), np.asarray(reward, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y) & (x >= 0)
+    order = np.argsort(x[keep], kind="stable")
+    x, y = x[keep][order], y[keep][order]
+    if not len(x) or not x[-1] > 0:
+        return math.nan
+    part = x <= fraction * x[-1]
+    x, y = x[part], y[part]
+    if len(x) < 6:
+        return math.nan
+    inner = x <= 0.5 * x[-1]
+    check = in_end_window(x, x[-1]) & ~inner
+    if inner.sum() < 5 or not check.any():
+        return math.nan
+    try:
+        inner_fit = fit_sigmoid(x[inner], y[inner], bootstrap=0, noise="auto", seed=0)
+    except FitError:
+        return math.nan
+    return float(np.mean(inner_fit.predict(x[check])) - np.mean(y[check]))
+
+
 def interval_rows(backtests: list, training_key, fit: dict) -> list[dict]:
     """One row per run and fraction of `backtests` ((source, path, compute column, fraction, records, [RunBacktest])
     for every data set on its compute column): source, training key, fraction, the backtest's error, observed end
@@ -78,7 +103,8 @@ def interval_rows(backtests: list, training_key, fit: dict) -> list[dict]:
         for r in results:
             if not (r.fitted and math.isfinite(r.error)):
                 continue
-            old = baseline_parts(baseline, by_run[r.run][compute_col], by_run[r.run]["reward"], f, fit)
+            run_compute, run_reward = by_run[r.run][compute_col], by_run[r.run]["reward"]
+            old = baseline_parts(baseline, run_compute, run_reward, f, fit)
             rows.append(
                 {
                     "source": name,
@@ -95,6 +121,7 @@ def interval_rows(backtests: list, training_key, fit: dict) -> list[dict]:
                     "identified": r.identified,
                     "known": old[0] if old else math.nan,
                     "drift_scale": old[1] if old else math.nan,
+                    "own_error": own_extrapolation_error(run_compute, run_reward, f),
                 }
             )
     copies: dict = {}
@@ -239,6 +266,14 @@ def _alternative_scales() -> dict:
     def shipped_unidentified(rows, t):
         return shipped(rows, t) * (1.0 + t[3] * unidentified(rows))
 
+    def own_error(rows):
+        # |own_extrapolation_error|, or where it cannot be had, sigma times its median ratio to sigma
+        e, s = np.abs(column(rows, "own_error")), column(rows, "sigma")
+        return np.where(np.isfinite(e), e, np.nanmedian(e / s) * s)
+
+    def shipped_own_error(rows, t):
+        return np.sqrt(shipped(rows, t) ** 2 + (t[3] * own_error(rows)) ** 2)
+
     def log_linear(rows, t):
         s, known, gl, d = f(rows, "sigma", "known", "gain_left", "distance")
         return np.exp(
@@ -257,6 +292,7 @@ def _alternative_scales() -> dict:
         "sigma x (a + b distance) x (1 + c if unidentified)": (noise_distance_identification, 3, True),
         "shipped x (1 + c if unidentified)": (shipped_unidentified, 4, True),
         "log-linear in sigma, parameters and window noise, gain left, identified, distance": (log_linear, 6, False),
+        "shipped + the run's own error from the first half of what the fit sees": (shipped_own_error, 4, True),
     }
 
 
