@@ -14,7 +14,7 @@ demo: venv
 	.venv/bin/rlscale sweep studies/quickstart.yaml
 
 test: setup
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q --durations=15  # the slowest tests, to keep the suite under 25 min
 
 test-fast: setup
 	.venv/bin/python -m pytest -q -m "not slow"

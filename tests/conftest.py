@@ -429,12 +429,9 @@ TRL_DRIVER = textwrap.dedent("""
 """)
 
 
-def kill_driver_past(
-    args: list[str], url: str, study: str, cluster: str, *, step: int = 3, env: dict | None = None, seconds: float = 300
-) -> list[str]:
-    """Start the driver `args`, kill -9 its process group once a record of `study` reaches `step` (past the
-    checkpoint at step 2), then stop its running jobs as a lost node would; returns those jobs' submission ids."""
-    from ray.job_submission import JobSubmissionClient
+def kill_driver_when(args: list[str], url: str, study: str, reached, *, env: dict | None = None, seconds: float = 300):
+    """Start the driver `args` (stderr to driver.log beside the store) and kill -9 its process group once
+    `reached(records of study)` holds; fails if the driver ends first or `seconds` pass."""
     from rlscale.db.store import Store
 
     store_file = Path(url.removeprefix("sqlite:///"))
@@ -446,13 +443,23 @@ def kill_driver_past(
             if store_file.exists():
                 with Store(url) as store:
                     records = store.records_frame(study) if study in store.study_names() else []
-                if len(records) and records["step"].max() >= step:
+                if len(records) and reached(records):
                     break
             time.sleep(0.3)
         assert driver.poll() is None, f"the driver ended before it could be killed: {tail(log)}"
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
+
+
+def kill_driver_past(
+    args: list[str], url: str, study: str, cluster: str, *, step: int = 3, env: dict | None = None, seconds: float = 300
+) -> list[str]:
+    """Start the driver `args`, kill -9 its process group once a record of `study` reaches `step` (past the
+    checkpoint at step 2), then stop its running jobs as a lost node would; returns those jobs' submission ids."""
+    from ray.job_submission import JobSubmissionClient
+
+    kill_driver_when(args, url, study, lambda records: records["step"].max() >= step, env=env, seconds=seconds)
     client = JobSubmissionClient(cluster)
     stopped = [
         j.submission_id

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import spawn, tail
+from conftest import kill_driver_when, spawn, tail
 from rlscale.db.store import Store
 from rlscale.planner.recipe import Recipe
 
@@ -111,6 +111,11 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+def both_past_step_4(records) -> bool:
+    counts = records.groupby("run_id").size()
+    return len(counts) == 2 and min(counts) >= 4
+
+
 def test_a_sweep_of_verl_jobs_survives_kill_9_of_its_driver_with_two_runs_in_flight(cluster, tmp_path):
     import yaml
     from ray.job_submission import JobSubmissionClient
@@ -139,21 +144,8 @@ def test_a_sweep_of_verl_jobs_survives_kill_9_of_its_driver_with_two_runs_in_fli
     )
     url = f"sqlite:///{tmp_path / 'store.db'}"
     args = [sys.executable, "-c", DRIVER, str(study), url, cluster, str(tmp_path / "shared"), str(TESTS)]
-    driver = spawn(args, log := tmp_path / "driver.log")
-    try:
-        deadline = time.time() + 180
-        while time.time() < deadline and driver.poll() is None:
-            if (tmp_path / "store.db").exists():
-                with Store(url) as store:
-                    records = store.records_frame("killverl") if "killverl" in store.study_names() else []
-                counts = records.groupby("run_id").size() if len(records) else []
-                if len(counts) == 2 and min(counts) >= 4:  # both runs' jobs mid-way: kill the driver, not the jobs
-                    break
-            time.sleep(0.3)
-        assert driver.poll() is None, f"the driver ended before it could be killed: {tail(log)}"
-    finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
+    # both runs' jobs mid-way: kill the driver, not the jobs
+    kill_driver_when(args, url, "killverl", both_past_step_4, seconds=180)
     restarted = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     with Store(url) as store:
