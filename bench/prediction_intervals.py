@@ -47,13 +47,18 @@ def load_baseline():
     return module
 
 
-def baseline_parts(baseline, compute, reward, fraction: float, fit: dict) -> tuple[float, float] | None:
-    """(known sd, drift scale) of today's interval for one run cut at `fraction` (as backtest_run cuts it): its
-    parameter and window-noise sd in quadrature, and |A - R0| sqrt(distance); None when the part cannot be fitted."""
+def _ordered(compute, reward) -> tuple[np.ndarray, np.ndarray]:
+    """A run's finite points at compute >= 0, in compute order (as backtest_run reads them)."""
     x, y = np.asarray(compute, dtype=float), np.asarray(reward, dtype=float)
     keep = np.isfinite(x) & np.isfinite(y) & (x >= 0)
     order = np.argsort(x[keep], kind="stable")
-    x, y = x[keep][order], y[keep][order]
+    return x[keep][order], y[keep][order]
+
+
+def baseline_parts(baseline, compute, reward, fraction: float, fit: dict) -> tuple[float, float] | None:
+    """(known sd, drift scale) of today's interval for one run cut at `fraction` (as backtest_run cuts it): its
+    parameter and window-noise sd in quadrature, and |A - R0| sqrt(distance); None when the part cannot be fitted."""
+    x, y = _ordered(compute, reward)
     if not len(x) or not x[-1] > 0:
         return None
     part = x <= fraction * x[-1]
@@ -70,15 +75,12 @@ def own_extrapolation_error(compute, reward, fraction: float) -> float:
     """A run's own backtest inside what the fit sees: the sigmoid fitted on the first half of the part cut at
     `fraction` predicts the part's last 10%; that prediction's error (NaN with under 5 points to fit or none to
     check). A candidate sign of how far this run wanders from its curve, for the alternatives."""
-    x, y = np.asarray(compute, dtype=float), np.asarray(reward, dtype=float)
-    keep = np.isfinite(x) & np.isfinite(y) & (x >= 0)
-    order = np.argsort(x[keep], kind="stable")
-    x, y = x[keep][order], y[keep][order]
+    x, y = _ordered(compute, reward)
     if not len(x) or not x[-1] > 0:
         return math.nan
     part = x <= fraction * x[-1]
     x, y = x[part], y[part]
-    if len(x) < 6:
+    if not len(x):
         return math.nan
     inner = x <= 0.5 * x[-1]
     check = in_end_window(x, x[-1]) & ~inner
