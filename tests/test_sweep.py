@@ -248,6 +248,21 @@ class ReplayEngine(Engine):
         return JobResult(steps=self.reached[run_key], stopped=stopped is not None, stop_reason=stopped or "")
 
 
+def test_a_run_whose_driver_died_after_its_last_records_ends_done_on_the_rerun(tmp_path):
+    # the killed driver stored every step of the first run but not its status: the rerun must not leave it running
+    path = write_study(tmp_path / "late.yaml", "late", {"lr": [1e-4, 2e-4]}, steps=8, eval_every=2)
+    jobs = ReplayEngine()
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        first = SweepDriver(load_study(path), store, engine=jobs).plan()
+        store.set_run_status(first[0].run_id, "running")
+        store.add_records(first[0].run_id, [{"step": s, "gpu_hours": 0.01 * s, "val_reward": 0.1} for s in range(9)])
+        summary = SweepDriver(load_study(path), store, engine=jobs).run()
+        runs = store.runs_frame("late")
+    assert list(runs["status"]) == ["done", "done"]
+    assert summary.count("done") == 2
+    assert [call[0] for call in jobs.calls] == [2e-4]  # the finished run is not trained again
+
+
 def test_asymptote_rungs_explore_every_run_then_stop_the_ones_that_cannot_win(tmp_path):
     jobs = ReplayEngine()
     path = write_study(

@@ -114,6 +114,10 @@ class SweepDriver:
         states = run_states(runs, self.store.records_frame(self.study.name), hours)
         factor = getattr(self.study, "extend", 1.0)
         for run, (_name, plan) in zip(states, planned.values()):
+            if run.status not in FINISHED and run.recipe is not None and run.step >= run.recipe.steps:
+                # a driver killed between a run's last records and its status: the records say it is done
+                run.status, run.note = "done", ""
+                self.store.set_run_status(run.run_id, "done")
             if not (factor > 1 and run.recipe is not None and hasattr(plan, "recipe")):
                 continue
             run.recipe = run.recipe.model_copy(update={"steps": math.ceil(run.recipe.steps * factor)})
