@@ -7,9 +7,9 @@ half, and the share of runs whose full-run A falls inside the half-fit's 95% int
 training counted once (`each_training_once`: the five `make demo` sweeps are copies of one seeded training per
 point, see bench/data/README.md), on which the goals are judged.
 Issue 17 goals: the fit beats carry-forward on the rising runs; full-run A inside the interval on >= 90%.
-Issue 41: the prediction interval of the end reward (fitting/predict.py), from the half and the quarter, calibrated
+Issue 41: the prediction interval of the end reward (fitting/laws/predict.py), from the half and the quarter, calibrated
 by split-conformal prediction held out by source and judged beside today's method (bench/prediction_intervals.py);
-the calibration on every source goes to fitting/interval.json, which `rlscale fit --at`, `recommend` and
+the calibration on every source goes to fitting/laws/interval.json, which `rlscale fit --at`, `recommend` and
 `rlscale backtest` use.
 Run: `.venv/bin/python bench/backtest.py`.
 """
@@ -31,8 +31,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import prediction_intervals as intervals  # noqa: E402  (bench/prediction_intervals.py)
 from rlscale.db.importer import read_run_log  # noqa: E402
-from rlscale.fitting.backtest import backtest_runs, summarize, summary_lines  # noqa: E402
-from rlscale.fitting.predict import DEFAULT_LEVEL, INTERVAL_FILE  # noqa: E402
+from rlscale.fitting.backtest import backtest_runs, summarize  # noqa: E402
+from rlscale.fitting.laws.predict import DEFAULT_LEVEL, INTERVAL_FILE  # noqa: E402
+
+from rlscale.views.tables import backtest_summary_lines as summary_lines  # noqa: E402
 
 DATA = ROOT / "bench" / "data"
 RESULT = ROOT / "bench" / "results" / "backtest.json"
@@ -162,7 +164,7 @@ def per_trajectory(results: list[tuple[str, object]]) -> dict:
 def estimate_interval(fit: dict) -> dict:
     """Backtest every run (each data set on its compute column) from the half and the quarter, judge the prediction
     interval held out by source beside today's method (bench/prediction_intervals.py), write the calibration on every
-    source to fitting/interval.json with its provenance, and return the figures, with the fit's point error against
+    source to fitting/laws/interval.json with its provenance, and return the figures, with the fit's point error against
     carry-forward on the rising runs."""
     backtests, point = [], {}
     for f in intervals.FRACTIONS:
@@ -292,7 +294,7 @@ def main() -> None:
     fit = dict(bootstrap=args.bootstrap, noise=args.noise, seed=0)
     started = time.perf_counter()
     predictions = estimate_interval(fit)
-    calibration = predictions.pop("calibration_object")  # the one just written to fitting/interval.json
+    calibration = predictions.pop("calibration_object")  # the one just written to fitting/laws/interval.json
     predictions["synthetic"] = intervals.synthetic_coverage(args.synthetic_runs, calibration)
     datasets, everything, fallen, keyed = {}, [], set(), []
     for name, (path, compute_col) in DATASETS.items():
@@ -381,7 +383,7 @@ def main() -> None:
                 "--",
                 "fitting/",
                 "rlscale/base/",
-                ":(exclude)fitting/interval.json",
+                ":(exclude)fitting/laws/interval.json",
             ],
             capture_output=True,
             text=True,

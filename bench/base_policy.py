@@ -75,7 +75,7 @@ def one(target: float, out: Path) -> None:
 
 
 def summarize(output: dict) -> dict:
-    from rlscale.fitting.records import record_breaking_points
+    from rlscale.fitting.sigmoid.points import record_breaking_points
 
     steps = np.array([r["step"] for r in output["records"]])
     rollouts = np.array([r["rollouts"] for r in output["records"]], dtype=float)

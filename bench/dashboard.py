@@ -126,7 +126,8 @@ def matplotlib_svg(store, study: str) -> dict:
     """The same curves as the report's matplotlib figure, written as SVG: bytes and seconds."""
     import pandas as pd
     from rlscale.fitting.curves import run_curves
-    from rlscale.fitting.plots import plot_study
+
+    from rlscale.views.plots import plot_study
 
     runs, records = store.runs_frame(study), store.records_frame(study)
     started = time.perf_counter()
@@ -152,10 +153,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
-    from rlscale.fitting.page import asset
 
     from rlscale.dashboard.app import create_app
     from rlscale.dashboard.server import Background
+    from rlscale.views.page import asset
 
     tmp = Path(tempfile.mkdtemp(prefix="dashbench"))
     url = f"sqlite:///{tmp / 'store.db'}"

@@ -10,10 +10,10 @@ Crossing: synthetic ScaleRL-like studies in which the early leader is not the fi
 start slower and reach a higher asymptote): 2-4 runs, each next one's C_mid 1.5-2.5 times and A 0.02-0.06 above the
 one before, pass rates over 2,500 answers every 100 of 16,000 GPU-hours; kept when the leader at 25% of compute
 (noise-free curves) ends more than 0.02 below the best. Their intervals use the calibration the package ships.
-For each study, every run is cut at 25% and at 50% of its compute and a run is picked (fitting.backtest.decide_study)
-by the prediction with its interval (the leader among the runs no other run surely beats), the point prediction
-alone, the current leader, and the fitted asymptote A alone; regret = the actual best end reward minus the picked
-run's end reward (ends: mean over each run's last 10% of compute).
+For each study, every run is cut at 25% and at 50% of its compute and a run is picked (fitting.backtest.cut_pick,
+as `rlscale backtest` and the report pick) by the prediction with its interval (the leader among the runs no other
+run surely beats), the point prediction alone, the current leader, and the fitted asymptote A alone; regret = the
+actual best end reward minus the picked run's end reward (ends: mean over each run's last 10% of compute).
 Goals (issue 41): on crossing studies the interval rule's regret <= 0.02 in more studies than the leader's at 25%;
 on the real studies it stays at least as good as the leader at 25% and 50%.
 Writes bench/results/decisions.json. Run: `.venv/bin/python bench/decisions.py` (after bench/backtest.py).
@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rlscale.db.importer import read_run_log  # noqa: E402
-from rlscale.fitting.backtest import PICK_METHODS, decide_study  # noqa: E402
-from rlscale.fitting.predict import Calibration  # noqa: E402
+from rlscale.fitting.backtest import PICK_METHODS, backtest_runs, cut_pick  # noqa: E402
+from rlscale.fitting.laws.predict import Calibration  # noqa: E402
 from rlscale.fitting.sigmoid import sigmoid  # noqa: E402
 
 from rlscale.base.numbers import NOISE_BAND  # noqa: E402
@@ -104,7 +104,7 @@ def held_out_calibrations() -> dict[str, Calibration]:
 
 
 def end_mean(compute: np.ndarray, reward: np.ndarray, upto: float) -> float:
-    """Mean of `reward` over the last 10% of compute up to `upto` (as decide_study reads an end or a cut)."""
+    """Mean of `reward` over the last 10% of compute up to `upto` (as the backtest reads an end or a cut)."""
     window = (compute <= upto) & (compute >= 0.9 * upto)
     return float(np.mean(reward[window]))
 
@@ -132,6 +132,14 @@ def crossing_studies(n: int, seed: int = 0) -> dict[str, list[dict]]:
             {run: (compute, rng.binomial(ANSWERS, curve) / ANSWERS) for run, curve in curves.items()}
         ]
     return out
+
+
+def decide_study(runs: dict, fraction: float, **kwargs):
+    """The pick `rlscale backtest` makes from `runs` ({name: (compute, reward)}) cut at `fraction`."""
+    records = pd.concat(
+        [pd.DataFrame({"run": name, "compute": compute, "reward": reward}) for name, (compute, reward) in runs.items()]
+    )
+    return cut_pick(backtest_runs(records, fraction=fraction, **kwargs), fraction)
 
 
 def decide(all_studies: dict, calibration_of, fit: dict) -> dict:
@@ -229,7 +237,7 @@ def main() -> None:
             "noise_band": NOISE_BAND,
             "crossing_studies": CROSSING_STUDIES,
             "real_calibration": "held out by source (bench/results/backtest.json)",
-            "crossing_calibration": "fitting/interval.json",
+            "crossing_calibration": "fitting/laws/interval.json",
         },
         "goal": {
             "crossing_rule_within_band_in_more_studies_than_leader_at_quarter": bool(
@@ -245,7 +253,7 @@ def main() -> None:
         "seconds": seconds,
         "commit": commit,
         "uncommitted_fitting_files": subprocess.run(
-            ["git", "diff", "--name-only", "HEAD", "--", "fitting/", ":(exclude)fitting/interval.json"],
+            ["git", "diff", "--name-only", "HEAD", "--", "fitting/", ":(exclude)fitting/laws/interval.json"],
             capture_output=True,
             text=True,
             cwd=ROOT,

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 from rlscale.fitting import early_stop
-from rlscale.fitting.early_stop import best_fit_of
+from rlscale.fitting.rules.early_stop import best_fit_of
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 from rlscale.planner.study import EarlyTerminate
 from rlscale.runner.sweep.scheduler import RungSchedule, RunProgress, run_by_rungs

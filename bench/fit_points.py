@@ -26,8 +26,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rlscale.fitting.optimal_n import fit_optimal_rollouts  # noqa: E402
-from rlscale.fitting.recommend import Refusal, fitted, recommend, run_curves  # noqa: E402
+from rlscale.fitting.laws.optimal_n import fit_optimal_rollouts  # noqa: E402
+from rlscale.fitting.rules.recommend import Refusal, fitted, recommend, run_curves  # noqa: E402
 from rlscale.planner.cost import TINY_CPU, step_gpu_hours, steps_within  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "quickstart"

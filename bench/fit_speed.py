@@ -1,5 +1,5 @@
 """Speed of the default sigmoid fit (noise="auto", 200 bootstrap resamples, the hull interval on A), beside an
-older copy of fitting/sigmoid.py when one is given, both timed in one process and interleaved (curve by curve,
+older copy of fitting/sigmoid/fit.py when one is given, both timed in one process and interleaved (curve by curve,
 then in blocks of runs, the order alternating) so that a shared machine's load falls on both alike.
 
   per call:    median ms of one default fit_sigmoid call on 60 synthetic 30-point curves (bench/fit_accuracy.py's
@@ -7,7 +7,7 @@ then in blocks of runs, the order alternating) so that a shared machine's load f
   1,000 x 200: seconds for the default fits of bench/fit_accuracy.py's 1,000 binomial curves (80 points each);
                issue 33: <= 15 s
   prediction:  median ms of one `predict_at` call (what `fit --at` adds to each fit) on the 60 curves' default fits,
-               predicting the mean over the last 10% of twice their compute, beside fitting/predict.py as of
+               predicting the mean over the last 10% of twice their compute, beside fitting/laws/predict.py as of
                bench/prediction_intervals.py's BASELINE_COMMIT (today's method), interleaved; issue 41: the
                calibrated interval keeps a `fit --at` call within today's time
 Wall and CPU time (this process's own) are both recorded: the machine is shared. With --old, every fit of both
@@ -41,7 +41,7 @@ NUMBERS = ("A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "A_upper", "rho
 
 
 def load_old(path: str):
-    """The module at `path` (a copy of fitting/sigmoid.py), imported under its own name."""
+    """The module at `path` (a copy of fitting/sigmoid/fit.py), imported under its own name."""
     spec = importlib.util.spec_from_file_location("sigmoid_old", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -170,7 +170,7 @@ def per_prediction(repeats: int) -> dict:
                 wall[name].append(seconds)
                 cpu[name].append(cpu_seconds)
     return {
-        "old_is": f"fitting/predict.py at {BASELINE_COMMIT}",
+        "old_is": f"fitting/laws/predict.py at {BASELINE_COMMIT}",
         "fit_median_cpu_ms_per_call": 1e3 * float(np.median(fit_cpu)),
         **{
             name: {
@@ -192,7 +192,7 @@ def cpu_model() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--old", help="a copy of an earlier fitting/sigmoid.py to time beside the current one")
+    parser.add_argument("--old", help="a copy of an earlier fitting/sigmoid/fit.py to time beside the current one")
     parser.add_argument("--old-label", default="", help="what the old copy is (e.g. the commit it was taken at)")
     parser.add_argument("--repeats", type=int, default=5, help="passes over the 60 curves for the per-call median")
     parser.add_argument("--runs", type=int, default=1000)

@@ -7,7 +7,7 @@ batch's tokens, taken as equal across sizes (the export has no token counts). L 
    predict the 8B and 14B curves; error in reward against carrying the 4B line over, and the 90% interval's coverage
    (bootstrap over each size's evaluations).
 2. The size for the budget: at budgets C, fit every size's line on its evaluations up to C / 2 (and C / 4: pilots)
-   and pick the size predicted best at C (fitting.model_size.choose_size); regret = the best reward measured at C
+   and pick the size predicted best at C (fitting.laws.model_size.choose_size); regret = the best reward measured at C
    minus the picked size's, among the sizes whose run reached C. Baseline: the leader at the pilot's end.
 3. The crossovers the law puts between the sizes, fitted on every evaluation.
 Writes bench/results/model_size.json. Run: `.venv/bin/python bench/model_size.py`.
@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rlscale.db.importer import read_run_log  # noqa: E402
-from rlscale.fitting.model_size import choose_size, fit_size_law  # noqa: E402
-from rlscale.fitting.powerlaw import fit_across_sizes  # noqa: E402
-from rlscale.fitting.recommend import Refusal  # noqa: E402
+from rlscale.fitting.laws.model_size import choose_size, fit_size_law  # noqa: E402
+from rlscale.fitting.laws.powerlaw import fit_across_sizes  # noqa: E402
+from rlscale.fitting.rules.recommend import Refusal  # noqa: E402
 from rlscale.fitting.sigmoid import FitError  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "public" / "verl_qwen3_grpo_gsm8k.csv"

@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 from rlscale.fitting.sigmoid import sigmoid
 
+from rlscale.views.wording import reason_text
+
 ROLLOUTS = (4, 8, 16, 32, 64, 128, 256)
 PROMPTS = (16, 32, 64)
 
@@ -93,8 +95,8 @@ CASES = {
 
 def run_case(truth: Truth, c_obs: float, seed: int, bootstrap: int = 50) -> dict:
     """Fit the study, extrapolate to 4 x c_obs, compare with the truth."""
-    from rlscale.fitting.optimal_n import fit_optimal_rollouts
-    from rlscale.fitting.recommend import run_curves
+    from rlscale.fitting.laws.optimal_n import fit_optimal_rollouts
+    from rlscale.fitting.rules.recommend import run_curves
 
     runs, records = synthetic_study(truth, c_obs, seed=seed)
     curves, draws = run_curves(records, runs, bootstrap=bootstrap, seed=seed)
@@ -105,7 +107,7 @@ def run_case(truth: Truth, c_obs: float, seed: int, bootstrap: int = 50) -> dict
     n_true = true_optimal_rollouts(truth, target)
     return {
         "identified": law.identified,
-        "reason": law.reason,
+        "reason": reason_text(law.verdict),
         "target_compute": target,
         "n_true": n_true,
         "n_hat": n_hat,

@@ -1,12 +1,12 @@
 """The prediction interval of a run's end reward, calibrated and judged on the real runs of bench/data (issue 41).
 
 Every run is fitted on its first half and on its first quarter of compute and predicts its mean reward over its last
-10% (`rlscale backtest`). The interval (fitting/predict.py) is calibrated by split-conformal prediction held out by
+10% (`rlscale backtest`). The interval (fitting/laws/predict.py) is calibrated by split-conformal prediction held out by
 source: for each source, the scale's coefficients and the conformal scores come from the other sources only, and
 score that source's runs. Judged by coverage, the interval score (Gneiting and Raftery 2007) and width, each
-training counted once, beside today's method: fitting/predict.py as of BASELINE_COMMIT (a drift term in proportion
+training counted once, beside today's method: fitting/laws/predict.py as of BASELINE_COMMIT (a drift term in proportion
 to the run's total gain |A - R0|, its constant fitted held out by source in the same way). The calibration on every
-source goes to fitting/interval.json. Used by bench/backtest.py, which runs it; bench/decisions.py reads the
+source goes to fitting/laws/interval.json. Used by bench/backtest.py, which runs it; bench/decisions.py reads the
 held-out calibrations it writes.
 """
 
@@ -23,21 +23,25 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rlscale.fitting.backtest import in_end_window, interval_score  # noqa: E402
-from rlscale.fitting.predict import DEFAULT_LEVEL, Calibration, calibrate_interval, interval_scale  # noqa: E402
+from rlscale.fitting.laws.predict import DEFAULT_LEVEL, Calibration, calibrate_interval, interval_scale  # noqa: E402
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid  # noqa: E402
 
 # Fractions the prediction interval is judged from: the half and the quarter
 FRACTIONS = (0.5, 0.25)
-# Today's method: fitting/predict.py as of this commit (the last that changed it before issue 41)
+# Today's method: fitting/laws/predict.py as of this commit (the last that changed it before issue 41)
 BASELINE_COMMIT = "6a662d7"
 # The synthetic random-walk plateau's step per unit gain and sqrt(ln compute): the size of today's drift term
 RANDOM_WALK_PER_GAIN = 0.085
 
 
 def load_baseline():
-    """Today's fitting/predict.py (at BASELINE_COMMIT), imported under its own name."""
+    """Today's fitting/laws/predict.py (at BASELINE_COMMIT), imported under its own name."""
     text = subprocess.run(
-        ["git", "show", f"{BASELINE_COMMIT}:fitting/predict.py"], capture_output=True, text=True, cwd=ROOT, check=True
+        ["git", "show", f"{BASELINE_COMMIT}:fitting/laws/predict.py"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
     ).stdout
     path = Path(tempfile.mkdtemp()) / "predict_baseline.py"
     path.write_text(text)
@@ -322,7 +326,7 @@ def _fit_scale(rows, scale, k: int, positive: bool) -> np.ndarray:
 def alternatives(rows, level: float = DEFAULT_LEVEL) -> dict:
     """Each form of `_alternative_scales` held out by source as the shipped one is (coefficients by the Laplace
     likelihood and conformal scores, both on the other sources): coverage, mean interval score, median width."""
-    from rlscale.fitting.predict import conformal_quantile
+    from rlscale.fitting.laws.predict import conformal_quantile
 
     out = {}
     for name, (scale, k, positive) in _alternative_scales().items():
@@ -388,7 +392,7 @@ def synthetic_coverage(n_runs: int, calibration: Calibration, seed: int = 0) -> 
     |A - R0| per sqrt(ln compute))."""
     sys.path.insert(0, str(ROOT / "bench"))
     from fit_accuracy import FULL_GPU_HOURS, simulate
-    from rlscale.fitting.predict import predict_at
+    from rlscale.fitting.laws.predict import predict_at
 
     out = {}
     for noise in ("constant", "ar1", "drift", "random_walk_plateau"):

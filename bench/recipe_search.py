@@ -26,8 +26,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rlscale.fitting.records import record_breaking_points  # noqa: E402
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid  # noqa: E402
+from rlscale.fitting.sigmoid.points import record_breaking_points  # noqa: E402
 
 RESULT = ROOT / "bench" / "results" / "recipe_search.json"
 PLOT = ROOT / "bench" / "results" / "recipe_search.png"

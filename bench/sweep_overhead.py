@@ -88,18 +88,18 @@ def run_command(study_file: Path, workdir: Path, timer: Timer) -> dict:
     import io
     from contextlib import redirect_stdout
 
-    import rlscale.fitting.decision
-    import rlscale.fitting.report
+    import rlscale.fitting.rules.decision
     import rlscale.runner.builtin.job
     from rlscale.runner.sweep.driver import SweepDriver
 
+    import rlscale.views.report
     from rlscale.cli import main
 
     # the driver and the report import these at call time
     rlscale.runner.builtin.job.run_job = timer.wrap_job(rlscale.runner.builtin.job.run_job)
     SweepDriver.refit = timer.wrap("fits", SweepDriver.refit)
-    rlscale.fitting.report.study_report = timer.wrap("report", rlscale.fitting.report.study_report)
-    rlscale.fitting.decision.decide = timer.wrap("decision", rlscale.fitting.decision.decide)
+    rlscale.views.report.study_report = timer.wrap("report", rlscale.views.report.study_report)
+    rlscale.fitting.rules.decision.decide = timer.wrap("decision", rlscale.fitting.rules.decision.decide)
     sys.argv = [
         "rlscale",
         "sweep",

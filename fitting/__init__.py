@@ -1,13 +1,10 @@
-"""Fitting: record-breaking points, per-run sigmoid fits with intervals, the optimal-n law,
-recommendations and reports. Never imports the runner."""
+"""Fitting: per-run sigmoid fits with intervals (sigmoid/), the laws across runs (laws/), and the decision rules
+(rules/). Returns numbers and codes; words and plots are rlscale.views'. Never imports the runner."""
 
-from rlscale.fitting.frame import fit_runs
-from rlscale.fitting.plots import plot_study
-from rlscale.fitting.powerlaw import PowerLawFit, fit_power_law
-from rlscale.fitting.records import record_breaking_points
-
-# `sigmoid` (the curve) is not re-exported: it would shadow the fitting.sigmoid module.
+from rlscale.fitting.laws.powerlaw import PowerLawFit, fit_power_law
 from rlscale.fitting.sigmoid import FitError, SigmoidFit, fit_sigmoid
+from rlscale.fitting.sigmoid.points import record_breaking_points
+from rlscale.fitting.sigmoid.runs import fit_runs
 
 __all__ = [
     "FitError",
@@ -16,6 +13,5 @@ __all__ = [
     "fit_power_law",
     "fit_runs",
     "fit_sigmoid",
-    "plot_study",
     "record_breaking_points",
 ]

@@ -4,8 +4,8 @@ the run's end, and compare with what the run then reached.
 Per run: the part-fit's predicted reward over the run's last 10% of compute (with its 95% band), the observed
 reward there (mean over those points), the error, a carry-forward baseline (the last reward observed in the part)
 and whether the full-run asymptote A falls inside the part-fit's interval on A; and the prediction interval of the
-observed end reward (fitting/predict.py), whether it holds it and its interval score. For runs taken as one study:
-which run the cut would have picked and the regret of that pick at the end (decide_study, study_decision). Pure:
+observed end reward (fitting/laws/predict.py), whether it holds it and its interval score. For runs taken as one study:
+which run the cut would have picked and the regret of that pick at the end (cut_pick). Pure:
 records in, plain data out.
 """
 
@@ -14,12 +14,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
-from rlscale.fitting.bootstrap import percentile_interval
-from rlscale.fitting.predict import DEFAULT_LEVEL, Calibration, predict_at
+from rlscale.fitting.laws.predict import DEFAULT_LEVEL, Calibration, predict_at
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
+from rlscale.fitting.sigmoid.bootstrap import percentile_interval
 
 from rlscale.base.numbers import NOISE_BAND
-from rlscale.base.numbers import format_number as _f
 
 # The end of a run is judged on its last 10% of compute: one evaluation is too noisy to score a prediction.
 END_WINDOW = 0.1
@@ -41,10 +40,10 @@ class RunBacktest:
     A_inside: A_full within [A_part_lo, A_part_hi] (None when either fit is missing).
     rising: the run gained more than RISE from the part's end window to its own end window.
     identified, reason: the part-fit's identification and its reason (or why nothing was fitted).
-    level, pi_lo, pi_hi: the prediction interval at `level` of the observed end reward (fitting/predict.py);
+    level, pi_lo, pi_hi: the prediction interval at `level` of the observed end reward (fitting/laws/predict.py);
     pi_inside: observed within it (None without an interval); pi_score: its interval score (`interval_score`).
     sd_parameters, sd_noise, sd_drift: the interval's parts; sigma, gain_left, distance: what the parts are made of
-    (fitting/predict.py), kept so that the interval can be calibrated on other runs.
+    (fitting/laws/predict.py), kept so that the interval can be calibrated on other runs.
     leader: the mean reward over the part's own last 10% of compute (what the run shows at the cut).
     """
 
@@ -156,7 +155,7 @@ def backtest_run(
 ) -> RunBacktest:
     """Backtest of one run: fit its points at compute <= fraction x its last compute, score against the end.
 
-    level, calibration: the prediction interval's level and calibration (default: fitting/interval.json's).
+    level, calibration: the prediction interval's level and calibration (default: fitting/laws/interval.json's).
     `fit_kwargs` go to `fit_sigmoid` for both the part and the full-run fit (r0, min_compute, bootstrap, ...).
     Never raises for data that cannot be fitted: the result says `fitted=False` and why.
     """
@@ -338,89 +337,12 @@ def _mean_band(fit, compute) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-BACKTEST_HEADER = [
-    "run",
-    "fit on C <=",
-    "predicted [PI]",
-    "observed",
-    "error",
-    "carry-forward (error)",
-    "A part [95%]",
-    "A full",
-    "A inside",
-    "rising",
-    "part fit",
-]
-
-
-def backtest_cells(result: RunBacktest) -> list[str]:
-    """Table cells of one run's backtest (plain text; the same in the terminal, report.md and report.html)."""
-    yes_no = {True: "yes", False: "no", None: "-"}
-    status = ("identified" if result.identified else "not identified") if result.fitted else "not fitted"
-    return [
-        result.run,
-        _f(result.cut_compute, "{:.4g}"),
-        f"{_f(result.predicted)} [{_f(result.pi_lo)}, {_f(result.pi_hi)}]",
-        _f(result.observed),
-        _f(result.error, "{:+.3f}"),
-        f"{_f(result.carry_forward)} ({_f(result.carry_forward_error, '{:+.3f}')})",
-        f"{_f(result.A_part)} [{_f(result.A_part_lo)}, {_f(result.A_part_hi)}]",
-        _f(result.A_full),
-        yes_no[result.A_inside],
-        yes_no[result.rising],
-        status,
-    ]
-
-
-def summary_lines(summary: BacktestSummary) -> list[str]:
-    """The summary in words, one line each."""
-    lines = [
-        f"{summary.fitted} of {summary.runs} runs fitted on their first {summary.fraction:.0%} of compute; "
-        f"{summary.rising} still rising there (gained > {RISE:g} by the end)."
-    ]
-    if summary.rising:
-        verdict = "fit better" if summary.fit_beats_carry_forward_rising else "carry-forward as good or better"
-        lines.append(
-            f"Mean |error| at the end on the rising runs: fit {_f(summary.mae_fit_rising)}, "
-            f"carry-forward {_f(summary.mae_carry_forward_rising)} ({verdict})."
-        )
-    lines.append(
-        f"Mean |error| on every fitted run: fit {_f(summary.mae_fit)}, carry-forward {_f(summary.mae_carry_forward)}."
-    )
-    if summary.pi_checked:
-        lines.append(
-            f"End reward in its {summary.level:.0%} prediction interval: {summary.pi_inside} of "
-            f"{summary.pi_checked} ({summary.pi_coverage:.0%}); median width {_f(summary.pi_median_width)}; "
-            f"mean interval score {_f(summary.pi_mean_score)}."
-        )
-    if summary.A_checked:
-        lines.append(
-            f"Full-run A inside the part-fit's 95% interval: {summary.A_inside} of {summary.A_checked} "
-            f"({summary.A_inside_share:.0%}); where the full run's own A is identified: "
-            f"{_f(summary.A_inside_identified_share, '{:.0%}')} of {summary.A_checked_identified}."
-        )
-    if summary.A_no_interval:
-        lines.append(
-            f"Not checked: {summary.A_no_interval} part-fit(s) with too few points for an interval "
-            "(fewer than two per parameter)."
-        )
-    return lines
-
-
-BACKTEST_NOTE = (
-    "Each run fitted on its first half of compute and extrapolated to its end: predicted vs observed "
-    "reward over the run's last 10% of compute with its 90% prediction interval, a carry-forward "
-    "baseline (the half's last reward), and whether the full run's A falls inside the half-fit's 95% "
-    "interval."
-)
-
-
 def backtest_table(records: pd.DataFrame, *, fraction: float = 0.5, **kwargs) -> dict:
     """{"fraction", "runs": [RunBacktest.to_dict()...], "summary": BacktestSummary.to_dict(), "decision":
-    StudyDecision.to_dict() or None} for a report; `kwargs` go to `backtest_runs` and `study_decision` (run_col,
+    CutPick.to_dict() or None} for a report; `kwargs` go to `backtest_runs` and `cut_pick` (run_col,
     compute_col, reward_col, fit options)."""
     results = backtest_runs(records, fraction=fraction, **kwargs)
-    decision = study_decision(results, fraction)
+    decision = cut_pick(results, fraction)
     return {
         "fraction": fraction,
         "runs": [r.to_dict() for r in results],
@@ -429,28 +351,15 @@ def backtest_table(records: pd.DataFrame, *, fraction: float = 0.5, **kwargs) ->
     }
 
 
-def table_rows(table: dict) -> list[list[str]]:
-    """Cells of every run of a `backtest_table`."""
-    return [backtest_cells(RunBacktest(**row)) for row in table["runs"]]
-
-
-def table_lines(table: dict) -> list[str]:
-    """The summary of a `backtest_table` in words, with the reasons for runs not fitted."""
-    missed = [f"{row['run']}: not fitted: {row['reason']}" for row in table["runs"] if not row["fitted"]]
-    decision = table.get("decision")
-    chosen = decision_lines(StudyDecision(**decision)) if decision else []
-    return missed + summary_lines(BacktestSummary(**table["summary"])) + chosen
-
-
-# How a study's pick is made from its runs cut short. prediction: the prediction at full compute with its interval
-# (fitting/predict.py): of the runs that no other run surely beats (`surely_beaten`), the one with the best reward at
-# the cut; prediction_point: the highest point prediction alone; leader: the best reward over the last 10% of the cut;
-# A: the highest fitted asymptote.
+# How a study's pick is made from its runs cut short. prediction: the prediction at full compute with its
+# interval (fitting/laws/predict.py): of the runs that no other run surely beats (`surely_beaten`), the one with the
+# best reward at the cut; prediction_point: the highest point prediction alone; leader: the best reward over the
+# last 10% of the cut; A: the highest fitted asymptote.
 PICK_METHODS = ("prediction", "prediction_point", "leader", "A")
 
 
 @dataclass(frozen=True)
-class StudyDecision:
+class CutPick:
     """One study's choice from its runs cut at `fraction` of each run's compute, scored against their ends.
 
     end: each run's actual end reward (mean over its last 10% of compute); best: the run with the highest.
@@ -482,49 +391,6 @@ class StudyDecision:
         return {k: clean(v) for k, v in asdict(self).items()}
 
 
-def decide_study(
-    runs: dict, fraction: float, *, level: float = DEFAULT_LEVEL, calibration: Calibration | None = None, **fit_kwargs
-) -> StudyDecision:
-    """What a user choosing among `runs` ({name: (compute, reward)}) would pick at `fraction` of each run's compute,
-    by each of PICK_METHODS, and the regret of each pick against the runs' actual end rewards. `fit_kwargs` go to
-    `fit_sigmoid`. Runs with no evaluation in their cut are left out of the choice (and of `best`)."""
-    calibration = Calibration.load() if calibration is None else calibration
-    end, predicted, lo, hi, leader, asymptote = {}, {}, {}, {}, {}, {}
-    for name, (compute, reward) in runs.items():
-        x = np.asarray(compute, dtype=float)
-        y = np.asarray(reward, dtype=float)
-        keep = np.isfinite(x) & np.isfinite(y) & (x >= 0)
-        order = np.argsort(x[keep], kind="stable")
-        x, y = x[keep][order], y[keep][order]
-        if len(x) == 0 or not x[-1] > 0:
-            continue
-        last, cut = float(x[-1]), fraction * float(x[-1])
-        part = x <= cut
-        if not part.any():
-            continue
-        end[name] = float(np.mean(y[in_end_window(x, last)]))
-        leader[name] = (
-            float(np.mean(y[part & in_end_window(x, cut)]))
-            if (part & in_end_window(x, cut)).any()
-            else float(y[part][-1])
-        )
-        predicted[name] = asymptote[name] = leader[name]
-        lo[name], hi[name] = -math.inf, math.inf
-        try:
-            fit = fit_sigmoid(x[part], y[part], **fit_kwargs)
-        except FitError:
-            continue
-        p = predict_at(
-            fit, x[part], y[part], last, level=level, calibration=calibration, bounded=fit_kwargs.get("bounded", True)
-        )
-        predicted[name], asymptote[name] = p.predicted, float(fit.A)
-        # no interval (too few points): a prediction that can neither be trusted nor rule another run out
-        lo[name], hi[name] = (p.lo, p.hi) if math.isfinite(p.lo) and math.isfinite(p.hi) else (-math.inf, math.inf)
-    if not end:
-        raise ValueError("no run has an evaluation to decide on")
-    return _decision(fraction, end, predicted, lo, hi, leader, asymptote)
-
-
 def surely_beaten(run: str, predicted: dict, lo: dict, hi: dict) -> bool:
     """Whether another run's predicted end exceeds `run`'s by more than the interval of their difference: the two
     predictions' errors taken as independent, its half-width is the hypot of the half-widths of the sides that face
@@ -538,7 +404,7 @@ def surely_beaten(run: str, predicted: dict, lo: dict, hi: dict) -> bool:
     return False
 
 
-def _decision(fraction, end, predicted, lo, hi, leader, asymptote) -> StudyDecision:
+def _cut_pick(fraction, end, predicted, lo, hi, leader, asymptote) -> CutPick:
     """The picks of PICK_METHODS from each run's scores ({run: value}, the same runs in each) and their regret."""
     best = max(end, key=end.get)
 
@@ -553,7 +419,7 @@ def _decision(fraction, end, predicted, lo, hi, leader, asymptote) -> StudyDecis
         "A": top(asymptote),
     }
     regret = {method: end[best] - end[run] for method, run in picks.items()}
-    return StudyDecision(
+    return CutPick(
         fraction=float(fraction),
         end=end,
         best=best,
@@ -567,14 +433,14 @@ def _decision(fraction, end, predicted, lo, hi, leader, asymptote) -> StudyDecis
     )
 
 
-def study_decision(results: list[RunBacktest], fraction: float) -> StudyDecision | None:
+def cut_pick(results: list[RunBacktest], fraction: float) -> CutPick | None:
     """The decision `decide_study` makes, from a backtest's runs taken as one study and the fits already made for it
     (their prediction over the observed end window); None with fewer than two runs that reached past the cut."""
     scored = [r for r in results if math.isfinite(r.observed) and math.isfinite(r.leader)]
     if len(scored) < 2:
         return None
     sure = {r.run: r.fitted and math.isfinite(r.pi_lo) and math.isfinite(r.pi_hi) for r in scored}
-    return _decision(
+    return _cut_pick(
         fraction,
         {r.run: r.observed for r in scored},
         {r.run: r.predicted if r.fitted else r.leader for r in scored},
@@ -583,14 +449,3 @@ def study_decision(results: list[RunBacktest], fraction: float) -> StudyDecision
         {r.run: r.leader for r in scored},
         {r.run: r.A_part if r.fitted else r.leader for r in scored},
     )
-
-
-def decision_lines(decision: StudyDecision) -> list[str]:
-    """The decision in words: the pick from the cut, the best run at the end, each method's regret."""
-    short = {"prediction": "prediction", "prediction_point": "point", "leader": "leader", "A": "A"}
-    regret = ", ".join(f"{short[method]} {decision.regret[method]:.3f}" for method in PICK_METHODS)
-    return [
-        f"Picked at {decision.fraction:.0%} by prediction: {decision.picks['prediction']}",
-        f"Best at the end: {decision.best}",
-        f"Regret (best end - picked end): {regret}",
-    ]

@@ -3,9 +3,9 @@ one row per run out), and the study's compute unit and the records column that m
 
 import numpy as np
 import pandas as pd
-from rlscale.fitting.frame import run_labels
-from rlscale.fitting.records import record_breaking_points
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid
+from rlscale.fitting.sigmoid.points import record_breaking_points
+from rlscale.fitting.sigmoid.runs import run_labels
 
 MAX_TRUNCATION = 0.05  # ScaleRL: stable runs keep the truncation rate below 5%
 CURVE_COLUMNS = [

@@ -1,12 +1,12 @@
 """A stored study in, fits and decisions out: its evaluated records fitted per run (and saved beside them), its
 decision, its recommendation and its model size. Takes any object with the Store's frame methods (fitting never
-imports the runner); the work itself is in the pure modules (fitting.curves, fitting.recommend, fitting.decision)."""
+imports the runner); the work itself is in the pure modules (fitting.curves, rules.recommend, rules.decision)."""
 
 import pandas as pd
 from rlscale.fitting.curves import compute_column, run_curves, run_geometry
-from rlscale.fitting.frame import fit_runs, run_labels
-from rlscale.fitting.reasons import Reason, Refusal
-from rlscale.fitting.records import fits_record_breaking, record_breaking_points
+from rlscale.fitting.rules.reasons import Reason, Refusal
+from rlscale.fitting.sigmoid.points import fits_record_breaking, record_breaking_points
+from rlscale.fitting.sigmoid.runs import fit_runs, run_labels
 
 from rlscale.base.errors import UserError
 
@@ -46,7 +46,7 @@ def fit_study(store, study: str, **fit_kwargs) -> tuple[pd.DataFrame, pd.DataFra
     return records, fits, record_breaking
 
 
-# --- a stored study's decision: the store's frames in, fitting.decision on them --------------------------------
+# --- a stored study's decision: the store's frames in, fitting.rules.decision on them --------------------------------
 
 
 def pick_study(store, study: str | None) -> str:
@@ -89,7 +89,7 @@ def recommend_study(
 ) -> tuple:
     """(Recommendation, the stored Study or None) for a stored study at `budget` (its unit); Refusal when the
     evidence is not enough."""
-    from rlscale.fitting.decision import recommend_from_frames
+    from rlscale.fitting.rules.decision import recommend_from_frames
 
     typed, runs, records, curves, draws = study_curves(store, study, bootstrap=bootstrap, seed=seed)
     return recommend_from_frames(
@@ -100,9 +100,9 @@ def recommend_study(
 def study_decision(
     store, study: str, *, budget: float | None = None, extend: float = 1.0, bootstrap: int = 100, seed: int = 0
 ):
-    """The Decision (fitting.decision) of a stored study at `budget` (default: its decision budget); None before any
+    """The Decision (rules.decision) of a stored study at `budget` (default: its decision budget); None before any
     run is evaluated."""
-    from rlscale.fitting.decision import decide
+    from rlscale.fitting.rules.decision import decide
 
     try:
         typed, runs, records, curves, draws = study_curves(store, study, bootstrap=bootstrap, seed=seed)
@@ -120,7 +120,7 @@ def model_parameters(study) -> dict[str, float]:
 
 def study_size_law(store, study: str, *, bootstrap: int = 100, seed: int = 0):
     """(the stored Study, SizeLaw) of a study with a `model` axis; Refusal when its sizes cannot be fitted."""
-    from rlscale.fitting.model_size import fit_size_law, size_frame
+    from rlscale.fitting.laws.model_size import fit_size_law, size_frame
     from rlscale.fitting.sigmoid import FitError
     from rlscale.planner.study import stored_study
 
@@ -142,8 +142,8 @@ def study_size_law(store, study: str, *, bootstrap: int = 100, seed: int = 0):
 
 
 def recommend_size_study(store, study: str, budget: float, *, bootstrap: int = 100, seed: int = 0):
-    """The model size for `budget` (fitting.model_size.SizeChoice) from a stored study with a `model` axis."""
-    from rlscale.fitting.model_size import choose_size
+    """The model size for `budget` (fitting.laws.model_size.SizeChoice) from a stored study with a `model` axis."""
+    from rlscale.fitting.laws.model_size import choose_size
 
     _typed, law = study_size_law(store, study, bootstrap=bootstrap, seed=seed)
     return choose_size(law, budget)

@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rlscale.db.importer import read_run_log
-from rlscale.fitting.backtest import PICK_METHODS, RISE, backtest_run, backtest_runs, summarize, summary_lines
-from rlscale.fitting.bootstrap import percentile_interval
-from rlscale.fitting.predict import Calibration
+from rlscale.fitting.backtest import PICK_METHODS, RISE, backtest_run, backtest_runs, summarize
+from rlscale.fitting.laws.predict import Calibration
 from rlscale.fitting.sigmoid import fit_sigmoid, sigmoid
+from rlscale.fitting.sigmoid.bootstrap import percentile_interval
+
+from rlscale.views.tables import backtest_summary_lines as summary_lines
 
 A, B, C_MID, R0 = 0.8, 1.5, 30.0, 0.1
 COMPUTE = np.linspace(2.5, 100.0, 40)
@@ -297,9 +299,16 @@ def study_runs():
     }
 
 
-def test_a_decision_leaves_the_leader_for_a_run_surely_ahead():
-    from rlscale.fitting.backtest import decide_study
+def decide_study(runs: dict, fraction: float, **kwargs):
+    """The pick `rlscale backtest` makes from `runs` ({name: (compute, reward)}) cut at `fraction`."""
+    import pandas as pd
+    from rlscale.fitting.backtest import cut_pick
 
+    records = pd.concat([pd.DataFrame({"run": name, "compute": c, "reward": r}) for name, (c, r) in runs.items()])
+    return cut_pick(backtest_runs(records, fraction=fraction, **kwargs), fraction)
+
+
+def test_a_decision_leaves_the_leader_for_a_run_surely_ahead():
     half = decide_study(study_runs(), 0.5, calibration=GAUSSIAN, seed=0)
     # at the half the slow run is surely ahead at the end: its lead exceeds the interval of the difference
     assert half.best == "slow" and half.picks["leader"] == "fast"
@@ -349,15 +358,3 @@ def test_cli_level_sets_the_prediction_intervals_level_and_a_bad_one_is_refused(
     assert narrow["pi_hi"] - narrow["pi_lo"] < wide["pi_hi"] - wide["pi_lo"]
     code, out, err = cli("backtest", str(path), "--level", "1")
     assert code == 2 and out == "" and "--level" in err
-
-
-def test_the_backtests_decision_is_the_one_decide_study_makes():
-    import pandas as pd
-    from rlscale.fitting.backtest import decide_study, study_decision
-
-    runs = study_runs()
-    records = pd.concat([pd.DataFrame({"run": name, "compute": c, "reward": r}) for name, (c, r) in runs.items()])
-    from_backtest = study_decision(backtest_runs(records, fraction=0.5, calibration=GAUSSIAN, seed=0), 0.5)
-    direct = decide_study(runs, 0.5, calibration=GAUSSIAN, seed=0)
-    assert from_backtest.picks == direct.picks and from_backtest.best == direct.best == "slow"
-    assert from_backtest.leader == pytest.approx(direct.leader)

@@ -243,7 +243,7 @@ def test_target_gives_the_compute_at_which_each_run_reaches_it(monkeypatch, caps
 
 
 def test_target_inverts_the_sigmoid_and_its_draws():
-    from rlscale.fitting.target import compute_to_reach, reach
+    from rlscale.fitting.laws.target import compute_to_reach, reach
 
     assert compute_to_reach(0.45, 0.8, 1.5, 100.0, 0.1) == pytest.approx(100.0)
     # R(C) = 0.6 at C = C_mid (5/2)^(1/B): (0.6 - 0.1) / (0.8 - 0.6) = 2.5

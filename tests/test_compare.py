@@ -1,4 +1,4 @@
-"""Variants compared across seeds (fitting/compare.py): read as the decision reads runs (each run's fitted reward at
+"""Variants compared across seeds (rules/compare.py): read as the decision reads runs (each run's fitted reward at
 the compute every finished run reached), separated only beyond the noise band and the seeds' spread."""
 
 import math
@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from rlscale.fitting.compare import compare_variants, end_reward
-from rlscale.fitting.curve import sigmoid
-from rlscale.fitting.frame import variant_names
+from rlscale.fitting.rules.compare import compare_variants, end_reward
+from rlscale.fitting.sigmoid.curve import sigmoid
+from rlscale.fitting.sigmoid.runs import variant_names
 
 # each run's fitted curve: A = its plateau + 0.01, read at compute 1 (where every run ends)
 SHAPE = {"B": 3.0, "C_mid": 0.3, "R0": 0.3}

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 from rlscale.db.store import Store
-from rlscale.fitting.page import StudyPage, render_study_page, script_json
 from rlscale.fitting.sigmoid import sigmoid
 from starlette.testclient import TestClient
 
 from rlscale.dashboard.app import create_app
+from rlscale.views.page import StudyPage, render_study_page, script_json
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 CLOSER = "</script><script>alert(2)</script>"

@@ -1,7 +1,7 @@
 """Early termination rules: the asymptote rule on fitted curves, and Optuna's Hyperband pruner as the sweep uses it."""
 
 import numpy as np
-from rlscale.fitting.early_stop import UPPER_LEVEL, best_fit_of, should_stop
+from rlscale.fitting.rules.early_stop import UPPER_LEVEL, best_fit_of, should_stop
 from rlscale.fitting.sigmoid import SigmoidFit, fit_sigmoid, sigmoid
 from rlscale.planner.study import EarlyTerminate
 from rlscale.runner.sweep.hyperband import HyperbandStopper

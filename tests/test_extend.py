@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import yaml
 from rlscale.db.store import Store
-from rlscale.fitting.allocation import NextAllocation, next_allocation
 from rlscale.fitting.curves import CURVE_COLUMNS
-from rlscale.fitting.decision import Decision, extend_command
-from rlscale.fitting.reasons import Reason
+from rlscale.fitting.rules.allocation import NextAllocation, next_allocation
+from rlscale.fitting.rules.decision import Decision, extend_command
+from rlscale.fitting.rules.reasons import Reason
 from rlscale.planner.study import load_study
 from rlscale.runner.engine import Engine, JobResult
 from rlscale.runner.sweep.driver import SweepDriver
@@ -226,7 +226,7 @@ def test_the_sweep_ends_with_the_one_command_that_extends_it_in_80_columns(tmp_p
 
 
 def test_a_decision_without_a_law_also_names_the_extension_that_would_decide_larger_budgets(tmp_path):
-    from rlscale.fitting.recommend import Recommendation
+    from rlscale.fitting.rules.recommend import Recommendation
 
     from rlscale.cli.commands.sweep import _closing_lines
 

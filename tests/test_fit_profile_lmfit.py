@@ -9,9 +9,9 @@ and the fit's F test is plain least squares', as lmfit's is; noise="constant" gi
 import lmfit
 import numpy as np
 import pytest
-from rlscale.fitting import sigmoid as sigmoid_module
-from rlscale.fitting.profile_likelihood import PROFILE_OFFSETS
+from rlscale.fitting.sigmoid import fit as sigmoid_module
 from rlscale.fitting.sigmoid import fit_sigmoid, sigmoid
+from rlscale.fitting.sigmoid.profile import PROFILE_OFFSETS
 
 TRUE = {"A": 0.7, "B": 1.5, "C_mid": 800.0, "R0": 0.15}
 

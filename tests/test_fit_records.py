@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from rlscale.fitting.records import record_breaking_points
+from rlscale.fitting.sigmoid.points import record_breaking_points
 
 
 def test_keeps_first_point_entering_each_higher_bin():

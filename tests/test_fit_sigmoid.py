@@ -3,9 +3,10 @@
 import numpy as np
 import pandas as pd
 import pytest
-from rlscale.fitting.frame import fit_runs
-from rlscale.fitting.plots import plot_study
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
+from rlscale.fitting.sigmoid.runs import fit_runs
+
+from rlscale.views.plots import plot_study
 
 COMPUTE = np.arange(100.0, 8001.0, 100.0)  # GPU-hours, one eval every 100
 

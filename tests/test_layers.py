@@ -1,4 +1,4 @@
-"""Layers import downward only: base < db, planner < fitting < runner (rl < builtin < sweep) < dashboard < cli.
+"""Layers import downward only: base < db, planner < fitting < runner (rl < builtin < sweep) < views < dashboard < cli.
 
 A lower layer that imports the CLI (or fitting that imports the runner, ...) fails this test, so the layout
 the README describes stays the layout the code has."""
@@ -30,6 +30,7 @@ LAYERS = [
     ("rlscale.runner.verl", 4),
     ("rlscale.runner.trl", 4),
     ("rlscale.runner.sweep", 5),
+    ("rlscale.views", 5.2),  # presentation: words, the report, the page and its charts, plots (never the runner's)
     ("rlscale.dashboard", 5.5),  # the web app: reads the store, fits (fitting) and run states (runner.sweep.state)
     ("rlscale.cli", 6),
     ("rlscale.__main__", 7),

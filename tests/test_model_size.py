@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import run_cli
-from rlscale.fitting.model_size import MAX_BEYOND, choose_size, fit_size_law, winner_changes
-from rlscale.fitting.powerlaw import crossover_resource
-from rlscale.fitting.reasons import Refusal
+from rlscale.fitting.laws.model_size import MAX_BEYOND, choose_size, fit_size_law, winner_changes
+from rlscale.fitting.laws.powerlaw import crossover_resource
+from rlscale.fitting.rules.reasons import Refusal
 from rlscale.planner.cost import Profile
 
 # ln L = -k ln C + E: the small model starts lower but learns slower; they cross at C* = exp(0.8 / 0.15) ~ 207
@@ -172,7 +172,7 @@ def test_bad_model_axis_input_exits_2_naming_the_file_and_field(sizes_study, cap
 
 
 def test_k_max_and_n0_are_recovered_across_sizes_and_a_falling_k_is_not_identified():
-    from rlscale.fitting.powerlaw import learning_efficiency
+    from rlscale.fitting.laws.powerlaw import learning_efficiency
 
     sizes = [0.5e9, 2e9, 8e9, 32e9]
     rising = {f"/m/{n:g}": (n, float(learning_efficiency(n, 0.4, 3e9)), 0.1 * np.log(n / 1e9)) for n in sizes}

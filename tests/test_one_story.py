@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 from conftest import run_cli
-from rlscale.fitting.curve import sigmoid
+from rlscale.fitting.sigmoid.curve import sigmoid
 from rlscale.planner.recipe import Recipe
 
 C = 0.035  # the compute every run reached: the decision's

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from rlscale.fitting.curves import run_curves
-from rlscale.fitting.optimal_n import fit_law, fit_optimal_rollouts, frontier, optimal_rollouts_law
+from rlscale.fitting.laws.optimal_n import fit_law, fit_optimal_rollouts, frontier, optimal_rollouts_law
 
 _spec = importlib.util.spec_from_file_location(
     "optimal_n_recovery", Path(__file__).parents[1] / "bench" / "optimal_n_recovery.py"

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from rlscale.fitting.powerlaw import fit_power_law, fit_size, learning_efficiency
+from rlscale.fitting.laws.powerlaw import fit_power_law, fit_size, learning_efficiency
 from rlscale.fitting.sigmoid import FitError
 
 K_MAX, N0 = 0.35, 3e9  # saturating learning efficiency; half of K_max at 3B parameters

@@ -1,4 +1,4 @@
-"""Prediction of the reward at a target compute (fitting/predict.py) and `rlscale fit --at`.
+"""Prediction of the reward at a target compute (fitting/laws/predict.py) and `rlscale fit --at`.
 
 Checked on synthetic curves whose answer is known: ScaleRL sigmoids observed with evaluation noise whose plateau wanders
 as a random walk in log compute, the walk's step in proportion to the run's noise (as the interval's drift assumes);
@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from rlscale.fitting.predict import Calibration, calibrate_interval, conformal_quantile, predict_at
+from rlscale.fitting.laws.predict import Calibration, calibrate_interval, conformal_quantile, predict_at
 from rlscale.fitting.sigmoid import fit_sigmoid, sigmoid
 from scipy import stats
 

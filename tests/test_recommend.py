@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import bench, run_cli, seed_isocompute
-from rlscale.fitting.optimal_n import RolloutsLaw
-from rlscale.fitting.reasons import Reason
-from rlscale.fitting.recommend import Refusal, recommend
+from rlscale.fitting.laws.optimal_n import RolloutsLaw
+from rlscale.fitting.rules.reasons import Reason
+from rlscale.fitting.rules.recommend import Refusal, recommend
 from rlscale.planner.cost import TINY_CPU, step_gpu_hours, steps_within
 
 
@@ -171,7 +171,9 @@ def test_recommend_command_recovers_n_star_and_prices_the_steps(workdir, capsys,
     assert rec["steps"] == steps_within(budget, cost, TINY_CPU.startup_gpu_hours)
     lo, hi = rec["predicted_interval"]
     assert lo <= rec["predicted_reward"] <= hi
-    assert rec["predicted_level"] == 0.9  # the prediction interval of the reward at the budget (fitting/predict.py)
+    assert (
+        rec["predicted_level"] == 0.9
+    )  # the prediction interval of the reward at the budget (fitting/laws/predict.py)
     assert any(row["chosen"] for row in rec["evidence"])
 
     code, out, _ = _cli(
@@ -214,7 +216,7 @@ def test_the_study_says_which_points_each_run_is_fitted_on(workdir, capsys, monk
     # IsoCompute fits each run's record-breaking points unless the study's `fit.points` says every evaluation
     # (on validation noise as wide as the 0.01 bins, the record breakers are the noise's upper edge)
     from rlscale.db.store import Store
-    from rlscale.fitting.records import record_breaking_points
+    from rlscale.fitting.sigmoid.points import record_breaking_points
 
     url = f"sqlite:///{workdir / 'rl.db'}"
     truth, c_obs = bench.CASES["saturates_64"]
@@ -245,9 +247,8 @@ def test_the_study_says_which_points_each_run_is_fitted_on(workdir, capsys, monk
 
 def test_the_fits_table_of_a_quickstart_sized_study_fits_80_columns(workdir, capsys, monkeypatch):
     # what `make demo` prints on an 80-column terminal: every cell whole, the "fit" column included
-    from rlscale.fitting.report import fit_cells
-
     from rlscale.cli.console import console
+    from rlscale.views.report import fit_cells
 
     url = f"sqlite:///{workdir / 'rl.db'}"
     truth, c_obs = bench.CASES["still_rising"]  # some fits unidentified: "no (1)" must fit too

@@ -6,9 +6,9 @@ but every run is identified and stable (its fitted curve read at the budget), or
 import numpy as np
 import pandas as pd
 import pytest
-from rlscale.fitting.optimal_n import RolloutsLaw
-from rlscale.fitting.reasons import Reason
-from rlscale.fitting.recommend import Refusal, recommend
+from rlscale.fitting.laws.optimal_n import RolloutsLaw
+from rlscale.fitting.rules.reasons import Reason
+from rlscale.fitting.rules.recommend import Refusal, recommend
 
 
 def _flat_law(frontier_n):

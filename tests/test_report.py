@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import run_cli, seed_loo
-from rlscale.fitting.plots import linearised, plot_linearised
-from rlscale.fitting.report import loo_table
 from rlscale.fitting.sigmoid import sigmoid
+
+from rlscale.views.plots import linearised, plot_linearised
+from rlscale.views.report import loo_table
 
 ROOT = Path(__file__).parents[1]
 
@@ -158,9 +159,8 @@ def test_report_prints_rich_tables(loo_report, capsys, monkeypatch):
 
 
 def test_the_fits_table_fits_100_columns_with_every_interval_on_one_line(loo_report, capsys, monkeypatch):
-    from rlscale.fitting.report import fit_cells
-
     from rlscale.cli.console import console
+    from rlscale.views.report import fit_cells
 
     _, payload, (url, name) = loo_report
     monkeypatch.setattr(console, "_width", 100)  # a 100-column terminal

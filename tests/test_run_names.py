@@ -72,7 +72,7 @@ def test_plots_show_names_literally_without_warnings(cli, workdir):
     curves_csv(workdir / "runs.csv", ["cost $5 and $10", "_hidden", "温度"])
     code, out, err = cli("fit", "runs.csv", "--plot", "runs.png")
     assert (code, err) == (0, "") and (workdir / "runs.png").stat().st_size > 0
-    from rlscale.fitting.plots import plot_text
+    from rlscale.views.plots import plot_text
 
     assert plot_text("cost $5 and $10") == r"cost \$5 and \$10"  # not mathtext
     assert plot_text("_hidden") == " _hidden"  # a legend drops labels starting with "_"
@@ -124,7 +124,8 @@ def test_a_long_plot_title_wraps_inside_its_figure():
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from rlscale.fitting.plots import set_title
+
+    from rlscale.views.plots import set_title
 
     reason = (
         "the frontier has not bent: n* is still moving at the largest compute observed (30); the last n* = 32 "

@@ -3,7 +3,7 @@ the compute spent out. No Ray and no store: the same loop SweepDriver and bench/
 
 import numpy as np
 import pytest
-from rlscale.fitting.early_stop import UPPER_LEVEL
+from rlscale.fitting.rules.early_stop import UPPER_LEVEL
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 from rlscale.planner.study import EarlyTerminate
 from rlscale.runner.sweep.scheduler import RungSchedule, RunProgress, run_by_rungs

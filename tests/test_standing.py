@@ -1,13 +1,13 @@
-"""fitting/standing.py, the one measure and rule every view reads: fitted rewards inside each run's data, and the
+"""fitting/rules/standing.py, the one measure and rule every view reads: fitted rewards inside each run's data, and the
 noise band (with the seeds' spread) as the one separation rule."""
 
 import math
 
 import pandas as pd
 import pytest
-from rlscale.fitting.curve import sigmoid
 from rlscale.fitting.curves import reach_of_finished
-from rlscale.fitting.standing import beyond_noise, pooled_sd, standing_at
+from rlscale.fitting.rules.standing import beyond_noise, pooled_sd, standing_at
+from rlscale.fitting.sigmoid.curve import sigmoid
 
 
 def _curves(rows):

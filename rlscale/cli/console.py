@@ -62,8 +62,11 @@ def bullet(value: Any) -> None:
 
 
 def print_json(payload: Any) -> None:
-    """Write `payload` as JSON to stdout (no rich markup, so scripts can parse it); NaN and inf become null."""
-    sys.stdout.write(json.dumps(json_safe(payload), indent=2, default=_jsonable, allow_nan=False) + "\n")
+    """Write `payload` as JSON to stdout (no rich markup, so scripts can parse it); NaN and inf become null; each
+    reason ({code, values}) carries its words ("text") and each recommendation its "notes"."""
+    from rlscale.views.wording import with_words
+
+    sys.stdout.write(json.dumps(with_words(json_safe(payload)), indent=2, default=_jsonable, allow_nan=False) + "\n")
     sys.stdout.flush()
 
 

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from rlscale.base.errors import UserError
 from rlscale.base.names import NAME_PATTERN
 from rlscale.dashboard.study import StudyView
-from rlscale.fitting.page import ASSETS, asset, chart_data, live_sections, render_index, render_study_page
+from rlscale.views.page import ASSETS, asset, chart_data, live_sections, render_index, render_study_page
 
 COOKIE = "rlscale_dashboard"
 HEADERS = {

@@ -12,12 +12,12 @@ import pandas as pd
 import yaml
 
 from rlscale.fitting.curves import fitted, run_curves
-from rlscale.fitting.frame import run_labels
-from rlscale.fitting.page import UNIT_LABELS, StudyPage
-from rlscale.fitting.page_charts import color_index, curve_chart, frontier_chart
-from rlscale.fitting.records import fits_record_breaking, fitted_points_label
+from rlscale.fitting.sigmoid.points import fits_record_breaking, fitted_points_label
+from rlscale.fitting.sigmoid.runs import run_labels
 from rlscale.planner.study import stored_study
 from rlscale.runner.sweep.state import planned_gpu_hours, run_states
+from rlscale.views.page import UNIT_LABELS, StudyPage
+from rlscale.views.page_charts import color_index, curve_chart, frontier_chart
 
 BOOTSTRAP = 100  # draws per run fit: the band on each curve (as the sweep's own fits)
 LAW_EVERY_S = 10.0  # the optimal-n law is refitted at most this often while records arrive
@@ -115,7 +115,7 @@ class StudyView:
     def _curves(
         self, runs: pd.DataFrame, evaluated: pd.DataFrame, compute_col: str, metric: str, record_breaking: bool
     ) -> tuple[pd.DataFrame, dict]:
-        """Every run's curve row (fitting.recommend.run_curves) and bootstrap draws; refitted only when changed."""
+        """Every run's curve row (rules.recommend.run_curves) and bootstrap draws; refitted only when changed."""
         rows, draws = [], {}
         for run in runs.to_dict("records"):
             mine = evaluated[evaluated["run_id"] == run["run_id"]]
@@ -141,7 +141,7 @@ class StudyView:
     def _rollouts_law(self, curves: pd.DataFrame):
         """The optimal-n law over the fitted runs (no bootstrap: the chart draws the point estimate), or None;
         refitted at most every LAW_EVERY_S while records arrive (its multi-start fit is most of a rebuild)."""
-        from rlscale.fitting.optimal_n import fit_optimal_rollouts
+        from rlscale.fitting.laws.optimal_n import fit_optimal_rollouts
 
         key = tuple(entry[0] for entry in self._fits.values())
         if self._law[0] == key:
@@ -206,11 +206,11 @@ def _rule_words(typed) -> str:
 
 
 def study_decision(store, study: str, typed, *, db: str | None = None) -> dict | None:
-    """The decision as `rlscale sweep` prints it at its end, as the page shows it: {verdict, lines} (fitting/page.py);
-    None before any run is evaluated. The one place the dashboard asks fitting for a decision: fitting.decision's
-    Decision, worded by fitting.wording as in the terminal."""
+    """The decision as `rlscale sweep` prints it at its end, as the page shows it: {verdict, lines} (views/page.py);
+    None before any run is evaluated. The one place the dashboard asks fitting for a decision: fitting.rules.decision's
+    Decision, worded by rlscale.views.wording as in the terminal."""
     from rlscale.fitting.stored import study_decision as decide
-    from rlscale.fitting.wording import decision_lines
+    from rlscale.views.wording import decision_lines
 
     decision = decide(store, study, extend=getattr(typed, "extend", 1.0))
     if decision is None:

@@ -360,7 +360,7 @@ class SweepDriver:
 
     def _cached_fit(self, key, rows):
         """The fit of one run's evaluations `rows`, reused until the run has new ones."""
-        from rlscale.fitting.early_stop import UPPER_LEVEL
+        from rlscale.fitting.rules.early_stop import UPPER_LEVEL
         from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
         stamp = (len(rows), int(rows["step"].max()))

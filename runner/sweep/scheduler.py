@@ -5,14 +5,14 @@ loop (run_concurrently) live here together.
 Pure: no Ray, no store, no clock. The sweep driver and the benchmarks (bench/early_termination.py,
 bench/cluster_schedule.py) run studies through the same loop; what advancing a run means (resuming an RL job from
 its checkpoint, or replaying a recorded curve) is the caller's `start` callback. The statistical rule a run is
-stopped by (its asymptote's upper bound below the best run's lower bound) is rlscale.fitting.early_stop's.
+stopped by (its asymptote's upper bound below the best run's lower bound) is rlscale.fitting.rules.early_stop's.
 """
 
 from abc import ABC
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 
-from rlscale.fitting.early_stop import PAST_INFLECTION, asymptote_lower_bound, best_fit_of, should_stop
+from rlscale.fitting.rules.early_stop import PAST_INFLECTION, asymptote_lower_bound, best_fit_of, should_stop
 from rlscale.fitting.sigmoid import SigmoidFit
 
 from rlscale.base.numbers import NOISE_BAND

@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         the full-run A is inside the part-fit's interval; then a summary: the interval's coverage and width, and
         which run the cut would have picked among them and its regret. Exits 2 when no run can be fitted."""
         from rlscale.base.errors import UserError
-        from rlscale.fitting.backtest import backtest_runs, study_decision, summarize
+        from rlscale.fitting.backtest import backtest_runs, cut_pick, summarize
 
         check_fit_source(file, study, db, command="backtest", noise=noise, unbounded=unbounded, r0=r0)
         if not 0.0 < fraction < 1.0:
@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"no run could be fitted on its first {fraction:.0%} of compute ({reasons})", file=source)
         summary = summarize(results, fraction)
         # the runs of one file or study are those a user chooses between: what the cut would have picked
-        decision = study_decision(results, fraction)
+        decision = cut_pick(results, fraction)
         if json_out:
             from rlscale.cli.console import print_json
 
@@ -99,9 +99,9 @@ def register(app: typer.Typer) -> None:
         show(results, summary, title=f"{source}: fit on the first {fraction:.0%} of compute, extrapolated to the end")
         if decision is not None:
             from rlscale.cli.console import bullet
-            from rlscale.fitting.backtest import decision_lines
+            from rlscale.views.tables import cut_pick_lines
 
-            for line in decision_lines(decision):
+            for line in cut_pick_lines(decision):
                 bullet(line)
 
 
@@ -112,7 +112,7 @@ def show(results, summary, *, title: str) -> None:
 
     from rlscale.base.numbers import format_number as _f
     from rlscale.cli.console import bullet, console, safe, say
-    from rlscale.fitting.backtest import summary_lines
+    from rlscale.views.tables import backtest_summary_lines
 
     table = Table(
         title=safe(title),
@@ -152,5 +152,5 @@ def show(results, summary, *, title: str) -> None:
     console.print(table)
     for note in notes:
         say(note, rest="    ")
-    for line in summary_lines(summary):
+    for line in backtest_summary_lines(summary):
         bullet(line)

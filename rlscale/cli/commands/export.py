@@ -72,10 +72,11 @@ def register(app: typer.Typer) -> None:
         else:
             from rlscale.db.store import Store
             from rlscale.fitting.curves import run_geometry
-            from rlscale.fitting.decision import recommended_recipe
-            from rlscale.fitting.export.study import best_run_recipe
-            from rlscale.fitting.reasons import Refusal
+            from rlscale.fitting.rules.best_run import best_run_recipe
+            from rlscale.fitting.rules.decision import recommended_recipe
+            from rlscale.fitting.rules.reasons import Refusal
             from rlscale.fitting.stored import pick_study, recommend_study
+            from rlscale.views.wording import refusal_text
 
             store = Store(db, create=False)
             name = pick_study(store, study)
@@ -84,7 +85,7 @@ def register(app: typer.Typer) -> None:
                 try:
                     rec, stored = recommend_study(store, name, budget, profile=profile)
                 except Refusal as refusal:
-                    raise UserError(str(refusal), field=f"study {name}") from None
+                    raise UserError(refusal_text(refusal.reasons), field=f"study {name}") from None
                 check_steps(rec.steps)
                 chosen = recommended_recipe(stored, rec)
                 lo, hi = rec.predicted_interval

@@ -13,7 +13,7 @@ JSON_KEYS = ("run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_poi
 # Added by --at: the predicted mean reward over the last 10% of compute up to `at` and its prediction interval.
 PREDICTION_KEYS = ("at", "predicted", "predicted_lo", "predicted_hi", "level")
 # Added by --target: the compute at which the run is predicted to reach `target`, its interval at `reach_level`, and
-# reach_code (fitting.target): reached, reached_unbounded (no upper end), at_start, not_reached (below A), not_fitted.
+# reach_code (laws.target): reached, reached_unbounded (no upper end), at_start, not_reached (below A), not_fitted.
 TARGET_KEYS = ("target", "reach_code", "reach_compute", "reach_compute_lo", "reach_compute_hi", "reach_level")
 
 
@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
 
         predictions = None
         if at is not None:
-            from rlscale.fitting.predict import predict_runs
+            from rlscale.fitting.laws.predict import predict_runs
 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
             return
         from rlscale.cli.console import say
         from rlscale.cli.views import print_fits
-        from rlscale.fitting.records import fitted_points_label
+        from rlscale.fitting.sigmoid.points import fitted_points_label
 
         print_fits(fits, title=f"{title}: sigmoid fits (on {fitted_points_label(record_breaking)})")
         if store is not None:
@@ -124,7 +124,7 @@ def _fit_and_plot(file, study, db, options, plot):
     the study's `fit.points` names; a run log's on every evaluation), plotted when asked."""
     if file is not None:
         from rlscale.db.importer import read_run_log
-        from rlscale.fitting.frame import fit_runs
+        from rlscale.fitting.sigmoid.runs import fit_runs
 
         records, title, store, record_breaking = read_run_log(file), file.stem, None, False
         fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", **options)
@@ -142,7 +142,7 @@ def _fit_and_plot(file, study, db, options, plot):
         store, title = Store(db, create=False), study
         records, fits, record_breaking = fit_study(store, study, **options)
     if plot is not None:
-        from rlscale.fitting.plots import plot_study
+        from rlscale.views.plots import plot_study
 
         plot_study(
             records,
@@ -173,10 +173,10 @@ def _print_predictions(predictions) -> None:
 
 
 def _targets(records, record_breaking: bool, target: float, level: float, options: dict) -> list[dict]:
-    """fitting.target.record_targets on the points each run's fit used (its record-breaking points when the study
+    """fitting.laws.target.record_targets on the points each run's fit used (its record-breaking points when the study
     fits those)."""
-    from rlscale.fitting.records import record_breaking_points
-    from rlscale.fitting.target import record_targets
+    from rlscale.fitting.laws.target import record_targets
+    from rlscale.fitting.sigmoid.points import record_breaking_points
 
     points = records
     if record_breaking:
@@ -191,18 +191,19 @@ def _targets(records, record_breaking: bool, target: float, level: float, option
 
 
 def _print_targets(targets: list[dict]) -> None:
-    """One line per run: where it is predicted to reach the target (fitting.wording), or why not."""
+    """One line per run: where it is predicted to reach the target (rlscale.views.wording), or why not."""
     from rlscale.cli.console import console, safe
-    from rlscale.fitting.reasons import Reason
+    from rlscale.fitting.rules.reasons import Reason
+    from rlscale.views.wording import reason_text
 
     for row in targets:
         why = Reason(row["reach"]["code"], row["reach"]["values"])
         level = f" ({why['level']:.0%})" if why.code in ("reached", "reached_unbounded") else ""
-        console.print(f"{safe(row['run'])}: {safe(why.text())}{level}", highlight=False, soft_wrap=True)
+        console.print(f"{safe(row['run'])}: {safe(reason_text(why))}{level}", highlight=False, soft_wrap=True)
 
 
 def target_json(row: dict) -> dict:
-    """TARGET_KEYS of one fitting.target row (null where they do not apply)."""
+    """TARGET_KEYS of one fitting.laws.target row (null where they do not apply)."""
     values = row["reach"]["values"]
     return {
         "target": values.get("target"),
@@ -216,7 +217,7 @@ def target_json(row: dict) -> dict:
 
 def fits_json(fits, predictions=None, targets=None) -> list[dict]:
     """The fits as plain JSON-ready dicts with JSON_KEYS (NaN and inf become null); with `predictions`
-    (fitting.predict.predict_runs), each also has PREDICTION_KEYS; with `targets` (fitting.target.record_targets),
+    (laws.predict.predict_runs), each also has PREDICTION_KEYS; with `targets` (laws.target.record_targets),
     TARGET_KEYS."""
     from rlscale.base.numbers import json_safe
 

@@ -34,8 +34,9 @@ def register(app: typer.Typer) -> None:
         from rlscale.base.names import check_budget, check_steps
         from rlscale.cli.console import print_json
         from rlscale.db.store import Store
-        from rlscale.fitting.reasons import Refusal
+        from rlscale.fitting.rules.reasons import Refusal
         from rlscale.fitting.stored import pick_study, recommend_size_study, recommend_study, sweeps_models
+        from rlscale.views.wording import refusal_text
 
         check_budget(budget)
         store = Store(db, create=False)
@@ -51,8 +52,10 @@ def register(app: typer.Typer) -> None:
             rec, _study = recommend_study(store, name, budget, profile=profile, bootstrap=bootstrap)
         except Refusal as refusal:
             if json_out:
-                print_json({"study": name, "budget": budget, "reason": str(refusal), **refusal.to_dict()})
-            raise UserError(str(refusal), field=f"study {name}") from None
+                print_json(
+                    {"study": name, "budget": budget, "reason": refusal_text(refusal.reasons), **refusal.to_dict()}
+                )
+            raise UserError(refusal_text(refusal.reasons), field=f"study {name}") from None
         check_steps(rec.steps)
         if json_out:
             print_json({"study": name, "refused": False, **rec.to_dict()})
@@ -68,6 +71,7 @@ def show(rec, study: str) -> None:
     from rlscale.base.numbers import NOISE_BAND
     from rlscale.cli.console import bullet, console, safe, say
     from rlscale.cli.views import cli_reason
+    from rlscale.views.wording import recommendation_notes
 
     top = Table(title=f"recommendation for {rec.budget:g} ({safe(study)})", title_justify="left")
     from_law = rec.basis.code == "law"
@@ -133,7 +137,7 @@ def show(rec, study: str) -> None:
         ),
         rest="  ",
     )
-    for note in rec.notes:
+    for note in recommendation_notes(rec):
         bullet(note)
 
 

@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         from rlscale.base.names import child_path
         from rlscale.cli.console import print_json
         from rlscale.db.store import Store
-        from rlscale.fitting.report import study_report
+        from rlscale.views.report import study_report
 
         # the study name becomes a directory: it must stay inside reports/
         out = out or child_path("reports", study, field="study")
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
 
 
 def show_decision(lines: list[str]) -> None:
-    """The decision's lines (fitting.wording.decision_lines), last: sentences and bullets wrapped to the terminal,
+    """The decision's lines (rlscale.views.wording.decision_lines), last: sentences and bullets wrapped to the terminal,
     commands whole on their line, to copy."""
     from rlscale.cli.console import console, visible, wrapped
 
@@ -74,7 +74,7 @@ def show(result) -> None:
     from rlscale.base.numbers import NOISE_BAND
     from rlscale.cli.console import bullet, console, safe, say
     from rlscale.cli.views import print_fits
-    from rlscale.fitting.report_text import loo_cells
+    from rlscale.views.report_text import loo_cells
 
     if result.loo is not None:
         table = Table(
@@ -103,17 +103,18 @@ def show(result) -> None:
     print_fits(fits, title=f"{result.study}: sigmoid fits ({result.method}, on {result.fitted_on})")
     if result.backtest is not None:
         # the summary only: the per-run table is in report.md/html and `rlscale backtest --study`
-        from rlscale.fitting.backtest import BacktestSummary, summary_lines
+        from rlscale.fitting.backtest import BacktestSummary
+        from rlscale.views.tables import backtest_summary_lines
 
         say(
             f"backtest: each run fitted on its first half, extrapolated (table: rlscale backtest --study "
             f"{result.study})"
         )
-        for line in summary_lines(BacktestSummary(**result.backtest["summary"])):
+        for line in backtest_summary_lines(BacktestSummary(**result.backtest["summary"])):
             bullet(line)
     if result.comparison is not None:
-        from rlscale.fitting.compare import compare_cells
-        from rlscale.fitting.compare import summary_lines as compare_lines
+        from rlscale.views.tables import compare_cells
+        from rlscale.views.wording import comparison_lines as compare_lines
 
         at = f"{result.comparison['compute']:.4g}"
         table = Table(

@@ -63,9 +63,9 @@ def register(app: typer.Typer) -> None:
         from rlscale.cli.console import console, print_json
         from rlscale.cli.views import SweepView
         from rlscale.db.store import Store
-        from rlscale.fitting.reasons import Refusal
         from rlscale.planner.study import load_study
         from rlscale.runner.sweep.driver import SweepDriver
+        from rlscale.views.wording import refusal_text
 
         study = load_study(study_file)
         if extend is not None:
@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
         decision = report.decision if report is not None else None  # the report's decision: one decision, one text
         commands = report.commands if report is not None else {}
         recommendation = decision.recommendation if decision is not None else None
-        refusal = str(Refusal(*decision.refusal)) if decision is not None and decision.refusal else None
+        refusal = refusal_text(decision.refusal) if decision is not None and decision.refusal else None
         allocation = decision.next_allocation if decision is not None else None
         payload = {
             "study": study.name,
@@ -155,7 +155,7 @@ def _closing_lines(study, db: str | None, payload: dict, decision, commands: dic
     import shlex
 
     from rlscale.fitting.curves import unit_label
-    from rlscale.fitting.wording import decision_lines
+    from rlscale.views.wording import decision_lines
 
     planned, spent = payload["planned_gpu_hours"], payload["gpu_hours"]
     share = f" ({spent / planned:.0%})" if planned > 0 else ""
@@ -178,7 +178,7 @@ def _closing_lines(study, db: str | None, payload: dict, decision, commands: dic
 def _report(store, study, records, out: Path, study_file: Path, db: str | None):
     """The study's report (the decision, fits, plots, report.html) once any run has an evaluation in `records`; else
     None."""
-    from rlscale.fitting.report import study_report
+    from rlscale.views.report import study_report
 
     if not records["val_reward"].notna().any():
         return None

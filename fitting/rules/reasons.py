@@ -1,7 +1,7 @@
 """Structured reasons: what a decision rests on or why it is refused, as a code and the numbers behind it.
 
 The fitting layer decides and returns Reasons; the command line, the report and the dashboard render them into words
-(fitting/wording.py holds the one English text of every code). Tests assert codes and numbers, never the words.
+(rlscale/views/wording.py holds the one English text of every code). Tests assert codes and numbers, never the words.
 """
 
 from dataclasses import dataclass, field
@@ -23,12 +23,6 @@ class Reason:
     def to_dict(self) -> dict:
         """{"code": ..., "values": {...}}, nested Reasons as dicts; JSON-ready (NaN and inf as None)."""
         return {"code": self.code, "values": json_safe(_plain(self.values))}
-
-    def text(self) -> str:
-        """The reason in English (fitting.wording)."""
-        from rlscale.fitting.wording import reason_text
-
-        return reason_text(self)
 
 
 def _plain(value):
@@ -67,6 +61,4 @@ class Refusal(Exception):
         return {"refused": True, "reasons": [reason.to_dict() for reason in self.reasons]}
 
     def __str__(self) -> str:
-        from rlscale.fitting.wording import refusal_text
-
-        return refusal_text(self.reasons)
+        return "refused: " + ", ".join(self.codes)  # the words are rlscale.views.wording.refusal_text's

@@ -9,10 +9,9 @@ import math
 
 import numpy as np
 import pandas as pd
-from rlscale.fitting.reasons import Reason
+from rlscale.fitting.rules.reasons import Reason
 
-DEFAULT_LEVEL = 0.9  # the interval's level, as the prediction intervals (fitting.predict)
-TARGET_HEADER = ["run", "compute to reach [interval]", "A [95%]", "fit"]
+DEFAULT_LEVEL = 0.9  # the interval's level, as the prediction intervals (fitting.laws.predict)
 
 
 def compute_to_reach(target: float, A, B, C_mid, R0) -> np.ndarray:
@@ -84,8 +83,8 @@ def record_targets(
 ) -> list[dict]:
     """`curve_targets` for a records frame (a run log): each run fitted by fit_sigmoid(**fit_kwargs), its bootstrap
     draws giving the interval. A missing run column means one run, "all"."""
-    from rlscale.fitting.frame import SINGLE_RUN
     from rlscale.fitting.sigmoid import FitError, fit_sigmoid
+    from rlscale.fitting.sigmoid.runs import SINGLE_RUN
 
     groups = (
         records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns else [(SINGLE_RUN, records)]
@@ -122,22 +121,3 @@ def record_targets(
             }
         )
     return rows
-
-
-def target_cells(row: dict) -> list[str]:
-    """Table cells of one target row: run, compute [lo, hi] (or why there is none), A [95%], identified."""
-    from rlscale.base.numbers import format_number as f
-
-    code, v = row["reach"]["code"], row["reach"]["values"]
-    if code == "reached":
-        compute = f"{f(v['compute'], '{:.4g}')} [{f(v['compute_lo'], '{:.4g}')}, {f(v['compute_hi'], '{:.4g}')}]"
-    elif code == "reached_unbounded":
-        compute = f"{f(v['compute'], '{:.4g}')} [{f(v['compute_lo'], '{:.4g}')}, never in {v['share_unreached']:.0%}]"
-    else:
-        compute = {"at_start": "at the start", "not_reached": "not below A"}.get(code, "no fit")
-    return [
-        row["run"],
-        compute,
-        f"{f(row['A'])} [{f(row['A_lo'])}, {f(row['A_hi'])}]",
-        "identified" if row["identified"] else "not identified",
-    ]

@@ -1,4 +1,4 @@
-/* The study page's charts (uPlot), and on the dashboard its live refresh (fitting/page.py renders the page).
+/* The study page's charts (uPlot), and on the dashboard its live refresh (rlscale/views/page.py renders the page).
    Names reach the page only as text: uPlot draws labels with textContent, and the sections this script swaps
    in were escaped by the server. */
 (function () {
@@ -104,7 +104,7 @@
             changed = new Date();
             Object.keys(d.sections).forEach(function (id) {
               var el = document.getElementById(id);
-              if (el) { el.innerHTML = d.sections[id]; }  // HTML the server escaped (fitting/page.py)
+              if (el) { el.innerHTML = d.sections[id]; }  // HTML the server escaped (rlscale/views/page.py)
             });
             drawAll(d.charts);
             document.body.dataset.stamp = stamp;

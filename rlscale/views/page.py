@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from rlscale.base.numbers import format_number as _f
+from rlscale.views.wording import reason_text
 
 ASSET_DIR = Path(__file__).parent / "assets"
 # the files the page uses, by name -> content type: the dashboard serves these and nothing else
@@ -56,12 +57,12 @@ class StudyPage:
     """Everything the study page shows, as plain data.
 
     decision: {verdict ("decided" or "not yet"), lines: the decision as the terminal prints it
-    (fitting.wording's decision_lines: sentences, "- " bullets, "  rlscale ..." commands), recipe: YAML or absent}.
+    (views.wording's decision_lines: sentences, "- " bullets, "  rlscale ..." commands), recipe: YAML or absent}.
     runs: one dict per run with any of run, status, note, step, compute, planned, reward, A, A_lo, A_hi, B, C_mid,
     R0, r2, n_points, identified, reason, color (palette slot). flight: {running: [[run, holds]], queued: int,
     counts: {status: n}} (live only). stopped: [{run, reason}] or None where statuses are unknown.
-    curves / frontier: fitting/page_charts.py's chart data. law: RolloutsLaw.to_dict(). sections: further evidence
-    as (title, blocks) (fitting.report_text.report_sections): a block is ("p", text), ("bullets", [text]),
+    curves / frontier: rlscale/views/page_charts.py's chart data. law: RolloutsLaw.to_dict(). sections: further evidence
+    as (title, blocks) (rlscale.views.report_text.report_sections): a block is ("p", text), ("bullets", [text]),
     ("code", text), ("table", header, rows, row classes or None) or ("img", name, PNG path).
     """
 
@@ -82,7 +83,7 @@ class StudyPage:
 
 
 def report_page(report, sections: list[tuple]) -> StudyPage:
-    """The study page of a report (fitting.report.Report) and its sections (fitting.report_text.report_sections):
+    """The study page of a report (views.report.Report) and its sections (views.report_text.report_sections):
     the decision in the page's own block, then every other section as the report has it."""
     import yaml
 
@@ -251,7 +252,7 @@ def _chart_section(name: str, title: str, caption: str, extra: str = "") -> str:
 
 
 def _decision(decision: dict | None) -> str:
-    """The decision's lines as the terminal prints them (fitting.wording): the first as the headline, "- " lines
+    """The decision's lines as the terminal prints them (rlscale.views.wording): the first as the headline, "- " lines
     as bullets, indented "  rlscale ..." lines as commands to copy, the rest as sentences."""
     if decision is None:
         return "<h2>Decision</h2><p>No decision yet: no run has been evaluated.</p>"
@@ -342,7 +343,7 @@ def _law(law: dict | None, frontier: dict | None) -> str:
         f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / "
         f"(1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f})))"
     )
-    return f"<p>{esc(formula)}; {verdict}: {esc(law['reason'])}</p>"
+    return f"<p>{esc(formula)}; {verdict}: {esc(reason_text(law['verdict']))}</p>"
 
 
 def _stopped(stopped: list[dict] | None, rule: str) -> str:

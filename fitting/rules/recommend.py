@@ -2,9 +2,9 @@
 
 Tune n first, take the smallest B_p that trained stably within the noise band of the best, give the rest of the
 budget to steps M. At a budget every finished run reached, the runs themselves decide (each fitted curve read inside
-its own data, fitting.standing); past it, the optimal-n law does, or without one the fitted runs when they pin it.
+its own data, fitting.rules.standing); past it, the optimal-n law does, or without one the fitted runs when they pin it.
 Every choice carries a Reason (a code and the numbers); Refusal carries the reasons when the evidence cannot
-support a decision. fitting.wording puts them into words.
+support a decision. rlscale.views.wording puts them into words.
 """
 
 from collections.abc import Callable
@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from rlscale.fitting.bootstrap import percentile_interval
-from rlscale.fitting.curve import sigmoid
 from rlscale.fitting.curves import (
     CURVE_COLUMNS,
     MAX_TRUNCATION,
@@ -23,9 +21,11 @@ from rlscale.fitting.curves import (
     run_geometry,
     stable,
 )
-from rlscale.fitting.optimal_n import RolloutsLaw, frontier_segments
-from rlscale.fitting.reasons import Reason, Refusal
-from rlscale.fitting.standing import Standing, beyond_noise, decision_runs, standing_at
+from rlscale.fitting.laws.optimal_n import RolloutsLaw, frontier_segments
+from rlscale.fitting.rules.reasons import Reason, Refusal
+from rlscale.fitting.rules.standing import Standing, beyond_noise, decision_runs, standing_at
+from rlscale.fitting.sigmoid.bootstrap import percentile_interval
+from rlscale.fitting.sigmoid.curve import sigmoid
 
 from rlscale.base.numbers import NOISE_BAND
 
@@ -49,7 +49,7 @@ class Recommendation:
 
     basis: how n was chosen (code "law", "within_data", "constant_frontier", "constant_frontier_substitute" or
     "all_runs_pinned"); reasons: what else a reader should know, as Reasons; standing: the runs at the budget when
-    it is inside the data (fitting.standing), else None."""
+    it is inside the data (fitting.rules.standing), else None."""
 
     budget: float
     prompts_per_batch: int
@@ -69,13 +69,6 @@ class Recommendation:
     predicted_level: float = 0.95  # the level of predicted_interval
     standing: Standing | None = None
 
-    @property
-    def notes(self) -> list[str]:
-        """The basis and the reasons in words (fitting.wording), the law's verdict first."""
-        law = [reason for reason in self.reasons if reason.code == "law_not_identified"]
-        rest = [reason for reason in self.reasons if reason.code != "law_not_identified"]
-        return [reason.text() for reason in (*law, self.basis, *rest)]
-
     def to_dict(self) -> dict:
         """Plain JSON-ready values; `basis` and `reasons` as {"code", "values"}, `notes` their words."""
         return {
@@ -91,7 +84,6 @@ class Recommendation:
             "extrapolation": self.extrapolation,
             "law": self.law,
             "evidence": self.evidence,
-            "notes": self.notes,
             "law_identified": self.law_identified,
             "predicted_level": self.predicted_level,
             "basis": self.basis.to_dict(),

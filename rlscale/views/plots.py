@@ -5,9 +5,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from rlscale.fitting.curve import sigmoid
+
 from rlscale.fitting.curves import unit_label
-from rlscale.fitting.records import record_breaking_points
+from rlscale.fitting.sigmoid.curve import sigmoid
+from rlscale.fitting.sigmoid.points import record_breaking_points
+from rlscale.views.wording import reason_text
 
 
 def plot_study(
@@ -207,7 +209,7 @@ def plot_linearised(
 
 def plot_frontier(law, path, *, compute_col: str, standing=None, extrapolate_to: float | None = None) -> Path:
     """PNG of the frontier's n*(C) (steps, the runs' fitted rewards) and the fitted optimal-n law (dashed beyond the
-    data). With `standing` (fitting.standing.Standing: the runs at the compute every finished run reached), that
+    data). With `standing` (fitting.rules.standing.Standing: the runs at the compute every finished run reached), that
     compute is marked with its best n, and the frontier past it, where fewer runs compete, is drawn faint."""
     import matplotlib
 
@@ -257,7 +259,9 @@ def plot_frontier(law, path, *, compute_col: str, standing=None, extrapolate_to:
     ax.set_xlabel(unit_label(compute_col))
     ax.set_ylabel("rollouts per prompt n*")
     set_title(
-        ax, "Optimal n: frontier and law" + ("" if law.identified else f" (not identified: {law.reason})"), fontsize=9
+        ax,
+        "Optimal n: frontier and law" + ("" if law.identified else f" (not identified: {reason_text(law.verdict)})"),
+        fontsize=9,
     )
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8)

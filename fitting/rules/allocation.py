@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from rlscale.fitting.curves import compute_column
-from rlscale.fitting.reasons import Reason
+from rlscale.fitting.rules.reasons import Reason
 
 MAX_EXTEND = 8.0  # the most one extension multiplies a run's compute by: beyond it, plan a new study
 
@@ -36,8 +36,8 @@ class NextAllocation:
     goal: Reason  # what the extension should identify: identify_fits, identify_fits_and_law or identify_law
 
     def to_dict(self) -> dict:
-        """Plain JSON-ready values: factor, runs, goal (in words) and goal_reason ({code, values})."""
-        return {"factor": self.factor, "runs": self.runs, "goal": self.goal.text(), "goal_reason": self.goal.to_dict()}
+        """Plain JSON-ready values: factor, runs and goal ({code, values})."""
+        return {"factor": self.factor, "runs": self.runs, "goal": self.goal.to_dict()}
 
 
 def next_allocation(curves: pd.DataFrame, law_identified: bool | None) -> NextAllocation | None:

@@ -14,11 +14,11 @@ from rlscale.base.errors import UserError
 
 def best_run(curves: pd.DataFrame, budget: float | None) -> tuple[pd.Series, str, int]:
     """(the chosen curve row, why in words, how many runs competed): at a budget every finished run reached, the best
-    run there as the study's decision reads it (fitting.standing: every stable run's fitted reward, identified or
+    run there as the study's decision reads it (fitting.rules.standing: every stable run's fitted reward, identified or
     not, since the curve is pinned by its data); else among identified, stable fits."""
     from rlscale.fitting.curves import fitted, reach_of_finished, stable
+    from rlscale.fitting.rules.standing import read_runs, standing_at
     from rlscale.fitting.sigmoid import sigmoid
-    from rlscale.fitting.standing import read_runs, standing_at
 
     usable = fitted(curves)
     if budget is not None and budget <= reach_of_finished(curves) * (1 + 1e-9):
@@ -54,7 +54,7 @@ def best_run(curves: pd.DataFrame, budget: float | None) -> tuple[pd.Series, str
 def best_run_recipe(store, study: str, budget: float | None = None) -> tuple[Recipe, list[str]]:
     """(the best run's recipe, header lines saying which run and why)."""
     from rlscale.fitting.curves import compute_column, run_curves, study_unit
-    from rlscale.fitting.records import fits_record_breaking
+    from rlscale.fitting.sigmoid.points import fits_record_breaking
     from rlscale.planner.study import stored_study
 
     typed = stored_study(store, study)
@@ -86,8 +86,8 @@ def best_run_recipe(store, study: str, budget: float | None = None) -> tuple[Rec
 
 
 def _reward_at_budget(records: pd.DataFrame, chosen: pd.Series, compute_col: str, budget: float) -> str:
-    """The chosen run's predicted reward at the budget with its prediction interval (fitting/predict.py), in words."""
-    from rlscale.fitting.predict import predict_stored_run
+    """The chosen run's predicted reward at the budget with its prediction interval (laws/predict.py), in words."""
+    from rlscale.fitting.laws.predict import predict_stored_run
 
     p = predict_stored_run(records, chosen, compute_col, budget)
     if p is None:

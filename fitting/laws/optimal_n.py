@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from rlscale.fitting.bootstrap import percentile_interval
-from rlscale.fitting.reasons import Reason
-from rlscale.fitting.standing import fitted_rewards
+from rlscale.fitting.rules.reasons import Reason
+from rlscale.fitting.rules.standing import fitted_rewards
+from rlscale.fitting.sigmoid.bootstrap import percentile_interval
 from scipy.optimize import least_squares
 
 LAW_PARAMS = ("lo", "hi", "k", "c0")
@@ -37,11 +37,6 @@ class RolloutsLaw:
     compute_range: tuple[float, float]  # the compute the frontier was observed over
     frontier: pd.DataFrame = field(repr=False)  # compute, reward, rollouts, prompts_per_batch, run
     samples: np.ndarray | None = field(default=None, repr=False)  # (m, 4) law parameter draws
-
-    @property
-    def reason(self) -> str:
-        """The verdict in words."""
-        return self.verdict.text()
 
     def log2_rollouts(self, compute) -> np.ndarray:
         """log2 n*(C) from the point estimate."""
@@ -74,7 +69,6 @@ class RolloutsLaw:
             "n_low": 2.0**self.lo,
             "n_saturation": 2.0**self.hi,
             "identified": self.identified,
-            "reason": self.reason,
             "verdict": self.verdict.to_dict(),
             "compute_min": self.compute_range[0],
             "compute_max": self.compute_range[1],

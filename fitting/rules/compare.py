@@ -1,7 +1,7 @@
 """Variants of a study compared across their seeds: is any one better than another beyond the noise band?
 
 A variant is one point of the study's grid (a run name); its seeds are the runs that share the name. Variants are
-judged as every view judges runs (fitting.standing): by each run's fitted reward at the compute every finished run
+judged as every view judges runs (fitting.rules.standing): by each run's fitted reward at the compute every finished run
 reached, separated when the gap of the seed means reaches the noise band and twice the seeds' pooled sd. Two more
 numbers are shown beside it, labelled as what they are: the fitted asymptote A (identified fits only; compared by the
 same rule only when every seed of both is identified) and the observed end reward (each run's mean over its last
@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 from rlscale.fitting.backtest import in_end_window
 from rlscale.fitting.curves import reach_of_finished
-from rlscale.fitting.reasons import Reason
-from rlscale.fitting.standing import beyond_noise, fitted_rewards, pooled_sd, read_runs
+from rlscale.fitting.rules.reasons import Reason
+from rlscale.fitting.rules.standing import beyond_noise, fitted_rewards, pooled_sd, read_runs
 
 from rlscale.base.numbers import NOISE_BAND
 
@@ -121,7 +121,6 @@ def compare_variants(
         "rows": rows,
         "pairs": pairs,
         "verdict": verdict.to_dict(),
-        "summary": verdict.text(),
     }
 
 
@@ -158,43 +157,3 @@ def _verdict(rows: list[dict], pairs: list[dict], compute: float, noise_band: fl
             else [{"variant": r["variant"], "identified": r["identified"], "seeds": r["seeds"]} for r in rows],
         },
     )
-
-
-def summary_lines(comparison: dict, *, limit: int = 3) -> list[str]:
-    """The verdict as short lines for a terminal (fitting.wording.comparison_lines)."""
-    from rlscale.fitting.wording import comparison_lines
-
-    return comparison_lines(comparison, limit=limit)
-
-
-def compare_header(comparison: dict) -> list[str]:
-    """The table's header: what each number is, the compute the fitted reward is read at included."""
-    return [
-        "variant",
-        "seeds",
-        "A identified",
-        "A mean +- sd",
-        f"fitted reward at {comparison['compute']:.4g}",
-        "vs best (fitted)",
-        "observed end mean +- sd",
-    ]
-
-
-def compare_cells(row: dict) -> list[str]:
-    """Table cells of one variant's row (compare_header's columns)."""
-
-    def pm(mean, sd):
-        if not math.isfinite(mean):
-            return "-"
-        return f"{mean:.3f} +- {sd:.3f}" if math.isfinite(sd) else f"{mean:.3f}"
-
-    vs = row["reward_vs_best"]
-    return [
-        str(row["variant"]),
-        str(row["seeds"]),
-        f"{row['identified']} of {row['seeds']}",
-        pm(row["A_mean"], row["A_sd"]),
-        pm(row["reward_mean"], row["reward_sd"]),
-        (f"{vs:+.3f}" + ("" if row["within_band"] else " (beyond)")) if math.isfinite(vs) else "-",
-        pm(row["end_mean"], row["end_sd"]),
-    ]

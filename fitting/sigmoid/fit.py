@@ -11,8 +11,8 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from rlscale.fitting.bootstrap import percentile_interval, wild_resamples
-from rlscale.fitting.curve import (
+from rlscale.fitting.sigmoid.bootstrap import percentile_interval, wild_resamples
+from rlscale.fitting.sigmoid.curve import (
     N_PARAMS,
     THETA_A,
     curve_and_jacobian,
@@ -23,9 +23,9 @@ from rlscale.fitting.curve import (
     shape_grid,
     sigmoid,
 )
-from rlscale.fitting.noise import NOISE_MODELS, autocorrelation_inflation, likeliest_noise, noise_sqrt_weights
-from rlscale.fitting.profile_likelihood import Profile
-from rlscale.fitting.solver import levenberg_marquardt
+from rlscale.fitting.sigmoid.noise import NOISE_MODELS, autocorrelation_inflation, likeliest_noise, noise_sqrt_weights
+from rlscale.fitting.sigmoid.profile import Profile
+from rlscale.fitting.sigmoid.solver import levenberg_marquardt
 
 # Re-exported: what other modules import from here.
 __all__ = [

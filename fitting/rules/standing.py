@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from rlscale.fitting.curve import sigmoid
 from rlscale.fitting.curves import MAX_TRUNCATION, fitted, stable
+from rlscale.fitting.sigmoid.curve import sigmoid
 
 from rlscale.base.numbers import NOISE_BAND
 

@@ -1,7 +1,9 @@
-"""The English of every Reason code (fitting.reasons): the one place where a decision's codes and numbers become
+"""The English of every Reason code (fitting.rules.reasons): the one place where a decision's codes and numbers become
 words. The command line, report.md and the dashboard render through here; tests assert codes and numbers instead."""
 
-from rlscale.fitting.reasons import Reason
+import math
+
+from rlscale.fitting.rules.reasons import Reason
 
 
 def _runs(items) -> str:
@@ -43,7 +45,7 @@ def _fit_reason(v) -> str:
 
 
 _TEXT = {
-    # the optimal-n law's verdict (fitting.optimal_n)
+    # the optimal-n law's verdict (fitting.laws.optimal_n)
     "law_identified": lambda v: "n* rises and saturates within the observed compute",
     "frontier_few_n": lambda v: (
         f"the frontier has not bent: n* takes only {v['rollouts']} over compute {v['compute_lo']:.3g}-"
@@ -103,7 +105,7 @@ _TEXT = {
         f"reward at the budget: the mean over its last 10%, with a {v['level']:.0%} prediction interval (fit, "
         "evaluation noise and drift past the data)"
     ),
-    "cost_model": lambda v: f"compute in {_unit(v['unit'])}; steps {_text(v['how'])}",
+    "cost_model": lambda v: f"compute in {_unit(v['unit'])}; steps {reason_text(v['how'])}",
     "steps_per_rollout": lambda v: "from the rollouts: B_p x n per step",
     "steps_per_token": lambda v: f"from the tokens: {v['tokens_per_rollout']:.1f} per rollout",
     "steps_profile": lambda v: f"from the cost model, profile {v['profile']}",
@@ -118,7 +120,7 @@ _TEXT = {
     "no_frontier": lambda v: (
         f"the optimal-n law cannot be fitted: {v['error']} (have the runs passed their inflection?)"
     ),
-    "law_not_identified": lambda v: f"the optimal-n law is not identified: {_text(v['law'])}",
+    "law_not_identified": lambda v: f"the optimal-n law is not identified: {reason_text(v['law'])}",
     "no_trusted_run": lambda v: "no run has an identified fit that trained stably",
     "unidentified_run_ahead": lambda v: (
         f"run {v['run']} (not identified: {_fit_reason(v)}) fits {v['reward']:.3f} at {v['compute']:.3g}, "
@@ -139,7 +141,7 @@ _TEXT = {
     "budget_buys_no_step": lambda v: (
         f"a budget of {v['budget']:g} does not pay for one step at B_p = {v['prompts_per_batch']}, n = {v['rollouts']}"
     ),
-    # the model-size recommendation (fitting.model_size)
+    # the model-size recommendation (fitting.laws.model_size)
     "no_model_axis": lambda v: f"study {v['study']!r} has no `model` axis with `models`",
     "size_law_not_fitted": lambda v: f"the power law across sizes cannot be fitted: {v['error']}",
     "size_not_learning": lambda v: (
@@ -150,11 +152,11 @@ _TEXT = {
         f"the budget {v['budget']:g} is {v['factor']:.0f}x the largest compute measured for {v['model']} "
         f"({v['reach']:.3g}); at most {v['max_beyond']:g}x is predicted"
     ),
-    # what the next allocation should identify (fitting.allocation)
+    # what the next allocation should identify (fitting.rules.allocation)
     "identify_fits": lambda v: f"identify {v['unidentified']} of {v['runs']} fits",
     "identify_fits_and_law": lambda v: f"identify {v['unidentified']} of {v['runs']} fits and the optimal-n law",
     "identify_law": lambda v: "identify the optimal-n law (every run's fit is identified already)",
-    # the variants compared across seeds (fitting.compare)
+    # the variants compared across seeds (fitting.rules.compare)
     "variants_separated": lambda v: (
         f"separated beyond the {v['noise_band']:g} noise band at {v['compute']:.4g} (fitted reward){_one_seed(v)}: "
         + "; ".join(separated_pair(p) for p in v["pairs"])
@@ -176,7 +178,7 @@ _TEXT = {
             + ")"
         )
     ),
-    # the compute to reach a target reward (fitting.target)
+    # the compute to reach a target reward (fitting.laws.target)
     "reached": lambda v: (
         f"reaches {v['target']:.3f} at {v['compute']:.4g} [{v['compute_lo']:.4g}, {v['compute_hi']:.4g}]"
     ),
@@ -190,13 +192,11 @@ _TEXT = {
 }
 
 
-def _text(reason) -> str:
-    """A Reason, or its dict form, in words."""
-    return reason_text(reason if isinstance(reason, Reason) else Reason(reason["code"], reason.get("values", {})))
-
-
-def reason_text(reason: Reason) -> str:
-    """The English of one Reason; an unknown code is shown as the code and its values."""
+def reason_text(reason) -> str:
+    """The English of one Reason, or of its dict form {code, values}; an unknown code is shown as the code and its
+    values."""
+    if not isinstance(reason, Reason):
+        reason = Reason(reason["code"], reason.get("values", {}))
     render = _TEXT.get(reason.code)
     if render is None:
         return f"{reason.code} {reason.values}"
@@ -209,7 +209,43 @@ _SIZE_CODES = ("no_model_axis", "size_law_not_fitted", "size_not_learning", "siz
 def refusal_text(reasons) -> str:
     """ "no recommendation: <first>; and <second> ..." ("no size recommendation" for the model-size decision)."""
     subject = "size recommendation" if reasons and reasons[0].code in _SIZE_CODES else "recommendation"
-    return f"no {subject}: " + "; and ".join(_text(reason) for reason in reasons)
+    return f"no {subject}: " + "; and ".join(reason_text(reason) for reason in reasons)
+
+
+def recommendation_notes(rec) -> list[str]:
+    """A Recommendation's basis and reasons in words, the optimal-n law's verdict first."""
+    return with_words(rec.to_dict())["notes"]
+
+
+def with_words(payload):
+    """A JSON-ready payload with words for scripts that show them: every reason ({code, values}) gains its "text",
+    and every recommendation (a dict with "basis" and "reasons") its "notes", as the terminal words them."""
+    if isinstance(payload, list):
+        return [with_words(item) for item in payload]
+    if not isinstance(payload, dict):
+        return payload
+    out = {key: with_words(value) for key, value in payload.items()}
+    if set(payload) == {"code", "values"} and isinstance(payload["code"], str):
+        try:
+            out["text"] = reason_text(payload)
+        except (TypeError, ValueError):  # a number JSON turned into null: worded as nan, as the Reason itself is
+            out["text"] = reason_text(Reason(payload["code"], _nan_for_none(payload["values"])))
+    if "basis" in payload and "reasons" in payload and "notes" not in payload:
+        law = [r for r in payload["reasons"] if r["code"] == "law_not_identified"]
+        rest = [r for r in payload["reasons"] if r["code"] != "law_not_identified"]
+        out["notes"] = [reason_text(reason) for reason in (*law, payload["basis"], *rest)]
+    return out
+
+
+def _nan_for_none(value):
+    # JSON turned NaN into null; the words show it as nan, as they do for the Reason itself
+    if value is None:
+        return math.nan
+    if isinstance(value, dict):
+        return {key: _nan_for_none(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_nan_for_none(item) for item in value]
+    return value
 
 
 def known_codes() -> set[str]:
@@ -218,11 +254,11 @@ def known_codes() -> set[str]:
 
 
 def comparison_lines(comparison: dict, *, limit: int = 3) -> list[str]:
-    """A variants comparison (fitting.compare) as short lines: its verdict, then at most `limit` separated pairs (the
+    """A variants comparison (rules.compare) as short lines: its verdict, then at most `limit` separated pairs (the
     widest first) and how many more report.md lists."""
     verdict = Reason(comparison["verdict"]["code"], comparison["verdict"]["values"])
     if verdict.code != "variants_separated":
-        return [verdict.text()]
+        return [reason_text(verdict)]
     pairs = verdict["pairs"]
     lines = [
         f"{len(pairs)} of {len(comparison['pairs'])} pairs of variants separated beyond the "
@@ -265,7 +301,7 @@ def standing_line(standing) -> str:
 
 
 def decision_lines(decision, commands: dict) -> list[str]:
-    """A Decision (fitting.decision) as lines, last the one command to run next: plain sentences, "- " bullets and
+    """A Decision (fitting.rules.decision) as lines, last the one command to run next: plain sentences, "- " bullets and
     command lines ("  rlscale ..."). The terminal wraps them; report.md renders bullets and code."""
     from rlscale.fitting.curves import unit_label
 
@@ -288,11 +324,11 @@ def decision_lines(decision, commands: dict) -> list[str]:
         ]
         if rec.standing is not None:  # the runs at the budget, where it is inside their data
             lines.append(standing_line(rec.standing))
-        lines += [f"- {part}" for note in rec.notes for part in clauses(note)]
+        lines += [f"- {part}" for note in recommendation_notes(rec) for part in clauses(note)]
         lines += ["next: the recipe for your framework:", f"  {commands['export']}"]
     elif decision.refusal:
         lines.append("not yet: no decision")
-        lines += [f"- {part}" for reason in decision.refusal for part in clauses(_text(reason))]
+        lines += [f"- {part}" for reason in decision.refusal for part in clauses(reason_text(reason))]
     elif decision.standing is not None:
         lines += [
             f"decided: the best run, {decision.best_run}",
@@ -305,14 +341,15 @@ def decision_lines(decision, commands: dict) -> list[str]:
         return lines
     if rec is not None:
         lines += [
-            f"to decide past {decision.budget:.4g} {unit}: extend every run {plan.factor:g}x to {plan.goal.text()}:",
+            f"to decide past {decision.budget:.4g} {unit}: extend every run {plan.factor:g}x to "
+            f"{reason_text(plan.goal)}:",
             f"  {commands['extend']}",
         ]
         return lines
     each = max(run["compute"] for run in plan.runs)
     lines.append(
         f"next: extend every run {plan.factor:g}x ({each:.3g} -> {each * plan.factor:.3g} {unit} each) to "
-        f"{plan.goal.text()}:"
+        f"{reason_text(plan.goal)}:"
     )
     lines += [f"- {run['run']}: {run['why']}" for run in plan.runs if run["why"]]
     lines.append(f"  {commands['extend']}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from rlscale.fitting.powerlaw import PowerLawFit, crossover_resource, fit_power_law, fit_size
+from rlscale.fitting.laws.powerlaw import PowerLawFit, crossover_resource, fit_power_law, fit_size
 from rlscale.fitting.sigmoid import FitError
 
 MAX_BEYOND = 8.0  # a budget more than this times the largest compute measured is not predicted
@@ -200,9 +200,9 @@ def winner_changes(k: np.ndarray, E: np.ndarray) -> list[tuple[int, int, float]]
 
 def choose_size(law: SizeLaw, budget: float) -> SizeChoice:
     """The size with the lowest predicted loss at `budget` (the study's compute), with intervals; Refusal (from
-    fitting.reasons; codes size_not_learning, size_budget_past_data) when a size's loss does not clearly fall with
+    fitting.rules.reasons; codes size_not_learning, size_budget_past_data) when a size's loss does not clearly fall with
     compute or the budget is far past the data."""
-    from rlscale.fitting.reasons import Reason, Refusal
+    from rlscale.fitting.rules.reasons import Reason, Refusal
 
     for i, model in enumerate(law.models):
         lo, _ = law.interval(law.k_draws[:, i])
@@ -277,35 +277,3 @@ def choose_size(law: SizeLaw, budget: float) -> SizeChoice:
         level=law.level,
         notes=notes,
     )
-
-
-SIZE_HEADER = ["model", "params", "k [interval]", "E [interval]", "compute to"]
-SIZE_NOTE = (
-    "ln(1 - reward) = -k(N) ln C + E(N) per model size N at equal compute C; Tan et al.: "
-    "k(N) = K_max / (1 + N0 / N). Intervals: a bootstrap over each size's runs."
-)
-
-
-def size_rows(sizes: dict) -> list[list[str]]:
-    """Table cells of SizeLaw.to_dict(): one row per size."""
-
-    def cell(value, interval):
-        return f"{value:.3g} [{interval[0]:.3g}, {interval[1]:.3g}]"
-
-    return [
-        [
-            row["model"],
-            f"{row['parameters']:.3g}",
-            cell(row["k"], row["k_interval"]),
-            cell(row["E"], row["E_interval"]),
-            f"{row['compute_max']:.3g}",
-        ]
-        for row in sizes["sizes"]
-    ]
-
-
-def size_summary(sizes: dict) -> str:
-    """One line: K_max and N0 across sizes, identified or why not."""
-    across = sizes["across"]
-    fitted = "" if across is None else f"K_max = {across['K_max']:.3g}, N0 = {across['N0']:.3g}; "
-    return f"{fitted}{'identified' if sizes['across_identified'] else 'not identified'}: {sizes['across_reason']}"

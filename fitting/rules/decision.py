@@ -1,17 +1,17 @@
 """A study's decision in one object, built once from its frames and fits: what to run at the decision budget (or
 why not yet), the runs within the noise band there, and what to run next, with the commands that do it. The
-terminal, report.md and the dashboard render the same Decision (fitting.wording puts its reasons into words)."""
+terminal, report.md and the dashboard render the same Decision (rlscale.views.wording puts its reasons into words)."""
 
 import shlex
 from dataclasses import dataclass, replace
 
 import pandas as pd
-from rlscale.fitting.allocation import NextAllocation, decision_budget, next_allocation
 from rlscale.fitting.curves import compute_column, fitted, reach_of_finished, run_geometry, study_unit
-from rlscale.fitting.optimal_n import RolloutsLaw
-from rlscale.fitting.reasons import Reason, Refusal
-from rlscale.fitting.recommend import Recommendation, recommend
-from rlscale.fitting.standing import Standing, decision_runs, read_runs, standing_at
+from rlscale.fitting.laws.optimal_n import RolloutsLaw
+from rlscale.fitting.rules.allocation import NextAllocation, decision_budget, next_allocation
+from rlscale.fitting.rules.reasons import Reason, Refusal
+from rlscale.fitting.rules.recommend import Recommendation, recommend
+from rlscale.fitting.rules.standing import Standing, decision_runs, read_runs, standing_at
 
 EXPORT_FORMATS = {"trl": "trl", "verl": "verl"}  # a recipe's engine -> the export format its users run
 
@@ -91,7 +91,7 @@ def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: st
 
 def rollouts_law(study: str, curves: pd.DataFrame, draws: dict, *, bootstrap: int = 100, seed: int = 0) -> RolloutsLaw:
     """The optimal-n law of a study's fitted runs; Refusal when they do not vary rollouts or have no frontier."""
-    from rlscale.fitting.optimal_n import fit_optimal_rollouts
+    from rlscale.fitting.laws.optimal_n import fit_optimal_rollouts
 
     usable = fitted(curves)
     if usable["rollouts"].nunique() < 2:
@@ -118,9 +118,9 @@ def recommend_from_frames(
 ) -> Recommendation:
     """The Recommendation for `budget` from a study's frames and fits (fitting.curves.run_curves); its predicted
     reward is the chosen run's predicted mean over the last 10% of the budget with its prediction interval
-    (fitting.predict) where the run has the evaluations for one. law: the study's optimal-n law when already fitted.
+    (laws.predict) where the run has the evaluations for one. law: the study's optimal-n law when already fitted.
     Refusal when the evidence is not enough."""
-    from rlscale.fitting.predict import predict_stored_run
+    from rlscale.fitting.laws.predict import predict_stored_run
 
     law = law or rollouts_law(study, curves, draws, bootstrap=bootstrap, seed=seed)
     steps_for, cost_how = steps_model(typed, records, runs, profile=profile)
@@ -242,7 +242,7 @@ def decide(
     law: RolloutsLaw | None = None,
 ) -> Decision:
     """The Decision of a study from its frames (the store's runs and records) and fits (fitting.curves.run_curves):
-    at `budget` (default: fitting.allocation.decision_budget), in the study's unit. extend: the study's current
+    at `budget` (default: fitting.rules.allocation.decision_budget), in the study's unit. extend: the study's current
     extension factor (the next allocation's command multiplies it); law: its optimal-n law when already fitted."""
     budget = decision_budget(typed, runs, records) if budget is None else float(budget)
     compute = reach_of_finished(curves)

@@ -1,21 +1,31 @@
-"""A study's report (fitting.report.Report) as sections of blocks, rendered two ways: report.md and report.html.
+"""A study's report (rlscale.views.report.Report) as sections of blocks, rendered two ways: report.md and report.html.
 
 The decision comes first (what to run, the predicted reward, the runs within the noise band, the commands), then the
 runs at the decision's compute, then the evidence: variants, leave-one-out, fits, backtest, the law, the plots. Every
-sentence about the decision comes from fitting.wording.
+sentence about the decision comes from rlscale.views.wording.
 """
 
 import re
 from pathlib import Path
 
-from rlscale.fitting.backtest import BACKTEST_HEADER, BACKTEST_NOTE, table_lines, table_rows
-from rlscale.fitting.compare import compare_cells, compare_header
-from rlscale.fitting.curves import unit_label
-from rlscale.fitting.model_size import SIZE_HEADER, SIZE_NOTE, size_rows, size_summary
-from rlscale.fitting.target import TARGET_HEADER, target_cells
-
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.base.numbers import format_number as _f
+from rlscale.fitting.curves import unit_label
+from rlscale.views.tables import (
+    BACKTEST_HEADER,
+    SIZE_HEADER,
+    SIZE_NOTE,
+    TARGET_HEADER,
+    backtest_note,
+    compare_cells,
+    compare_header,
+    size_rows,
+    size_summary,
+    table_lines,
+    table_rows,
+    target_cells,
+)
+from rlscale.views.wording import reason_text
 
 FIT_HEADER = ["run", "A [95%]", "B", "C_mid", "R0", "r2", "points", "fit"]
 COMPARE_NOTE = (
@@ -61,7 +71,7 @@ def loo_cells(row) -> list[str]:
 
 
 def standing_cells(row) -> list[str]:
-    """Table cells of one run of a Standing (fitting.standing)."""
+    """Table cells of one run of a Standing (fitting.rules.standing)."""
     return [
         str(row["run"]),
         _f(row["prompts_per_batch"], "{:d}"),
@@ -73,7 +83,7 @@ def standing_cells(row) -> list[str]:
 
 
 def decision_blocks(report) -> list[tuple]:
-    """The decision's lines (fitting.wording.decision_lines) as blocks: sentences, bullets and commands, then the
+    """The decision's lines (rlscale.views.wording.decision_lines) as blocks: sentences, bullets and commands, then the
     recipe to run."""
     import yaml
 
@@ -170,7 +180,7 @@ def report_sections(report) -> list[tuple[str, list[tuple]]]:
                         [compare_cells(r) for r in report.comparison["rows"]],
                         None,
                     ),
-                    ("bullets", [report.comparison["summary"]]),
+                    ("bullets", [reason_text(report.comparison["verdict"])]),
                 ],
             )
         )
@@ -193,7 +203,7 @@ def report_sections(report) -> list[tuple[str, list[tuple]]]:
             (
                 "Backtest (ScaleRL: fit on the first half, extrapolate)",
                 [
-                    ("p", BACKTEST_NOTE),
+                    ("p", backtest_note(report.backtest)),
                     (
                         "table",
                         BACKTEST_HEADER,
@@ -215,7 +225,7 @@ def report_sections(report) -> list[tuple[str, list[tuple]]]:
                         (
                             f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / "
                             f"(1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))); "
-                            f"{'identified' if law['identified'] else 'not identified'}: {law['reason']}"
+                            f"{'identified' if law['identified'] else 'not identified'}: {reason_text(law['verdict'])}"
                         ),
                     )
                 ],
@@ -282,8 +292,8 @@ def render_markdown(report) -> str:
 
 
 def render_html(report) -> str:
-    """report.html: the study page the dashboard shows (fitting/page.py), self-contained (styles inline, PNGs as data
+    """report.html: the study page the dashboard shows (views/page.py), self-contained (styles inline, PNGs as data
     URIs), the decision first."""
-    from rlscale.fitting.page import render_study_page, report_page
+    from rlscale.views.page import render_study_page, report_page
 
     return render_study_page(report_page(report, report_sections(report)))

@@ -1,6 +1,6 @@
 """The study page's charts as plain, JSON-ready data (pure: frames and fits in, dicts out).
 
-fitting/page.py embeds them and assets/page.js draws them with uPlot, in report.html and in the dashboard alike.
+rlscale/views/page.py embeds them and assets/page.js draws them with uPlot, in report.html and in the dashboard alike.
 Numbers are rounded to 4 significant digits: a chart cannot show more, and 16 runs x 100 evaluations stay ~40 KB.
 """
 
@@ -8,8 +8,10 @@ import math
 
 import numpy as np
 import pandas as pd
-from rlscale.fitting.bootstrap import percentile_interval
+
 from rlscale.fitting.sigmoid import sigmoid
+from rlscale.fitting.sigmoid.bootstrap import percentile_interval
+from rlscale.views.wording import reason_text
 
 # matplotlib's tab10: the runs table's swatches and the charts' series share these, by run order
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
@@ -103,7 +105,7 @@ def _fitted(row: dict, grid: np.ndarray, compute: np.ndarray, samples) -> dict:
 
 
 def frontier_chart(law, *, extrapolate_to: float | None = None, unit_label: str = "GPU-hours") -> dict:
-    """The frontier's n*(C) and the fitted optimal-n law (fitting.optimal_n.RolloutsLaw), on one log grid.
+    """The frontier's n*(C) and the fitted optimal-n law (fitting.laws.optimal_n.RolloutsLaw), on one log grid.
 
     Returns {grid, frontier (n* per grid point, null off the frontier), law (inside the observed compute),
     beyond (the law past it, dashed, to `extrapolate_to` or 4x), identified, reason, unit}.
@@ -122,6 +124,6 @@ def frontier_chart(law, *, extrapolate_to: float | None = None, unit_label: str 
         "law": rounded(np.where(inside, predicted, np.nan)),
         "beyond": rounded(np.where(beyond, predicted, np.nan)),
         "identified": bool(law.identified),
-        "reason": str(law.reason),
+        "reason": reason_text(law.verdict),
         "unit": unit_label,
     }

@@ -418,7 +418,7 @@ def predict_runs(
     level (`predict_run` on each; NaN for a run that cannot be fitted or has no interval). `fit_kwargs` go to
     `fit_sigmoid`; a missing `compute` column falls back to `gpu_hours`, a missing run column means one run."""
     import pandas as pd
-    from rlscale.fitting.frame import SINGLE_RUN
+    from rlscale.fitting.sigmoid.runs import SINGLE_RUN
 
     if compute_col not in records.columns and compute_col == "compute" and "gpu_hours" in records.columns:
         compute_col = "gpu_hours"

@@ -10,7 +10,7 @@ whichever widens more.
 """
 
 import numpy as np
-from rlscale.fitting.curve import THETA_A
+from rlscale.fitting.sigmoid.curve import THETA_A
 from scipy import signal
 
 NOISE_MODELS = ("auto", "binomial", "constant", "multiplicative")

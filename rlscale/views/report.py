@@ -2,8 +2,8 @@
 fits, ScaleRL's leave-one-out table, the backtest, the optimal-n law and the plots.
 
 Writes report.md with PNGs beside it and one self-contained report.html (PNGs inlined as base64) that a person opens
-in a browser. The Report is plain data built once (fitting.report_text renders it as markdown and HTML; the command
-line renders it in rich); its decision is the study's Decision (fitting.decision), the one the sweep prints.
+in a browser. The Report is plain data built once (views.report_text renders it as markdown and HTML; the command
+line renders it in rich); its decision is the study's Decision (fitting.rules.decision), the one the sweep prints.
 """
 
 from dataclasses import dataclass, field
@@ -11,16 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from rlscale.fitting.backtest import backtest_table
-from rlscale.fitting.compare import compare_variants
-from rlscale.fitting.curves import UNIT_LABELS, compute_column, run_curves, study_unit
-from rlscale.fitting.frame import run_labels, variant_names
-from rlscale.fitting.plots import linearised, plot_frontier, plot_linearised
-from rlscale.fitting.records import fits_record_breaking, fitted_points_label
-from rlscale.fitting.report_text import fit_cells, loo_cells, render_html, render_markdown
-from rlscale.fitting.standing import beyond_noise
 
 from rlscale.base.numbers import NOISE_BAND
+from rlscale.fitting.backtest import backtest_table
+from rlscale.fitting.curves import UNIT_LABELS, compute_column, run_curves, study_unit
+from rlscale.fitting.rules.compare import compare_variants
+from rlscale.fitting.rules.standing import beyond_noise
+from rlscale.fitting.sigmoid.points import fits_record_breaking, fitted_points_label
+from rlscale.fitting.sigmoid.runs import run_labels, variant_names
+from rlscale.views.plots import linearised, plot_frontier, plot_linearised
+from rlscale.views.report_text import fit_cells, loo_cells, render_html, render_markdown
 
 # Also imported from here: the plots and table cells the report is made of.
 __all__ = [
@@ -69,7 +69,7 @@ LOO_VERDICTS = {
 
 def loo_table(curves: pd.DataFrame, baseline: str = "baseline", noise_band: float = NOISE_BAND) -> list[dict]:
     """ScaleRL's leave-one-out table: each variant's A [lo, hi], B, C_mid, dA vs the full recipe, whether |dA| is
-    beyond noise (fitting.standing's rule), and the verdict: verdict_code (full_recipe, no_fit, unidentified, better,
+    beyond noise (rules.standing's rule), and the verdict: verdict_code (full_recipe, no_fit, unidentified, better,
     worse, within_noise) and its words."""
     by_name = {row["run"]: row for row in curves.to_dict("records")}
     if baseline not in by_name:
@@ -114,8 +114,8 @@ def loo_table(curves: pd.DataFrame, baseline: str = "baseline", noise_band: floa
 @dataclass
 class Report:
     """Everything the report shows, as plain data; `files` are the written paths. decision: the study's Decision
-    (fitting.decision) or None; decision_lines: it in words (fitting.wording.decision_lines); targets: the compute
-    each run needs to reach a reward (fitting.target)."""
+    (fitting.rules.decision) or None; decision_lines: it in words (views.wording.decision_lines); targets: the compute
+    each run needs to reach a reward (fitting.laws.target)."""
 
     study: str
     method: str
@@ -126,15 +126,17 @@ class Report:
     loo: list[dict] | None = None
     law: dict | None = None
     backtest: dict | None = None  # fitting.backtest.backtest_table: each run's first half vs its end
-    comparison: dict | None = None  # fitting.compare.compare_variants: variants across their seeds
-    sizes: dict | None = None  # fitting.model_size.SizeLaw.to_dict: the power law across a `model` axis
+    comparison: dict | None = None  # fitting.rules.compare.compare_variants: variants across their seeds
+    sizes: dict | None = None  # fitting.laws.model_size.SizeLaw.to_dict: the power law across a `model` axis
     notes: list[str] = field(default_factory=list)
     plots: dict[str, Path] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
     decision: object = None
     decision_lines: list[str] = field(default_factory=list)
-    targets: dict | None = None  # {target, level, note, runs: fitting.target.curve_targets}
-    commands: dict = field(default_factory=dict)  # the decision's command lines (fitting.decision.Decision.commands)
+    targets: dict | None = None  # {target, level, note, runs: fitting.laws.target.curve_targets}
+    commands: dict = field(
+        default_factory=dict
+    )  # the decision's command lines (fitting.rules.decision.Decision.commands)
 
     def to_dict(self) -> dict:
         """JSON-ready; `decision` is the structured Decision (codes and numbers), with its words in
@@ -178,7 +180,7 @@ def build_report(
     target: the reward whose compute each run is asked for (default: the best run's fitted reward at the decision's
     compute). study_file, db: what the decision's commands name; extend: the study's extension of its planned
     compute (default: the stored study's)."""
-    from rlscale.fitting.plots import plot_study
+    from rlscale.views.plots import plot_study
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -270,7 +272,7 @@ def build_report(
 def _law(report: Report, curves: pd.DataFrame, draws: dict, bootstrap: int, seed: int):
     """The optimal-n law of a study whose fitted runs try two or more rollouts values (report.law, with the frontier
     as segments); None otherwise, with a note when it cannot be fitted."""
-    from rlscale.fitting.optimal_n import fit_optimal_rollouts, frontier_segments
+    from rlscale.fitting.laws.optimal_n import fit_optimal_rollouts, frontier_segments
 
     usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1) & curves["rollouts"].notna()]
     if usable["rollouts"].nunique() < 2:
@@ -286,8 +288,8 @@ def _law(report: Report, curves: pd.DataFrame, draws: dict, bootstrap: int, seed
 
 def _decide(report: Report, stored, runs, records, curves, draws, law, bootstrap, seed, context) -> None:
     """The study's Decision into the report, with its words and commands; context: (study_file, db, extend)."""
-    from rlscale.fitting.decision import decide
-    from rlscale.fitting.wording import decision_lines
+    from rlscale.fitting.rules.decision import decide
+    from rlscale.views.wording import decision_lines
 
     study_file, db, extend = context
     decision = decide(
@@ -317,7 +319,7 @@ def _decide(report: Report, stored, runs, records, curves, draws, law, bootstrap
 def _targets(report: Report, curves, draws, target: float | None) -> None:
     """The compute each run needs to reach `target` (default: the best run's fitted reward at the decision's
     compute) into report.targets."""
-    from rlscale.fitting.target import DEFAULT_LEVEL, curve_targets
+    from rlscale.fitting.laws.target import DEFAULT_LEVEL, curve_targets
 
     standing = report.decision.standing if report.decision is not None else None
     if target is None and standing is None:
@@ -342,7 +344,7 @@ def _targets(report: Report, curves, draws, target: float | None) -> None:
 
 def _loo(report: Report, runs, records, compute_col, metric, bootstrap, seed, out) -> tuple:
     """ScaleRL's leave-one-out table and its curves into the report; (records, curves) of the pooled variants."""
-    from rlscale.fitting.plots import plot_study
+    from rlscale.views.plots import plot_study
 
     # one curve per variant: its seeds pooled (ScaleRL's noise band is the seed-to-seed spread)
     names = dict(zip(runs["run_id"], runs["variant"]))
@@ -381,7 +383,7 @@ def _loo(report: Report, runs, records, compute_col, metric, bootstrap, seed, ou
 
 def _add_size_law(report: Report, stored, runs, records, compute_col, metric, bootstrap, seed) -> None:
     """The power law across the study's model sizes into report.sizes, or a note saying why it cannot be fitted."""
-    from rlscale.fitting.model_size import fit_size_law, size_frame
+    from rlscale.fitting.laws.model_size import fit_size_law, size_frame
     from rlscale.fitting.sigmoid import FitError
 
     frame = size_frame(

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import numpy as np
-from rlscale.fitting.curve import N_PARAMS, THETA_A, THETA_R0, shape_grid
-from rlscale.fitting.solver import levenberg_marquardt
+from rlscale.fitting.sigmoid.curve import N_PARAMS, THETA_A, THETA_R0, shape_grid
+from rlscale.fitting.sigmoid.solver import levenberg_marquardt
 from scipy import stats
 from scipy.optimize import isotonic_regression
 
