@@ -57,6 +57,13 @@ class Recipe(BaseModel):
         0.9, gt=0, le=1, description="retire prompts above this pass rate; None = off"
     )
     fp32_head: bool = True
+    head_precision: Literal["fp32", "tf32", "bf16"] = Field(
+        "fp32",
+        description=(
+            "matmul precision of the FP32 head, in the builtin trainer and generator: fp32 (IEEE), tf32 (CUDA tensor "
+            "cores; CPUs compute fp32), bf16 (bf16 operands, fp32 sums and logits); docs/methods.md section 5"
+        ),
+    )
     kl_coef: float = Field(0.0, ge=0)
     entropy_coef: float = Field(0.0, ge=0)
 
@@ -137,6 +144,15 @@ class Recipe(BaseModel):
     def _clip_order(self) -> "Recipe":
         if self.loss != "cispo" and self.clip_range[0] >= 1:
             raise ValueError(f"clip_low must be < 1 for loss {self.loss}")
+        return self
+
+    @model_validator(mode="after")
+    def _head_precision_needs_fp32_head(self) -> "Recipe":
+        if not self.fp32_head and self.head_precision != "fp32":
+            raise ValueError(
+                f"head_precision {self.head_precision} is the FP32 head's matmul precision; with fp32_head false the "
+                "head runs in the model's dtype (set fp32_head: true, or leave head_precision fp32)"
+            )
         return self
 
     @property

@@ -91,7 +91,7 @@ def run_loss(name, advantage, clip_low, clip_high, logp=LOGP, agg="token"):
         group_index=ONE_GROUP,
     )
     loss.backward()
-    return loss.item(), logp.grad[0].tolist(), stats
+    return loss.item(), logp.grad[0].tolist(), {key: value.item() for key, value in stats.items()}
 
 
 def test_grpo_positive_advantage_clips_the_rising_token_only():

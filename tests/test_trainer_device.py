@@ -1,14 +1,13 @@
 """The trainer without a GPU: device-correct tensor creation, micro-batching that leaves the loss unchanged,
-the chunked LM head, activation checkpointing, and a checkpoint that resumes the next step exactly."""
-
-import copy
+activation checkpointing, and a checkpoint that resumes the next step exactly (the LM head's chunking, equality
+and memory: tests/test_head.py)."""
 
 import pytest
 import torch
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.rl.sampling import sample
-from rlscale.runner.rl.train_step import micro_batches, token_logprobs, train_step
-from trainer_batch import base, batch, tokenizer  # noqa: F401  (module fixtures)
+from rlscale.runner.rl.train_step import micro_batches, train_step
+from trainer_batch import base, batch, sgd_recipe, sgd_step, tokenizer  # noqa: F401  (module fixtures)
 
 torch.set_num_threads(1)
 
@@ -17,20 +16,7 @@ AGGREGATIONS = ("prompt", "token", "sample")
 WHOLE = 10**9  # a micro-batch budget no batch reaches: one forward pass
 
 
-def _recipe(**changes):
-    # plain SGD at lr 1 (no warmup, no clipping) makes the weight change equal the accumulated gradient
-    return Recipe(
-        prompts_per_batch=4, rollouts=4, lr=1.0, lr_scaling="none", lr_warmup_steps=0, grad_clip=1e9, **changes
-    )
-
-
-def _step(base, batch, recipe, ref=False):
-    model = copy.deepcopy(base)
-    optimizer = torch.optim.SGD(model.parameters(), lr=recipe.lr)
-    metrics = train_step(model, optimizer, batch, recipe, ref_model=copy.deepcopy(base) if ref else None)
-    grads = torch.cat([p.grad.flatten() for p in model.parameters()])
-    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
-    return metrics, grads, weights
+_recipe, _step = sgd_recipe, sgd_step
 
 
 def _assert_same_step(one, other, tol=1e-5):
@@ -124,29 +110,6 @@ def test_activation_checkpointing_gives_the_same_step(base, batch):
     _assert_same_step(_step(base, batch, _recipe(micro_batch_tokens=40, activation_checkpointing=True)), plain)
 
 
-def test_chunked_lm_head_gives_the_same_logprobs_entropy_and_gradients(base, batch):
-    def run(chunk_elements):
-        model = copy.deepcopy(base)
-        logp, entropy = token_logprobs(
-            model,
-            batch.input_ids,
-            batch.attention_mask,
-            temperature=0.7,
-            fp32_head=True,
-            with_entropy=True,
-            entropy_grad=True,
-            chunk_elements=chunk_elements,
-        )
-        ((logp * batch.response_mask).sum() + entropy.sum()).backward()
-        return logp, entropy, model.lm_head.weight.grad, model.model.embed_tokens.weight.grad
-
-    whole = run(10**12)
-    vocab = base.lm_head.weight.shape[0]
-    chunked = run(batch.input_ids.shape[0] * vocab * 2)  # two positions per chunk, recomputed in backward
-    for got, want in zip(chunked, whole):
-        assert torch.allclose(got, want, atol=1e-5)
-
-
 # ---------------------------------------------------------------- checkpoints
 
 
@@ -187,29 +150,3 @@ def test_run_local_device_cuda_without_a_gpu_is_a_one_line_error(tmp_path, monke
     assert isinstance(result.exception, UserError) and "--device" in str(result.exception)
     result = CliRunner().invoke(app, ["run", str(recipe_file), "--local", "--device", "tpu"])
     assert isinstance(result.exception, UserError) and "expected cpu or cuda" in str(result.exception)
-
-
-def test_chunked_lm_head_keeps_no_whole_batch_logits_for_backward(base, batch):
-    # what autograd holds between forward and backward: with one chunk, the [B, L, V] log-softmax; with chunks,
-    # only hidden-state slices (each chunk's logits are recomputed in backward)
-    vocab = base.lm_head.weight.shape[0]
-
-    def saved_logits(chunk_elements):
-        sizes = []
-        keep = lambda t: sizes.append(t.numel() if t.dim() == 3 and t.shape[-1] == vocab else 0) or t
-        with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
-            token_logprobs(
-                copy.deepcopy(base),
-                batch.input_ids,
-                batch.attention_mask,
-                temperature=1.0,
-                fp32_head=True,
-                with_entropy=True,
-                chunk_elements=chunk_elements,
-            )
-        return sum(sizes)
-
-    rows, length = batch.input_ids.shape
-    logits = rows * (length - 1) * vocab
-    assert saved_logits(10**12) >= logits
-    assert saved_logits(logits // 4) == 0

@@ -1,11 +1,14 @@
 """The train batch the trainer tests share (CPU and GPU): made on the CPU from the tiny policy's own samples,
-with the module fixtures that build it (tokenizer, base policy, batch)."""
+with the module fixtures that build it (tokenizer, base policy, batch), and one plain-SGD step to compare steps by."""
+
+import copy
 
 import pytest
 import torch
+from rlscale.planner.recipe import Recipe
 from rlscale.runner.rl.policy import build_model, build_tokenizer
 from rlscale.runner.rl.sampling import sample
-from rlscale.runner.rl.train_step import TrainBatch
+from rlscale.runner.rl.train_step import TrainBatch, train_step
 
 
 def perturbed_batch(tokenizer, base) -> TrainBatch:
@@ -52,3 +55,19 @@ def base(tokenizer):
 def batch(tokenizer, base):
     """CPU batch (tests/trainer_batch.py)."""
     return perturbed_batch(tokenizer, base)
+
+
+def sgd_recipe(**changes) -> Recipe:
+    """4 x 4 rollouts, plain SGD at lr 1 (no warmup, no clipping): a step's weight change is its gradient."""
+    return Recipe(
+        prompts_per_batch=4, rollouts=4, lr=1.0, lr_scaling="none", lr_warmup_steps=0, grad_clip=1e9, **changes
+    )
+
+
+def sgd_step(base, batch: TrainBatch, recipe, ref: bool = False) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """(metrics, flat gradient, flat weights) of one SGD train_step on a copy of `base`."""
+    model = copy.deepcopy(base)
+    optimizer = torch.optim.SGD(model.parameters(), lr=recipe.lr)
+    metrics = train_step(model, optimizer, batch, recipe, ref_model=copy.deepcopy(base) if ref else None)
+    grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+    return metrics, grads, torch.cat([p.detach().flatten() for p in model.parameters()])

@@ -120,6 +120,11 @@ def common_missing(recipe: Recipe, target: str) -> list[str]:
             f"length_control: interrupt (append an end-of-thinking marker at the limit and let the model "
             f"answer) has no {target} key; responses are truncated at the limit"
         )
+    if recipe.head_precision != "fp32":
+        missing.append(
+            f"head_precision: {recipe.head_precision} (the FP32 head's matmul precision) has no {target} key; "
+            "the head runs at the target's own precision"
+        )
     return missing
 
 

@@ -6,10 +6,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rlscale.runner.cluster import init_ray
 from rlscale.runner.engine import Engine, JobResult
-
-from rlscale.base.errors import UserError
 
 
 @dataclass
@@ -22,7 +19,9 @@ class WorkerSet:
 
 
 class BuiltinEngine(Engine):
-    """Runs jobs on a Ray cluster: joins `ray_address`, or starts a local one on first use (stopped on close)."""
+    """Runs jobs on a Ray cluster: joins `ray_address` (a GCS address, HOST:PORT), or RAY_ADDRESS's, or a local head
+    started on first use (rlscale.runner.ray_head; stopped on close). A process that already joined a cluster keeps
+    it."""
 
     name = "builtin"
 
@@ -31,7 +30,8 @@ class BuiltinEngine(Engine):
         self._idle: list[WorkerSet] = []  # worker sets between jobs, ready for the next one with their key
         self._busy: list[WorkerSet] = []
         self._lock = threading.Lock()
-        self._started_ray = False
+        self._joined = False  # this engine connected the process's Ray driver (close disconnects it)
+        self._head = None  # the local head it started, if any
 
     def run(
         self,
@@ -111,35 +111,30 @@ class BuiltinEngine(Engine):
         return out
 
     def close(self) -> None:
-        """Stop every worker set, and the local Ray cluster if this engine started it."""
+        """Stop every worker set; disconnect from the cluster if this engine joined it, and stop the local head if it
+        started one."""
         with self._lock:
             sets, self._idle, self._busy = self._idle + self._busy, [], []
         for workers in sets:
             _kill(workers)
-        if self._started_ray:
-            import ray
+        if self._joined:
+            from rlscale.runner.ray_head import disconnect
 
-            ray.shutdown()
-            self._started_ray = False
+            disconnect(self._head)
+            self._joined, self._head = False, None
 
     # ------------------------------------------------------------------------------------------
 
     def _ensure_ray(self, recipe) -> None:
-        """Join `ray_address`, or start a local cluster with this host's cores (at least what one job holds)."""
+        """Join the cluster (rlscale.runner.ray_head.connect) unless this process already has."""
         import ray
+        from rlscale.runner.ray_head import connect
 
         with self._lock:
             if ray.is_initialized():
                 return
-            try:
-                init_ray(self.ray_address, recipe.generator_devices + recipe.trainer_devices)
-            except (ConnectionError, ray.exceptions.AuthenticationError) as err:
-                raise UserError(
-                    f"cannot join the Ray cluster at {self.ray_address} ({str(err).splitlines()[0]}); "
-                    "check --ray-address, and RAY_AUTH_TOKEN for a cluster with token auth",
-                    field="--ray-address",
-                ) from None
-            self._started_ray = True
+            self._head = connect(self.ray_address, cpus=recipe.generator_devices + recipe.trainer_devices)
+            self._joined = True
 
     def _acquire(self, recipe) -> WorkerSet:
         """An idle worker set for `recipe`'s key, else a new one; idle sets of other keys are stopped first, so the
@@ -148,7 +143,7 @@ class BuiltinEngine(Engine):
         from rlscale.runner.builtin.generator import create_generator
         from rlscale.runner.builtin.trainer import create_trainer
 
-        key = (recipe.model, recipe.fp32_head, recipe.generator_devices, recipe.trainer_devices)
+        key = (recipe.model, recipe.fp32_head, recipe.head_precision, recipe.generator_devices, recipe.trainer_devices)
         with self._lock:
             match = next((workers for workers in self._idle if workers.key == key), None)
             others = [] if match is not None else [workers for workers in self._idle if workers.key != key]

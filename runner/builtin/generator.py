@@ -28,6 +28,21 @@ class WeightSync:
         self.reload_weights(weights_iterator=iter(state.items()))
         return len(state)
 
+    def set_head_precision(self, precision: str) -> str:
+        """Run the LM head's matmul at `precision` (tf32 or bf16: rlscale.runner.rl.head.head_matmul, the trainer's own
+        function) in place of vLLM's; returns the precision. vLLM's LogitsProcessor._apply_head is the seam."""
+        from rlscale.runner.rl.head import head_matmul
+
+        processor = self.get_model().logits_processor
+        if not callable(getattr(type(processor), "_apply_head", None)):
+            raise RuntimeError(f"head_precision {precision}: this vLLM's LogitsProcessor has no _apply_head to replace")
+
+        def apply_head(lm_head, hidden_states, embedding_bias):
+            return head_matmul(hidden_states, lm_head.weight, embedding_bias, precision)
+
+        processor._apply_head = apply_head
+        return precision
+
 
 @dataclass
 class Rollout:
@@ -63,13 +78,15 @@ class Generation:
 
 
 class Generator:
-    """A vLLM engine over one HF model directory; FP32 LM head on request; log-probs of the sampling distribution."""
+    """A vLLM engine over one HF model directory; FP32 LM head on request, its matmul at `head_precision` as the
+    trainer's; log-probs of the sampling distribution."""
 
     def __init__(
         self,
         model_dir: str | Path,
         *,
         fp32_head: bool = True,
+        head_precision: str = "fp32",
         seed: int = 0,
         dtype: str = "auto",
         kv_cache_bytes: int = KV_CACHE_BYTES,
@@ -104,6 +121,8 @@ class Generator:
             distributed_executor_backend="uni" if in_process else None,
         )
         self.tokenizer = self.llm.get_tokenizer()
+        if fp32_head and head_precision != "fp32":  # fp32 is vLLM's own float32 head (head_dtype above)
+            self.llm.collective_rpc("set_head_precision", args=(head_precision,))
         self._warm_up()
         self.start_seconds = time.perf_counter() - started
 
@@ -262,8 +281,9 @@ class Generator:
 
 
 def create_generator(recipe, model_dir: str | Path | None = None):
-    """A generator actor for `recipe` (its model, FP32 head, seed, generator_devices), placed per `placement(recipe)`:
-    on GPUs in recipe.gpu_dtype (bf16 by default; the FP32 head stays float32), on CPUs in float32.
+    """A generator actor for `recipe` (its model, FP32 head and its precision, seed, generator_devices), placed per
+    `placement(recipe)`: on GPUs in recipe.gpu_dtype (bf16 by default; the FP32 head's logits stay float32), on CPUs
+    in float32.
 
     Needs Ray initialised. One actor can serve consecutive jobs on the same model: `run_job` reloads base weights.
     """
@@ -276,6 +296,7 @@ def create_generator(recipe, model_dir: str | Path | None = None):
         devices=recipe.generator_devices,
         on_gpu=where.on_gpu,
         fp32_head=recipe.fp32_head,
+        head_precision=recipe.head_precision,
         seed=recipe.seed,
         dtype=recipe.gpu_dtype if where.on_gpu else "float32",
         cpu_cores=where.generator_cores,

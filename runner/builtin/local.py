@@ -51,6 +51,7 @@ def evaluate(model, tokenizer, task, recipe, generator: torch.Generator) -> floa
             pad_id=tokenizer.pad_token_id,
             generator=generator,
             fp32_head=recipe.fp32_head,
+            head_precision=recipe.head_precision,
             decode=tokenizer.decode,
         )
     rewards = [task.verify(prompts[i // recipe.eval_samples], c) for i, c in enumerate(rollouts.completions)]
@@ -137,6 +138,7 @@ def run_local(
                 pad_id=tokenizer.pad_token_id,
                 generator=rollout_gen,
                 fp32_head=recipe.fp32_head,
+                head_precision=recipe.head_precision,
                 decode=tokenizer.decode,
             )
         rewards = torch.tensor(

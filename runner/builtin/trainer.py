@@ -51,7 +51,7 @@ def train_batch(
 
 class Trainer:
     """The policy being trained (float32 weights and AdamW state, bf16 autocast on CUDA per recipe.gpu_dtype, FP32
-    head per recipe) on `device`, and an optional frozen reference."""
+    head at recipe.head_precision) on `device`, and an optional frozen reference."""
 
     def __init__(
         self,
@@ -127,7 +127,12 @@ class Trainer:
         ids = torch.tensor([prompt_ids + completion_ids], device=self.device)
         with autocast(self.recipe, self.device):
             logp, _ = token_logprobs(
-                self.model, ids, torch.ones_like(ids), temperature=temperature, fp32_head=self.recipe.fp32_head
+                self.model,
+                ids,
+                torch.ones_like(ids),
+                temperature=temperature,
+                fp32_head=self.recipe.fp32_head,
+                head_precision=self.recipe.head_precision,
             )
         return logp[0, len(prompt_ids) :].tolist()
 

@@ -126,7 +126,8 @@ def policy_loss(
     group_index=None,
     weights=None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """(scalar loss, stats) for policy loss `name` aggregated by `agg`; stats: clip_fraction, ratio_mean (token means).
+    """(scalar loss, stats) for policy loss `name` aggregated by `agg`; stats: clip_fraction, ratio_mean (token means,
+    0-dim tensors).
 
     `weights` [B, T], when given, replaces `agg`: the rows' share of a larger batch's aggregation_weights.
     """
@@ -134,11 +135,11 @@ def policy_loss(
         raise ValueError(f"unknown loss {name!r}; expected one of {', '.join(POLICY_LOSSES)}")
     per_token, clipped = POLICY_LOSSES[name](logp, old_logp, advantages, mask, clip_low=clip_low, clip_high=clip_high)
     loss = (per_token * weights).sum() if weights is not None else aggregate(agg, per_token, mask, group_index)
-    with torch.no_grad():
+    with torch.no_grad():  # 0-dim tensors on logp's device: the caller reads them when it needs them (a GPU sync)
         mask_f = mask.to(logp.dtype)
         stats = {
-            "clip_fraction": token_mean(clipped.to(logp.dtype), mask_f).item(),
-            "ratio_mean": token_mean(torch.exp(logp - old_logp), mask_f).item(),
+            "clip_fraction": token_mean(clipped.to(logp.dtype), mask_f),
+            "ratio_mean": token_mean(torch.exp(logp - old_logp), mask_f),
         }
     return loss, stats
 

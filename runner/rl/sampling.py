@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
+from rlscale.runner.rl.head import head_matmul
 from transformers import DynamicCache
 
 
@@ -43,14 +43,12 @@ def last_hidden(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) ->
     ).last_hidden_state
 
 
-def head_logits(model, hidden: torch.Tensor, fp32_head: bool) -> torch.Tensor:
-    """Logits [.., V] of hidden states [.., H]; with `fp32_head` the LM head runs in float32 even under autocast
-    (ScaleRL's FP32 head)."""
+def head_logits(model, hidden: torch.Tensor, fp32_head: bool, precision: str = "fp32") -> torch.Tensor:
+    """Logits [.., V] of hidden states [.., H]; with `fp32_head` float32 logits even under autocast (ScaleRL's FP32
+    head), its matmul at `precision` (runner/rl/head.py); without, the model's own head in its compute dtype."""
     head = model.lm_head
     if fp32_head:
-        with torch.autocast(hidden.device.type, enabled=False):
-            bias = None if head.bias is None else head.bias.float()
-            return F.linear(hidden.float(), head.weight.float(), bias)
+        return head_matmul(hidden, head.weight, head.bias, precision)
     return head(hidden)
 
 
@@ -71,11 +69,13 @@ def sample(
     pad_id: int,
     generator: torch.Generator,
     fp32_head: bool = True,
+    head_precision: str = "fp32",
     decode=None,
 ) -> Rollouts:
     """`n` rollouts for each prompt (token ids, BOS included), sampled at `temperature` with `generator`.
 
-    Tensors are made on the model's device; `generator` must live there too (torch.Generator(device=...)).
+    Tensors are made on the model's device; `generator` must live there too (torch.Generator(device=...)). The head
+    runs as the trainer's does (`fp32_head`, `head_precision`), so on-policy importance ratios are 1.
     """
     device = model_device(model)
     width = max(len(ids) for ids in prompt_ids)
@@ -100,7 +100,7 @@ def sample(
             past_key_values=cache,
             use_cache=True,
         ).last_hidden_state[:, -1:, :]
-        logits = head_logits(model, hidden, fp32_head)[:, -1, :].float()
+        logits = head_logits(model, hidden, fp32_head, head_precision)[:, -1, :].float()
         logprobs = torch.log_softmax(logits / temperature, dim=-1)
         token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(1)
         alive = ~finished

@@ -6,10 +6,11 @@ aggregated by prompt/token/sample, plus k3 KL and entropy terms -> clipped gradi
 
 Memory is bounded by the recipe, not the batch: each update runs as micro-batches of at most
 `micro_batch_tokens` tokens whose gradients accumulate (each sums its rows' share of one batch-wide
-aggregation weight, so the loss equals the whole batch's), and the LM head turns hidden states into
-log-probs a sequence chunk at a time, never holding the batch's [B, L, V] logits. Every tensor made here
-lives on the batch's device; on CUDA the forward passes run under bf16 autocast (recipe.gpu_dtype) while
-the weights, gradients and Adam state stay float32.
+aggregation weight, so the loss equals the whole batch's), and the LM head (runner/rl/head.py) turns the response
+tokens' hidden states into log-probs and entropy a chunk of tokens at a time, keeping no [tokens, V] logits for
+backward. Every tensor made here lives on the batch's device; on CUDA the forward passes run under bf16 autocast
+(recipe.gpu_dtype) while the weights, gradients and Adam state stay float32, and the head's matmuls run at
+recipe.head_precision. A micro-batch's metrics stay on the device until its update ends (one sync per update).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 from rlscale.runner.rl.advantages import compute_advantages, zero_variance_mask
+from rlscale.runner.rl.head import compute_dtype, head_logprobs, resolve_precision
 from rlscale.runner.rl.losses import aggregation_weights, kl_k3, policy_loss
-from rlscale.runner.rl.sampling import head_logits, last_hidden
-from torch.utils.checkpoint import checkpoint
+from rlscale.runner.rl.sampling import last_hidden
 
 LOGITS_CHUNK_ELEMENTS = 2**28  # logits per LM-head chunk (1 GiB in fp32): the head's memory, whatever the batch
 
@@ -72,49 +73,44 @@ def token_logprobs(
     *,
     temperature: float,
     fp32_head: bool,
+    head_precision: str = "fp32",
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    where: torch.Tensor | None = None,
     chunk_elements: int = LOGITS_CHUNK_ELEMENTS,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(log pi(token t | < t) [B, L] at `temperature`, position 0 set to 0; entropy [B, L] in nats or None).
+    """(log pi(token t | < t) [B, L] at `temperature`; entropy [B, L] in nats or None), both 0 at position 0.
 
-    The entropy carries a gradient only with `entropy_grad` (an entropy bonus); otherwise it is a metric.
-    The LM head runs over sequence chunks of at most `chunk_elements` logits; with a gradient and more than one
-    chunk, each chunk's logits are recomputed in backward instead of kept.
+    `where` [B, L], when given, marks the positions whose log-prob is needed (the response tokens): the LM head runs
+    on those alone and the rest are 0. The head (runner/rl/head.py) takes `chunk_elements` logits at a time at
+    `head_precision` (an FP32 head) and keeps none for backward. The entropy carries a gradient only with
+    `entropy_grad` (an entropy bonus); otherwise it is a metric, computed in the same pass.
     """
-    hidden = last_hidden(model, input_ids, attention_mask)[:, :-1]
-    targets = input_ids[:, 1:]
-    rows, positions = targets.shape
-    span = max(1, chunk_elements // max(1, rows * model.lm_head.weight.shape[0]))
-    recompute = torch.is_grad_enabled() and positions > span
-    pieces = []
-    for start in range(0, positions, span):
-        args = (
-            hidden[:, start : start + span],
-            targets[:, start : start + span],
-            model,
-            temperature,
-            fp32_head,
-            with_entropy,
-            entropy_grad,
-        )
-        pieces.append(checkpoint(_head_logprobs, *args, use_reentrant=False) if recompute else _head_logprobs(*args))
-    token = torch.cat([piece[0] for piece in pieces], dim=1)
-    logp = torch.cat([token.new_zeros(rows, 1), token], dim=1)
-    entropy = None
-    if with_entropy:
-        ent = torch.cat([piece[1] for piece in pieces], dim=1)
-        entropy = torch.cat([ent.new_zeros(rows, 1), ent], dim=1)
-    return logp, entropy
-
-
-def _head_logprobs(hidden, targets, model, temperature, fp32_head, with_entropy, entropy_grad):
-    logprobs = torch.log_softmax(head_logits(model, hidden, fp32_head) / temperature, dim=-1)
-    token = logprobs.gather(-1, targets[..., None]).squeeze(-1).float()
+    hidden = last_hidden(model, input_ids, attention_mask)
+    rows, length = input_ids.shape
+    head = model.lm_head
+    columns = torch.arange(length, device=input_ids.device)
+    wanted = (columns > 0).expand(rows, length) if where is None else (where > 0) & (columns > 0)
+    positions = wanted.flatten().nonzero().squeeze(1)  # position t's log-prob comes from hidden state t - 1
+    precision = resolve_precision(fp32_head, head_precision, compute_dtype(head.weight))
+    token_logp, token_entropy = head_logprobs(
+        hidden.flatten(0, 1).index_select(0, positions - 1),
+        head.weight,
+        head.bias,
+        input_ids.flatten().index_select(0, positions),
+        temperature=temperature,
+        precision=precision,
+        chunk_tokens=chunk_elements // head.weight.shape[0],
+    )
+    logp = _scatter(token_logp, positions, rows, length)
     if not with_entropy:
-        return token, None
-    probs_log = (logprobs if entropy_grad else logprobs.detach()).float()
-    return token, -(probs_log.exp() * probs_log).sum(dim=-1)
+        return logp, None
+    return logp, _scatter(token_entropy if entropy_grad else token_entropy.detach(), positions, rows, length)
+
+
+def _scatter(values: torch.Tensor, positions: torch.Tensor, rows: int, length: int) -> torch.Tensor:
+    """[rows, length] zeros with `values` at the flat `positions` (differentiable in `values`)."""
+    return values.new_zeros(rows * length).index_copy(0, positions, values).view(rows, length)
 
 
 def micro_batches(attention_mask: torch.Tensor, budget_tokens: int) -> list[tuple[list[int], slice]]:
@@ -152,8 +148,12 @@ def use_activation_checkpointing(model, enabled: bool) -> None:
 
 
 def make_optimizer(model, recipe) -> torch.optim.Optimizer:
-    """AdamW at the recipe's sqrt-batch-scaled learning rate."""
-    return torch.optim.AdamW(model.parameters(), lr=recipe.scaled_lr, weight_decay=recipe.weight_decay)
+    """AdamW at the recipe's sqrt-batch-scaled learning rate; its fused kernel on CUDA (a few launches per step,
+    not a few per parameter)."""
+    on_cuda = model.lm_head.weight.is_cuda
+    return torch.optim.AdamW(
+        model.parameters(), lr=recipe.scaled_lr, weight_decay=recipe.weight_decay, fused=True if on_cuda else None
+    )
 
 
 def warmup_lr(recipe, updates_done: int) -> float:
@@ -232,23 +232,17 @@ def _accumulate(model, batch, old_logp_all, rows, mask, weights, advantages, rec
     clip_fraction, ratio_mean)."""
     low, high = recipe.clip_range
     device = batch.input_ids.device
-    totals = {"loss": 0.0, "entropy": 0.0, "kl": 0.0}
-    token_stats = {"clip_fraction": 0.0, "ratio_mean": 0.0}
-    tokens_seen = 0.0
+    # loss, entropy, kl, clipped tokens, ratio sum, tokens: summed on the device, read once
+    sums = torch.zeros(6, dtype=torch.float64, device=device)
     for part, columns in micro_batches(batch.attention_mask[rows], recipe.micro_batch_tokens):
         part = torch.tensor(part, device=device)
         index = rows[part]
         input_ids, attention_mask = batch.input_ids[index][:, columns], batch.attention_mask[index][:, columns]
         part_mask, part_weights = mask[part][:, columns], weights[part][:, columns]
+        head = dict(_head_knobs(recipe), where=part_mask)  # log-probs of the response tokens alone
         with autocast(recipe, device):
             logp, entropy = token_logprobs(
-                model,
-                input_ids,
-                attention_mask,
-                temperature=recipe.temperature,
-                fp32_head=recipe.fp32_head,
-                with_entropy=True,
-                entropy_grad=recipe.entropy_coef > 0,
+                model, input_ids, attention_mask, with_entropy=True, entropy_grad=recipe.entropy_coef > 0, **head
             )
         loss, stats = policy_loss(
             recipe.loss,
@@ -265,25 +259,28 @@ def _accumulate(model, batch, old_logp_all, rows, mask, weights, advantages, rec
         kl = torch.zeros((), device=device)
         if recipe.kl_coef > 0:
             with torch.no_grad(), autocast(recipe, device):
-                ref_logp, _ = token_logprobs(
-                    ref_model, input_ids, attention_mask, temperature=recipe.temperature, fp32_head=recipe.fp32_head
-                )
+                ref_logp, _ = token_logprobs(ref_model, input_ids, attention_mask, **head)
             kl = (kl_k3(logp, ref_logp) * part_weights).sum()
         total = loss + recipe.kl_coef * kl - recipe.entropy_coef * entropy_sum
         total.backward()
-        tokens = part_mask.sum().item()
-        tokens_seen += tokens
-        for key, value in (("loss", total), ("entropy", entropy_sum), ("kl", kl)):
-            totals[key] += value.item()
-        for key in token_stats:
-            token_stats[key] += stats[key] * tokens
-    return totals | {key: value / max(tokens_seen, 1.0) for key, value in token_stats.items()}
+        tokens = part_mask.sum()
+        sums += torch.stack(
+            [total, entropy_sum, kl, stats["clip_fraction"] * tokens, stats["ratio_mean"] * tokens, tokens]
+        ).detach()
+    loss, entropy, kl, clipped, ratios, tokens = sums.tolist()
+    tokens = max(tokens, 1.0)
+    means = {"clip_fraction": clipped / tokens, "ratio_mean": ratios / tokens}
+    return {"loss": loss, "entropy": entropy, "kl": kl} | means
+
+
+def _head_knobs(recipe) -> dict:
+    """The recipe's LM-head arguments of token_logprobs."""
+    return {"temperature": recipe.temperature, "fp32_head": recipe.fp32_head, "head_precision": recipe.head_precision}
 
 
 @torch.no_grad()
 def _logprobs_in_micro_batches(model, batch: TrainBatch, recipe) -> torch.Tensor:
-    """The model's own log-probs [B, L] of every batch token (0 outside the attended span), micro-batch by
-    micro-batch."""
+    """The model's own log-probs [B, L] of the batch's response tokens (0 elsewhere), micro-batch by micro-batch."""
     device = batch.input_ids.device
     logp = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=device)
     for part, columns in micro_batches(batch.attention_mask, recipe.micro_batch_tokens):
@@ -293,8 +290,8 @@ def _logprobs_in_micro_batches(model, batch: TrainBatch, recipe) -> torch.Tensor
                 model,
                 batch.input_ids[index][:, columns],
                 batch.attention_mask[index][:, columns],
-                temperature=recipe.temperature,
-                fp32_head=recipe.fp32_head,
+                where=batch.response_mask[index][:, columns],
+                **_head_knobs(recipe),
             )
         logp[index, columns] = part_logp
     return logp

@@ -1,0 +1,193 @@
+"""The LM head as per-token log-probs and entropy: chunked over tokens, with its own backward.
+
+`head_logprobs(hidden [N, H], weight [V, H], bias [V] | None, targets [N], temperature, precision)` returns
+(log pi(target) [N], entropy [N]), float32 nats of softmax(logits / temperature). The forward pass takes each chunk
+of tokens through logits -> logsumexp -> the target's log-prob and the entropy in one pass over the vocabulary. The
+backward pass recomputes a chunk's logits and applies d logp / dz = onehot - p and d H / dz = -p (log p + H), scaled
+by the incoming gradients: no [N, V] tensor is kept between forward and backward, and no full-vocabulary gradient
+goes through a gather (verl's fused-kernel path and TRL's streamed logsumexp work the same way). It is plain torch,
+so CPUs and GPUs run the same code, and tests/test_head.py checks it against autograd's log_softmax.
+
+`precision` is how the head's matmuls round their operands (the recipe's head_precision; "bf16-logits" is the head
+of a model without fp32_head under bf16 compute):
+  fp32         float32 operands and IEEE products (CUDA's TF32 turned off for these matmuls)
+  tf32         float32 operands rounded to TF32 by CUDA's tensor cores; a CPU has no TF32 and computes fp32
+  bf16         operands rounded to bfloat16, products summed in float32, float32 logits (CUDA: torch.mm with
+               out_dtype; CPU: the rounded operands in a float32 matmul, the same numbers)
+  bf16-logits  bfloat16 operands and bfloat16 logits (what F.linear gives under bf16 autocast)
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+
+import torch
+
+PRECISIONS = ("fp32", "tf32", "bf16")  # the recipe's head_precision (planner/recipe.py)
+BF16_LOGITS = "bf16-logits"
+
+
+def resolve_precision(fp32_head: bool, precision: str, compute_dtype: torch.dtype) -> str:
+    """The head's matmul precision: the recipe's `precision` for an FP32 head, else the model's compute dtype."""
+    if fp32_head:
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown head precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+        return precision
+    return BF16_LOGITS if compute_dtype == torch.bfloat16 else "fp32"
+
+
+def compute_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The dtype the model computes in on `weight`'s device: autocast's when it is on, else the weight's own."""
+    device = weight.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+
+
+def head_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, precision: str) -> torch.Tensor:
+    """Logits x @ weight.T (+ bias) [.., V] in float32 at `precision` (module docstring), for hidden states x [.., H].
+
+    The one head matmul of the trainer, the torch sampler and the vLLM generator (runner/builtin/generator.py)."""
+    if x.dtype == weight.dtype == torch.bfloat16 and precision in ("fp32", "tf32"):
+        precision = "bf16"  # bf16 operands are exact in fp32 and TF32: the bf16 kernel gives the same products
+    flat = x.reshape(-1, x.shape[-1])
+    with torch.autocast(x.device.type, enabled=False):
+        logits = _matmul(_operand(flat, precision), _operand(weight, precision).t(), precision)
+        if bias is not None:
+            logits = logits + bias.float()
+    return logits.view(*x.shape[:-1], -1)
+
+
+def head_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    *,
+    temperature: float,
+    precision: str,
+    chunk_tokens: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log pi(targets) [N], entropy [N]) in float32 nats at `temperature`, from hidden states [N, H] through the
+    head (weight [V, H], bias [V] or None), `chunk_tokens` tokens at a time. Differentiable in hidden, weight and
+    bias; the entropy's backward runs only when a loss uses it."""
+    return _HeadLogprobs.apply(hidden, weight, bias, targets, float(temperature), precision, max(1, int(chunk_tokens)))
+
+
+class _HeadLogprobs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, precision, chunk_tokens):
+        ctx.set_materialize_grads(False)  # an unused entropy brings None, not a zero tensor to multiply
+        tokens = hidden.shape[0]
+        logp = torch.empty(tokens, dtype=torch.float32, device=hidden.device)
+        entropy = torch.empty_like(logp)
+        lse = torch.empty_like(logp)
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = _operand(weight, precision).t()
+            for start in range(0, tokens, chunk_tokens):
+                part = slice(start, start + chunk_tokens)
+                z = _logits(hidden[part], w, bias, temperature, precision)
+                lse[part] = torch.logsumexp(z, dim=-1)
+                z.sub_(lse[part, None])  # log p
+                logp[part] = z.gather(1, targets[part, None]).squeeze(1)
+                entropy[part] = -z.exp().mul_(z).sum(dim=-1)
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+        ctx.temperature, ctx.precision, ctx.chunk_tokens = temperature, precision, chunk_tokens
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
+        precision, temperature = ctx.precision, ctx.temperature
+        want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
+        if grad_logp is None and grad_entropy is None:
+            return (None,) * 7
+        # dz = d(logits / T): the 1/T of the chain rule folded into the per-token gradients
+        g_logp = (grad_logp if grad_logp is not None else torch.zeros_like(lse)).float() / temperature
+        g_entropy = None if grad_entropy is None else grad_entropy.float() / temperature
+        grad_hidden = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device) if want_hidden else None
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_weight else None
+        grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if want_bias else None
+        with torch.autocast(hidden.device.type, enabled=False):
+            w_op = _operand(weight, precision)
+            for start in range(0, hidden.shape[0], ctx.chunk_tokens):
+                part = slice(start, start + ctx.chunk_tokens)
+                z = _logits(hidden[part], w_op.t(), bias, temperature, precision)
+                z.sub_(lse[part, None])  # log p
+                g = g_logp[part, None]
+                if g_entropy is None:  # dz = g (onehot - p)
+                    dz = z.exp_().mul_(-g)
+                else:  # dz = g (onehot - p) - g_H p (log p + H)
+                    p = z.exp()
+                    dz = z.add_(entropy[part, None]).mul_(g_entropy[part, None]).add_(g).mul_(p).neg_()
+                dz.scatter_add_(1, targets[part, None], g)
+                dz_op = _operand(dz, precision)
+                if want_hidden:
+                    grad_hidden[part] = _matmul(dz_op, w_op, precision)
+                if want_weight:
+                    _accumulate(grad_weight, dz_op.t(), _operand(hidden[part], precision), precision)
+                if want_bias:
+                    grad_bias += dz.sum(dim=0)
+        return (
+            None if grad_hidden is None else grad_hidden.to(hidden.dtype),
+            None if grad_weight is None else grad_weight.to(weight.dtype),
+            None if grad_bias is None else grad_bias.to(bias.dtype),
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+def _logits(hidden, w_t, bias, temperature, precision) -> torch.Tensor:
+    """A fresh float32 [n, V] tensor of logits / temperature (w_t: the prepared weight operand, transposed)."""
+    z = _matmul(_operand(hidden, precision), w_t, precision)
+    if bias is not None:
+        z += bias.float()
+    if temperature != 1.0:
+        z.div_(temperature)
+    return z
+
+
+def _operand(t: torch.Tensor, precision: str) -> torch.Tensor:
+    """`t` as a matmul operand at `precision`: bf16 values (as bf16 on CUDA and for bf16 logits, as their exact
+    float32 values on a CPU, which has no bf16 x bf16 -> fp32 matmul), else float32."""
+    if precision == BF16_LOGITS or (precision == "bf16" and t.is_cuda):
+        return t.to(torch.bfloat16)
+    if precision == "bf16":
+        return t.to(torch.bfloat16).float()
+    return t.float()
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor:
+    """a @ b of two `_operand`s, float32 out."""
+    if precision == BF16_LOGITS:
+        return torch.mm(a, b).float()
+    if a.dtype == torch.bfloat16:  # bf16 on CUDA: tensor cores, float32 accumulation and output
+        return torch.mm(a, b, out_dtype=torch.float32)
+    with _tf32(a.is_cuda, precision == "tf32"):
+        return torch.mm(a, b)
+
+
+def _accumulate(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor, precision: str) -> None:
+    """total += a @ b (float32 total; a, b `_operand`s), in place where the operands allow it."""
+    if a.dtype == torch.bfloat16:
+        total += _matmul(a, b, precision)
+        return
+    with _tf32(a.is_cuda, precision == "tf32"):
+        total.addmm_(a, b)
+
+
+def _tf32(cuda: bool, allowed: bool):
+    """CUDA float32 matmuls inside use TF32 iff `allowed`, the process's setting restored after; nothing on a CPU."""
+    return _cuda_tf32(allowed) if cuda else nullcontext()
+
+
+@contextmanager
+def _cuda_tf32(allowed: bool):
+    # the legacy flag: every torch has it, and from 2.9 its setter keeps the new fp32_precision API in step
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_tf32
+    matmul.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        matmul.allow_tf32 = before
