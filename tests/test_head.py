@@ -213,3 +213,47 @@ def test_head_precision_belongs_to_the_fp32_head_and_exports_say_they_cannot_exp
     for mapping in (verl_mapping, trl_mapping, openrlhf_mapping):
         assert any(item.startswith("head_precision: tf32") for item in mapping(Recipe(head_precision="tf32")).missing)
         assert not any(item.startswith("head_precision") for item in mapping(Recipe()).missing)
+
+
+# ---------------------------------------------------------------- the vLLM generator
+
+GENERATOR_SCORE = (
+    "import json, sys; from rlscale.runner.builtin.generator import Generator; "
+    "engine = Generator(sys.argv[1], in_process=True, dtype='float32', head_precision=sys.argv[2]); "
+    "print(json.dumps(engine.score(json.loads(sys.argv[3]), json.loads(sys.argv[4]))))"
+)
+
+
+@pytest.mark.slow
+def test_the_vllm_generator_runs_its_head_at_the_recipe_precision():
+    # in a child process: an in-process vLLM engine changes torch's thread count and vLLM's environment
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("vllm")
+    from rlscale.runner.rl.policy import base_model_dir, load_policy
+
+    model_dir = base_model_dir()
+    model, tokenizer = load_policy(model_dir)
+    prompt = tokenizer("12+34=")["input_ids"]
+    completion = tokenizer("46", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    ids = torch.tensor([prompt + completion])
+    trainer = {
+        precision: token_logprobs(
+            model, ids, torch.ones_like(ids), temperature=1.0, fp32_head=True, head_precision=precision
+        )[0][0, len(prompt) :]
+        for precision in ("fp32", "bf16")
+    }
+    child = subprocess.run(
+        [sys.executable, "-c", GENERATOR_SCORE, str(model_dir), "bf16", json.dumps(prompt), json.dumps(completion)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    generator = torch.tensor(json.loads(child.stdout.strip().splitlines()[-1]))
+    assert (generator - trainer["bf16"]).abs().max().item() < 1e-5  # the trainer's bf16 head, in vLLM
+    assert (generator - trainer["fp32"]).abs().max().item() > 1e-4  # not vLLM's own float32 head
