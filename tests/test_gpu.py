@@ -1,6 +1,7 @@
 """The trainer on a CUDA GPU (`pytest -m gpu tests/test_gpu.py`): CUDA steps equal CPU steps for every loss x
 aggregation, bf16 autocast keeps float32 master weights, a checkpoint resumes the next step on CUDA, the local loop
-runs on CUDA, and a 1.5B-parameter Llama trains on B_p x n = 256 rollouts of 1,024 tokens within 80 GB.
+runs on CUDA, a 1.5B-parameter Llama trains on B_p x n = 256 rollouts of 1,024 tokens within 80 GB, and the fused
+LM head (runner/rl/head.py) computes at each head_precision what its CPU path computes.
 
 Skipped, with the reason, where torch sees no GPU (CI has none: the only skip it accepts).
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from rlscale.planner.recipe import Recipe
+from rlscale.runner.rl.head import head_logprobs
 from rlscale.runner.rl.train_step import make_optimizer, train_step
 from trainer_batch import base, batch, tokenizer  # noqa: F401  (module fixtures)
 
@@ -155,3 +157,70 @@ def test_a_1p5b_llama_trains_256_rollouts_of_1024_tokens_within_80_gb():
     assert peak < 80e9, f"peak {peak / 2**30:.1f} GiB"
     assert math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"]) and metrics["grad_norm"] > 0
     assert not torch.equal(model.lm_head.weight, before)
+
+
+# ---------------------------------------------------------------- the fused LM head at each precision
+
+
+def _head_leaves(seed=0, tokens=300, width=256, vocab=5000):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = 0.25 * torch.randn(tokens, width, generator=generator, dtype=torch.float64)  # logits of std ~4
+    weight = torch.randn(vocab, width, generator=generator, dtype=torch.float64)
+    bias = torch.randn(vocab, generator=generator, dtype=torch.float64)
+    targets = torch.randint(0, vocab, (tokens,), generator=generator)
+    upstream = torch.randn(2, tokens, generator=generator, dtype=torch.float64)
+    return hidden, weight, bias, targets, upstream
+
+
+def _head_run(leaves, device, dtype, **options):
+    hidden, weight, bias, targets, upstream = leaves
+    inputs = [t.detach().to(device, dtype).requires_grad_() for t in (hidden, weight, bias)]
+    if options:
+        logp, entropy = head_logprobs(*inputs, targets.to(device), temperature=0.7, chunk_tokens=64, **options)
+    else:  # autograd's log_softmax, the reference
+        logprobs = torch.log_softmax(torch.nn.functional.linear(*inputs) / 0.7, dim=-1)
+        logp = logprobs.gather(-1, targets.to(device)[:, None]).squeeze(-1)
+        entropy = -(logprobs.exp() * logprobs).sum(dim=-1)
+    g_logp, g_entropy = upstream.to(device, logp.dtype)
+    ((logp * g_logp).sum() + (entropy * g_entropy).sum()).backward()
+    return [t.detach().double().cpu() for t in (logp, entropy, *(x.grad for x in inputs))]
+
+
+def _largest_error(got, want) -> float:
+    """The largest error of log-probs, entropy and gradients, each relative to its largest reference value."""
+    return max(((g - w).abs().max() / w.abs().max()).item() for g, w in zip(got, want))
+
+
+def test_fused_fp32_head_on_cuda_is_ieee_float32_even_with_tf32_allowed():
+    leaves = _head_leaves()
+    reference = _head_run(leaves, CPU, torch.float64)
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True  # a process that allows TF32 elsewhere
+    try:
+        fp32 = _head_run(leaves, CUDA, torch.float32, precision="fp32")
+        tf32 = _head_run(leaves, CUDA, torch.float32, precision="tf32")
+        assert torch.backends.cuda.matmul.allow_tf32  # the head restored the process's setting
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    assert _largest_error(fp32, reference) < 1e-5
+    assert _largest_error(tf32, reference) > 10 * _largest_error(fp32, reference)  # TF32 really ran
+
+
+def test_fused_tf32_and_bf16_heads_on_cuda_round_as_documented():
+    leaves = _head_leaves()
+    reference = _head_run(leaves, CPU, torch.float64)
+    tf32 = _head_run(leaves, CUDA, torch.float32, precision="tf32")
+    bf16 = _head_run(leaves, CUDA, torch.float32, precision="bf16")
+    assert 0 < _largest_error(tf32, reference) < _largest_error(bf16, reference) < 0.05
+    # CUDA's bf16 x bf16 -> fp32 kernels (torch.mm out_dtype) compute what the CPU's rounded float32 operands do
+    assert _largest_error(bf16, _head_run(leaves, CPU, torch.float32, precision="bf16")) < 1e-3
+
+
+@pytest.mark.parametrize("head_precision", ["tf32", "bf16"])
+def test_cuda_step_at_a_head_precision_equals_cpu_step_within_its_rounding(base, batch, head_precision):
+    recipe = _recipe(head_precision=head_precision)
+    cuda, cpu = _step(base, batch, recipe, CUDA), _step(base, batch, recipe, CPU)
+    fp32 = _step(base, batch, _recipe(), CUDA)
+    assert cuda[0]["loss"] == pytest.approx(fp32[0]["loss"], abs=0.01) and math.isfinite(cuda[0]["grad_norm"])
+    if head_precision == "bf16":  # the same rounding on both devices (a CPU has no TF32)
+        _assert_same_step(cuda, cpu, tol=1e-3)
