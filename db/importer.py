@@ -40,7 +40,9 @@ class ImportSummary:
     records_skipped: int
 
 
-def read_run_log(path: str | Path, *, tag: str | None = None, compute_tag: str | None = None) -> pd.DataFrame:
+def read_run_log(
+    path: str | Path, *, tag: str | None = None, compute_tag: str | None = None, gpus: float | None = None
+) -> pd.DataFrame:
     """The run log at `path` as rows (run, step, compute, reward, rollouts, tokens, health metrics...).
 
         The whole file is checked first; the first bad cell raises a UserError naming file, line and column.
@@ -48,10 +50,17 @@ def read_run_log(path: str | Path, *, tag: str | None = None, compute_tag: str |
     lines starting with # are skipped; columns other than the known ones are ignored.
         A directory of TensorBoard event files or a verl file-logger JSONL is read by db/logs.py (`tag`: the reward
         scalar, `compute_tag`: a cumulative compute scalar); its frame's attrs say the compute unit.
+        W&B run directories (or .wandb files) are read by db/trackers.py: `tag` names the reward metric, and
+    `compute_tag` a cumulative compute metric or `gpus` the GPUs whose wall time is the compute.
     """
     from rlscale.db.logs import is_training_log, read_training_log
+    from rlscale.db.trackers import is_wandb_log, read_wandb_log
 
     path = Path(path)
+    if is_wandb_log(path):
+        return read_wandb_log(path, reward=tag, compute=compute_tag, gpus=gpus)
+    if gpus is not None:
+        raise UserError("--gpus applies to tracker runs (MLflow, trackio, W&B), not to this log", file=str(path))
     try:
         training_log = is_training_log(path)
     except (ValueError, RecursionError):  # a huge number or deep nesting on line 1: the JSONL reader says where
@@ -60,8 +69,8 @@ def read_run_log(path: str | Path, *, tag: str | None = None, compute_tag: str |
         return read_training_log(path, tag=tag, compute_tag=compute_tag)
     if tag is not None or compute_tag is not None:
         raise UserError(
-            "--tag and --compute-tag name scalars of a TensorBoard directory or a verl JSONL log; "
-            "this file has columns",
+            "--reward (--tag) and --compute (--compute-tag) name the metrics of a tracker's runs, a TensorBoard "
+            "directory or a verl JSONL log; this file has columns",
             file=str(path),
         )
     kind = EXTENSIONS.get(path.suffix.lower())

@@ -8,7 +8,7 @@ command -v "$PY" >/dev/null || PY=python3
 stamp=.venv/.rlscale-setup
 want=$(sha256sum pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
-extras=${RLSCALE_EXTRAS:-cpu,dev}
+extras=${RLSCALE_EXTRAS:-cpu,dev,trackers}
 echo "setup.sh: setting up .venv: rlscale[${extras}] (~2 min with a warm pip cache)"
 start=$SECONDS
 # pip -q still prints two kinds of notices: setuptools' note on every editable install (a Python warning,

@@ -255,7 +255,7 @@ def test_tag_options_on_a_csv_are_refused(monkeypatch, capsys, tmp_path):
     code, _, err = run_cli(
         monkeypatch, capsys, "import", str(path), "--study", "s", "--tag", "x", "--db", f"sqlite:///{tmp_path / 's.db'}"
     )
-    assert code == 2 and err.startswith(f"error: {path}: --tag and --compute-tag name scalars")
+    assert code == 2 and err.startswith(f"error: {path}: --reward (--tag) and --compute (--compute-tag) name")
     assert not (tmp_path / "s.db").exists()
 
 
