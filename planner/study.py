@@ -174,6 +174,9 @@ class Setup(_Strict):
             "trl: eval_reward (the reward on the held-out split)"
         ),
     )
+    lr_decay_steps: int | None = Field(
+        None, ge=1, description="steps a decaying learning-rate schedule decays over; default each run's planned steps"
+    )
 
 
 class Tracking(_Strict):
@@ -654,7 +657,11 @@ def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPl
     for (name, recipe), m in zip(recipes, steps):
         if m is None:
             dropped.append(
-                (name, f"cannot reach {compute.min_steps} step(s) with {per_run:.4g} {compute.unit} per run")
+                (
+                    name,
+                    f"cannot reach {compute.min_steps} step(s) with {per_run:.4g} {compute.unit} per run, steps "
+                    f"priced by profile {by_model.get(recipe.model, profile).name} (compute.profile chooses another)",
+                )
             )
             continue
         for seed in study.seeds:

@@ -42,6 +42,7 @@ def write_setup(
     import datasets
     from rlscale.runner.rl.tasks import arithmetic_task
 
+    datasets.disable_progress_bars()  # the test's own writes stay off the stderr the CLI's one line is read from
     task = arithmetic_task(2, 0)
     (folder / "data").mkdir(parents=True)
     datasets.Dataset.from_list(rows or conversations(task.train[:train_rows])).to_parquet(folder / "data/train.parquet")
@@ -95,8 +96,10 @@ def write_setup(
 
 def test_the_dry_run_lists_the_users_files_and_every_key_rlscale_changes(cli, tmp_path):
     import trl
+    from rlscale.planner.study import load_study, planned_runs
 
     study, module = write_setup(tmp_path)
+    planned = {run.name: run.recipe.steps for run in planned_runs(load_study(study))}
     code, out, err = cli("sweep", study, "--dry-run", "--json")
     assert code == 0, err
     points = json.loads(out)
@@ -123,7 +126,10 @@ def test_the_dry_run_lists_the_users_files_and_every_key_rlscale_changes(cli, tm
             "eval_strategy",
             "lr_scheduler_type",
         } <= set(changes)
-        assert changes["lr_scheduler_type"]["after"] == "constant_with_warmup"  # TRL's linear would follow max_steps
+        # TRL's default linear schedule decays over the run's planned steps, not max_steps (the segment's end)
+        schedule = changes["lr_scheduler_type"]
+        assert (schedule["before"], schedule["after"]) == (None, "linear")
+        assert f"the run's {planned[point['run']]:,} planned steps" in schedule["why"]
         config = point["config"]
         # the user's keys stay as written; what changed is exactly what the changes list
         user = yaml.safe_load((tmp_path / "grpo.yaml").read_text())
@@ -143,8 +149,25 @@ def test_the_dry_run_lists_the_users_files_and_every_key_rlscale_changes(cli, tm
     assert "MY_FLAG" not in os.environ
 
 
+NEEDS_A_PACKAGE = textwrap.dedent("""
+    def correct(completions, answer, **kwargs):
+        import not_a_package_anywhere  # as trl.rewards.accuracy_reward needs math_verify only when it scores
+
+        return [0.0 for _ in completions]
+""")
+
+
 @pytest.mark.parametrize(
-    "case", ["missing column", "bad row", "reward does not import", "unknown field", "decaying schedule"]
+    "case",
+    [
+        "missing column",
+        "bad row",
+        "reward does not import",
+        "reward needs a package",
+        "unknown field",
+        "unknown model",
+        "micro-batch",
+    ],
 )
 def test_bad_input_exits_2_naming_the_file_and_the_field_and_stores_nothing(cli, tmp_path, case):
     from rlscale.runner.rl.tasks import arithmetic_task
@@ -154,9 +177,13 @@ def test_bad_input_exits_2_naming_the_file_and_the_field_and_stores_nothing(cli,
         rows = [{"prompt": row["prompt"], "solution": row["answer"]} for row in rows]  # the reward takes `answer`
     if case == "bad row":
         rows[3]["prompt"] = [{"role": "user"}]
-    grpo = {"unknown field": {"learning_rat": 1e-5}, "decaying schedule": {"lr_scheduler_type": "cosine"}}.get(case)
-    text = "import not_a_package_anywhere\n" if case == "reward does not import" else None
-    study, module = write_setup(tmp_path, rows=rows, grpo=grpo, module_text=text)
+    grpo = {
+        "unknown field": {"learning_rat": 1e-5},
+        "unknown model": {"model_name_or_path": "nobody-here/no-such-model"},
+        "micro-batch": {"per_device_train_batch_size": 3},
+    }.get(case)
+    text = {"reward does not import": "import not_a_package_anywhere\n", "reward needs a package": NEEDS_A_PACKAGE}
+    study, module = write_setup(tmp_path, rows=rows, grpo=grpo, module_text=text.get(case))
     db = tmp_path / "store.db"
     code, out, err = cli("sweep", study, "--db", f"sqlite:///{db}")
     assert code == 2 and len(err.strip().splitlines()) == 1, err
@@ -164,8 +191,11 @@ def test_bad_input_exits_2_naming_the_file_and_the_field_and_stores_nothing(cli,
         "missing column": f"{tmp_path / 'data'}: answer:",
         "bad row": f"{tmp_path / 'data'}: prompt: row 3",
         "reward does not import": f"{tmp_path / 'grpo.yaml'}: reward_funcs: {module}.correct",
+        "reward needs a package": f"{tmp_path / 'grpo.yaml'}: reward_funcs: {module}.correct needs the package "
+        f"not_a_package_anywhere, which the job's environment {sys.prefix} lacks",
         "unknown field": f"{tmp_path / 'grpo.yaml'}: learning_rat:",
-        "decaying schedule": f"{tmp_path / 'grpo.yaml'}: lr_scheduler_type: cosine",
+        "unknown model": f"{tmp_path / 'grpo.yaml'}: model_name_or_path: 'nobody-here/no-such-model' is neither",
+        "micro-batch": f"{tmp_path / 'grpo.yaml'}: per_device_train_batch_size: 3 x 1 process(es) does not divide",
     }[case]
     assert expected in err
     assert not db.exists()

@@ -190,9 +190,10 @@ def test_the_job_runs_the_users_command_changing_only_the_studys_and_the_runs_ke
     # verl's legacy reward keys, which main_ppo ignores, moved to the live ones
     assert given["reward.custom_reward_function.path"] == str(tmp_path / "data" / "rewards.py")
     assert changes["custom_reward_function.path"]["after"] is None
-    # the cosine schedule and the warmup ratio depend on each segment's total steps: constant, warmup in steps
-    assert changes["actor_rollout_ref.actor.optim.lr_scheduler_type"]["after"] == "constant"
-    assert changes["actor_rollout_ref.actor.optim.lr_warmup_steps"]["after"] == round(0.05 * 100)
+    # the cosine decays over the run's 100 planned steps (its one job ends there: nothing to rescale); the warmup
+    # ratio becomes steps of them (planner/frameworks/schedule.py)
+    assert "actor_rollout_ref.actor.optim.lr_scheduler_type" not in changes
+    assert changes["actor_rollout_ref.actor.optim.lr_warmup_steps"]["after"] == 5  # ceil(0.05 x 100)
     # the user's W&B run continues across segments; the study's reward is verl's validation reward of their source
     assert first["env_vars"]["WANDB_RUN_ID"] == "RUN_KEY" and first["env_vars"]["WANDB_RESUME"] == "allow"
     assert first["reward_metric"] == ["val-core/openai/gsm8k/reward/mean@1", "val-aux/openai/gsm8k/reward/mean@1"]
@@ -420,7 +421,7 @@ def test_verl_reads_the_moved_reward_as_its_own_migration_would_and_loads_the_us
 
 def test_the_schedule_no_longer_depends_on_the_segments_total_steps(verl_composed):
     optim = verl_composed[0]["setup_config"]["optim"]
-    assert optim["lr_scheduler_type"] == "constant" and optim["lr_warmup_steps"] == 5
+    assert optim["lr_scheduler_type"] == "cosine" and optim["lr_warmup_steps"] == 5
 
 
 def test_verls_dataset_reads_the_users_parquet_and_the_reward_metric_names_its_source(verl_composed):

@@ -52,9 +52,12 @@ class Change:
     why: str
 
     def line(self) -> str:
-        """`~ key: before -> after  (why)`; `+` for a key the user did not set, `-` for one rlscale removes."""
+        """`~ key: before -> after  (why)`; `+` for a key the user did not set, `-` for one rlscale removes, `=` for
+        one kept as written."""
         if self.after is None:
             return f"- {self.key}: {_shown(self.before)}  ({self.why})"
+        if repr(self.before) == repr(self.after):  # kept as written, with what rlscale does about it
+            return f"= {self.key}: {_shown(self.after)}  ({self.why})"
         if self.before is None:
             return f"+ {self.key}: {_shown(self.after)}  ({self.why})"
         return f"~ {self.key}: {_shown(self.before)} -> {_shown(self.after)}  ({self.why})"
@@ -256,6 +259,7 @@ class SetupPlan:
     keep: tuple[str, ...]
     reward_metric: str | None
     study: str
+    lr_decay_steps: int | None = None  # the study's length for a decaying lr schedule (frameworks/schedule.py)
 
     def values(self, recipe) -> dict[str, Any]:
         """The values the study gives its changed keys in `recipe`'s run (None: the key goes); kept keys left out."""
@@ -283,7 +287,10 @@ def setup_plan(study) -> SetupPlan | None:
     from rlscale.planner.study import planned_runs
 
     changed = changed_keys(study, [run.recipe for run in planned_runs(study)])
-    return SetupPlan(study_setup(study), changed, tuple(study.setup.keep), study.setup.reward_metric, study.name)
+    block = study.setup
+    return SetupPlan(
+        study_setup(study), changed, tuple(block.keep), block.reward_metric, study.name, block.lr_decay_steps
+    )
 
 
 # the decision, as the user's own config ---------------------------------------------------------------------------

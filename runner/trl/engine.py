@@ -68,7 +68,10 @@ class TrlEngine(JobsApiEngine):
             self._shapes[_recipe_key(recipe)] = (job.composed.updates, job.composed.batch)
             if self.setup.setup.config_file not in self._checked:
                 self._checked[self.setup.setup.config_file] = check_inputs(
-                    job.composed, file=self.setup.setup.config_file, eval_prompts=recipe.eval_prompts
+                    job.composed,
+                    file=self.setup.setup.config_file,
+                    eval_prompts=recipe.eval_prompts,
+                    python=self.python,
                 )
         return job
 

@@ -192,6 +192,7 @@ class SetupJob:
             "setup": {
                 "config_file": str(self.config_file),
                 "updates": self.composed.updates,
+                "lr_decay_updates": self.composed.lr_decay_updates,
                 "reward_metric": self.reward_metric,
                 "eval_prompts": recipe.eval_prompts,
                 "import_paths": self.import_paths,

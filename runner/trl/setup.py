@@ -7,13 +7,16 @@ What rlscale changes (each listed by `rlscale sweep --dry-run`):
 - the run's own keys: max_steps (the segment's end; a run with planned compute ends at it, up to 10x the planned
   steps), output_dir and checkpoints, a log line per update, the seed, run_name (the run's key), the evaluation
   cadence (the study's eval steps, eval_samples completions per held-out prompt);
-- the schedule: max_steps follows the compute stop, so a schedule that decays over max_steps (TRL's default linear,
-  cosine, ...) would change with it: unset means constant_with_warmup, a decaying one is refused; a warmup given as
-  a fraction becomes that fraction of the planned steps;
+- the schedule: max_steps is the segment's end (a rung, or the compute stop's cap), so a schedule that decays over
+  the run's length (TRL's default linear, cosine, ...) decays over the run's planned steps instead, the one rule of
+  every engine (planner/frameworks/schedule.py): the job's trainer gets that length (setup_train.py); a warmup
+  given as a fraction becomes that fraction of those steps;
 - a CPU job's devices (use_cpu, no bf16, no vLLM), local paths made absolute, `accelerate launch` keys dropped (the
-  engine lays out the processes), the model from the study's recipe when the YAML names none;
+  engine lays out the processes), the model from the study's recipe when the YAML names none, `tiny` as the policy
+  rlscale ships;
 - trackers: grouped by study, named by run (trackers.py).
-The data, rewards and trackers are checked once per sweep (check_inputs) before anything is stored.
+The model, data, rewards and trackers are checked once per sweep before anything is stored, in the job's own
+environment (check_inputs runs preflight.py with the job's interpreter).
 """
 
 import math
@@ -21,15 +24,16 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlscale.planner.frameworks import schedule
 from rlscale.planner.frameworks.setup import Change
-from rlscale.planner.frameworks.trl import updates_per_generated_batch
+from rlscale.planner.frameworks.trl import TRL_DEFAULTS, updates_per_generated_batch
 
 from rlscale.base.errors import UserError
 
-from . import trackers, user_config, user_data, user_rewards
+from . import trackers, user_config
 
-# schedules whose learning rate does not depend on max_steps
-STEADY_SCHEDULES = ("constant", "constant_with_warmup", "inverse_sqrt")
+TINY = "tiny"  # the policy rlscale ships, as a study's recipe.model names it
+PREFLIGHT_SECONDS = 900  # the checks in the job's environment: imports, the dataset's load, a Hub request
 
 
 @dataclass
@@ -45,6 +49,7 @@ class Composed:
     batch: int = 0
     parsed: tuple = ()
     gpus: bool = False  # a GPU job (its device keys are the user's)
+    lr_decay_updates: int | None = None  # optimizer updates a decaying schedule decays over (None: a steady one)
 
     def put(self, key: str, value, why: str) -> None:
         """Set `key` to `value` (None: remove it) and note the change when it is one."""
@@ -69,20 +74,24 @@ def compose(plan, recipe, *, run_dir, run_key: str, until_step: int, fresh: bool
         job.put(key, value, "path: made absolute, the job runs elsewhere")
     known = user_config.known_keys(user_config.make_parser())
     launcher = user_config.accelerate_keys()
-    for key in [key for key in keys if key not in known and key in launcher]:
-        job.put(key, None, "devices: rlscale lays out the job's processes")
+    for key in [key for key in keys if key not in known]:
+        if key in launcher or user_config.trl_launcher_key(key, keys[key], file=file):
+            job.put(key, None, "devices: rlscale lays out the job's processes")
     if not gpus:
         job.put("use_cpu", True, "devices: a CPU job")
         job.put("bf16", False, "devices: a CPU job")
         for key in ("fp16", "use_vllm"):
             if keys.get(key):
                 job.put(key, False, "devices: a CPU job")
-    if not keys.get("model_name_or_path"):
+    model = job.keys.get("model_name_or_path")
+    if not model:
         job.put("model_name_or_path", _model_dir(recipe.model), "model: the study's recipe.model")
-    _schedule(job, file)
+    elif model == TINY:
+        job.put("model_name_or_path", _model_dir(TINY), "model: tiny, the policy rlscale ships")
     user_updates = updates_per_generated_batch(job.keys)
     for change in plan.changes(recipe):
         job.put(change.key, change.after, change.why)
+    _check_micro_batches(job, recipe, file)
     updates = _updates(job, file)
     if updates != user_updates:  # the generation batch moved: scale the accumulation so updates per batch stay
         config = job.parsed[1]
@@ -102,6 +111,7 @@ def compose(plan, recipe, *, run_dir, run_key: str, until_step: int, fresh: bool
         )
         updates = int(user_updates)
     _run_keys(job, recipe, run_dir=run_dir, run_key=run_key, until_step=until_step, updates=updates, fresh=fresh)
+    _schedule(job, recipe, updates=updates, study_steps=plan.lr_decay_steps)
     for key, value in trackers.tracker_keys(keys.get("report_to"), study=plan.study).items():
         job.put(key, value, "trackers: runs grouped by study")
     job.updates = _updates(job, file)  # the final keys, parsed as the job will
@@ -129,21 +139,39 @@ def _model_dir(model: str) -> str:
     return model
 
 
-def _schedule(job: Composed, file: str) -> None:
-    schedule = job.keys.get("lr_scheduler_type")
-    if schedule is None:
-        job.put(
-            "lr_scheduler_type",
-            "constant_with_warmup",
-            "schedule: TRL's default linear decays over max_steps, which the compute stop sets",
-        )
-    elif schedule not in STEADY_SCHEDULES:
-        raise UserError(
-            f"{schedule} decays over max_steps, which rlscale sets (each run ends at its planned compute); "
-            f"expected one of {', '.join(STEADY_SCHEDULES)}",
-            file=file,
-            field="lr_scheduler_type",
-        )
+def _schedule(job: Composed, recipe, *, updates: int, study_steps: int | None) -> None:
+    """A schedule that decays over the run's length decays over the run's planned steps (or the study's
+    lr_decay_steps), not over max_steps, the segment's end (planner/frameworks/schedule.py); TRL's parse of the final
+    keys says which schedule it trains."""
+    steps = schedule.decay_steps(recipe, study_steps)
+    warmup = job.keys.get("warmup_steps")
+    if isinstance(warmup, float) and 0 < warmup < 1:  # TRL takes it of max_steps, the segment's end
+        why = schedule.warmup_reason(warmup, steps, study_steps=study_steps)
+        job.put("warmup_steps", schedule.warmup_steps(warmup, steps * updates), why)
+    name = _schedule_name(job.parsed[1])
+    if not decays(name):
+        return
+    job.lr_decay_updates = steps * updates
+    if job.lr_decay_updates != job.keys["max_steps"]:  # TRL would fit the schedule to max_steps
+        why = schedule.reason(name, steps, study_steps=study_steps)
+        before = job.keys.get("lr_scheduler_type")
+        job.keys["lr_scheduler_type"] = name  # the job's YAML names the schedule it trains, TRL's default too
+        job.changes.append(Change("lr_scheduler_type", before, name, why))
+
+
+def _schedule_name(config) -> str:
+    return str(getattr(config.lr_scheduler_type, "value", config.lr_scheduler_type))
+
+
+def decays(name: str) -> bool:
+    """Whether transformers' schedule `name` depends on the run's length (its function takes num_training_steps)."""
+    import inspect
+
+    from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
+    from transformers.trainer_utils import SchedulerType
+
+    function = TYPE_TO_SCHEDULER_FUNCTION[SchedulerType(name)]
+    return "num_training_steps" in inspect.signature(function).parameters
 
 
 def _updates(job: Composed, file: str) -> int:
@@ -154,6 +182,22 @@ def _updates(job: Composed, file: str) -> int:
         return user_config.updates_per_generation(job.parsed[1])
     except UserError as err:
         raise UserError(err.detail, file=file, field=err.field) from None
+
+
+def _check_micro_batches(job: Composed, recipe, file: str) -> None:
+    """UserError naming per_device_train_batch_size when the study's generation batch (B_p x n completions) does not
+    split into the config's micro-batches over the job's processes (TRL refuses it, naming neither key's source)."""
+    batch = job.keys.get("generation_batch_size")
+    per_device = job.keys.get("per_device_train_batch_size", TRL_DEFAULTS["per_device_train_batch_size"])
+    processes = recipe.trainer_devices if job.gpus else 1
+    if batch and isinstance(per_device, int) and per_device > 0 and batch % (per_device * processes):
+        raise UserError(
+            f"{per_device} x {processes} process(es) does not divide the study's generation batch of {batch} "
+            f"completions (B_p {recipe.prompts_per_batch} x n {recipe.rollouts}); give a micro-batch that divides "
+            "every point's",
+            file=file,
+            field="per_device_train_batch_size",
+        )
 
 
 def _check_geometry(config, recipe, plan, file: str) -> None:
@@ -173,11 +217,6 @@ def _check_geometry(config, recipe, plan, file: str) -> None:
 
 
 def _run_keys(job: Composed, recipe, *, run_dir, run_key: str, until_step: int, updates: int, fresh: bool) -> None:
-    warmup = job.keys.get("warmup_steps")
-    if isinstance(warmup, float) and 0 < warmup < 1:  # a fraction of max_steps: of the planned steps instead
-        job.put(
-            "warmup_steps", math.ceil(warmup * recipe.steps * updates), "schedule: the fraction of the planned steps"
-        )
     job.put("max_steps", until_step * updates, "compute stop: the segment's last step")
     job.put("output_dir", str(run_dir.checkpoints), "checkpoints")
     job.put("save_strategy", "steps", "checkpoints")
@@ -216,47 +255,37 @@ def _env(job: Composed, plan, user_env: dict, *, run_key: str, fresh: bool) -> d
     return env
 
 
-def check_inputs(job: Composed, *, file: str, eval_prompts: int) -> list[str]:
-    """The user's files the job reads (config, data, reward modules), after checking the reward functions import,
-    the dataset has the columns they take and a usable prompt in every row, conversational prompts meet a chat
-    template, and report_to names trackers that are installed; UserError (file and field) otherwise."""
-    script_args, config, model_args, mixture = job.parsed
-    funcs = user_rewards.reward_functions(script_args, paths=import_paths(file), file=file)
-    if config.reward_weights is not None and len(config.reward_weights) != len(funcs):
-        raise UserError(
-            f"{len(config.reward_weights)} weights for {len(funcs)} reward functions", file=file, field="reward_weights"
+def check_inputs(job: Composed, *, file: str, eval_prompts: int, python: str) -> list[str]:
+    """The user's files the job reads (config, data, reward modules), after preflight.py checked the model, the
+    reward functions, the data and the trackers with the job's interpreter `python` and environment; UserError
+    (file and field) for a problem, or for an interpreter that cannot run the check."""
+    import json
+    import subprocess
+
+    keys = {**job.keys, **(_CPU_CHECK if job.gpus and not _cuda() else {})}  # as _updates parses a GPU job's
+    request = {"keys": keys, "file": file, "import_paths": import_paths(file), "eval_prompts": eval_prompts}
+    try:
+        done = subprocess.run(
+            [python, "-m", "rlscale.runner.trl.preflight"],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            timeout=PREFLIGHT_SECONDS,
+            env={**os.environ, **job.env},
         )
-    train, held_out = user_data.load_splits(script_args, mixture, eval_prompts=eval_prompts)
-    source = user_data.dataset_source(script_args, mixture)
-    columns = user_rewards.needed_columns(funcs)
-    conversational = user_data.check_rows(train, columns=columns, split="train", source=source)
-    user_data.check_rows(held_out, columns=columns, split="held-out", source=source)
-    if conversational:
-        user_data.check_chat_template(model_args.model_name_or_path, source=source)
-    _check_trackers(config.report_to, file)
-    modules = {_source_file(func) for func in funcs if not isinstance(func, str)}
-    return [file, source, *sorted(path for path in modules if path and "site-packages" not in path)]
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise UserError(f"the job's interpreter {python} could not run the checks ({err})", field="python") from None
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        raise UserError(f"the job's interpreter {python} could not run the checks ({last})", field="python")
+    answer = json.loads(lines[-1])
+    if "error" in answer:
+        error = answer["error"]
+        raise UserError(error["message"], file=error["file"], field=error["field"])
+    return answer["files"]
 
 
 def import_paths(file: str) -> list[str]:
     """Where dotted reward paths are imported from: where the sweep runs (as `trl grpo`), then the config's folder."""
     return [str(Path.cwd()), str(Path(file).resolve().parent)]
-
-
-def _check_trackers(report_to, file: str) -> None:
-    from transformers.integrations import get_reporting_integration_callbacks
-
-    try:
-        for callback in get_reporting_integration_callbacks(report_to):
-            callback()  # raises when its package is not installed
-    except (ValueError, RuntimeError) as err:
-        raise UserError(str(err).splitlines()[0][:200], file=file, field="report_to") from None
-
-
-def _source_file(func) -> str | None:
-    import inspect
-
-    try:
-        return inspect.getsourcefile(func)
-    except TypeError:
-        return None

@@ -4,7 +4,9 @@ It does what `trl grpo --config FILE` does (trl/scripts/grpo.py: TRL's parser, t
 import path, model_init_kwargs from ModelConfig, GRPOTrainer with the user's trackers), on the config file rlscale
 wrote (the user's keys with its changes, setup.py), with three differences: the dataset is loaded where TRL's script
 cannot (user_data.py), the held-out split is evaluated at the study's eval steps by a callback that records the
-study's reward metric, and a run's later segments resume from its last checkpoint. A SIGTERM (the Jobs API stopping
+study's reward metric, a run's later segments resume from its last checkpoint, and a schedule that decays over the
+run's length decays over the spec's lr_decay_updates (the run's planned steps) rather than max_steps, the segment's
+end (planner/frameworks/schedule.py). A SIGTERM (the Jobs API stopping
 the job at its planned compute, or a pause) ends it through Python's exit, so the trackers flush what they queued.
 """
 
@@ -15,7 +17,6 @@ from pathlib import Path
 
 def train_setup(spec: dict, recipe) -> None:
     """Train the spec's segment; returns when it reached its until_step (checkpointed there)."""
-    import trl
     from rlscale.runner.jobs_api import RunDir
     from trl import get_peft_config, get_quantization_config
 
@@ -46,7 +47,7 @@ def train_setup(spec: dict, recipe) -> None:
         metric=setup["reward_metric"],
     )
     with importable(setup["import_paths"]):  # a reward module may import its siblings while it runs
-        trainer = trl.GRPOTrainer(
+        trainer = trainer_class(setup.get("lr_decay_updates"))(
             model=model_args.model_name_or_path,
             reward_funcs=funcs,
             args=config,
@@ -63,3 +64,18 @@ def train_setup(spec: dict, recipe) -> None:
             records.close()
     if hasattr(trainer, "end"):  # transformers >= 5.18: finish the trackers
         trainer.end()
+
+
+def trainer_class(lr_decay_updates: int | None):
+    """GRPOTrainer, its learning-rate schedule decaying over `lr_decay_updates` optimizer updates when given
+    (transformers fits it to max_steps; a resumed segment rebuilds it alike, its step restored from the checkpoint)."""
+    import trl
+
+    if not lr_decay_updates:
+        return trl.GRPOTrainer
+
+    class PlannedScheduleTrainer(trl.GRPOTrainer):
+        def create_scheduler(self, num_training_steps: int, optimizer=None):
+            return super().create_scheduler(num_training_steps=lr_decay_updates, optimizer=optimizer)
+
+    return PlannedScheduleTrainer

@@ -58,6 +58,18 @@ def accelerate_keys() -> set[str]:
     return set(options) - {"config_file", "training_script", "training_script_args"}
 
 
+def trl_launcher_key(key: str, value, *, file: str) -> bool:
+    """Whether `key` is an option TRL's own CLI turns into `accelerate launch`'s (accelerate_config: a file or one of
+    TRL's shipped configs, trl/cli/accelerate_config.py); UserError naming the key for a value TRL's CLI refuses."""
+    from trl.cli.accelerate_config import resolve_accelerate_config_argument
+
+    try:
+        launch = resolve_accelerate_config_argument([f"--{key}", str(value)])
+    except ValueError as err:
+        raise UserError(_first_line(str(err)), file=file, field=key) from None
+    return launch[:1] == ["--config_file"]
+
+
 def parse(keys: dict, *, file: str) -> tuple:
     """(script_args, GRPOConfig, ModelConfig, DatasetMixtureConfig) of `keys` through TRL's parser; UserError naming
     `file` and the field for a key TRL does not know or a value it refuses."""

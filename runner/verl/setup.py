@@ -8,14 +8,16 @@ user's word for a key rlscale sets is dropped. Everything else (rollout TP, offl
 limits, data, reward) stays as they wrote it. Two of their settings are moved, shown among the changes:
 - verl's legacy top-level reward keys, which verl 0.9.1's main_ppo composes and then ignores (only its fully-async
   entrypoint migrates them): moved to their live `reward.*` keys as verl's own migrate_legacy_reward_impl does;
-- a learning-rate schedule that depends on the job's total_training_steps (cosine, warmup by ratio): each segment
-  is a job with its own total, so the schedule becomes constant with the warmup in steps.
+- a learning-rate schedule that verl fits to the job's total_training_steps (cosine, megatron's decay, a warmup
+  ratio): each segment is a job with its own total, so the schedule is made to decay over the run's planned steps
+  (planner/frameworks/schedule.py, the rule every engine follows).
 """
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlscale.planner.frameworks import schedule
 from rlscale.planner.frameworks.setup import Change, UserSetup
 from rlscale.planner.frameworks.verl import ACTOR, ROLLOUT, hydra_value
 from rlscale.planner.loading import load_yaml_mapping
@@ -48,7 +50,7 @@ LEGACY_REWARD = {
     "reward_model.reward_kwargs.": "reward.reward_kwargs.",
     "reward_model.rollout.": "reward.reward_model.rollout.",
 }
-SEGMENTS = "segments: verl fits it to each job's total_training_steps"
+DEFAULT_COSINE_CYCLES = 0.5  # verl 0.9.1's optim.num_cycles (trainer/config/optim/fsdp.yaml): a half cosine
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ def setup_job(plan, recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: 
     owned["trainer.project_name"] = (plan.study, "run name: the study")
     if setup.keys.get("trainer.resume_from_path") is not None:
         owned["trainer.resume_from_path"] = (None, "checkpoints: the run's own, resume_mode auto")
-    owned.update(schedule_keys(setup.keys, owned, recipe))
+    owned.update(schedule_keys(setup.keys, owned, recipe, plan.lr_decay_steps))
     moves = legacy_moves(setup)
     kept = words[: len(words) - len(setup.overrides)]  # the YAML's words
     for word in setup.overrides:
@@ -188,9 +190,12 @@ def setup_job(plan, recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: 
     return SetupJob(kept, changes, env)
 
 
-def schedule_keys(keys: dict, owned: dict, recipe) -> dict[str, tuple]:
-    """A learning-rate schedule that depends on the job's total_training_steps made constant, its warmup in steps
-    (the ratio of the run's planned steps): key -> (value, why)."""
+def schedule_keys(keys: dict, owned: dict, recipe, study_steps: int | None = None) -> dict[str, tuple]:
+    """A learning-rate schedule that verl fits to each job's total_training_steps, made to decay over the run's
+    planned steps (planner/frameworks/schedule.py) in verl's keys: FSDP's cosine through num_cycles, megatron's
+    decay through lr_decay_steps, a warmup ratio as steps: key -> (value, why)."""
+    steps = schedule.decay_steps(recipe, study_steps)
+    job_steps = owned["trainer.total_training_steps"][0]
     out = {}
     for prefix in (ACTOR, "critic"):
 
@@ -198,14 +203,28 @@ def schedule_keys(keys: dict, owned: dict, recipe) -> dict[str, tuple]:
             key = f"{prefix}.optim.{name}"
             return owned[key][0] if key in owned else keys.get(key)
 
-        for name in ("lr_scheduler_type", "warmup_style"):  # warmup_style: verl's deprecated name, which wins
-            if current(name) not in (None, "constant"):
-                out[f"{prefix}.optim.{name}"] = ("constant", f"lr schedule: {SEGMENTS}")
-        ratio, steps = current("lr_warmup_steps_ratio"), current("lr_warmup_steps")
-        if isinstance(ratio, int | float) and ratio > 0 and (steps is None or steps <= 0):
-            warmup = max(1, round(ratio * recipe.steps))
-            why = f"lr warmup ratio {ratio:g} of the plan's steps: {SEGMENTS}"
+        fsdp = current("warmup_style") or current("lr_scheduler_type")  # warmup_style: verl's deprecated name wins
+        megatron = current("lr_decay_style")
+        name = next((style for style in (fsdp, megatron) if style not in (None, "constant")), None)
+        ratio, warmup = current("lr_warmup_steps_ratio"), current("lr_warmup_steps")
+        if isinstance(ratio, int | float) and ratio > 0 and (warmup is None or warmup <= 0):
+            warmup = schedule.warmup_steps(ratio, steps)
+            why = schedule.warmup_reason(ratio, steps, study_steps=study_steps)
             out[f"{prefix}.optim.lr_warmup_steps"] = (warmup, why)
+        if name is None:
+            continue
+        why = schedule.reason(name, steps, study_steps=study_steps)
+        if fsdp == "cosine":
+            cycles = current("num_cycles")
+            cycles = schedule.cosine_cycles(
+                DEFAULT_COSINE_CYCLES if cycles is None else cycles,
+                job_steps=job_steps,
+                steps=steps,
+                warmup=max(0, warmup or 0),
+            )
+            out[f"{prefix}.optim.num_cycles"] = (round(cycles, 12), why)
+        if megatron not in (None, "constant") and current("lr_decay_steps") is None:
+            out[f"{prefix}.optim.lr_decay_steps"] = (steps, why)
     return out
 
 
