@@ -163,15 +163,30 @@ def test_a_missing_experiment_or_metric_is_one_line_exit_2_and_nothing_stored(cl
 
 
 def test_a_missing_client_library_is_one_line_naming_the_package(cli, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, "mlflow", None)
     code, _, err = cli(
         "import", "--mlflow", str(tmp_path), "--experiment", "x", "--reward", "r", "--gpus", "1", "--study", "s"
     )
     assert code == 2 and "pip install mlflow-skinny" in err and err.count("\n") == 1
+    monkeypatch.setitem(sys.modules, "trackio", None)
+    code, _, err = cli("import", "--trackio", "p", "--reward", "r", "--gpus", "1", "--study", "s")
+    assert code == 2 and "pip install trackio" in err and err.count("\n") == 1
     monkeypatch.setitem(sys.modules, "wandb", None)
     (tmp_path / "run-abc.wandb").write_bytes(b"")
     code, _, err = cli("import", str(tmp_path), "--reward", "r", "--gpus", "1", "--study", "s")
     assert code == 2 and "pip install wandb" in err and err.count("\n") == 1
+    assert not (tmp_path / "rlscale.db").exists()  # the default store was never opened
+
+
+def test_a_file_that_wandbs_reader_refuses_is_one_line_naming_it_and_nothing_is_stored(cli, tmp_path):
+    (tmp_path / "run-abc.wandb").write_bytes(b"not a W&B log")
+    db = tmp_path / "store.db"
+    code, out, err = cli(
+        "import", str(tmp_path), "--reward", "r", "--gpus", "1", "--study", "s", "--db", f"sqlite:///{db}"
+    )
+    assert (code, out) == (2, "") and f"{tmp_path / 'run-abc.wandb'}: W&B's reader failed" in err
+    assert err.count("\n") == 1 and not db.exists()
 
 
 # --- trackio --------------------------------------------------------------------------------------------
