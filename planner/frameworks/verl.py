@@ -179,8 +179,20 @@ RECIPE_FROM_KEYS = {
     "entropy_coef": f"{ACTOR}.entropy_coeff",
     "eval_samples": f"{ROLLOUT}.val_kwargs.n",
 }
+# verl has no trainer.seed: the data order, the actor's data loader, the generator, and the model init of the
+# strategy the config holds (ppo_trainer: FSDP's fsdp_config.seed; ppo_megatron_trainer: megatron.seed, which the
+# reference's follows); a job sets those its composed config has
+PPO_TRAINER_SEEDS = (
+    "data.seed",
+    f"{ACTOR}.data_loader_seed",
+    f"{ACTOR}.fsdp_config.seed",
+    "actor_rollout_ref.ref.fsdp_config.seed",
+    f"{ROLLOUT}.seed",
+)
+SEED_KEYS = (*PPO_TRAINER_SEEDS, f"{ACTOR}.megatron.seed", "actor_rollout_ref.ref.megatron.seed")
 RUN_KEYS = frozenset(
     {
+        *SEED_KEYS,
         "trainer.total_training_steps",
         "trainer.total_epochs",
         "trainer.save_freq",
@@ -195,11 +207,6 @@ RUN_KEYS = frozenset(
         "trainer.n_gpus_per_node",
         f"{ROLLOUT}.nnodes",
         f"{ROLLOUT}.n_gpus_per_node",
-        "data.seed",
-        f"{ACTOR}.data_loader_seed",
-        f"{ACTOR}.fsdp_config.seed",
-        "actor_rollout_ref.ref.fsdp_config.seed",
-        f"{ROLLOUT}.seed",
         "trainer.logger",
         "trainer.project_name",
         "trainer.experiment_name",

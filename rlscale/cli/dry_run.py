@@ -18,15 +18,20 @@ def print_dry_run(
     for point in points:
         point["devices_per_node"] = plan["devices"][point["run"]]
         point["starts_first"] = point["run"] in plan["first"]
+        if point.get("entrypoint"):
+            point["command"] = command_text(point)
     if json_out:
         print_json(points)
         return
+    commands = write_commands(study.name, points)
     for point in points:
         console.print(
             f"[bold]{safe(point['run'])}[/bold] (seed {point['seed']}, engine {point['engine']})",
             highlight=False,
             soft_wrap=True,
         )
+        for line in _composed_lines(point):
+            console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
         if point.get("changes") is not None:
             for line in _setup_lines(point):
                 console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
@@ -58,7 +63,7 @@ def print_dry_run(
             console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
         for override in point["overrides"]:
             console.print(f"    {safe(shlex.quote(override))}", highlight=False, soft_wrap=True)
-    for line in _admission_lines(plan, len(points)):
+    for line in [*_admission_lines(plan, len(points)), *_summary_lines(points, commands)]:
         console.print(safe(line), highlight=False, soft_wrap=True)
     console.print(
         f"{len(points)} runs; nothing submitted. {RUN_KEY}: the run's key, given when the sweep first stores the run.",
@@ -86,7 +91,8 @@ def _admission_lines(plan: dict, runs: int) -> list[str]:
 
 
 def _setup_lines(point: dict) -> list[str]:
-    """A setup study's run: where its job goes, the user's files, and what rlscale changes in them (a diff)."""
+    """A setup study's run: where its job goes, the user's files, what rlscale changes in them (a diff), and notes on
+    what the checks could not read here (data on the cluster, keys left out)."""
     from rlscale.planner.frameworks.setup import Change
 
     changes = [Change(**change) for change in point["changes"]]
@@ -97,4 +103,54 @@ def _setup_lines(point: dict) -> list[str]:
         f"your setup: {', '.join(point['setup_files']) or 'the study file'}",
         f"rlscale changes {len(changes)} key(s) in it; everything else is yours as written:",
     ]
-    return lines + [f"  {change.line()}" for change in changes]
+    lines += [f"  {change.line()}" for change in changes]
+    return lines + [f"note: {note}" for note in point.get("notes", [])]
+
+
+def _composed_lines(point: dict) -> list[str]:
+    """The framework's own reading of the point's job (JobsApiEngine.rehearse), one line."""
+    composed = point.get("composed")
+    if not composed:
+        return []
+    return [f"composed with {composed['framework']} {composed['version']} ({composed['config']}): ok"]
+
+
+def _summary_lines(points: list[dict], commands: Path | None) -> list[str]:
+    """How many jobs each framework composed, and the file that holds every job's full command."""
+    lines = []
+    for engine in dict.fromkeys(point["engine"] for point in points if point["engine"] != "builtin"):
+        mine = [point for point in points if point["engine"] == engine]
+        composed = [point["composed"] for point in mine if point.get("composed")]
+        if composed:
+            lines.append(f"composed with {engine} {composed[0]['version']}: {len(composed)} of {len(mine)}")
+    if commands is not None:
+        lines.append(f"each job's full command: {commands}")
+    return lines
+
+
+def command_text(point: dict) -> str:
+    """A point's first job as one shell command: its environment, entrypoint and overrides, shell-quoted."""
+    import shlex
+
+    env = [f"{key}={shlex.quote(str(value))}" for key, value in (point.get("env_vars") or {}).items()]
+    words = [*map(shlex.quote, point.get("overrides") or [])]
+    return " \\\n    ".join([*env, point["entrypoint"], *words]) if words or env else point["entrypoint"]
+
+
+def write_commands(study: str, points: list[dict]) -> Path | None:
+    """Every point's first job as the sweep would launch it, in one shell file under the cache (None when no point has
+    a command): <cache>/dry-run/<study>.sh."""
+    from rlscale.base.settings import cache_dir
+    from rlscale.runner.jobs_api import write_whole
+    from rlscale.runner.sweep.dry_run import RUN_KEY
+
+    shown = [point for point in points if point.get("command")]
+    if not shown:
+        return None
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# rlscale sweep --dry-run {study}: each run's first job ({RUN_KEY}: the run's key)",
+    ]
+    for point in shown:
+        lines += ["", f"# run {point['run']} (seed {point['seed']}), job {point['submission_id']}", point["command"]]
+    return write_whole(cache_dir() / "dry-run" / f"{study}.sh", "\n".join(lines) + "\n")

@@ -30,6 +30,8 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
         else:
             entry["recipe"] = recipe.to_json()
         out.append(entry)
+    for name, engine in engines.items():  # the framework's own code reads every job: all problems at once
+        engine.rehearse([entry for entry in out if entry["engine"] == name], study_file=study.file)
     return out
 
 

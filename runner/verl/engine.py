@@ -11,7 +11,10 @@ import threading
 from importlib.util import find_spec
 from pathlib import Path
 
+from rlscale.planner.frameworks.setup import setup_files
 from rlscale.runner.jobs_api import COMPUTE_STEP_CAP, JobFailed, JobsApiEngine, RunDir, Submission
+
+from rlscale.base.errors import UserError
 
 from .job import ENTRYPOINT, REWARD_IMPORTS, checkpointed_step, job_devices, make_job, val_reward_metric
 from .logs import ANY_SOURCE, RecordMaker, ValReward, reward_metrics
@@ -51,14 +54,23 @@ class VerlEngine(JobsApiEngine):
         return self._job(recipe, run_dir, submission_id, until_step=until_step)[0]
 
     def _job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int):
-        """(the segment's Job, its changes to the user's setup: [] without one)."""
+        """(the segment's Job, its changes to the user's setup, notes on keys left out: [] and [] without one). With
+        a setup, the job sets only keys the user's config has as verl's Hydra composes it (setup.user_config_keys)."""
         layout = {"python": self.python, "module": self.module, "gpus_per_node": self.gpus_per_node}
         if self.setup is not None:
-            from .setup import make_setup_job
+            from .setup import make_setup_job, user_config_keys
 
-            return make_setup_job(
-                self.setup, recipe, run_dir, submission_id, until_step=until_step, env_vars=self.env_vars, **layout
+            job, made = make_setup_job(
+                self.setup,
+                recipe,
+                run_dir,
+                submission_id,
+                until_step=until_step,
+                env_vars=self.env_vars,
+                config_keys=user_config_keys(self.setup.setup)[1],
+                **layout,
             )
+            return job, made.changes, list(made.notes)
         job = make_job(
             recipe,
             run_dir,
@@ -68,7 +80,7 @@ class VerlEngine(JobsApiEngine):
             max_prompt_tokens=self.max_prompt_tokens,
             **layout,
         )
-        return job, []
+        return job, [], []
 
     def setup_facts(self):
         """The checks of the user's data and reward (rlscale.runner.verl.checks.SetupFacts), run once per engine;
@@ -145,7 +157,7 @@ class VerlEngine(JobsApiEngine):
         UserError on bad data, reward or layout: the sweep stores nothing then."""
         facts = self.setup_facts()
         until = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
-        job, changes = self._job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=until)
+        job, changes, left_out = self._job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=until)
         out = {
             "ray_address": self.ray_address or "RAY_ADDRESS",
             "submission_id": job.submission_id,
@@ -163,11 +175,45 @@ class VerlEngine(JobsApiEngine):
 
             check_batch(facts, recipe, self.setup.setup.source.get(TRAIN_FILES))
             out.update(
-                setup_files=list(dict.fromkeys(self.setup.setup.source.values())),
+                setup_files=setup_files(self.setup.setup),
                 changes=[change.to_dict() for change in changes],
-                notes=list(facts.notes),
+                notes=[*facts.notes, *left_out],
             )
         return out
+
+    def rehearse(self, points: list[dict], *, study_file: str | None = None) -> None:
+        """verl's Hydra composes each point's first job (its `overrides`, as dry_run gives them) and main_ppo's checks
+        validate it, in verl's environment (compose.py); each point gains `composed` {"framework", "version",
+        "config"}. UserError with every problem at once: the file and key of an override verl's config lacks, or the
+        run, its axes' values and verl's reason."""
+        from rlscale.planner.frameworks.setup import one_error
+
+        from .compose import compose
+        from .setup import refused
+
+        if not points:
+            return
+        version, results = compose([point["overrides"] for point in points])
+        problems = []
+        for point, composed in zip(points, results):
+            if composed.ok:
+                point["composed"] = {"framework": "verl", "version": version, "config": composed.config}
+                continue
+            axes = {c["key"]: c["after"] for c in point.get("changes", []) if c["why"].startswith("axis")}
+            why = {c["key"]: c["why"] for c in point.get("changes", [])}
+            if composed.missing or self.setup is None:
+                problems.append(refused(self.setup, composed, version, study_file=study_file, why=why))
+                continue
+            shown = ", ".join(f"{key}={value}" for key, value in axes.items())
+            problems.append(
+                UserError(
+                    f"run {point['run']}{f' ({shown})' if shown else ''}: verl {version} refuses the job at its start: "
+                    f"{composed.error}",
+                    file=study_file,
+                )
+            )
+        if problems:
+            raise one_error(problems)
 
     def devices(self, recipe) -> list[dict[str, float]]:
         """verl's pools, one bundle per node: the trainer's (hybrid engine: rollouts on the same GPUs), plus the

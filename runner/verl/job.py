@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlscale.planner.frameworks.common import Deployment
-from rlscale.planner.frameworks.verl import ACTOR, ROLLOUT, hydra_value, verl_mapping
+from rlscale.planner.frameworks.verl import ACTOR, PPO_TRAINER_SEEDS, ROLLOUT, SEED_KEYS, hydra_value, verl_mapping
 from rlscale.runner.jobs_api import RunDir
 
 from rlscale.base.errors import UserError
@@ -26,13 +26,6 @@ REWARD_MODULE = "pkg://rlscale.runner.verl.reward"  # importable on the cluster 
 PROJECT = "rlscale"
 # verl writes this file once a checkpoint is saved in default_local_dir (verl/trainer/ppo/ray_trainer.py)
 LATEST_CHECKPOINT = "latest_checkpointed_iteration.txt"
-SEED_KEYS = (
-    "data.seed",
-    f"{ACTOR}.data_loader_seed",
-    f"{ACTOR}.fsdp_config.seed",
-    "actor_rollout_ref.ref.fsdp_config.seed",
-    f"{ROLLOUT}.seed",
-)
 # rlscale modules the reward function imports on the cluster (no third-party imports)
 REWARD_IMPORTS = (
     "rlscale",
@@ -95,9 +88,13 @@ def _layout(devices: int, gpus_per_node: int, what: str) -> tuple[int, int]:
     return nodes, devices // nodes
 
 
-def run_keys(recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8) -> dict[str, tuple]:
+def run_keys(
+    recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8, config_keys: frozenset | None = None
+) -> dict[str, tuple]:
     """The keys each job of a run sets itself, whatever config it starts from: key -> (value, why). The segment's
-    stop, checkpoints and resume, validation cadence, devices, seeds and run name (the loggers are the caller's)."""
+    stop, checkpoints and resume, validation cadence, devices, seeds and run name (the loggers are the caller's).
+    config_keys: the keys of the config the job composes (the user's, read by verl's Hydra); the seeds go to those
+    it has (FSDP's or megatron's). None: verl's ppo_trainer, rlscale's own task."""
     if recipe.eval_early_per_decade:
         raise UserError(
             "engine: verl evaluates every trainer.test_freq steps only; expected eval_early_per_decade: 0",
@@ -124,8 +121,8 @@ def run_keys(recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8
     if recipe.async_mode == "pipeline":
         nodes, per_node = _layout(recipe.generator_devices, gpus_per_node, "generator")
         keys[f"{ROLLOUT}.nnodes"], keys[f"{ROLLOUT}.n_gpus_per_node"] = (nodes, "devices"), (per_node, "devices")
-    # verl has no trainer.seed: the data order, the actor's data loader, FSDP init and the generator
-    for key in SEED_KEYS:
+    seeds = PPO_TRAINER_SEEDS if config_keys is None else [key for key in SEED_KEYS if key in config_keys]
+    for key in seeds:
         keys[key] = (recipe.seed, "seed")
     keys["trainer.experiment_name"] = (run_dir.root.name, "run name")
     return keys

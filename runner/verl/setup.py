@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlscale.planner.frameworks import schedule
-from rlscale.planner.frameworks.setup import Change, UserSetup
+from rlscale.planner.frameworks.setup import Change, UserSetup, by_axes, one_error
 from rlscale.planner.frameworks.verl import ACTOR, ROLLOUT, hydra_value
 from rlscale.planner.loading import load_yaml_mapping
 from rlscale.runner.jobs_api import RunDir
@@ -61,11 +61,15 @@ class SetupJob:
     overrides: list[str]
     changes: list[Change]
     env_vars: dict
+    notes: tuple[str, ...] = ()
 
 
 def config_words(setup: UserSetup) -> list[str]:
-    """The user's YAML as main_ppo's arguments: absolute --config-path and --config-name, and verl's configs put on
-    Hydra's search path when neither the YAML nor the overrides do ([] without a YAML)."""
+    """The user's config as main_ppo's arguments: one of verl's own by --config-name; a YAML by absolute
+    --config-path and --config-name, with verl's configs put on Hydra's search path when neither the YAML nor the
+    overrides do ([] for verl's default ppo_trainer)."""
+    if setup.config_name is not None:
+        return [f"--config-name={setup.config_name}"]
     if setup.config_file is None:
         return []
     path = Path(setup.config_file)
@@ -79,15 +83,52 @@ def config_words(setup: UserSetup) -> list[str]:
 
 
 def user_command(setup: UserSetup) -> list[str]:
-    """The user's own arguments to verl.trainer.main_ppo: their YAML (config_words), then their overrides as they
+    """The user's own arguments to verl.trainer.main_ppo: their config (config_words), then their overrides as they
     wrote them."""
-    for word in setup.overrides:
-        if word.startswith("--"):
-            raise UserError(
-                f"Hydra flag {word.split('=')[0]} among the overrides: give a YAML config as the study's setup.config",
-                field="setup.overrides",
-            )
     return config_words(setup) + list(setup.overrides)
+
+
+def user_config_keys(setup: UserSetup) -> tuple[str, frozenset]:
+    """(verl's version, the keys of the user's own config as verl's Hydra composes it: the only keys a job sets).
+    UserError naming each key Hydra refuses with the file that sets it, all at once."""
+    from .compose import user_config
+
+    version, composed = user_config(user_command(setup), setup.files())
+    if not composed.ok:
+        raise refused(setup, composed, version)
+    return version, composed.keys
+
+
+def refused(
+    setup: UserSetup | None, composed, version: str, *, study_file: str | None = None, why: dict | None = None
+) -> UserError:
+    """The UserError for a command verl's Hydra refused (compose.Composed): a line for each key the config lacks,
+    naming the user's file that sets it (or, for a key rlscale sets, the study and why: `why`, key -> reason);
+    otherwise verl's reason, naming the file of the key it quotes (or the user's files)."""
+    where = f"verl {version}'s {composed.config} config"
+    source = setup.source if setup is not None else {}
+    problems = [
+        UserError(
+            f"not a key of {where}; Hydra refuses it at launch (a new key takes a leading +)",
+            file=source[key],
+            field=key,
+        )
+        if key in source
+        else UserError(
+            f"rlscale sets it ({(why or {}).get(key, 'the run')}), and {where} has no such key",
+            file=study_file,
+            field=key,
+        )
+        for key in composed.missing
+    ]
+    if not problems:
+        named = [key for key in source if f"'{key}'" in composed.error or f" {key}=" in composed.error]
+        files = ", ".join(setup.files()) if setup is not None else ""
+        file = source[named[0]] if named else files or study_file
+        problems = [
+            UserError(f"verl's Hydra refuses {where}: {composed.error}", file=file, field=next(iter(named), None))
+        ]
+    return one_error(problems)
 
 
 def override_key(word: str) -> str:
@@ -146,21 +187,30 @@ def wandb_run_id(run_key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "-", run_key)[:64]
 
 
-def setup_job(plan, recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8) -> SetupJob:
+def setup_job(
+    plan, recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8, config_keys: frozenset | None = None
+) -> SetupJob:
     """The verl arguments of one segment of `recipe`'s run on the user's setup (`plan`, a SetupPlan), up to
     `until_step`: the user's command, then the study's axes and the run's own keys, each key once; with the list
-    of what rlscale changes in the user's config and why, and the job's environment for the user's trackers."""
+    of what rlscale changes in the user's config and why, and the job's environment for the user's trackers.
+    config_keys: the keys of the user's config as verl composes it (user_config_keys); rlscale sets only those, and
+    lists the run keys it leaves out (UserError when an axis would reach no key at all)."""
     setup = plan.setup
     words = user_command(setup)
     check_parallelism(setup, recipe)
     axes = plan.values(recipe)
+    if config_keys is not None:
+        axes = reachable_axes(plan, axes, config_keys)
     owned = {key: (value, f"axis {plan.changed[key]}") for key, value in axes.items()}
-    owned.update(run_keys(recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node))
+    owned.update(run_keys(recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node, config_keys=config_keys))
     owned["trainer.logger"] = (loggers(setup), "file logger")
     owned["trainer.project_name"] = (plan.study, "run name: the study")
     if setup.keys.get("trainer.resume_from_path") is not None:
         owned["trainer.resume_from_path"] = (None, "checkpoints: the run's own, resume_mode auto")
     owned.update(schedule_keys(setup.keys, owned, recipe, plan.lr_decay_steps))
+    left_out = [] if config_keys is None else [(key, why) for key, (_, why) in owned.items() if key not in config_keys]
+    for key, _ in left_out:
+        del owned[key]
     moves = legacy_moves(setup)
     kept = words[: len(words) - len(setup.overrides)]  # the YAML's words
     for word in setup.overrides:
@@ -172,8 +222,14 @@ def setup_job(plan, recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: 
             kept.append(word)
     from_yaml = [key for key in moves if setup.source[key] == setup.config_file]
     kept += [f"{moves[key]}={hydra_value(setup.keys[key])}" for key in from_yaml]
-    # an axis without a value leaves verl's default; a run key without one is reset to verl's null
-    kept += [f"{key}={hydra_value(value)}" for key, (value, _) in owned.items() if value is not None or key not in axes]
+    # an axis without a value leaves verl's default; a run key without one is reset to verl's null; a key the user
+    # added with + or ++ keeps its sign (Hydra refuses a plain override of a key its config lacks)
+    signs = {override_key(word): word[: len(word) - len(word.lstrip("+"))] for word in setup.overrides}
+    kept += [
+        f"{signs.get(key, '')}{key}={hydra_value(value)}"
+        for key, (value, _) in owned.items()
+        if value is not None or key not in axes
+    ]
     changes = plan.changes(recipe)
     for key in moves:
         if key not in from_yaml:
@@ -187,7 +243,28 @@ def setup_job(plan, recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: 
     env = {}
     if set(WANDB_LOGGERS) & set(loggers(setup)):  # every segment continues the run's one W&B run
         env = {"WANDB_RUN_ID": wandb_run_id(run_dir.root.name), "WANDB_RESUME": "allow"}
-    return SetupJob(kept, changes, env)
+    notes = tuple(f"not set: {key} ({why}): your config has no such key" for key, why in left_out)
+    return SetupJob(kept, changes, env, notes)
+
+
+def reachable_axes(plan, axes: dict, config_keys: frozenset) -> dict:
+    """The axes' keys the user's composed config has (an alias it lacks is left out, e.g. megatron's actor has no
+    grad_clip beside optim.clip_grad); UserError naming the keys of every axis that would reach none of them."""
+    fields = {field for why in plan.changed.values() for field in why.split(", ")}
+    problems = []
+    for field in sorted(fields):
+        keys = [key for key in axes if field in plan.changed[key].split(", ")]
+        if keys and not any(key in config_keys for key in keys):
+            problems.append(
+                UserError(
+                    f"not in your config as verl composes it, so {by_axes(field)} would reach no job",
+                    file=", ".join(plan.setup.files()) or None,
+                    field=", ".join(keys),
+                )
+            )
+    if problems:
+        raise one_error(problems)
+    return {key: value for key, value in axes.items() if key in config_keys}
 
 
 def schedule_keys(keys: dict, owned: dict, recipe, study_steps: int | None = None) -> dict[str, tuple]:
@@ -263,11 +340,12 @@ def make_setup_job(
     module: str,
     gpus_per_node: int,
     env_vars: dict | None = None,
-) -> tuple[Job, list[Change]]:
-    """The job of one segment on the user's setup, and its changes to the user's config."""
+    config_keys: frozenset | None = None,
+) -> tuple[Job, SetupJob]:
+    """The job of one segment on the user's setup, and what it changes in the user's config (SetupJob)."""
     import shlex
 
-    job = setup_job(plan, recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node)
+    job = setup_job(plan, recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node, config_keys=config_keys)
     log = run_dir.log(submission_id)  # verl's file logger: the records
     entrypoint = " ".join([shlex.quote(python), "-m", shlex.quote(module), *map(shlex.quote, job.overrides)])
     keys = live_keys(plan.setup)[0]
@@ -281,4 +359,4 @@ def make_setup_job(
         log_file=log,
         until_step=until_step,
         gpus=gpus_held(recipe),
-    ), job.changes
+    ), job
