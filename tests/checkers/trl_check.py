@@ -4,6 +4,8 @@ stdin: JSON list of {"name", "yaml": the exported text}. Each builds a real trl.
 have is a TypeError); __post_init__ derives the generation batch. The export targets GPUs: on this CPU-only host
 the config is built with bf16 off and use_cpu on, nothing else changed.
 Writes JSON {"version", "cases": [{"name", "ok", "error", "values"}]} to the file named by argv[1].
+With --parse (argv[2]): each "yaml" is a job config a setup study composed, read as `trl grpo --config FILE` reads
+it (trl.scripts.grpo.make_parser), unchanged; values add the optimizer updates per generated batch.
 """
 
 import json
@@ -41,14 +43,32 @@ def check(case: dict, output_dir: str) -> dict:
     }
 
 
+def parse(case: dict, output_dir: str) -> dict:
+    from trl.scripts.grpo import make_parser
+
+    path = f"{output_dir}/config.yaml"
+    with open(path, "w") as handle:
+        handle.write(case["yaml"])
+    config = make_parser().parse_args_and_config(["--config", path])[1]
+    micro_batches = config.steps_per_generation * config.num_iterations
+    return dict(
+        num_generations=config.num_generations,
+        generation_batch_size=config.generation_batch_size,
+        max_steps=config.max_steps,
+        lr_scheduler_type=str(getattr(config.lr_scheduler_type, "value", config.lr_scheduler_type)),
+        updates_per_generation=micro_batches // config.gradient_accumulation_steps,
+    )
+
+
 if __name__ == "__main__":
     out_path = sys.argv[1]
+    read = parse if sys.argv[2:] == ["--parse"] else check
     results = []
     with tempfile.TemporaryDirectory() as output_dir:
         for case in json.load(sys.stdin):
             result = {"name": case["name"], "ok": False, "error": None, "values": {}}
             try:
-                result["values"] = check(case, output_dir)
+                result["values"] = read(case, output_dir)
                 result["ok"] = True
             except Exception as exc:
                 result["error"] = f"{type(exc).__name__}: {exc}"
