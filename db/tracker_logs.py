@@ -33,7 +33,7 @@ def run_seconds(segments: list[tuple[float, list[float]]]) -> list[list[float]]:
     out, before = [], 0.0
     for start, times in segments:
         out.append([before + max(t - start, 0.0) for t in times])
-        before += max([t - start for t in times], default=0.0)
+        before += max([0.0, *(t - start for t in times)])
     return out
 
 
@@ -48,7 +48,7 @@ def tracker_frame(
     """Rows (run, step, compute, reward, rollouts, tokens) of every run that logged `reward`, one per step with a
     reward. attrs: `compute_unit` ("gpu_hours" or the compute metric), `compute_note` (that, in words) and
     `runs_left_out` (runs that never logged the reward)."""
-    _check_choice(source, reward, compute, gpus)
+    check_choice(source, reward, compute, gpus)
     if not runs:
         raise UserError("no runs here", file=source)
     _check_names(runs, source)
@@ -88,7 +88,9 @@ def tracker_frame(
     return frame
 
 
-def _check_choice(source: str, reward: str | None, compute: str | None, gpus: float | None) -> None:
+def check_choice(source: str, reward: str | None, compute: str | None, gpus: float | None) -> None:
+    """That the user named the reward metric and one way to the compute (a UserError otherwise); the readers call
+    it before they read."""
     if reward is None:
         raise UserError("name the reward metric with --reward", file=source, field="--reward")
     if (compute is None) == (gpus is None):

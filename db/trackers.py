@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
-from rlscale.db.tracker_logs import TrackerRun, run_seconds, tracker_frame
+from rlscale.db.tracker_logs import TrackerRun, check_choice, run_seconds, tracker_frame
 
 from rlscale.base.errors import UserError
 
@@ -30,6 +30,7 @@ def read_mlflow_log(
     """tracker_frame of the runs of MLflow `experiment` (a name or an id) at tracking URI `uri`."""
     uri = _mlflow_uri(uri)
     source = f"MLflow {uri}"
+    check_choice(source, reward, compute, gpus)
     if experiment is None:
         raise UserError("name the MLflow experiment with --experiment", file=source, field="--experiment")
     _client("mlflow")
@@ -79,6 +80,7 @@ def read_mlflow_log(
 
 def read_trackio_log(project: str, *, reward: str | None, compute: str | None, gpus: float | None) -> pd.DataFrame:
     """tracker_frame of the runs of trackio `project` (TRACKIO_DIR/<project>.db, as trackio itself finds it)."""
+    check_choice(f"trackio project {project}", reward, compute, gpus)
     trackio = _client("trackio")
     from trackio.sqlite_storage import SQLiteStorage
     from trackio.utils import TRACKIO_DIR
@@ -120,6 +122,7 @@ def read_wandb_log(path: str | Path, *, reward: str | None, compute: str | None,
     """tracker_frame of the W&B runs under `path`; a resumed run's directories are one run (its W&B id)."""
     path = Path(path)
     source = str(path)
+    check_choice(source, reward, compute, gpus)
     files = _wandb_files(path)
     if not _installed("wandb"):  # its reader runs in a process of its own: the module is not imported here
         raise UserError(f"reading W&B run files needs W&B's client: pip install {PACKAGES['wandb']}", file=source)

@@ -46,6 +46,14 @@ def test_a_metric_that_falls_is_not_cumulative_and_is_refused_naming_run_and_ste
     assert err.value.file == "s: run 'r'" and "falls from 500 at step 1 to 480 at step 2" in err.value.detail
 
 
+@pytest.mark.parametrize("compute, gpus", [(None, None), ("tokens", 8.0)])
+def test_the_compute_is_named_one_way_exactly(compute, gpus):
+    run = TrackerRun("r", "id1", {"reward": {0: (0.1, 0.0)}, "tokens": {0: (0.0, 0.0)}})
+    with pytest.raises(UserError) as err:
+        tracker_frame([run], source="s", reward="reward", compute=compute, gpus=gpus)
+    assert err.value.field == "--compute" and "one of them" in err.value.detail
+
+
 def test_two_runs_of_one_name_are_refused_since_they_would_merge():
     runs = [TrackerRun("same", "a", {"reward": {0: (0.1, 0.0)}}), TrackerRun("same", "b", {"reward": {0: (0.2, 0.0)}})]
     with pytest.raises(UserError, match="ids a and b"):
