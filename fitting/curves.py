@@ -1,11 +1,19 @@
-"""Per-run sigmoid fits of a study's records, as the decision, the report and the export read them (pure: frames in,
-one row per run out), and the study's compute unit and the records column that meters it."""
+"""A study's fit of record: each run's sigmoid on the points and in the unit its study names, as the decision, the
+report, recommend, export, the dashboard and the scheduler read it (pure: frames in, one row per run out), and the
+study's compute unit and the records column that meters it."""
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid
-from rlscale.fitting.sigmoid.points import record_breaking_points
+from rlscale.fitting.sigmoid.points import BIN_WIDTH, record_breaking_points
 from rlscale.fitting.sigmoid.runs import run_labels
+
+# Every fit of record (and the optimal-n law on them) draws this many bootstrap resamples from this seed, so that
+# each view of a study reads the same intervals and the same "identified".
+FIT_BOOTSTRAP = 100
+FIT_SEED = 0
 
 MAX_TRUNCATION = 0.05  # ScaleRL: stable runs keep the truncation rate below 5%
 CURVE_COLUMNS = [
@@ -24,6 +32,8 @@ CURVE_COLUMNS = [
     "n_points",
     "identified",
     "reason",
+    "rss",
+    "noise",
     "c_min",
     "c_max",
     "truncation_rate",
@@ -49,6 +59,14 @@ def compute_column(study) -> str:
 def unit_label(unit: str) -> str:
     """A compute unit as people write it: GPU-hours, rollouts, tokens."""
     return UNIT_LABELS.get(unit, unit)
+
+
+def latest_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The store's run rows with one row per run name and seed: the latest (a run re-planned with a changed recipe,
+    e.g. after a fixed setup file, supersedes the attempt that failed before it)."""
+    if not {"run", "seed", "run_id"} <= set(runs.columns):
+        return runs
+    return runs.sort_values("run_id").drop_duplicates(["run", "seed"], keep="last").sort_index()
 
 
 def run_geometry(runs: pd.DataFrame) -> pd.DataFrame:
@@ -78,10 +96,10 @@ def run_curves(
     compute_col: str = "gpu_hours",
     reward_col: str = "val_reward",
     record_breaking: bool = True,
-    bin_width: float = 0.01,
+    bin_width: float = BIN_WIDTH,
     min_compute: float = 0.0,
-    bootstrap: int = 100,
-    seed: int = 0,
+    bootstrap: int = FIT_BOOTSTRAP,
+    seed: int = FIT_SEED,
 ) -> tuple[pd.DataFrame, dict]:
     """Per-run sigmoid fits for the optimal-n law and the decision: (curves, draws).
 
@@ -109,7 +127,7 @@ def run_curves(
             "c_max": float(compute.max()) if compute.size else np.nan,
             "truncation_rate": late_truncation_rate(mine),
         }
-        keep = record_breaking_points(compute, reward, bin_width) if record_breaking else np.arange(compute.size)
+        keep = fitted_points(compute, reward, record_breaking, bin_width)
         try:
             fit = fit_sigmoid(compute[keep], reward[keep], min_compute=min_compute, bootstrap=bootstrap, seed=seed)
         except FitError as err:
@@ -126,11 +144,55 @@ def run_curves(
                 reason=f"not fitted: {err}",
             )
         else:
-            row.update({k: v for k, v in fit.to_dict().items() if k != "rss"})
+            row.update(fit.to_dict())
             if fit.samples is not None and len(fit.samples):
                 draws[label] = fit.samples
         rows.append(row)
     return pd.DataFrame(rows, columns=CURVE_COLUMNS), draws
+
+
+def fitted_points(compute: np.ndarray, reward: np.ndarray, record_breaking: bool, bin_width: float = BIN_WIDTH):
+    """Indices of the points a run's fit of record uses: its record-breaking points, or every evaluation."""
+    return record_breaking_points(compute, reward, bin_width) if record_breaking else np.arange(len(compute))
+
+
+def fit_of_record(
+    compute, reward, *, record_breaking: bool, bin_width: float = BIN_WIDTH, min_compute: float = 0.0, upper_level=None
+):
+    """One run's fit of record (a SigmoidFit; FitError when it cannot be fitted): its sigmoid on `fitted_points`,
+    with the fit of record's bootstrap and seed; upper_level: also the profile bound on A (early termination's)."""
+    compute, reward = np.asarray(compute, dtype=float), np.asarray(reward, dtype=float)
+    keep = fitted_points(compute, reward, record_breaking, bin_width)
+    return fit_sigmoid(
+        compute[keep],
+        reward[keep],
+        min_compute=min_compute,
+        bootstrap=FIT_BOOTSTRAP,
+        seed=FIT_SEED,
+        upper_level=upper_level,
+    )
+
+
+@dataclass(frozen=True)
+class StudyFits:
+    """A study's fit of record. spec: the Study (None for one imported without a spec); runs, records: the store's
+    frames (records: those with the metric); curves, draws: run_curves' on `compute_col` and `metric`, on the points
+    `record_breaking` and `bin_width` name."""
+
+    study: str
+    spec: object
+    runs: pd.DataFrame
+    records: pd.DataFrame
+    curves: pd.DataFrame
+    draws: dict
+    compute_col: str
+    metric: str
+    record_breaking: bool
+    bin_width: float = BIN_WIDTH
+
+    @property
+    def unit(self) -> str:
+        return study_unit(self.spec)
 
 
 def fitted(curves: pd.DataFrame) -> pd.DataFrame:

@@ -1,52 +1,73 @@
-"""A stored study in, fits and decisions out: its evaluated records fitted per run (and saved beside them), its
-decision, its recommendation and its model size. Takes any object with the Store's frame methods (fitting never
-imports the runner); the work itself is in the pure modules (fitting.curves, rules.recommend, rules.decision)."""
+"""A stored study in, its fit of record and its decision out: the one place the store's frames become a StudyFits
+(fitting.curves), stored beside the records, and the one Decision (fitting.rules.decision) every view reads. Takes
+any object with the Store's frame methods (fitting never imports the runner)."""
 
 import pandas as pd
-from rlscale.fitting.curves import compute_column, run_curves, run_geometry
+from rlscale.fitting.curves import StudyFits, compute_column, latest_runs, run_curves, run_geometry
 from rlscale.fitting.rules.reasons import Reason, Refusal
-from rlscale.fitting.sigmoid.points import fits_record_breaking, record_breaking_points
-from rlscale.fitting.sigmoid.runs import fit_runs, run_labels
+from rlscale.fitting.sigmoid.points import fits_record_breaking, record_bin_width
+from rlscale.fitting.sigmoid.runs import run_labels
 
 from rlscale.base.errors import UserError
 
 
-def study_records(store, study: str) -> pd.DataFrame:
-    """The study's evaluated records as (run, run_id, compute = gpu_hours, reward = val_reward); one label per run."""
-    records = store.records_frame(study)
-    records = records[records["val_reward"].notna()]
-    if records.empty:
-        raise UserError(
-            f"no records with a validation reward in study {study!r} ({store.url_for_display})", field="--study"
-        )
-    runs = store.runs_frame(study).set_index("run_id")
-    labels = run_labels(runs)  # runs of one study may share a name (seeds): each fit is its own run
-    return records.assign(run=records["run_id"].map(labels)).rename(
-        columns={"gpu_hours": "compute", "val_reward": "reward"}
-    )
-
-
-def fit_study(store, study: str, **fit_kwargs) -> tuple[pd.DataFrame, pd.DataFrame, bool]:
-    """(records, fits, record_breaking) of a stored study: each run fitted on the points its study's `fit.points`
-    names (record_breaking True: its record-breaking points; else every evaluation). The fits replace the study's
-    saved sigmoid fits."""
+def study_fits(store, study: str) -> StudyFits:
+    """The fit of record of a stored study: each run on the points its study's `fit.points` names, in its compute
+    unit and metric; Refusal (no_evaluations) before any run is evaluated."""
     from rlscale.planner.study import stored_study
 
-    records = study_records(store, study)
-    record_breaking = fits_record_breaking(stored_study(store, study))
-    points = records
-    if record_breaking:
-        keep = [
-            group.index[record_breaking_points(group["compute"], group["reward"])]
-            for _, group in records.groupby("run", sort=False)
-        ]
-        points = records.loc[[index for part in keep for index in part]]
-    fits = fit_runs(points, run_col="run", compute_col="compute", reward_col="reward", **fit_kwargs)
-    store.save_fits(study, fits.merge(records[["run", "run_id"]].drop_duplicates(), on="run"), model="sigmoid")
-    return records, fits, record_breaking
+    typed = stored_study(store, study)
+    metric = typed.metric if typed is not None else "val_reward"
+    runs = latest_runs(store.runs_frame(study))
+    records = store.records_frame(study)
+    records = records[records["run_id"].isin(runs["run_id"])]
+    records = records[pd.to_numeric(records[metric], errors="coerce").notna()].copy()
+    if records.empty:
+        raise Refusal(Reason("no_evaluations", {"study": study}))
+    labels = run_labels(runs)  # runs of one study may share a name (seeds): each fit is its own run
+    records["run"] = records["run_id"].map(dict(zip(runs["run_id"], labels)))
+    record_breaking = fits_record_breaking(typed)
+    bin_width = record_bin_width(records[metric])
+    compute_col = compute_column(typed)
+    curves, draws = run_curves(
+        records, runs, compute_col=compute_col, reward_col=metric, record_breaking=record_breaking, bin_width=bin_width
+    )
+    return StudyFits(study, typed, runs, records, curves, draws, compute_col, metric, record_breaking, bin_width)
 
 
-# --- a stored study's decision: the store's frames in, fitting.rules.decision on them --------------------------------
+def store_fits(store, study: str) -> StudyFits:
+    """study_fits, saved as the study's sigmoid fits (what the bayes objective and `rlscale fit --study` read)."""
+    fits = study_fits(store, study)
+    store.save_fits(study, fits.curves, model="sigmoid")
+    return fits
+
+
+def study_decision(
+    store, study: str, *, budget: float | None = None, profile: str | None = None, extend: float | None = None
+):
+    """The one Decision (fitting.rules.decision) of a stored study at `budget` (its unit; default: its decision
+    budget); None before any run is evaluated. extend: the study's extension factor (default: its spec's)."""
+    from rlscale.fitting.rules.decision import decide
+
+    try:
+        fits = study_fits(store, study)
+    except Refusal:
+        return None
+    if extend is None:
+        extend = getattr(fits.spec, "extend", None) or 1.0
+    return decide(fits, budget=budget, profile=profile, extend=extend)
+
+
+def study_records(store, study: str) -> pd.DataFrame:
+    """The study's evaluated records as (run, run_id, compute = its unit's column, reward = its metric); one label per
+    run."""
+    try:
+        fits = study_fits(store, study)
+    except Refusal:
+        raise UserError(
+            f"no records with a validation reward in study {study!r} ({store.url_for_display})", field="--study"
+        ) from None
+    return fits.records.rename(columns={fits.compute_col: "compute", fits.metric: "reward"})
 
 
 def pick_study(store, study: str | None) -> str:
@@ -61,56 +82,6 @@ def pick_study(store, study: str | None) -> str:
         known = ", ".join(candidates) or "none"
         raise UserError(f"pick the study with --study (studies that vary rollouts: {known})", field="--study")
     return candidates[0]
-
-
-def study_curves(store, study: str, *, bootstrap: int = 100, seed: int = 0):
-    """(the stored Study or None, runs, records, curves, draws) of a stored study, fitted as its sweep fits them;
-    Refusal (no_evaluations) before any run is evaluated."""
-    from rlscale.planner.study import stored_study
-
-    typed = stored_study(store, study)
-    runs = store.runs_frame(study)
-    records = store.records_frame(study)
-    if records["val_reward"].notna().sum() == 0:
-        raise Refusal(Reason("no_evaluations", {"study": study}))
-    curves, draws = run_curves(
-        records,
-        runs,
-        compute_col=compute_column(typed),
-        record_breaking=fits_record_breaking(typed),
-        bootstrap=bootstrap,
-        seed=seed,
-    )
-    return typed, runs, records, curves, draws
-
-
-def recommend_study(
-    store, study: str, budget: float, *, profile: str | None = None, bootstrap: int = 100, seed: int = 0
-) -> tuple:
-    """(Recommendation, the stored Study or None) for a stored study at `budget` (its unit); Refusal when the
-    evidence is not enough."""
-    from rlscale.fitting.rules.decision import recommend_from_frames
-
-    typed, runs, records, curves, draws = study_curves(store, study, bootstrap=bootstrap, seed=seed)
-    return recommend_from_frames(
-        typed, study, runs, records, curves, draws, budget, profile=profile, bootstrap=bootstrap, seed=seed
-    ), typed
-
-
-def study_decision(
-    store, study: str, *, budget: float | None = None, extend: float = 1.0, bootstrap: int = 100, seed: int = 0
-):
-    """The Decision (rules.decision) of a stored study at `budget` (default: its decision budget); None before any
-    run is evaluated."""
-    from rlscale.fitting.rules.decision import decide
-
-    try:
-        typed, runs, records, curves, draws = study_curves(store, study, bootstrap=bootstrap, seed=seed)
-    except Refusal:
-        return None
-    return decide(
-        typed, study, runs, records, curves, draws, budget=budget, bootstrap=bootstrap, seed=seed, extend=extend
-    )
 
 
 def model_parameters(study) -> dict[str, float]:

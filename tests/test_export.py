@@ -199,7 +199,7 @@ def test_export_command_from_a_study_recommendation(workdir, capsys, monkeypatch
     config = yaml.safe_load(out)
     assert config["num_generations"] in (32, 64, 128)
     assert config["per_device_train_batch_size"] * config["steps_per_generation"] == 16 * config["num_generations"]
-    assert "# rlscale export: recommendation from study iso" in out
+    assert "# rlscale export: the decision of study iso" in out
 
 
 def _seed_study(url: str, study_file: str, asymptotes: dict) -> dict:
@@ -240,7 +240,7 @@ def test_export_a_loss_ablation_names_its_best_run(workdir, capsys, monkeypatch)
     )
     assert code == 0, err
     assert "best run of study loss_ablation" in out and "cispo" in out.splitlines()[2]
-    assert "highest fitted asymptote" in out
+    assert "the highest fitted reward at" in out  # the decision's: at the compute every run reached
     argv = script_argv(out, workdir)
     assert argv[argv.index("--rollout.batch_size") + 1] == "16"  # the run's own B_p (the study's recipe)
     assert "loss: cispo has no OpenRLHF policy_loss_type" in out
@@ -256,6 +256,6 @@ def test_export_scalerl_leave_one_out_by_predicted_reward(workdir, capsys, monke
         monkeypatch,
     )
     assert code == 0, err
-    assert "best run of study scalerl_loo: baseline" in out and "predicted reward at a budget of 0.05" in out
+    assert "best run of study scalerl_loo: baseline" in out and "highest predicted reward at 0.05" in out
     assert "reward at 0.05: " in out and "(90% prediction interval" in out
     assert "data.train_batch_size=32" in script_argv(out, workdir)

@@ -12,11 +12,13 @@ import yaml
 from rlscale.db.store import Store
 from rlscale.fitting.curves import CURVE_COLUMNS
 from rlscale.fitting.rules.allocation import NextAllocation, next_allocation
-from rlscale.fitting.rules.decision import Decision, extend_command
+from rlscale.fitting.rules.decision import Decision
 from rlscale.fitting.rules.reasons import Reason
 from rlscale.planner.study import load_study
 from rlscale.runner.engine import Engine, JobResult
 from rlscale.runner.sweep.driver import SweepDriver
+
+from rlscale.views.wording import decision_commands, extend_command
 
 STEP_HOURS = 0.0005  # the metered engine's cost of one step
 
@@ -175,7 +177,7 @@ def _decision(tmp_path, study, plan, **fields) -> tuple:
         next_allocation=plan,
         **fields,
     )
-    return decision, decision.commands(study_file=tmp_path / "grow.yaml")
+    return decision, decision_commands(decision, study_file=tmp_path / "grow.yaml")
 
 
 def test_the_sweep_ends_with_the_one_command_that_extends_it_in_80_columns(tmp_path):

@@ -116,7 +116,8 @@ def test_export_names_the_chosen_run_as_typed(cli, workdir):
             store.set_run_status(run_id, "done")
     code, out, err = cli("export", "--format", "yaml", "--study", "runs", "--db", url)
     assert (code, err) == (0, "")
-    assert "best run of study runs: qwen2.5-7b/lr=1e-6,bs=256 (" in out
+    # two rollouts values: the study decides an allocation, from the run named as typed
+    assert "from run qwen2.5-7b/lr=1e-6,bs=256" in out
 
 
 def test_a_long_plot_title_wraps_inside_its_figure():

@@ -1,14 +1,22 @@
-"""A study's decision in one object, built once from its frames and fits: what to run at the decision budget (or
-why not yet), the runs within the noise band there, and what to run next, with the commands that do it. The
-terminal, report.md and the dashboard render the same Decision (rlscale.views.wording puts its reasons into words)."""
+"""A study's decision in one object, built once from its fit of record (fitting.curves.StudyFits): what to run at
+the decision budget (or why not yet), the runs within the noise band there, and what to run next. The sweep's
+terminal, `report`, `recommend`, `export` and the dashboard all read this one Decision (rlscale.views words it)."""
 
-import shlex
 from dataclasses import dataclass, replace
 
 import pandas as pd
-from rlscale.fitting.curves import compute_column, fitted, reach_of_finished, run_geometry, study_unit
+from rlscale.fitting.curves import (
+    FIT_BOOTSTRAP,
+    FIT_SEED,
+    StudyFits,
+    fitted,
+    reach_of_finished,
+    run_geometry,
+    study_unit,
+)
 from rlscale.fitting.laws.optimal_n import RolloutsLaw
 from rlscale.fitting.rules.allocation import NextAllocation, decision_budget, next_allocation
+from rlscale.fitting.rules.best_run import best_run, run_recipe
 from rlscale.fitting.rules.reasons import Reason, Refusal
 from rlscale.fitting.rules.recommend import Recommendation, recommend
 from rlscale.fitting.rules.standing import Standing, decision_runs, read_runs, standing_at
@@ -89,7 +97,9 @@ def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: st
     return (lambda budget, bp, n: steps_within(budget, step_gpu_hours(chosen, bp, n), chosen.startup_gpu_hours)), how
 
 
-def rollouts_law(study: str, curves: pd.DataFrame, draws: dict, *, bootstrap: int = 100, seed: int = 0) -> RolloutsLaw:
+def rollouts_law(
+    study: str, curves: pd.DataFrame, draws: dict, *, bootstrap: int = FIT_BOOTSTRAP, seed: int = FIT_SEED
+) -> RolloutsLaw:
     """The optimal-n law of a study's fitted runs; Refusal when they do not vary rollouts or have no frontier."""
     from rlscale.fitting.laws.optimal_n import fit_optimal_rollouts
 
@@ -102,36 +112,26 @@ def rollouts_law(study: str, curves: pd.DataFrame, draws: dict, *, bootstrap: in
         raise Refusal(Reason("no_frontier", {"error": str(err)})) from None
 
 
-def recommend_from_frames(
-    typed,
-    study: str,
-    runs: pd.DataFrame,
-    records: pd.DataFrame,
-    curves: pd.DataFrame,
-    draws: dict,
-    budget: float,
-    *,
-    profile: str | None = None,
-    bootstrap: int = 100,
-    seed: int = 0,
-    law: RolloutsLaw | None = None,
-) -> Recommendation:
-    """The Recommendation for `budget` from a study's frames and fits (fitting.curves.run_curves); its predicted
-    reward is the chosen run's predicted mean over the last 10% of the budget with its prediction interval
-    (laws.predict) where the run has the evaluations for one. law: the study's optimal-n law when already fitted.
-    Refusal when the evidence is not enough."""
+def recommend_for(fits: StudyFits, budget: float, law: RolloutsLaw, *, profile: str | None = None) -> Recommendation:
+    """The Recommendation for `budget` from a study's fit of record and its optimal-n law; its predicted reward is the
+    chosen run's predicted mean over the last 10% of the budget with its prediction interval (fitting.laws.predict)
+    where the run has the evaluations for one. Refusal when the evidence is not enough."""
     from rlscale.fitting.laws.predict import predict_stored_run
 
-    law = law or rollouts_law(study, curves, draws, bootstrap=bootstrap, seed=seed)
-    steps_for, cost_how = steps_model(typed, records, runs, profile=profile)
-    rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=draws, allow_constant_n=True)
-    measured = measured_steps(records, rec.predicted_from, compute_column(typed), rec.budget)
+    curves, records = fits.curves, fits.records
+    steps_for, cost_how = steps_model(fits.spec, records, fits.runs, profile=profile)
+    rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=fits.draws, allow_constant_n=True)
+    measured = measured_steps(records, rec.predicted_from, fits.compute_col, rec.budget)
     if rec.basis.code == "within_data" and measured is not None:  # the run itself trained this B_p, n to here
         rec = replace(rec, steps=measured)
         cost_how = Reason("steps_measured", {"run": rec.predicted_from, "steps": measured})
     chosen = curves[curves["run"] == rec.predicted_from]
-    p = None if chosen.empty else predict_stored_run(records, chosen.iloc[0], compute_column(typed), rec.budget)
-    notes = [Reason("cost_model", {"unit": study_unit(typed), "how": cost_how})]
+    p = (
+        None
+        if chosen.empty
+        else predict_stored_run(records, chosen.iloc[0], fits.compute_col, rec.budget, reward_col=fits.metric)
+    )
+    notes = [Reason("cost_model", {"unit": fits.unit, "how": cost_how})]
     if p is not None:
         rec = replace(rec, predicted_reward=p.predicted, predicted_interval=(p.lo, p.hi), predicted_level=p.level)
         notes.insert(0, Reason("prediction_interval", {"level": p.level}))
@@ -157,13 +157,16 @@ def varies_rollouts(typed, runs: pd.DataFrame) -> bool:
 @dataclass
 class Decision:
     """What a study decided and what it should run next. kind: "allocation" (a study over rollouts: B_p, n, M) or
-    "best_run" (any other study: its best run at the compute every finished run reached). Compute in `unit`.
+    "best_run" (any other study: its best run at the budget). Compute in `unit`.
 
-    recommendation: the allocation, or None with `refusal` (the reasons) when the evidence is not enough;
-    standing: the runs at the compute every finished run reached (`compute`), the best and those within the noise
-    band, as the variants table and the frontier read them; next_allocation: the extension that would identify the
-    fits and the law (None when nothing is left to identify, or the law decides); export_format: the study's own
-    framework; recipe: the recipe to run (the study's base with the recommended B_p, n, M) as JSON."""
+    budget: the compute decided for (the value that reproduces this decision); compute: the compute every finished
+    run reached. recommendation: the allocation, or None with `refusal` (the reasons) when the evidence is not enough;
+    best: for a best_run study, why its best run is best (a Reason, fitting.rules.best_run); standing: the runs at
+    `compute`, the best and those within the noise band, as the variants table and the frontier read them; law: the
+    optimal-n law when one was fitted; next_allocation: the extension that would identify the fits and the law (None
+    when nothing is left to identify, or the law decides); export_format: the study's own framework; recipe: the
+    recipe to run (the study's base with the recommended B_p, n, M, or the best run's own) as JSON; prediction: the
+    best run's reward at the budget with its interval (fitting.laws.predict.Prediction), where it has one."""
 
     study: str
     kind: str
@@ -173,36 +176,28 @@ class Decision:
     export_format: str
     recommendation: Recommendation | None = None
     refusal: tuple = ()
+    best: Reason | None = None
     standing: Standing | None = None
+    law: RolloutsLaw | None = None
     next_allocation: NextAllocation | None = None
     recipe: dict | None = None
+    prediction: object = None
     extend: float = 1.0  # the study's current extension of its planned compute (the next command multiplies it)
 
     @property
+    def decided(self) -> bool:
+        """Whether the study decided at its budget: an allocation, or a best run."""
+        return self.recommendation is not None or self.best is not None
+
+    @property
     def best_run(self) -> str | None:
-        """The run the decision rests on: the recommendation's, else the standing's best."""
+        """The run the decision rests on: the recommendation's, else the best run's."""
         if self.recommendation is not None:
             return self.recommendation.predicted_from
-        return self.standing.best["run"] if self.standing is not None and self.kind == "best_run" else None
+        return self.best["run"] if self.best is not None else None
 
-    def commands(self, *, study_file=None, db: str | None = None) -> dict:
-        """{"export", "evidence", "extend"}: the command lines that export the recipe, show the evidence and run the
-        next allocation (None where there is none). study_file: the study's YAML (STUDY.yaml when unknown)."""
-        flag = f" --db {shlex.quote(db)}" if db else ""
-        name = shlex.quote(self.study)
-        budget = f" --budget {self.budget:.4g}" if self.kind == "allocation" else f" --budget {self.compute:.4g}"
-        export = evidence = None
-        if self.recommendation is not None or (self.kind == "best_run" and self.standing is not None):
-            export = f"rlscale export --format {self.export_format} --study {name}{budget}{flag}"
-        if self.recommendation is not None:
-            evidence = f"rlscale recommend --study {name}{budget}{flag}"
-        extend = None
-        if self.next_allocation is not None:
-            extend = extend_command(study_file or "STUDY.yaml", db, self.extend * self.next_allocation.factor)
-        return {"export": export, "evidence": evidence, "extend": extend}
-
-    def to_dict(self, *, study_file=None, db: str | None = None) -> dict:
-        """JSON-ready: every field, the refusal as {refused, reasons}, and the commands."""
+    def to_dict(self) -> dict:
+        """JSON-ready: every field, the refusal as {refused, reasons}."""
         return {
             "study": self.study,
             "kind": self.kind,
@@ -210,71 +205,48 @@ class Decision:
             "budget": self.budget,
             "compute": self.compute,
             "export_format": self.export_format,
+            "decided": self.decided,
             "best_run": self.best_run,
+            "best": self.best.to_dict() if self.best else None,
             "recommendation": self.recommendation.to_dict() if self.recommendation else None,
             "refusal": Refusal(*self.refusal).to_dict() if self.refusal else None,
             "standing": self.standing.to_dict() if self.standing else None,
+            "law": self.law.to_dict() if self.law else None,
             "next_allocation": self.next_allocation.to_dict() if self.next_allocation else None,
             "recipe": self.recipe,
-            "commands": self.commands(study_file=study_file, db=db),
+            "prediction": self.prediction.to_dict() if self.prediction is not None else None,
+            "extend": self.extend,
         }
 
 
-def extend_command(study_file, db: str | None, factor: float) -> str:
-    """The sweep command that extends every run of the study to `factor` times its planned compute."""
-    flag = f" --db {shlex.quote(db)}" if db else ""
-    return f"rlscale sweep {shlex.quote(str(study_file))} --extend {factor:.3g}{flag}"
-
-
 def decide(
-    typed,
-    study: str,
-    runs: pd.DataFrame,
-    records: pd.DataFrame,
-    curves: pd.DataFrame,
-    draws: dict,
-    *,
-    budget: float | None = None,
-    profile: str | None = None,
-    bootstrap: int = 100,
-    seed: int = 0,
-    extend: float = 1.0,
-    law: RolloutsLaw | None = None,
+    fits: StudyFits, *, budget: float | None = None, profile: str | None = None, extend: float = 1.0
 ) -> Decision:
-    """The Decision of a study from its frames (the store's runs and records) and fits (fitting.curves.run_curves):
-    at `budget` (default: fitting.rules.allocation.decision_budget), in the study's unit. extend: the study's current
-    extension factor (the next allocation's command multiplies it); law: its optimal-n law when already fitted."""
-    budget = decision_budget(typed, runs, records) if budget is None else float(budget)
+    """The Decision of a study from its fit of record, at `budget` (default: fitting.rules.allocation.decision_budget
+    for a study over rollouts, the compute every finished run reached for any other), in the study's unit. extend:
+    the study's current extension factor (the next allocation's command multiplies it)."""
+    curves, runs, typed = fits.curves, fits.runs, fits.spec
     compute = reach_of_finished(curves)
     kind = "allocation" if varies_rollouts(typed, runs) else "best_run"
+    if budget is None:
+        budget = decision_budget(typed, runs, fits.records) if kind == "allocation" else compute
+    budget = float(budget)
     read = decision_runs(curves) if kind == "allocation" else read_runs(curves)
-    standing = standing_at(read, compute) if compute > 0 else None
     decision = Decision(
-        study=study,
+        study=fits.study,
         kind=kind,
-        unit=study_unit(typed),
+        unit=fits.unit,
         budget=budget,
         compute=compute,
         export_format=export_format(typed),
-        standing=standing,
+        standing=standing_at(read, compute) if compute > 0 else None,
         extend=extend,
     )
     law_identified = None  # no law to fit: the study does not vary rollouts
     if kind == "allocation" and budget > 0:
         try:
-            rec = recommend_from_frames(
-                typed,
-                study,
-                runs,
-                records,
-                curves,
-                draws,
-                budget,
-                profile=profile,
-                bootstrap=bootstrap,
-                seed=seed,
-                law=law,
-            )
+            decision.law = rollouts_law(fits.study, curves, fits.draws)
+            rec = recommend_for(fits, budget, decision.law, profile=profile)
         except Refusal as refusal:
             decision.refusal = refusal.reasons
             law_identified = _law_identified(refusal.codes)
@@ -282,10 +254,34 @@ def decide(
             decision.recommendation = rec
             decision.recipe = recommended_recipe(typed, rec).to_json()
             law_identified = rec.law_identified
+    elif kind == "best_run" and budget > 0:
+        _decide_best_run(decision, fits)
     if decision.recommendation is None or not decision.recommendation.law_identified:
         # with no law, a decision holds at the sweep's compute only: say what would extend it
         decision.next_allocation = next_allocation(curves[curves["status"] == "done"], law_identified)
     return decision
+
+
+def _decide_best_run(decision: Decision, fits: StudyFits) -> None:
+    """The best run at the decision's budget, its own recipe and its predicted reward there, into `decision`."""
+    from rlscale.fitting.laws.predict import predict_stored_run
+
+    try:
+        chosen, decision.best = best_run(fits.curves, decision.budget)
+    except Refusal as refusal:
+        decision.refusal = refusal.reasons
+        return
+    config = None
+    if "run_id" in fits.runs.columns:
+        config = fits.runs.loc[fits.runs["run_id"] == chosen["run_id"], "config"].iloc[0]
+    base = _base_recipe(fits.spec).to_json() if fits.spec is not None else {}
+    try:
+        decision.recipe = run_recipe(base, config).to_json()
+    except ValueError as err:  # an imported run whose config makes no recipe: the decision stands, with no recipe
+        decision.refusal = (Reason("no_recipe", {"run": str(chosen["run"]), "error": str(err).splitlines()[0]}),)
+    decision.prediction = predict_stored_run(
+        fits.records, chosen, fits.compute_col, decision.budget, reward_col=fits.metric
+    )
 
 
 def _law_identified(codes: list[str]) -> bool | None:

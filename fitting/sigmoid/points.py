@@ -12,12 +12,27 @@ def fits_record_breaking(study) -> bool:
     return study is not None and study.fits_record_breaking
 
 
-def fitted_points_label(record_breaking: bool) -> str:
+BIN_WIDTH = 0.01  # IsoCompute's reward bins, for pass rates in [0, 1]
+MIN_BINS = 20  # a study whose rewards span less than MIN_BINS x BIN_WIDTH gets bins this many to its spread
+
+
+def record_bin_width(rewards) -> float:
+    """The reward bin width of a study's record-breaking points: BIN_WIDTH, or its rewards' spread over MIN_BINS
+    when that is narrower (a reward scale far below pass rates would otherwise keep one point a run)."""
+    values = np.asarray(rewards, dtype=float)
+    values = values[np.isfinite(values)]
+    spread = float(values.max() - values.min()) if values.size else 0.0
+    return min(BIN_WIDTH, spread / MIN_BINS) if spread > 0 else BIN_WIDTH
+
+
+def fitted_points_label(record_breaking: bool, bin_width: float = BIN_WIDTH) -> str:
     """The points a run's fit used, in words, for titles and reports."""
-    return "record-breaking points" if record_breaking else "every evaluation"
+    if not record_breaking:
+        return "every evaluation"
+    return "record-breaking points" + ("" if bin_width == BIN_WIDTH else f" (reward bins of {bin_width:.3g})")
 
 
-def record_breaking_points(compute, reward, bin_width: float = 0.01) -> np.ndarray:
+def record_breaking_points(compute, reward, bin_width: float = BIN_WIDTH) -> np.ndarray:
     """Indices (into the inputs) of the points that set a new reward record, in compute order.
 
     Points are sorted by compute (ties keep their input order); reward is bucketed into bins of

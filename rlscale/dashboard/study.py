@@ -210,15 +210,15 @@ def study_decision(store, study: str, typed, *, db: str | None = None) -> dict |
     None before any run is evaluated. The one place the dashboard asks fitting for a decision: fitting.rules.decision's
     Decision, worded by rlscale.views.wording as in the terminal."""
     from rlscale.fitting.stored import study_decision as decide
-    from rlscale.views.wording import decision_lines
+    from rlscale.views.wording import decision_commands, decision_lines
 
     decision = decide(store, study, extend=getattr(typed, "extend", 1.0))
     if decision is None:
         return None
-    lines = decision_lines(decision, decision.commands(db=db))
+    lines = decision_lines(decision, decision_commands(decision, db=db))
     recipe = yaml.safe_dump(decision.recipe, sort_keys=False).strip() if decision.recipe else None
     return {
-        "verdict": "decided" if lines and lines[0].startswith("decided") else "not yet",
+        "verdict": "decided" if decision.decided else "not yet",
         "lines": lines,
         "recipe": recipe,
     }

@@ -91,7 +91,7 @@ def report_page(report, sections: list[tuple]) -> StudyPage:
     if report.decision_lines:
         recipe = getattr(report.decision, "recipe", None)
         decision = {
-            "verdict": "decided" if report.decision_lines[0].startswith("decided") else "not yet",
+            "verdict": "decided" if report.decision is not None and report.decision.decided else "not yet",
             "lines": list(report.decision_lines),
             "recipe": yaml.safe_dump(recipe, sort_keys=False).strip() if recipe else None,
         }

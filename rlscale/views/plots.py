@@ -8,7 +8,7 @@ import pandas as pd
 
 from rlscale.fitting.curves import unit_label
 from rlscale.fitting.sigmoid.curve import sigmoid
-from rlscale.fitting.sigmoid.points import record_breaking_points
+from rlscale.fitting.sigmoid.points import BIN_WIDTH, record_breaking_points
 from rlscale.views.wording import reason_text
 
 
@@ -23,6 +23,7 @@ def plot_study(
     title=None,
     extrapolate_to=None,
     record_breaking=False,
+    bin_width=BIN_WIDTH,
 ) -> Path:
     """Path of the written PNG: per run, points (filled: those the fit used, the record breakers when
     `record_breaking`, else every one), the fitted curve (solid over the
@@ -51,7 +52,7 @@ def plot_study(
         shown = compute > 0  # log axis
         if record_breaking:  # hollow: the points the fit left out
             ax.scatter(compute[shown], reward[shown], s=10, facecolors="none", edgecolors=color, alpha=0.5, lw=0.8)
-        best = record_breaking_points(compute[shown], reward[shown]) if record_breaking else slice(None)
+        best = record_breaking_points(compute[shown], reward[shown], bin_width) if record_breaking else slice(None)
         ax.scatter(compute[shown][best], reward[shown][best], s=16, color=color)
         fit = fit_by_run.get(run)
         label = plot_text(run)

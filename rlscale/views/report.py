@@ -14,12 +14,13 @@ import pandas as pd
 
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.fitting.backtest import backtest_table
-from rlscale.fitting.curves import UNIT_LABELS, compute_column, run_curves, study_unit
+from rlscale.fitting.curves import UNIT_LABELS, run_curves
+from rlscale.fitting.laws.optimal_n import frontier_segments
 from rlscale.fitting.rules.compare import compare_variants
 from rlscale.fitting.rules.standing import beyond_noise
-from rlscale.fitting.sigmoid.points import fits_record_breaking, fitted_points_label
+from rlscale.fitting.sigmoid.points import fitted_points_label
 from rlscale.fitting.sigmoid.runs import run_labels, variant_names
-from rlscale.views.plots import linearised, plot_frontier, plot_linearised
+from rlscale.views.plots import linearised, plot_frontier, plot_linearised, plot_study
 from rlscale.views.report_text import fit_cells, loo_cells, render_html, render_markdown
 
 # Also imported from here: the plots and table cells the report is made of.
@@ -162,66 +163,40 @@ class Report:
 
 
 def build_report(
-    stored,
-    runs: pd.DataFrame,
-    records: pd.DataFrame,
+    fits,
+    decision,
     out_dir,
     *,
-    study: str,
     bootstrap: int = 200,
     seed: int = 0,
     target: float | None = None,
     study_file=None,
     db: str | None = None,
-    extend: float | None = None,
 ) -> Report:
-    """Fit, decide, plot and write report.md, *.png and report.html into out_dir; returns the Report. `stored`: the
-    study (rlscale.planner.study.Study), or None for one imported without a spec (a grid of runs, on val_reward).
-    target: the reward whose compute each run is asked for (default: the best run's fitted reward at the decision's
-    compute). study_file, db: what the decision's commands name; extend: the study's extension of its planned
-    compute (default: the stored study's)."""
-    from rlscale.views.plots import plot_study
-
+    """Plot and write report.md, *.png and report.html into out_dir from a study's fit of record (fitting.curves.
+    StudyFits) and its one Decision; returns the Report. bootstrap, seed: the backtest's and the leave-one-out
+    table's (the per-run fits and the decision are the fit of record's). target: the reward whose compute each run is
+    asked for (default: the best run's fitted reward at the decision's compute)."""
+    stored, study, runs, records, curves = fits.spec, fits.study, fits.runs.copy(), fits.records, fits.curves
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     method = stored.method if stored is not None else "grid"
-    compute_col = compute_column(stored)
-    metric = stored.metric if stored is not None else "val_reward"
-    raw = records
-    records = records[pd.to_numeric(records[metric], errors="coerce").notna()].copy()
-    runs = runs.copy()
+    compute_col, metric = fits.compute_col, fits.metric
     runs["label"] = run_labels(runs)
     runs["variant"] = variant_names(runs)
-    records["run"] = records["run_id"].map(dict(zip(runs["run_id"], runs["label"])))
     report = Report(
         study=study,
         method=method,
         description=stored.description if stored is not None else "",
-        unit=study_unit(stored),
-        fits=[],
+        unit=fits.unit,
+        fits=fit_rows(curves),
+        fitted_on=fitted_points_label(fits.record_breaking, fits.bin_width),
     )
-    if records.empty:
-        report.notes.append("no evaluated records yet: nothing to fit")
-        return write_report(report, out)
-
-    # the study's fit.points: IsoCompute fits the running frontier (record-breaking points), ScaleRL every evaluation
-    record_breaking = fits_record_breaking(stored)
-    report.fitted_on = fitted_points_label(record_breaking)
-    curves, draws = run_curves(
-        records,
-        runs.drop(columns=["label", "variant"]),
-        compute_col=compute_col,
-        reward_col=metric,
-        record_breaking=record_breaking,
-        bootstrap=bootstrap,
-        seed=seed,
-    )
-    report.fits = fit_rows(curves)
-    law = _law(report, curves, draws, bootstrap, seed)
-    if extend is None:
-        extend = getattr(stored, "extend", None) or 1.0
-    _decide(report, stored, runs, raw, curves, draws, law, bootstrap, seed, (study_file, db, extend))
-    _targets(report, curves, draws, target)
+    law = decision.law
+    if law is not None:
+        report.law = {**law.to_dict(), "frontier": frontier_segments(law.frontier)}
+    _decide(report, decision, study_file, db)
+    _targets(report, curves, fits.draws, target)
     if method != "loo":  # the leave-one-out table pools each variant's seeds itself
         report.comparison = compare_variants(
             curves,
@@ -241,7 +216,8 @@ def build_report(
         run_col="run",
         compute_col=compute_col,
         reward_col=metric,
-        record_breaking=record_breaking,
+        record_breaking=fits.record_breaking,
+        bin_width=fits.bin_width,
         title=f"{study}: reward vs compute, fitted sigmoids (dashed: extrapolation, band: 95% interval on A)",
     )
     linear_from = (records, curves)
@@ -251,13 +227,15 @@ def build_report(
         *linear_from, out / "linearised.png", compute_col=compute_col, reward_col=metric
     )
     if law is not None:
-        standing = report.decision.standing if report.decision is not None else None
+        standing = decision.standing
         report.plots["optimal_n"] = plot_frontier(
             law,
             out / "optimal_n.png",
             compute_col=compute_col,
             standing=standing if standing and standing.best_rollouts else None,
         )
+    elif decision.refusal and decision.refusal[0].code == "no_frontier":
+        report.notes.append(f"no optimal-n law: {decision.refusal[0]['error']}")
     if stored is not None and stored.models:
         _add_size_law(report, stored, runs, records, compute_col, metric, bootstrap, seed)
     unidentified = [row["run"] for row in report.fits if not row["identified"]]
@@ -269,43 +247,12 @@ def build_report(
     return write_report(report, out)
 
 
-def _law(report: Report, curves: pd.DataFrame, draws: dict, bootstrap: int, seed: int):
-    """The optimal-n law of a study whose fitted runs try two or more rollouts values (report.law, with the frontier
-    as segments); None otherwise, with a note when it cannot be fitted."""
-    from rlscale.fitting.laws.optimal_n import fit_optimal_rollouts, frontier_segments
+def _decide(report: Report, decision, study_file, db) -> None:
+    """The study's one Decision into the report, with its words and commands."""
+    from rlscale.views.wording import decision_commands, decision_lines
 
-    usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1) & curves["rollouts"].notna()]
-    if usable["rollouts"].nunique() < 2:
-        return None
-    try:
-        law = fit_optimal_rollouts(usable, draws=draws, bootstrap=min(bootstrap, 100), seed=seed)
-    except ValueError as err:  # e.g. every run stopped before its inflection
-        report.notes.append(f"no optimal-n law: {err}")
-        return None
-    report.law = {**law.to_dict(), "frontier": frontier_segments(law.frontier)}
-    return law
-
-
-def _decide(report: Report, stored, runs, records, curves, draws, law, bootstrap, seed, context) -> None:
-    """The study's Decision into the report, with its words and commands; context: (study_file, db, extend)."""
-    from rlscale.fitting.rules.decision import decide
-    from rlscale.views.wording import decision_lines
-
-    study_file, db, extend = context
-    decision = decide(
-        stored,
-        report.study,
-        runs.drop(columns=["label", "variant"]),
-        records,
-        curves,
-        draws,
-        bootstrap=min(bootstrap, 100),
-        seed=seed,
-        law=law,
-        extend=extend,
-    )
     report.decision = decision
-    report.commands = decision.commands(study_file=study_file, db=db)
+    report.commands = decision_commands(decision, study_file=study_file, db=db)
     report.decision_lines = decision_lines(decision, report.commands)
     if report.law is not None and decision.standing is not None:
         report.law["at_compute"] = {
@@ -420,19 +367,33 @@ def study_report(
     db: str | None = None,
     extend: float | None = None,
 ) -> Report:
-    """The report of a stored study, written into out_dir (see build_report)."""
-    from rlscale.planner.study import stored_study
+    """The report of a stored study, written into out_dir (see build_report): its fit of record and its one Decision
+    (fitting.stored.study_decision's); a study with no evaluated record yet gets a report that says so."""
+    from rlscale.fitting.rules.decision import decide
+    from rlscale.fitting.rules.reasons import Refusal
+    from rlscale.fitting.stored import study_fits
 
+    try:
+        fits = study_fits(store, study)
+    except Refusal:
+        from rlscale.fitting.curves import study_unit
+        from rlscale.planner.study import stored_study
+
+        typed = stored_study(store, study)
+        report = Report(
+            study=study,
+            method=typed.method if typed is not None else "grid",
+            description=typed.description if typed is not None else "",
+            unit=study_unit(typed),
+            fits=[],
+        )
+        report.notes.append("no evaluated records yet: nothing to fit")
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        return write_report(report, out)
+    if extend is None:
+        extend = getattr(fits.spec, "extend", None) or 1.0
+    decision = decide(fits, extend=extend)
     return build_report(
-        stored_study(store, study),
-        store.runs_frame(study),
-        store.records_frame(study),
-        out_dir,
-        study=study,
-        bootstrap=bootstrap,
-        seed=seed,
-        target=target,
-        study_file=study_file,
-        db=db,
-        extend=extend,
+        fits, decision, out_dir, bootstrap=bootstrap, seed=seed, target=target, study_file=study_file, db=db
     )

@@ -2,6 +2,7 @@
 words. The command line, report.md and the dashboard render through here; tests assert codes and numbers instead."""
 
 import math
+import shlex
 
 from rlscale.fitting.rules.reasons import Reason
 
@@ -9,6 +10,11 @@ from rlscale.fitting.rules.reasons import Reason
 def _runs(items) -> str:
     # "a (why), b (why)"
     return ", ".join(f"{item['run']} ({item['why']})" for item in items)
+
+
+def _runs_why(runs) -> str:
+    """ " (run: why; ...)" for a list of {run, why}; "" for none."""
+    return f" ({'; '.join(str(r['run']) + ': ' + str(r['why']) for r in runs)})" if runs else ""
 
 
 def _band(v) -> str:
@@ -121,7 +127,16 @@ _TEXT = {
         f"the optimal-n law cannot be fitted: {v['error']} (have the runs passed their inflection?)"
     ),
     "law_not_identified": lambda v: f"the optimal-n law is not identified: {reason_text(v['law'])}",
-    "no_trusted_run": lambda v: "no run has an identified fit that trained stably",
+    "no_trusted_run": lambda v: "no run has an identified fit that trained stably" + _runs_why(v.get("runs")),
+    "best_within_data": lambda v: (
+        f"the highest fitted reward at {v['compute']:.4g}, inside every run's data: {v['reward']:.3f} (A "
+        f"{v['A']:.3f}; {v['runs']} runs compared)"
+    ),
+    "best_predicted": lambda v: (
+        f"the highest predicted reward at {v['compute']:.4g}: {v['reward']:.3f} (A {v['A']:.3f} "
+        f"[{v['A_lo']:.3f}, {v['A_hi']:.3f}]; {v['runs']} identified, stable runs compared)"
+    ),
+    "no_recipe": lambda v: f"run {v['run']}'s config is not a valid recipe ({v['error']})",
     "unidentified_run_ahead": lambda v: (
         f"run {v['run']} (not identified: {_fit_reason(v)}) fits {v['reward']:.3f} at {v['compute']:.3g}, "
         f"{v['noise_band']:g} or more above the best identified run {v['best_run']} ({v['best_reward']:.3f})"
@@ -193,14 +208,15 @@ _TEXT = {
 
 
 def reason_text(reason) -> str:
-    """The English of one Reason, or of its dict form {code, values}; an unknown code is shown as the code and its
+    """The English of one Reason, or of its JSON form {code, values}; an unknown code is shown as the code and its
     values."""
-    if not isinstance(reason, Reason):
-        reason = Reason(reason["code"], reason.get("values", {}))
-    render = _TEXT.get(reason.code)
-    if render is None:
-        return f"{reason.code} {reason.values}"
-    return render(reason.values)
+    if isinstance(reason, Reason):
+        render = _TEXT.get(reason.code)
+        return f"{reason.code} {reason.values}" if render is None else render(reason.values)
+    try:
+        return reason_text(Reason(reason["code"], reason.get("values", {})))
+    except (TypeError, ValueError):  # a number JSON turned into null: worded as nan, as the Reason itself is
+        return reason_text(Reason(reason["code"], _nan_for_none(reason.get("values", {}))))
 
 
 _SIZE_CODES = ("no_model_axis", "size_law_not_fitted", "size_not_learning", "size_budget_past_data")
@@ -226,10 +242,7 @@ def with_words(payload):
         return payload
     out = {key: with_words(value) for key, value in payload.items()}
     if set(payload) == {"code", "values"} and isinstance(payload["code"], str):
-        try:
-            out["text"] = reason_text(payload)
-        except (TypeError, ValueError):  # a number JSON turned into null: worded as nan, as the Reason itself is
-            out["text"] = reason_text(Reason(payload["code"], _nan_for_none(payload["values"])))
+        out["text"] = reason_text(payload)
     if "basis" in payload and "reasons" in payload and "notes" not in payload:
         law = [r for r in payload["reasons"] if r["code"] == "law_not_identified"]
         rest = [r for r in payload["reasons"] if r["code"] != "law_not_identified"]
@@ -300,6 +313,64 @@ def standing_line(standing) -> str:
     return f"best at {standing.compute:.4g} ({standing.measure}): {best['run']} {best['reward']:.3f}{others}{ended}"
 
 
+def budget_text(budget: float) -> str:
+    """A budget as a command line carries it: the shortest decimal that reads back as the same number, so the command
+    reproduces the decision it follows (a rounded budget can fall past the compute a run reached)."""
+    text = repr(float(budget))
+    return text.removesuffix(".0")
+
+
+def extend_command(study_file, db: str | None, factor: float) -> str:
+    """The sweep command that extends every run of the study to `factor` times its planned compute."""
+    flag = f" --db {shlex.quote(db)}" if db else ""
+    return f"rlscale sweep {shlex.quote(str(study_file))} --extend {factor:.3g}{flag}"
+
+
+def decision_commands(decision, *, study_file=None, db: str | None = None) -> dict:
+    """{"export", "evidence", "extend"}: the command lines that export the decision's recipe, show its evidence and
+    run its next allocation (None where there is none), each at the decision's exact budget. study_file: the study's
+    YAML (STUDY.yaml when unknown)."""
+    flag = f" --db {shlex.quote(db)}" if db else ""
+    at = f"--study {shlex.quote(decision.study)} --budget {budget_text(decision.budget)}{flag}"
+    exportable = decision.recommendation is not None or decision.recipe is not None
+    export = f"rlscale export --format {decision.export_format} {at}" if exportable else None
+    evidence = f"rlscale recommend {at}" if decision.recommendation is not None else None
+    extend = None
+    if decision.next_allocation is not None:
+        extend = extend_command(study_file or "STUDY.yaml", db, decision.extend * decision.next_allocation.factor)
+    return {"export": export, "evidence": evidence, "extend": extend}
+
+
+def export_header(decision) -> list[str]:
+    """The header of `rlscale export --study`: which decision the recipe carries, and why."""
+    from rlscale.fitting.curves import unit_label
+
+    unit = unit_label(decision.unit)
+    rec = decision.recommendation
+    if rec is not None:
+        lo, hi = rec.predicted_interval
+        how = _HOW.get(rec.basis.code, "from the best fitted runs (no optimal-n law)")
+        return [
+            f"rlscale export: the decision of study {decision.study} for {budget_text(decision.budget)} {unit}",
+            f"B_p {rec.prompts_per_batch}, n {rec.rollouts} ({how}), M {rec.steps} steps; predicted reward "
+            f"{rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] from run {rec.predicted_from}",
+        ]
+    lines = [
+        f"rlscale export: best run of study {decision.study}: {decision.best_run} at "
+        f"{budget_text(decision.budget)} {unit}: {reason_text(decision.best)}",
+        "the run's own recipe: B_p, n and M as it ran",
+    ]
+    p = decision.prediction
+    if p is not None:
+        lines.append(
+            f"reward at {decision.budget:.4g}: {p.predicted:.3f} [{p.lo:.3f}, {p.hi:.3f}] ({p.level:.0%} prediction "
+            "interval of the mean over the last 10% of compute)"
+        )
+    else:
+        lines.append(f"reward at {decision.budget:.4g}: no prediction interval (too few evaluations)")
+    return lines
+
+
 def decision_lines(decision, commands: dict) -> list[str]:
     """A Decision (fitting.rules.decision) as lines, last the one command to run next: plain sentences, "- " bullets and
     command lines ("  rlscale ..."). The terminal wraps them; report.md renders bullets and code."""
@@ -326,16 +397,22 @@ def decision_lines(decision, commands: dict) -> list[str]:
             lines.append(standing_line(rec.standing))
         lines += [f"- {part}" for note in recommendation_notes(rec) for part in clauses(note)]
         lines += ["next: the recipe for your framework:", f"  {commands['export']}"]
+    elif decision.best is not None:
+        lines += [f"decided: the best run, {decision.best_run}: {reason_text(decision.best)}"]
+        if decision.standing is not None:
+            lines.append(standing_line(decision.standing))
+        if decision.prediction is not None:
+            p = decision.prediction
+            lines.append(
+                f"- predicted mean reward over the last 10% of {decision.budget:.4g} {unit}: {p.predicted:.3f} "
+                f"[{p.lo:.3f}, {p.hi:.3f}] ({p.level:.0%} interval)"
+            )
+        lines += [f"- {part}" for reason in decision.refusal for part in clauses(reason_text(reason))]
+        if commands.get("export"):
+            lines += ["next: the best run's recipe for your framework:", f"  {commands['export']}"]
     elif decision.refusal:
         lines.append("not yet: no decision")
         lines += [f"- {part}" for reason in decision.refusal for part in clauses(reason_text(reason))]
-    elif decision.standing is not None:
-        lines += [
-            f"decided: the best run, {decision.best_run}",
-            standing_line(decision.standing),
-            "next: the best run's recipe for your framework:",
-            f"  {commands['export']}",
-        ]
     plan = decision.next_allocation
     if plan is None:
         return lines

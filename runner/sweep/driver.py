@@ -78,7 +78,7 @@ class SweepDriver:
         from rlscale.runner.tracking import make_tracker
 
         self.tracker = make_tracker(getattr(study, "tracking", None), study.name)  # `tracking:` mirrors evaluations
-        self._fit_cache: dict[int, tuple[tuple, object]] = {}  # run_id -> ((evaluations, last step), fit)
+        self._fit_cache: dict[int, tuple] = {}  # run_id -> ((evaluations, last step, bins), fit, largest compute)
 
     # planning -------------------------------------------------------------------------------------
 
@@ -335,54 +335,70 @@ class SweepDriver:
         """One run as the scheduler sees it (its fit refreshed from the store unless given)."""
         if fit is ...:
             fit = self._current_fits(run.run_id).get(run.run_id)
+        cached = self._fit_cache.get(run.run_id)
         return RunProgress(
             key=run.run_id,
             fraction=run.step / run.recipe.steps,
             fit=fit,
             finished=run.status == "done",
             last_reward=run.val_reward,
-            compute=run.gpu_hours,
+            compute=cached[2] if cached is not None else run.gpu_hours,  # in the fit's unit
             stopped=run.status in ("failed", "stopped"),
         )
 
     def _current_fits(self, run_id: int | None = None) -> dict:
-        """run_id -> sigmoid fit (100 bootstrap draws, and the profile bound on A early termination judges by) on the
-        run's evaluations so far, or None if it cannot be fitted; every run's, or only `run_id`'s; a run's fit is
-        reused until it has new evaluations."""
-        records = self.store.records_frame(self.study.name).dropna(subset=["val_reward"])
+        """run_id -> the run's fit of record so far (fitting.curves.fit_of_record: the study's unit, metric and points,
+        with the profile bound on A early termination judges by), or None if it cannot be fitted; every run's, or
+        only `run_id`'s; a run's fit is reused until it has new evaluations."""
+        from rlscale.fitting.sigmoid.points import record_bin_width
+
+        metric = self.study.metric
+        records = self.store.records_frame(self.study.name).dropna(subset=[metric])
+        bin_width = record_bin_width(records[metric])  # the study's reward bins, as its fit of record reads them
         if run_id is not None:
             records = records[records["run_id"] == run_id]
         fits = {}
         with self._fits_lock:
             for key, rows in records.groupby("run_id"):
-                fits[key] = self._cached_fit(key, rows)
+                fits[key] = self._cached_fit(key, rows, bin_width)
         return fits
 
-    def _cached_fit(self, key, rows):
-        """The fit of one run's evaluations `rows`, reused until the run has new ones."""
+    def _cached_fit(self, key, rows, bin_width: float):
+        """The fit of record of one run's evaluations `rows`, reused until the run has new ones; its largest compute
+        (in the study's unit) is kept beside it for the scheduler."""
+        from rlscale.fitting.curves import compute_column, fit_of_record
         from rlscale.fitting.rules.early_stop import UPPER_LEVEL
-        from rlscale.fitting.sigmoid import FitError, fit_sigmoid
+        from rlscale.fitting.sigmoid import FitError
 
-        stamp = (len(rows), int(rows["step"].max()))
+        column = compute_column(self.study)
+        stamp = (len(rows), int(rows["step"].max()), bin_width)
         cached = self._fit_cache.get(key)
         if cached is None or cached[0] != stamp:
+            compute = rows[column].to_numpy(dtype=float, na_value=float("nan"))
             try:
-                fit = fit_sigmoid(
-                    rows["gpu_hours"].to_numpy(), rows["val_reward"].to_numpy(), bootstrap=100, upper_level=UPPER_LEVEL
+                fit = fit_of_record(
+                    compute,
+                    rows[self.study.metric].to_numpy(dtype=float),
+                    record_breaking=self.study.fits_record_breaking,
+                    bin_width=bin_width,
+                    upper_level=UPPER_LEVEL,
                 )
             except FitError:
                 fit = None
-            self._fit_cache[key] = cached = (stamp, fit)
+            self._fit_cache[key] = cached = (stamp, fit, float(rows[column].max()))
         return cached[1]
 
     # fits -----------------------------------------------------------------------------------------
 
     def refit(self) -> None:
-        """Fit every run's curve on its records so far and store the fits."""
-        from rlscale.fitting.stored import fit_study
+        """Store the study's fit of record on its records so far (what its decision reads)."""
+        from rlscale.fitting.rules.reasons import Refusal
+        from rlscale.fitting.stored import store_fits
 
-        if self.store.records_frame(self.study.name)["val_reward"].notna().any():
-            fit_study(self.store, self.study.name)
+        try:
+            store_fits(self.store, self.study.name)
+        except Refusal:  # no run is evaluated yet
+            pass
 
     # the engine -------------------------------------------------------------------------------------
 

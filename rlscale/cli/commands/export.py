@@ -71,38 +71,20 @@ def register(app: typer.Typer) -> None:
             chosen, header = load_recipe(recipe), [f"rlscale export of {recipe}"]
         else:
             from rlscale.db.store import Store
-            from rlscale.fitting.curves import run_geometry
-            from rlscale.fitting.rules.best_run import best_run_recipe
-            from rlscale.fitting.rules.decision import recommended_recipe
-            from rlscale.fitting.rules.reasons import Refusal
-            from rlscale.fitting.stored import pick_study, recommend_study
-            from rlscale.views.wording import refusal_text
+            from rlscale.fitting.stored import pick_study, study_decision
+            from rlscale.planner.recipe import Recipe
+            from rlscale.views.wording import export_header, refusal_text
 
             store = Store(db, create=False)
             name = pick_study(store, study)
-            varies_rollouts = run_geometry(store.runs_frame(name))["rollouts"].nunique() >= 2
-            if budget is not None and varies_rollouts:
-                try:
-                    rec, stored = recommend_study(store, name, budget, profile=profile)
-                except Refusal as refusal:
-                    raise UserError(refusal_text(refusal.reasons), field=f"study {name}") from None
-                check_steps(rec.steps)
-                chosen = recommended_recipe(stored, rec)
-                lo, hi = rec.predicted_interval
-                n_from = (
-                    f"law n* {rec.n_star:.0f}"
-                    if rec.basis.code == "law"
-                    else "from the runs' fits at the budget"
-                    if rec.basis.code == "within_data"
-                    else "no optimal-n law: from the best fitted runs"
-                )
-                header = [
-                    f"rlscale export: recommendation from study {name} for a budget of {budget:g}",
-                    f"B_p {rec.prompts_per_batch}, n {rec.rollouts} ({n_from}), M {rec.steps} steps; predicted "
-                    f"reward {rec.predicted_reward:.3f} [{lo:.3f}, {hi:.3f}] from run {rec.predicted_from}",
-                ]
-            else:
-                chosen, header = best_run_recipe(store, name, budget)
+            decision = study_decision(store, name, budget=budget, profile=profile)
+            if decision is None:
+                raise UserError(f"study {name!r} has no evaluated records yet", field="--study")
+            if decision.recipe is None:
+                raise UserError(refusal_text(decision.refusal), field=f"study {name}")
+            chosen = Recipe.model_validate(decision.recipe)
+            check_steps(chosen.steps)
+            header = export_header(decision)
         text = _user_setup_text(store, name, chosen, fmt, header) if recipe is None else None
         text = text or export_config(chosen, fmt, header=header, deployment=deployment)
         if out is None:

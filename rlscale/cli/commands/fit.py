@@ -11,6 +11,8 @@ from rlscale.cli.options import DbUrl, check_fit_source
 # Keys of `fit --json`, in order (docs/methods.md section 7); scripts rely on them. `noise`: the noise model used.
 JSON_KEYS = ("run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise")
 # Added by --at: the predicted mean reward over the last 10% of compute up to `at` and its prediction interval.
+# `rlscale fit --study` with these shows the study's fit of record (and stores it); other options are shown only
+DEFAULT_OPTIONS = dict(r0=None, min_compute=0.0, noise="auto", bounded=True)
 PREDICTION_KEYS = ("at", "predicted", "predicted_lo", "predicted_hi", "level")
 # Added by --target: the compute at which the run is predicted to reach `target`, its interval at `reach_level`, and
 # reach_code (laws.target): reached, reached_unbounded (no upper end), at_start, not_reached (below A), not_fitted.
@@ -111,6 +113,8 @@ def register(app: typer.Typer) -> None:
         print_fits(fits, title=f"{title}: sigmoid fits (on {fitted_points_label(record_breaking)})")
         if store is not None:
             say(f"saved {len(fits)} fits of study {study!r} to {store.url_for_display}")
+        elif study is not None:
+            say("shown with your options; the store keeps the study's fit of record (the default options)")
         if predictions is not None:
             _print_predictions(predictions)
         if targets is not None:
@@ -137,10 +141,31 @@ def _fit_and_plot(file, study, db, options, plot):
             raise UserError(f"no run could be fitted ({'; '.join(shown[:3])}{more})", file=str(file))
     else:
         from rlscale.db.store import Store
-        from rlscale.fitting.stored import fit_study
+        from rlscale.fitting.stored import store_fits, study_records
 
         store, title = Store(db, create=False), study
-        records, fits, record_breaking = fit_study(store, study, **options)
+        records = study_records(store, study)
+        of_record = store_fits(store, study)
+        record_breaking = of_record.record_breaking
+        fits = of_record.curves
+        if options != DEFAULT_OPTIONS:  # shown with the user's options; the store keeps the study's fit of record
+            from rlscale.fitting.curves import fitted_points
+            from rlscale.fitting.sigmoid.runs import fit_runs
+
+            keep = [
+                group.index[
+                    fitted_points(
+                        group["compute"].to_numpy(float),
+                        group["reward"].to_numpy(float),
+                        record_breaking,
+                        of_record.bin_width,
+                    )
+                ]
+                for _, group in records.groupby("run", sort=False)
+            ]
+            points = records.loc[[index for part in keep for index in part]]
+            fits = fit_runs(points, run_col="run", compute_col="compute", reward_col="reward", **options)
+            store = None
     if plot is not None:
         from rlscale.views.plots import plot_study
 

@@ -18,7 +18,9 @@ def register(app: typer.Typer) -> None:
         profile: str = typer.Option(
             None, "--profile", help=("cost profile for steps (default: calibrated on the study's records)")
         ),
-        bootstrap: int = typer.Option(100, "--bootstrap", min=0, help="bootstrap draws for the intervals"),
+        bootstrap: int = typer.Option(
+            100, "--bootstrap", min=0, help="bootstrap draws for the model-size law's intervals (a `model` axis)"
+        ),
         json_out: bool = typer.Option(False, "--json", help="print JSON"),
     ) -> None:
         """Tune n by the optimal-n law, take the smallest stable B_p within noise of the best, give the rest to M.
@@ -34,8 +36,8 @@ def register(app: typer.Typer) -> None:
         from rlscale.base.names import check_budget, check_steps
         from rlscale.cli.console import print_json
         from rlscale.db.store import Store
-        from rlscale.fitting.rules.reasons import Refusal
-        from rlscale.fitting.stored import pick_study, recommend_size_study, recommend_study, sweeps_models
+        from rlscale.fitting.rules.reasons import Reason, Refusal
+        from rlscale.fitting.stored import pick_study, recommend_size_study, study_decision, sweeps_models
         from rlscale.views.wording import refusal_text
 
         check_budget(budget)
@@ -49,7 +51,14 @@ def register(app: typer.Typer) -> None:
                 else:
                     show_size(choice, name)
                 return
-            rec, _study = recommend_study(store, name, budget, profile=profile, bootstrap=bootstrap)
+            decision = study_decision(store, name, budget=budget, profile=profile)  # the one decision, at this budget
+            if decision is None:
+                raise Refusal(Reason("no_evaluations", {"study": name}))
+            if decision.kind != "allocation":
+                raise Refusal(Reason("one_rollouts_value", {"study": name, "values": 1}))
+            if decision.recommendation is None:
+                raise Refusal(*decision.refusal)
+            rec = decision.recommendation
         except Refusal as refusal:
             if json_out:
                 print_json(

@@ -16,7 +16,13 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(
             None, "--out", help=("directory for report.md, report.html and the PNGs (default: reports/STUDY)")
         ),
-        bootstrap: int = typer.Option(200, "--bootstrap", min=0, help="bootstrap draws for the intervals"),
+        bootstrap: int = typer.Option(
+            200,
+            "--bootstrap",
+            min=0,
+            help="bootstrap draws of the backtest and the leave-one-out table (the fits and the decision are the "
+            "study's fit of record)",
+        ),
         target: float = typer.Option(
             None,
             "--target",

@@ -125,7 +125,7 @@ def register(app: typer.Typer) -> None:
             "recommendation": recommendation.to_dict() if recommendation else None,
             "no_recommendation": refusal,
             "next_allocation": {**allocation.to_dict(), "command": commands["extend"]} if allocation else None,
-            "decision": decision.to_dict(study_file=study_file, db=db) if decision is not None else None,
+            "decision": {**decision.to_dict(), "commands": commands} if decision is not None else None,
         }
         if json_out:
             print_json(payload)

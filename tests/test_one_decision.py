@@ -1,0 +1,94 @@
+"""One decision for every view: on the demo's real sweeps (bench/data/quickstart, stored under the quickstart study's
+spec), the report's decision, `recommend` and `export` at the budget the report prints name the same run and n, and
+every command the report prints as a next step runs (exit 0) on the same store."""
+
+import json
+import shlex
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from rlscale.db.store import Store
+from rlscale.planner.study import load_study, planned_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEPS = sorted((ROOT / "bench" / "data" / "quickstart").glob("sweep*_*.csv"))
+
+
+def store_demo_sweep(url: str, csv: Path) -> str:
+    """The quickstart study with one demo sweep's measured records (run bp16,nN -> the planned point n N)."""
+    study = load_study(ROOT / "studies" / "quickstart.yaml")
+    records = pd.read_csv(csv)
+    with Store(url) as store:
+        store.upsert_study(study.name, study.to_spec())
+        for point in planned_runs(study):
+            run_id = store.ensure_run(study.name, point.name, point.recipe.to_json(), point.seed)
+            mine = records[records["run"] == point.name].sort_values("step")
+            store.add_records(
+                run_id,
+                [
+                    {"step": int(r.step), "gpu_hours": float(r.gpu_hours), "val_reward": float(r.val_reward)}
+                    for r in mine.itertuples()
+                ],
+            )
+            store.set_run_status(run_id, "done")
+    return study.name
+
+
+def printed(command: str) -> list[str]:
+    """A printed `rlscale ...` command as the arguments after `rlscale`."""
+    words = shlex.split(command)
+    assert words[0] == "rlscale"
+    return words[1:]
+
+
+@pytest.mark.parametrize("csv", SWEEPS[:2], ids=lambda path: path.stem)
+def test_report_recommend_and_export_agree_and_every_printed_command_runs(csv, cli, tmp_path):
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    name = store_demo_sweep(url, csv)
+    code, out, err = cli("report", name, "--db", url, "--out", str(tmp_path / "report"), "--json", "--bootstrap", "0")
+    assert code == 0, err
+    decision = json.loads(out)["decision"]
+    rec = decision["recommendation"]
+    assert rec is not None, decision["refusal"]
+    commands = decision["commands"]
+    # the printed budget reproduces the decision: the same float, not a rounding of it
+    assert float(printed(commands["evidence"])[printed(commands["evidence"]).index("--budget") + 1]) == rec["budget"]
+
+    code, out, err = cli(*printed(commands["evidence"]), "--json")
+    assert code == 0, err
+    recommended = json.loads(out)
+    assert (recommended["predicted_from"], recommended["rollouts"]) == (rec["predicted_from"], rec["rollouts"])
+    assert recommended["prompts_per_batch"] == rec["prompts_per_batch"] and recommended["steps"] == rec["steps"]
+
+    code, out, err = cli(*[w if w != "verl" else "yaml" for w in printed(commands["export"])])
+    assert code == 0, err
+    exported = yaml.safe_load(out)
+    assert (exported["rollouts"], exported["prompts_per_batch"], exported["steps"]) == (
+        rec["rollouts"],
+        rec["prompts_per_batch"],
+        rec["steps"],
+    )
+    code, out, err = cli(*printed(commands["export"]))  # and in the study's own framework, as printed
+    assert code == 0, err
+    if commands["extend"]:  # the extension is a sweep: its study file must parse and plan (a dry run)
+        words = printed(commands["extend"])
+        assert words[0] == "sweep" and "--extend" in words
+
+
+def test_the_dashboard_reads_the_same_decision(tmp_path):
+    from rlscale.fitting.stored import study_decision
+
+    from rlscale.dashboard.study import study_decision as page_decision
+
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    name = store_demo_sweep(url, SWEEPS[0])
+    with Store(url) as store:
+        decision = study_decision(store, name)
+        page = page_decision(store, name, load_study(ROOT / "studies" / "quickstart.yaml"))
+    assert page["verdict"] == ("decided" if decision.decided else "not yet")
+    rec = decision.recommendation
+    assert rec is not None
+    assert any(f"B_p {rec.prompts_per_batch}, n {rec.rollouts}," in line for line in page["lines"])
+    assert yaml.safe_load(page["recipe"])["rollouts"] == rec.rollouts
