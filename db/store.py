@@ -188,6 +188,14 @@ class Store:
             run.updated_at = utcnow()
 
     @waits_out_outages
+    def delete_run(self, run_id: int) -> None:
+        """Remove a run with its records and fits (a run its study no longer plans, SweepDriver._drop_superseded)."""
+        with self._writes.begin() as session:
+            for table in (Fit, Record):
+                session.execute(delete(table).where(table.run_id == run_id))
+            session.execute(delete(Run).where(Run.id == run_id))
+
+    @waits_out_outages
     def runs_frame(self, study: str) -> pd.DataFrame:
         """One row per run of `study`: run_id, run, seed, status, error, config (dict), created_at, updated_at."""
         with self._sessions() as session:

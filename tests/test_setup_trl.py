@@ -201,6 +201,25 @@ def test_bad_input_exits_2_naming_the_file_and_the_field_and_stores_nothing(cli,
     assert not db.exists()
 
 
+def test_a_run_that_failed_and_is_rerun_on_an_edited_yaml_is_one_row(tmp_path):
+    from rlscale.planner.study import load_study
+    from rlscale.runner.sweep.driver import SweepDriver
+
+    study, _ = write_setup(tmp_path)
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        first = SweepDriver(load_study(study), store).plan()
+        store.set_run_status(first[0].run_id, "failed", "ImportError: the reward's package")  # n2: no evaluation
+        store.add_records(first[1].run_id, [{"step": 0, "gpu_hours": 0.0, "val_reward": 0.5}])  # n4: one
+        store.set_run_status(first[1].run_id, "failed", "killed")
+        config = yaml.safe_load((tmp_path / "grpo.yaml").read_text())
+        (tmp_path / "grpo.yaml").write_text(yaml.safe_dump({**config, "learning_rate": 1e-5}))  # the user's fix
+        again = SweepDriver(load_study(study), store).plan()
+        runs = store.runs_frame("mine")
+    assert [run.run_id for run in again] != [run.run_id for run in first]  # another config: other runs
+    # the failed n2 left nothing to keep: its retry is its one row; n4's evaluation stays with its own config
+    assert sorted(zip(runs["run"], runs["status"])) == [("n2", "pending"), ("n4", "failed"), ("n4", "pending")]
+
+
 @pytest.mark.parametrize(
     "form", ["directory of split files", "parquet file", "jsonl file", "save_to_disk", "save_to_disk with splits"]
 )

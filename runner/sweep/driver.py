@@ -94,8 +94,22 @@ class SweepDriver:
         for point in planned_runs(self.study):
             name = run_name(point, several_seeds)
             planned[self.store.ensure_run(self.study.name, name, point.recipe.to_json(), point.seed)] = (name, point)
+        self._drop_superseded(planned)
         self.runs = self._load(planned)
         return self.runs
+
+    def _drop_superseded(self, planned: dict) -> None:
+        """Remove the study's earlier runs that a planned run (run_id -> (name, point)) replaces: the same name and
+        seed under another config (the user's files or the study changed since), failed or never started, with no
+        evaluation stored. One row per run, which keeps its own attempt count; a run with evaluations stays."""
+        runs = self.store.runs_frame(self.study.name)
+        records = self.store.records_frame(self.study.name)
+        evaluated = set(records.loc[records["val_reward"].notna(), "run_id"])
+        current = {(name, point.seed) for name, point in planned.values()}
+        for row in runs.itertuples():
+            replaced = row.run_id not in planned and (row.run, row.seed) in current
+            if replaced and row.status in ("failed", "pending") and row.run_id not in evaluated:
+                self.store.delete_run(row.run_id)
 
     def add_run(self, name: str, recipe: Recipe, seed: int, planned_gpu_hours: float) -> RunState:
         """Register one run (idempotent) and load its status and progress from the store."""
