@@ -11,12 +11,12 @@ import time
 import pandas as pd
 import yaml
 
-from rlscale.fitting.curves import fitted, run_curves
+from rlscale.fitting.curves import compute_column, fitted, run_curves, study_unit, unit_label
 from rlscale.fitting.sigmoid.points import fits_record_breaking, fitted_points_label
 from rlscale.fitting.sigmoid.runs import run_labels
 from rlscale.planner.study import stored_study
 from rlscale.runner.sweep.state import planned_gpu_hours, run_states
-from rlscale.views.page import UNIT_LABELS, StudyPage
+from rlscale.views.page import StudyPage
 from rlscale.views.page_charts import color_index, curve_chart, frontier_chart
 
 BOOTSTRAP = 100  # draws per run fit: the band on each curve (as the sweep's own fits)
@@ -57,7 +57,7 @@ class StudyView:
     def _build(self, store) -> StudyPage:
         typed = stored_study(store, self.name)
         runs, records = store.runs_frame(self.name), store.records_frame(self.name)
-        unit = compute_col = _unit(typed)
+        unit, compute_col = study_unit(typed), compute_column(typed)
         metric = typed.metric if typed is not None else "val_reward"
         runs = runs.assign(label=run_labels(runs))
         label_of = dict(zip(runs["run_id"], runs["label"]))
@@ -102,13 +102,13 @@ class StudyView:
             compute_col=compute_col,
             reward_col=metric,
             draws=draws,
-            unit_label=UNIT_LABELS.get(unit, unit),
+            unit_label=unit_label(unit),
             reward_label=metric.replace("_", " "),
         )
         law = self._rollouts_law(curves)
         if law is not None:
             page.law = law.to_dict()
-            page.frontier = frontier_chart(law, unit_label=UNIT_LABELS.get(unit, unit))
+            page.frontier = frontier_chart(law, unit_label=unit_label(unit))
         page.decision = self._cached_decision(store, typed, runs)
         return page
 
@@ -222,8 +222,3 @@ def study_decision(store, study: str, typed, *, db: str | None = None) -> dict |
         "lines": lines,
         "recipe": recipe,
     }
-
-
-def _unit(typed) -> str:
-    """The study's compute unit, which is also its records' column (gpu_hours, rollouts, tokens)."""
-    return typed.compute.unit if typed is not None and typed.compute is not None else "gpu_hours"

@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from rlscale.base.numbers import format_number as _f
+from rlscale.fitting.curves import unit_label
 from rlscale.views.wording import reason_text
 
 ASSET_DIR = Path(__file__).parent / "assets"
@@ -31,7 +32,6 @@ ASSETS = {
 _STYLES = ("uPlot.min.css", "page.css")
 _SCRIPTS = ("uPlot.iife.min.js", "page.js")
 LIVE_SECTIONS = ("decision", "flight", "runs", "law", "stopped")  # what a refresh replaces, besides the charts
-UNIT_LABELS = {"gpu_hours": "GPU-hours", "rollouts": "rollouts", "tokens": "tokens"}
 # runs table: (key, header); a column shows when any row has a value for it
 _TEXT_COLUMNS = ("run", "note", "fit")  # the columns that wrap; numbers and statuses stay whole
 _NUMBER = ' class="num"'
@@ -154,7 +154,7 @@ def render_study_page(page: StudyPage, *, live_url: str | None = None, stamp: st
     """The whole study page. live_url: the dashboard's JSON route to poll (assets linked from `assets_href`);
     None: a static page with every asset inlined (report.html)."""
     sections = live_sections(page)
-    unit = UNIT_LABELS.get(page.unit, page.unit)
+    unit = unit_label(page.unit)
     meta = [
         f"Method: <b>{esc(page.method)}</b>" if page.method else "",
         f"Compute: {esc(unit)}",

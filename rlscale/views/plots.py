@@ -75,7 +75,7 @@ def plot_study(
                 label += " (not identified)"
         ax.plot([], [], color=color, marker="o", label=label)
     ax.set_xscale("log")
-    ax.set_xlabel("GPU-hours" if compute_col == "gpu_hours" else compute_col.replace("_", " "))
+    ax.set_xlabel(unit_label(compute_col))
     ax.set_ylabel(reward_col.replace("_", " "))
     set_title(ax, title or "Reward vs compute: fitted sigmoids (dashed: extrapolation, band: 95% interval on A)")
     ax.grid(True, which="both", alpha=0.25)

@@ -14,7 +14,7 @@ import pandas as pd
 
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.fitting.backtest import backtest_table
-from rlscale.fitting.curves import UNIT_LABELS, run_curves
+from rlscale.fitting.curves import run_curves
 from rlscale.fitting.laws.optimal_n import frontier_segments
 from rlscale.fitting.rules.compare import compare_variants
 from rlscale.fitting.rules.standing import beyond_noise
@@ -37,7 +37,6 @@ __all__ = [
     "render_markdown",
     "study_report",
 ]
-COMPUTE_LABELS = UNIT_LABELS
 
 
 def identified_in_words(row) -> str:
