@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 from early_termination import CHECK_EVERY, N_EVALS, REGIMES, RULE, WITHIN, FitCache, full_grid_best, make_study
-from rlscale.planner.study import load_study, planned_runs
+from rlscale.planner.planning import planned_runs
+from rlscale.planner.study_file import load_study
 from rlscale.runner.sweep.admission import Ledger
 from rlscale.runner.sweep.scheduler import GridSchedule, RungSchedule, RunProgress, run_concurrently
 

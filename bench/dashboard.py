@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from rlscale.db.store import Store  # noqa: E402
 from rlscale.fitting.sigmoid import sigmoid  # noqa: E402
-from rlscale.planner.study import load_study  # noqa: E402
+from rlscale.planner.study_file import load_study  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 EVALUATIONS = 100
@@ -57,7 +57,7 @@ def seed_study(store, tmp: Path, name: str, prompts: list[int], rollouts: list[i
     (tmp / f"{name}.yaml").write_text(yaml.safe_dump(spec))
     study = load_study(tmp / f"{name}.yaml")
     store.upsert_study(name, study.to_spec())
-    from rlscale.planner.study import planned_runs
+    from rlscale.planner.planning import planned_runs
 
     points = planned_runs(study)
     for i, point in enumerate(points):

@@ -83,7 +83,8 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import ray
-    from rlscale.planner.study import load_study, planned_runs
+    from rlscale.planner.planning import planned_runs
+    from rlscale.planner.study_file import load_study
     from rlscale.runner.builtin.accounting import placement
     from rlscale.runner.builtin.local import resolve_model_dir
     from rlscale.runner.rl.tasks import make_task

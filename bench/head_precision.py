@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 def quickstart_rollouts(study_path: str, batches: int, device):
     """(recipe with the study's largest B_p and n, [Rollouts]) sampled by the tiny base policy with its float32 head."""
     import torch
-    from rlscale.planner.study import load_study
+    from rlscale.planner.study_file import load_study
     from rlscale.runner.builtin.local import resolve_model_dir
     from rlscale.runner.rl.advantages import PromptPool
     from rlscale.runner.rl.policy import load_policy

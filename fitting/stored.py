@@ -14,7 +14,7 @@ from rlscale.base.errors import UserError
 def study_fits(store, study: str) -> StudyFits:
     """The fit of record of a stored study: each run on the points its study's `fit.points` names, in its compute
     unit and metric; Refusal (no_evaluations) before any run is evaluated."""
-    from rlscale.planner.study import stored_study
+    from rlscale.planner.study_file import stored_study
 
     typed = stored_study(store, study)
     metric = typed.metric if typed is not None else "val_reward"
@@ -93,7 +93,7 @@ def study_size_law(store, study: str, *, bootstrap: int = 100, seed: int = 0):
     """(the stored Study, SizeLaw) of a study with a `model` axis; Refusal when its sizes cannot be fitted."""
     from rlscale.fitting.laws.model_size import fit_size_law, size_frame
     from rlscale.fitting.sigmoid import FitError
-    from rlscale.planner.study import stored_study
+    from rlscale.planner.study_file import stored_study
 
     typed = stored_study(store, study)
     parameters = model_parameters(typed)
@@ -122,6 +122,6 @@ def recommend_size_study(store, study: str, budget: float, *, bootstrap: int = 1
 
 def sweeps_models(store, study: str) -> bool:
     """Whether stored study `study` has a `model` axis (then recommend names a model size)."""
-    from rlscale.planner.study import stored_study
+    from rlscale.planner.study_file import stored_study
 
     return bool(model_parameters(stored_study(store, study)))

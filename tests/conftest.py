@@ -268,7 +268,7 @@ _spec.loader.exec_module(bench)
 def seed_isocompute(url, name, truth, c_obs, prompts=(16, 32), fit=None):
     """Store a synthetic IsoCompute study (runs and records) and return nothing. fit: the study's `fit` section."""
     from rlscale.db.store import Store
-    from rlscale.planner.study import parse_study
+    from rlscale.planner.study_file import parse_study
 
     runs, records = bench.synthetic_study(truth, c_obs, prompts=prompts)
     spec = parse_study(
@@ -314,7 +314,8 @@ def seed_loo(url: str, sweep_names: bool = False) -> str:
     """Store the runs of studies/scalerl_loo.yaml with synthetic records; returns the study name. sweep_names:
     name the runs as a sweep does (`<variant>/s<seed>`, the study has 3 seeds)."""
     from rlscale.db.store import Store
-    from rlscale.planner.study import load_study, plan_study
+    from rlscale.planner.planning import plan_study
+    from rlscale.planner.study_file import load_study
     from rlscale.runner.sweep.state import run_name
 
     study = load_study(ROOT / "studies" / "scalerl_loo.yaml")
@@ -420,7 +421,7 @@ def python_of(env: str) -> Path:
 TRL_DRIVER = textwrap.dedent("""
     import sys
     from rlscale.db.store import Store
-    from rlscale.planner.study import load_study
+    from rlscale.planner.study_file import load_study
     from rlscale.runner.sweep.driver import SweepDriver
     study_file, url, address, shared = sys.argv[1:]
     options = {"trl": {"shared_dir": shared, "poll_seconds": 0.2}}

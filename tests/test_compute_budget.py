@@ -8,7 +8,7 @@ import yaml
 from rlscale.db.store import Store
 from rlscale.planner.cost import TINY_CPU
 from rlscale.planner.profiles import save_profile
-from rlscale.planner.study import load_study
+from rlscale.planner.study_file import load_study
 from rlscale.runner.sweep.driver import SweepDriver
 
 pytestmark = pytest.mark.slow

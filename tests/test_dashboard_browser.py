@@ -38,7 +38,7 @@ SWEEP = textwrap.dedent("""
     import numpy as np
     from rlscale.db.store import Store
     from rlscale.fitting.sigmoid import sigmoid
-    from rlscale.planner.study import load_study
+    from rlscale.planner.study_file import load_study
     from rlscale.runner.engine import Engine, JobResult
     from rlscale.runner.sweep.driver import SweepDriver
 

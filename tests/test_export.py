@@ -207,7 +207,8 @@ def _seed_study(url: str, study_file: str, asymptotes: dict) -> dict:
     sigmoid to the asymptote its point name maps to. Returns {run name: asymptote}."""
     from rlscale.db.store import Store
     from rlscale.fitting.sigmoid import sigmoid
-    from rlscale.planner.study import load_study, planned_runs
+    from rlscale.planner.planning import planned_runs
+    from rlscale.planner.study_file import load_study
 
     study = load_study(Path(__file__).parents[1] / "studies" / study_file)
     store = Store(url)

@@ -14,7 +14,7 @@ from rlscale.fitting.curves import CURVE_COLUMNS
 from rlscale.fitting.rules.allocation import NextAllocation, next_allocation
 from rlscale.fitting.rules.decision import Decision
 from rlscale.fitting.rules.reasons import Reason
-from rlscale.planner.study import load_study
+from rlscale.planner.study_file import load_study
 from rlscale.runner.engine import Engine, JobResult
 from rlscale.runner.sweep.driver import SweepDriver
 

@@ -80,7 +80,8 @@ def test_trls_schedule_decays_over_the_planned_steps_in_every_segment(tmp_path, 
         monkeypatch.setitem(sys.modules, "vllm", None)
     import torch
     from rlscale.planner.frameworks.setup import setup_plan
-    from rlscale.planner.study import load_study, planned_runs
+    from rlscale.planner.planning import planned_runs
+    from rlscale.planner.study_file import load_study
     from rlscale.runner.jobs_api import RunDir
     from rlscale.runner.trl.job import make_setup_job
     from rlscale.runner.trl.setup_train import trainer_class

@@ -84,7 +84,8 @@ def sizes_study(workdir):
 
 
 def test_a_model_axis_plans_each_size_at_equal_compute_by_its_own_profile(sizes_study):
-    from rlscale.planner.study import load_study, plan_study
+    from rlscale.planner.planning import plan_study
+    from rlscale.planner.study_file import load_study
 
     runs = {run.recipe.model: run for run in plan_study(load_study(sizes_study)).runs}
     assert runs["/m/small"].recipe.steps == 625 and runs["/m/large"].recipe.steps == 78  # 2000 / (64 x cost)
@@ -93,7 +94,8 @@ def test_a_model_axis_plans_each_size_at_equal_compute_by_its_own_profile(sizes_
 
 def _store_runs(study_path, url):
     from rlscale.db.store import Store
-    from rlscale.planner.study import load_study, plan_study
+    from rlscale.planner.planning import plan_study
+    from rlscale.planner.study_file import load_study
 
     study = load_study(study_path)
     store = Store(url)

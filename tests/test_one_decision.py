@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import yaml
 from rlscale.db.store import Store
-from rlscale.planner.study import load_study, planned_runs
+from rlscale.planner.planning import planned_runs
+from rlscale.planner.study_file import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = sorted((ROOT / "bench" / "data" / "quickstart").glob("sweep*_*.csv"))

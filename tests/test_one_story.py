@@ -17,7 +17,7 @@ RUNS = {2: (0.86, 0.004, 1.1 * C), 4: (0.905, 0.005, C), 8: (0.92, 0.008, 2 * C)
 
 def seed_study(url: str) -> None:
     from rlscale.db.store import Store
-    from rlscale.planner.study import parse_study
+    from rlscale.planner.study_file import parse_study
 
     spec = parse_study(
         {

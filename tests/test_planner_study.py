@@ -7,8 +7,10 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rlscale.planner.planning import plan_study, planned_runs
 from rlscale.planner.recipe import Recipe
-from rlscale.planner.study import Study, load_study, parse_study, plan_study, planned_runs
+from rlscale.planner.study import Study
+from rlscale.planner.study_file import load_study, parse_study
 
 from rlscale.base.errors import UserError
 

@@ -45,7 +45,7 @@ RECIPE["async"] = "sync"
 DRIVER = textwrap.dedent("""
     import sys
     from rlscale.db.store import Store
-    from rlscale.planner.study import load_study
+    from rlscale.planner.study_file import load_study
     from rlscale.runner.sweep.driver import SweepDriver
     study_file, url, shared = sys.argv[1:]
     with Store(url) as store:

@@ -7,9 +7,11 @@ import json
 import pytest
 import yaml
 from rlscale.planner.frameworks.setup import parse_override, read_setup, setup_plan
-from rlscale.planner.study import load_study, planned_runs
+from rlscale.planner.planning import planned_runs
 
 # verl's GSM8K GRPO example as its users launch it (examples/grpo_trainer/run_qwen3_4b_fsdp.sh, trimmed)
+from rlscale.planner.study_file import load_study
+
 VERL_ARGS = """# our GSM8K run
 python3 -m verl.trainer.main_ppo \\
     algorithm.adv_estimator=grpo \\

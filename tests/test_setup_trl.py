@@ -96,7 +96,8 @@ def write_setup(
 
 def test_the_dry_run_lists_the_users_files_and_every_key_rlscale_changes(cli, tmp_path):
     import trl
-    from rlscale.planner.study import load_study, planned_runs
+    from rlscale.planner.planning import planned_runs
+    from rlscale.planner.study_file import load_study
 
     study, module = write_setup(tmp_path)
     planned = {run.name: run.recipe.steps for run in planned_runs(load_study(study))}
@@ -202,7 +203,7 @@ def test_bad_input_exits_2_naming_the_file_and_the_field_and_stores_nothing(cli,
 
 
 def test_a_run_that_failed_and_is_rerun_on_an_edited_yaml_is_one_row(tmp_path):
-    from rlscale.planner.study import load_study
+    from rlscale.planner.study_file import load_study
     from rlscale.runner.sweep.driver import SweepDriver
 
     study, _ = write_setup(tmp_path)
@@ -335,9 +336,10 @@ def test_trackers_group_runs_by_study_and_continue_a_run_across_its_jobs(tmp_pat
 def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_to_mlflow(cluster, tmp_path):
     from conftest import TRL_DRIVER, kill_driver_past
     from mlflow import MlflowClient
-    from rlscale.planner.study import load_study, planned_runs
+    from rlscale.planner.planning import planned_runs
 
     # device-hours per run: each of its two jobs starts in 15-50 s (imports, model, first evaluation), counted in it;
+    from rlscale.planner.study_file import load_study
     # 3% of it (4.3 s) is more than the slowest step seen (3.5 s, while the other run ended and the driver refitted)
     study, _ = write_setup(tmp_path, budget=0.04)
     planned = {run.name: run.gpu_hours for run in planned_runs(load_study(study))}

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import spawn, tail
 from rlscale.db.store import Store
-from rlscale.planner.study import load_study
+from rlscale.planner.study_file import load_study
 from rlscale.runner.engine import Engine, JobResult
 from rlscale.runner.sweep.driver import SweepDriver
 

@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 from rlscale.db.store import Store
-from rlscale.planner.study import load_study
+from rlscale.planner.study_file import load_study
 from rlscale.runner.sweep.driver import SweepDriver
 
 

@@ -5,7 +5,7 @@ its tracker run. The engine is conftest's PacedEngine: the test isolates the dri
 import pytest
 import yaml
 from rlscale.db.store import Store
-from rlscale.planner.study import load_study
+from rlscale.planner.study_file import load_study
 from rlscale.runner.sweep.driver import SweepDriver
 
 

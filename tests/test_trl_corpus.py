@@ -45,7 +45,8 @@ def corpus_study(folder: Path, config: Path) -> Path:
 def compose_file(config: Path, folder: Path) -> dict:
     """{"file", "composed": [(recipe, the job's keys)], "refused": the one-line message or None}."""
     from rlscale.planner.frameworks.setup import setup_plan
-    from rlscale.planner.study import load_study, planned_runs
+    from rlscale.planner.planning import planned_runs
+    from rlscale.planner.study_file import load_study
     from rlscale.runner.jobs_api import RunDir
     from rlscale.runner.trl.job import make_setup_job
 

@@ -29,7 +29,8 @@ def test_a_users_trl_yaml_sweeps_to_a_decision_and_the_printed_commands_run(tmp_
     pytest.importorskip("trl")
     pytest.importorskip("trackio")
     pytest.importorskip("math_verify")
-    from rlscale.planner.study import load_study, planned_runs
+    from rlscale.planner.planning import planned_runs
+    from rlscale.planner.study_file import load_study
 
     case = tmp_path / "case"
     shutil.copytree(CASE, case)

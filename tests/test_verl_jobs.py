@@ -101,7 +101,7 @@ DRIVER = textwrap.dedent("""
     # Ctrl-C as a terminal delivers it, even when this suite was started in the background (SIGINT then ignored)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     from rlscale.db.store import Store
-    from rlscale.planner.study import load_study
+    from rlscale.planner.study_file import load_study
     from rlscale.runner.sweep.driver import SweepDriver
     study_file, url, address, shared, tests = sys.argv[1:]
     options = {"verl": {"shared_dir": shared, "python": sys.executable, "module": "verl_standin", "poll_seconds": 0.2,
@@ -192,7 +192,7 @@ def _timeline(cluster, prefix: str) -> list[tuple[float, float, int]]:
 
 
 def test_a_sweep_runs_jobs_concurrently_admitted_by_free_gpus_and_finishes_every_run(cluster, tmp_path):
-    from rlscale.planner.study import load_study
+    from rlscale.planner.study_file import load_study
     from rlscale.runner.sweep.driver import SweepDriver
 
     # six runs of 2 and 4 GPUs on the cluster's 8 logical GPUs

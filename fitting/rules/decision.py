@@ -58,8 +58,8 @@ def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: st
     study's profile (compute.profile, else the default for its model). `study`: a Study, or None for a study imported
     without a spec (then the default profile of the default recipe's model)."""
     from rlscale.planner.cost import DEFAULT_PROFILE, calibrate, step_gpu_hours, steps_within
+    from rlscale.planner.planning import default_profile
     from rlscale.planner.profiles import load_profile
-    from rlscale.planner.study import default_profile
 
     unit = study_unit(study)
     if unit == "rollouts":

@@ -405,7 +405,7 @@ def setup_plan(study) -> SetupPlan | None:
     """The SetupPlan of a study loaded from its file (load_study checked it), or None without a setup."""
     if study.setup is None:
         return None
-    from rlscale.planner.study import planned_runs
+    from rlscale.planner.planning import planned_runs
 
     changed = changed_keys(study, [run.recipe for run in planned_runs(study)])
     block = study.setup

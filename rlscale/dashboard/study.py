@@ -14,7 +14,7 @@ import yaml
 from rlscale.fitting.curves import compute_column, fitted, run_curves, study_unit, unit_label
 from rlscale.fitting.sigmoid.points import fits_record_breaking, fitted_points_label
 from rlscale.fitting.sigmoid.runs import run_labels
-from rlscale.planner.study import stored_study
+from rlscale.planner.study_file import stored_study
 from rlscale.runner.sweep.state import planned_gpu_hours, run_states
 from rlscale.views.page import StudyPage
 from rlscale.views.page_charts import color_index, curve_chart, frontier_chart

@@ -376,7 +376,7 @@ def study_report(
         fits = study_fits(store, study)
     except Refusal:
         from rlscale.fitting.curves import study_unit
-        from rlscale.planner.study import stored_study
+        from rlscale.planner.study_file import stored_study
 
         typed = stored_study(store, study)
         report = Report(

@@ -55,7 +55,7 @@ def _run_trials(driver, search, trials: list[tuple[int, dict]], base: dict, summ
     """Run the trials' runs side by side (admitted by free devices, as a grid sweep's), then tell Optuna each
     trial's objective."""
     import optuna
-    from rlscale.planner.study import trial_recipe
+    from rlscale.planner.planning import trial_recipe
 
     runs = []
     for number, params in trials:

@@ -86,7 +86,7 @@ class SweepDriver:
         """Put every planned point in the store (idempotent) and load each run's status and progress. With the
         study's `extend` above 1, each run's steps and planned compute grow by it and a finished run short of them
         is paused again, to resume from its last checkpoint (its identity, recipe hash and seed, is unchanged)."""
-        from rlscale.planner.study import planned_runs
+        from rlscale.planner.planning import planned_runs
 
         self.store.upsert_study(self.study.name, self.study.to_spec())
         several_seeds = len(self.study.seeds) > 1

@@ -1,6 +1,6 @@
 """`rlscale sweep STUDY --dry-run`: what each planned point would run, without submitting or storing anything."""
 
-from rlscale.planner.study import planned_runs
+from rlscale.planner.planning import planned_runs
 from rlscale.runner.engine import study_engine
 from rlscale.runner.sweep.state import run_name
 

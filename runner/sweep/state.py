@@ -93,6 +93,6 @@ def planned_gpu_hours(study) -> dict[str, float]:
     without a spec has no plan)."""
     if study is None:
         return {}
-    from rlscale.planner.study import planned_runs
+    from rlscale.planner.planning import planned_runs
 
     return {run_name(point, len(study.seeds) > 1): point.gpu_hours for point in planned_runs(study)}

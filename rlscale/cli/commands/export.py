@@ -104,7 +104,7 @@ def _user_setup_text(store, study: str, recipe, fmt: str, header: list[str]) -> 
     """A study that started from the user's own verl or TRL setup, exported to that framework: the user's config with
     the decision applied (planner/frameworks/setup.py); None for any other study or format."""
     from rlscale.planner.frameworks.setup import export_setup, setup_plan
-    from rlscale.planner.study import stored_study
+    from rlscale.planner.study_file import stored_study
 
     typed = stored_study(store, study)
     if typed is None or typed.setup is None or typed.recipe.engine != fmt:

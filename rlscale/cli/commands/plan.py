@@ -111,7 +111,8 @@ def _plan_grid(budget, *, per_run, prompts, rollouts, max_batch, min_steps, prof
 
 
 def _plan_study(path: str, *, profile, as_json, save, db) -> None:
-    from rlscale.planner.study import load_study, plan_study
+    from rlscale.planner.planning import plan_study
+    from rlscale.planner.study_file import load_study
 
     study = load_study(path)
     plan = plan_study(study, profile=profile)
@@ -242,7 +243,7 @@ def _calibrate(study: str, *, db: str | None, as_json: bool) -> None:
     from rlscale.planner.profiles import save_profile
 
     if study.endswith((".yaml", ".yml")) and Path(study).is_file():
-        from rlscale.planner.study import load_study
+        from rlscale.planner.study_file import load_study
 
         study = load_study(study).name
     with Store(db, create=False) as store:

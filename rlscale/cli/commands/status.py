@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
         from rlscale.cli.console import console, print_json
         from rlscale.cli.views import sweep_table
         from rlscale.db.store import Store
-        from rlscale.planner.study import stored_study
+        from rlscale.planner.study_file import stored_study
         from rlscale.runner.sweep.state import planned_gpu_hours, run_states
 
         store = Store(db, create=False)

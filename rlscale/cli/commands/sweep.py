@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         from rlscale.cli.console import console, print_json
         from rlscale.cli.views import SweepView
         from rlscale.db.store import Store
-        from rlscale.planner.study import load_study
+        from rlscale.planner.study_file import load_study
         from rlscale.runner.sweep.driver import SweepDriver
         from rlscale.views.wording import refusal_text
 

@@ -1,0 +1,106 @@
+"""Reading a study: a YAML file (with the user's verl or TRL setup it names) or a spec stored with a study, into a
+checked Study (planner.study). planner.planning turns a Study into runs; reading plans only to check a setup
+study's varied keys against the user's files (planner.frameworks.setup)."""
+
+from pathlib import Path
+
+from pydantic import ValidationError
+from rlscale.planner.loading import load_yaml_mapping, user_error_from_validation
+from rlscale.planner.planning import planned_runs
+from rlscale.planner.recipe import Recipe
+from rlscale.planner.study import FieldProblem, Study
+
+from rlscale.base.errors import UserError
+
+
+def load_study(path: str | Path) -> Study:
+    """The study in a YAML file; UserError naming the file and dotted field path on any problem."""
+    data = load_yaml_mapping(path)
+    data.setdefault("name", Path(path).stem)
+    study = parse_study(data, file=str(path))
+    study._file = str(path)
+    if study.setup is not None:
+        study = _with_setup(study, Path(path).parent)
+    from rlscale.planner.profiles import load_profile
+
+    if study.compute is not None and study.compute.profile is not None:
+        load_profile(study.compute.profile, field="compute.profile", file=str(path))
+    for name, size in study.models.items():
+        load_profile(size.profile, field=f"models.{name}.profile", file=str(path))
+    return study
+
+
+def _with_setup(study: Study, folder: Path) -> Study:
+    """The study with its setup's paths made absolute (from the study file's folder) and its recipe filled in from
+    the user's keys where the study's recipe block does not set a field; UserError for a conflict between the two
+    (planner/frameworks/setup.py)."""
+    from rlscale.planner.frameworks.setup import check_study_setup, recipe_from_setup, setup_key, study_setup
+
+    block = study.setup
+    paths = {
+        key: str((folder / value).resolve())
+        for key in ("config", "overrides_file")
+        if (value := getattr(block, key)) is not None
+    }
+    shown = study.file
+    study = study.model_copy(update={"setup": block.model_copy(update=paths)})
+    study._file = shown
+    setup = study_setup(study)
+    derived = recipe_from_setup(setup)
+    explicit = study.recipe.model_dump(by_alias=True, exclude_unset=True)
+    if study.compute is None and "steps" not in explicit and derived.get("max_steps"):
+        derived["steps"] = derived["max_steps"]
+    derived.pop("max_steps", None)
+    try:
+        Recipe.model_validate(derived)
+    except ValidationError as err:  # a value in the user's file that is not what the key takes: name that file
+        first = err.errors()[0]
+        key = setup_key(setup.framework, str(first["loc"][0]))
+        raise UserError(
+            f"{first['msg']} (got {first.get('input')!r})", file=setup.source.get(key, shown), field=key
+        ) from None
+    for field, value in explicit.items():  # the job runs the user's value: a different one here would never train
+        key = setup_key(setup.framework, field)
+        if field in derived and key != field and repr(derived[field]) != repr(value) and field not in study.parameters:
+            raise UserError(
+                f"{value!r} here, but {key} is {derived[field]!r} in {setup.source[key]}, which the runs train with; "
+                "set it in one place (your file, or an axis of the study)",
+                file=shown,
+                field=f"recipe.{field}",
+            )
+    try:
+        recipe = Recipe.model_validate({**derived, **explicit})
+    except ValidationError as err:
+        raise user_error_from_validation(err, file=shown, prefix="recipe") from None
+    study = study.model_copy(update={"recipe": recipe})
+    study._file = shown
+    check_study_setup(study, [run.recipe for run in planned_runs(study)])
+    return study
+
+
+def parse_study(data: dict, *, file: str) -> Study:
+    """Validate a study mapping; UserError with the field path of the first problem."""
+    try:
+        return Study.model_validate(data, strict=True)  # YAML's scalars as they are: "1_000" is not 1000
+    except ValidationError as err:
+        first = err.errors()[0]
+        problem = first.get("ctx", {}).get("error")
+        if isinstance(problem, FieldProblem):
+            where = ".".join(str(part) for part in (*first["loc"], *problem.path))
+            raise UserError(problem.message, file=file, field=where or None) from None
+        raise user_error_from_validation(err, file=file) from None
+
+
+def study_from_spec(spec: dict, *, name: str) -> Study | None:
+    """The Study a spec stored with study `name` describes (Study.to_spec), or None for an empty spec (a study
+    made by `rlscale import` has none); UserError naming the study and field if the spec does not validate.
+    The one parser of stored specs: status, report, recommend and export all read a study through it."""
+    if not spec:
+        return None
+    return parse_study({"name": name, **spec}, file=f"study {name} in the store")
+
+
+def stored_study(store, name: str) -> Study | None:
+    """The study stored as `name` in `store` (rlscale.db.store.Store, or anything with its `study_spec`), typed;
+    None for a study imported without a spec. UserError naming the known studies if there is none."""
+    return study_from_spec(store.study_spec(name), name=name)
