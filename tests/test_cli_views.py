@@ -47,3 +47,35 @@ def test_status_prints_the_same_columns_and_keeps_its_json(workdir, capsys, monk
     code, out, err = run_cli(monkeypatch, capsys, "status", "iso", "--db", url, "--json")
     rows = json.loads(out)
     assert {"step", "steps", "gpu_hours", "planned_gpu_hours"} <= set(rows[0])  # the contract stays
+
+
+def test_a_failed_runs_cause_is_shown_whole_under_the_table():
+    from rlscale.cli.views import sweep_view
+
+    why = "ImportError: accuracy_reward needs math_verify, which the job's environment (.venv-trl) does not have"
+    runs = [
+        RunState(1, "n2", Recipe(steps=100), 0, 0.035, status="failed", gpu_hours=0.001, note=why),
+        RunState(2, "n4", Recipe(steps=100), 0, 0.035, status="done", step=100, gpu_hours=0.035),
+    ]
+    console = Console(record=True, width=80, force_terminal=False)
+    console.print(sweep_view("trl", runs))
+    text = " ".join(console.export_text().split())
+    assert f"n2 failed: {why}" in text  # whole, wrapped, where the note column shows only its start
+    assert "n4 failed" not in text
+
+
+def test_the_report_names_each_failed_run_and_why(tmp_path):
+    import pandas as pd
+
+    from rlscale.views.report import failure_notes
+
+    runs = pd.DataFrame(
+        {
+            "run_id": [1, 2],
+            "run": ["n2", "n4"],
+            "seed": [0, 0],
+            "status": ["failed", "done"],
+            "error": ["RuntimeError: job exited 1\nTraceback ...", None],
+        }
+    )
+    assert failure_notes(runs) == ["n2 failed: RuntimeError: job exited 1"]

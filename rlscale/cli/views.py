@@ -77,6 +77,23 @@ def sweep_table(study: str, runs, cluster: str = "") -> Table:
     return table
 
 
+def failure_lines(runs) -> list[str]:
+    """'RUN failed: <why>' for each failed run: the first line of its stored error (for a job, the last exception its
+    log shows), whole, where the table's note column has room for only its start."""
+    return [f"{run.name} failed: {run.note}" for run in runs if run.status == "failed" and run.note]
+
+
+def sweep_view(study: str, runs, cluster: str = ""):
+    """The sweep table with, under it, why each failed run failed (failure_lines), wrapped to the terminal."""
+    from rich.console import Group
+    from rich.text import Text
+
+    lines = failure_lines(runs)
+    if not lines:
+        return sweep_table(study, runs, cluster)
+    return Group(sweep_table(study, runs, cluster), *(Text(line, style="red") for line in lines))
+
+
 class SweepView:
     """A live-updating sweep table (rich), refreshed at most a few times a second."""
 
@@ -94,7 +111,7 @@ class SweepView:
 
     def __exit__(self, *exc) -> None:
         if self._live:
-            self._live.update(sweep_table(self.study, self._runs), refresh=True)
+            self._live.update(sweep_view(self.study, self._runs), refresh=True)
             self._live.__exit__(*exc)
             console.line()
 
@@ -102,7 +119,7 @@ class SweepView:
         """Show the runs' current state and the cluster line (devices busy / total, in flight, queued)."""
         self._runs, self._cluster = runs, cluster
         if self._live:
-            self._live.update(sweep_table(self.study, runs, cluster))
+            self._live.update(sweep_view(self.study, runs, cluster))
 
 
 FITS_LEGEND = "pts: points fitted; fit: yes = A identified, none = no fit; R^2 etc.: --json"

@@ -237,6 +237,7 @@ def build_report(
         report.notes.append(f"no optimal-n law: {decision.refusal[0]['error']}")
     if stored is not None and stored.models:
         _add_size_law(report, stored, runs, records, compute_col, metric, bootstrap, seed)
+    report.notes += failure_notes(runs)
     unidentified = [row["run"] for row in report.fits if not row["identified"]]
     if unidentified:
         report.notes.append(
@@ -345,6 +346,17 @@ def _add_size_law(report: Report, stored, runs, records, compute_col, metric, bo
         report.notes.append(f"no power law across model sizes: {err}")
 
 
+def failure_notes(runs: pd.DataFrame) -> list[str]:
+    """'RUN failed: <why>' for each failed run of the store's runs frame: the first line of its stored error."""
+    failed = runs[runs["status"] == "failed"]
+    labels = run_labels(runs)
+    return [
+        f"{labels[index]} failed: {str(row.error).strip().splitlines()[0]}"
+        for index, row in zip(failed.index, failed.itertuples())
+        if isinstance(row.error, str) and row.error.strip()
+    ]
+
+
 def write_report(report: Report, out: Path) -> Report:
     """Write report.md and report.html for `report` into `out`."""
     report.files["markdown"] = out / "report.md"
@@ -386,7 +398,7 @@ def study_report(
             unit=study_unit(typed),
             fits=[],
         )
-        report.notes.append("no evaluated records yet: nothing to fit")
+        report.notes += ["no evaluated records yet: nothing to fit", *failure_notes(store.runs_frame(study))]
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         return write_report(report, out)

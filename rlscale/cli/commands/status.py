@@ -14,7 +14,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show each run's status, step, last validation reward and compute spent."""
         from rlscale.cli.console import console, print_json
-        from rlscale.cli.views import sweep_table
+        from rlscale.cli.views import sweep_view
         from rlscale.db.store import Store
         from rlscale.planner.study_file import stored_study
         from rlscale.runner.sweep.state import planned_gpu_hours, run_states
@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json([state.to_dict() for state in states])
             return
-        console.print(sweep_table(study, states, cluster_line(states)))
+        console.print(sweep_view(study, states, cluster_line(states)))
 
 
 def cluster_line(states) -> str:
