@@ -221,6 +221,16 @@ def test_a_run_that_failed_and_is_rerun_on_an_edited_yaml_is_one_row(tmp_path):
     assert sorted(zip(runs["run"], runs["status"])) == [("n2", "pending"), ("n4", "failed"), ("n4", "pending")]
 
 
+def test_a_study_that_cannot_reach_a_step_names_the_profile_that_priced_it(cli, tmp_path):
+    study, _ = write_setup(tmp_path, grpo={"model_name_or_path": str(tmp_path / "data")})  # not `tiny`
+    spec = yaml.safe_load(study.read_text())
+    del spec["compute"]["profile"]  # the default for a model other than tiny: ScaleRL's 8B on GPUs
+    study.write_text(yaml.safe_dump(spec))
+    code, _, err = cli("plan", study)
+    assert code == 2 and "cannot reach 1 step(s)" in err
+    assert "priced by profile " in err and "compute.profile chooses another" in err
+
+
 @pytest.mark.parametrize(
     "form", ["directory of split files", "parquet file", "jsonl file", "save_to_disk", "save_to_disk with splits"]
 )
@@ -337,9 +347,9 @@ def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_t
     from conftest import TRL_DRIVER, kill_driver_past
     from mlflow import MlflowClient
     from rlscale.planner.planning import planned_runs
+    from rlscale.planner.study_file import load_study
 
     # device-hours per run: each of its two jobs starts in 15-50 s (imports, model, first evaluation), counted in it;
-    from rlscale.planner.study_file import load_study
     # 3% of it (4.3 s) is more than the slowest step seen (3.5 s, while the other run ended and the driver refitted)
     study, _ = write_setup(tmp_path, budget=0.04)
     planned = {run.name: run.gpu_hours for run in planned_runs(load_study(study))}

@@ -26,11 +26,14 @@ def printed_commands(out: str) -> list[str]:
 
 @pytest.mark.slow
 def test_a_users_trl_yaml_sweeps_to_a_decision_and_the_printed_commands_run(tmp_path):
-    pytest.importorskip("trl")
-    pytest.importorskip("trackio")
-    pytest.importorskip("math_verify")
+    from importlib.util import find_spec
+
     from rlscale.planner.planning import planned_runs
     from rlscale.planner.study_file import load_study
+
+    missing = [name for name in ("trl", "trackio", "math_verify") if find_spec(name) is None]
+    if missing:  # rlscale[runner] brings math_verify (TRL's extra), rlscale[trackers] trackio: make setup has both
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(f"the job's environment lacks {', '.join(missing)}")
 
     case = tmp_path / "case"
     shutil.copytree(CASE, case)
