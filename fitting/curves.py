@@ -97,6 +97,7 @@ def run_curves(
     reward_col: str = "val_reward",
     record_breaking: bool = True,
     bin_width: float = BIN_WIDTH,
+    bounded: bool = True,
     min_compute: float = 0.0,
     bootstrap: int = FIT_BOOTSTRAP,
     seed: int = FIT_SEED,
@@ -129,7 +130,9 @@ def run_curves(
         }
         keep = fitted_points(compute, reward, record_breaking, bin_width)
         try:
-            fit = fit_sigmoid(compute[keep], reward[keep], min_compute=min_compute, bootstrap=bootstrap, seed=seed)
+            fit = fit_sigmoid(
+                compute[keep], reward[keep], min_compute=min_compute, bounded=bounded, bootstrap=bootstrap, seed=seed
+            )
         except FitError as err:
             row.update(
                 A=np.nan,
@@ -151,22 +154,39 @@ def run_curves(
     return pd.DataFrame(rows, columns=CURVE_COLUMNS), draws
 
 
+def is_pass_rate(rewards) -> bool:
+    """Whether a study's rewards read as pass rates (every finite one in [0, 1]): their fits then keep A and R0 in
+    [0, 1]; any other metric (a sum of reward functions, a negative score) is fitted unbounded."""
+    values = np.asarray(rewards, dtype=float)
+    values = values[np.isfinite(values)]
+    return bool(values.size == 0 or ((values >= 0.0) & (values <= 1.0)).all())
+
+
 def fitted_points(compute: np.ndarray, reward: np.ndarray, record_breaking: bool, bin_width: float = BIN_WIDTH):
     """Indices of the points a run's fit of record uses: its record-breaking points, or every evaluation."""
     return record_breaking_points(compute, reward, bin_width) if record_breaking else np.arange(len(compute))
 
 
 def fit_of_record(
-    compute, reward, *, record_breaking: bool, bin_width: float = BIN_WIDTH, min_compute: float = 0.0, upper_level=None
+    compute,
+    reward,
+    *,
+    record_breaking: bool,
+    bin_width: float = BIN_WIDTH,
+    bounded: bool = True,
+    min_compute: float = 0.0,
+    upper_level=None,
 ):
     """One run's fit of record (a SigmoidFit; FitError when it cannot be fitted): its sigmoid on `fitted_points`,
-    with the fit of record's bootstrap and seed; upper_level: also the profile bound on A (early termination's)."""
+    with the fit of record's bootstrap and seed; bounded: the study's rewards are pass rates (is_pass_rate);
+    upper_level: also the profile bound on A (early termination's)."""
     compute, reward = np.asarray(compute, dtype=float), np.asarray(reward, dtype=float)
     keep = fitted_points(compute, reward, record_breaking, bin_width)
     return fit_sigmoid(
         compute[keep],
         reward[keep],
         min_compute=min_compute,
+        bounded=bounded,
         bootstrap=FIT_BOOTSTRAP,
         seed=FIT_SEED,
         upper_level=upper_level,
@@ -189,6 +209,7 @@ class StudyFits:
     metric: str
     record_breaking: bool
     bin_width: float = BIN_WIDTH
+    bounded: bool = True  # the rewards are pass rates (is_pass_rate)
 
     @property
     def unit(self) -> str:

@@ -3,7 +3,14 @@
 any object with the Store's frame methods (fitting never imports the runner)."""
 
 import pandas as pd
-from rlscale.fitting.curves import StudyFits, compute_column, latest_runs, run_curves, run_geometry
+from rlscale.fitting.curves import (
+    StudyFits,
+    compute_column,
+    is_pass_rate,
+    latest_runs,
+    run_curves,
+    run_geometry,
+)
 from rlscale.fitting.rules.reasons import Reason, Refusal
 from rlscale.fitting.sigmoid.points import fits_record_breaking, record_bin_width
 from rlscale.fitting.sigmoid.runs import run_labels
@@ -28,11 +35,20 @@ def study_fits(store, study: str) -> StudyFits:
     records["run"] = records["run_id"].map(dict(zip(runs["run_id"], labels)))
     record_breaking = fits_record_breaking(typed)
     bin_width = record_bin_width(records[metric])
+    bounded = is_pass_rate(records[metric])
     compute_col = compute_column(typed)
     curves, draws = run_curves(
-        records, runs, compute_col=compute_col, reward_col=metric, record_breaking=record_breaking, bin_width=bin_width
+        records,
+        runs,
+        compute_col=compute_col,
+        reward_col=metric,
+        record_breaking=record_breaking,
+        bin_width=bin_width,
+        bounded=bounded,
     )
-    return StudyFits(study, typed, runs, records, curves, draws, compute_col, metric, record_breaking, bin_width)
+    return StudyFits(
+        study, typed, runs, records, curves, draws, compute_col, metric, record_breaking, bin_width, bounded
+    )
 
 
 def store_fits(store, study: str) -> StudyFits:

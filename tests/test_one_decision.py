@@ -93,3 +93,41 @@ def test_the_dashboard_reads_the_same_decision(tmp_path):
     assert rec is not None
     assert any(f"B_p {rec.prompts_per_batch}, n {rec.rollouts}," in line for line in page["lines"])
     assert yaml.safe_load(page["recipe"])["rollouts"] == rec.rollouts
+
+
+def test_rewards_off_the_pass_rate_scale_and_flat_runs_get_a_verdict_not_a_crash(cli, tmp_path):
+    import numpy as np
+
+    from rlscale.fitting.curves import is_pass_rate
+    from rlscale.fitting.sigmoid.points import BIN_WIDTH, record_bin_width
+
+    # a summed reward near -0.003 (a TRL user's reward functions), and two runs whose reward never moves
+    rng = np.random.default_rng(0)
+    rows = [
+        {
+            "run": run,
+            "step": s,
+            "compute": s * 1e-3,
+            "reward": -0.003 + rise * (1 - np.exp(-s / 8)) + rng.normal(0, 5e-5),
+        }
+        for run, rise in (("small", 4e-4), ("smaller", 2e-4))
+        for s in range(40)
+    ]
+    rows += [{"run": f"flat{i}", "step": s, "compute": s * 1e-3, "reward": 0.5} for i in (1, 2) for s in range(20)]
+    pd.DataFrame(rows).to_csv(tmp_path / "runs.csv", index=False)
+    rewards = [row["reward"] for row in rows[:80]]
+    assert not is_pass_rate(rewards) and record_bin_width(rewards) < BIN_WIDTH / 10  # bins follow the spread
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    assert cli("import", str(tmp_path / "runs.csv"), "--study", "odd", "--db", url)[0] == 0
+    code, out, err = cli("report", "odd", "--db", url, "--out", str(tmp_path / "r"), "--json", "--bootstrap", "0")
+    assert code == 0, err
+    report = json.loads(out)
+    fits = {row["run"]: row for row in report["fits"]}
+    assert np.isfinite(fits["small"]["A"]) and fits["small"]["A"] < 0  # fitted unbounded, on its own scale
+    assert not fits["flat1"]["identified"]  # a flat run: not identified, with the reason
+    assert "unbounded" in report["fitted_on"]
+    decision = report["decision"]
+    assert decision["planned"] is False and decision["commands"]["extend"] is None  # nothing to extend by a sweep
+    for command in decision["commands"].values():
+        if command:
+            assert cli(*printed(command))[0] == 0

@@ -183,6 +183,7 @@ class Decision:
     recipe: dict | None = None
     prediction: object = None
     extend: float = 1.0  # the study's current extension of its planned compute (the next command multiplies it)
+    planned: bool = True  # the study has a spec a sweep can extend (one imported from logs has none)
 
     @property
     def decided(self) -> bool:
@@ -216,6 +217,7 @@ class Decision:
             "recipe": self.recipe,
             "prediction": self.prediction.to_dict() if self.prediction is not None else None,
             "extend": self.extend,
+            "planned": self.planned,
         }
 
 
@@ -241,6 +243,7 @@ def decide(
         export_format=export_format(typed),
         standing=standing_at(read, compute) if compute > 0 else None,
         extend=extend,
+        planned=typed is not None,
     )
     law_identified = None  # no law to fit: the study does not vary rollouts
     if kind == "allocation" and budget > 0:

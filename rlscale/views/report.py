@@ -189,7 +189,8 @@ def build_report(
         description=stored.description if stored is not None else "",
         unit=fits.unit,
         fits=fit_rows(curves),
-        fitted_on=fitted_points_label(fits.record_breaking, fits.bin_width),
+        fitted_on=fitted_points_label(fits.record_breaking, fits.bin_width)
+        + ("" if fits.bounded else "; A and R0 unbounded: the rewards leave [0, 1]"),
     )
     law = decision.law
     if law is not None:

@@ -336,7 +336,7 @@ def decision_commands(decision, *, study_file=None, db: str | None = None) -> di
     export = f"rlscale export --format {decision.export_format} {at}" if exportable else None
     evidence = f"rlscale recommend {at}" if decision.recommendation is not None else None
     extend = None
-    if decision.next_allocation is not None:
+    if decision.next_allocation is not None and decision.planned:
         extend = extend_command(study_file or "STUDY.yaml", db, decision.extend * decision.next_allocation.factor)
     return {"export": export, "evidence": evidence, "extend": extend}
 
@@ -420,7 +420,7 @@ def decision_lines(decision, commands: dict) -> list[str]:
         lines += [
             f"to decide past {decision.budget:.4g} {unit}: extend every run {plan.factor:g}x to "
             f"{reason_text(plan.goal)}:",
-            f"  {commands['extend']}",
+            _extend_line(commands),
         ]
         return lines
     each = max(run["compute"] for run in plan.runs)
@@ -429,5 +429,12 @@ def decision_lines(decision, commands: dict) -> list[str]:
         f"{reason_text(plan.goal)}:"
     )
     lines += [f"- {run['run']}: {run['why']}" for run in plan.runs if run["why"]]
-    lines.append(f"  {commands['extend']}")
+    lines.append(_extend_line(commands))
     return lines
+
+
+def _extend_line(commands: dict) -> str:
+    """The extension's command, or for a study imported from logs (no plan to extend) what to do instead."""
+    if commands.get("extend"):
+        return f"  {commands['extend']}"
+    return "- a study imported from logs: train its runs further, then `rlscale import` their logs again"

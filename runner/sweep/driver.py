@@ -364,20 +364,22 @@ class SweepDriver:
         """run_id -> the run's fit of record so far (fitting.curves.fit_of_record: the study's unit, metric and points,
         with the profile bound on A early termination judges by), or None if it cannot be fitted; every run's, or
         only `run_id`'s; a run's fit is reused until it has new evaluations."""
+        from rlscale.fitting.curves import is_pass_rate
         from rlscale.fitting.sigmoid.points import record_bin_width
 
         metric = self.study.metric
         records = self.store.records_frame(self.study.name).dropna(subset=[metric])
-        bin_width = record_bin_width(records[metric])  # the study's reward bins, as its fit of record reads them
+        # the study's reward bins and bounds, as its fit of record reads them
+        study_wide = (record_bin_width(records[metric]), is_pass_rate(records[metric]))
         if run_id is not None:
             records = records[records["run_id"] == run_id]
         fits = {}
         with self._fits_lock:
             for key, rows in records.groupby("run_id"):
-                fits[key] = self._cached_fit(key, rows, bin_width)
+                fits[key] = self._cached_fit(key, rows, *study_wide)
         return fits
 
-    def _cached_fit(self, key, rows, bin_width: float):
+    def _cached_fit(self, key, rows, bin_width: float, bounded: bool):
         """The fit of record of one run's evaluations `rows`, reused until the run has new ones; its largest compute
         (in the study's unit) is kept beside it for the scheduler."""
         from rlscale.fitting.curves import compute_column, fit_of_record
@@ -385,7 +387,7 @@ class SweepDriver:
         from rlscale.fitting.sigmoid import FitError
 
         column = compute_column(self.study)
-        stamp = (len(rows), int(rows["step"].max()), bin_width)
+        stamp = (len(rows), int(rows["step"].max()), bin_width, bounded)
         cached = self._fit_cache.get(key)
         if cached is None or cached[0] != stamp:
             compute = rows[column].to_numpy(dtype=float, na_value=float("nan"))
@@ -395,6 +397,7 @@ class SweepDriver:
                     rows[self.study.metric].to_numpy(dtype=float),
                     record_breaking=self.study.fits_record_breaking,
                     bin_width=bin_width,
+                    bounded=bounded,
                     upper_level=UPPER_LEVEL,
                 )
             except FitError:
