@@ -97,7 +97,6 @@ def test_the_dashboard_reads_the_same_decision(tmp_path):
 
 def test_rewards_off_the_pass_rate_scale_and_flat_runs_get_a_verdict_not_a_crash(cli, tmp_path):
     import numpy as np
-
     from rlscale.fitting.curves import is_pass_rate
     from rlscale.fitting.sigmoid.points import BIN_WIDTH, record_bin_width
 
