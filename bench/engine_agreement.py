@@ -18,10 +18,6 @@ import json
 import os
 import platform
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -69,57 +65,6 @@ def recipe_for(steps: int, seed: int, engine: str):
             **{"async": "sync"},
         )
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_ray_head(temp: Path) -> tuple[subprocess.Popen, str, str]:
-    """(process, GCS address, Jobs API address) of a Ray head on loopback with ports of its own."""
-    from ray.job_submission import JobSubmissionClient
-
-    port, dashboard, *others = (_free_port() for _ in range(6))
-    flags = [
-        "--dashboard-agent-listen-port",
-        "--dashboard-agent-grpc-port",
-        "--runtime-env-agent-port",
-        "--metrics-export-port",
-    ]
-    head = subprocess.Popen(
-        [
-            str(Path(sys.executable).with_name("ray")),
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={dashboard}",
-            "--include-dashboard=true",
-            *[f"{flag}={value}" for flag, value in zip(flags, others)],
-            "--num-cpus=4",
-            "--num-gpus=0",
-            f"--temp-dir={temp}",
-            "--disable-usage-stats",
-        ],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
-    )
-    jobs = f"http://127.0.0.1:{dashboard}"
-    deadline = time.time() + 120
-    while True:
-        try:
-            JobSubmissionClient(jobs).submit_job(entrypoint="true", submission_id="probe")
-            return head, f"127.0.0.1:{port}", jobs
-        except Exception:
-            if time.time() > deadline or head.poll() is not None:
-                raise RuntimeError("Ray's Jobs API did not come up") from None
-            time.sleep(0.5)
 
 
 def train(engine, recipe, run_key: str) -> dict:
@@ -201,12 +146,14 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
     from rlscale.runner.builtin.engine import BuiltinEngine
+    from rlscale.runner.ray_head import start_head
     from rlscale.runner.rl.policy import base_model_dir
     from rlscale.runner.trl.engine import TrlEngine
 
     base_model_dir()  # built (or found) before any timing
     temp = Path(tempfile.mkdtemp(prefix="agree", dir="/tmp"))
-    head, gcs, jobs = start_ray_head(temp / "ray")
+    head = start_head(cpus=4, gpus=0, env={"RAY_AUTH_MODE": "disabled"})  # rlscale's one local head
+    gcs, jobs = head.gcs_address, head.address
     runs = {"builtin": [], "trl": []}
     try:
         builtin = BuiltinEngine(ray_address=gcs)
@@ -226,8 +173,7 @@ def main() -> None:
 
         for run in runs["builtin"]:
             checkpoint.clear(f"agree-builtin-{run['seed']}-{os.getpid()}")
-        os.killpg(head.pid, signal.SIGTERM)
-        head.wait(60)
+        head.stop()
         shutil.rmtree(temp, ignore_errors=True)
 
     recipe = recipe_for(args.steps, 1, "trl")

@@ -91,12 +91,9 @@ def main() -> None:
 
     study = load_study(args.study)
     recipes = [run.recipe for run in planned_runs(study)]
-    ray.init(
-        num_cpus=max(len(os.sched_getaffinity(0)), 2),
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level="ERROR",
-    )
+    from rlscale.runner.ray_head import connect, disconnect
+
+    head = connect(None, cpus=2)  # rlscale's local head, this host's cores (at least 2)
     recipe = recipes[0]
     where = placement(recipe)
     actor = ray.remote(
@@ -153,7 +150,7 @@ def main() -> None:
             f"+seeds {row['vllm_seeded_tokens_per_s']:6.0f}, log-probs undecoded "
             f"{row['vllm_logprobs_no_detok_tokens_per_s']:6.0f})  ratio {row['ratio']:.2f}"
         )
-    ray.shutdown()
+    disconnect(head)
     worst = min(row["ratio"] for row in rows)
     result = {
         "study": args.study,

@@ -73,7 +73,9 @@ def main() -> None:
         max_staleness=args.max_staleness,
     )
     recipes = [Recipe(**base, **{"async": mode}) for mode in ("sync", "pipeline")]
-    ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    from rlscale.runner.ray_head import connect, disconnect
+
+    head = connect(None, cpus=2)  # rlscale's local head, this host's cores (at least 2)
     try:
         where = placement(recipes[0])
         started = time.time()
@@ -82,7 +84,7 @@ def main() -> None:
         engine_seconds = time.time() - started
         runs = [measure(recipe, generator) for recipe in recipes]
     finally:
-        ray.shutdown()
+        disconnect(head)
     sync, pipeline = runs
     summary = {
         "recipe": {k: v for k, v in recipes[1].to_json().items() if k in base},  # async: one run per mode

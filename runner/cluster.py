@@ -1,31 +1,10 @@
 """What a Ray cluster has and has free, per node, as the sweep admits jobs on it: read from a connected Ray driver
 (the builtin engine) or from the dashboard's HTTP API (the Jobs-API engines, which never join the cluster)."""
 
-import os
 from dataclasses import dataclass
 
 # the resources admission counts; Ray's others (memory, object store, node:<ip>) are not devices
 DEVICES = ("GPU", "CPU", "TPU")
-
-# Ray starts its workers at nice 15; on a shared CPU host any other busy process then starves the actors (measured:
-# 30-50x slower steps beside two busy loops), so a cluster rlscale starts itself runs them at normal priority
-WORKER_NICENESS_ENV = {"RAY_worker_niceness": "0"}
-
-
-def init_ray(address: str | None, devices_per_job: int) -> None:
-    """Join the cluster at `address`, or start a local one with this host's cores (at least what one job holds)."""
-    import ray
-
-    local = address is None
-    if local:
-        os.environ.update(WORKER_NICENESS_ENV)  # read by the raylet ray.init starts
-    ray.init(
-        address=address,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level="ERROR",
-        num_cpus=max(len(os.sched_getaffinity(0)), devices_per_job) if local else None,
-    )
 
 
 @dataclass(frozen=True)

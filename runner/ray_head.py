@@ -1,9 +1,11 @@
-"""Reaching a Ray cluster the way Ray's own clients do, and a local head for sweeps that name none.
+"""The one local Ray head: what a sweep with no cluster named, the tests and the benchmarks start on this machine, and
+how this process reaches a cluster (the Jobs API client, a Ray driver).
 
-A sweep of the Jobs-API engines (verl, trl) without --ray-address or RAY_ADDRESS starts a Ray head on this machine
-with the Jobs API (loopback only, ports of its own, this host's cores and GPUs), as builtin starts its local Ray,
-and stops it when the sweep ends. Its address is kept in <shared_dir>/ray-head.json: a driver restarted after
-kill -9 adopts the head and the jobs still running on it instead of starting a second one beside them.
+A local head is `ray start --head` on loopback with the dashboard and job agent on ports of its own, this host's
+cores (RLSCALE_RAY_CPUS to advertise more or fewer) and GPUs, a temp dir of its own and a process group of its own,
+so it outlives a driver killed with -9. Its address is kept in a head file: a driver restarted after kill -9 adopts
+the head (and the jobs still running on it) instead of starting a second one beside it. Stopping it removes its
+processes, its temp dir and its head file.
 """
 
 import json
@@ -19,21 +21,31 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rlscale.runner.cluster import WORKER_NICENESS_ENV
-
 from rlscale.base.errors import UserError
 
 HEAD_FILE = "ray-head.json"
 START_SECONDS = 180.0  # a head with its dashboard and job agent takes 5-30 s on 2 busy cores
+CPUS_ENV = "RLSCALE_RAY_CPUS"  # logical CPUs a local head advertises (default: this host's cores)
+# Ray starts its workers at nice 15; on a shared CPU host any other busy process then starves the actors (measured:
+# 30-50x slower steps beside two busy loops), so a head rlscale starts runs them at normal priority
+WORKER_NICENESS_ENV = {"RAY_worker_niceness": "0"}
 
 
-def jobs_client(address: str | None):
-    """A JobSubmissionClient for the cluster at `address` (the dashboard, http://HEAD:8265; RAY_ADDRESS when None).
-    A token is used as `ray.init` and `ray start` find one (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)
-    when RAY_AUTH_MODE is unset. UserError (one line: why, and what to set) when the cluster cannot be reached."""
+def local_cpus() -> int:
+    """The CPUs a local head advertises: RLSCALE_RAY_CPUS, else the cores this process may run on. UserError for a
+    value that is not a positive whole number."""
+    text = os.environ.get(CPUS_ENV, "").strip()
+    if not text:
+        return len(os.sched_getaffinity(0))
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"expected a positive whole number of CPUs, got {text!r}", field=CPUS_ENV)
+    return int(text)
+
+
+def use_token_if_any() -> None:
+    """Use a Ray token the way `ray.init` and `ray start` find one (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH,
+    ~/.ray/auth_token) when RAY_AUTH_MODE is unset, in this process and the processes it starts."""
     from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
-    from ray.exceptions import AuthenticationError
-    from ray.job_submission import JobSubmissionClient
 
     quiet = logging.getLogger("ray._private.authentication.authentication_token_setup")
     level = quiet.level
@@ -42,6 +54,16 @@ def jobs_client(address: str | None):
         maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
     finally:
         quiet.setLevel(level)
+
+
+def jobs_client(address: str | None):
+    """A JobSubmissionClient for the cluster at `address` (the dashboard, http://HEAD:8265; RAY_ADDRESS when None),
+    with the token Ray's own clients would use. UserError (one line: why, and what to set) when the cluster cannot
+    be reached."""
+    from ray.exceptions import AuthenticationError
+    from ray.job_submission import JobSubmissionClient
+
+    use_token_if_any()
     shown = address or os.environ.get("RAY_ADDRESS") or "RAY_ADDRESS"
     try:
         return JobSubmissionClient(address)
@@ -62,13 +84,51 @@ def jobs_client(address: str | None):
         ) from None
 
 
+def connect(address: str | None, *, cpus: int | None = None) -> "LocalHead | None":
+    """Connect this process's Ray driver to the cluster whose GCS is at `address` (HOST:PORT), or RAY_ADDRESS's, with
+    the token Ray's clients would use; with neither, to a local head started here with `cpus` (at least
+    local_cpus()), which is returned for `disconnect` to stop. UserError (one line) when the cluster cannot be
+    joined. Never Ray's own fallback (the cluster /tmp/ray/ray_current_cluster names, possibly long dead)."""
+    import ray
+
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    head = None if address else start_head(cpus=max(local_cpus(), cpus or 0))
+    use_token_if_any()
+    try:
+        ray.init(address=head.gcs_address if head else address, log_to_driver=False, logging_level="ERROR")
+    except (ConnectionError, ray.exceptions.AuthenticationError) as err:
+        if head is not None:
+            head.stop()
+        raise UserError(
+            f"cannot join the Ray cluster at {address} ({str(err).splitlines()[0]}); "
+            "check --ray-address, and RAY_AUTH_TOKEN for a cluster with token auth",
+            field="--ray-address",
+        ) from None
+    return head
+
+
+def disconnect(head: "LocalHead | None") -> None:
+    """Disconnect this process's Ray driver, and stop `head` (what `connect` started, if anything)."""
+    import ray
+
+    ray.shutdown()
+    if head is not None:
+        head.stop()
+
+
 @dataclass
 class LocalHead:
-    """A Ray head this sweep started (or adopted): its Jobs API address, the process group to stop, its temp dir."""
+    """A Ray head started on this machine: its Jobs API (http://127.0.0.1:PORT), the GCS address a Ray driver joins
+    (127.0.0.1:PORT), the `ray start` process (the leader of its process group) and its temp dir."""
 
     address: str
+    gcs_address: str
     pid: int
     temp_dir: str
+
+    def running(self) -> bool:
+        """The `ray start` process runs (it exits when one of the head's processes dies)."""
+        return _running(self.pid)
 
     def alive(self) -> bool:
         """The head's process runs and its Jobs API answers (with the token Ray's clients would use)."""
@@ -90,31 +150,50 @@ class LocalHead:
             return False
 
     def stop(self, head_file: Path | None = None) -> None:
-        """Stop the head and every process it started; forget it. `ray start` shuts its cluster down on SIGTERM
-        (~2 s); SIGTERM to its whole group instead leaves it waiting on children already gone (30 s and more)."""
-        for kill, sig, wait in ((os.kill, signal.SIGTERM, 30.0), (os.killpg, signal.SIGKILL, 10.0)):
+        """Stop the head and every process it started, jobs included; remove its temp dir and `head_file`. `ray start`
+        shuts its cluster down on SIGTERM (~2 s); what is left after that (a head that died, a job's process tree)
+        gets SIGKILL."""
+        _kill([pid for pid in self.processes() if _session(pid) != self.pid])  # jobs first: Ray waits for them
+        if self.temp_dir in _cmdline(self.pid):  # not a process that took the pid of a head long gone
             try:
-                kill(self.pid, sig)
+                os.kill(self.pid, signal.SIGTERM)
             except OSError:
-                continue  # the head is gone; its group may still hold leftovers (the dashboard's forkserver)
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and _running(self.pid):
-                time.sleep(0.2)
+                pass
+            _wait_gone([self.pid], 30.0)
+        _kill(self.processes())
         shutil.rmtree(self.temp_dir, ignore_errors=True)
         if head_file is not None:
             head_file.unlink(missing_ok=True)
 
+    def processes(self) -> list[int]:
+        """The processes of this head still running: Ray's (the session `ray start` leads) and its jobs' (their
+        environment names its GCS port), this process and its parents aside."""
+        mine = {os.getpid(), os.getppid()}
+        port = self.gcs_address.rpartition(":")[2]
+        found = []
+        for entry in Path("/proc").iterdir():
+            pid = int(entry.name) if entry.name.isdigit() else 0
+            if not pid or pid in mine:
+                continue
+            address = next((item for item in _environ(pid) if item.startswith(b"RAY_ADDRESS=")), b"")
+            if _session(pid) == self.pid or address.endswith(f":{port}".encode()):
+                found.append(pid)
+        return found
 
-def local_head(shared_dir: Path) -> LocalHead:
-    """The local head recorded in `shared_dir` if it is still alive, else a new one (recorded there)."""
-    head_file = shared_dir / HEAD_FILE
+
+def local_head(directory: Path, *, cpus: int | None = None) -> LocalHead:
+    """The head recorded in `directory`/ray-head.json if it is still alive, else a new one with `cpus` (at least
+    local_cpus()) recorded there (a dead one's leftovers are cleared first)."""
+    head_file = directory / HEAD_FILE
     try:
         recorded = LocalHead(**json.loads(head_file.read_text()))
     except (OSError, ValueError, TypeError):
         recorded = None
-    if recorded is not None and recorded.alive():
-        return recorded
-    head = start_head()
+    if recorded is not None:
+        if recorded.alive():
+            return recorded
+        recorded.stop()  # what a head that died leaves: processes of its session, its jobs, its temp dir
+    head = start_head(cpus=max(local_cpus(), cpus or 0))
     head_file.parent.mkdir(parents=True, exist_ok=True)
     partial = head_file.with_name(head_file.name + ".partial")
     partial.write_text(json.dumps(asdict(head)))
@@ -122,54 +201,59 @@ def local_head(shared_dir: Path) -> LocalHead:
     return head
 
 
-def start_head() -> LocalHead:
-    """`ray start --head` on loopback with the dashboard and job agent, in a process group of its own (so it outlives
-    a killed driver), this host's cores; returns once the Jobs API answers."""
+def start_head(*, cpus: int | None = None, gpus: int | None = None, env: dict | None = None) -> LocalHead:
+    """`ray start --head` on loopback with the dashboard and job agent, every port of its own (another Ray cluster on
+    this machine holds the defaults), `cpus` (default local_cpus()) and `gpus` (default: those Ray detects), in a
+    temp dir and a process group of its own; workers at normal priority; returns once the Jobs API answers and the
+    dashboard reports the node. `env`: more environment for the head (e.g. RAY_AUTH_MODE=disabled)."""
     ray = Path(sys.executable).with_name("ray")
     temp = tempfile.mkdtemp(prefix="rlscale-ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    port, dashboard, agent, agent_grpc, runtime_env, metrics = _free_ports(6)
-    cores = len(os.sched_getaffinity(0))
-    log = open(Path(temp) / "head.log", "wb")  # noqa: SIM115 (the head writes to it while it runs)
-    head = subprocess.Popen(
-        [
-            str(ray),
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={dashboard}",
-            "--include-dashboard=true",
-            f"--dashboard-agent-listen-port={agent}",
-            f"--dashboard-agent-grpc-port={agent_grpc}",
-            f"--runtime-env-agent-port={runtime_env}",
-            f"--metrics-export-port={metrics}",
-            f"--num-cpus={cores}",
-            f"--temp-dir={temp}",
-            "--disable-usage-stats",
-        ],
-        start_new_session=True,
-        env={**os.environ, **WORKER_NICENESS_ENV},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    local = LocalHead(f"http://127.0.0.1:{dashboard}", head.pid, temp)
+    port, dashboard, agent, agent_grpc, runtime_env, metrics = free_ports(6)
+    command = [
+        str(ray),
+        "start",
+        "--head",
+        "--block",
+        f"--port={port}",
+        "--node-ip-address=127.0.0.1",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard}",
+        "--include-dashboard=true",
+        f"--dashboard-agent-listen-port={agent}",
+        f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--runtime-env-agent-port={runtime_env}",
+        f"--metrics-export-port={metrics}",
+        f"--num-cpus={cpus or local_cpus()}",
+        *([f"--num-gpus={gpus}"] if gpus is not None else []),
+        f"--temp-dir={temp}",
+        "--disable-usage-stats",
+    ]
+    with open(Path(temp) / "head.log", "wb") as log:  # the head keeps its own descriptor to it
+        process = subprocess.Popen(
+            command,
+            start_new_session=True,
+            env={**os.environ, **WORKER_NICENESS_ENV, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    head = LocalHead(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{port}", process.pid, temp)
     deadline = time.monotonic() + START_SECONDS
-    while not local.ready():
-        if head.poll() is not None or time.monotonic() > deadline:
-            tail = (Path(temp) / "head.log").read_text(errors="replace").strip().splitlines()[-1:]
-            local.stop()
+    while not head.ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            lines = (Path(temp) / "head.log").read_text(errors="replace").strip().splitlines()
+            head.stop()
             raise UserError(
-                f"could not start a local Ray head ({tail[0][:200] if tail else 'no output'}); start "
+                f"could not start a local Ray head ({lines[-1][:200] if lines else 'no output'}); start "
                 "one yourself and pass --ray-address",
                 field="--ray-address",
             )
         time.sleep(0.5)
-    return local
+    return head
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports free on loopback now."""
     sockets = [socket.socket() for _ in range(count)]
     try:
         for sock in sockets:
@@ -178,6 +262,44 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def _wait_gone(pids: list[int], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.2)
+
+
+def _kill(pids: list[int]) -> None:
+    """SIGKILL to `pids`, then wait (10 s at most) until they are gone."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    _wait_gone(pids, 10.0)
+
+
+def _session(pid: int) -> int | None:
+    """The session id of process `pid` (None when it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _environ(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _running(pid: int) -> bool:

@@ -3,12 +3,9 @@ import gc
 import importlib.util
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -19,8 +16,8 @@ import numpy as np
 import pytest
 from rlscale.fitting.sigmoid import sigmoid
 from rlscale.planner.recipe import Recipe
-from rlscale.runner.cluster import WORKER_NICENESS_ENV
 from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
+from rlscale.runner.ray_head import WORKER_NICENESS_ENV, LocalHead, start_head
 
 # every Ray cluster the tests start runs its workers at normal priority, as the clusters rlscale starts do: at Ray's
 # nice 15 a busy host starves them and a test then races the host's load
@@ -95,15 +92,6 @@ def cli(monkeypatch, capsys):
     return lambda *args: run_cli(monkeypatch, capsys, *args)
 
 
-RAY = Path(sys.executable).with_name("ray")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def spawn(args: list[str], log: Path, **options) -> subprocess.Popen:
     """Start `args` in a process group of its own, its stderr into the file `log`: a pipe nobody reads while the
     process runs fills up (64 KiB) and blocks it."""
@@ -116,75 +104,38 @@ def tail(log: Path, chars: int = 2000) -> str:
     return log.read_text(errors="replace")[-chars:] if log.exists() else ""
 
 
-def _start_head(env: dict | None = None, *, cpus: int = 4, gpus: int = 8) -> tuple[subprocess.Popen, str, Path]:
-    """A Ray head on loopback with the dashboard (the Jobs API), `gpus` logical GPUs (Ray places and releases GPU
-    requests on them as on real ones), in its own temp dir and process group; returns once a job can be submitted."""
-    temp = Path(tempfile.mkdtemp(prefix="rv", dir="/tmp"))
-    port, dashboard, agent, agent_grpc, runtime_env, metrics = (_free_port() for _ in range(6))
-    environment = {**os.environ, "RAY_AUTH_MODE": "disabled", **(env or {})}  # loopback; Ray 2.60 asks a token
-    head = spawn(
-        [
-            str(RAY),
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={dashboard}",
-            "--include-dashboard=true",
-            # every port of its own: another Ray cluster on this machine (a parallel test) holds the defaults
-            f"--dashboard-agent-listen-port={agent}",
-            f"--dashboard-agent-grpc-port={agent_grpc}",
-            f"--runtime-env-agent-port={runtime_env}",
-            f"--metrics-export-port={metrics}",
-            f"--num-cpus={cpus}",
-            f"--num-gpus={gpus}",
-            f"--temp-dir={temp}",
-            "--disable-usage-stats",
-        ],
-        temp / "head.log",
-        env=environment,
-    )
-    address = f"http://127.0.0.1:{dashboard}"
+def _start_head(env: dict | None = None, *, cpus: int = 4, gpus: int = 8) -> LocalHead:
+    """A Ray head (rlscale.runner.ray_head.start_head) with token auth off on loopback, `cpus` CPUs and `gpus` logical
+    GPUs (Ray places and releases GPU requests on them as on real ones); returns once a job can be submitted (the
+    job agent comes up a few seconds after the dashboard)."""
+    environment = {"RAY_AUTH_MODE": "disabled", **(env or {})}  # Ray 2.60 asks a token otherwise
+    head = start_head(cpus=cpus, gpus=gpus, env=environment)
     probe = (
         "from ray.job_submission import JobSubmissionClient; import sys; "
         "JobSubmissionClient(sys.argv[1]).submit_job(entrypoint='true', submission_id='probe')"
     )
     deadline = time.time() + 120
-    while True:  # up when the job agent takes a job (the dashboard answers a few seconds before that)
-        if subprocess.run([sys.executable, "-c", probe, address], env=environment, capture_output=True).returncode == 0:
-            return head, address, temp
-        if time.time() > deadline or head.poll() is not None:
-            _stop_head(head, temp)
-            raise RuntimeError(f"Ray's Jobs API did not come up: {tail(temp / 'head.log')}")
+    while True:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, head.address], env={**os.environ, **environment}, capture_output=True
+        )
+        if done.returncode == 0:
+            return head
+        if time.time() > deadline or not head.running():
+            head.stop()
+            raise RuntimeError(f"Ray's Jobs API did not come up: {done.stderr.decode(errors='replace')[-2000:]}")
         time.sleep(0.5)
-
-
-def _stop_head(head: subprocess.Popen, temp: Path) -> None:
-    """SIGTERM to `ray start` (it stops its cluster), then SIGKILL to what its group has left."""
-    head.terminate()
-    try:
-        head.wait(30)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(head.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    head.wait()
-    shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def cluster():
     """A Ray head with the Jobs API shared by the tests that submit jobs (tests/verl_standin.py's, TRL's); yields
     its address."""
-    head, address, temp = _start_head()
+    head = _start_head()
     try:
-        yield address
+        yield head.address
     finally:
-        _stop_head(head, temp)
+        head.stop()
 
 
 @pytest.fixture
@@ -193,13 +144,12 @@ def start_ray_head():
     heads = []
 
     def start(env: dict | None = None) -> str:
-        head, address, temp = _start_head(env)
-        heads.append((head, temp))
-        return address
+        heads.append(_start_head(env))
+        return heads[-1].address
 
     yield start
-    for head, temp in heads:
-        _stop_head(head, temp)
+    for head in heads:
+        head.stop()
 
 
 class PacedEngine(Engine):

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 from rlscale.runner.builtin import checkpoint
 from rlscale.runner.builtin.accounting import DeviceClock, union_seconds
-from rlscale.runner.cluster import init_ray
 
 EVAL_SEED_BASE = 10**9  # validation samples come from their own seed stream
 COMPUTE_STEP_CAP = 10  # a run stopped by compute takes at most this many times its planned steps (a runaway guard)
@@ -67,10 +66,10 @@ def run_job(
     `should_stop` is asked after each checkpoint; a reason ends the job early.
     """
     import ray
+    from rlscale.runner.ray_head import connect, disconnect
 
-    started_ray = not ray.is_initialized()
-    if started_ray:
-        init_ray(ray_address, recipe.generator_devices + recipe.trainer_devices)
+    joined = not ray.is_initialized()
+    head = connect(ray_address, cpus=recipe.generator_devices + recipe.trainer_devices) if joined else None
     cap = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
     job = _Job(
         recipe,
@@ -85,8 +84,8 @@ def run_job(
         return job.run(resume, generator, trainer)
     finally:
         job.release(keep_generator=generator is not None, keep_trainer=trainer is not None)
-        if started_ray:
-            ray.shutdown()
+        if joined:
+            disconnect(head)
 
 
 def batch_seed(recipe, step: int) -> int:
