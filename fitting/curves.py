@@ -101,12 +101,14 @@ def run_curves(
     min_compute: float = 0.0,
     bootstrap: int = FIT_BOOTSTRAP,
     seed: int = FIT_SEED,
+    cache=None,
 ) -> tuple[pd.DataFrame, dict]:
     """Per-run sigmoid fits for the optimal-n law and the decision: (curves, draws).
 
     curves: one row per run (CURVE_COLUMNS); runs that cannot be fitted keep NaN parameters and the reason.
     draws: {run: (m, 4) bootstrap (A, B, C_mid, R0)}. Fits use the record-breaking points (IsoCompute) when
-    record_breaking is set. Runs are keyed by run_id when both frames have it, else by name.
+    record_breaking is set. Runs are keyed by run_id when both frames have it, else by name. cache: fits by their
+    points (`memo_fit`), for a viewer that refits a study each time records arrive.
     """
     runs = run_geometry(runs)
     key = "run_id" if "run_id" in runs.columns and "run_id" in records.columns else "run"
@@ -129,11 +131,10 @@ def run_curves(
             "truncation_rate": late_truncation_rate(mine),
         }
         keep = fitted_points(compute, reward, record_breaking, bin_width)
-        try:
-            fit = fit_sigmoid(
-                compute[keep], reward[keep], min_compute=min_compute, bounded=bounded, bootstrap=bootstrap, seed=seed
-            )
-        except FitError as err:
+        fit = memo_fit(
+            compute[keep], reward[keep], cache, min_compute=min_compute, bounded=bounded, bootstrap=bootstrap, seed=seed
+        )
+        if isinstance(fit, FitError):
             row.update(
                 A=np.nan,
                 B=np.nan,
@@ -144,7 +145,7 @@ def run_curves(
                 r2=np.nan,
                 n_points=int(keep.size),
                 identified=False,
-                reason=f"not fitted: {err}",
+                reason=f"not fitted: {fit}",
             )
         else:
             row.update(fit.to_dict())
@@ -152,6 +153,21 @@ def run_curves(
                 draws[label] = fit.samples
         rows.append(row)
     return pd.DataFrame(rows, columns=CURVE_COLUMNS), draws
+
+
+def memo_fit(compute: np.ndarray, reward: np.ndarray, cache, **options):
+    """fit_sigmoid(compute, reward, **options), or the FitError it raises, through `cache` (None, or a dict-like
+    keyed by the points and the options): a fit, its seeded bootstrap included, is a pure function of them."""
+    key = (compute.tobytes(), reward.tobytes(), tuple(sorted(options.items())))
+    found = None if cache is None else cache.get(key)
+    if found is None:
+        try:
+            found = fit_sigmoid(compute, reward, **options)
+        except FitError as err:
+            found = err
+        if cache is not None:
+            cache[key] = found
+    return found
 
 
 def is_pass_rate(rewards) -> bool:

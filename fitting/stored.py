@@ -18,15 +18,21 @@ from rlscale.fitting.sigmoid.runs import run_labels
 from rlscale.base.errors import UserError
 
 
-def study_fits(store, study: str) -> StudyFits:
+def study_fits(store, study: str, *, cache=None) -> StudyFits:
     """The fit of record of a stored study: each run on the points its study's `fit.points` names, in its compute
-    unit and metric; Refusal (no_evaluations) before any run is evaluated."""
+    unit and metric; Refusal (no_evaluations) before any run is evaluated. cache: fitting.curves.run_curves'."""
     from rlscale.planner.study_file import stored_study
 
     typed = stored_study(store, study)
+    return fits_from_frames(study, typed, store.runs_frame(study), store.records_frame(study), cache=cache)
+
+
+def fits_from_frames(study: str, typed, runs: pd.DataFrame, records: pd.DataFrame, *, cache=None) -> StudyFits:
+    """study_fits from the frames themselves (pure): typed, the Study (None: one imported without a spec); runs and
+    records in the shape of the Store's runs_frame and records_frame (a notebook's frame is put in it by
+    rlscale.api.frame_study)."""
     metric = typed.metric if typed is not None else "val_reward"
-    runs = latest_runs(store.runs_frame(study))
-    records = store.records_frame(study)
+    runs = latest_runs(runs)
     records = records[records["run_id"].isin(runs["run_id"])]
     records = records[pd.to_numeric(records[metric], errors="coerce").notna()].copy()
     if records.empty:
@@ -45,6 +51,7 @@ def study_fits(store, study: str) -> StudyFits:
         record_breaking=record_breaking,
         bin_width=bin_width,
         bounded=bounded,
+        cache=cache,
     )
     return StudyFits(
         study, typed, runs, records, curves, draws, compute_col, metric, record_breaking, bin_width, bounded
@@ -59,14 +66,21 @@ def store_fits(store, study: str) -> StudyFits:
 
 
 def study_decision(
-    store, study: str, *, budget: float | None = None, profile: str | None = None, extend: float | None = None
+    store,
+    study: str,
+    *,
+    budget: float | None = None,
+    profile: str | None = None,
+    extend: float | None = None,
+    cache=None,
 ):
     """The one Decision (fitting.rules.decision) of a stored study at `budget` (its unit; default: its decision
-    budget); None before any run is evaluated. extend: the study's extension factor (default: its spec's)."""
+    budget); None before any run is evaluated. extend: the study's extension factor (default: its spec's); cache:
+    study_fits'."""
     from rlscale.fitting.rules.decision import decide
 
     try:
-        fits = study_fits(store, study)
+        fits = study_fits(store, study, cache=cache)
     except Refusal:
         return None
     if extend is None:
