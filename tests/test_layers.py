@@ -1,4 +1,5 @@
-"""Layers import downward only: base < db, planner < fitting < runner (rl < builtin < sweep) < views < dashboard < cli.
+"""Layers import downward only: base < db, planner < fitting < runner (rl < builtin < sweep) < views < api < dashboard <
+cli.
 
 A lower layer that imports the CLI (or fitting that imports the runner, ...) fails this test, so the layout
 the README describes stays the layout the code has."""
@@ -31,6 +32,7 @@ LAYERS = [
     ("rlscale.runner.trl", 4),
     ("rlscale.runner.sweep", 5),
     ("rlscale.views", 5.2),  # presentation: words, the report, the page and its charts, plots (never the runner's)
+    ("rlscale.api", 5.3),  # the notebook API: fitting's fits and decision, views' words and plots, as the CLI's
     ("rlscale.dashboard", 5.5),  # the web app: reads the store, fits (fitting) and run states (runner.sweep.state)
     ("rlscale.cli", 6),
     ("rlscale.__main__", 7),
@@ -63,6 +65,11 @@ def imported_modules(source: str, module: str) -> list[str]:
     return names
 
 
+# rlscale/__init__.py names the notebook API's functions and imports rlscale.api on first use (PEP 562 __getattr__),
+# so `import rlscale` itself loads nothing above the base
+LAZY = {("rlscale", "rlscale.api")}
+
+
 def layer_violations(modules: dict[str, str]) -> list[str]:
     """'importer -> imported' for every import that goes up the layers or sideways (db <-> planner)."""
     found = []
@@ -71,6 +78,8 @@ def layer_violations(modules: dict[str, str]) -> list[str]:
         for target in imported_modules(source, module):
             theirs = layer_of(target)
             if mine is None or theirs is None or theirs[0] == mine[0] or theirs[1] < mine[1]:
+                continue
+            if (module, theirs[0]) in LAZY:
                 continue
             found.append(f"{module} -> {target}")
     return sorted(set(found))
