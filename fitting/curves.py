@@ -114,8 +114,9 @@ def run_curves(
     key = "run_id" if "run_id" in runs.columns and "run_id" in records.columns else "run"
     runs["label"] = run_labels(runs)
     rows, draws = [], {}
+    by_run = dict(list(records.groupby(key, sort=False)))  # once: a mask per run costs O(runs x records)
     for run in runs.to_dict("records"):
-        mine = records[records[key] == run[key]]
+        mine = by_run.get(run[key], records.iloc[:0])
         mine = mine[np.isfinite(pd.to_numeric(mine[reward_col], errors="coerce").astype(float))]
         compute = mine[compute_col].to_numpy(float)
         reward = mine[reward_col].to_numpy(float)
