@@ -458,7 +458,7 @@ def test_a_compute_stopped_run_may_train_past_its_planned_steps_up_to_the_cap(tm
 
 
 def checker_python() -> Path:
-    from conftest import python_of
+    from helpers import python_of
 
     return python_of(".venv-verl")
 
@@ -555,6 +555,7 @@ def test_a_sweep_reads_the_users_parquet_scores_with_their_function_and_stores_t
     from rlscale.db.store import Store
     from rlscale.runner.sweep.driver import SweepDriver
 
+    checker_python()  # each job sets only the keys verl's Hydra composes from the user's command
     data = tmp_path / "data"
     data.mkdir()
     write_parquet(data / "train.parquet", gsm8k_rows(8, "train", source="my_math"))

@@ -168,7 +168,8 @@ def hydra_config(flags: dict, *, config: str | None, study_file: str | None) -> 
 
 def override_words(path: str) -> list[str]:
     """The Hydra overrides in a file as the shell would pass them: one or many a line, `\\` continuations,
-    `#` comments; a leading `python3 -m verl.trainer.main_ppo` (a copied launch line) is skipped."""
+    `#` comments; a leading `python3 -m verl.trainer.main_ppo` (a copied launch line) is skipped. UserError when
+    that line runs another module (a recipe's own trainer, e.g. recipe.dapo.main_dapo): the jobs run main_ppo."""
     file = Path(path)
     if not file.is_file():
         raise UserError("file not found", file=path)
@@ -176,9 +177,21 @@ def override_words(path: str) -> list[str]:
         words = shlex.split(file.read_text().replace("\\\n", " "), comments=True)
     except (ValueError, UnicodeDecodeError) as err:
         raise UserError(f"not a list of Hydra overrides ({err})", file=path) from None
+    launch = []
     while words and "=" not in words[0] and not words[0].startswith("~"):
-        words.pop(0)  # python3 -m verl.trainer.main_ppo
+        launch.append(words.pop(0))  # python3 -m verl.trainer.main_ppo
+    module = launch[launch.index("-m") + 1] if "-m" in launch[:-1] else VERL_MAIN
+    if module != VERL_MAIN:
+        raise UserError(
+            f"launches {module}; rlscale's jobs run {VERL_MAIN} with your overrides, so a recipe's own trainer "
+            "is not supported",
+            file=path,
+            field="-m",
+        )
     return words
+
+
+VERL_MAIN = "verl.trainer.main_ppo"  # the module every verl job runs (rlscale.runner.verl.job.ENTRYPOINT)
 
 
 _DELETE = object()

@@ -22,13 +22,14 @@ NO_VERL = (
 class Composed:
     """One command as verl read it: `config` the config it composed; ok, or `error` (verl's reason, one line) and
     `missing` (the override keys the config lacks, each of which Hydra refuses); `keys` the config's dotted keys
-    when asked for."""
+    when asked for; `notes` on checks that could not run here."""
 
     ok: bool
     config: str
     error: str = ""
     missing: tuple[str, ...] = ()
     keys: frozenset = field(default_factory=frozenset)
+    notes: tuple[str, ...] = ()  # what verl could not check here (a model not in this machine's cache)
 
 
 def verl_python() -> Path:
@@ -55,6 +56,7 @@ def compose(commands: list[list[str]], *, keys: bool = False, validate: bool = T
             error=result["error"],
             missing=tuple(result["missing"]),
             keys=frozenset(result["keys"] or ()),
+            notes=tuple(result["notes"]),
         )
         for result in out["results"]
     ]

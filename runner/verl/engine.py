@@ -184,8 +184,8 @@ class VerlEngine(JobsApiEngine):
     def rehearse(self, points: list[dict], *, study_file: str | None = None) -> None:
         """verl's Hydra composes each point's first job (its `overrides`, as dry_run gives them) and main_ppo's checks
         validate it, in verl's environment (compose.py); each point gains `composed` {"framework", "version",
-        "config"}. UserError with every problem at once: the file and key of an override verl's config lacks, or the
-        run, its axes' values and verl's reason."""
+        "config"} and verl's notes. UserError with every problem at once: the file and key of an override verl's
+        config lacks, or verl's reason with the runs it refuses (their axes' values)."""
         from rlscale.planner.frameworks.setup import one_error
 
         from .compose import compose
@@ -194,23 +194,22 @@ class VerlEngine(JobsApiEngine):
         if not points:
             return
         version, results = compose([point["overrides"] for point in points])
-        problems = []
+        problems, refusals = [], {}
         for point, composed in zip(points, results):
             if composed.ok:
                 point["composed"] = {"framework": "verl", "version": version, "config": composed.config}
-                continue
-            axes = {c["key"]: c["after"] for c in point.get("changes", []) if c["why"].startswith("axis")}
-            why = {c["key"]: c["why"] for c in point.get("changes", [])}
-            if composed.missing or self.setup is None:
+                point["notes"] = [*point.get("notes", []), *composed.notes]
+            elif composed.missing:
+                why = {change["key"]: change["why"] for change in point.get("changes", [])}
                 problems.append(refused(self.setup, composed, version, study_file=study_file, why=why))
-                continue
-            shown = ", ".join(f"{key}={value}" for key, value in axes.items())
-            problems.append(
-                UserError(
-                    f"run {point['run']}{f' ({shown})' if shown else ''}: verl {version} refuses the job at its start: "
-                    f"{composed.error}",
-                    file=study_file,
+            else:
+                axes = ", ".join(
+                    f"{c['key']}={c['after']}" for c in point.get("changes", []) if c["why"].startswith("axis")
                 )
+                refusals.setdefault(composed.error, []).append(f"{point['run']} ({axes})" if axes else point["run"])
+        for error, runs in refusals.items():
+            problems.append(
+                UserError(f"verl {version} refuses run {'; '.join(runs)} at its start: {error}", file=study_file)
             )
         if problems:
             raise one_error(problems)

@@ -125,6 +125,8 @@ def refused(
         named = [key for key in source if f"'{key}'" in composed.error or f" {key}=" in composed.error]
         files = ", ".join(setup.files()) if setup is not None else ""
         file = source[named[0]] if named else files or study_file
+        if not named and setup is not None and setup.config_name and f"'{setup.config_name}'" in composed.error:
+            named, file = ["--config-name"], setup.config_origin
         problems = [
             UserError(f"verl's Hydra refuses {where}: {composed.error}", file=file, field=next(iter(named), None))
         ]
