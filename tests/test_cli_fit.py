@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from rlscale.db.store import Store
 from rlscale.fitting.sigmoid import sigmoid
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 import typer
-from conftest import run_cli
+from helpers import run_cli
 
 from rlscale.cli import app
 

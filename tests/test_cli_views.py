@@ -3,7 +3,7 @@ steps as a count, not against a planned step count that the compute stop overrid
 
 import json
 
-from conftest import run_cli
+from helpers import run_cli
 from rich.console import Console
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.sweep.state import RunState
@@ -36,7 +36,7 @@ def test_compute_against_the_plan_and_steps_as_a_count():
 
 
 def test_status_prints_the_same_columns_and_keeps_its_json(workdir, capsys, monkeypatch):
-    from conftest import bench, seed_isocompute
+    from helpers import bench, seed_isocompute
 
     url = f"sqlite:///{workdir / 'rl.db'}"
     truth, c_obs = bench.CASES["saturates_64"]

@@ -4,7 +4,7 @@ fits, no cell or header is cut with an ellipsis, and notes are bullet lines."""
 from pathlib import Path
 
 import pytest
-from conftest import NAMES, curves_csv, run_cli
+from helpers import NAMES, curves_csv, run_cli
 from rich.cells import cell_len
 
 ROOT = Path(__file__).parents[1]
@@ -49,7 +49,7 @@ def test_commands_on_tracker_named_runs_fit_80_columns(narrow, workdir):
 
 
 def test_plans_and_a_leave_one_out_report_fit_80_columns(narrow, workdir):
-    from conftest import seed_loo
+    from helpers import seed_loo
 
     narrow("plan", str(ROOT / "studies" / "scalerl_loo.yaml"))  # variant names longer than their column
     narrow("plan", "--budget", "16000", "--min-steps", "300")  # a table of dropped points with reasons
@@ -60,7 +60,7 @@ def test_plans_and_a_leave_one_out_report_fit_80_columns(narrow, workdir):
 
 
 def test_recommend_fits_80_columns(narrow, workdir):
-    from conftest import bench, seed_isocompute
+    from helpers import bench, seed_isocompute
 
     url = f"sqlite:///{workdir / 'iso.db'}"
     truth, c_obs = bench.CASES["saturates_64"]

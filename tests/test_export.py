@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import run_cli, script_argv
+from helpers import run_cli, script_argv
 from rlscale.planner.frameworks import (
     Deployment,
     export_config,
@@ -171,7 +171,7 @@ def test_export_command_from_a_recipe_file(workdir, capsys, monkeypatch):
 
 
 def test_export_command_from_a_study_recommendation(workdir, capsys, monkeypatch):
-    from conftest import bench, seed_isocompute
+    from helpers import bench, seed_isocompute
 
     url = f"sqlite:///{workdir / 'rl.db'}"
     truth, c_obs = bench.CASES["saturates_64"]

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import script_argv
+from helpers import script_argv
 from rlscale.planner.frameworks import TARGETS, Deployment, export_config
 from rlscale.planner.recipe import Recipe
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from rlscale.fitting.sigmoid import fit_sigmoid, levenberg_marquardt
 from scipy.optimize import least_squares
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_cli
+from helpers import run_cli
 from rlscale.db.engine import display_url
 from rlscale.db.store import Store
 
@@ -300,7 +300,7 @@ def test_recommend_export_and_report_on_runs_before_their_inflection(cli, workdi
 
 @pytest.mark.parametrize("budget", ["inf", "1e308", "nan", "1e14"])
 def test_recommend_and_export_refuse_an_unusable_budget(cli, workdir, budget):
-    from conftest import bench, seed_isocompute
+    from helpers import bench, seed_isocompute
 
     url = f"sqlite:///{workdir / 'iso.db'}"
     truth, c_obs = bench.CASES["saturates_64"]

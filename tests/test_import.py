@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from rlscale.db.importer import read_run_log
 from rlscale.db.store import Store
 

@@ -4,7 +4,7 @@ and verl's file-logger JSONL; bad logs are refused whole with a one-line error."
 import json
 
 import pytest
-from conftest import REWARD, run_cli, write_events
+from helpers import REWARD, run_cli, write_events
 from rlscale.db.store import Store
 
 

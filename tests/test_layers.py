@@ -212,7 +212,7 @@ def test_a_private_reach_is_caught():
 
 
 def test_no_test_module_imports_another():
-    """Shared test helpers live in conftest.py (or a helper module that is not a test): a test module that imports
+    """Shared test helpers live in tests/helpers.py (fixtures in conftest.py): a test module that imports
     another runs that module's tests' set-up twice and ties the two together."""
     found = []
     for path in sorted((ROOT / "tests").glob("test_*.py")):

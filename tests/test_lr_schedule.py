@@ -34,7 +34,7 @@ print(json.dumps(out))
 
 
 def test_verls_cosine_decays_over_the_planned_steps_whichever_step_its_job_ends_at():
-    from conftest import python_of
+    from helpers import python_of
     from rlscale.runner.verl.setup import schedule_keys
 
     recipe = Recipe.model_validate({"engine": "verl", "steps": PLANNED})
@@ -79,13 +79,13 @@ def test_trls_schedule_decays_over_the_planned_steps_in_every_segment(tmp_path, 
     if "vllm" not in sys.modules:  # TRL imports an installed vLLM (slow) that a CPU job does not use
         monkeypatch.setitem(sys.modules, "vllm", None)
     import torch
+    from helpers import write_setup
     from rlscale.planner.frameworks.setup import setup_plan
     from rlscale.planner.planning import planned_runs
     from rlscale.planner.study_file import load_study
     from rlscale.runner.jobs_api import RunDir
     from rlscale.runner.trl.job import make_setup_job
     from rlscale.runner.trl.setup_train import trainer_class
-    from test_setup_trl import write_setup
 
     kwargs = {"lr_scheduler_kwargs": {"min_lr_rate": 0.1}} if schedule_name == "cosine_with_min_lr" else {}
     study_file, _ = write_setup(tmp_path, grpo={"lr_scheduler_type": schedule_name, **kwargs})

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from rlscale.fitting.laws.model_size import MAX_BEYOND, choose_size, fit_size_law, winner_changes
 from rlscale.fitting.laws.powerlaw import crossover_resource
 from rlscale.fitting.rules.reasons import Refusal

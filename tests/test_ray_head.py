@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import spawn, tail
+from helpers import spawn, tail
 from rlscale.db.store import Store
 
 # a short TRL run on the tiny policy (what tests/test_trl_engine.py trains, fewer steps)

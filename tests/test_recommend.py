@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import bench, run_cli, seed_isocompute
+from helpers import bench, run_cli, seed_isocompute
 from rlscale.fitting.laws.optimal_n import RolloutsLaw
 from rlscale.fitting.rules.reasons import Reason
 from rlscale.fitting.rules.recommend import Refusal, recommend

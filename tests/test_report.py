@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli, seed_loo
+from helpers import run_cli, seed_loo
 from rlscale.fitting.sigmoid import sigmoid
 
 from rlscale.views.plots import linearised, plot_linearised

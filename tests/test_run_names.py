@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import NAMES, curves_csv, run_cli
+from helpers import NAMES, curves_csv, run_cli
 from rlscale.db.store import Store
 from rlscale.fitting.sigmoid import sigmoid
 
@@ -79,7 +79,7 @@ def test_plots_show_names_literally_without_warnings(cli, workdir):
 
 
 def test_training_logs_are_named_by_their_directory_path_or_file_name(cli, workdir):
-    from conftest import REWARD, write_events
+    from helpers import REWARD, write_events
 
     write_events(workdir / "tb" / "grpo" / "seed_1", {s: {REWARD: 0.1 * s} for s in range(3)})
     write_events(workdir / "tb" / "GRPO (clip 0.2)", {s: {REWARD: 0.1 * s} for s in range(3)})

@@ -8,11 +8,10 @@ import os
 import subprocess
 import sys
 import textwrap
-import uuid
-from pathlib import Path
 
 import pytest
 import yaml
+from helpers import conversations, write_setup
 from rlscale.db.store import Store
 
 pytest.importorskip("trl")
@@ -22,73 +21,6 @@ pytest.importorskip("trl")
 def no_vllm(monkeypatch):
     if "vllm" not in sys.modules:  # TRL imports an installed vLLM (slow) that a CPU job does not use
         monkeypatch.setitem(sys.modules, "vllm", None)
-
-
-def conversations(prompts) -> list[dict]:
-    return [{"prompt": [{"role": "user", "content": p.text}], "answer": p.answer} for p in prompts]
-
-
-def write_setup(
-    folder: Path,
-    *,
-    budget: float = 0.04,
-    train_rows: int = 64,
-    grpo: dict | None = None,
-    rows: list[dict] | None = None,
-    module_text: str | None = None,
-) -> tuple[Path, str]:
-    """A study folder as a TRL user has it: grpo.yaml, data/{train,test}.parquet (conversational 2-digit sums), a
-    reward module; and a two-point study over n on it. Returns (the study file, the reward module's name)."""
-    import datasets
-    from rlscale.runner.rl.tasks import arithmetic_task
-
-    datasets.disable_progress_bars()  # the test's own writes stay off the stderr the CLI's one line is read from
-    task = arithmetic_task(2, 0)
-    (folder / "data").mkdir(parents=True)
-    datasets.Dataset.from_list(rows or conversations(task.train[:train_rows])).to_parquet(folder / "data/train.parquet")
-    held_out = conversations(task.validation(16))
-    if rows and "answer" not in rows[0]:
-        held_out = [{"prompt": row["prompt"], "solution": row["answer"]} for row in held_out]
-    datasets.Dataset.from_list(held_out).to_parquet(folder / "data/test.parquet")
-    module = f"rewards_{uuid.uuid4().hex[:8]}"  # a fresh name: the CLI runs in this process, which caches modules
-    (folder / f"{module}.py").write_text(
-        module_text
-        or textwrap.dedent('''
-        def correct(completions, answer, **kwargs):
-            """1.0 when the completion is the sum."""
-            return [float(c[0]["content"].strip() == a) for c, a in zip(completions, answer)]
-    ''')
-    )
-    config = {
-        "dataset_name": "data",
-        "reward_funcs": [f"{module}.correct", "get_soft_overlong_punishment"],
-        "reward_weights": [1.0, 0.1],
-        "learning_rate": 2.0e-5,
-        "per_device_train_batch_size": 8,
-        "max_completion_length": 8,
-        "gradient_checkpointing": False,
-        "report_to": ["mlflow"],
-        "env": {"MY_FLAG": "1"},
-        **(grpo or {}),
-    }
-    (folder / "grpo.yaml").write_text(yaml.safe_dump({k: v for k, v in config.items() if v is not None}))
-    study = {
-        "name": "mine",
-        "method": "isocompute",
-        "compute": {"unit": "gpu_hours", "budget": budget, "profile": "tiny-cpu"},
-        "parameters": {"rollouts": {"values": [2, 4]}},
-        "recipe": {
-            "engine": "trl",
-            "prompts_per_batch": 4,
-            "eval_every": 5,
-            "eval_prompts": 8,
-            "eval_samples": 2,
-            "checkpoint_every": 2,
-        },
-        "setup": {"config": "grpo.yaml"},
-    }
-    (folder / "study.yaml").write_text(yaml.safe_dump(study))
-    return folder / "study.yaml", module
 
 
 # ------------------------------------------------------------------------------------------ no Ray, no training
@@ -344,7 +276,7 @@ def test_trackers_group_runs_by_study_and_continue_a_run_across_its_jobs(tmp_pat
 
 @pytest.mark.slow
 def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_to_mlflow(cluster, tmp_path):
-    from conftest import TRL_DRIVER, kill_driver_past
+    from helpers import TRL_DRIVER, kill_driver_past
     from mlflow import MlflowClient
     from rlscale.planner.planning import planned_runs
     from rlscale.planner.study_file import load_study

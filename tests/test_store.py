@@ -6,7 +6,7 @@ import sqlite3
 
 import pandas as pd
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 from rlscale.db.engine import display_url
 from rlscale.db.store import Store
 from sqlalchemy import inspect, text

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import spawn, tail
+from helpers import spawn, tail
+from rlscale.base.errors import UserError
 from rlscale.db.store import Store
 from rlscale.planner.study_file import load_study
 from rlscale.runner.engine import Engine, JobResult
 from rlscale.runner.sweep.driver import SweepDriver
-
-from rlscale.base.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 RLSCALE = [sys.executable, "-m", "rlscale"]
@@ -187,7 +186,7 @@ def test_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_pa
 
 @pytest.mark.slow
 def test_run_command_trains_one_recipe_on_ray_into_the_store(tmp_path, monkeypatch, capsys):
-    from conftest import run_cli
+    from helpers import run_cli
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**RECIPE, "steps": 8}))
@@ -321,10 +320,9 @@ def test_rung_scheduled_sweep_pauses_and_resumes_real_jobs_without_gaps(tmp_path
 
 
 def test_engines_are_chosen_by_name_and_an_unknown_name_is_a_user_error():
+    from rlscale.base.errors import UserError
     from rlscale.runner.builtin.engine import BuiltinEngine
     from rlscale.runner.engine import DEFAULT_ENGINE, get_engine
-
-    from rlscale.base.errors import UserError
 
     engine = get_engine(DEFAULT_ENGINE, ray_address="auto")
     assert isinstance(engine, BuiltinEngine) and engine.ray_address == "auto"

@@ -136,7 +136,7 @@ def test_admission_places_whole_jobs_and_the_first_wave_fills_the_free_devices()
 
 
 def test_dry_run_prints_the_admission_plan_and_status_the_runs_in_flight(tmp_path, monkeypatch, capsys):
-    from conftest import run_cli
+    from helpers import run_cli
 
     study = write_study(tmp_path / "plan.yaml", "plan", {"rollouts": [2, 4, 8]})
     code, out, _ = run_cli(

@@ -96,7 +96,7 @@ def corpus(python: Path) -> list[dict]:
 
 
 def test_each_example_composes_through_trls_parser_or_is_refused_naming_the_file_and_the_key():
-    from conftest import python_of
+    from helpers import python_of
 
     results = corpus(python_of(".venv-trl"))
     assert len(results) >= 20

@@ -185,7 +185,7 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
 
 @pytest.mark.slow
 def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned_compute(cluster, tmp_path):
-    from conftest import TRL_DRIVER, kill_driver_past
+    from helpers import TRL_DRIVER, kill_driver_past
     from ray.job_submission import JobSubmissionClient
 
     # IsoCompute over n at 256 rollouts per run: n 2 trains 32 steps, n 4 trains 16

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import python_of
+from helpers import python_of
 from rlscale.db.logs import VERL_HEALTH
 from rlscale.db.store import Store
 from rlscale.planner.recipe import Recipe

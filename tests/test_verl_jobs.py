@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import kill_driver_when, spawn, tail
+from helpers import kill_driver_when, spawn, tail
 from rlscale.db.store import Store
 from rlscale.planner.recipe import Recipe
 
