@@ -195,6 +195,10 @@ def test_a_file_that_wandbs_reader_refuses_is_one_line_naming_it_and_nothing_is_
     )
     assert (code, out) == (2, "") and f"{tmp_path / 'run-abc.wandb'}: W&B's reader failed" in err
     assert err.count("\n") == 1 and not db.exists()
+    code, out, err = cli(
+        "fit", str(tmp_path)
+    )  # fit takes run logs; W&B runs go through the import, which names metrics
+    assert (code, out) == (2, "") and "rlscale import" in err and err.count("\n") == 1
 
 
 # --- trackio --------------------------------------------------------------------------------------------

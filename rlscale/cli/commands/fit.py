@@ -128,8 +128,17 @@ def _fit_and_plot(file, study, db, options, plot):
     the study's `fit.points` names; a run log's on every evaluation), plotted when asked."""
     if file is not None:
         from rlscale.db.importer import read_run_log
+        from rlscale.db.trackers import is_wandb_log
         from rlscale.fitting.sigmoid.runs import fit_runs
 
+        if is_wandb_log(file):  # its metrics have to be named: the import does that, once
+            from rlscale.base.errors import UserError
+
+            raise UserError(
+                "W&B runs: import them first, naming the reward (rlscale import DIR --reward METRIC --study NAME), "
+                "then rlscale fit --study NAME",
+                file=str(file),
+            )
         records, title, store, record_breaking = read_run_log(file), file.stem, None, False
         fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", **options)
         if fits["A"].isna().all():  # nothing to show or plot: the file is no input for a fit
