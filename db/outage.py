@@ -1,5 +1,6 @@
-"""Waiting out a database that went away (a PostgreSQL restart under a running sweep): the store retries a call
-whose connection was lost, with backoff, for up to a deadline; any other database error is raised at once."""
+"""Waiting out a database that went away (a PostgreSQL restart under a running sweep, a SQLite file another writer
+holds past the busy timeout): the store retries a call whose database was out of reach, with backoff, for up to a
+deadline; any other database error is raised at once."""
 
 import functools
 import threading
@@ -9,12 +10,22 @@ from collections.abc import Callable
 from rlscale.db.engine import StoreUnreachable
 from sqlalchemy.exc import DBAPIError
 
-# words a driver's message carries when the server went away, not when a statement was wrong
-_GONE = ("connection", "server closed", "terminating", "shutting down", "could not connect", "the database system is")
+# words a driver's message carries when the server went away (or, SQLite, another writer held the file past the busy
+# timeout), not when a statement was wrong
+_GONE = (
+    "connection",
+    "server closed",
+    "terminating",
+    "shutting down",
+    "could not connect",
+    "the database system is",
+    "database is locked",
+)
 
 
 def is_disconnect(err: BaseException) -> bool:
-    """Whether a database error means the server went away (restart, lost connection), not a bad statement."""
+    """Whether a database error means the database is out of reach for now (a server restart, a lost connection, a
+    SQLite file another writer holds), not a bad statement."""
     if isinstance(err, StoreUnreachable):
         return True
     if not isinstance(err, DBAPIError):

@@ -67,6 +67,13 @@ class Store:
         if on_note is not None:
             self.outage.on_note = on_note
 
+    def lock_study(self, name: str):
+        """Hold study `name` for one sweep driver (rlscale.db.study_lock.StudyLock; `release` it at the end); StudyBusy
+        (a UserError naming the holder) while another process's driver holds it."""
+        from rlscale.db.study_lock import acquire
+
+        return acquire(self.engine, self.url, self.url_for_display, name)
+
     def __repr__(self) -> str:
         return f"Store({self.url_for_display!r})"
 

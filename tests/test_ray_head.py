@@ -1,6 +1,7 @@
-"""Reaching the user's Ray cluster as it is: a sweep of Jobs-API runs with no cluster named starts a local head and
-stops it at the end (adopting it after kill -9 of its driver), a cluster that cannot be reached or refuses the
-client is one line and exit 2 with nothing stored, and a token is found the way Ray's own clients find it."""
+"""Reaching the user's Ray cluster as it is: a sweep with no cluster named starts a local head and stops it at the end
+(adopting it after kill -9 of its driver, starting another when it dies under the sweep), a cluster that cannot be
+reached or refuses the client is one line and exit 2 with nothing stored, and a token is found the way Ray's own
+clients find it."""
 
 import json
 import os
@@ -8,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -68,10 +70,11 @@ def write_study(path: Path, name: str, **recipe) -> Path:
     return path
 
 
-def head_processes(temp_dir: str) -> list[int]:
-    import psutil
+def head_processes(head: dict) -> list[int]:
+    """The processes of a head recorded in a head file: Ray's and its jobs'."""
+    from rlscale.runner.ray_head import LocalHead
 
-    return [p.pid for p in psutil.process_iter(["cmdline"]) if temp_dir in " ".join(p.info["cmdline"] or [])]
+    return LocalHead(**head).processes()
 
 
 @pytest.mark.slow
@@ -79,7 +82,7 @@ def test_a_sweep_with_no_cluster_named_starts_a_head_adopts_it_after_kill_9_and_
     pytest.importorskip("trl")
     study = write_study(tmp_path / "local.yaml", "local", steps=40)
     url, shared = f"sqlite:///{tmp_path / 'store.db'}", tmp_path / "shared"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RLSCALE_CACHE": str(tmp_path / "cache")}
     args = [sys.executable, "-c", DRIVER, str(study), url, str(shared)]
     driver = spawn(args, log := tmp_path / "driver.log", env=env)
     try:
@@ -91,12 +94,13 @@ def test_a_sweep_with_no_cluster_named_starts_a_head_adopts_it_after_kill_9_and_
                         break
             time.sleep(0.5)
         assert driver.poll() is None, tail(log, 3000)
-        head = json.loads((shared / "ray-head.json").read_text())
-        assert head["address"].startswith("http://127.0.0.1:") and head_processes(head["temp_dir"])
+        (head_file,) = (tmp_path / "cache" / "ray-heads").glob("*/ray-head.json")  # one per study and store
+        head = json.loads(head_file.read_text())
+        assert head["address"].startswith("http://127.0.0.1:") and head_processes(head)
     finally:
         os.killpg(driver.pid, signal.SIGKILL)  # the driver's group only: the head has a session of its own
         driver.wait()
-    assert head_processes(head["temp_dir"])  # it outlived its driver, with the run's job on it
+    assert head_processes(head)  # it outlived its driver, with the run's job on it
     restarted = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     with Store(url) as store:
@@ -105,13 +109,108 @@ def test_a_sweep_with_no_cluster_named_starts_a_head_adopts_it_after_kill_9_and_
     # the restarted driver adopted the head (and the job still running on it), then stopped it at the end
     from ray.job_submission import JobSubmissionClient  # noqa: F401  (imported before the head is gone)
 
-    assert not (shared / "ray-head.json").exists()
+    assert not head_file.exists()
     deadline = time.time() + 60
-    while head_processes(head["temp_dir"]) and time.time() < deadline:
+    while head_processes(head) and time.time() < deadline:
         time.sleep(0.5)
-    assert head_processes(head["temp_dir"]) == []
+    assert head_processes(head) == []
     jobs = sorted(path.name for path in (shared).glob("*/logs/*.jsonl"))
     assert len(jobs) == 1  # one job: adopted, not submitted a second time
+
+
+@pytest.mark.slow
+def test_a_head_that_dies_under_a_builtin_sweep_is_replaced_and_the_runs_resume_from_their_checkpoints(
+    tmp_path, monkeypatch
+):
+    from rlscale.planner.study_file import load_study
+    from rlscale.runner.sweep.driver import SweepDriver
+
+    monkeypatch.setenv("RLSCALE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    study = write_study(
+        tmp_path / "dies.yaml",
+        "dies",
+        engine="builtin",
+        steps=24,
+        checkpoint_every=4,
+        eval_every=4,
+        trainer_devices=1,
+        generator_devices=1,
+    )
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    killed = {}
+
+    def kill_head_past_step_8():
+        deadline = time.time() + 600
+        with Store(url) as reader:
+            while time.time() < deadline:  # the run has stored its second checkpoint's records
+                if "dies" in reader.study_names() and len(reader.records_frame("dies")) > 8:
+                    break
+                time.sleep(0.3)
+        (head_file,) = (tmp_path / "cache" / "ray-heads").glob("*/ray-head.json")
+        killed["head"] = json.loads(head_file.read_text())
+        for pid in head_processes(killed["head"]):
+            os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_head_past_step_8)
+    killer.start()
+    with Store(url) as store:
+        driver = SweepDriver(load_study(study), store, max_retries=0)  # no retry spent on a dead head
+        summary = driver.run()
+        records, runs = store.records_frame("dies"), store.runs_frame("dies")
+    killer.join()
+    assert driver.cluster.restarts == 1 and summary.count("done") == 1 and list(runs["status"]) == ["done"]
+    assert sorted(records["step"]) == list(range(25))  # every step once: resumed from a checkpoint, not from 0
+    assert records.sort_values("step")["gpu_hours"].is_monotonic_increasing
+    # the dead head left nothing, and the new one was stopped at the end
+    assert head_processes(killed["head"]) == [] and not os.path.exists(killed["head"]["temp_dir"])
+    assert not list((tmp_path / "cache" / "ray-heads").glob("*/ray-head.json"))
+
+
+def test_a_dead_head_is_replaced_once_however_many_runs_find_it_dead(tmp_path, monkeypatch):
+    import rlscale.runner.ray_head as ray_head
+    from rlscale.runner.sweep.head import SweepCluster
+
+    class Head:
+        """Stands in for a LocalHead on purpose: this test isolates the replacement's bookkeeping from Ray."""
+
+        def __init__(self, number: int):
+            self.address, self.gcs_address = f"http://head{number}:8265", f"head{number}:6379"
+            self.dead = self.stopped = False
+
+        def alive(self) -> bool:
+            return not self.dead
+
+        def running(self) -> bool:
+            return not self.dead
+
+        def stop(self, head_file=None) -> None:
+            self.stopped = True
+
+    heads: list[Head] = []
+    monkeypatch.setattr(ray_head, "local_head", lambda directory, cpus=0: heads.append(Head(len(heads))) or heads[-1])
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cluster = SweepCluster(None, tmp_path)
+    assert cluster.address_for("builtin") == "head0:6379" and cluster.address_for("trl") == "http://head0:8265"
+    generations = [cluster.enter() for _ in range(3)]  # three runs in flight
+    heads[0].dead = True
+    closed, again = [], []
+
+    def job_fails(generation: int) -> None:
+        cluster.leave()
+        again.append(cluster.recover(generation, lambda: closed.append(len(heads))))
+
+    threads = [threading.Thread(target=job_fails, args=(generation,)) for generation in generations]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # every run goes again on one new head; the engines were dropped once, before it started, the dead one stopped
+    assert again == [True, True, True] and len(heads) == 2 and closed == [1] and heads[0].stopped
+    assert cluster.address_for("trl") == "http://head1:8265" and cluster.restarts == 1
+    generation = cluster.enter()  # a job that fails on a live head failed on its own: it spends an attempt
+    cluster.leave()
+    assert cluster.recover(generation, lambda: closed.append(len(heads))) is False and closed == [1]
 
 
 def test_a_cluster_that_cannot_be_reached_is_one_line_and_nothing_is_stored(tmp_path, cli):

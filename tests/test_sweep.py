@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import spawn, tail
-from rlscale.base.errors import UserError
 from rlscale.db.store import Store
 from rlscale.planner.study_file import load_study
 from rlscale.runner.engine import Engine, JobResult
 from rlscale.runner.sweep.driver import SweepDriver
+
+from rlscale.base.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 RLSCALE = [sys.executable, "-m", "rlscale"]
@@ -320,9 +321,10 @@ def test_rung_scheduled_sweep_pauses_and_resumes_real_jobs_without_gaps(tmp_path
 
 
 def test_engines_are_chosen_by_name_and_an_unknown_name_is_a_user_error():
-    from rlscale.base.errors import UserError
     from rlscale.runner.builtin.engine import BuiltinEngine
     from rlscale.runner.engine import DEFAULT_ENGINE, get_engine
+
+    from rlscale.base.errors import UserError
 
     engine = get_engine(DEFAULT_ENGINE, ray_address="auto")
     assert isinstance(engine, BuiltinEngine) and engine.ray_address == "auto"
@@ -365,3 +367,76 @@ def test_a_crashing_run_is_retried_then_marked_failed_while_the_others_finish(tm
     assert "injected crash (lr 0.0002)" in runs.set_index("status").loc["failed", "error"]
     assert summary.count("done") == 2 and summary.count("failed") == 1
     assert len(records) == 2 * 5  # steps 0..4 of the two finished runs, once each
+
+
+def test_a_run_that_failed_is_retried_by_the_next_sweep_from_where_it_was(tmp_path):
+    # a crash that outlived its retries (a full disk, a lost node) is not the run's end: the sweep run again retries it
+    engine = FlakyEngine()
+    path = write_study(tmp_path / "again.yaml", "again", {"lr": [2e-4, 3e-4]}, steps=4)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store(url) as store:
+        first = SweepDriver(load_study(path), store, engine=engine, max_retries=0).run()
+        assert first.count("failed") == 1
+        fixed = ReplayEngine()  # what crashed is gone (the disk has room again)
+        second = SweepDriver(load_study(path), store, engine=fixed).run()
+        runs = store.runs_frame("again")
+    assert second.count("done") == 2 and list(runs["status"]) == ["done", "done"]
+    assert [call[0] for call in fixed.calls] == [2e-4]  # only the failed run is trained again
+
+
+def test_runs_stopped_by_ctrl_c_are_paused_not_stopped_and_the_next_sweep_finishes_them(tmp_path):
+    import _thread
+
+    class CtrlC(ReplayEngine):
+        """Ctrl-C in the driver's terminal once the first run has stored its first checkpoint."""
+
+        def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None):
+            def records(batch):
+                on_records(batch)
+                if not self.reached:
+                    _thread.interrupt_main()
+
+            return super().run(
+                recipe, run_key=run_key, on_records=records, until_step=until_step, should_stop=should_stop
+            )
+
+    path = write_study(tmp_path / "ctrl.yaml", "ctrl", {"lr": [1e-4, 2e-4]}, steps=400, eval_every=2)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store(url) as store:
+        with pytest.raises(KeyboardInterrupt):
+            SweepDriver(load_study(path), store, engine=CtrlC(), max_concurrent=2).run()
+        interrupted = store.runs_frame("ctrl")
+        summary = SweepDriver(load_study(path), store, engine=ReplayEngine()).run()
+        runs, records = store.runs_frame("ctrl"), store.records_frame("ctrl")
+    assert set(interrupted["status"]) <= {"paused", "pending"} and "paused" in set(interrupted["status"])
+    assert set(interrupted["error"].dropna()) == {"interrupted"}
+    assert summary.count("done") == 2 and list(runs["status"]) == ["done", "done"]
+    assert not records.duplicated(["run_id", "step"]).any()
+
+
+def test_a_second_driver_on_a_study_exits_2_naming_the_first_and_stores_nothing(db_url, tmp_path, cli):
+    path = write_study(tmp_path / "busy.yaml", "busy", {"rollouts": [4]})
+    hold = (
+        "import sys, time; from rlscale.db.store import Store; "
+        "Store(sys.argv[1]).lock_study('busy'); print('held', flush=True); time.sleep(600)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold, db_url], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, out, err = cli("sweep", path, "--db", db_url)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "study 'busy' is being swept by another driver" in err and f"pid {holder.pid} on" in err
+        with Store(db_url) as store:
+            assert "busy" not in store.study_names()  # nothing planned, nothing trained
+    finally:
+        holder.kill()  # kill -9: the lock goes with its process
+        holder.wait()
+    with Store(db_url) as store:
+        deadline = time.time() + 60
+        while True:  # the server sees the connection close a moment after the process dies
+            try:
+                store.lock_study("busy").release()
+                break
+            except UserError:
+                assert time.time() < deadline, "the lock outlived its holder"
+                time.sleep(0.2)

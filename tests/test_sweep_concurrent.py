@@ -91,6 +91,40 @@ def test_a_postgresql_restart_under_a_running_sweep_loses_no_record_and_stores_n
     assert all(sorted(steps) == list(range(161)) for _, steps in records.groupby("run_id")["step"])
 
 
+def test_a_sqlite_store_held_by_another_writer_past_its_busy_timeout_is_waited_for(tmp_path, monkeypatch, paced_engine):
+    import sqlite3
+
+    import rlscale.db.engine as store_engine
+
+    monkeypatch.setattr(store_engine, "SQLITE_BUSY_TIMEOUT_S", 0.2)  # "database is locked" after 0.2 s, not 30
+    engine = paced_engine(seconds=0.02)
+    study = write_study(tmp_path / "held.yaml", "held", {"lr": [2e-4, 3e-4]}, steps=400)
+    db = tmp_path / "store.db"
+    notes = []
+    with Store(f"sqlite:///{db}") as store:
+        driver = SweepDriver(
+            study, store, engine=engine, max_concurrent=2, on_update=lambda runs: notes.append(driver.store_note)
+        )
+
+        def hold():  # another writer takes the file's write lock for 3 s once both runs are under way
+            while len(engine.reached) < 2 or min(engine.reached.values()) < 10:
+                time.sleep(0.05)
+            holder = sqlite3.connect(db, isolation_level=None)
+            holder.execute("BEGIN IMMEDIATE")
+            time.sleep(3)
+            holder.execute("ROLLBACK")
+            holder.close()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        summary = driver.run()
+        holder.join()
+        records, runs = store.records_frame("held"), store.runs_frame("held")
+    assert any(note.startswith("store unreachable, retrying") for note in notes)  # it waited, and said so
+    assert summary.count("done") == 2 and list(runs["status"]) == ["done", "done"]
+    assert all(sorted(steps) == list(range(401)) for _, steps in records.groupby("run_id")["step"])
+
+
 @pytest.mark.slow
 def test_two_builtin_runs_train_at_once_and_store_what_they_store_one_by_one(tmp_path):
     import ray

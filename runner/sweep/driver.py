@@ -1,8 +1,10 @@
 """The sweep driver: study -> planned runs in the store -> runs on an engine (rlscale.runner.engine; the builtin
 one runs RL jobs on Ray) -> records -> fits.
 
-The driver is the store's one writer: engines hand records back through a callback that runs in this process.
-Resumable by construction: a run's identity is its config hash and seed, finished runs are skipped, interrupted
+The driver is the store's one writer: engines hand records back through a callback that runs in this process, and
+a run's status is written by the thread that advances it, in order (running, then how its job ended), or by the
+driver's own thread while no job of it runs. One driver per study and store (Store.lock_study): a second one exits
+2. Resumable by construction: a run's identity is its config hash and seed, finished runs are skipped, interrupted
 ones resume from their checkpoint, and (run, step) is unique in the store.
 """
 
@@ -15,14 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from rlscale.planner.recipe import Recipe
-from rlscale.runner.engine import DEFAULT_ENGINE, Engine, study_engine
+from rlscale.runner.engine import DEFAULT_ENGINE, DevicesUnavailable, Engine, study_engine
+from rlscale.runner.sweep.head import SweepCluster, head_dir
 from rlscale.runner.sweep.pool import JobPool, devices_text
 from rlscale.runner.sweep.scheduler import RunProgress, Schedule, run_concurrently, schedule_for
-from rlscale.runner.sweep.state import FINISHED, RunState, run_name, run_states
+from rlscale.runner.sweep.state import FINISHED, RunState, compute_reached, run_name, run_states
 
 __all__ = ["SweepDriver", "SweepSummary", "devices_text"]
 
 STORE_OUTAGE_SECONDS = 300.0  # how long the sweep waits for a database that went away before it gives up
+INTERRUPT_SECONDS = 120.0  # after Ctrl-C, how long the runs in flight get to reach a checkpoint and end
 EXTEND_TOLERANCE = 0.05  # a run within this fraction of its extended compute is done (runs end within ~1%)
 
 
@@ -41,7 +45,8 @@ class SweepSummary:
 
 class SweepDriver:
     """Runs a study's planned runs through an engine (rlscale.runner.engine), one writer to the store, resumable
-    and fault tolerant. The driver never touches Ray: the engine does."""
+    and fault tolerant. The driver never calls Ray: the engines do, on the cluster it names or on the local head the
+    sweep owns (runner/sweep/head.py)."""
 
     def __init__(
         self,
@@ -73,6 +78,8 @@ class SweepDriver:
         self._lock = threading.RLock()  # the driver's shared state (the store serialises its own calls)
         self._fits_lock = threading.Lock()
         self._engines_lock = threading.Lock()
+        self._study_lock = None  # this driver's hold on its study (Store.lock_study), from plan() to close()
+        self.cluster = SweepCluster(ray_address, head_dir(store.url_for_display, study.name), on_note=self._store_note)
         # a database that goes away (a server restart) is waited for, with a note on the live view meanwhile
         store.wait_out_outages(STORE_OUTAGE_SECONDS, self._store_note)
         from rlscale.runner.tracking import make_tracker
@@ -88,6 +95,7 @@ class SweepDriver:
         is paused again, to resume from its last checkpoint (its identity, recipe hash and seed, is unchanged)."""
         from rlscale.planner.planning import planned_runs
 
+        self._hold()
         self.store.upsert_study(self.study.name, self.study.to_spec())
         several_seeds = len(self.study.seeds) > 1
         planned = {}
@@ -113,6 +121,7 @@ class SweepDriver:
 
     def add_run(self, name: str, recipe: Recipe, seed: int, planned_gpu_hours: float) -> RunState:
         """Register one run (idempotent) and load its status and progress from the store."""
+        self._hold()
         run_id = self.store.ensure_run(self.study.name, name, recipe.to_json(), seed)
         (state,) = self._load({run_id: (name, planned_gpu_hours)})
         self.runs.append(state)
@@ -128,10 +137,11 @@ class SweepDriver:
         states = run_states(runs, self.store.records_frame(self.study.name), hours)
         factor = getattr(self.study, "extend", 1.0)
         for run, (_name, plan) in zip(states, planned.values()):
-            if run.status not in FINISHED and run.recipe is not None and run.step >= run.recipe.steps:
+            if run.status == "failed" and run.recipe is not None:  # a sweep run again retries what crashed last time
+                run.status, run.note = "paused", f"retried; it failed before: {run.note}"[:200]
+            if run.status not in FINISHED and run.recipe is not None and self._reached_end(run):
                 # a driver killed between a run's last records and its status: the records say it is done
-                run.status, run.note = "done", ""
-                self.store.set_run_status(run.run_id, "done")
+                self._set_status(run, "done", "")
             if not (factor > 1 and run.recipe is not None and hasattr(plan, "recipe")):
                 continue
             run.recipe = run.recipe.model_copy(update={"steps": math.ceil(run.recipe.steps * factor)})
@@ -148,16 +158,17 @@ class SweepDriver:
     def run(self) -> SweepSummary:
         """Run every unfinished planned run, several at once where the cluster's free devices and max_concurrent
         admit them; returns the summary (failed runs do not stop the sweep)."""
-        if not self.runs:
-            self.plan()
-        started = time.perf_counter()
-        summary = SweepSummary(self.runs)
-        todo = [run for run in self.runs if run.status not in FINISHED]
-        if todo:
-            try:
+        try:
+            self._hold()
+            if not self.runs:
+                self.plan()
+            started = time.perf_counter()
+            summary = SweepSummary(self.runs)
+            todo = [run for run in self.runs if run.status not in FINISHED]
+            if todo:
                 self.run_schedule(self.schedule(todo), self.runs, summary)
-            finally:
-                self.close()
+        finally:
+            self.close()
         summary.wall_seconds = time.perf_counter() - started
         self.on_update(self.runs)
         return summary
@@ -180,11 +191,11 @@ class SweepDriver:
         admitted when its devices are free (runner/sweep/pool.py) and at most max_concurrent at once."""
         todo = [run for run in runs if run.status not in FINISHED and run.recipe is not None]
         engines = {run.run_id: self.engine_for(run.recipe) for run in todo}
-        first = next(iter(engines.values()), None)
+        first = next((run.recipe for run in todo), None)
         pool = JobPool(
             {run.run_id: run for run in runs},
             devices={key: engine.devices(self._run(key).recipe) for key, engine in engines.items()},
-            nodes=first.nodes if first is not None else (lambda: None),
+            nodes=lambda: self._nodes(first),
             limit=self.max_concurrent or getattr(self.study, "max_concurrent", None),
             advance=lambda run, until_step, should_stop: self.advance(
                 run, until_step, should_stop, summary=summary, schedule=schedule
@@ -206,6 +217,10 @@ class SweepDriver:
         except BaseException:
             self.interrupted = True  # jobs that end now were stopped, not crashed: no retries
             pool.interrupt()
+            self._close_engines()  # stops their jobs now (a checkpoint may be far off)
+            for run in pool.join(INTERRUPT_SECONDS):  # a run whose thread did not end: paused here, its last word
+                if run.status in ("starting", "running"):
+                    self._set_status(run, "paused", "interrupted")
             raise
 
     def advance(
@@ -231,15 +246,21 @@ class SweepDriver:
         self, run: RunState, summary: SweepSummary, until_step: int | None, should_stop: Callable[[], str | None]
     ) -> bool:
         """Run `run`'s job until it ends; False when its devices were taken before it started (DevicesUnavailable:
-        back to the queue, no attempt counted)."""
-        from rlscale.runner.engine import DevicesUnavailable
-
+        back to the queue, no attempt counted). A job lost with a dead local head is run again without counting an
+        attempt, from its last checkpoint, once a new head is up."""
         while True:
+            # the study's lock may have gone with the store's connection (a server restart) and another driver taken it
+            if self._study_lock is not None and not self._study_lock.ensure():
+                raise self._busy()
             run.attempts += 1
-            run.status, run.note = "running", ("" if run.attempts == 1 else f"retry {run.attempts - 1}")
             # `rlscale status` in another terminal shows what a run in flight holds
-            self.store.set_run_status(run.run_id, "running", error=f"on {run.devices}" if run.devices else None)
-            self.on_update(self.runs)
+            self._set_status(
+                run,
+                "running",
+                "" if run.attempts == 1 else f"retry {run.attempts - 1}",
+                stored=f"on {run.devices}" if run.devices else None,
+            )
+            generation = self.cluster.enter()
             try:
                 result = self.engine_for(run.recipe).run(
                     run.recipe,
@@ -250,38 +271,48 @@ class SweepDriver:
                     progress=lambda info, run=run: self._on_progress(run, info),
                     **self._compute_stop(run),
                 )
+                error = None
             except DevicesUnavailable as err:
                 run.attempts -= 1
-                run.status, run.note = "queued", f"devices taken: {str(err).splitlines()[0][:80]}"
-                self.store.set_run_status(run.run_id, "pending")
-                self.on_update(self.runs)
+                self._set_status(run, "pending", f"devices taken: {str(err).splitlines()[0][:80]}", shown="queued")
                 return False
             except Exception as err:  # a crashing job must not end the sweep
-                message = f"{type(err).__name__}: {err}".splitlines()[0][:500]
+                error = err
+            finally:
+                self.cluster.leave()
+            if error is not None:
                 if self.interrupted:  # the sweep is ending (Ctrl-C): its jobs were stopped, not crashed
-                    run.status, run.note = "paused", "interrupted"
-                    self.store.set_run_status(run.run_id, "paused", error="interrupted")
+                    self._set_status(run, "paused", "interrupted")
                     return True
+                if self.cluster.recover(generation, self._close_engines):  # its head died, not its job
+                    run.attempts -= 1
+                    continue
+                message = f"{type(error).__name__}: {error}".splitlines()[0][:500]
                 if run.attempts <= self.max_retries:
                     run.note = f"attempt {run.attempts} failed: {message}"
                     continue
-                run.status, run.note = "failed", message
-                self.store.set_run_status(run.run_id, "failed", error=_error_text(err))
-                self.on_update(self.runs)
+                self._set_status(run, "failed", message, stored=_error_text(error))
                 return True
             with self._lock:
                 for key, seconds in result.timings.items():
                     summary.timings[key] = summary.timings.get(key, 0.0) + seconds
                 summary.busy_seconds += result.busy_seconds
-            if result.stopped:
-                run.status, run.note = "stopped", result.stop_reason
+            if result.stopped and self.interrupted:  # stopped at a checkpoint by Ctrl-C, not by the study's rule
+                self._set_status(run, "paused", "interrupted")
+            elif result.stopped:
+                self._set_status(run, "stopped", result.stop_reason)
             elif result.steps < run.recipe.steps and not result.compute_reached:
-                run.status, run.note = "paused", f"paused at {result.steps / run.recipe.steps:.0%} of its compute"
+                self._set_status(run, "paused", f"paused at {result.steps / run.recipe.steps:.0%} of its compute")
             else:
-                run.status, run.note = "done", ""
-            self.store.set_run_status(run.run_id, run.status, error=run.note or None)
-            self.on_update(self.runs)
+                self._set_status(run, "done", "")
             return True
+
+    def _set_status(self, run: RunState, status: str, note: str, *, stored: str | None = ..., shown: str = "") -> None:
+        """The run's status, in the store and on the live view: `note` is the error stored with it (or `stored`),
+        `shown` the status the live view shows instead (a run sent back to the queue reads "queued")."""
+        run.status, run.note = shown or status, note
+        self.store.set_run_status(run.run_id, status, error=(note or None) if stored is ... else stored)
+        self.on_update(self.runs)
 
     def _store_note(self, note: str) -> None:
         self.store_note = note
@@ -292,12 +323,37 @@ class SweepDriver:
         self.on_update(self.runs)
 
     def _mark_stopped(self, run: RunState, reason: str) -> None:
-        run.status, run.note = "stopped", reason
-        self.store.set_run_status(run.run_id, "stopped", error=reason)
-        self.on_update(self.runs)
+        self._set_status(run, "stopped", reason)
+
+    def _hold(self) -> None:
+        """Take this driver's hold on its study (once); StudyBusy (exit 2) while another driver sweeps it."""
+        if self._study_lock is None:
+            self._study_lock = self.store.lock_study(self.study.name)
+
+    def _busy(self):
+        from rlscale.db.study_lock import StudyBusy
+
+        return StudyBusy(
+            f"study {self.study.name!r} was taken by another driver while the store was away", field="study"
+        )
 
     def _run(self, run_id: int) -> RunState:
         return next(run for run in self.runs if run.run_id == run_id)
+
+    def _devices_per_job(self) -> int:
+        """The most devices one run's job holds (a local head gets at least as many CPUs)."""
+        return max(
+            (run.recipe.generator_devices + run.recipe.trainer_devices for run in self.runs if run.recipe is not None),
+            default=0,
+        )
+
+    def _reached_end(self, run: RunState) -> bool:
+        """Whether the run's stored records reach its planned end: its planned steps, or (a study that plans
+        GPU-hours) the step nearest its planned compute."""
+        planned = self._compute_stop(run).get("gpu_hours")
+        if planned is None:
+            return run.step >= run.recipe.steps
+        return compute_reached(run.step, run.gpu_hours, planned)
 
     def _compute_stop(self, run: RunState) -> dict:
         """{gpu_hours: planned} when the study plans measured GPU-hours, so the run ends at its planned compute
@@ -432,17 +488,40 @@ class SweepDriver:
         with self._engines_lock:
             if name not in self._engines:
                 self._engines[name] = study_engine(
-                    self.study, name, ray_address=self.ray_address, **self.engine_options.get(name, {})
+                    self.study,
+                    name,
+                    ray_address=self.cluster.address_for(name, cpus=self._devices_per_job()),
+                    **self.engine_options.get(name, {}),
                 )
             return self._engines[name]
 
+    def _nodes(self, recipe: Recipe | None) -> list | None:
+        """The cluster's nodes as the engine of `recipe` reads them; None while it has no engine (a head being
+        replaced)."""
+        with self._engines_lock:
+            engine = self.engine or (self._engines.get(recipe.engine) if recipe is not None else None)
+        return engine.nodes() if engine is not None else None
+
     def close(self) -> None:
-        """Release the engines' workers (and the local Ray cluster one started)."""
-        for engine in [self.engine, *self._engines.values()]:
-            if engine is not None:
-                engine.close()
-        if self.tracker is not None:
-            self.tracker.close()
+        """Release the engines' workers, stop the local head the sweep owns, and let go of the study."""
+        try:
+            self._close_engines()
+            if self.engine is not None:
+                self.engine.close()
+            self.cluster.close()
+            if self.tracker is not None:
+                self.tracker.close()
+        finally:
+            if self._study_lock is not None:
+                self._study_lock.release()
+                self._study_lock = None
+
+    def _close_engines(self) -> None:
+        """Close the engines made for the runs' recipes and forget them (a later run makes new ones)."""
+        with self._engines_lock:
+            engines, self._engines = list(self._engines.values()), {}
+        for engine in engines:
+            engine.close()
 
 
 def _error_text(err: Exception) -> str:

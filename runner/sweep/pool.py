@@ -73,7 +73,10 @@ class JobPool:
         if self.ledger is None:
             return True
         if time.monotonic() - self.polled > CLUSTER_POLL_SECONDS:
-            found = self.nodes()
+            try:
+                found = self.nodes()
+            except Exception:  # the cluster is out of reach (a head being replaced): the ledger alone decides
+                found = None
             self.ledger.observe(_free(found) if found else None)
             self.polled = time.monotonic()
         admitted = self.ledger.admit(run_id, self.devices[run_id])
@@ -146,6 +149,13 @@ class JobPool:
         """The sweep is ending early (Ctrl-C, an error): ask every job in flight to stop at its next checkpoint."""
         for run_id in list(self.threads):
             self.stop_requests[run_id] = "interrupted"
+
+    def join(self, seconds: float) -> list[RunState]:
+        """Wait up to `seconds` for every advance in flight to end; the runs of those still in flight."""
+        deadline = time.monotonic() + seconds
+        for thread in list(self.threads.values()):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [self.runs[run_id] for run_id, thread in list(self.threads.items()) if thread.is_alive()]
 
     def _show(self) -> None:
         """The cluster line of the live view: devices busy / total, runs in flight, runs queued."""
