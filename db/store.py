@@ -240,8 +240,11 @@ class Store:
         return created, inserted, skipped
 
     @waits_out_outages
-    def records_frame(self, study: str) -> pd.DataFrame:
-        """One row per (run, step) of `study`: run_id, run, step, gpu_hours, rollouts, tokens, val_reward, + metrics."""
+    def records_frame(self, study: str, *, after_id: int = 0, until_id: int | None = None) -> pd.DataFrame:
+        """One row per (run, step) of `study`: run_id, run, step, gpu_hours, rollouts, tokens, val_reward, + metrics.
+        after_id, until_id: only the records whose id is in (after_id, until_id] (a viewer reading what was added
+        since the last id study_stamp gave it)."""
+        ids = [Record.id > after_id] + ([Record.id <= until_id] if until_id is not None else [])
         with self._sessions() as session:
             study_row = self._study(session, study)
             rows = session.execute(
@@ -256,7 +259,7 @@ class Store:
                     Record.metrics,
                 )
                 .join(Run, Run.id == Record.run_id)
-                .where(Run.study_id == study_row.id)
+                .where(Run.study_id == study_row.id, *ids)
                 .order_by(Record.run_id, Record.step)
             ).all()
         frame = pd.DataFrame([tuple(row[:-1]) for row in rows], columns=RECORD_COLUMNS)

@@ -1,8 +1,10 @@
 """`rlscale dashboard` without a browser: names render as text, the token gates every page, nothing outside the
-page's own assets is served, and serving pages never writes to the store."""
+page's own assets is served, serving pages never writes to the store, the page shows the fit of record, and a
+refresh sends only what changed."""
 
 import hashlib
 import json
+import time
 
 import numpy as np
 import pytest
@@ -11,7 +13,9 @@ from rlscale.fitting.sigmoid import sigmoid
 from starlette.testclient import TestClient
 
 from rlscale.dashboard.app import create_app
+from rlscale.dashboard.study import StudyView
 from rlscale.views.page import StudyPage, render_study_page, script_json
+from rlscale.views.page_charts import CURVE_POINTS, decimated, parallel_axes, study_axes
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 CLOSER = "</script><script>alert(2)</script>"
@@ -55,7 +59,8 @@ def test_hostile_names_are_escaped_in_the_page_and_json_in_its_content_type(url)
         assert data.headers["content-type"] == "application/json"
         payload = data.json()
         assert HOSTILE not in "".join(payload["sections"].values())
-        assert payload["charts"]["curves"]["runs"][0]["run"] == HOSTILE  # data, drawn by uPlot with textContent
+        first = str(payload["order"][0])
+        assert payload["runs"][first]["run"] == HOSTILE  # data, put in the page with textContent
         index = client.get("/")
         assert index.status_code == 200 and 'href="study/grid"' in index.text
 
@@ -63,23 +68,26 @@ def test_hostile_names_are_escaped_in_the_page_and_json_in_its_content_type(url)
 def test_embedded_chart_data_cannot_close_its_script_element():
     text = script_json({"run": CLOSER})
     assert "</script" not in text and json.loads(text) == {"run": CLOSER}
-    page = render_study_page(
-        StudyPage(
-            study="s",
-            curves={
-                "grid": [],
-                "unit": "",
-                "reward": "",
-                "runs": [{"run": CLOSER, "c": [], "r": [], "fit": None, "color": 0}],
-            },
-        )
-    )
+    page = render_study_page(StudyPage(study="s", runs=[{"id": 1, "run": CLOSER, "n": 0, "c": [], "r": []}]))
     assert page.count("</script>") == page.count("<script")  # each script element closed by its own tag only
 
 
-def test_a_refresh_without_changes_says_so_and_a_new_record_changes_it(url):
+def decided(client, study: str) -> dict:
+    """The study's payload once its decision is worked out (the page says so meanwhile); polled, 60 s at most."""
+    deadline = time.monotonic() + 60
+    while (
+        "working out the decision"
+        in (payload := client.get(f"/api/study/{study}").json())["sections"]["decision"].lower()
+    ):
+        assert time.monotonic() < deadline, "the decision was not worked out"
+        time.sleep(0.05)
+    return payload
+
+
+def test_a_refresh_sends_only_the_run_with_a_new_record(url):
     with TestClient(create_app(url)) as client:
-        first = client.get("/api/study/grid").json()
+        first = decided(client, "grid")  # the decision sets each run's reward at its budget: then nothing moves
+        assert first["full"] and len(first["runs"]) == 2
         assert client.get("/api/study/grid", params={"since": first["stamp"]}).json() == {
             "changed": False,
             "stamp": first["stamp"],
@@ -88,15 +96,77 @@ def test_a_refresh_without_changes_says_so_and_a_new_record_changes_it(url):
             run_id = int(store.runs_frame("grid")["run_id"].iloc[1])
             store.add_records(run_id, [{"step": 42, "gpu_hours": 0.42, "val_reward": 0.7}])
         second = client.get("/api/study/grid", params={"since": first["stamp"]}).json()
-        assert second["changed"] and second["stamp"] != first["stamp"]
-        assert second["charts"]["curves"]["runs"][1]["r"][-1] == 0.7
+        assert second["changed"] and second["stamp"] != first["stamp"] and not second["full"]
+        assert list(second["runs"]) == [str(run_id)]  # the other run did not change: it is not sent again
+        changed, before = second["runs"][str(run_id)], first["runs"][str(run_id)]
+        assert changed["r"][-1] == 0.7 and changed["n"] == before["n"] + 1
+        assert "order" not in second and "flight" not in second.get("sections", {})
+        stale = client.get("/api/study/grid", params={"since": "an-earlier-server.3"}).json()
+        assert stale["full"] and len(stale["runs"]) == 2  # a stamp this server did not give gets everything
 
 
 def test_runs_in_flight_and_runs_stopped_early_are_shown_with_what_the_sweep_wrote(url):
     with TestClient(create_app(url)) as client:
-        sections = client.get("/api/study/grid").json()["sections"]
+        payload = client.get("/api/study/grid").json()
+    sections = payload["sections"]
     assert "lr2e-4 (2 GPU)" in sections["flight"] and "1 in flight" in sections["flight"]
-    assert 'class="status-stopped' in sections["runs"] and "&lt;/script&gt;" in sections["stopped"]
+    assert "&lt;/script&gt;" in sections["stopped"]
+    assert [(row["status"], row["note"]) for row in payload["runs"].values()] == [
+        ("stopped", CLOSER),
+        ("running", "on 2 GPU"),
+    ]
+
+
+def test_the_page_shows_the_fit_of_record_and_refits_only_the_run_that_changed(url):
+    from rlscale.fitting.stored import study_fits
+
+    view = StudyView("grid")
+    with Store(url, read_only=True) as store:
+        _, page = view.refresh(store)
+        of_record = study_fits(store, "grid").curves
+        assert [row["A"] for row in page.runs] == pytest.approx(of_record["A"].tolist(), rel=1e-3)
+        assert [row["identified"] for row in page.runs] == of_record["identified"].tolist()
+        fitted = len(view.memo)
+    with Store(url) as writer:
+        run_id = int(writer.runs_frame("grid")["run_id"].iloc[1])
+        writer.add_records(run_id, [{"step": 42, "gpu_hours": 0.42, "val_reward": 0.7}])
+    with Store(url, read_only=True) as store:
+        _, page = view.refresh(store)
+    assert len(view.memo) == fitted + 1  # one new fit: the run with the new record
+    assert view.records.reads == {"whole": 1, "added": 1}  # and only the new record was read
+
+
+def test_a_run_sends_at_most_its_share_of_points_spread_over_log_compute():
+    compute = np.linspace(0.001, 1.0, 1000)  # evaluations evenly spaced in compute: 90% of them in the last decade
+    keep = decimated(compute)
+    assert len(keep) <= CURVE_POINTS and keep[0] == 0 and keep[-1] == 999
+    per_decade = np.histogram(np.log10(compute[keep]), bins=[-3, -2, -1, 0.01])[0]
+    assert per_decade.min() >= 5  # spread over log compute, as the chart's axis is
+    assert decimated(np.array([0.0, 0.1, 0.2])).tolist() == [1, 2]  # compute 0 has no place on a log axis
+
+
+def test_the_parallel_axes_are_the_studys_then_the_fit():
+    import pandas as pd
+
+    runs = pd.DataFrame(
+        {
+            "run": ["a", "b", "c"],
+            "seed": [0, 0, 0],
+            "config": [{"lr": 1e-4, "loss": "cispo"}, {"lr": 3e-4, "loss": "dapo"}, {"lr": 1e-4, "source": "x"}],
+        }
+    )
+    axes = study_axes(None, runs)  # imported without a spec: the keys the runs differ in
+    assert axes == {"loss": ["cispo", "dapo", None], "lr": [1e-4, 3e-4, 1e-4]}
+    rows = [{"A": 0.5, "B": 1.2, "at_budget": 0.4}, {"A": 0.7, "B": 2.0, "at_budget": None}, {"A": None}]
+    drawn = parallel_axes(axes, rows, "fitted reward at 1 GPU-hours")
+    assert [(a["key"], a["kind"], a["fitted"]) for a in drawn] == [
+        ("loss", "ordinal", False),
+        ("lr", "ordinal", False),
+        ("A", "linear", True),
+        ("B", "linear", True),
+        ("at_budget", "linear", True),
+    ]
+    assert drawn[0]["values"] == ["cispo", "dapo"] and drawn[2]["lo"] < 0.5 and drawn[2]["hi"] > 0.7
 
 
 @pytest.mark.parametrize(

@@ -173,8 +173,20 @@ def page(browser):
     page.close()
 
 
-def _points(page) -> int:
-    return int(page.get_attribute("#chart-curves", "data-points") or 0)
+def _finished(url: str, study: str):
+    """The study's runs once its sweep is over (every run done or stopped)."""
+    with Store(url, read_only=True) as store:
+
+        def finished():
+            runs = store.runs_frame(study)
+            return runs if runs["status"].isin(["done", "stopped"]).all() else None
+
+        return _until(finished, 120, f"the {study} study to finish")
+
+
+def _evaluations(page) -> int:
+    """The evaluations behind the curves chart (each run draws at most CURVE_POINTS of them)."""
+    return int(page.get_attribute("#chart-curves", "data-evaluations") or 0)
 
 
 def test_the_study_page_loads_from_the_index_without_console_errors(dashboard, page):
@@ -183,7 +195,8 @@ def test_the_study_page_loads_from_the_index_without_console_errors(dashboard, p
     page.get_by_role("link", name="rungs").click()
     page.locator("#chart-curves[data-points]").wait_for(timeout=60_000)
     assert page.locator("#runs tbody tr").count() == 4
-    assert page.locator("#chart-curves canvas").count() == 1  # uPlot drew the curves
+    assert page.locator("#chart-curves canvas").count() >= 1  # uPlot drew the curves
+    assert page.locator("#chart-parallel canvas").count() == 1  # and the runs over their axes
     page.locator("#live-status", has_text="live: last change").wait_for(timeout=10_000)  # a refresh came back
     assert page.problems == []
 
@@ -200,23 +213,17 @@ def test_a_new_evaluation_appears_within_seconds(sweep, dashboard, page):
     page.goto(dashboard + "study/paced")
     page.locator("#chart-curves[data-points]").wait_for(timeout=30_000)
     for released in (4, 5):
-        before = _points(page)
+        before = _evaluations(page)
         gate.write_text(str(released))
         # stored by the sweep's process, then shown: the page polls every second
-        page.locator(f'#chart-curves[data-points="{before + 1}"]').wait_for(timeout=5_000)
+        page.locator(f'#chart-curves[data-evaluations="{before + 1}"]').wait_for(timeout=5_000)
     assert page.problems == []
 
 
 def test_a_run_stopped_early_is_shown_as_stopped_with_the_reason_the_sweep_stored(sweep, dashboard, page):
     page.goto(dashboard + "study/rungs")
     stopped = page.locator("#runs tr.status-stopped")
-    with Store(sweep[0], read_only=True) as store:
-
-        def finished():  # the study's sweep is over: every run done or stopped
-            runs = store.runs_frame("rungs")
-            return runs if runs["status"].isin(["done", "stopped"]).all() else None
-
-        runs = _until(finished, 120, "the rungs study to finish")
+    runs = _finished(sweep[0], "rungs")
     reasons = {row["run"]: row["error"] for row in runs.to_dict("records") if row["status"] == "stopped"}
     assert reasons, "the rule stopped no run: the test shows nothing"
     page.locator("#flight", has_text="0 in flight").wait_for(timeout=10_000)
@@ -224,6 +231,33 @@ def test_a_run_stopped_early_is_shown_as_stopped_with_the_reason_the_sweep_store
     for run, reason in reasons.items():
         item = page.locator("#stopped li", has_text=run)
         assert item.inner_text() == f"{run}: {reason}"
+    assert page.problems == []
+
+
+def test_runs_are_filtered_by_status_and_by_a_range_dragged_on_an_axis_and_grouped_by_one(sweep, dashboard, page):
+    runs = _finished(sweep[0], "rungs")
+    stopped = int((runs["status"] == "stopped").sum())
+    page.goto(dashboard + "study/rungs")
+    page.locator("#flight", has_text="0 in flight").wait_for(timeout=30_000)
+    rows = page.locator("#runs tbody tr")
+    assert rows.count() == 4
+    page.locator('#controls input[data-status="stopped"]').uncheck()
+    assert rows.count() == 4 - stopped and page.locator("#runs tr.status-stopped").count() == 0
+    page.locator('#controls input[data-status="stopped"]').check()
+    assert rows.count() == 4
+    # lr is the first axis, at the chart's left edge (50 px in): keep its upper half (3e-4 and 4e-4)
+    box = page.locator("#chart-parallel canvas").bounding_box()
+    x, top, bottom = box["x"] + 50, box["y"] + 34, box["y"] + box["height"] - 24
+    page.mouse.move(x, top - 2)
+    page.mouse.down()
+    page.mouse.move(x, (top + bottom) / 2 - 5, steps=5)
+    page.mouse.up()
+    shown = [rows.nth(i).locator("td").first.inner_text() for i in range(rows.count())]
+    assert sorted(shown) == sorted(runs["run"].tolist()[2:])  # the study's runs by lr: 1e-4, 2e-4, 3e-4, 4e-4
+    page.get_by_role("button", name="clear ranges").click()
+    assert rows.count() == 4
+    page.locator("#group-by").select_option("status")
+    assert sorted(page.locator("#legend .legend-item").all_inner_texts()) == sorted(runs["status"].unique())
     assert page.problems == []
 
 

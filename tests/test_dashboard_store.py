@@ -67,3 +67,15 @@ def test_an_older_schema_is_not_migrated(tmp_path):
         Store(url, read_only=True)
     with sqlite3.connect(tmp_path / "old.db") as conn:
         assert conn.execute("select version_num from rlscale_alembic_version").fetchall() == [("older",)]
+
+
+def test_a_viewer_reads_the_records_added_since_the_last_id_its_stamp_gave(db_url):
+    run_id = _seed(db_url)
+    with Store(db_url, read_only=True) as viewer, Store(db_url) as sweep:
+        last_id = viewer.study_stamp("live")[3]
+        sweep.add_records(run_id, [{"step": s, "gpu_hours": 0.1 * s, "val_reward": 0.2 + 0.01 * s} for s in (1, 2)])
+        stamp = viewer.study_stamp("live")
+        sweep.add_records(run_id, [{"step": 3, "gpu_hours": 0.3, "val_reward": 0.5}])  # after the stamp was read
+        added = viewer.records_frame("live", after_id=last_id, until_id=stamp[3])
+        assert added["step"].tolist() == [1, 2] and stamp[2] == 3
+        assert viewer.records_frame("live", after_id=stamp[3])["step"].tolist() == [3]

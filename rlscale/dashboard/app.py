@@ -12,6 +12,8 @@ import threading
 from urllib.parse import urlencode
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -19,7 +21,7 @@ from starlette.routing import Route
 from rlscale.base.errors import UserError
 from rlscale.base.names import NAME_PATTERN
 from rlscale.dashboard.study import StudyView
-from rlscale.views.page import ASSETS, asset, chart_data, live_sections, render_index, render_study_page
+from rlscale.views.page import ASSETS, asset, render_index, render_study_page
 
 COOKIE = "rlscale_dashboard"
 HEADERS = {
@@ -84,16 +86,16 @@ def create_app(url: str | None = None, *, token: str | None = None, db: str | No
 
     def study_json(request: Request) -> Response:
         name = request.path_params["name"]
+        view = dashboard.view(name)
         try:
-            stamp, page = dashboard.view(name).refresh(dashboard.store())
+            stamp, _page = view.refresh(dashboard.store())
         except UserError as err:
             return JSONResponse({"error": str(err)}, status_code=_status(err), headers={"Cache-Control": "no-store"})
-        if request.query_params.get("since") == stamp:
+        since = request.query_params.get("since")
+        if since == stamp:
             return JSONResponse({"changed": False, "stamp": stamp}, headers={"Cache-Control": "no-store"})
-        return JSONResponse(
-            {"changed": True, "stamp": stamp, "sections": live_sections(page), "charts": chart_data(page)},
-            headers={"Cache-Control": "no-store"},
-        )
+        # only what changed since the page's stamp: a new evaluation of one run sends that run
+        return JSONResponse({"changed": True, **view.changes(since)}, headers={"Cache-Control": "no-store"})
 
     def assets(request: Request) -> Response:
         name = request.path_params["name"]
@@ -115,7 +117,8 @@ def create_app(url: str | None = None, *, token: str | None = None, db: str | No
         yield
         dashboard.close()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    # a study of hundreds of runs is a few hundred KB of JSON: sent gzipped to browsers that take it
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(GZipMiddleware, minimum_size=1024)])
     app.state.dashboard = dashboard
     return _Guard(app, token)
 

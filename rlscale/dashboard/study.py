@@ -1,149 +1,255 @@
-"""One study as the dashboard shows it: read from the store, fitted on the fly, rebuilt only when it changed.
+"""One study as the dashboard shows it: its fit of record and its Decision, kept between requests and sent to pages
+as the parts that changed.
 
-A study's page is rebuilt when the store's stamp for it moves (a record or a run's status). Each run is refitted
-only when its evaluations change (cached by their count and last step), the optimal-n law only when a fit changed,
-and the decision only when a run's status did, so a refresh while a sweep runs costs one fit.
+The study is read again only when the store's stamp for it moves, and then only the records added since. Each run
+is refitted only when its points change (fitting.curves.memo_fit, through a cache the decision shares), the
+optimal-n law at most every LAW_EVERY_S while records arrive, and the decision (fitting.stored.study_decision) on a
+thread of its own when a run's status changes. A page's refresh gets only the parts that changed since its stamp
+(a run's row and points, a section, the axes), so a new evaluation of one run of 500 sends that run.
 """
 
+import json
+import math
+import secrets
 import threading
 import time
+from collections import OrderedDict
 
 import pandas as pd
 import yaml
 
-from rlscale.fitting.curves import compute_column, fitted, run_curves, study_unit, unit_label
+from rlscale.fitting.curves import latest_runs, unit_label
+from rlscale.fitting.rules.reasons import Refusal
+from rlscale.fitting.rules.standing import fitted_rewards
 from rlscale.fitting.sigmoid.points import fits_record_breaking, fitted_points_label
 from rlscale.fitting.sigmoid.runs import run_labels
+from rlscale.fitting.stored import fits_from_frames
 from rlscale.planner.study_file import stored_study
 from rlscale.runner.sweep.state import planned_gpu_hours, run_states
-from rlscale.views.page import StudyPage
-from rlscale.views.page_charts import color_index, curve_chart, frontier_chart
+from rlscale.views.page import StudyPage, live_sections, page_data
+from rlscale.views.page_charts import color_index, default_group, frontier_chart, number, parallel_axes, run_points
+from rlscale.views.page_charts import study_axes as axes_of
 
-BOOTSTRAP = 100  # draws per run fit: the band on each curve (as the sweep's own fits)
 LAW_EVERY_S = 10.0  # the optimal-n law is refitted at most this often while records arrive
+FIT_KEYS = ("A", "A_lo", "A_hi", "B", "C_mid", "R0", "r2", "c_min", "c_max")
+
+
+class FitMemo:
+    """fitting.curves.memo_fit's cache, shared by the page and the decision's thread: fits by their points, the least
+    recently used dropped past `size` (the runs' current fits and the ones just replaced)."""
+
+    def __init__(self, size: int = 64):
+        self.size = size
+        self._fits: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key, default=None):
+        with self._lock:
+            found = self._fits.get(key)
+            if found is not None:
+                self._fits.move_to_end(key)
+            return default if found is None else found
+
+    def __setitem__(self, key, value) -> None:
+        with self._lock:
+            self._fits[key] = value
+            self._fits.move_to_end(key)
+            while len(self._fits) > self.size:
+                self._fits.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._fits)
+
+
+class StudyRecords:
+    """A study's records frame, kept: read whole once, then only the records added since (by id, up to the stamp's
+    last one), and whole again when the merged frame does not hold the stamp's count (a run replaced, a write that
+    committed out of id order)."""
+
+    def __init__(self):
+        self.frame: pd.DataFrame | None = None
+        self.last_id = 0
+        self.reads = {"whole": 0, "added": 0}  # how each read went (a test reads it)
+
+    def read(self, store, study: str, stamp: tuple) -> pd.DataFrame:
+        count, last_id = int(stamp[2]), stamp[3]
+        last_id = int(last_id) if last_id is not None else 0
+        if self.frame is not None and last_id >= self.last_id:
+            added = store.records_frame(study, after_id=self.last_id, until_id=last_id)
+            merged = pd.concat([self.frame, added], ignore_index=True) if len(added) else self.frame
+            if len(merged) == count:
+                self.frame, self.last_id = merged, last_id
+                self.reads["added"] += 1
+                return merged
+        self.frame = store.records_frame(study, until_id=last_id)
+        self.last_id = last_id
+        self.reads["whole"] += 1
+        return self.frame
 
 
 class StudyView:
-    """The page of one study, kept between requests; `refresh` is safe from several request threads."""
+    """The page of one study, kept between requests; `refresh` and `changes` are safe from several request threads."""
 
     def __init__(self, name: str, db: str | None = None):
         self.name, self.db = name, db  # db: the --db the page's commands carry (None: the default store)
+        self.key = secrets.token_hex(4)  # a stamp this view did not give (an earlier server's) gets every part
+        self.version = 0  # one more at each rebuild; a stamp names the version a page has
         self.stamp: str | None = None
-        self._seen: str | None = None  # the store's stamp and the decisions' count the page was built on
         self.page: StudyPage | None = None
-        self._fits: dict[int, tuple] = {}  # run_id -> ((evaluations, last step), curve row, draws)
+        self.memo = FitMemo()
+        self.records = StudyRecords()
+        self._seen: tuple | None = None  # the store's stamp and the decisions' count the page was built on
+        self._parts: dict[str, tuple[int, object, str]] = {}  # part -> (version it last changed, value, its JSON)
+        self._planned: tuple = (None, {})  # (the spec it is for, planned GPU-hours by run name)
         self._law: tuple = (None, None)  # (the fits' keys, RolloutsLaw or None)
         self._law_when, self._law_due = 0.0, None  # when it was fitted; when a refit held back is due
-        self._law_fits = 0  # part of the stamp: a refit held back and done later changes the page
-        # the decision refits every run with its bootstrap (tens of seconds on 2 cores): worked out on a thread of
-        # its own when a run's status changes; the page shows the last one meanwhile
-        self._decision: tuple = (None, None)  # (the runs' statuses it is for, decision)
+        # the decision fits the optimal-n law with its bootstrap (seconds): worked out on a thread of its own when a
+        # run's status changes; the page shows the last one meanwhile
+        self._decision: tuple = (None, None, None)  # (the runs' statuses it is for, Decision, its words)
         self._deciding = None  # the key being worked out
-        self._decided = 0  # how many decisions were worked out: part of the stamp, so pages pick a new one up
+        self._decided = 0  # how many decisions were worked out: a new one rebuilds the page
         self._lock = threading.Lock()
 
     def refresh(self, store) -> tuple[str, StudyPage]:
         """(stamp, page), rebuilt if the store's stamp for the study moved since the last call."""
         with self._lock:
             # read first: a write after this moves it again
-            seen = "-".join(map(str, store.study_stamp(self.name))) + f"-d{self._decided}"
+            stamp = tuple(store.study_stamp(self.name))
+            seen = (stamp, self._decided)
             due = self._law_due is not None and time.monotonic() >= self._law_due
             if seen != self._seen or self.page is None or due:
-                self.page = self._build(store)
+                self.page = self._build(store, stamp)
                 self._seen = seen
-            self.stamp = f"{seen}-l{self._law_fits}"
+                self._publish(self.page)
             return self.stamp, self.page
 
-    def _build(self, store) -> StudyPage:
+    def changes(self, since: str | None) -> dict:
+        """The parts a page at stamp `since` lacks: {stamp, full, sections?, meta?, order?, runs?, frontier?}, each key
+        only when its part changed since (every part, and full, for a stamp this view did not give)."""
+        with self._lock:
+            version = self._version_of(since)
+            payload: dict = {"stamp": self.stamp, "full": version == 0}
+            for name, (changed, value, _) in self._parts.items():
+                if changed <= version:
+                    continue
+                kind, _, key = name.partition(":")
+                if kind == "run":
+                    payload.setdefault("runs", {})[key] = value
+                elif kind == "section":
+                    payload.setdefault("sections", {})[key] = value
+                else:
+                    payload[kind] = value
+            return payload
+
+    def _version_of(self, since: str | None) -> int:
+        key, _, version = (since or "").partition(".")
+        return int(version) if key == self.key and version.isdigit() and int(version) <= self.version else 0
+
+    def _publish(self, page: StudyPage) -> None:
+        """A new version: each part of `page` whose JSON differs from the last one's is marked changed in it."""
+        self.version += 1
+        data = page_data(page)
+        parts = {f"section:{key}": html for key, html in live_sections(page).items()}
+        parts.update(meta=data["meta"], order=data["order"], frontier=data["frontier"])
+        parts.update({f"run:{key}": row for key, row in data["runs"].items()})
+        for name, value in parts.items():
+            text = json.dumps(value, sort_keys=True)
+            known = self._parts.get(name)
+            if known is None or known[2] != text:
+                self._parts[name] = (self.version, value, text)
+        for name in set(self._parts) - set(parts):  # a run superseded by a rerun
+            del self._parts[name]
+        self.stamp = f"{self.key}.{self.version}"
+
+    def _build(self, store, stamp: tuple) -> StudyPage:
         typed = stored_study(store, self.name)
-        runs, records = store.runs_frame(self.name), store.records_frame(self.name)
-        unit, compute_col = study_unit(typed), compute_column(typed)
+        # the runs of the study as its fit of record reads them (a rerun supersedes the attempt before it)
+        runs = latest_runs(store.runs_frame(self.name)).reset_index(drop=True)
+        records = self.records.read(store, self.name, stamp)
+        self.memo.size = 2 * len(runs) + 16
+        try:
+            fits = fits_from_frames(self.name, typed, runs, records, cache=self.memo)
+        except Refusal:  # no run evaluated yet
+            fits = None
         metric = typed.metric if typed is not None else "val_reward"
-        runs = runs.assign(label=run_labels(runs))
-        label_of = dict(zip(runs["run_id"], runs["label"]))
-        evaluated = records[pd.to_numeric(records[metric], errors="coerce").notna()].copy() if len(records) else records
-        evaluated["run"] = evaluated["run_id"].map(label_of)
-        curves, draws = self._curves(runs, evaluated, compute_col, metric, fits_record_breaking(typed))
-        states = run_states(runs.drop(columns=["label"]), records, planned_gpu_hours(typed))
         page = StudyPage(
             study=self.name,
             method=typed.method if typed is not None else "imported",
-            unit=unit,
+            unit=fits.unit if fits is not None else "gpu_hours",
             description=typed.description if typed is not None else "",
             fitted_on=fitted_points_label(fits_record_breaking(typed)),
+            reward_label=metric.replace("_", " "),
         )
-        fit_of = {row["run_id"]: row for row in curves.to_dict("records")}
+        states = run_states(runs, records, self._planned_gpu_hours(typed))
+        labels = dict(zip(runs["run_id"], run_labels(runs)))
+        decision = self._cached_decision(fits, runs)
+        page.decision = self._decision_words(runs)
+        budget = decision.budget if decision is not None and decision.budget > 0 else None
+        axes = axes_of(typed, runs)
+        page.runs = self._rows(states, labels, fits, budget, axes)
+        budget_label = f"fitted reward at {budget:.4g} {unit_label(page.unit)}" if budget else None
+        page.axes, page.group = parallel_axes(axes, page.runs, budget_label), default_group(axes)
+        page.flight = {
+            "running": [[labels[s.run_id], s.note.removeprefix("on ")] for s in states if s.status == "running"],
+            "queued": sum(s.status in ("pending", "paused") for s in states),
+            "counts": {status: sum(s.status == status for s in states) for status in ("done", "stopped", "failed")},
+        }
+        page.stopped = [{"run": labels[s.run_id], "reason": s.note} for s in states if s.status == "stopped"]
+        page.rule = _rule_words(typed)
+        law = self._rollouts_law(fits.curves if fits is not None else None)
+        if law is not None:
+            page.law = law.to_dict()
+            page.frontier = frontier_chart(law, unit_label=unit_label(page.unit))
+        return page
+
+    def _rows(self, states, labels, fits, budget, axes: dict[str, list]) -> list[dict]:
+        """One row per run (views.page.StudyPage.runs), in the study's run order, from the fit of record."""
+        curves = fits.curves.set_index("run_id") if fits is not None else pd.DataFrame()
+        at_budget = {}
+        if budget is not None and fits is not None:
+            at_budget = dict(zip(fits.curves["run_id"], fitted_rewards(fits.curves, budget)))
+        by_run = dict(list(fits.records.groupby("run_id", sort=False))) if fits is not None else {}
+        rows = []
         for position, state in enumerate(states):
-            fit = fit_of.get(state.run_id, {})
-            page.runs.append(
+            fit = curves.loc[state.run_id].to_dict() if state.run_id in curves.index else {}
+            mine = by_run.get(state.run_id)
+            points = run_points(mine[fits.compute_col], mine[fits.metric]) if mine is not None else run_points([], [])
+            rows.append(
                 {
-                    "run": label_of[state.run_id],
+                    "id": int(state.run_id),
+                    "run": labels[state.run_id],
                     "color": color_index(position),
                     "status": state.status,
                     "note": state.note,
                     "step": state.step,
-                    "compute": state.gpu_hours,
-                    "planned": state.planned_gpu_hours,
-                    "reward": state.val_reward,
-                    **{k: fit.get(k) for k in ("A", "A_lo", "A_hi", "B", "C_mid", "R0", "r2", "n_points", "reason")},
+                    "compute": number(state.gpu_hours),
+                    "planned": number(state.planned_gpu_hours),
+                    "reward": number(state.val_reward),
+                    "axes": {key: values[position] for key, values in axes.items()},
+                    **{key: number(fit.get(key)) for key in FIT_KEYS},
+                    "n_points": _count(fit.get("n_points")),
                     "identified": bool(fit.get("identified", False)),
+                    "reason": fit.get("reason") if isinstance(fit.get("reason"), str) else None,
+                    "at_budget": number(at_budget.get(state.run_id)),
+                    **points,
                 }
             )
-        page.flight = {
-            "running": [[label_of[s.run_id], s.note.removeprefix("on ")] for s in states if s.status == "running"],
-            "queued": sum(s.status in ("pending", "paused") for s in states),
-            "counts": {status: sum(s.status == status for s in states) for status in ("done", "stopped", "failed")},
-        }
-        page.stopped = [{"run": label_of[s.run_id], "reason": s.note} for s in states if s.status == "stopped"]
-        page.rule = _rule_words(typed)
-        page.curves = curve_chart(
-            evaluated,
-            curves,
-            compute_col=compute_col,
-            reward_col=metric,
-            draws=draws,
-            unit_label=unit_label(unit),
-            reward_label=metric.replace("_", " "),
-        )
-        law = self._rollouts_law(curves)
-        if law is not None:
-            page.law = law.to_dict()
-            page.frontier = frontier_chart(law, unit_label=unit_label(unit))
-        page.decision = self._cached_decision(store, typed, runs)
-        return page
+        return rows
 
-    def _curves(
-        self, runs: pd.DataFrame, evaluated: pd.DataFrame, compute_col: str, metric: str, record_breaking: bool
-    ) -> tuple[pd.DataFrame, dict]:
-        """Every run's curve row (rules.recommend.run_curves) and bootstrap draws; refitted only when changed."""
-        rows, draws = [], {}
-        for run in runs.to_dict("records"):
-            mine = evaluated[evaluated["run_id"] == run["run_id"]]
-            key = (len(mine), int(mine["step"].max()) if len(mine) else -1, run["label"])
-            cached = self._fits.get(run["run_id"])
-            if cached is None or cached[0] != key:
-                # the run's study-wide label as its name, so the fit and its draws carry it
-                one = pd.DataFrame([{**run, "run": run["label"]}]).drop(columns=["seed", "label"])
-                curve, got = run_curves(
-                    mine.drop(columns=["run"]),
-                    one,
-                    compute_col=compute_col,
-                    reward_col=metric,
-                    record_breaking=record_breaking,
-                    bootstrap=BOOTSTRAP,
-                )
-                cached = self._fits[run["run_id"]] = (key, curve.iloc[0].to_dict(), got.get(run["label"]))
-            rows.append({**cached[1], "status": run["status"]})
-            if cached[2] is not None:
-                draws[run["label"]] = cached[2]
-        return pd.DataFrame(rows), draws
+    def _planned_gpu_hours(self, typed) -> dict:
+        """Each run's planned GPU-hours (runner.sweep.state), worked out again only when the study's spec changes."""
+        spec = typed.to_spec() if typed is not None else None
+        if self._planned[0] != spec:
+            self._planned = (spec, planned_gpu_hours(typed))
+        return self._planned[1]
 
-    def _rollouts_law(self, curves: pd.DataFrame):
+    def _rollouts_law(self, curves):
         """The optimal-n law over the fitted runs (no bootstrap: the chart draws the point estimate), or None;
         refitted at most every LAW_EVERY_S while records arrive (its multi-start fit is most of a rebuild)."""
+        from rlscale.fitting.curves import fitted
         from rlscale.fitting.laws.optimal_n import fit_optimal_rollouts
 
-        key = tuple(entry[0] for entry in self._fits.values())
+        key = None if curves is None else str(curves[["run_id", "n_points", "c_max", "A"]].to_numpy().tolist())
         if self._law[0] == key:
             self._law_due = None
             return self._law[1]
@@ -151,45 +257,55 @@ class StudyView:
         if self._law[0] is not None and now < self._law_when + LAW_EVERY_S:
             self._law_due = self._law_when + LAW_EVERY_S  # refresh() rebuilds then, records or not
             return self._law[1]
-        usable = fitted(curves) if len(curves) else curves
+        usable = fitted(curves) if curves is not None and len(curves) else None
         law = None
-        if len(usable) and usable["rollouts"].nunique() >= 2:
+        if usable is not None and len(usable) and usable["rollouts"].nunique() >= 2:
             try:
                 law = fit_optimal_rollouts(usable, bootstrap=0)
             except ValueError:  # no frontier yet: every run still near its start
                 law = None
         self._law, self._law_when, self._law_due = (key, law), now, None
-        self._law_fits += 1
         return law
 
-    def _cached_decision(self, store, typed, runs) -> dict | None:
-        """The last decision worked out; a new one is started when the runs' statuses moved since."""
+    def _cached_decision(self, fits, runs):
+        """The last Decision worked out (None before one); a new one is started, on these fits of record, when the
+        runs' statuses moved since."""
         key = tuple(zip(runs["run_id"], runs["status"]))
         if self._decision[0] != key and self._deciding is None:
             self._deciding = key
+            thread = threading.Thread(target=self._decide, args=(fits, key), name=f"decide-{self.name}", daemon=True)
+            thread.start()
+        return self._decision[1]
 
-            def work():
-                from rlscale.db.store import Store
+    def _decide(self, fits, key) -> None:
+        """fitting.rules.decision.decide on the page's fit of record, as fitting.stored.study_decision decides a
+        stored study (its spec's extension; None before any run is evaluated), worded for the page."""
+        from rlscale.fitting.rules.decision import decide
 
-                try:
-                    # a store of its own: the app may close its store (Ctrl-C) while this one still reads
-                    with Store(store.url.render_as_string(hide_password=False), read_only=True) as own:
-                        decision = study_decision(own, self.name, typed, db=self.db)
-                except Exception as err:  # the page says so; the next status change tries again
-                    decision = {"verdict": "not yet", "lines": [f"no decision: {type(err).__name__}: {err}"]}
-                self._decision, self._deciding = (key, decision), None
-                self._decided += 1
+        try:
+            decision = None if fits is None else decide(fits, extend=getattr(fits.spec, "extend", None) or 1.0)
+            words = decision_words(decision, db=self.db)
+        except Exception as err:  # the page says so; the next status change tries again
+            decision, words = None, {"verdict": "not yet", "lines": [f"no decision: {type(err).__name__}: {err}"]}
+        self._decision, self._deciding = (key, decision, words), None
+        self._decided += 1
 
-            threading.Thread(target=work, name=f"decide-{self.name}", daemon=True).start()
-        decision = self._decision[1]
+    def _decision_words(self, runs) -> dict | None:
+        """The decision's section: the last one's words, saying so while a newer one is worked out."""
+        key = tuple(zip(runs["run_id"], runs["status"]))
+        words = self._decision[2]
         if self._decision[0] != key:
-            working = "working out the decision for the runs as they are now (it refits every run)"
-            decision = (
-                {**decision, "lines": [*decision["lines"], f"- {working}"]}
-                if decision
+            working = "working out the decision for the runs as they are now"
+            words = (
+                {**words, "lines": [*words["lines"], f"- {working}"]}
+                if words
                 else {"verdict": "not yet", "lines": [working[0].upper() + working[1:] + "..."]}
             )
-        return decision
+        return words
+
+
+def _count(value) -> int | None:
+    return int(value) if value is not None and not (isinstance(value, float) and math.isnan(value)) else None
 
 
 def _rule_words(typed) -> str:
@@ -205,20 +321,24 @@ def _rule_words(typed) -> str:
     return f"hyperband: keep 1/{rule.eta} of the runs at each rung, from {rule.min_fraction:g} of the steps"
 
 
-def study_decision(store, study: str, typed, *, db: str | None = None) -> dict | None:
-    """The decision as `rlscale sweep` prints it at its end, as the page shows it: {verdict, lines} (views/page.py);
-    None before any run is evaluated. The one place the dashboard asks fitting for a decision: fitting.rules.decision's
-    Decision, worded by rlscale.views.wording as in the terminal."""
-    from rlscale.fitting.stored import study_decision as decide
+def decision_words(decision, *, db: str | None = None) -> dict | None:
+    """A Decision (fitting.rules.decision) as the page shows it: {verdict, lines, recipe} (views/page.py), its lines
+    as `rlscale sweep` prints them at its end (rlscale.views.wording); None for no decision (no run evaluated)."""
     from rlscale.views.wording import decision_commands, decision_lines
 
-    decision = decide(store, study, extend=getattr(typed, "extend", 1.0))
     if decision is None:
         return None
-    lines = decision_lines(decision, decision_commands(decision, db=db))
     recipe = yaml.safe_dump(decision.recipe, sort_keys=False).strip() if decision.recipe else None
     return {
         "verdict": "decided" if decision.decided else "not yet",
-        "lines": lines,
+        "lines": decision_lines(decision, decision_commands(decision, db=db)),
         "recipe": recipe,
     }
+
+
+def study_decision(store, study: str, typed, *, db: str | None = None, cache=None) -> dict | None:
+    """The decision as the page shows it (`decision_words`) of fitting.stored.study_decision's Decision: the one
+    place the dashboard asks fitting for a decision. None before any run is evaluated."""
+    from rlscale.fitting.stored import study_decision as decide
+
+    return decision_words(decide(store, study, extend=getattr(typed, "extend", 1.0), cache=cache), db=db)

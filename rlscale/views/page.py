@@ -1,12 +1,14 @@
 """The study page: one renderer for report.html and the dashboard's live page (pure: data in, HTML out).
 
-The page opens with the decision, then the runs (in flight, queued, done, stopped) with their fits, each run's
-reward-vs-compute curve with its fitted sigmoid and band, the frontier and the optimal-n law, the early-termination
-state, and whatever further evidence the caller has (the report's tables, figures and notes). Every name and every
-word that comes from data is escaped here; page.js inserts only HTML made here and draws names with textContent.
+The page opens with the decision, then the runs in flight, the runs over the study's axes (parallel coordinates:
+its parameters, the fitted A and B and each run's fitted reward at the decision's budget, grouped by an axis and
+filtered by status), each run's evaluations with its fitted sigmoid, every run with its fit, the frontier and the
+optimal-n law, the early-termination state, and whatever further evidence the caller has (the report's tables,
+figures and notes). Every word of the sections made here is escaped here; page.js builds the charts, the controls
+and the runs table from the page's data (`page_data`) and puts names in with textContent only.
 
 report.html inlines the styles, uPlot and page.js (one file, nothing fetched); the dashboard links them from its
-/assets/ route and polls for the live sections (`live_sections`) and charts (`chart_data`).
+/assets/ route and polls for what changed (the sections of `live_sections`, the parts of `page_data`).
 """
 
 import base64
@@ -16,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from rlscale.base.numbers import format_number as _f
 from rlscale.fitting.curves import unit_label
+from rlscale.views.page_charts import CURVE_POINTS, EXTEND
 from rlscale.views.wording import reason_text
 
 ASSET_DIR = Path(__file__).parent / "assets"
@@ -31,25 +33,7 @@ ASSETS = {
 }
 _STYLES = ("uPlot.min.css", "page.css")
 _SCRIPTS = ("uPlot.iife.min.js", "page.js")
-LIVE_SECTIONS = ("decision", "flight", "runs", "law", "stopped")  # what a refresh replaces, besides the charts
-# runs table: (key, header); a column shows when any row has a value for it
-_TEXT_COLUMNS = ("run", "note", "fit")  # the columns that wrap; numbers and statuses stay whole
-_NUMBER = ' class="num"'
-RUN_COLUMNS = [
-    ("run", "run"),
-    ("status", "status"),
-    ("note", "holds / note"),
-    ("step", "step"),
-    ("compute", "compute"),
-    ("reward", "last reward"),
-    ("A", "A [95%]"),
-    ("B", "B"),
-    ("C_mid", "C_mid"),
-    ("R0", "R0"),
-    ("r2", "r2"),
-    ("n_points", "points"),
-    ("fit", "fit"),
-]
+LIVE_SECTIONS = ("decision", "flight", "law", "stopped")  # the server-made HTML a refresh replaces
 
 
 @dataclass
@@ -58,12 +42,16 @@ class StudyPage:
 
     decision: {verdict ("decided" or "not yet"), lines: the decision as the terminal prints it
     (views.wording's decision_lines: sentences, "- " bullets, "  rlscale ..." commands), recipe: YAML or absent}.
-    runs: one dict per run with any of run, status, note, step, compute, planned, reward, A, A_lo, A_hi, B, C_mid,
-    R0, r2, n_points, identified, reason, color (palette slot). flight: {running: [[run, holds]], queued: int,
-    counts: {status: n}} (live only). stopped: [{run, reason}] or None where statuses are unknown.
-    curves / frontier: rlscale/views/page_charts.py's chart data. law: RolloutsLaw.to_dict(). sections: further evidence
-    as (title, blocks) (rlscale.views.report_text.report_sections): a block is ("p", text), ("bullets", [text]),
-    ("code", text), ("table", header, rows, row classes or None) or ("img", name, PNG path).
+    runs: one JSON-ready dict per run: id, run, color (palette slot by run order), status, note, step, compute,
+    planned, reward (the last), axes ({axis: value}), A, A_lo, A_hi, B, C_mid, R0, r2, n_points, identified,
+    reason, at_budget (its fitted reward at the decision's budget), and its evaluations as page_charts.run_points
+    gives them (n, c, r) with c_min, c_max (where its fitted curve starts and its data end).
+    axes: the parallel-coordinates chart's (page_charts.parallel_axes); group: the axis runs are coloured by at first.
+    flight: {running: [[run, holds]], queued: int, counts: {status: n}} (live only). stopped: [{run, reason}] or
+    None where statuses are unknown. frontier: page_charts.frontier_chart's data. law: RolloutsLaw.to_dict().
+    sections: further evidence as (title, blocks) (rlscale.views.report_text.report_sections): a block is ("p",
+    text), ("bullets", [text]), ("code", text), ("table", header, rows, row classes or None) or ("img", name, PNG
+    path).
     """
 
     study: str
@@ -76,7 +64,9 @@ class StudyPage:
     flight: dict | None = None
     stopped: list[dict] | None = None
     rule: str = ""
-    curves: dict | None = None
+    reward_label: str = "reward"
+    axes: list[dict] = field(default_factory=list)
+    group: str = "status"
     frontier: dict | None = None
     law: dict | None = None
     sections: list[tuple] = field(default_factory=list)
@@ -134,9 +124,23 @@ def study_href(study: str) -> str:
     return "study/" + quote(str(study), safe="")
 
 
-def chart_data(page: StudyPage) -> dict:
-    """The charts page.js draws: {curves, frontier}, either None."""
-    return {"curves": page.curves, "frontier": page.frontier}
+def page_data(page: StudyPage) -> dict:
+    """What page.js draws, JSON-ready: meta {study, unit, reward, axes, group, extend}, order (the runs' ids, in
+    the study's order), runs (by id, as text keys), frontier (or None)."""
+    meta = {
+        "study": page.study,
+        "unit": unit_label(page.unit),
+        "reward": page.reward_label,
+        "axes": page.axes,
+        "group": page.group,
+        "extend": EXTEND,
+    }
+    return {
+        "meta": meta,
+        "order": [row["id"] for row in page.runs],
+        "runs": {str(row["id"]): row for row in page.runs},
+        "frontier": page.frontier,
+    }
 
 
 def live_sections(page: StudyPage) -> dict[str, str]:
@@ -144,7 +148,6 @@ def live_sections(page: StudyPage) -> dict[str, str]:
     return {
         "decision": _decision(page.decision),
         "flight": _flight(page.flight),
-        "runs": _runs(page.runs),
         "law": _law(page.law, page.frontier),
         "stopped": _stopped(page.stopped, page.rule),
     }
@@ -170,15 +173,27 @@ def render_study_page(page: StudyPage, *, live_url: str | None = None, stamp: st
     if page.flight is not None or live_url:
         body.append(f'<section id="flight">{sections["flight"]}</section>')
     if page.runs or live_url:
-        body.append(f'<section id="runs">{sections["runs"]}</section>')
-    if page.curves is not None or live_url:
+        body.append(
+            _chart_section(
+                "parallel",
+                "Runs by their axes",
+                "one line per run, coloured by the group; drag along an axis to keep a range of it (click the axis "
+                "to clear); fitted reward: each run's sigmoid at the decision's budget",
+                '<div id="controls" class="controls"></div>',
+            )
+        )
         body.append(
             _chart_section(
                 "curves",
                 "Reward vs compute",
-                "points: evaluations; line: fitted sigmoid (dashed "
-                "past the run's last compute); band: 95% interval of the fit",
+                f"points: evaluations (up to {CURVE_POINTS} a run, spread over log compute); line: fitted sigmoid "
+                "(dashed past the run's last compute); band: 95% interval on A (with few runs shown)",
+                '<div id="legend" class="legend"></div>',
             )
+        )
+        body.append(
+            '<section id="runs"><h2>Runs</h2><p class="caption" id="runs-shown"></p>'
+            '<table class="runs"><thead></thead><tbody></tbody></table></section>'
         )
     if page.frontier is not None or live_url:
         body.append(
@@ -193,11 +208,11 @@ def render_study_page(page: StudyPage, *, live_url: str | None = None, stamp: st
         body.append(f'<section id="stopped">{sections["stopped"]}</section>')
     for title, blocks in page.sections:
         body.append(f"<section><h2>{esc(title)}</h2>{''.join(_block(block) for block in blocks)}</section>")
-    charts = chart_data(page)
-    if any(charts.values()) or live_url:
-        body.append(f'<script type="application/json" id="page-charts">{script_json(charts)}</script>')
+    drawn = bool(page.runs or page.frontier or live_url)
+    if drawn:
+        body.append(f'<script type="application/json" id="page-data">{script_json(page_data(page))}</script>')
     attrs = f' data-live="{esc(live_url)}" data-stamp="{esc(stamp)}"' if live_url else ""
-    scripts = _SCRIPTS if any(charts.values()) or live_url else ()
+    scripts = _SCRIPTS if drawn else ()
     return _document(f"{page.study}: study", "".join(body), attrs, scripts, assets_href if live_url else None)
 
 
@@ -287,51 +302,6 @@ def _flight(flight: dict | None) -> str:
     rest = ", ".join(f"{counts[key]} {key}" for key in ("done", "stopped", "failed") if counts.get(key))
     text = f"{len(running)} in flight" + (f": {held}" if held else "") + f"; {flight.get('queued', 0)} queued"
     return f'<p class="flight">{esc(text)}{esc("; " + rest) if rest else ""}</p>'
-
-
-def _runs(runs: list[dict]) -> str:
-    if not runs:
-        return "<h2>Runs</h2><p>No runs yet.</p>"
-    columns = [
-        (key, header)
-        for key, header in RUN_COLUMNS
-        if key in ("run", "A", "fit") or any(row.get(key) not in (None, "") for row in runs)
-    ]
-    head = "".join(f"<th>{esc(header)}</th>" for _, header in columns)
-    body = []
-    for row in runs:
-        classes = [
-            f"status-{row['status']}" if row.get("status") else "",
-            "" if row.get("identified", True) else "unidentified",
-        ]
-        cells = "".join(f"<td{'' if key in _TEXT_COLUMNS else _NUMBER}>{_cell(row, key)}</td>" for key, _ in columns)
-        body.append(f'<tr class="{" ".join(c for c in classes if c)}">{cells}</tr>')
-    return f'<h2>Runs</h2><table class="runs"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
-
-
-def _cell(row: dict, key: str) -> str:
-    value = row.get(key)
-    if key == "run":
-        swatch = f'<span class="swatch c{int(row["color"])}"></span>' if row.get("color") is not None else ""
-        return swatch + esc(value)
-    if key == "A":
-        return esc(f"{_f(row.get('A'))} [{_f(row.get('A_lo'))}, {_f(row.get('A_hi'))}]")
-    if key == "fit":
-        if "identified" not in row:
-            return ""
-        if row["identified"]:
-            return "identified"
-        return esc(f"not identified: {row['reason']}" if row.get("reason") else "not identified")
-    if key == "compute":
-        planned = row.get("planned")
-        text = _f(value, "{:.4g}")
-        if planned is not None and planned == planned and planned > 0:
-            text += f" of {planned:.4g} ({value / planned:.0%})"
-        return esc(text)
-    if value is None or value == "":
-        return ""
-    formats = {"B": "{:.2f}", "C_mid": "{:.3g}", "reward": "{:.3f}", "R0": "{:.3f}", "r2": "{:.3f}"}
-    return esc(_f(value, formats[key]) if key in formats else value)
 
 
 def _law(law: dict | None, frontier: dict | None) -> str:

@@ -1,7 +1,9 @@
-"""The study page's charts as plain, JSON-ready data (pure: frames and fits in, dicts out).
+"""The study page's chart data, plain and JSON-ready (pure: frames and fits in, dicts out).
 
-rlscale/views/page.py embeds them and assets/page.js draws them with uPlot, in report.html and in the dashboard alike.
-Numbers are rounded to 4 significant digits: a chart cannot show more, and 16 runs x 100 evaluations stay ~40 KB.
+rlscale/views/page.py embeds them and assets/page.js draws them: the runs over the study's axes (parallel
+coordinates), each run's evaluations with its fitted sigmoid, and the frontier with the optimal-n law. A run sends at
+most CURVE_POINTS of its evaluations and its fitted parameters (the page draws the sigmoid), so a study of hundreds of
+runs stays a page of a few hundred KB. Numbers are rounded to 4 significant digits: a chart cannot show more.
 """
 
 import math
@@ -9,15 +11,17 @@ import math
 import numpy as np
 import pandas as pd
 
-from rlscale.fitting.sigmoid import sigmoid
-from rlscale.fitting.sigmoid.bootstrap import percentile_interval
 from rlscale.views.wording import reason_text
 
-# matplotlib's tab10: the runs table's swatches and the charts' series share these, by run order
+# matplotlib's tab10: the runs table's swatches and the charts' series share these, by run order or group
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-GRID_POINTS = 60  # points of a fitted curve on the chart's log grid
+GRID_POINTS = 60  # points of the frontier's log grid
+CURVE_POINTS = 24  # evaluations a run sends at most, spread evenly over log compute (its last one always)
 EXTEND = 2.0  # fitted curves go on, dashed, to this multiple of the run's last compute (as the report's PNG)
-BAND_LEVEL = 0.95
+ORDINAL_MAX = 16  # an axis with at most this many values is drawn as its values in order, evenly spaced
+# config keys that name where an imported run came from, not a knob: never an axis
+NOT_AXES = {"source", "run", "compute_unit", "seed"}
+FITTED_AXES = (("A", "A"), ("B", "B"))  # after the study's own axes: the fit's asymptote and efficiency
 
 
 def color_index(position: int) -> int:
@@ -33,75 +37,105 @@ def rounded(values, digits: int = 4) -> list:
     return out
 
 
-def compute_grid(records: pd.DataFrame, compute_col: str, points: int = GRID_POINTS) -> np.ndarray:
-    """A log grid from the smallest positive compute evaluated to EXTEND x the largest (empty without one)."""
-    compute = pd.to_numeric(records[compute_col], errors="coerce").to_numpy(float) if len(records) else np.array([])
-    compute = compute[np.isfinite(compute) & (compute > 0)]
-    if compute.size == 0:
-        return np.array([])
-    lo, hi = compute.min(), compute.max() * EXTEND
-    return np.geomspace(lo, hi, points) if hi > lo else np.array([lo])
+def number(value, digits: int = 4):
+    """One value as `rounded` writes it (None for a missing or non-finite one)."""
+    try:
+        return rounded([value], digits)[0]
+    except (TypeError, ValueError):
+        return None
 
 
-def curve_chart(
-    records: pd.DataFrame,
-    curves: pd.DataFrame,
-    *,
-    compute_col: str,
-    reward_col: str,
-    draws: dict | None = None,
-    unit_label: str = "GPU-hours",
-    reward_label: str = "reward",
-) -> dict:
-    """Reward against compute per run: its evaluations and its fitted sigmoid with a 95% band.
-
-    records: run (label), compute_col, reward_col. curves: one row per run (run, A, B, C_mid, R0, A_lo, A_hi,
-    identified), in the study's run order (it sets the colours). draws: {run: (m, 4) bootstrap (A, B, C_mid, R0)},
-    whose percentile band is drawn; without them the band spans A_lo..A_hi, as the report's PNG draws it.
-    Returns {grid, unit, reward, runs: [{run, color, c, r, fit}]}; fit: {mean, lo, hi, until} on the shared grid,
-    null outside the run's compute (the chart dashes it past `until`, the last compute the run reached).
-    """
-    grid = compute_grid(records, compute_col)
-    runs = []
-    by_run = {name: rows for name, rows in records.groupby("run", sort=False)} if len(records) else {}
-    for position, row in enumerate(curves.to_dict("records")):
-        mine = by_run.get(row["run"], records.iloc[:0])
-        compute = pd.to_numeric(mine[compute_col], errors="coerce").to_numpy(float)
-        reward = pd.to_numeric(mine[reward_col], errors="coerce").to_numpy(float)
-        shown = np.isfinite(compute) & (compute > 0) & np.isfinite(reward)  # a log axis has no 0
-        entry = {
-            "run": str(row["run"]),
-            "color": color_index(position),
-            "c": rounded(compute[shown]),
-            "r": rounded(reward[shown]),
-            "fit": None,
-        }
-        if shown.any() and grid.size and all(np.isfinite(float(row.get(k, np.nan))) for k in ("A", "B", "C_mid", "R0")):
-            entry["fit"] = _fitted(row, grid, compute[shown], (draws or {}).get(row["run"]))
-        runs.append(entry)
-    return {"grid": rounded(grid), "unit": unit_label, "reward": reward_label, "runs": runs}
+def decimated(compute: np.ndarray, points: int = CURVE_POINTS) -> np.ndarray:
+    """Indices of at most `points` evaluations (compute > 0, in their order), spread evenly over log compute: the one
+    nearest each of `points` log-spaced targets, and the last one always."""
+    compute = np.asarray(compute, dtype=float)
+    shown = np.flatnonzero(np.isfinite(compute) & (compute > 0))
+    if shown.size <= points:
+        return shown
+    logs = np.log(compute[shown])
+    targets = np.linspace(logs.min(), logs.max(), points)
+    nearest = np.abs(logs[None, :] - targets[:, None]).argmin(axis=1)
+    return shown[np.unique(np.append(nearest, logs.argmax()))]
 
 
-def _fitted(row: dict, grid: np.ndarray, compute: np.ndarray, samples) -> dict:
-    until = float(compute.max())
-    inside = (grid >= compute.min() * (1 - 1e-9)) & (grid <= until * EXTEND * (1 + 1e-9))
-    params = [float(row[k]) for k in ("A", "B", "C_mid", "R0")]
-    mean = np.where(inside, sigmoid(grid, *params), np.nan)
-    if samples is not None and len(samples) >= 2:
-        curves = sigmoid(grid[:, None], samples[:, 0], samples[:, 1], samples[:, 2], samples[:, 3])
-        lo, hi = percentile_interval(curves, BAND_LEVEL, axis=1)
-    elif np.isfinite(row.get("A_lo", np.nan)) and np.isfinite(row.get("A_hi", np.nan)):
-        lo, hi = sigmoid(grid, row["A_lo"], *params[1:]), sigmoid(grid, row["A_hi"], *params[1:])
+def run_points(compute, reward, points: int = CURVE_POINTS) -> dict:
+    """A run's evaluations as the page draws them: {n: how many it has, c, r: at most `points` of them (decimated)}.
+    Evaluations at compute 0 or without a reward are not drawn (a log axis)."""
+    compute = np.asarray(compute, dtype=float)
+    reward = np.asarray(reward, dtype=float)
+    ok = np.isfinite(compute) & (compute > 0) & np.isfinite(reward)
+    keep = decimated(np.where(ok, compute, np.nan), points)
+    return {"n": int(ok.sum()), "c": rounded(compute[keep]), "r": rounded(reward[keep])}
+
+
+def study_axes(spec, runs: pd.DataFrame) -> dict[str, list]:
+    """{axis: each run's value, in the runs' order}: the study's `parameters` (read from each run's config), a loo
+    study's variants, or for a study imported without a spec the config keys its runs differ in; `seed` besides when
+    the runs have several. Values are numbers or text."""
+    configs = [cfg if isinstance(cfg, dict) else {} for cfg in runs.get("config", [None] * len(runs))]
+    axes: dict[str, list] = {}
+    if spec is not None and spec.parameters:
+        keys = list(spec.parameters)
+    elif spec is not None and spec.method == "loo":
+        from rlscale.fitting.sigmoid.runs import variant_names
+
+        axes["variant"], keys = variant_names(runs).tolist(), []
     else:
-        lo = hi = np.full(grid.shape, np.nan)
-    lo, hi = np.where(inside, lo, np.nan), np.where(inside, hi, np.nan)
-    return {
-        "mean": rounded(mean),
-        "lo": rounded(lo),
-        "hi": rounded(hi),
-        "until": rounded([until])[0],
-        "identified": bool(row.get("identified", False)),
-    }
+        seen = {key for cfg in configs for key in cfg} - NOT_AXES
+        keys = sorted(key for key in seen if len({_plain(cfg.get(key)) for cfg in configs}) > 1)
+    for key in keys:
+        axes[key] = [_plain(cfg.get(key)) for cfg in configs]
+    if "seed" in runs.columns and runs["seed"].nunique() > 1:
+        axes["seed"] = [int(seed) for seed in runs["seed"]]
+    return axes
+
+
+def _plain(value):
+    """A config value as an axis shows it: a number, text, or None."""
+    if value is None or isinstance(value, bool | str):
+        return value if not isinstance(value, bool) else str(value).lower()
+    if isinstance(value, int | float | np.integer | np.floating):
+        return number(value, 6)
+    return str(value)
+
+
+def parallel_axes(axes: dict[str, list], rows: list[dict], budget_label: str | None) -> list[dict]:
+    """The parallel-coordinates chart's axes, left to right: the study's (`axes`: name -> values), then A, B and, once
+    the study has a decision, each run's fitted reward at its budget (`budget_label`). Each is {key, label, kind,
+    fitted} with, for kind "ordinal", its `values` in order (text, or at most ORDINAL_MAX numbers), and for "linear"
+    or "log", its range lo..hi. fitted: the value is the row's own key (A, B, at_budget), not one of its axes."""
+    out = []
+    for key, values in axes.items():
+        out.append({"key": key, "label": key.replace("_", " "), "fitted": False, **_scale(values)})
+    fitted = [*FITTED_AXES, *((("at_budget", budget_label),) if budget_label else ())]
+    for key, label in fitted:
+        out.append({"key": key, "label": label, "fitted": True, **_scale([row.get(key) for row in rows], numeric=True)})
+    return out
+
+
+def _scale(values: list, numeric: bool = False) -> dict:
+    """An axis's kind and domain from its values (None values left out)."""
+    known = [v for v in values if v is not None]
+    numbers = [float(v) for v in known if isinstance(v, int | float)]
+    if not numeric and (len(numbers) < len(known) or len(set(numbers)) <= ORDINAL_MAX):
+        text = sorted({str(v) for v in known if not isinstance(v, int | float)})
+        return {"kind": "ordinal", "values": sorted(set(numbers)) + text}
+    if not numbers:
+        return {"kind": "linear", "lo": 0.0, "hi": 1.0}
+    lo, hi = min(numbers), max(numbers)
+    if lo > 0 and hi / lo >= 20:
+        return {"kind": "log", "lo": number(lo), "hi": number(hi)}
+    pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 0.05
+    return {"kind": "linear", "lo": number(lo - pad), "hi": number(hi + pad)}
+
+
+def default_group(axes: dict[str, list]) -> str:
+    """The axis a study's runs are grouped (coloured) by at first: rollouts where the study varies it (the optimal-n
+    question), else its first axis with more than one value, else their status."""
+    varied = [key for key, values in axes.items() if len(set(map(str, values))) > 1 and key != "seed"]
+    if "rollouts" in varied:
+        return "rollouts"
+    return varied[0] if varied else "status"
 
 
 def frontier_chart(law, *, extrapolate_to: float | None = None, unit_label: str = "GPU-hours") -> dict:
