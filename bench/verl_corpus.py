@@ -79,10 +79,12 @@ def outcome(code: int, out: str, err: str) -> dict:
             "composed": len(composed),
             "ok": len(composed) == len(points),
         }
+    if code != 2:
+        return {"result": "crashed", "code": code, "error": err.strip()[-300:], "ok": False}
     lines = err.strip().removeprefix("error: ").splitlines()
     problems = [dict(zip(("file", "key", "reason"), line.split(": ", 2))) for line in lines]
     named = all(problem.get("reason") and problem["file"].endswith((".args", ".yaml")) for problem in problems)
-    return {"result": "refused", "problems": problems, "ok": code == 2 and named}
+    return {"result": "refused", "problems": problems, "ok": named}
 
 
 def main() -> None:
@@ -137,6 +139,8 @@ def table_row(row: dict) -> str:
     path = row["source"].split(" ", 1)[1]
     if row["result"] == "composed":
         what = f"composed, {row['composed']} of {row['jobs']} jobs ({row['config']})"
+    elif row["result"] == "crashed":
+        what = f"crashed (exit {row['code']}): {row['error'][-120:]}"
     else:
         what = "refused: " + "; ".join(f"`{p.get('key')}`: {p.get('reason', '')[:90]}" for p in row["problems"])
     return f"| {path} | {what} |"

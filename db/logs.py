@@ -19,12 +19,12 @@ from typing import Any
 import pandas as pd
 from rlscale.db.importer import DuplicateKey, unique_keys  # one rule for keys given twice in a JSON line
 
+from rlscale.base.compute import VERL_THROUGHPUT, VERL_TOKENS, device_hours, verl_step_device_seconds
 from rlscale.base.errors import UserError
 from rlscale.base.names import run_name_problem
 
 VERL_REWARD = re.compile(r"^val-core/.+/[^/]+/mean@\d+$")
 LEGACY_VERL_REWARD = re.compile(r"^val/test_score/.+$")
-VERL_TOKENS, VERL_THROUGHPUT = "perf/total_num_tokens", "perf/throughput"  # per step; throughput per GPU
 # the store's health metrics, from what verl logs each step
 VERL_HEALTH = {
     "train_reward": "critic/score/mean",
@@ -291,8 +291,8 @@ def _compute(run: _Run, compute_tag: str | None, path: Path) -> tuple[dict[int, 
                         file=throughput[step][1],
                         field=f"{run.kind} {VERL_THROUGHPUT!r}",
                     )
-                total += n / rate / 3600.0 if n > 0 else 0.0  # tokens / (tokens per s per GPU) = GPU-seconds
-            out[step] = total
+                total += verl_step_device_seconds({VERL_TOKENS: n, VERL_THROUGHPUT: rate})  # the live meter's
+            out[step] = device_hours(total)
         return out, "gpu_hours"
     return {step: float(step) for step in run.steps()}, "steps"
 

@@ -10,6 +10,7 @@ from rlscale.planner.grid import allocate
 from rlscale.planner.recipe import Recipe
 from rlscale.planner.study import RECIPE_KEYS, SHORT_KEYS, Study
 
+from rlscale.base.compute import step_rollouts, step_tokens
 from rlscale.base.errors import UserError
 
 
@@ -152,8 +153,8 @@ def _step_cost(recipe: Recipe, unit: str, profile: Profile) -> float:
     if unit == "gpu_hours":
         return step_gpu_hours(profile, recipe.prompts_per_batch, recipe.rollouts)
     if unit == "rollouts":
-        return float(recipe.total_batch)
-    return float(recipe.total_batch * recipe.max_new_tokens)
+        return float(step_rollouts(recipe.prompts_per_batch, recipe.rollouts))
+    return step_tokens(recipe.prompts_per_batch, recipe.rollouts, recipe.max_new_tokens)
 
 
 def trial_recipe(study: Study, recipe_keys: dict) -> tuple[Recipe, float]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from rlscale.base.errors import UserError
 
 DEFAULT_ENGINE = "builtin"
+COMPUTE_STEP_CAP = 10  # a run stopped by compute takes at most this many times its planned steps (a runaway guard)
 # engine name -> "module:class"; imported on first use, so torch, Ray or vLLM load only when a run starts
 ENGINES = {
     "builtin": "rlscale.runner.builtin.engine:BuiltinEngine",
@@ -39,6 +40,18 @@ class JobResult:
     stop_reason: str = ""
     busy_seconds: float = 0.0
     timings: dict = field(default_factory=dict)
+
+
+def step_cap(recipe, gpu_hours: float | None) -> int:
+    """The last step a run may reach: its planned steps, or COMPUTE_STEP_CAP x them when its planned compute
+    `gpu_hours` ends it (the step count then follows from the measured compute)."""
+    return recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
+
+
+def reaches_compute(spent: float, per_step: float, target: float) -> bool:
+    """Whether a run that has spent `spent` device-hours, `per_step` a step, ends at this step: the step whose
+    measured compute is nearest its planned `target` (ending here is nearer it than after one more step)."""
+    return spent + per_step / 2 >= target
 
 
 class DevicesUnavailable(RuntimeError):

@@ -3,16 +3,19 @@
 A run is a chain of jobs submitted through Ray's Jobs API, `<run key>-<k>` for its k-th job, so a restarted driver
 finds a run's jobs on the cluster, adopts the one still running and replays the records of the finished ones (the
 store keeps each (run, step) once). A job pauses a run at a rung by ending at that step with a checkpoint; the next
-job resumes from it. A run with planned compute ends at the first record that reaches it; a job that ends short of
-it (a segment) is followed by the next, up to a runaway cap of COMPUTE_STEP_CAP x the planned steps. A crashed job
-raises; the driver's retry submits the next job, which resumes from the last checkpoint.
+job resumes from it. A run with planned compute ends at the step whose measured compute is nearest it (the rule
+every engine follows: rlscale.runner.engine.reaches_compute); a job that ends short of it (a segment) is followed by
+the next, up to a runaway cap of COMPUTE_STEP_CAP x the planned steps. A crashed job raises; the driver's retry
+submits the next job, which resumes from the last checkpoint.
 
 An engine says only what differs (JobsApiEngine's hooks): the job's spec (`submission`), what to write before it
-(`prepare`), how its log lines become records (`record_maker`), where its checkpoint is (`checkpointed_step`), and
+(`prepare`), what a line of its log says (`line_reader`: one RecordMaker turns lines into records for every engine,
+with one compute meter), where its checkpoint is (`checkpointed_step`), and
 how it reports devices taken by someone else (`devices_taken`). Several runs may be followed at once from different
 threads: per-run state is local to `run`; only the Jobs API client is shared.
 """
 
+import bisect
 import json
 import math
 import os
@@ -23,10 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult
+from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult, reaches_compute, step_cap
+
+from rlscale.base.compute import device_hours, held
 
 RUNNING = ("PENDING", "RUNNING")
-COMPUTE_STEP_CAP = 10  # a run stopped by compute takes at most this many times its planned steps (a runaway guard)
 # Ray's reason when a job waited longer than RAY_JOB_START_TIMEOUT_SECONDS for the resources it asked for
 START_TIMEOUT = "failed to start within"
 
@@ -124,9 +128,16 @@ class JobsApiEngine(Engine):
         """Write what the job reads before it is submitted (its spec, data); default nothing."""
 
     @abstractmethod
-    def record_maker(self, recipe):
-        """An object with records(lines, *, job, devices, base_device_seconds, started) -> list[dict]: a run's
-        records from its jobs' log lines, fed the jobs in the order they ran."""
+    def line_reader(self, recipe) -> Callable[[dict], "Reading"]:
+        """What one line of a job's log says (a Reading), for `recipe`'s run."""
+
+    def rollouts_per_step(self, recipe) -> int:
+        """Rollouts a step of `recipe`'s run samples; default B_p x n."""
+        return recipe.total_batch
+
+    def record_maker(self, recipe) -> "RecordMaker":
+        """A run's records from its jobs' log lines (RecordMaker), fed the jobs in the order they ran."""
+        return RecordMaker(self.line_reader(recipe), self.rollouts_per_step(recipe))
 
     @abstractmethod
     def checkpointed_step(self, recipe, run_dir: RunDir) -> int:
@@ -169,7 +180,7 @@ class JobsApiEngine(Engine):
     ) -> JobResult:
         """See Engine.run. Raises the engine's JobFailed when a job fails (its checkpoints stay for the retry), and
         DevicesUnavailable when it could not get the devices it was admitted on."""
-        cap = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
+        cap = step_cap(recipe, gpu_hours)
         until = min(until_step or cap, cap)
         run_dir = RunDir(self.shared_dir / run_key)
         maker, budget = self.record_maker(recipe), ComputeStop(gpu_hours)
@@ -374,20 +385,26 @@ def default_shared_dir(engine: str) -> Path:
 
 @dataclass
 class ComputeStop:
-    """Where a run with planned compute `target` (GPU- or device-hours; None: no compute stop) ends: at the first
-    record whose gpu_hours reaches it. Fed the run's records in order, across its jobs."""
+    """Where a run with planned compute `target` (device-hours; None: no compute stop) ends: at the step whose
+    measured compute is nearest it (rlscale.runner.engine.reaches_compute, the rule every engine follows), a step
+    costing the mean of the steps seen so far. Fed the run's records in order, across its jobs."""
 
     target: float | None
     reached: bool = False
+    first: tuple[int, float] | None = None  # (step, gpu_hours) of the first record seen: the mean's origin
 
     def trim(self, records: list[dict]) -> list[dict]:
-        """`records` up to the first that reaches the target (all of them if none does, none once reached)."""
+        """`records` up to the first that ends the run (all of them if none does, none once reached)."""
         if self.target is None:
             return records
         if self.reached:
             return []
         for index, record in enumerate(records):
-            if record["gpu_hours"] >= self.target:
+            step, spent = int(record["step"]), float(record["gpu_hours"])
+            self.first = self.first or (step, spent)
+            origin, before = self.first
+            per_step = (spent - before) / (step - origin) if step > origin else spent / max(step, 1)
+            if reaches_compute(spent, per_step, self.target):
                 self.reached = True
                 return records[: index + 1]
         return records
@@ -459,6 +476,88 @@ class LogTail:
         end = chunk.rfind(b"\n") + 1
         self.offset += end
         return [json.loads(line) for line in chunk[:end].splitlines() if line.strip()]
+
+
+# a run's records from its jobs' logs ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one line of a job's log says, in rlscale's terms (an engine's line_reader makes it). A job's seconds so
+    far come from its steps' own seconds (`step_seconds`, as the framework timed each step: verl) or from the time
+    the line was written (`time`, epoch seconds: the job's seconds since its start; TRL)."""
+
+    step: int
+    step_seconds: float | None = None
+    time: float | None = None
+    tokens_per_rollout: float | None = None  # the step's mean generated tokens per rollout
+    val_reward: float | None = None
+    metrics: dict = field(default_factory=dict)  # health metrics under the store's names
+
+
+@dataclass
+class StepTotals:
+    """A value per step (the first one given wins) and their running total through any step: appending steps in
+    order costs O(1), a query O(log n)."""
+
+    steps: list = field(default_factory=list)
+    totals: list = field(default_factory=list)  # totals[i]: the sum over steps[: i + 1]
+
+    def add(self, step: int, value: float) -> None:
+        index = bisect.bisect_left(self.steps, step)
+        if index < len(self.steps) and self.steps[index] == step:
+            return
+        self.steps.insert(index, step)
+        self.totals.insert(index, (self.totals[index - 1] if index else 0.0) + value)
+        for later in range(index + 1, len(self.totals)):  # only a step that comes after later ones
+            self.totals[later] += value
+
+    def through(self, step: int) -> float:
+        index = bisect.bisect_right(self.steps, step)
+        return self.totals[index - 1] if index else 0.0
+
+
+@dataclass
+class RecordMaker:
+    """A run's records from its jobs' log lines, fed the jobs in the order they ran, each job's lines in order.
+
+    gpu_hours at a line: the device-seconds of the run's earlier jobs (base_device_seconds) plus the devices this job
+    holds x its seconds so far (rlscale.base.compute). rollouts: rollouts_per_step x step. tokens: the tokens
+    generated through the step, each step's mean per rollout x its rollouts, counted by the first job that logs the
+    step (a resumed job logs some again).
+    """
+
+    read: Callable[[dict], Reading]
+    rollouts_per_step: int
+    tokens: StepTotals = field(default_factory=StepTotals)
+    job_seconds: dict = field(default_factory=dict)  # job -> its seconds through the lines read so far
+
+    def records(
+        self, lines: list[dict], *, job: str, devices: int, base_device_seconds: float, started: float = 0.0
+    ) -> list[dict]:
+        """Records of `lines`, the next lines of job `job`, which started at epoch second `started` and holds
+        `devices`."""
+        seconds, out = self.job_seconds.get(job, 0.0), []
+        for line in lines:
+            reading = self.read(line)
+            if reading.time is not None:
+                seconds = max(0.0, reading.time - started)
+            else:
+                seconds += reading.step_seconds or 0.0
+            if reading.tokens_per_rollout is not None:
+                self.tokens.add(reading.step, reading.tokens_per_rollout * self.rollouts_per_step)
+            out.append(
+                {
+                    "step": reading.step,
+                    "gpu_hours": device_hours(base_device_seconds + held(devices, seconds)),
+                    "rollouts": reading.step * self.rollouts_per_step,
+                    "tokens": round(self.tokens.through(reading.step)),
+                    "val_reward": reading.val_reward,
+                    "metrics": reading.metrics,
+                }
+            )
+        self.job_seconds[job] = seconds
+        return out
 
 
 def finite_number(value) -> float | None:

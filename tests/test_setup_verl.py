@@ -17,7 +17,7 @@ from rlscale.planner.frameworks.setup import setup_plan
 from rlscale.planner.frameworks.verl import RUN_KEYS
 from rlscale.planner.planning import planned_runs
 from rlscale.planner.study_file import load_study
-from rlscale.runner.jobs_api import COMPUTE_STEP_CAP
+from rlscale.runner.engine import COMPUTE_STEP_CAP
 from rlscale.runner.verl.engine import VerlEngine
 from rlscale.runner.verl.setup import override_key, user_command
 

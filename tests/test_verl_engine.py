@@ -13,11 +13,11 @@ from helpers import python_of
 from rlscale.db.logs import VERL_HEALTH
 from rlscale.db.store import Store
 from rlscale.planner.recipe import Recipe
-from rlscale.runner.jobs_api import LogTail, RunDir
+from rlscale.runner.jobs_api import LogTail, RecordMaker, RunDir
 from rlscale.runner.verl.data import DATA_SOURCE, task_rows, write_task_parquet
 from rlscale.runner.verl.engine import VerlEngine, stage_reward_modules
 from rlscale.runner.verl.job import val_reward_metric
-from rlscale.runner.verl.logs import RecordMaker
+from rlscale.runner.verl.logs import line_reader
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKER = ROOT / "tests" / "checkers" / "verl_engine_check.py"
@@ -151,7 +151,7 @@ def test_verls_reward_loader_finds_rlscales_verifier(verl_check):
 
 def ingest(store: Store, run_id: int, path: Path, cut: int | None = None) -> None:
     """What the engine does with a job's log: read whole lines from the byte offset, make records, store them."""
-    maker, tail = RecordMaker(RECIPE, val_reward_metric(RECIPE)), LogTail(path)
+    maker, tail = RecordMaker(line_reader(val_reward_metric(RECIPE)), RECIPE.total_batch), LogTail(path)
     if cut is None:
         records = maker.records(tail.read(), job="study-1-abc-1", devices=4, base_device_seconds=0.0)
         store.add_records(run_id, records)

@@ -61,9 +61,11 @@ def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: st
     from rlscale.planner.planning import default_profile
     from rlscale.planner.profiles import load_profile
 
+    from rlscale.base.compute import step_rollouts, step_tokens
+
     unit = study_unit(study)
     if unit == "rollouts":
-        return (lambda budget, bp, n: steps_within(budget, bp * n)), Reason("steps_per_rollout")
+        return (lambda budget, bp, n: steps_within(budget, step_rollouts(bp, n))), Reason("steps_per_rollout")
     if unit == "tokens":
         both = (
             records.dropna(subset=["tokens", "rollouts"])
@@ -77,7 +79,7 @@ def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: st
             else float(_base_recipe(study).max_new_tokens)
         )
         return (
-            (lambda budget, bp, n: steps_within(budget, bp * n * per_rollout)),
+            (lambda budget, bp, n: steps_within(budget, step_tokens(bp, n, per_rollout))),
             Reason("steps_per_token", {"tokens_per_rollout": per_rollout}),
         )
     chosen = how = None

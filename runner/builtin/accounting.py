@@ -1,8 +1,9 @@
 """Measured compute: which devices each actor holds, and the device-hours clock of one job.
 
-gpu_hours = (generator devices + trainer devices) x wall seconds held / 3600, minus the wall time the generator
-spent on validation (evaluation is measurement, not training, so the eval schedule does not move the curve; the
-local loop does the same). On a CPU-only host the devices are the CPU cores each actor declares to Ray.
+gpu_hours = (generator devices + trainer devices) x wall seconds held (rlscale.base.compute, the meter of every
+engine), minus the wall time the generator spent on validation (evaluation is measurement, not training, so the eval
+schedule does not move the curve; the local loop does the same). On a CPU-only host the devices are the CPU cores
+each actor declares to Ray.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+
+from rlscale.base.compute import device_hours, held
 
 
 @dataclass(frozen=True)
@@ -65,5 +68,5 @@ class DeviceClock:
 
     def hours_at(self, when: float) -> float:
         """Device-hours charged up to wall time `when`."""
-        held = when - self.started - overlap_seconds(self.excluded, self.started, when)
-        return self.hours_before + self.devices * max(0.0, held) / 3600.0
+        seconds = when - self.started - overlap_seconds(self.excluded, self.started, when)
+        return self.hours_before + device_hours(held(self.devices, seconds))

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from rlscale.runner.builtin import checkpoint
 from rlscale.runner.builtin.accounting import DeviceClock, union_seconds
+from rlscale.runner.engine import reaches_compute, step_cap
 
 EVAL_SEED_BASE = 10**9  # validation samples come from their own seed stream
-COMPUTE_STEP_CAP = 10  # a run stopped by compute takes at most this many times its planned steps (a runaway guard)
 
 
 @dataclass
@@ -70,7 +70,7 @@ def run_job(
 
     joined = not ray.is_initialized()
     head = connect(ray_address, cpus=recipe.generator_devices + recipe.trainer_devices) if joined else None
-    cap = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
+    cap = step_cap(recipe, gpu_hours)
     job = _Job(
         recipe,
         run_key,
@@ -250,12 +250,12 @@ class _Job:
         if self.gpu_hours is None:
             return False
         per_step = (self.clock.hours_at(now) - self.clock.hours_before) / max(1, step - self.resumed_from)
-        if self.clock.hours_at(now) + per_step / 2 < self.gpu_hours:
+        if not reaches_compute(self.clock.hours_at(now), per_step, self.gpu_hours):
             return False  # an upper bound: running validations are still charged in it
         self._collect_evals(wait_upto=step - 1)
         spent = self.clock.hours_at(now)
         per_step = (spent - self.clock.hours_before) / max(1, step - self.resumed_from)
-        return spent + per_step / 2 >= self.gpu_hours
+        return reaches_compute(spent, per_step, self.gpu_hours)
 
     # ------------------------------------------------------------------ generation
 

@@ -20,6 +20,8 @@ from rlscale.runner.rl.sampling import sample
 from rlscale.runner.rl.tasks import make_task
 from rlscale.runner.rl.train_step import TrainBatch, autocast, make_optimizer, train_step
 
+from rlscale.base.compute import device_hours, held
+
 DEVICES = 1  # the local loop holds one device
 
 
@@ -98,7 +100,7 @@ def run_local(
         val = evaluate(model, tokenizer, task, recipe, torch.Generator(device=device).manual_seed(eval_seed + step))
         row = {
             "step": step,
-            "gpu_hours": DEVICES * train_seconds / 3600.0,
+            "gpu_hours": device_hours(held(DEVICES, train_seconds)),
             "rollouts": rollouts_done,
             "tokens": tokens_done,
             "val_reward": val,

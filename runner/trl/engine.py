@@ -12,10 +12,11 @@ import json
 import sys
 import threading
 
-from rlscale.runner.jobs_api import COMPUTE_STEP_CAP, JobFailed, JobsApiEngine, RunDir, Submission
+from rlscale.runner.engine import step_cap
+from rlscale.runner.jobs_api import JobFailed, JobsApiEngine, RunDir, Submission
 
 from .job import DEVICES_TAKEN, SetupJob, checkpointed_step, make_job, make_setup_job, require_trl, write_spec
-from .logs import RecordMaker
+from .logs import read_line
 from .setup import check_inputs
 from .trackers import mlflow_run
 
@@ -117,8 +118,12 @@ class TrlEngine(JobsApiEngine):
     def prepare(self, recipe, run_dir: RunDir, job: Submission) -> None:
         write_spec(self.trl_job(recipe, run_dir, job.submission_id, until_step=job.until_step), recipe)
 
-    def record_maker(self, recipe) -> RecordMaker:
-        return RecordMaker(recipe, batch=self._shape(recipe)[1])
+    def line_reader(self, recipe):
+        return read_line
+
+    def rollouts_per_step(self, recipe) -> int:
+        """Completions a step generates: a setup study's generation batch, else B_p x n."""
+        return self._shape(recipe)[1] or recipe.total_batch
 
     def checkpointed_step(self, recipe, run_dir: RunDir) -> int:
         return checkpointed_step(recipe, run_dir, self._shape(recipe)[0])
@@ -133,7 +138,7 @@ class TrlEngine(JobsApiEngine):
         cap)."""
         from rlscale.planner.frameworks.trl import render
 
-        until = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
+        until = step_cap(recipe, gpu_hours)
         job = self.trl_job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=until)
         if isinstance(job, SetupJob):
             return self._setup_dry_run(job, recipe)

@@ -12,12 +12,13 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from rlscale.planner.frameworks.setup import setup_files
-from rlscale.runner.jobs_api import COMPUTE_STEP_CAP, JobFailed, JobsApiEngine, RunDir, Submission
+from rlscale.runner.engine import step_cap
+from rlscale.runner.jobs_api import JobFailed, JobsApiEngine, RunDir, Submission
 
 from rlscale.base.errors import UserError
 
 from .job import ENTRYPOINT, REWARD_IMPORTS, checkpointed_step, job_devices, make_job, val_reward_metric
-from .logs import ANY_SOURCE, RecordMaker, ValReward, reward_metrics
+from .logs import ANY_SOURCE, ValReward, line_reader, reward_metrics
 
 # what verl 0.9.1 raises at start when the cluster lacks the GPUs its pools need
 # (ResourcePoolManager._check_resource_available in verl/trainer/ppo/ray_trainer.py)
@@ -138,8 +139,8 @@ class VerlEngine(JobsApiEngine):
             write_task_parquet(recipe, run_dir.data)
         stage_reward_modules(run_dir.modules)
 
-    def record_maker(self, recipe) -> RecordMaker:
-        return RecordMaker(recipe, self.val_reward(recipe))
+    def line_reader(self, recipe):
+        return line_reader(self.val_reward(recipe))
 
     def checkpointed_step(self, recipe, run_dir: RunDir) -> int:
         return checkpointed_step(run_dir)
@@ -156,7 +157,7 @@ class VerlEngine(JobsApiEngine):
         run's planned compute, when it ends there (its first job may then go past the planned steps, to the cap).
         UserError on bad data, reward or layout: the sweep stores nothing then."""
         facts = self.setup_facts()
-        until = recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
+        until = step_cap(recipe, gpu_hours)
         job, changes, left_out = self._job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=until)
         out = {
             "ray_address": self.ray_address or "RAY_ADDRESS",

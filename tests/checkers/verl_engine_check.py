@@ -9,8 +9,8 @@ stdin: JSON {"overrides", "modules", "tokenizer", "reward_cases", "logger"} (rls
 - rewards: verl's get_custom_reward_fn loads rlscale's reward function from the config (`modules` on sys.path, as
   the job's py_modules put it there on the cluster) and each reward case is scored as verl's reward loop calls it.
 - logged: verl's FileLogger (VERL_FILE_LOGGER_PATH) writes one line per step, with metrics made by verl's own
-  functions (compute_data_metrics, compute_timing_metrics, the v1 trainer's validation metrics) from the given
-  numbers.
+  functions (compute_data_metrics, compute_timing_metrics, compute_throughout_metrics with the spec's n_gpus, the v1
+  trainer's validation metrics) from the given numbers.
 - setup_config: the job's command (main_ppo's arguments: --config-path/--config-name, overrides) and the user's own
   command composed by verl's Hydra config, the job's passed through validate_config (reference policy and critic as
   main_ppo decides them); both as flat dotted leaves, with verl's migrate_legacy_reward_impl applied to the user's
@@ -30,7 +30,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 from verl import DataProto
 from verl.trainer.ppo import metric_utils
-from verl.trainer.ppo.metric_utils import compute_data_metrics, compute_timing_metrics
+from verl.trainer.ppo.metric_utils import compute_data_metrics, compute_throughout_metrics, compute_timing_metrics
 from verl.trainer.ppo.reward import get_custom_reward_fn
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import omega_conf_to_dataclass, validate_config
@@ -171,6 +171,9 @@ def _log(spec):
             batch = _batch(step["scores"], step["response_lengths"], spec["max_response_length"])
             data.update(compute_data_metrics(batch, use_critic=False))
             data.update(compute_timing_metrics(batch, step["timing"]))
+            # the trainer's throughput: tokens / (step seconds x its GPUs), as trainer_base.py logs it
+            batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+            data.update(compute_throughout_metrics(batch, step["timing"], spec.get("n_gpus", 4)))
         data.update(step.get("actor", {}))
         if step.get("val_scores"):
             scores = step["val_scores"]  # prompt-major: each prompt's samples together
