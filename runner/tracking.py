@@ -6,6 +6,8 @@ For builtin runs: verl and TRL jobs log to the user's own trackers themselves (t
 The driver calls `log` from the thread of each run in flight, so a tracker serialises its client calls.
 """
 
+import hashlib
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -14,6 +16,24 @@ from rlscale.base.errors import UserError
 
 # record columns mirrored at each evaluation, under these names
 MIRRORED = ("val_reward", "gpu_hours", "rollouts", "tokens")
+# a run's identity in every tracker, whichever engine trains it: MLflow tags, and the W&B run id (tracker_run_id)
+TAG_STUDY, TAG_RUN_KEY = "rlscale.study", "rlscale.run_key"
+RUN_ID_CHARACTERS, RUN_ID_LENGTH = re.compile(r"[^A-Za-z0-9_-]"), 64  # what W&B takes as a run id
+
+
+def tracker_run_id(run_key: str) -> str:
+    """A run's id in the trackers (W&B's run id, which every segment of the run continues), the same on every
+    engine: its key when W&B takes it as it is, else the key's allowed characters with a hash of the whole key, so
+    two keys never share one."""
+    if len(run_key) <= RUN_ID_LENGTH and not RUN_ID_CHARACTERS.search(run_key):
+        return run_key
+    digest = hashlib.sha256(run_key.encode()).hexdigest()[:10]
+    return f"{RUN_ID_CHARACTERS.sub('-', run_key)[: RUN_ID_LENGTH - 11]}-{digest}"
+
+
+def tracker_tags(study: str, run_key: str) -> dict[str, str]:
+    """The tags that find a run again in MLflow, the same on every engine: its study and its key."""
+    return {TAG_STUDY: study, TAG_RUN_KEY: run_key}
 
 
 class Tracker(ABC):
@@ -66,14 +86,13 @@ class MlflowTracker(Tracker):
         self.client.log_batch(run_id, metrics=metrics)
 
     def _run_id(self, run: str, run_key: str) -> str:
-        found = self.client.search_runs([self.experiment], f"tags.rlscale_run_key = '{run_key}'", max_results=1)
-        run_id = (
-            found[0].info.run_id
-            if found
-            else self.client.create_run(
-                self.experiment, run_name=run, tags={"rlscale_run_key": run_key, "rlscale_study": self.group}
+        found = self.client.search_runs([self.experiment], f"tags.`{TAG_RUN_KEY}` = '{run_key}'", max_results=1)
+        if found:
+            run_id = found[0].info.run_id
+        else:
+            run_id = self.client.create_run(
+                self.experiment, run_name=run, tags=tracker_tags(self.group, run_key)
             ).info.run_id
-        )
         self.runs[run_key] = run_id
         return run_id
 
@@ -98,7 +117,7 @@ class TrackioTracker(Tracker):
 
 class WandbTracker(Tracker):
     """Weights & Biases (online, or offline with WANDB_MODE=offline): a project per study, a run per rlscale run
-    with its run key as the W&B run id (a resumed run continues it)."""
+    with the run's tracker_run_id as the W&B run id (a resumed run continues it)."""
 
     def __init__(self, study: str, project: str | None = None):
         super().__init__(study, project)
@@ -107,7 +126,9 @@ class WandbTracker(Tracker):
     def write(self, run: str, run_key: str, evaluations: list[dict]) -> None:
         import wandb
 
-        with wandb.init(project=self.group, name=run, id=run_key, resume="allow", reinit="create_new") as handle:
+        with wandb.init(
+            project=self.group, name=run, id=tracker_run_id(run_key), resume="allow", reinit="create_new"
+        ) as handle:
             for record in evaluations:
                 handle.log(
                     {key: float(record[key]) for key in MIRRORED if record.get(key) is not None},

@@ -7,18 +7,18 @@ GRPOConfig keys (TrackioCallback's `project`), in the job's runtime env: the dri
   absolute; MLflow's default otherwise, ./mlflow.db where the sweep runs). The driver creates each run's MLflow run
   (one writer: a fresh SQLite store migrated by two jobs at once fails) and keeps its id in the run's directory;
   every segment reattaches to it (MLFLOW_RUN_ID), later ones without logging the params again.
-- W&B: project = the study unless WANDB_PROJECT is set, group = the study, a run id derived from the run's key with
-  WANDB_RESUME=allow, so every segment writes to one run.
+- W&B: project = the study unless WANDB_PROJECT is set, group = the study, the run id every engine gives a run
+  (rlscale.runner.tracking.tracker_run_id) with WANDB_RESUME=allow, so every segment writes to one run.
 - trackio: project = the study; it resumes a run by its name.
 The sweep's own MLFLOW_*, WANDB_* and TRACKIO_* variables go to the job (jobs do not inherit the driver's
 environment), except credentials (names with KEY, TOKEN, PASSWORD or SECRET): set those on the cluster's nodes.
 """
 
-import hashlib
 import json
 from pathlib import Path
 
 from rlscale.runner.jobs_api import write_whole
+from rlscale.runner.tracking import tracker_run_id, tracker_tags
 
 TRACKER_PREFIXES = ("MLFLOW_", "WANDB_", "TRACKIO_")
 SECRET_WORDS = ("KEY", "TOKEN", "PASSWORD", "SECRET")
@@ -69,7 +69,7 @@ def tracker_env(report_to, *, study: str, run_key: str, env: dict, fresh: bool) 
     if uses(report_to, "wandb"):
         env.setdefault("WANDB_PROJECT", study)
         env["WANDB_RUN_GROUP"] = study
-        env["WANDB_RUN_ID"] = hashlib.sha256(run_key.encode()).hexdigest()[:16]
+        env["WANDB_RUN_ID"] = tracker_run_id(run_key)
         env.setdefault("WANDB_RESUME", "allow")
     return env
 
@@ -105,7 +105,7 @@ def mlflow_run(env: dict, *, study: str, run_key: str, run_dir: Path) -> str:
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     experiment = client.get_experiment_by_name(study)
     experiment_id = experiment.experiment_id if experiment else client.create_experiment(study)
-    run = client.create_run(experiment_id, run_name=run_key, tags={"rlscale.study": study})
+    run = client.create_run(experiment_id, run_name=run_key, tags=tracker_tags(study, run_key))
     write_whole(run_dir / RUNS_FILE, json.dumps({**runs, "mlflow_run_id": run.info.run_id}))
     return run.info.run_id
 

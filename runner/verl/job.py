@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlscale.planner.frameworks.common import Deployment
+from rlscale.planner.frameworks.setup import Change
 from rlscale.planner.frameworks.verl import ACTOR, PPO_TRAINER_SEEDS, ROLLOUT, SEED_KEYS, hydra_value, verl_mapping
 from rlscale.runner.jobs_api import RunDir
 
@@ -60,6 +61,17 @@ class Job:
     log_file: Path
     until_step: int
     gpus: int
+
+
+@dataclass(frozen=True)
+class SetupJob:
+    """One segment's verl arguments on the user's own setup (after `python -m verl.trainer.main_ppo`; setup.py makes
+    them), what they change in the user's setup, the job's environment, and notes on keys left out."""
+
+    overrides: list[str]
+    changes: list[Change]
+    env_vars: dict
+    notes: tuple[str, ...] = ()
 
 
 def gpus_held(recipe) -> int:

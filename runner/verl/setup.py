@@ -13,8 +13,6 @@ limits, data, reward) stays as they wrote it. Two of their settings are moved, s
   (planner/frameworks/schedule.py, the rule every engine follows).
 """
 
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from rlscale.planner.frameworks import schedule
@@ -22,10 +20,11 @@ from rlscale.planner.frameworks.setup import Change, UserSetup, by_axes, one_err
 from rlscale.planner.frameworks.verl import ACTOR, ROLLOUT, hydra_value
 from rlscale.planner.loading import load_yaml_mapping
 from rlscale.runner.jobs_api import RunDir
+from rlscale.runner.tracking import tracker_run_id
 
 from rlscale.base.errors import UserError
 
-from .job import Job, gpus_held, run_keys
+from .job import Job, SetupJob, gpus_held, run_keys
 
 VERL_CONFIG = "pkg://verl.trainer.config"  # verl's own configs, on Hydra's search path for a user YAML
 DEFAULT_LOGGER = ["console", "wandb"]  # verl 0.9.1's trainer.logger (ppo_trainer.yaml; the checker composes it)
@@ -51,17 +50,6 @@ LEGACY_REWARD = {
     "reward_model.rollout.": "reward.reward_model.rollout.",
 }
 DEFAULT_COSINE_CYCLES = 0.5  # verl 0.9.1's optim.num_cycles (trainer/config/optim/fsdp.yaml): a half cosine
-
-
-@dataclass(frozen=True)
-class SetupJob:
-    """One segment's verl arguments (after `python -m verl.trainer.main_ppo`), what they change in the user's
-    setup, and the job's environment."""
-
-    overrides: list[str]
-    changes: list[Change]
-    env_vars: dict
-    notes: tuple[str, ...] = ()
 
 
 def config_words(setup: UserSetup) -> list[str]:
@@ -184,11 +172,6 @@ def val_samples(setup: UserSetup) -> int:
     return int(setup.keys.get(VAL_SAMPLES) or DEFAULT_VAL_SAMPLES)
 
 
-def wandb_run_id(run_key: str) -> str:
-    """The W&B run id of a run: its key in the characters W&B accepts, so every segment logs to one W&B run."""
-    return re.sub(r"[^A-Za-z0-9_-]", "-", run_key)[:64]
-
-
 def setup_job(
     plan, recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8, config_keys: frozenset | None = None
 ) -> SetupJob:
@@ -244,7 +227,7 @@ def setup_job(
     ]
     env = {}
     if set(WANDB_LOGGERS) & set(loggers(setup)):  # every segment continues the run's one W&B run
-        env = {"WANDB_RUN_ID": wandb_run_id(run_dir.root.name), "WANDB_RESUME": "allow"}
+        env = {"WANDB_RUN_ID": tracker_run_id(run_dir.root.name), "WANDB_RESUME": "allow"}
     notes = tuple(f"not set: {key} ({why}): your config has no such key" for key, why in left_out)
     return SetupJob(kept, changes, env, notes)
 
