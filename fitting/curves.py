@@ -114,9 +114,11 @@ def run_curves(
     key = "run_id" if "run_id" in runs.columns and "run_id" in records.columns else "run"
     runs["label"] = run_labels(runs)
     rows, draws = [], {}
-    by_run = dict(list(records.groupby(key, sort=False)))  # once: a mask per run costs O(runs x records)
+    # each run's records by one groupby (a mask per run costs runs x records), of the columns read here only
+    used = [c for c in dict.fromkeys([key, compute_col, reward_col, "step", "truncation_rate"]) if c in records]
+    by_run, none = dict(list(records[used].groupby(key, sort=False))), records[used].iloc[:0]
     for run in runs.to_dict("records"):
-        mine = by_run.get(run[key], records.iloc[:0])
+        mine = by_run.get(run[key], none)
         mine = mine[np.isfinite(pd.to_numeric(mine[reward_col], errors="coerce").astype(float))]
         compute = mine[compute_col].to_numpy(float)
         reward = mine[reward_col].to_numpy(float)
