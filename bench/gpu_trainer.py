@@ -15,9 +15,10 @@ random tokens, rewards that vary within every group. Both loops share one model 
              (fp32: TF32 off; tf32: TF32 on) or autocast's bf16 (bf16 logits)
 Each size builds both once, warms each up one step, then times them in turn for --rounds rounds (the order
 alternating); tokens/s (rows x length per second) and the ratio are the medians over rounds. MFU is
-6 x parameters x tokens/s over the device's peak: --peak-tflops, else a large torch.mm measured here (bf16 on CUDA,
-float32 on a CPU). Peak memory: torch.cuda.max_memory_allocated on CUDA; the process's resident set sampled every
-10 ms on a CPU (both loops share the model, so both include it). A configuration out of memory is recorded as such.
+6 x parameters x tokens/s over the device's peak: --peak-tflops, else a large torch.mm measured at the start of
+each round (bf16 on CUDA, float32 on a CPU), so that a shared host's load weighs on both; the median over rounds.
+Peak memory: torch.cuda.max_memory_allocated on CUDA; the process's resident set sampled every 10 ms on a CPU (both
+loops share the model, so both include it). A configuration out of memory is recorded as such.
 The 3B rows run with activation checkpointing, the others without (--checkpointing).
 
     python bench/gpu_trainer.py [--sizes 0.5B,1.5B,3B] [--head-precisions fp32,tf32,bf16] [--rounds 3]
@@ -262,24 +263,28 @@ def peak_tflops(device) -> float:
     return 2 * size**3 / best / 1e12
 
 
-def time_in_turn(loops: dict, *, rounds: int, steps: int, device) -> tuple[dict, dict]:
-    """({loop: seconds per step, one per round}, {loop: peak GiB}): one warm-up step each (kernels, allocator, Adam
-    state), then `rounds` rounds of `steps` steps of each loop in turn, the order alternating."""
+def time_in_turn(loops: dict, *, rounds: int, steps: int, device, peak=None) -> tuple[dict, dict, list]:
+    """({loop: seconds per step, one per round}, {loop: peak GiB}, [the device's peak TFLOP/s, one per round]): one
+    warm-up step each (kernels, allocator, Adam state), then `rounds` rounds of `steps` steps of each loop in turn,
+    the order alternating, each round opened by measuring the peak (`peak`, else peak_tflops) in the same
+    conditions."""
     for loop in loops.values():
         loop()
     seconds = {name: [] for name in loops}
-    peaks = dict.fromkeys(loops, 0.0)
+    memory = dict.fromkeys(loops, 0.0)
+    peaks = []
     for round_index in range(rounds):
+        peaks.append(peak or peak_tflops(device))
         for name in list(loops)[:: 1 if round_index % 2 == 0 else -1]:
-            with PeakMemory(device) as peak:
+            with PeakMemory(device) as used:
                 synchronize(device)
                 started = time.perf_counter()
                 for _ in range(steps):
                     loops[name]()
                 synchronize(device)
             seconds[name].append((time.perf_counter() - started) / steps)
-            peaks[name] = max(peaks[name], peak.gib)
-    return seconds, peaks
+            memory[name] = max(memory[name], used.gib)
+    return seconds, memory, peaks
 
 
 def measure(size: str, head_precision: str, *, checkpointing: bool, args, device) -> dict:
@@ -330,16 +335,20 @@ def measure(size: str, head_precision: str, *, checkpointing: bool, args, device
                 checkpointing=checkpointing,
             ),
         }
-        seconds, peaks = time_in_turn(loops, rounds=args.rounds, steps=args.steps, device=device)
-        tokens = batch.input_ids.numel()
+        seconds, memory, peaks = time_in_turn(
+            loops, rounds=args.rounds, steps=args.steps, device=device, peak=args.peak_tflops
+        )
+        flops_per_step = 6 * row["parameters"] * batch.input_ids.numel()
         for name in loops:
-            rate = tokens / statistics.median(seconds[name])
             row |= {
                 f"{name}_step_seconds": seconds[name],
-                f"{name}_tokens_per_s": rate,
-                f"{name}_mfu": 6 * row["parameters"] * rate / (args.peak_tflops * 1e12),
-                f"{name}_peak_gib": peaks[name],
+                f"{name}_tokens_per_s": batch.input_ids.numel() / statistics.median(seconds[name]),
+                f"{name}_mfu": statistics.median(
+                    flops_per_step / step / (peak * 1e12) for step, peak in zip(seconds[name], peaks)
+                ),
+                f"{name}_peak_gib": memory[name],
             }
+        row["peak_tflops_per_round"] = peaks
         ratios = [plain / ours for ours, plain in zip(seconds["rlscale"], seconds["plain"])]
         row |= {"oom": False, "ratio_per_round": ratios, "ratio": statistics.median(ratios)}
     except torch.cuda.OutOfMemoryError as error:
@@ -387,9 +396,7 @@ def main() -> None:
     if any(p not in ("fp32", "tf32", "bf16") for p in precisions):
         parser.error("--head-precisions: expected some of fp32, tf32, bf16")
     device = torch.device(args.device)
-    peak_source = "given (--peak-tflops)" if args.peak_tflops else "measured: one large torch.mm"
-    args.peak_tflops = args.peak_tflops or peak_tflops(device)
-    print(f"{args.device}: peak {args.peak_tflops:.1f} TFLOP/s ({peak_source})")
+    peak_source = "given (--peak-tflops)" if args.peak_tflops else "one large torch.mm, measured each round"
     print(
         f"{'size':>7} {'head':>4} {'ckpt':>4} {'rlscale tok/s':>13} {'plain tok/s':>11} {'ratio':>5} "
         f"{'MFU':>5} {'peak GiB':>14}"
@@ -431,7 +438,7 @@ def main() -> None:
         "response_tokens": args.response_tokens,
         "rounds": args.rounds,
         "steps_per_round": args.steps,
-        "peak_tflops": args.peak_tflops,
+        "peak_tflops": args.peak_tflops,  # None: measured each round (results' peak_tflops_per_round)
         "peak_source": peak_source,
         "results": rows,
     }

@@ -78,17 +78,20 @@ class _HeadLogprobs(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # an unused entropy brings None, not a zero tensor to multiply
         tokens = hidden.shape[0]
         logp = torch.empty(tokens, dtype=torch.float32, device=hidden.device)
-        entropy = torch.empty_like(logp)
-        lse = torch.empty_like(logp)
+        entropy, lse = torch.empty_like(logp), torch.empty_like(logp)
         with torch.autocast(hidden.device.type, enabled=False):
             w = _operand(weight, precision).t()
             for start in range(0, tokens, chunk_tokens):
                 part = slice(start, start + chunk_tokens)
                 z = _logits(hidden[part], w, bias, temperature, precision)
-                lse[part] = torch.logsumexp(z, dim=-1)
-                z.sub_(lse[part, None])  # log p
-                logp[part] = z.gather(1, targets[part, None]).squeeze(1)
-                entropy[part] = -z.exp().mul_(z).sum(dim=-1)
+                top = z.amax(dim=-1)
+                z.sub_(top[:, None])  # z - max: exp cannot overflow
+                e = z.exp()
+                log_sum = e.sum(dim=-1).log_()
+                # log p = z - max - log sum; H = -sum p log p = log sum - sum(e (z - max)) / sum(e)
+                logp[part] = z.gather(1, targets[part, None]).squeeze(1) - log_sum
+                entropy[part] = log_sum - e.mul_(z).sum(dim=-1) / log_sum.exp()
+                lse[part] = top + log_sum
         ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
         ctx.temperature, ctx.precision, ctx.chunk_tokens = temperature, precision, chunk_tokens
         return logp, entropy
@@ -100,32 +103,42 @@ class _HeadLogprobs(torch.autograd.Function):
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
         if grad_logp is None and grad_entropy is None:
             return (None,) * 7
-        # dz = d(logits / T): the 1/T of the chain rule folded into the per-token gradients
+        # d / d(logits / T): the 1/T of the chain rule folded into the per-token gradients
         g_logp = (grad_logp if grad_logp is not None else torch.zeros_like(lse)).float() / temperature
         g_entropy = None if grad_entropy is None else grad_entropy.float() / temperature
         grad_hidden = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device) if want_hidden else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_weight else None
-        grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if want_bias else None
+        grad_weight = grad_bias = None
         with torch.autocast(hidden.device.type, enabled=False):
             w_op = _operand(weight, precision)
             for start in range(0, hidden.shape[0], ctx.chunk_tokens):
                 part = slice(start, start + ctx.chunk_tokens)
-                z = _logits(hidden[part], w_op.t(), bias, temperature, precision)
-                z.sub_(lse[part, None])  # log p
-                g = g_logp[part, None]
-                if g_entropy is None:  # dz = g (onehot - p)
-                    dz = z.exp_().mul_(-g)
-                else:  # dz = g (onehot - p) - g_H p (log p + H)
-                    p = z.exp()
-                    dz = z.add_(entropy[part, None]).mul_(g_entropy[part, None]).add_(g).mul_(p).neg_()
-                dz.scatter_add_(1, targets[part, None], g)
+                g, rows = g_logp[part, None], targets[part]
+                h_op = _operand(hidden[part], precision)
+                z = _logits(hidden[part], w_op.t(), bias, temperature, precision).sub_(lse[part, None])  # log p
+                if g_entropy is None:
+                    # dz = g (onehot - p), g one number a token: it scales the [n, H] side of each matmul instead
+                    p = z.exp_()
+                    p_op = _operand(p, precision)
+                    if want_hidden:  # g (W[target] - p W)
+                        grad_hidden[part] = (w_op.index_select(0, rows).float() - _matmul(p_op, w_op, precision)) * g
+                    if want_weight:  # sum over tokens of g (onehot - p) h
+                        gh = h_op.float() * g
+                        grad_weight = _accumulate(grad_weight, p_op.t(), _operand(-gh, precision), precision)
+                        grad_weight.index_add_(0, rows, gh)
+                    if want_bias:
+                        grad_bias = _add(grad_bias, p.t().mv(g[:, 0]).neg_().index_add_(0, rows, g[:, 0]))
+                    continue
+                # dz = g (onehot - p) - g_H p (log p + H)
+                p = z.exp()
+                dz = z.add_(entropy[part, None]).mul_(g_entropy[part, None]).add_(g).mul_(p).neg_()
+                dz.scatter_add_(1, rows[:, None], g)
                 dz_op = _operand(dz, precision)
                 if want_hidden:
                     grad_hidden[part] = _matmul(dz_op, w_op, precision)
                 if want_weight:
-                    _accumulate(grad_weight, dz_op.t(), _operand(hidden[part], precision), precision)
+                    grad_weight = _accumulate(grad_weight, dz_op.t(), h_op, precision)
                 if want_bias:
-                    grad_bias += dz.sum(dim=0)
+                    grad_bias = _add(grad_bias, dz.sum(dim=0))
         return (
             None if grad_hidden is None else grad_hidden.to(hidden.dtype),
             None if grad_weight is None else grad_weight.to(weight.dtype),
@@ -167,13 +180,16 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor:
         return torch.mm(a, b)
 
 
-def _accumulate(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor, precision: str) -> None:
-    """total += a @ b (float32 total; a, b `_operand`s), in place where the operands allow it."""
-    if a.dtype == torch.bfloat16:
-        total += _matmul(a, b, precision)
-        return
+def _accumulate(total: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor:
+    """total + a @ b in float32 (a, b `_operand`s), in place where the operands allow it; a new tensor for None."""
+    if total is None or a.dtype == torch.bfloat16:
+        return _add(total, _matmul(a, b, precision))
     with _tf32(a.is_cuda, precision == "tf32"):
-        total.addmm_(a, b)
+        return total.addmm_(a, b)
+
+
+def _add(total: torch.Tensor | None, term: torch.Tensor) -> torch.Tensor:
+    return term if total is None else total.add_(term)
 
 
 def _tf32(cuda: bool, allowed: bool):
