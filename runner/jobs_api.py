@@ -10,20 +10,23 @@ submits the next job, which resumes from the last checkpoint.
 
 An engine says only what differs (JobsApiEngine's hooks): the job's spec (`submission`), what to write before it
 (`prepare`), what a line of its log says (`line_reader`: one RecordMaker turns lines into records for every engine,
-with one compute meter), where its checkpoint is (`checkpointed_step`), and
-how it reports devices taken by someone else (`devices_taken`). Several runs may be followed at once from different
-threads: per-run state is local to `run`; only the Jobs API client is shared.
+with one compute meter), where its checkpoint is (`checkpointed_step`), how it reports devices taken by someone else
+(`devices_taken`), what the dry-run shows of a job (`dry_run_job`, after the where every job shares) and how the
+framework's own code rehearses the jobs (`rehearse`). A failed job's JobFailed says first the job's own last
+exception line, the reason the user looks for. Several runs may be followed at once from different
+threads: a run's state (Following) is local to `run`; only the Jobs API client is shared.
 """
 
 import bisect
 import json
 import math
 import os
+import re
 import threading
 import time
 from abc import abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult, reaches_compute, step_cap
@@ -64,6 +67,34 @@ class RunDir:
 
     def log(self, submission_id: str) -> Path:
         return self.root / "logs" / f"{submission_id}.jsonl"
+
+
+@dataclass
+class Following:
+    """One run followed through its jobs (JobsApiEngine.run): what its jobs share. The recipe and the run's files,
+    the record maker and the compute stop fed every job's records in order, the driver's callbacks, and the seconds
+    spent by phase."""
+
+    recipe: object
+    run_dir: "RunDir"
+    maker: "RecordMaker"
+    budget: "ComputeStop"
+    on_records: Callable[[list[dict]], None]
+    should_stop: Callable[[], str | None] | None = None
+    progress: Callable[[dict], None] | None = None
+    timings: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FollowedJob:
+    """One job of a followed run: its id, the devices it holds, the device-seconds of the run before it, the step
+    it ends at, and when it was submitted (None: adopted from an earlier driver)."""
+
+    submission_id: str
+    devices: int
+    base: float
+    until: int
+    submitted: float | None = None
 
 
 @dataclass(frozen=True)
@@ -119,9 +150,7 @@ class JobsApiEngine(Engine):
     # what an engine says ------------------------------------------------------------------------
 
     @abstractmethod
-    def submission(
-        self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int, base_device_seconds: float
-    ) -> Submission:
+    def submission(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int) -> Submission:
         """The job that trains `recipe` from its last checkpoint to `until_step`; writes nothing."""
 
     def prepare(self, recipe, run_dir: RunDir, job: Submission) -> None:
@@ -147,6 +176,20 @@ class JobsApiEngine(Engine):
         """The line of a failed job's log saying its devices were taken by someone else, or None."""
         return None
 
+    def dry_run(self, recipe, run_key: str, *, gpu_hours: float | None = None) -> dict:
+        """What `rlscale sweep --dry-run` shows of a run's first job: where it goes (ray_address, submission_id) and
+        where its records are (log_file), then what the engine shows of it (dry_run_job). gpu_hours: the run's
+        planned compute, when it ends there (its first job may then go past the planned steps, to the cap).
+        UserError on bad input: the sweep stores nothing then."""
+        run_dir, submission_id = RunDir(self.shared_dir / run_key), f"{run_key}-1"
+        shown = self.dry_run_job(recipe, run_dir, submission_id, until_step=step_cap(recipe, gpu_hours))
+        where = {"ray_address": self.ray_address or "RAY_ADDRESS", "submission_id": submission_id}
+        return {**where, "log_file": str(run_dir.log(submission_id)), **shown}
+
+    @abstractmethod
+    def dry_run_job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int) -> dict:
+        """What the dry-run shows of a job beyond where it goes: its entrypoint and the engine's own view of it."""
+
     def rehearse(self, points: list[dict], *, study_file: str | None = None) -> None:
         """The framework's own code reads each point's first job (`points`: the engine's dry_run dicts with the run's
         name under "run") as it will at launch, in the framework's environment; each point gains `composed`
@@ -158,14 +201,13 @@ class JobsApiEngine(Engine):
     def job(
         self, recipe, run_key: str, number: int, *, until_step: int, base_device_seconds: float = 0.0
     ) -> Submission:
-        """The run's `number`-th job."""
-        return self.submission(
-            recipe,
-            RunDir(self.shared_dir / run_key),
-            f"{run_key}-{number}",
-            until_step=until_step,
-            base_device_seconds=base_device_seconds,
+        """The run's `number`-th job, its metadata saying whose it is and the device-seconds of the run before it (a
+        restarted driver reads the run's history back from them)."""
+        submission = self.submission(
+            recipe, RunDir(self.shared_dir / run_key), f"{run_key}-{number}", until_step=until_step
         )
+        metadata = {**submission.metadata, "rlscale_run": run_key, "base_gpu_seconds": repr(base_device_seconds)}
+        return replace(submission, metadata=metadata)
 
     def run(
         self,
@@ -183,15 +225,17 @@ class JobsApiEngine(Engine):
         cap = step_cap(recipe, gpu_hours)
         until = min(until_step or cap, cap)
         run_dir = RunDir(self.shared_dir / run_key)
-        maker, budget = self.record_maker(recipe), ComputeStop(gpu_hours)
+        run = Following(
+            recipe, run_dir, self.record_maker(recipe), ComputeStop(gpu_hours), on_records, should_stop, progress
+        )
         jobs = run_jobs(self._jobs_client(), run_key)
         live, last_step = None, None
         for details in jobs:  # earlier jobs, in order: their records again (a killed driver may have missed some)
             if details.status in RUNNING:
                 live = details
                 break
-            records = budget.trim(
-                maker.records(
+            records = run.budget.trim(
+                run.maker.records(
                     LogTail(run_dir.log(details.submission_id)).read(),
                     job=details.submission_id,
                     devices=job_devices(details),
@@ -202,9 +246,8 @@ class JobsApiEngine(Engine):
             if records:
                 on_records(records)
                 last_step = records[-1]["step"]
-            if budget.reached:  # it trained past its plan while no driver watched: the plan's step ends it
+            if run.budget.reached:  # it trained past its plan while no driver watched: the plan's step ends it
                 return JobResult(steps=last_step, compute_reached=True)
-        timings: dict[str, float] = {}
         base = sum(job_devices(details) * wall_seconds(details) for details in jobs if details is not live)
         number = len(jobs)
         if live is None and number and self.checkpointed_step(recipe, run_dir) >= until:
@@ -212,101 +255,82 @@ class JobsApiEngine(Engine):
         while True:
             if live is None:
                 number += 1
-                job = self.job(recipe, run_key, number, until_step=until, base_device_seconds=base)
-                self.prepare(recipe, run_dir, job)
-                submitted = time.time()
-                self._submit(job)
-                submission_id, devices, job_base, job_until = job.submission_id, job.devices, base, until
+                submission = self.job(recipe, run_key, number, until_step=until, base_device_seconds=base)
+                self.prepare(recipe, run_dir, submission)
+                job = FollowedJob(submission.submission_id, submission.devices, base, until, submitted=time.time())
+                self._submit(submission)
             else:
-                submission_id, devices, job_base = live.submission_id, job_devices(live), base_seconds(live)
-                submitted, job_until = None, int((live.metadata or {}).get("until_step", until))
-            ended = self._follow(
-                recipe,
-                run_dir,
-                submission_id,
-                devices=devices,
-                base=job_base,
-                submitted=submitted,
-                maker=maker,
-                budget=budget,
-                on_records=on_records,
-                should_stop=should_stop,
-                progress=progress,
-                timings=timings,
-            )
-            if ended.stopped or ended.compute_reached or ended.steps >= job_until or budget.target is None:
+                until_live = int((live.metadata or {}).get("until_step", until))
+                job = FollowedJob(live.submission_id, job_devices(live), base_seconds(live), until_live)
+            ended = self._follow(run, job)
+            if ended.stopped or ended.compute_reached or ended.steps >= job.until or run.budget.target is None:
                 return ended
             if last_step is not None and ended.steps <= last_step:
-                raise self.failure(f"{self.name} job {submission_id} ended at step {ended.steps} without progress")
+                raise self.failure(f"{self.name} job {job.submission_id} ended at step {ended.steps} without progress")
             # the segment ended short of its step and of the planned compute: the next one resumes from it
             last_step, live = ended.steps, None
-            base = job_base + devices * wall_seconds(self._jobs_client().get_job_info(submission_id))
+            base = job.base + job.devices * wall_seconds(self._jobs_client().get_job_info(job.submission_id))
 
-    def _follow(
-        self,
-        recipe,
-        run_dir: RunDir,
-        submission_id: str,
-        *,
-        devices: int,
-        base: float,
-        submitted: float | None,
-        maker,
-        budget: "ComputeStop",
-        on_records,
-        should_stop,
-        progress,
-        timings: dict,
-    ) -> JobResult:
-        """Read the job's records while it runs; stop it where should_stop or the planned compute says."""
+    def _follow(self, run: "Following", job: "FollowedJob") -> JobResult:
+        """Read `job`'s records while it runs; stop it where the run's should_stop or planned compute says. Raises
+        the engine's JobFailed (its first line the job's own last exception line) or DevicesUnavailable."""
         client = self._jobs_client()
-        tail, started, last_step = LogTail(run_dir.log(submission_id)), None, None
+        tail, started, last_step = LogTail(run.run_dir.log(job.submission_id)), None, None
         following = time.perf_counter()
 
         def result(**kwargs) -> JobResult:
-            timings["train"] = timings.get("train", 0.0) + time.perf_counter() - following
-            return JobResult(busy_seconds=timings["train"], timings=timings, **kwargs)
+            run.timings["train"] = run.timings.get("train", 0.0) + time.perf_counter() - following
+            return JobResult(busy_seconds=run.timings["train"], timings=run.timings, **kwargs)
 
         while True:
-            status = str(client.get_job_status(submission_id).value)
+            status = str(client.get_job_status(job.submission_id).value)
             lines = tail.read()
             if lines and started is None:
-                started = (client.get_job_info(submission_id).start_time or 0) / 1000
-                if submitted is not None and "time" in lines[0]:  # submit -> the job's first record
-                    timings["launch"] = timings.get("launch", 0.0) + max(0.0, float(lines[0]["time"]) - submitted)
-            records = budget.trim(
-                maker.records(
-                    lines, job=submission_id, devices=devices, base_device_seconds=base, started=started or 0.0
+                started = (client.get_job_info(job.submission_id).start_time or 0) / 1000
+                if job.submitted is not None and "time" in lines[0]:  # submit -> the job's first record
+                    launch = max(0.0, float(lines[0]["time"]) - job.submitted)
+                    run.timings["launch"] = run.timings.get("launch", 0.0) + launch
+            records = run.budget.trim(
+                run.maker.records(
+                    lines,
+                    job=job.submission_id,
+                    devices=job.devices,
+                    base_device_seconds=job.base,
+                    started=started or 0.0,
                 )
             )
             if records:
-                on_records(records)
+                run.on_records(records)
                 last_step = records[-1]["step"]
-                report_progress(records, progress)
-                checkpoint = any(r["step"] % recipe.checkpoint_every == 0 for r in records if r["step"] > 0)
-                ask = status in RUNNING and checkpoint and should_stop is not None and not budget.reached
-                reason = should_stop() if ask else None
-                if budget.reached or reason:
+                report_progress(records, run.progress)
+                checkpoint = any(r["step"] % run.recipe.checkpoint_every == 0 for r in records if r["step"] > 0)
+                ask = status in RUNNING and checkpoint and run.should_stop is not None and not run.budget.reached
+                reason = run.should_stop() if ask else None
+                if run.budget.reached or reason:
                     if status in RUNNING:
-                        stop_job(client, submission_id, self.poll_seconds)
+                        stop_job(client, job.submission_id, self.poll_seconds)
                     return result(
                         steps=last_step,
-                        compute_reached=budget.reached,
-                        stopped=not budget.reached,
+                        compute_reached=run.budget.reached,
+                        stopped=not run.budget.reached,
                         stop_reason=reason or "",
                     )
             if status not in RUNNING:
                 if status == "SUCCEEDED":
-                    return result(steps=max(self.checkpointed_step(recipe, run_dir), last_step or 0))
-                info = client.get_job_info(submission_id)
-                logs = client.get_job_logs(submission_id)[-2000:]
-                taken = self.devices_taken(logs, last_step)
+                    return result(steps=max(self.checkpointed_step(run.recipe, run.run_dir), last_step or 0))
+                info = client.get_job_info(job.submission_id)
+                logs = client.get_job_logs(job.submission_id)
+                taken = self.devices_taken(logs[-2000:], last_step)
                 if taken or START_TIMEOUT in (info.message or ""):
-                    raise DevicesUnavailable(f"{self.name} job {submission_id}: {taken or info.message}")
-                raise self.failure(f"{self.name} job {submission_id} {status}: {info.message or ''}\n{logs}")
+                    raise DevicesUnavailable(f"{self.name} job {job.submission_id}: {taken or info.message}")
+                raise self.failure(failure_message(self.name, job.submission_id, status, info.message, logs))
             time.sleep(self.poll_seconds)
 
     # the cluster --------------------------------------------------------------------------------
+
+    def has_live_job(self, run_key: str) -> bool:
+        """Whether a job of the run still runs on the cluster (left by an earlier driver: `run` adopts it)."""
+        return any(details.status in RUNNING for details in run_jobs(self._jobs_client(), run_key))
 
     def nodes(self) -> list | None:
         """The cluster's nodes and their free devices, from the dashboard."""
@@ -322,14 +346,14 @@ class JobsApiEngine(Engine):
             started, self._started, self._closed = set(self._started), set(), True
             client = self._client
         try:
-            live = [job for job in started if str(client.get_job_status(job).value) in RUNNING]
+            live = [job for job in started if client and str(client.get_job_status(job).value) in RUNNING]
             for job in live:
                 client.stop_job(job)
             deadline = time.monotonic() + wait_seconds
             while live and time.monotonic() < deadline:
                 time.sleep(0.5)
                 live = [job for job in live if str(client.get_job_status(job).value) in RUNNING]
-        except Exception:  # the cluster is gone (or was never reached): nothing left to stop
+        except (OSError, RuntimeError):  # the cluster is gone: unreachable (OSError) or refusing (Ray's RuntimeError)
             pass
         self._client = None
         if self._head is not None:  # the local head this sweep started: its jobs have ended or were stopped
@@ -425,6 +449,33 @@ def stop_job(client, submission_id: str, poll_seconds: float = 1.0) -> None:
     client.stop_job(submission_id)
     while str(client.get_job_status(submission_id).value) in RUNNING:
         time.sleep(min(poll_seconds, 1.0))
+
+
+# a failed job's own reason: the last exception its log shows (a Ray actor's lines carry a "(Name pid=...)" prefix)
+_ACTOR_PREFIX = re.compile(r"^\([^)]*pid=\d+[^)]*\)\s?")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure)(\(.*\))?(: .*)?$")
+LOG_TAIL_CHARS = 1200  # of a failed job's log, kept in its JobFailed below the reason
+
+
+def last_exception_line(log: str) -> str | None:
+    """The line that ends the last Python traceback in a job's log (`ModuleNotFoundError: No module named 'x'`),
+    else the last line that looks like one; None when the log shows none."""
+    lines = [_ACTOR_PREFIX.sub("", line.rstrip()) for line in log.splitlines()]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if starts:
+        after = [line for line in lines[starts[-1] + 1 :] if line.strip() and not line[0].isspace()]
+        if after:
+            return after[0].strip()[:300]
+    found = next((line.strip() for line in reversed(lines) if _EXCEPTION_LINE.match(line.strip())), None)
+    return found[:300] if found else None
+
+
+def failure_message(engine: str, submission_id: str, status: str, message: str | None, log: str) -> str:
+    """A failed job's JobFailed text: first the reason the user looks for (the job's own last exception line, else
+    the Jobs API's message), then the job and its status, then the tail of its log."""
+    status_line = f"{engine} job {submission_id} {status}: {(message or '').strip()[:300]}"
+    reason = last_exception_line(log) or status_line
+    return "\n".join([reason, status_line, log[-LOG_TAIL_CHARS:]])
 
 
 def report_progress(records: list[dict], progress) -> None:

@@ -12,7 +12,6 @@ import json
 import sys
 import threading
 
-from rlscale.runner.engine import step_cap
 from rlscale.runner.jobs_api import JobFailed, JobsApiEngine, RunDir, Submission
 
 from .job import DEVICES_TAKEN, SetupJob, checkpointed_step, make_job, make_setup_job, require_trl, write_spec
@@ -87,9 +86,7 @@ class TrlEngine(JobsApiEngine):
             shape = job.composed.updates, job.composed.batch
         return shape
 
-    def submission(
-        self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int, base_device_seconds: float
-    ) -> Submission:
+    def submission(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int) -> Submission:
         """The job, holding its devices as Ray resources (GPUs, or CPU cores with as many OpenMP threads). A setup
         study's job gets its tracker and `env:` variables; with MLflow, the run's MLflow run is created here on its
         first job (trackers.mlflow_run: one writer to the tracking store), which dry-runs never reach."""
@@ -112,7 +109,6 @@ class TrlEngine(JobsApiEngine):
             until_step=until_step,
             runtime_env={"env_vars": env},
             resources=resources,
-            metadata={"rlscale_run": run_dir.root.name, "base_gpu_seconds": repr(base_device_seconds)},
         )
 
     def prepare(self, recipe, run_dir: RunDir, job: Submission) -> None:
@@ -131,19 +127,17 @@ class TrlEngine(JobsApiEngine):
     def devices_taken(self, logs: str, last_step: int | None) -> str | None:
         return DEVICES_TAKEN if DEVICES_TAKEN in logs else None
 
-    def dry_run(self, recipe, run_key: str, *, gpu_hours: float | None = None) -> dict:
-        """What `rlscale sweep --dry-run` shows of a run's first job: where it goes, its entrypoint, and its GRPOConfig
-        as `rlscale export --format trl` renders it (nearest-form and not-expressible notes included). gpu_hours:
-        the run's planned compute, when it ends there (its first job may then go past the planned steps, to the
-        cap)."""
+    def dry_run_job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int) -> dict:
+        """A TRL job as the dry-run shows it (JobsApiEngine.dry_run): its entrypoint, devices and GRPOConfig as
+        `rlscale export --format trl` renders it (nearest-form and not-expressible notes included); a setup study's
+        job: _setup_dry_run."""
         from rlscale.planner.frameworks.trl import render
 
-        until = step_cap(recipe, gpu_hours)
-        job = self.trl_job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=until)
+        job = self.trl_job(recipe, run_dir, submission_id, until_step=until_step)
         if isinstance(job, SetupJob):
             return self._setup_dry_run(job, recipe)
         return {
-            **self._where(job, recipe),
+            **self._shown(job, recipe),
             "nearest": job.mapping.nearest,
             "not_expressible": job.mapping.missing,
             "config_text": render(
@@ -151,16 +145,9 @@ class TrlEngine(JobsApiEngine):
             ),
         }
 
-    def _where(self, job, recipe) -> dict:
-        """Where a job goes and what it runs: the part of the dry-run every trl job shows."""
-        return {
-            "ray_address": self.ray_address or "RAY_ADDRESS",
-            "submission_id": job.submission_id,
-            "entrypoint": job.entrypoint,
-            "devices": self.devices(recipe),
-            "log_file": str(job.log_file),
-            "config": job.config,
-        }
+    def _shown(self, job, recipe) -> dict:
+        """What a job runs: the part of the dry-run every trl job shows after where it goes."""
+        return {"entrypoint": job.entrypoint, "devices": self.devices(recipe), "config": job.config}
 
     def _setup_dry_run(self, job, recipe) -> dict:
         """A setup study's first job: the user's files, rlscale's changes to their keys (the axes', then the run's,
@@ -174,7 +161,7 @@ class TrlEngine(JobsApiEngine):
         with self._setup_lock:
             files = self._checked[self.setup.setup.config_file]
         return {
-            **self._where(job, recipe),
+            **self._shown(job, recipe),
             "env_vars": job.composed.env,
             "setup_files": files,
             "changes": [change.to_dict() for change in job.composed.changes],

@@ -12,7 +12,6 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from rlscale.planner.frameworks.setup import setup_files
-from rlscale.runner.engine import step_cap
 from rlscale.runner.jobs_api import JobFailed, JobsApiEngine, RunDir, Submission
 
 from rlscale.base.errors import UserError
@@ -109,9 +108,7 @@ class VerlEngine(JobsApiEngine):
         source = sources[0] if sources and len(sources) == 1 else ANY_SOURCE
         return reward_metrics(source, val_samples(self.setup.setup))
 
-    def submission(
-        self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int, base_device_seconds: float
-    ) -> Submission:
+    def submission(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int) -> Submission:
         """The verl job of one segment, holding no Ray resources itself: verl's own placement groups hold the
         GPUs (and verl checks them at start)."""
         job = self.verl_job(recipe, run_dir, submission_id, until_step=until_step)
@@ -124,7 +121,6 @@ class VerlEngine(JobsApiEngine):
             until_step=until_step,
             runtime_env={"env_vars": job.env_vars, **modules},
             resources={"entrypoint_num_cpus": 0},
-            metadata={"rlscale_run": run_dir.root.name, "base_gpu_seconds": repr(base_device_seconds)},
         )
 
     def prepare(self, recipe, run_dir: RunDir, job: Submission) -> None:
@@ -149,25 +145,20 @@ class VerlEngine(JobsApiEngine):
         """verl's start-up check failing (only before the job's first step)."""
         return _line_with(logs, GPUS_TAKEN) if GPUS_TAKEN in logs and last_step is None else None
 
-    def dry_run(self, recipe, run_key: str, *, gpu_hours: float | None = None) -> dict:
-        """What `rlscale sweep --dry-run` shows of a run's first job: where it goes, its entrypoint, overrides,
-        environment, data and log paths, the GPUs it holds, and the logged metric that is its val reward. With the
-        user's setup also: setup_files (the files the user's keys come from), changes (Change.to_dict() of each key
-        rlscale sets in the user's config, with why) and notes (what the checks could not read). gpu_hours: the
-        run's planned compute, when it ends there (its first job may then go past the planned steps, to the cap).
-        UserError on bad data, reward or layout: the sweep stores nothing then."""
+    def dry_run_job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int) -> dict:
+        """A verl job as the dry-run shows it (JobsApiEngine.dry_run): its entrypoint, overrides, environment, data
+        paths, the GPUs it holds, and the logged metric that is its val reward. With the user's setup also:
+        setup_files (verl's config by name and the user's files), changes (Change.to_dict() of each key rlscale sets in
+        the user's config, with why) and notes (what the checks could not read, keys left out). UserError on bad data,
+        reward or layout."""
         facts = self.setup_facts()
-        until = step_cap(recipe, gpu_hours)
-        job, changes, left_out = self._job(recipe, RunDir(self.shared_dir / run_key), f"{run_key}-1", until_step=until)
+        job, changes, left_out = self._job(recipe, run_dir, submission_id, until_step=until_step)
         out = {
-            "ray_address": self.ray_address or "RAY_ADDRESS",
-            "submission_id": job.submission_id,
             "entrypoint": f"{self.python} -m {self.module}",
             "overrides": job.overrides,
             "env_vars": job.env_vars,
             "train_file": _shown(job.train_file),
             "val_file": _shown(job.val_file),
-            "log_file": str(job.log_file),
             "gpus": job.gpus,
             "reward_metric": list(self.val_reward(recipe).names),
         }
