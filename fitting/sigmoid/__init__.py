@@ -2,16 +2,10 @@
 profile-likelihood interval (profile.py), bootstrap (bootstrap.py), the points a fit uses (points.py) and the fit
 itself (fit.py); runs.py fits each run of a frame."""
 
-from rlscale.fitting.sigmoid.fit import (
-    N_PARAMS,
-    NOISE_MODELS,
-    FitError,
-    SigmoidFit,
-    curve_and_jacobian,
-    fit_sigmoid,
-    levenberg_marquardt,
-    sigmoid,
-)
+from rlscale.fitting.sigmoid.curve import N_PARAMS, curve_and_jacobian, sigmoid
+from rlscale.fitting.sigmoid.fit import FitError, SigmoidFit, fit_sigmoid
+from rlscale.fitting.sigmoid.noise import NOISE_MODELS
+from rlscale.fitting.sigmoid.solver import levenberg_marquardt
 
 __all__ = [
     "NOISE_MODELS",

@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from rlscale.fitting.sigmoid.bootstrap import percentile_interval, wild_resamples
 from rlscale.fitting.sigmoid.curve import (
-    N_PARAMS,
     THETA_A,
-    curve_and_jacobian,
     curve_model,
     log_compute,
     natural_parameters,
@@ -26,18 +24,6 @@ from rlscale.fitting.sigmoid.curve import (
 from rlscale.fitting.sigmoid.noise import NOISE_MODELS, autocorrelation_inflation, likeliest_noise, noise_sqrt_weights
 from rlscale.fitting.sigmoid.profile import Profile
 from rlscale.fitting.sigmoid.solver import levenberg_marquardt
-
-# Re-exported: what other modules import from here.
-__all__ = [
-    "NOISE_MODELS",
-    "N_PARAMS",
-    "FitError",
-    "SigmoidFit",
-    "curve_and_jacobian",
-    "fit_sigmoid",
-    "levenberg_marquardt",
-    "sigmoid",
-]
 
 # A and its interval closer than this to a bound of A (0 or 1 for pass rates) count as touching it.
 _AT_BOUND = 1e-6

@@ -179,18 +179,14 @@ def build_report(
     stored, study, runs, records, curves = fits.spec, fits.study, fits.runs.copy(), fits.records, fits.curves
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    method = stored.method if stored is not None else "grid"
     compute_col, metric = fits.compute_col, fits.metric
     runs["label"] = run_labels(runs)
     runs["variant"] = variant_names(runs)
-    report = Report(
-        study=study,
-        method=method,
-        description=stored.description if stored is not None else "",
-        unit=fits.unit,
-        fits=fit_rows(curves),
-        fitted_on=fitted_points_label(fits.record_breaking, fits.bin_width)
-        + ("" if fits.bounded else "; A and R0 unbounded: the rewards leave [0, 1]"),
+    report = _new_report(study, stored)
+    method = report.method
+    report.fits = fit_rows(curves)
+    report.fitted_on = fitted_points_label(fits.record_breaking, fits.bin_width) + (
+        "" if fits.bounded else "; A and R0 unbounded: the rewards leave [0, 1]"
     )
     law = decision.law
     if law is not None:
@@ -347,6 +343,19 @@ def _add_size_law(report: Report, stored, runs, records, compute_col, metric, bo
         report.notes.append(f"no power law across model sizes: {err}")
 
 
+def _new_report(study: str, spec) -> Report:
+    """An empty Report of a study (spec: its Study, or None for one imported without a spec)."""
+    from rlscale.fitting.curves import study_unit
+
+    return Report(
+        study=study,
+        method=spec.method if spec is not None else "grid",
+        description=spec.description if spec is not None else "",
+        unit=study_unit(spec),
+        fits=[],
+    )
+
+
 def failure_notes(runs: pd.DataFrame) -> list[str]:
     """'RUN failed: <why>' for each failed run of the store's runs frame: the first line of its stored error."""
     failed = runs[runs["status"] == "failed"]
@@ -388,17 +397,9 @@ def study_report(
     try:
         fits = study_fits(store, study)
     except Refusal:
-        from rlscale.fitting.curves import study_unit
         from rlscale.planner.study_file import stored_study
 
-        typed = stored_study(store, study)
-        report = Report(
-            study=study,
-            method=typed.method if typed is not None else "grid",
-            description=typed.description if typed is not None else "",
-            unit=study_unit(typed),
-            fits=[],
-        )
+        report = _new_report(study, stored_study(store, study))
         report.notes += ["no evaluated records yet: nothing to fit", *failure_notes(store.runs_frame(study))]
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
