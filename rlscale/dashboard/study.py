@@ -15,6 +15,7 @@ import threading
 import time
 from collections import OrderedDict
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -101,6 +102,7 @@ class StudyView:
         self._seen: tuple | None = None  # the store's stamp and the decisions' count the page was built on
         self._parts: dict[str, tuple[int, object, str]] = {}  # part -> (version it last changed, value, its JSON)
         self._planned: tuple = (None, {})  # (the spec it is for, planned GPU-hours by run name)
+        self._run_states: dict[int, tuple] = {}  # run_id -> (its row's status, note and progress, RunState)
         self._law: tuple = (None, None)  # (the fits' keys, RolloutsLaw or None)
         self._law_when, self._law_due = 0.0, None  # when it was fitted; when a refit held back is due
         # the decision fits the optimal-n law with its bootstrap (seconds): worked out on a thread of its own when a
@@ -180,7 +182,7 @@ class StudyView:
             fitted_on=fitted_points_label(fits_record_breaking(typed)),
             reward_label=metric.replace("_", " "),
         )
-        states = run_states(runs, records, self._planned_gpu_hours(typed))
+        states = self._states(runs, records, self._planned_gpu_hours(typed))
         labels = dict(zip(runs["run_id"], run_labels(runs)))
         decision = self._cached_decision(fits, runs)
         page.decision = self._decision_words(runs)
@@ -202,18 +204,35 @@ class StudyView:
             page.frontier = frontier_chart(law, unit_label=unit_label(page.unit))
         return page
 
+    def _states(self, runs: pd.DataFrame, records: pd.DataFrame, planned: dict) -> list:
+        """runner.sweep.state.run_states of `runs`, worked out again only for the runs whose status, error or records
+        moved since the last build."""
+        progress = records.groupby("run_id")["step"].agg(["count", "max"]) if len(records) else pd.DataFrame()
+        seen = {run_id: tuple(row) for run_id, row in zip(progress.index, progress.to_numpy().tolist())}
+        keys = [
+            (status, error if isinstance(error, str) else None, seen.get(run_id), planned.get(name))
+            for run_id, status, error, name in zip(runs["run_id"], runs["status"], runs["error"], runs["run"])
+        ]
+        moved = [key != self._run_states.get(run_id, (None,))[0] for run_id, key in zip(runs["run_id"], keys)]
+        if any(moved):
+            changed = runs[moved]
+            mine = records[records["run_id"].isin(changed["run_id"])] if len(records) else records
+            again = run_states(changed, mine, planned)
+            for run_id, key, state in zip(changed["run_id"], [k for k, m in zip(keys, moved) if m], again):
+                self._run_states[run_id] = (key, state)
+        return [self._run_states[run_id][1] for run_id in runs["run_id"]]
+
     def _rows(self, states, labels, fits, budget, axes: dict[str, list]) -> list[dict]:
         """One row per run (views.page.StudyPage.runs), in the study's run order, from the fit of record."""
-        curves = fits.curves.set_index("run_id") if fits is not None else pd.DataFrame()
+        curves = {row["run_id"]: row for row in fits.curves.to_dict("records")} if fits is not None else {}
         at_budget = {}
         if budget is not None and fits is not None:
             at_budget = dict(zip(fits.curves["run_id"], fitted_rewards(fits.curves, budget)))
-        by_run = dict(list(fits.records.groupby("run_id", sort=False))) if fits is not None else {}
+        evaluations = _by_run(fits.records, fits.compute_col, fits.metric) if fits is not None else {}
         rows = []
         for position, state in enumerate(states):
-            fit = curves.loc[state.run_id].to_dict() if state.run_id in curves.index else {}
-            mine = by_run.get(state.run_id)
-            points = run_points(mine[fits.compute_col], mine[fits.metric]) if mine is not None else run_points([], [])
+            fit = curves.get(state.run_id, {})
+            points = run_points(*evaluations.get(state.run_id, ([], [])))
             rows.append(
                 {
                     "id": int(state.run_id),
@@ -302,6 +321,17 @@ class StudyView:
                 else {"verdict": "not yet", "lines": [working[0].upper() + working[1:] + "..."]}
             )
         return words
+
+
+def _by_run(records: pd.DataFrame, compute_col: str, metric: str) -> dict:
+    """{run_id: (compute, reward)} arrays of each run's records, in their order (one sort, not a frame per run)."""
+    ids = records["run_id"].to_numpy()
+    order = np.argsort(ids, kind="stable")
+    compute = records[compute_col].to_numpy(float)[order]
+    reward = pd.to_numeric(records[metric], errors="coerce").to_numpy(float)[order]
+    keys, starts = np.unique(ids[order], return_index=True)
+    ends = [*starts[1:], len(order)]
+    return {key: (compute[a:b], reward[a:b]) for key, a, b in zip(keys.tolist(), starts, ends)}
 
 
 def _count(value) -> int | None:

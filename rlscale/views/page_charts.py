@@ -40,9 +40,10 @@ def rounded(values, digits: int = 4) -> list:
 def number(value, digits: int = 4):
     """One value as `rounded` writes it (None for a missing or non-finite one)."""
     try:
-        return rounded([value], digits)[0]
+        value = float(value)
     except (TypeError, ValueError):
         return None
+    return float(f"{value:.{digits}g}") if math.isfinite(value) else None
 
 
 def decimated(compute: np.ndarray, points: int = CURVE_POINTS) -> np.ndarray:
