@@ -216,7 +216,8 @@
       ctx.fillStyle = "#222";
       // the outer axes' names run inwards, so that they stay on the canvas
       ctx.textAlign = i === 0 ? "left" : i === axes.length - 1 ? "right" : "center";
-      var name = axis.label.length > 30 ? axis.label.slice(0, 29) + "…" : axis.label;
+      var name = axis.label;  // shortened to its share of the width, so that neighbours' names do not overlap
+      while (name.length > 4 && ctx.measureText(name).width > step - 10) { name = name.slice(0, -2) + "…"; }
       ctx.fillText(name, i === 0 ? Math.max(2, x - 12) : i === axes.length - 1 ? Math.min(width - 2, x + 12) : x, 14);
       ctx.fillStyle = "#555";
       ctx.textAlign = i === axes.length - 1 ? "right" : "left";
