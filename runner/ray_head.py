@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -131,21 +133,28 @@ class LocalHead:
         return _running(self.pid)
 
     def alive(self) -> bool:
-        """The head's process runs and its Jobs API answers (with the token Ray's clients would use)."""
+        """The head's process runs and its dashboard answers (whether or not it lets this process in: a head started
+        with a token this process does not hold is alive too)."""
         if not _running(self.pid):
             return False
         try:
-            jobs_client(self.address).list_jobs()
-        except Exception:  # not up (yet), or gone
+            urllib.request.urlopen(f"{self.address}/api/version", timeout=10).close()
+        except urllib.error.HTTPError:  # it answered, refusing this client
+            return True
+        except OSError:  # not up (yet), or gone
             return False
         return True
 
     def ready(self) -> bool:
-        """Alive, and the dashboard reports the head node's devices (what admission reads)."""
+        """Alive, and the dashboard reports the head node's devices (what admission reads), or refuses this client."""
         from rlscale.runner.cluster import dashboard_nodes
 
+        if not self.alive():
+            return False
         try:
-            return bool(self.alive() and dashboard_nodes(jobs_client(self.address)))
+            return bool(dashboard_nodes(jobs_client(self.address)))
+        except UserError:  # refused: its token is not this process's to use
+            return True
         except Exception:  # the dashboard's first report is a few seconds behind the Jobs API
             return False
 

@@ -126,33 +126,39 @@ def test_a_head_that_dies_under_a_builtin_sweep_is_replaced_and_the_runs_resume_
     from rlscale.runner.sweep.driver import SweepDriver
 
     monkeypatch.setenv("RLSCALE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RLSCALE_FAULT_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # the job's verifier holds it while the head dies
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     study = write_study(
         tmp_path / "dies.yaml",
         "dies",
         engine="builtin",
-        steps=24,
+        steps=12,
         checkpoint_every=4,
         eval_every=4,
-        trainer_devices=1,
         generator_devices=1,
+        verifier="fault_verifiers:hold_while_told",
     )
     url = f"sqlite:///{tmp_path / 'store.db'}"
     killed = {}
 
-    def kill_head_past_step_8():
+    def kill_the_head_at_step_5():
         deadline = time.time() + 600
-        with Store(url) as reader:
-            while time.time() < deadline:  # the run has stored its second checkpoint's records
-                if "dies" in reader.study_names() and len(reader.records_frame("dies")) > 8:
-                    break
-                time.sleep(0.3)
+        with Store(url) as reader:  # the run stored its first checkpoint (steps 0-4): hold it in step 5
+            while time.time() < deadline and not (
+                "dies" in reader.study_names() and len(reader.records_frame("dies")) >= 5
+            ):
+                time.sleep(0.2)
+        (tmp_path / "hold").touch()
+        while time.time() < deadline and not (tmp_path / "held").exists():
+            time.sleep(0.05)
         (head_file,) = (tmp_path / "cache" / "ray-heads").glob("*/ray-head.json")
         killed["head"] = json.loads(head_file.read_text())
         for pid in head_processes(killed["head"]):
             os.kill(pid, signal.SIGKILL)
+        (tmp_path / "hold").unlink()
 
-    killer = threading.Thread(target=kill_head_past_step_8)
+    killer = threading.Thread(target=kill_the_head_at_step_5)
     killer.start()
     with Store(url) as store:
         driver = SweepDriver(load_study(study), store, max_retries=0)  # no retry spent on a dead head
@@ -160,7 +166,7 @@ def test_a_head_that_dies_under_a_builtin_sweep_is_replaced_and_the_runs_resume_
         records, runs = store.records_frame("dies"), store.runs_frame("dies")
     killer.join()
     assert driver.cluster.restarts == 1 and summary.count("done") == 1 and list(runs["status"]) == ["done"]
-    assert sorted(records["step"]) == list(range(25))  # every step once: resumed from a checkpoint, not from 0
+    assert sorted(records["step"]) == list(range(13))  # every step once: resumed from a checkpoint, not from 0
     assert records.sort_values("step")["gpu_hours"].is_monotonic_increasing
     # the dead head left nothing, and the new one was stopped at the end
     assert head_processes(killed["head"]) == [] and not os.path.exists(killed["head"]["temp_dir"])

@@ -169,6 +169,19 @@ def test_admission_places_whole_jobs_and_the_first_wave_fills_the_free_devices()
     assert first_wave(jobs, [{"GPU": 8}], limit=2) == ["a", "c"]
 
 
+def test_runs_whose_jobs_still_run_are_admitted_on_the_devices_those_jobs_hold():
+    from rlscale.runner.sweep.admission import Ledger
+
+    ledger = Ledger([{"CPU": 2}], observed=[{"CPU": 0}])  # a killed driver's two jobs hold both CPUs
+    assert not ledger.admit("a", [{"CPU": 1}])  # a new job would wait for them forever
+    ledger.adopt("a", [{"CPU": 1}])  # following them takes nothing more
+    ledger.adopt("b", [{"CPU": 1}])
+    assert ledger.busy("CPU") == 2 and not ledger.admit("c", [{"CPU": 1}])
+    ledger.release("a")
+    ledger.observe([{"CPU": 1}])
+    assert ledger.admit("c", [{"CPU": 1}]) and ledger.free() == [{"CPU": 0}]
+
+
 def test_dry_run_prints_the_admission_plan_and_status_the_runs_in_flight(tmp_path, monkeypatch, capsys):
     from helpers import run_cli
 

@@ -99,6 +99,14 @@ class Ledger:
         self.since_observed.add(key)
         return True
 
+    def adopt(self, key: Hashable, bundles: Sequence[Bundle]) -> None:
+        """Count a job that already runs on the cluster (adopted from an earlier driver) as the sweep's own: its
+        devices are held, and the last report already shows them taken."""
+        nodes = place(bundles, _less([dict(node) for node in self.nodes], self.held.values()))
+        if nodes is None:  # more than the ledger thinks free: it runs anyway, somewhere
+            nodes = [0] * len(bundles)
+        self.held[key] = (nodes, list(bundles))
+
     def release(self, key: Hashable) -> None:
         """The job ended: its devices are free again."""
         job = self.held.pop(key, None)

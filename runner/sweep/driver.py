@@ -203,6 +203,7 @@ class SweepDriver:
             progress_of=self.progress_of,
             stopped=self._mark_stopped,
             on_change=self._cluster_changed,
+            adopted={key for key, engine in engines.items() if self._has_live_job(engine, self._run(key))},
         )
         try:
             run_concurrently(
@@ -494,6 +495,11 @@ class SweepDriver:
                     **self.engine_options.get(name, {}),
                 )
             return self._engines[name]
+
+    def _has_live_job(self, engine: Engine, run: RunState) -> bool:
+        """Whether the run's job still runs on the cluster (an earlier driver's, to be adopted; Jobs-API engines)."""
+        live = getattr(engine, "has_live_job", None)
+        return bool(live and live(self.run_key(run)))
 
     def _nodes(self, recipe: Recipe | None) -> list | None:
         """The cluster's nodes as the engine of `recipe` reads them; None while it has no engine (a head being

@@ -29,6 +29,8 @@ class JobPool:
     node). nodes(): the cluster's nodes (rlscale.runner.cluster.Node) or None when they cannot be seen (then `limit`
     alone bounds the runs in flight, one at a time without it). progress_of(run): the run as the scheduler sees it.
     stopped(run, reason): record that an idle run was stopped. on_change(status line): the cluster line changed.
+    adopted: runs whose job already runs on the cluster (an earlier driver's): admitted at once, on the devices that
+    job holds.
     """
 
     def __init__(
@@ -42,6 +44,7 @@ class JobPool:
         progress_of: Callable,
         stopped: Callable[[RunState, str], None],
         on_change: Callable[[str], None],
+        adopted: set[int] = frozenset(),
     ):
         self.runs, self.devices = runs, devices
         self.nodes, self.advance, self.progress_of = nodes, advance, progress_of
@@ -50,6 +53,7 @@ class JobPool:
         self.threads: dict[int, threading.Thread] = {}
         self.stop_requests: dict[int, str] = {}
         self.requeued: dict[int, float] = {}  # run_id -> monotonic time it may be admitted again
+        self.adopted = set(adopted)
         self.errors: list[BaseException] = []
         found = nodes()
         self.ledger = Ledger([node.total for node in found], _free(found)) if found else None
@@ -71,6 +75,12 @@ class JobPool:
         if time.monotonic() < self.requeued.get(run_id, 0.0):
             return False
         if self.ledger is None:
+            return True
+        if run_id in self.adopted:  # its job runs already: following it takes nothing more
+            self.adopted.discard(run_id)
+            self.ledger.adopt(run_id, self.devices[run_id])
+            self.runs[run_id].devices = devices_text(self.devices[run_id])
+            self._show()
             return True
         if time.monotonic() - self.polled > CLUSTER_POLL_SECONDS:
             try:
