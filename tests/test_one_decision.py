@@ -130,3 +130,30 @@ def test_rewards_off_the_pass_rate_scale_and_flat_runs_get_a_verdict_not_a_crash
     for command in decision["commands"].values():
         if command:
             assert cli(*printed(command))[0] == 0
+
+
+def test_the_recipe_decided_is_the_chosen_runs_own_with_the_recommended_geometry():
+    import numpy as np
+    from rlscale.fitting.sigmoid import sigmoid
+
+    import rlscale
+
+    # n 8 wins at lr 2e-4, a key the study varies besides the geometry: the recipe must train lr 2e-4, not the default
+    compute = np.geomspace(0.01, 4.0, 30)
+    rows = [
+        {"run": f"n{n},lr{lr}", "prompts_per_batch": 16, "rollouts": n, "lr": lr, "compute": c, "reward": r}
+        for n, lr, A in ((4, 1e-4, 0.6), (8, 2e-4, 0.8), (16, 1e-4, 0.65))
+        for c, r in zip(compute, sigmoid(compute, A, 1.5, 0.3, 0.1))
+    ]
+    decision = rlscale.decide(pd.DataFrame(rows), budget=4.0)
+    assert decision.recommendation is not None, decision.refusal
+    assert decision.recommendation.predicted_from == "n8,lr0.0002"
+    assert decision.recipe["lr"] == 2e-4 and decision.recipe["rollouts"] == decision.recommendation.rollouts
+
+
+def test_a_study_imported_without_geometry_still_names_its_best_run(cli, tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    assert cli("import", str(ROOT / "examples" / "scalerl_runs.csv"), "--study", "logs", "--db", url)[0] == 0
+    code, out, err = cli("export", "--format", "yaml", "--study", "logs", "--db", url)
+    assert code == 0, err
+    assert "best run of study logs:" in out

@@ -8,7 +8,7 @@ by fitted reward at the budget. Ties go to the earlier run.
 
 import numpy as np
 import pandas as pd
-from rlscale.fitting.curves import fitted, reach_of_finished, stable
+from rlscale.fitting.curves import reach_of_finished, stable
 from rlscale.fitting.rules.reasons import Reason, Refusal
 from rlscale.fitting.rules.standing import read_runs, standing_at
 from rlscale.fitting.sigmoid.curve import sigmoid
@@ -18,7 +18,7 @@ def best_run(curves: pd.DataFrame, budget: float) -> tuple[pd.Series, Reason]:
     """(the chosen curve row, why: a Reason "best_within_data" or "best_predicted" with the compute, run, reward, A
     and how many runs competed); Refusal "no_trusted_run" when no run is fitted, identified and stable past the
     data."""
-    usable = fitted(curves)
+    usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]  # any run, with or without a geometry
     if budget <= reach_of_finished(curves) * (1 + 1e-9):
         standing = standing_at(read_runs(usable), budget)
         if standing is not None:

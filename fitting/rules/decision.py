@@ -37,18 +37,26 @@ def _base_recipe(study):
     return study.recipe if study is not None else Recipe()
 
 
-def recommended_recipe(study, rec: Recommendation):
-    """The base recipe of `study` (a Study, or None: the default recipe) with the recommended B_p, n and M."""
-    from rlscale.planner.recipe import Recipe
-
-    return Recipe.model_validate(
-        {
-            **_base_recipe(study).to_json(),
-            "prompts_per_batch": rec.prompts_per_batch,
-            "rollouts": rec.rollouts,
-            "steps": rec.steps,
-        }
+def recommended_recipe(fits: StudyFits, rec: Recommendation):
+    """The recipe the recommendation trains: the run it rests on (its own recipe, so the keys a study varies besides
+    B_p and n, e.g. lr or the loss, are that run's) with the recommended B_p, n and M."""
+    chosen = fits.curves[fits.curves["run"] == rec.predicted_from].iloc[0]
+    own = run_recipe(_base_json(fits.spec), _run_config(fits.runs, chosen))
+    return own.model_copy(
+        update={"prompts_per_batch": rec.prompts_per_batch, "rollouts": rec.rollouts, "steps": rec.steps}
     )
+
+
+def _base_json(study) -> dict:
+    """The study's base recipe as JSON; {} for a study imported without a spec (its runs' configs say the rest)."""
+    return study.recipe.to_json() if study is not None else {}
+
+
+def _run_config(runs: pd.DataFrame, chosen: pd.Series) -> dict | None:
+    """The stored config of the run a curve row `chosen` is of (None where the frames carry no config)."""
+    if "run_id" not in runs.columns or "config" not in runs.columns:
+        return None
+    return runs.loc[runs["run_id"] == chosen["run_id"], "config"].iloc[0]
 
 
 def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: str | None = None):
@@ -257,7 +265,7 @@ def decide(
             law_identified = _law_identified(refusal.codes)
         else:
             decision.recommendation = rec
-            decision.recipe = recommended_recipe(typed, rec).to_json()
+            decision.recipe = recommended_recipe(fits, rec).to_json()
             law_identified = rec.law_identified
     elif kind == "best_run" and budget > 0:
         _decide_best_run(decision, fits)
@@ -276,12 +284,8 @@ def _decide_best_run(decision: Decision, fits: StudyFits) -> None:
     except Refusal as refusal:
         decision.refusal = refusal.reasons
         return
-    config = None
-    if "run_id" in fits.runs.columns:
-        config = fits.runs.loc[fits.runs["run_id"] == chosen["run_id"], "config"].iloc[0]
-    base = _base_recipe(fits.spec).to_json() if fits.spec is not None else {}
     try:
-        decision.recipe = run_recipe(base, config).to_json()
+        decision.recipe = run_recipe(_base_json(fits.spec), _run_config(fits.runs, chosen)).to_json()
     except ValueError as err:  # an imported run whose config makes no recipe: the decision stands, with no recipe
         decision.refusal = (Reason("no_recipe", {"run": str(chosen["run"]), "error": str(err).splitlines()[0]}),)
     decision.prediction = predict_stored_run(
