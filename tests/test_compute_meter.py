@@ -110,6 +110,12 @@ def test_the_compute_stop_ends_at_the_step_nearest_the_plan(target, last):
     assert ComputeStop(None).trim(records(1.0, 8)) == records(1.0, 8)
 
 
+def test_a_jobs_start_up_is_charged_but_not_taken_for_a_step():
+    # 20 device-hours of start-up before step 0, then 1 a step: the plan 23.4 ends at step 3, not at the start
+    stop = ComputeStop(23.4)
+    assert stop.trim(records(1.0, 8, start=20.0))[-1]["step"] == 3
+
+
 def test_every_engine_stops_by_one_rule():
     # builtin's job asks reaches_compute with its clock's mean step; the Jobs-API stop with its records' mean
     assert reaches_compute(4.0, 1.0, 4.5) and not reaches_compute(4.0, 1.0, 4.51)
