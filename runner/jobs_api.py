@@ -68,6 +68,17 @@ class RunDir:
     def log(self, submission_id: str) -> Path:
         return self.root / "logs" / f"{submission_id}.jsonl"
 
+    def jobs_written(self, run_key: str) -> int:
+        """The highest job number `<run key>-<k>` with a spec or a log here (0 without one): a head that died took
+        its job list with it, not these files."""
+        numbers = [
+            int(number)
+            for path in [*(self.root / "jobs").glob(f"{run_key}-*"), *(self.root / "logs").glob(f"{run_key}-*")]
+            for number in [path.name.split(".")[0].rpartition("-")[2]]
+            if number.isdigit()
+        ]
+        return max(numbers, default=0)
+
 
 @dataclass
 class Following:
@@ -225,6 +236,8 @@ class JobsApiEngine(Engine):
         cap = step_cap(recipe, gpu_hours)
         until = min(until_step or cap, cap)
         run_dir = RunDir(self.shared_dir / run_key)
+        ledger = ComputeLedger(run_dir.root / "compute.json", recipe.checkpoint_every)
+        on_records = ledger.noting(on_records)
         run = Following(
             recipe, run_dir, self.record_maker(recipe), ComputeStop(gpu_hours), on_records, should_stop, progress
         )
@@ -248,8 +261,11 @@ class JobsApiEngine(Engine):
                 last_step = records[-1]["step"]
             if run.budget.reached:  # it trained past its plan while no driver watched: the plan's step ends it
                 return JobResult(steps=last_step, compute_reached=True)
-        base = sum(job_devices(details) * wall_seconds(details) for details in jobs if details is not live)
-        number = len(jobs)
+        base = ledger.resume_seconds(
+            self.checkpointed_step(recipe, run_dir),
+            sum(job_devices(details) * wall_seconds(details) for details in jobs if details is not live),
+        )
+        number = max(len(jobs), run_dir.jobs_written(run_key))  # jobs of an earlier head count too
         if live is None and number and self.checkpointed_step(recipe, run_dir) >= until:
             return JobResult(steps=self.checkpointed_step(recipe, run_dir))  # got there while no driver watched
         while True:
@@ -269,7 +285,11 @@ class JobsApiEngine(Engine):
                 raise self.failure(f"{self.name} job {job.submission_id} ended at step {ended.steps} without progress")
             # the segment ended short of its step and of the planned compute: the next one resumes from it
             last_step, live = ended.steps, None
-            base = job.base + job.devices * wall_seconds(self._jobs_client().get_job_info(job.submission_id))
+            ledger.save()
+            base = ledger.resume_seconds(
+                self.checkpointed_step(recipe, run_dir),
+                job.base + job.devices * wall_seconds(self._jobs_client().get_job_info(job.submission_id)),
+            )
 
     def _follow(self, run: "Following", job: "FollowedJob") -> JobResult:
         """Read `job`'s records while it runs; stop it where the run's should_stop or planned compute says. Raises
@@ -405,6 +425,49 @@ def default_shared_dir(engine: str) -> Path:
     from rlscale.base.settings import cache_dir
 
     return Path(os.environ.get("RLSCALE_SHARED_DIR") or cache_dir() / engine)
+
+
+@dataclass
+class ComputeLedger:
+    """A run's compute (device-seconds) at its steps, kept at its checkpoint steps in <run dir>/compute.json. A job
+    that resumes from a checkpoint starts from the compute recorded at that step, whoever ran the steps before it
+    (an earlier head, an earlier driver): work a fault lost after the checkpoint is redone and charged once, the lost
+    time not at all, as the builtin engine's checkpoints do (docs/troubleshooting.md, "Faults")."""
+
+    path: Path
+    every: int  # checkpoint_every
+    seconds: dict = field(default_factory=dict)  # step -> device-seconds
+
+    def __post_init__(self):
+        try:
+            self.seconds = {int(step): float(value) for step, value in json.loads(self.path.read_text()).items()}
+        except (OSError, ValueError, AttributeError):
+            self.seconds = {}
+
+    def noting(self, on_records: Callable[[list[dict]], None]) -> Callable[[list[dict]], None]:
+        """`on_records` that also notes each record's compute (first seen wins: the store keeps the first too)."""
+
+        def noted(records: list[dict]) -> None:
+            on_records(records)
+            for record in records:
+                self.seconds.setdefault(int(record["step"]), float(record["gpu_hours"]) * 3600.0)
+            if any(int(record["step"]) % self.every == 0 for record in records):
+                self.save()
+
+        return noted
+
+    def resume_seconds(self, step: int, otherwise: float) -> float:
+        """The device-seconds a job resuming from the checkpoint at `step` starts from: 0 with no checkpoint, the
+        compute noted at `step`, else `otherwise` (a run dir from before the ledger)."""
+        if step <= 0:
+            return 0.0
+        return self.seconds.get(step, otherwise)
+
+    def save(self) -> None:
+        """Write the compute at checkpoint steps (and the last step seen, where a segment ends) whole."""
+        last = max(self.seconds, default=None)
+        kept = {str(step): value for step, value in self.seconds.items() if step % self.every == 0 or step == last}
+        write_whole(self.path, json.dumps(kept))
 
 
 @dataclass
