@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from rlscale.base.compute import device_hours, held
 from rlscale.base.errors import UserError
 from rlscale.base.names import run_name_problem
 
@@ -37,11 +38,6 @@ def run_seconds(segments: list[tuple[float, list[float]]]) -> list[list[float]]:
     return out
 
 
-def wall_clock_gpu_hours(seconds: float, gpus: float) -> float:
-    """GPU-hours of `gpus` GPUs held for `seconds` of wall time."""
-    return seconds * gpus / 3600.0
-
-
 def tracker_frame(
     runs: list[TrackerRun], *, source: str, reward: str | None, compute: str | None, gpus: float | None
 ) -> pd.DataFrame:
@@ -62,7 +58,7 @@ def tracker_frame(
         if compute is not None:
             spent = _cumulative(run, compute, [step for step, _ in points], where)
         else:
-            spent = [wall_clock_gpu_hours(seconds, gpus) for _, (_, seconds) in points]
+            spent = [device_hours(held(gpus, seconds)) for _, (_, seconds) in points]  # the one meter
         for (step, (value, _)), compute_at_step in zip(points, spent):
             rows.append(
                 {

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from rlscale.db.store import Store
-from rlscale.db.tracker_logs import TrackerRun, run_seconds, tracker_frame, wall_clock_gpu_hours
+from rlscale.db.tracker_logs import TrackerRun, run_seconds, tracker_frame
 
 from rlscale.base.errors import UserError
 
@@ -25,7 +25,6 @@ NAMES = ("GRPO lr=1e-6 (seed 1)", "dapo/clip=0.28")  # run names as researchers 
 def test_run_time_counts_each_segment_from_its_own_start_and_leaves_out_the_downtime():
     # segment 1 starts at 0 and logs until 100 s; the run resumes at 1000 s (900 s down) and logs at 1100 and 1300
     assert run_seconds([(0.0, [10.0, 100.0]), (1000.0, [1100.0, 1300.0])]) == [[10.0, 100.0], [200.0, 400.0]]
-    assert wall_clock_gpu_hours(400.0, gpus=4) == pytest.approx(400 * 4 / 3600)
 
 
 def test_a_cumulative_metric_logged_every_k_steps_is_interpolated_and_starts_at_zero():
