@@ -80,6 +80,7 @@ class Engine(ABC):
         should_stop: Callable[[], str | None] | None = None,
         progress: Callable[[dict], None] | None = None,
         gpu_hours: float | None = None,
+        resume_gpu_hours: Callable[[int], float | None] | None = None,
     ) -> JobResult:
         """Train `recipe` (rlscale.planner.recipe.Recipe) under the checkpoint name `run_key`, resuming from its last
         checkpoint if there is one, until `until_step` (default recipe.steps), where it evaluates and checkpoints.
@@ -90,6 +91,9 @@ class Engine(ABC):
         progress(info): live updates {step, gpu_hours, val_reward, ...} between checkpoints, for display only.
         gpu_hours: the run's planned compute (measured device-hours); the run then ends at the step whose measured
             compute is nearest it (the step count follows from the compute; recipe.steps is the plan's estimate).
+        resume_gpu_hours(step): the run's compute at `step` as the store holds it (None: no record), where a job
+            resuming from that step's checkpoint starts its meter, so work lost after the checkpoint is not charged
+            (an engine whose checkpoints carry their compute needs none).
         Raises when the run crashes; the driver decides whether to retry.
         """
 

@@ -230,14 +230,13 @@ class JobsApiEngine(Engine):
         should_stop: Callable[[], str | None] | None = None,
         progress: Callable[[dict], None] | None = None,
         gpu_hours: float | None = None,
+        resume_gpu_hours: Callable[[int], float | None] | None = None,
     ) -> JobResult:
         """See Engine.run. Raises the engine's JobFailed when a job fails (its checkpoints stay for the retry), and
         DevicesUnavailable when it could not get the devices it was admitted on."""
         cap = step_cap(recipe, gpu_hours)
         until = min(until_step or cap, cap)
         run_dir = RunDir(self.shared_dir / run_key)
-        ledger = ComputeLedger(run_dir.root / "compute.json", recipe.checkpoint_every)
-        on_records = ledger.noting(on_records)
         run = Following(
             recipe, run_dir, self.record_maker(recipe), ComputeStop(gpu_hours), on_records, should_stop, progress
         )
@@ -261,8 +260,9 @@ class JobsApiEngine(Engine):
                 last_step = records[-1]["step"]
             if run.budget.reached:  # it trained past its plan while no driver watched: the plan's step ends it
                 return JobResult(steps=last_step, compute_reached=True)
-        base = ledger.resume_seconds(
+        base = resume_seconds(
             self.checkpointed_step(recipe, run_dir),
+            resume_gpu_hours,
             sum(job_devices(details) * wall_seconds(details) for details in jobs if details is not live),
         )
         number = max(len(jobs), run_dir.jobs_written(run_key))  # jobs of an earlier head count too
@@ -285,9 +285,9 @@ class JobsApiEngine(Engine):
                 raise self.failure(f"{self.name} job {job.submission_id} ended at step {ended.steps} without progress")
             # the segment ended short of its step and of the planned compute: the next one resumes from it
             last_step, live = ended.steps, None
-            ledger.save()
-            base = ledger.resume_seconds(
+            base = resume_seconds(
                 self.checkpointed_step(recipe, run_dir),
+                resume_gpu_hours,
                 job.base + job.devices * wall_seconds(self._jobs_client().get_job_info(job.submission_id)),
             )
 
@@ -428,49 +428,6 @@ def default_shared_dir(engine: str) -> Path:
 
 
 @dataclass
-class ComputeLedger:
-    """A run's compute (device-seconds) at its steps, kept at its checkpoint steps in <run dir>/compute.json. A job
-    that resumes from a checkpoint starts from the compute recorded at that step, whoever ran the steps before it
-    (an earlier head, an earlier driver): work a fault lost after the checkpoint is redone and charged once, the lost
-    time not at all, as the builtin engine's checkpoints do (docs/troubleshooting.md, "Faults")."""
-
-    path: Path
-    every: int  # checkpoint_every
-    seconds: dict = field(default_factory=dict)  # step -> device-seconds
-
-    def __post_init__(self):
-        try:
-            self.seconds = {int(step): float(value) for step, value in json.loads(self.path.read_text()).items()}
-        except (OSError, ValueError, AttributeError):
-            self.seconds = {}
-
-    def noting(self, on_records: Callable[[list[dict]], None]) -> Callable[[list[dict]], None]:
-        """`on_records` that also notes each record's compute (first seen wins: the store keeps the first too)."""
-
-        def noted(records: list[dict]) -> None:
-            on_records(records)
-            for record in records:
-                self.seconds.setdefault(int(record["step"]), float(record["gpu_hours"]) * 3600.0)
-            if any(int(record["step"]) % self.every == 0 for record in records):
-                self.save()
-
-        return noted
-
-    def resume_seconds(self, step: int, otherwise: float) -> float:
-        """The device-seconds a job resuming from the checkpoint at `step` starts from: 0 with no checkpoint, the
-        compute noted at `step`, else `otherwise` (a run dir from before the ledger)."""
-        if step <= 0:
-            return 0.0
-        return self.seconds.get(step, otherwise)
-
-    def save(self) -> None:
-        """Write the compute at checkpoint steps (and the last step seen, where a segment ends) whole."""
-        last = max(self.seconds, default=None)
-        kept = {str(step): value for step, value in self.seconds.items() if step % self.every == 0 or step == last}
-        write_whole(self.path, json.dumps(kept))
-
-
-@dataclass
 class ComputeStop:
     """Where a run with planned compute `target` (device-hours; None: no compute stop) ends: at the step whose
     measured compute is nearest it (rlscale.runner.engine.reaches_compute, the rule every engine follows), a step
@@ -496,6 +453,17 @@ class ComputeStop:
                 self.reached = True
                 return records[: index + 1]
         return records
+
+
+def resume_seconds(step: int, resume_gpu_hours: Callable[[int], float | None] | None, otherwise: float) -> float:
+    """The device-seconds a job resuming from the checkpoint at `step` starts its meter at: 0 without a checkpoint;
+    the run's compute at `step` as the store holds it, whoever ran the steps before (an earlier head, an earlier
+    driver), so work a fault lost after the checkpoint is redone and charged once, its lost time not at all, as the
+    builtin engine's checkpoints have it (docs/troubleshooting.md, "Faults"); `otherwise` without a stored record."""
+    if step <= 0:
+        return 0.0
+    stored = resume_gpu_hours(step) if resume_gpu_hours is not None else None
+    return otherwise if stored is None else stored * 3600.0
 
 
 def run_jobs(client, run_key: str) -> list:

@@ -132,7 +132,7 @@ class PacedEngine(Engine):
         self.lock = threading.Lock()
         self.in_flight = self.most_in_flight = 0
 
-    def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None):
+    def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None, **_):
         with self.lock:
             self.calls.append(recipe.lr)
             if recipe.lr == 1e-4 and self.calls.count(1e-4) == 1:

@@ -64,7 +64,9 @@ class MeteredEngine(Engine):
         self.checkpoints: dict[str, tuple[int, float]] = {}
         self.resumed_from: list[tuple[str, int]] = []
 
-    def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None, gpu_hours=None):
+    def run(
+        self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None, gpu_hours=None, **_
+    ):
         step, hours = self.checkpoints.get(run_key, (0, 0.0))
         self.resumed_from.append((run_key, step))
         records = [] if step else [{"step": 0, "gpu_hours": 0.0, "val_reward": 0.5, "metrics": {}}]

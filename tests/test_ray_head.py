@@ -219,6 +219,22 @@ def test_a_dead_head_is_replaced_once_however_many_runs_find_it_dead(tmp_path, m
     assert cluster.recover(generation, lambda: closed.append(len(heads))) is False and closed == [1]
 
 
+def test_a_jobs_api_run_on_a_new_head_starts_at_its_checkpoints_compute_and_numbers_after_the_old_jobs(tmp_path):
+    from rlscale.runner.jobs_api import RunDir, resume_seconds
+
+    stored = {step: step / 3600 for step in range(10)}  # a job's records to step 9; checkpoints at 4 and 8
+    # a new head knows none of the run's jobs (otherwise: 0 device-seconds of them); the store says where the
+    # run's compute stood at the checkpoint it resumes from
+    assert resume_seconds(8, stored.get, otherwise=0.0) == 8.0  # step 9's lost work is not charged
+    assert resume_seconds(0, stored.get, otherwise=5.0) == 0.0  # no checkpoint: everything is redone
+    assert resume_seconds(12, stored.get, otherwise=5.0) == 5.0  # no record there (an engine used alone)
+    run_dir = RunDir(tmp_path / "faults-1-abc")
+    for name in ("jobs/faults-1-abc-1.json", "logs/faults-1-abc-1.jsonl", "logs/faults-1-abc-2.jsonl"):
+        (run_dir.root / name).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir.root / name).touch()
+    assert run_dir.jobs_written("faults-1-abc") == 2  # the next job is -3: it never reads job 1's log as its own
+
+
 def test_a_cluster_that_cannot_be_reached_is_one_line_and_nothing_is_stored(tmp_path, cli):
     study = write_study(tmp_path / "away.yaml", "away")
     db = tmp_path / "store.db"

@@ -221,7 +221,7 @@ class ReplayEngine(Engine):
         rng = np.random.default_rng(int(lr * 1e5) * 1000 + step)
         return rng.binomial(4096, truth) / 4096
 
-    def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None):
+    def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None, **_):
         start = self.reached.get(run_key, 0)
         last = until_step or recipe.steps
         steps = range(start + 1, last + 1) if start else range(0, last + 1)
@@ -341,7 +341,7 @@ class FlakyEngine(Engine):
     def __init__(self):
         self.calls = {}
 
-    def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None):
+    def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None, **_):
         self.calls[recipe.lr] = self.calls.get(recipe.lr, 0) + 1
         if recipe.lr == 2e-4 or (recipe.lr == 1e-4 and self.calls[recipe.lr] == 1):
             raise RuntimeError(f"injected crash (lr {recipe.lr})")
@@ -390,7 +390,7 @@ def test_runs_stopped_by_ctrl_c_are_paused_not_stopped_and_the_next_sweep_finish
     class CtrlC(ReplayEngine):
         """Ctrl-C in the driver's terminal once the first run has stored its first checkpoint."""
 
-        def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None):
+        def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None, **_):
             def records(batch):
                 on_records(batch)
                 if not self.reached:

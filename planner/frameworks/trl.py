@@ -150,6 +150,7 @@ RUN_KEYS = frozenset(
         "output_dir",
         "save_strategy",
         "save_steps",
+        "save_total_limit",
         "logging_steps",
         "seed",
         "run_name",

@@ -43,9 +43,11 @@ class BuiltinEngine(Engine):
         should_stop: Callable[[], str | None] | None = None,
         progress: Callable[[dict], None] | None = None,
         gpu_hours: float | None = None,
+        resume_gpu_hours: Callable[[int], float | None] | None = None,
     ) -> JobResult:
-        """See Engine.run. A dead actor (a crashed vLLM engine, an OOM-killed trainer) is released before the
-        error is raised, so a retry starts fresh ones. Safe to call from several threads at once."""
+        """See Engine.run (its checkpoints carry their compute: resume_gpu_hours is not needed). A dead actor (a
+        crashed vLLM engine, an OOM-killed trainer) is released before the error is raised, so a retry starts fresh
+        ones. Safe to call from several threads at once."""
         import ray
         from rlscale.runner.builtin.job import run_job
         from rlscale.runner.builtin.local import resolve_model_dir

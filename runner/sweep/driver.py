@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from rlscale.planner.recipe import Recipe
-from rlscale.runner.engine import DEFAULT_ENGINE, DevicesUnavailable, Engine, study_engine
+from rlscale.runner.engine import DEFAULT_ENGINE, DevicesUnavailable, Engine, reaches_compute, study_engine
 from rlscale.runner.sweep.head import SweepCluster, head_dir
 from rlscale.runner.sweep.pool import JobPool, devices_text
 from rlscale.runner.sweep.scheduler import RunProgress, Schedule, run_concurrently, schedule_for
-from rlscale.runner.sweep.state import FINISHED, RunState, compute_reached, run_name, run_states
+from rlscale.runner.sweep.state import FINISHED, RunState, run_name, run_states
 
 __all__ = ["SweepDriver", "SweepSummary", "devices_text"]
 
@@ -134,12 +134,18 @@ class SweepDriver:
         runs = self.store.runs_frame(self.study.name)
         runs = runs.set_index("run_id").loc[list(planned)].reset_index()
         hours = {name: getattr(plan, "gpu_hours", plan) for name, plan in planned.values()}
-        states = run_states(runs, self.store.records_frame(self.study.name), hours)
+        records = self.store.records_frame(self.study.name)
+        states = run_states(runs, records, hours)
+        started = records.sort_values("step").groupby("run_id")["gpu_hours"].first()  # a job's start-up, for some
         factor = getattr(self.study, "extend", 1.0)
         for run, (_name, plan) in zip(states, planned.values()):
             if run.status == "failed" and run.recipe is not None:  # a sweep run again retries what crashed last time
                 run.status, run.note = "paused", f"retried; it failed before: {run.note}"[:200]
-            if run.status not in FINISHED and run.recipe is not None and self._reached_end(run):
+            if (
+                run.status not in FINISHED
+                and run.recipe is not None
+                and self._reached_end(run, started.get(run.run_id))
+            ):
                 # a driver killed between a run's last records and its status: the records say it is done
                 self._set_status(run, "done", "")
             if not (factor > 1 and run.recipe is not None and hasattr(plan, "recipe")):
@@ -270,6 +276,7 @@ class SweepDriver:
                     until_step=until_step,
                     should_stop=should_stop,
                     progress=lambda info, run=run: self._on_progress(run, info),
+                    resume_gpu_hours=lambda step, run=run: self._stored_gpu_hours(run, step),
                     **self._compute_stop(run),
                 )
                 error = None
@@ -348,13 +355,21 @@ class SweepDriver:
             default=0,
         )
 
-    def _reached_end(self, run: RunState) -> bool:
+    def _reached_end(self, run: RunState, at_step_0: float | None) -> bool:
         """Whether the run's stored records reach its planned end: its planned steps, or (a study that plans
-        GPU-hours) the step nearest its planned compute."""
+        GPU-hours) the step nearest its planned compute, a step costing its mean since step 0 (whose compute,
+        `at_step_0`, may hold a job's start-up), as the engines judge it."""
         planned = self._compute_stop(run).get("gpu_hours")
         if planned is None:
             return run.step >= run.recipe.steps
-        return compute_reached(run.step, run.gpu_hours, planned)
+        per_step = (run.gpu_hours - (at_step_0 or 0.0)) / run.step if run.step > 0 else 0.0
+        return reaches_compute(run.gpu_hours, per_step, planned)
+
+    def _stored_gpu_hours(self, run: RunState, step: int) -> float | None:
+        """The run's compute at `step` as the store holds it (None without a record there)."""
+        records = self.store.records_frame(self.study.name)
+        at = records[(records["run_id"] == run.run_id) & (records["step"] == step)]
+        return float(at["gpu_hours"].iloc[0]) if len(at) else None
 
     def _compute_stop(self, run: RunState) -> dict:
         """{gpu_hours: planned} when the study plans measured GPU-hours, so the run ends at its planned compute

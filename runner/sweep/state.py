@@ -75,14 +75,6 @@ def run_states(runs: pd.DataFrame, records: pd.DataFrame, planned_gpu_hours: Map
     return states
 
 
-def compute_reached(step: int, gpu_hours: float, planned_gpu_hours: float) -> bool:
-    """Whether a run at `step` with `gpu_hours` spent has reached the step nearest its planned compute: one more step
-    (at its mean cost so far) would end farther from the plan than this one."""
-    if step <= 0:
-        return False
-    return gpu_hours + gpu_hours / step / 2 >= planned_gpu_hours
-
-
 def _recipe(config: dict) -> Recipe | None:
     """The run's recipe; None for an imported run (its config names the source, not a recipe)."""
     try:

@@ -30,6 +30,10 @@ DEVICES_TAKEN = "rlscale-trl: devices unavailable"  # the job's stderr line when
 DEFAULT_REWARD_METRIC = "eval_reward"  # a setup study's reward: TRL's weighted reward on the held-out split
 
 
+# checkpoints a run keeps: the newest and one to fall back on (as the builtin engine's); every one kept filled a disk
+CHECKPOINTS_KEPT = 2
+
+
 def last_checkpoint(run_dir: RunDir) -> Path | None:
     """The run's newest whole TRL checkpoint directory (None if there is none)."""
     whole = [
@@ -106,13 +110,14 @@ def deployment(recipe, *, gpus: bool, micro_batch: int, max_prompt_tokens: int) 
 
 def run_keys(recipe, run_dir: RunDir, until_step: int | None = None) -> dict:
     """The GRPOConfig keys that belong to the run, not the recipe: the segment's last step (a run stopped by its
-    compute may pass the plan's), checkpoints every checkpoint_every steps into the run's directory, a log line per
-    optimizer update, no trackers."""
+    compute may pass the plan's), checkpoints every checkpoint_every steps into the run's directory (the newest
+    CHECKPOINTS_KEPT of them), a log line per optimizer update, no trackers."""
     return {
         "max_steps": (until_step or recipe.steps) * updates_per_batch(recipe),
         "output_dir": str(run_dir.checkpoints),
         "save_strategy": "steps",
         "save_steps": recipe.checkpoint_every * updates_per_batch(recipe),
+        "save_total_limit": CHECKPOINTS_KEPT,
         "logging_steps": 1,
         "report_to": "none",
         "disable_tqdm": True,

@@ -31,6 +31,7 @@ from rlscale.planner.frameworks.trl import TRL_DEFAULTS, updates_per_generated_b
 from rlscale.base.errors import UserError
 
 from . import trackers, user_config
+from .job import CHECKPOINTS_KEPT
 
 TINY = "tiny"  # the policy rlscale ships, as a study's recipe.model names it
 PREFLIGHT_SECONDS = 900  # the checks in the job's environment: imports, the dataset's load, a Hub request
@@ -221,6 +222,7 @@ def _run_keys(job: Composed, recipe, *, run_dir, run_key: str, until_step: int, 
     job.put("output_dir", str(run_dir.checkpoints), "checkpoints")
     job.put("save_strategy", "steps", "checkpoints")
     job.put("save_steps", recipe.checkpoint_every * updates, "checkpoints: the study's checkpoint_every")
+    job.put("save_total_limit", CHECKPOINTS_KEPT, "checkpoints: the newest and one to fall back on")
     if job.keys.get("save_only_model"):
         job.put("save_only_model", False, "checkpoints: a resume needs the optimizer")
     job.put("resume_from_checkpoint", None, "checkpoints: rlscale resumes the run")
