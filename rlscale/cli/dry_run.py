@@ -10,7 +10,7 @@ def print_dry_run(
     applies to them), then the admission plan; submits and stores nothing."""
     import shlex
 
-    from rlscale.cli.console import console, print_json, safe
+    from rlscale.cli.console import console, print_json, safe, say
     from rlscale.runner.sweep.dry_run import RUN_KEY, admission_plan, dry_run
 
     points = dry_run(study, ray_address=ray_address, shared_dir=shared_dir)
@@ -31,10 +31,10 @@ def print_dry_run(
             soft_wrap=True,
         )
         for line in _composed_lines(point):
-            console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
+            say(line, first="  ", rest="      ")
         if point.get("changes") is not None:
             for line in _setup_lines(point):
-                console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
+                say(line, first="  ", rest="      ")
             continue
         if point["engine"] == "trl":
             for line in [
@@ -43,13 +43,13 @@ def print_dry_run(
                 f"entrypoint: {point['entrypoint']}",
                 "GRPOConfig (as rlscale export --format trl writes it, with the run's keys):",
             ]:
-                console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
+                say(line, first="  ", rest="      ")
             for line in point["config_text"].splitlines():
-                console.print(f"    {safe(line)}", highlight=False, soft_wrap=True)
+                console.print(f"    {safe(line)}", highlight=False, soft_wrap=True)  # a YAML to copy: whole lines
             continue
         if point["engine"] != "verl":
             for key, value in point["recipe"].items():
-                console.print(f"  {key}: {safe(value)}", highlight=False, soft_wrap=True)
+                say(f"{key}: {value}", first="  ", rest="      ")
             continue
         lines = [
             f"job {point['submission_id']} at {point['ray_address']}, {point['gpus']} GPUs",
@@ -60,16 +60,12 @@ def print_dry_run(
             f"entrypoint: {point['entrypoint']} with the overrides (shell-quoted, one a line):",
         ]
         for line in lines:
-            console.print(f"  {safe(line)}", highlight=False, soft_wrap=True)
+            say(line, first="  ", rest="      ")
         for override in point["overrides"]:
             console.print(f"    {safe(shlex.quote(override))}", highlight=False, soft_wrap=True)
     for line in [*_admission_lines(plan, len(points)), *_summary_lines(points, commands)]:
-        console.print(safe(line), highlight=False, soft_wrap=True)
-    console.print(
-        f"{len(points)} runs; nothing submitted. {RUN_KEY}: the run's key, given when the sweep first stores the run.",
-        highlight=False,
-        soft_wrap=True,
-    )
+        say(line, rest="    ")
+    say(f"{len(points)} runs; nothing submitted. {RUN_KEY}: the run's key, given when the sweep first stores the run.")
 
 
 def _admission_lines(plan: dict, runs: int) -> list[str]:
