@@ -14,7 +14,8 @@ random tokens, rewards that vary within every group. Both loops share one model 
              loss over the response, backward; then gradient clipping and the optimizer step. Its head: float32
              (fp32: TF32 off; tf32: TF32 on) or autocast's bf16 (bf16 logits)
 Each size builds both once, warms each up one step, then times them in turn for --rounds rounds (the order
-alternating); tokens/s (rows x length per second) and the ratio are the medians over rounds. MFU is
+alternating); tokens/s (rows x length per second) and the ratio are the medians over rounds (also the ratio of
+this process's CPU seconds per step, which a shared CPU host's load moves less than wall time). MFU is
 6 x parameters x tokens/s over the device's peak: --peak-tflops, else a large torch.mm measured at the start of
 each round (bf16 on CUDA, float32 on a CPU), so that a shared host's load weighs on both; the median over rounds.
 Peak memory: torch.cuda.max_memory_allocated on CUDA; the process's resident set sampled every 10 ms on a CPU (both
@@ -263,14 +264,15 @@ def peak_tflops(device) -> float:
     return 2 * size**3 / best / 1e12
 
 
-def time_in_turn(loops: dict, *, rounds: int, steps: int, device, peak=None) -> tuple[dict, dict, list]:
-    """({loop: seconds per step, one per round}, {loop: peak GiB}, [the device's peak TFLOP/s, one per round]): one
-    warm-up step each (kernels, allocator, Adam state), then `rounds` rounds of `steps` steps of each loop in turn,
-    the order alternating, each round opened by measuring the peak (`peak`, else peak_tflops) in the same
-    conditions."""
+def time_in_turn(loops: dict, *, rounds: int, steps: int, device, peak=None) -> tuple[dict, dict, dict, list]:
+    """({loop: seconds per step, one per round}, {loop: this process's CPU seconds per step, one per round}, {loop:
+    peak GiB}, [the device's peak TFLOP/s, one per round]): one warm-up step each (kernels, allocator, Adam state),
+    then `rounds` rounds of `steps` steps of each loop in turn, the order alternating, each round opened by measuring
+    the peak (`peak`, else peak_tflops) in the same conditions."""
     for loop in loops.values():
         loop()
     seconds = {name: [] for name in loops}
+    cpu_seconds = {name: [] for name in loops}
     memory = dict.fromkeys(loops, 0.0)
     peaks = []
     for round_index in range(rounds):
@@ -278,13 +280,14 @@ def time_in_turn(loops: dict, *, rounds: int, steps: int, device, peak=None) -> 
         for name in list(loops)[:: 1 if round_index % 2 == 0 else -1]:
             with PeakMemory(device) as used:
                 synchronize(device)
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 for _ in range(steps):
                     loops[name]()
                 synchronize(device)
             seconds[name].append((time.perf_counter() - started) / steps)
+            cpu_seconds[name].append((time.process_time() - cpu_started) / steps)
             memory[name] = max(memory[name], used.gib)
-    return seconds, memory, peaks
+    return seconds, cpu_seconds, memory, peaks
 
 
 def measure(size: str, head_precision: str, *, checkpointing: bool, args, device) -> dict:
@@ -335,13 +338,14 @@ def measure(size: str, head_precision: str, *, checkpointing: bool, args, device
                 checkpointing=checkpointing,
             ),
         }
-        seconds, memory, peaks = time_in_turn(
+        seconds, cpu_seconds, memory, peaks = time_in_turn(
             loops, rounds=args.rounds, steps=args.steps, device=device, peak=args.peak_tflops
         )
         flops_per_step = 6 * row["parameters"] * batch.input_ids.numel()
         for name in loops:
             row |= {
                 f"{name}_step_seconds": seconds[name],
+                f"{name}_step_cpu_seconds": cpu_seconds[name],
                 f"{name}_tokens_per_s": batch.input_ids.numel() / statistics.median(seconds[name]),
                 f"{name}_mfu": statistics.median(
                     flops_per_step / step / (peak * 1e12) for step, peak in zip(seconds[name], peaks)
@@ -350,7 +354,13 @@ def measure(size: str, head_precision: str, *, checkpointing: bool, args, device
             }
         row["peak_tflops_per_round"] = peaks
         ratios = [plain / ours for ours, plain in zip(seconds["rlscale"], seconds["plain"])]
-        row |= {"oom": False, "ratio_per_round": ratios, "ratio": statistics.median(ratios)}
+        cpu_ratios = [plain / ours for ours, plain in zip(cpu_seconds["rlscale"], cpu_seconds["plain"])]
+        row |= {
+            "oom": False,
+            "ratio_per_round": ratios,
+            "ratio": statistics.median(ratios),
+            "cpu_seconds_ratio": statistics.median(cpu_ratios),
+        }
     except torch.cuda.OutOfMemoryError as error:
         row |= {"oom": True, "error": str(error).splitlines()[0]}
     finally:
