@@ -87,10 +87,11 @@ class _HeadLogprobs(torch.autograd.Function):
                 top = z.amax(dim=-1)
                 z.sub_(top[:, None])  # z - max: exp cannot overflow
                 e = z.exp()
-                log_sum = e.sum(dim=-1).log_()
+                total = e.sum(dim=-1)
+                log_sum = total.log()
                 # log p = z - max - log sum; H = -sum p log p = log sum - sum(e (z - max)) / sum(e)
                 logp[part] = z.gather(1, targets[part, None]).squeeze(1) - log_sum
-                entropy[part] = log_sum - e.mul_(z).sum(dim=-1) / log_sum.exp()
+                entropy[part] = log_sum - e.mul_(z).sum(dim=-1) / total
                 lse[part] = top + log_sum
         ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
         ctx.temperature, ctx.precision, ctx.chunk_tokens = temperature, precision, chunk_tokens
@@ -114,7 +115,7 @@ class _HeadLogprobs(torch.autograd.Function):
                 part = slice(start, start + ctx.chunk_tokens)
                 g, rows = g_logp[part, None], targets[part]
                 h_op = _operand(hidden[part], precision)
-                z = _logits(hidden[part], w_op.t(), bias, temperature, precision).sub_(lse[part, None])  # log p
+                z = _logits(h_op, w_op.t(), bias, temperature, precision).sub_(lse[part, None])  # log p
                 if g_entropy is None:
                     # dz = g (onehot - p), g one number a token: it scales the [n, H] side of each matmul instead
                     p = z.exp_()
