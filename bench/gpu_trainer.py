@@ -69,8 +69,8 @@ DEFAULTS = {
         sizes="0.5B,1.5B,3B",
         prompts=16,
         rollouts=16,
-        prompt_tokens=256,
-        response_tokens=768,
+        prompt_tokens=PROMPT_TOKENS,
+        response_tokens=RESPONSE_TOKENS,
         head_precisions="fp32,tf32,bf16",
         rounds=3,
         steps=2,
@@ -86,7 +86,6 @@ DEFAULTS = {
         steps=1,
     ),
 }
-LOGITS_CHUNK_ELEMENTS = 2**28  # the plain loop's cross-entropy chunk, as rlscale's head chunk
 
 
 def llama(size: str, device, seed: int = 0):
@@ -143,6 +142,7 @@ def plain_step(model, optimizer, batch, *, micro_rows: int, head_precision: str,
     """One policy-gradient update written as plain PyTorch (module docstring); returns the loss."""
     import torch
     import torch.nn.functional as F
+    from rlscale.runner.rl.train_step import LOGITS_CHUNK_ELEMENTS  # its cross-entropy chunk: rlscale's head chunk
 
     device = batch.input_ids.device
     cuda = device.type == "cuda"
