@@ -51,7 +51,8 @@ def test_a_users_trl_yaml_sweeps_to_a_decision_and_the_printed_commands_run(tmp_
     assert sorted(runs["run"]) == ["n2", "n4"] and set(runs["status"]) == {"done"}
     for run_id, mine in records.groupby("run_id"):
         name = dict(zip(runs["run_id"], runs["run"]))[run_id]
-        assert planned[name] <= mine["gpu_hours"].max() <= planned[name] * 1.05  # ended at its planned compute
+        # ended at the step nearest its planned compute (runner.engine.reaches_compute): within half a step of it
+        assert mine["gpu_hours"].max() == pytest.approx(planned[name], rel=0.05)
         assert mine["val_reward"].notna().sum() >= 3
 
     tracked = sqlite3.connect(tmp_path / "trackio" / "trl_user_case.db")  # trackio: a project per study

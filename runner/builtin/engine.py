@@ -178,7 +178,7 @@ class BuiltinEngine(Engine):
 
     @staticmethod
     def _held(workers: WorkerSet) -> dict[str, float]:
-        _model, _head, generator, trainer = workers.key
+        *_model_and_head, generator, trainer = workers.key  # the key ends with the devices each actor holds
         import ray
 
         kind = "GPU" if ray.cluster_resources().get("GPU", 0) >= 1 else "CPU"
