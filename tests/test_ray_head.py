@@ -133,7 +133,7 @@ def test_a_head_that_dies_under_a_builtin_sweep_is_replaced_and_the_runs_resume_
         tmp_path / "dies.yaml",
         "dies",
         engine="builtin",
-        steps=12,
+        steps=40,
         checkpoint_every=4,
         eval_every=4,
         generator_devices=1,
@@ -166,7 +166,7 @@ def test_a_head_that_dies_under_a_builtin_sweep_is_replaced_and_the_runs_resume_
         records, runs = store.records_frame("dies"), store.runs_frame("dies")
     killer.join()
     assert driver.cluster.restarts == 1 and summary.count("done") == 1 and list(runs["status"]) == ["done"]
-    assert sorted(records["step"]) == list(range(13))  # every step once: resumed from a checkpoint, not from 0
+    assert sorted(records["step"]) == list(range(41))  # every step once: resumed from a checkpoint, not from 0
     assert records.sort_values("step")["gpu_hours"].is_monotonic_increasing
     # the dead head left nothing, and the new one was stopped at the end
     assert head_processes(killed["head"]) == [] and not os.path.exists(killed["head"]["temp_dir"])
