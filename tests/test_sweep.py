@@ -91,6 +91,8 @@ def test_killed_sweep_resumes_with_every_record_once_and_status_reads_meanwhile(
             except UserError:  # the store file is there before the sweep has written its study into it
                 records = []
             if len(records) >= 9:  # the first run is past its second checkpoint: kill the sweep mid-run
+                # frozen where it is (a loaded host may take longer to start `status` than the sweep takes to end)
+                os.killpg(process.pid, signal.SIGSTOP)
                 status = subprocess.run(
                     [*RLSCALE, "status", "kill", "--db", url, "--json"],
                     cwd=tmp_path,
