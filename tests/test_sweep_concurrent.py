@@ -127,14 +127,14 @@ def test_a_sqlite_store_held_by_another_writer_past_its_busy_timeout_is_waited_f
 
 @pytest.mark.slow
 def test_two_builtin_runs_train_at_once_and_store_what_they_store_one_by_one(tmp_path):
-    import ray
+    from rlscale.runner.ray_head import connect, disconnect
 
     study = write_study(tmp_path / "pair.yaml", "pair", {"rollouts": [4, 8]}, steps=8)
     results = {}
-    for label, concurrent in (("together", None), ("alone", 1)):
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")  # 2 CPUs a run
-        seen = []
-        try:
+    head = connect(None, cpus=4)  # rlscale's local head with 4 CPUs: 2 a run, both at once
+    try:
+        for label, concurrent in (("together", None), ("alone", 1)):
+            seen = []
             with Store(f"sqlite:///{tmp_path / label}.db") as store:
                 summary = SweepDriver(
                     study,
@@ -145,10 +145,10 @@ def test_two_builtin_runs_train_at_once_and_store_what_they_store_one_by_one(tmp
                     ),
                 ).run()
                 results[label] = store.records_frame("pair").sort_values(["run", "step"])
-        finally:
-            ray.shutdown()
-        assert summary.count("done") == 2
-        assert max(map(len, seen)) == (2 if concurrent is None else 1)
+            assert summary.count("done") == 2
+            assert max(map(len, seen)) == (2 if concurrent is None else 1)
+    finally:
+        disconnect(head)
     together, alone = results["together"], results["alone"]
     assert list(zip(together["run"], together["step"])) == list(zip(alone["run"], alone["step"]))
     assert list(together["rollouts"]) == list(alone["rollouts"])

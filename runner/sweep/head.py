@@ -10,6 +10,7 @@ spending an attempt.
 
 import hashlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +45,8 @@ class SweepCluster:
         adopts the head. Never waits for a head being replaced (an engine made meanwhile fails and is replaced)."""
         if not self.local:
             return self.address
+        if engine == "builtin" and _joined():  # this process's Ray driver has a cluster already: the engine keeps it
+            return None
         from rlscale.runner.ray_head import local_head
 
         with self._state:
@@ -121,6 +124,12 @@ def head_dir(store_url: str, study: str) -> Path:
 
     digest = hashlib.sha256(f"{store_url}|{study}".encode()).hexdigest()[:16]
     return cache_dir() / "ray-heads" / digest
+
+
+def _joined() -> bool:
+    """Whether this process's Ray driver is connected already (without importing Ray when nothing has)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 def _dead(head) -> bool:
