@@ -42,7 +42,6 @@ def admission_plan(
     per node), the runs that start at once (in plan order, whole jobs, runs that fit filling in behind one that does
     not), and the bound on runs in flight. Reads the cluster (the dashboard, or this host for a local builtin
     sweep); submits nothing. `nodes` is None when the cluster cannot be read: admission is then decided at run time."""
-    import os
 
     from rlscale.runner.sweep.admission import first_wave
 
@@ -52,8 +51,10 @@ def admission_plan(
         recipe = point.recipe
         if recipe.engine == "builtin":  # GPUs on a cluster, CPU cores of this host for a local sweep
             devices = [{"GPU" if ray_address else "CPU": float(recipe.generator_devices + recipe.trainer_devices)}]
-            if ray_address is None:
-                nodes = [{"CPU": float(len(os.sched_getaffinity(0)))}]
+            if ray_address is None:  # the local head's CPUs (rlscale.runner.ray_head.local_cpus)
+                from rlscale.runner.ray_head import local_cpus
+
+                nodes = [{"CPU": float(local_cpus())}]
         else:
             engine = study_engine(
                 study, recipe.engine, ray_address=ray_address, **({"shared_dir": shared_dir} if shared_dir else {})
