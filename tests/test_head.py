@@ -57,7 +57,8 @@ def _run(head, leaves, upstream, **kwargs):
 
 @pytest.mark.parametrize("chunk_tokens", [1, 4, 10**6])  # one token a chunk, uneven chunks, one chunk
 @pytest.mark.parametrize("entropy_grad", [False, True])
-def test_fused_head_equals_autograd_log_softmax_in_float32(chunk_tokens, entropy_grad):
+@pytest.mark.parametrize("keep_logprobs", [False, True])  # recomputed in backward, or kept from forward (GPUs)
+def test_fused_head_equals_autograd_log_softmax_in_float32(chunk_tokens, entropy_grad, keep_logprobs):
     leaves = _leaves()
     generator = torch.Generator().manual_seed(1)
     upstream = (
@@ -65,7 +66,8 @@ def test_fused_head_equals_autograd_log_softmax_in_float32(chunk_tokens, entropy
         torch.randn(TOKENS, generator=generator) if entropy_grad else None,
     )
     want = _run(reference_head, leaves, upstream, temperature=0.7)
-    got = _run(head_logprobs, leaves, upstream, temperature=0.7, precision="fp32", chunk_tokens=chunk_tokens)
+    options = dict(precision="fp32", chunk_tokens=chunk_tokens, keep_logprobs=keep_logprobs)
+    got = _run(head_logprobs, leaves, upstream, temperature=0.7, **options)
     for name, g, w in zip(("logp", "entropy", "d hidden", "d weight", "d bias"), got, want):
         assert (g - w).abs().max().item() < 1e-5, name
     assert got[3].abs().max() > 1e-2  # the weight gradient is not trivially zero
@@ -77,6 +79,27 @@ def test_an_unused_entropy_costs_no_entropy_backward_and_gives_the_log_prob_grad
     want = _run(reference_head, leaves, upstream, temperature=1.0)
     got = _run(head_logprobs, leaves, upstream, temperature=1.0, precision="fp32", chunk_tokens=5)
     assert all((g - w).abs().max().item() < 1e-5 for g, w in zip(got, want))
+
+
+def test_kept_log_probs_are_the_one_vocabulary_wide_tensor_saved_and_serve_one_backward():
+    hidden, weight, bias, targets = _leaves()
+    saved = []
+
+    def keep(tensor):
+        saved.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        logp, _ = head_logprobs(
+            hidden, weight, bias, targets, temperature=1.0, precision="fp32", chunk_tokens=5, keep_logprobs=True
+        )
+    assert [tuple(t.shape) for t in saved if VOCAB in t.shape] == [(VOCAB, WIDTH), (VOCAB,), (TOKENS, VOCAB)]
+    logp, _ = head_logprobs(  # the hooks above hand tensors back unchecked: a second graph without them
+        hidden, weight, bias, targets, temperature=1.0, precision="fp32", chunk_tokens=5, keep_logprobs=True
+    )
+    logp.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="inplace"):  # the kept log-probs were spent by the first backward
+        logp.sum().backward()
 
 
 def _reference_head_logprobs(hidden, weight, bias, targets, *, temperature, precision, chunk_tokens):

@@ -4,9 +4,11 @@
 (log pi(target) [N], entropy [N]), float32 nats of softmax(logits / temperature). The forward pass takes each chunk
 of tokens through logits -> logsumexp -> the target's log-prob and the entropy in one pass over the vocabulary. The
 backward pass recomputes a chunk's logits and applies d logp / dz = onehot - p and d H / dz = -p (log p + H), scaled
-by the incoming gradients: no [N, V] tensor is kept between forward and backward, and no full-vocabulary gradient
-goes through a gather (verl's fused-kernel path and TRL's streamed logsumexp work the same way). It is plain torch,
-so CPUs and GPUs run the same code, and tests/test_head.py checks it against autograd's log_softmax.
+by the incoming gradients, and no full-vocabulary gradient goes through a gather (verl's fused-kernel path and TRL's
+streamed logsumexp work the same way). On a GPU with room for them (a quarter of the memory torch can still take),
+the forward keeps the float32 log-probs [N, V] for the backward, which then skips the logits' recomputation: three
+head matmuls a token instead of four; elsewhere no [N, V] tensor outlives its chunk. It is plain torch, so CPUs and
+GPUs run the same code, and tests/test_head.py checks it against autograd's log_softmax.
 
 `precision` is how the head's matmuls round their operands (the recipe's head_precision; "bf16-logits" is the head
 of a model without fp32_head under bf16 compute):
@@ -25,6 +27,7 @@ import torch
 
 PRECISIONS = ("fp32", "tf32", "bf16")  # the recipe's head_precision (planner/recipe.py)
 BF16_LOGITS = "bf16-logits"
+KEEP_FRACTION = 0.25  # the log-probs are kept for backward when they take at most this share of the room left
 
 
 def resolve_precision(fp32_head: bool, precision: str, compute_dtype: torch.dtype) -> str:
@@ -65,20 +68,37 @@ def head_logprobs(
     temperature: float,
     precision: str,
     chunk_tokens: int,
+    keep_logprobs: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log pi(targets) [N], entropy [N]) in float32 nats at `temperature`, from hidden states [N, H] through the
     head (weight [V, H], bias [V] or None), `chunk_tokens` tokens at a time. Differentiable in hidden, weight and
-    bias; the entropy's backward runs only when a loss uses it."""
-    return _HeadLogprobs.apply(hidden, weight, bias, targets, float(temperature), precision, max(1, int(chunk_tokens)))
+    bias; the entropy's backward runs only when a loss uses it. `keep_logprobs`: keep the [N, V] log-probs for the
+    backward (None: where a gradient will be asked for and `room_for` says they fit)."""
+    wants_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
+    if keep_logprobs is None:
+        keep_logprobs = wants_grad and room_for(hidden.shape[0] * weight.shape[0] * 4, hidden.device)
+    chunk = max(1, int(chunk_tokens))
+    return _HeadLogprobs.apply(hidden, weight, bias, targets, float(temperature), precision, chunk, keep_logprobs)
+
+
+def room_for(nbytes: int, device: torch.device) -> bool:
+    """Whether `nbytes` more fit in KEEP_FRACTION of what torch can still allocate on `device`: a CUDA device's
+    free memory plus its cache's unused part; never on a CPU, where the host's memory is the scarcer thing."""
+    if device.type != "cuda":
+        return False
+    free, _ = torch.cuda.mem_get_info(device)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return nbytes <= KEEP_FRACTION * (free + cached)
 
 
 class _HeadLogprobs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, temperature, precision, chunk_tokens):
+    def forward(ctx, hidden, weight, bias, targets, temperature, precision, chunk_tokens, keep_logprobs):
         ctx.set_materialize_grads(False)  # an unused entropy brings None, not a zero tensor to multiply
         tokens = hidden.shape[0]
         logp = torch.empty(tokens, dtype=torch.float32, device=hidden.device)
         entropy, lse = torch.empty_like(logp), torch.empty_like(logp)
+        kept = hidden.new_empty((tokens, weight.shape[0]), dtype=torch.float32) if keep_logprobs else None
         with torch.autocast(hidden.device.type, enabled=False):
             w = _operand(weight, precision).t()
             for start in range(0, tokens, chunk_tokens):
@@ -93,17 +113,20 @@ class _HeadLogprobs(torch.autograd.Function):
                 logp[part] = z.gather(1, targets[part, None]).squeeze(1) - log_sum
                 entropy[part] = log_sum - e.mul_(z).sum(dim=-1) / total
                 lse[part] = top + log_sum
-        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+                if kept is not None:
+                    torch.sub(z, log_sum[:, None], out=kept[part])  # log p
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy, kept)
         ctx.temperature, ctx.precision, ctx.chunk_tokens = temperature, precision, chunk_tokens
         return logp, entropy
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
-        hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
+        # a kept log-prob tensor is overwritten in place below: a second backward finds it changed and refuses
+        hidden, weight, bias, targets, lse, entropy, kept = ctx.saved_tensors
         precision, temperature = ctx.precision, ctx.temperature
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
         if grad_logp is None and grad_entropy is None:
-            return (None,) * 7
+            return (None,) * 8
         # d / d(logits / T): the 1/T of the chain rule folded into the per-token gradients
         g_logp = (grad_logp if grad_logp is not None else torch.zeros_like(lse)).float() / temperature
         g_entropy = None if grad_entropy is None else grad_entropy.float() / temperature
@@ -115,7 +138,10 @@ class _HeadLogprobs(torch.autograd.Function):
                 part = slice(start, start + ctx.chunk_tokens)
                 g, rows = g_logp[part, None], targets[part]
                 h_op = _operand(hidden[part], precision)
-                z = _logits(h_op, w_op.t(), bias, temperature, precision).sub_(lse[part, None])  # log p
+                if kept is not None:
+                    z = kept[part]  # log p
+                else:
+                    z = _logits(h_op, w_op.t(), bias, temperature, precision).sub_(lse[part, None])
                 if g_entropy is None:
                     # dz = g (onehot - p), g one number a token: it scales the [n, H] side of each matmul instead
                     p = z.exp_()
@@ -144,6 +170,7 @@ class _HeadLogprobs(torch.autograd.Function):
             None if grad_hidden is None else grad_hidden.to(hidden.dtype),
             None if grad_weight is None else grad_weight.to(weight.dtype),
             None if grad_bias is None else grad_bias.to(bias.dtype),
+            None,
             None,
             None,
             None,
