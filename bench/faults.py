@@ -612,13 +612,25 @@ def main() -> None:
     print("(invariants: status records compute clean once; . held, x broken)", flush=True)
     trials = plan_trials(args.trials, args.seed, faults, engines, durations)
     rng = random.Random(args.seed + 1)
-    for trial in trials:
+    summary = write_summary(args, engines, controls, [], len(trials), began)
+    for done, trial in enumerate(trials, 1):
         run_trial(trial, pg_url, pg_ctl, rng, args.keep)
         print(row(trial), flush=True)
         for name, value in trial.invariants.items():
             if value is not True:
                 print(f"   {name}: {value}"[:80], flush=True)
+        summary = write_summary(args, engines, controls, trials[:done], len(trials), began)  # a cut campaign counts
 
+    print(f"\n{summary['held']} of {summary['injected']} injected trials held every invariant", flush=True)
+    for fault, entry in summary["by_fault"].items():
+        engines_seen = ", ".join(f"{name} {n}" for name, n in entry["engines"].items())
+        skipped = f", {entry['skipped']} not injected" if entry["skipped"] else ""
+        print(f"  {fault:12s} {entry['held']}/{entry['trials'] - entry['skipped']} held ({engines_seen}{skipped})")
+    print(f"wall time {summary['wall_seconds']} s; wrote {args.out}")
+
+
+def write_summary(args, engines, controls, trials, planned: int, began: float) -> dict:
+    """bench/results/faults.json for the trials run so far (of `planned`), rewritten after each trial."""
     by_fault = {}
     for trial in trials:
         entry = by_fault.setdefault(trial.fault, {"trials": 0, "held": 0, "skipped": 0, "engines": {}})
@@ -639,15 +651,12 @@ def main() -> None:
         "by_fault": by_fault,
         "held": sum(trial.held for trial in injected),
         "injected": len(injected),
+        "trials_run": len(trials),
+        "trials_planned": planned,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=1, default=str) + "\n")
-    print(f"\n{summary['held']} of {summary['injected']} injected trials held every invariant", flush=True)
-    for fault, entry in by_fault.items():
-        engines_seen = ", ".join(f"{name} {n}" for name, n in entry["engines"].items())
-        skipped = f", {entry['skipped']} not injected" if entry["skipped"] else ""
-        print(f"  {fault:12s} {entry['held']}/{entry['trials'] - entry['skipped']} held ({engines_seen}{skipped})")
-    print(f"wall time {summary['wall_seconds']} s; wrote {args.out}")
+    return summary
 
 
 if __name__ == "__main__":
