@@ -2,11 +2,13 @@
 
 A run is a chain of jobs submitted through Ray's Jobs API, `<run key>-<k>` for its k-th job, so a restarted driver
 finds a run's jobs on the cluster, adopts the one still running and replays the records of the finished ones (the
-store keeps each (run, step) once). A job pauses a run at a rung by ending at that step with a checkpoint; the next
-job resumes from it. A run with planned compute ends at the step whose measured compute is nearest it (the rule
-every engine follows: rlscale.runner.engine.reaches_compute); a job that ends short of it (a segment) is followed by
-the next, up to a runaway cap of COMPUTE_STEP_CAP x the planned steps. A crashed job raises; the driver's retry
-submits the next job, which resumes from the last checkpoint.
+store keeps each (run, step) once). A step is stored once a checkpoint holds it (or the job ends well), as the
+builtin engine's are: the steps a fault destroys after the last checkpoint are stored from their redo alone, so a
+run's compute never falls with the step (docs/troubleshooting.md, "Faults"). A job pauses a run at a rung by
+ending at that step with a checkpoint; the next job resumes from it. A run with planned compute ends at the step
+whose measured compute is nearest it (the rule every engine follows: rlscale.runner.engine.reaches_compute); a job
+that ends short of it (a segment) is followed by the next, up to a runaway cap of COMPUTE_STEP_CAP x the planned
+steps. A crashed job raises; the driver's retry submits the next job, which resumes from the last checkpoint.
 
 An engine says only what differs (JobsApiEngine's hooks): the job's spec (`submission`), what to write before it
 (`prepare`), what a line of its log says (`line_reader`: one RecordMaker turns lines into records for every engine,
@@ -94,6 +96,14 @@ class Following:
     should_stop: Callable[[], str | None] | None = None
     progress: Callable[[dict], None] | None = None
     timings: dict = field(default_factory=dict)
+    pending: list = field(default_factory=list)  # the job's records past its last checkpoint, not stored yet
+
+    def store(self, through: int | None) -> None:
+        """Hand the pending records up to step `through` (None: all) to on_records; the rest stay pending."""
+        ready = [r for r in self.pending if through is None or r["step"] <= through]
+        self.pending = self.pending[len(ready) :] if through is not None else []
+        if ready:
+            self.on_records(ready)
 
 
 @dataclass(frozen=True)
@@ -241,20 +251,22 @@ class JobsApiEngine(Engine):
             recipe, run_dir, self.record_maker(recipe), ComputeStop(gpu_hours), on_records, should_stop, progress
         )
         jobs = run_jobs(self._jobs_client(), run_key)
-        live, last_step = None, None
-        for details in jobs:  # earlier jobs, in order: their records again (a killed driver may have missed some)
-            if details.status in RUNNING:
-                live = details
-                break
-            records = run.budget.trim(
-                run.maker.records(
-                    LogTail(run_dir.log(details.submission_id)).read(),
-                    job=details.submission_id,
-                    devices=job_devices(details),
-                    base_device_seconds=base_seconds(details),
-                    started=(details.start_time or 0) / 1000,
-                )
+        live = next((details for details in jobs if details.status in RUNNING), None)
+        earlier = jobs[: jobs.index(live)] if live is not None else jobs
+        last_step = None
+        for index, details in enumerate(earlier):  # their records again, in order (a killed driver missed some)
+            records = run.maker.records(
+                LogTail(run_dir.log(details.submission_id)).read(),
+                job=details.submission_id,
+                devices=job_devices(details),
+                base_device_seconds=base_seconds(details),
+                started=(details.start_time or 0) / 1000,
             )
+            if details.status != "SUCCEEDED":  # its steps past the checkpoint the next job resumed from are redone
+                later = earlier[index + 1 :] + ([live] if live is not None else [])
+                cut = self._resumed_from(later, run_dir, recipe)
+                records = [record for record in records if record["step"] <= cut]
+            records = run.budget.trim(records)
             if records:
                 on_records(records)
                 last_step = records[-1]["step"]
@@ -291,12 +303,22 @@ class JobsApiEngine(Engine):
                 job.base + job.devices * wall_seconds(self._jobs_client().get_job_info(job.submission_id)),
             )
 
+    def _resumed_from(self, jobs: list, run_dir: "RunDir", recipe) -> int:
+        """The step the first of `jobs` that logged a step resumed from (its first step - 1); with none, the last
+        checkpoint's, from which the next job resumes."""
+        for details in jobs:
+            lines = LogTail(run_dir.log(details.submission_id)).read()
+            readings = [self.line_reader(recipe)(line) for line in lines[:1]]
+            if readings:
+                return readings[0].step - 1
+        return self.checkpointed_step(recipe, run_dir)
+
     def _follow(self, run: "Following", job: "FollowedJob") -> JobResult:
         """Read `job`'s records while it runs; stop it where the run's should_stop or planned compute says. Raises
         the engine's JobFailed (its first line the job's own last exception line) or DevicesUnavailable."""
         client = self._jobs_client()
         tail, started, last_step = LogTail(run.run_dir.log(job.submission_id)), None, None
-        following = time.perf_counter()
+        following, run.pending = time.perf_counter(), []
 
         def result(**kwargs) -> JobResult:
             run.timings["train"] = run.timings.get("train", 0.0) + time.perf_counter() - following
@@ -319,8 +341,9 @@ class JobsApiEngine(Engine):
                     started=started or 0.0,
                 )
             )
+            run.pending += records
+            run.store(self.checkpointed_step(run.recipe, run.run_dir))
             if records:
-                run.on_records(records)
                 last_step = records[-1]["step"]
                 report_progress(records, run.progress)
                 checkpoint = any(r["step"] % run.recipe.checkpoint_every == 0 for r in records if r["step"] > 0)
@@ -329,6 +352,7 @@ class JobsApiEngine(Engine):
                 if run.budget.reached or reason:
                     if status in RUNNING:
                         stop_job(client, job.submission_id, self.poll_seconds)
+                    run.store(None if run.budget.reached else self.checkpointed_step(run.recipe, run.run_dir))
                     return result(
                         steps=last_step,
                         compute_reached=run.budget.reached,
@@ -337,6 +361,7 @@ class JobsApiEngine(Engine):
                     )
             if status not in RUNNING:
                 if status == "SUCCEEDED":
+                    run.store(None)
                     return result(steps=max(self.checkpointed_step(run.recipe, run.run_dir), last_step or 0))
                 info = client.get_job_info(job.submission_id)
                 logs = client.get_job_logs(job.submission_id)

@@ -104,3 +104,17 @@ def test_close_forgives_a_cluster_that_is_gone_and_nothing_else(tmp_path):
     engine._started, engine._client = {"s-1-abc-1"}, Client(KeyError("status"))
     with pytest.raises(KeyError):  # a bug is not a dead cluster
         engine.close()
+
+
+def test_a_step_is_stored_once_a_checkpoint_holds_it_and_the_rest_waits_for_the_jobs_end():
+    from rlscale.runner.jobs_api import Following
+
+    stored = []
+    run = Following(recipe=None, run_dir=None, maker=None, budget=None, on_records=stored.extend)
+    run.pending += [{"step": step} for step in range(6)]
+    run.store(0)  # step 0 (the job's start) needs no checkpoint
+    run.store(3)
+    assert [r["step"] for r in stored] == [0, 1, 2, 3] and [r["step"] for r in run.pending] == [4, 5]
+    run.store(3)  # nothing new: nothing handed twice
+    run.store(None)  # the job ended well (or reached its plan): all of it
+    assert [r["step"] for r in stored] == list(range(6)) and run.pending == []
