@@ -239,7 +239,7 @@ class _Job:
             self._collect_evals(wait_upto=None)
             if step % recipe.checkpoint_every == 0 or step == last:
                 self._flush()
-                reason = self.should_stop() if self.should_stop else None
+                reason = self._uncharged(self.should_stop) if self.should_stop else None
                 if reason:
                     return reason
         return None
@@ -366,4 +366,13 @@ class _Job:
         state.gpu_hours = state.records[-1]["gpu_hours"]
         checkpoint.save(self.run_key, state.step, ray.get(self.trainer.state.remote()), state)  # carries the records
         records, state.records = state.records, []
-        self.on_records(records)
+        self._uncharged(self.on_records, records)
+
+    def _uncharged(self, call, *args):
+        """call(*args), its wall time not charged: the driver answers it, and may wait out a store outage meanwhile
+        (a fault's time, which docs/troubleshooting.md says is not charged). Validations have all ended by then."""
+        started = time.time()
+        try:
+            return call(*args)
+        finally:
+            self.clock.exclude(started, time.time())
