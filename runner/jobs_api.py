@@ -324,52 +324,66 @@ class JobsApiEngine(Engine):
             run.timings["train"] = run.timings.get("train", 0.0) + time.perf_counter() - following
             return JobResult(busy_seconds=run.timings["train"], timings=run.timings, **kwargs)
 
-        while True:
-            status = str(client.get_job_status(job.submission_id).value)
-            lines = tail.read()
-            if lines and started is None:
-                started = (client.get_job_info(job.submission_id).start_time or 0) / 1000
-                if job.submitted is not None and "time" in lines[0]:  # submit -> the job's first record
-                    launch = max(0.0, float(lines[0]["time"]) - job.submitted)
-                    run.timings["launch"] = run.timings.get("launch", 0.0) + launch
-            records = run.budget.trim(
-                run.maker.records(
-                    lines,
-                    job=job.submission_id,
-                    devices=job.devices,
-                    base_device_seconds=job.base,
-                    started=started or 0.0,
-                )
-            )
-            run.pending += records
-            run.store(self.checkpointed_step(run.recipe, run.run_dir))
-            if records:
-                last_step = records[-1]["step"]
-                report_progress(records, run.progress)
-                checkpoint = any(r["step"] % run.recipe.checkpoint_every == 0 for r in records if r["step"] > 0)
-                ask = status in RUNNING and checkpoint and run.should_stop is not None and not run.budget.reached
-                reason = run.should_stop() if ask else None
-                if run.budget.reached or reason:
-                    if status in RUNNING:
-                        stop_job(client, job.submission_id, self.poll_seconds)
-                    run.store(None if run.budget.reached else self.checkpointed_step(run.recipe, run.run_dir))
-                    return result(
-                        steps=last_step,
-                        compute_reached=run.budget.reached,
-                        stopped=not run.budget.reached,
-                        stop_reason=reason or "",
+        try:
+            while True:
+                status = str(client.get_job_status(job.submission_id).value)
+                lines = tail.read()
+                if lines and started is None:
+                    started = (client.get_job_info(job.submission_id).start_time or 0) / 1000
+                    if job.submitted is not None and "time" in lines[0]:  # submit -> the job's first record
+                        launch = max(0.0, float(lines[0]["time"]) - job.submitted)
+                        run.timings["launch"] = run.timings.get("launch", 0.0) + launch
+                records = run.budget.trim(
+                    run.maker.records(
+                        lines,
+                        job=job.submission_id,
+                        devices=job.devices,
+                        base_device_seconds=job.base,
+                        started=started or 0.0,
                     )
-            if status not in RUNNING:
-                if status == "SUCCEEDED":
-                    run.store(None)
-                    return result(steps=max(self.checkpointed_step(run.recipe, run.run_dir), last_step or 0))
-                info = client.get_job_info(job.submission_id)
-                logs = client.get_job_logs(job.submission_id)
-                taken = self.devices_taken(logs[-2000:], last_step)
-                if taken or START_TIMEOUT in (info.message or ""):
-                    raise DevicesUnavailable(f"{self.name} job {job.submission_id}: {taken or info.message}")
-                raise self.failure(failure_message(self.name, job.submission_id, status, info.message, logs))
-            time.sleep(self.poll_seconds)
+                )
+                run.pending += records
+                run.store(self.checkpointed_step(run.recipe, run.run_dir))
+                if records:
+                    last_step = records[-1]["step"]
+                    report_progress(records, run.progress)
+                    checkpoint = any(r["step"] % run.recipe.checkpoint_every == 0 for r in records if r["step"] > 0)
+                    ask = status in RUNNING and checkpoint and run.should_stop is not None and not run.budget.reached
+                    reason = run.should_stop() if ask else None
+                    if run.budget.reached or reason:
+                        if status in RUNNING:
+                            stop_job(client, job.submission_id, self.poll_seconds)
+                        run.store(None if run.budget.reached else self.checkpointed_step(run.recipe, run.run_dir))
+                        return result(
+                            steps=last_step,
+                            compute_reached=run.budget.reached,
+                            stopped=not run.budget.reached,
+                            stop_reason=reason or "",
+                        )
+                if status not in RUNNING:
+                    if status == "SUCCEEDED":
+                        run.store(None)
+                        return result(steps=max(self.checkpointed_step(run.recipe, run.run_dir), last_step or 0))
+                    info = client.get_job_info(job.submission_id)
+                    logs = client.get_job_logs(job.submission_id)
+                    taken = self.devices_taken(logs[-2000:], last_step)
+                    if taken or START_TIMEOUT in (info.message or ""):
+                        raise DevicesUnavailable(f"{self.name} job {job.submission_id}: {taken or info.message}")
+                    raise self.failure(failure_message(self.name, job.submission_id, status, info.message, logs))
+                time.sleep(self.poll_seconds)
+        except BaseException:  # failed, its head gone, the driver interrupted: keep what a checkpoint holds
+            if started is not None:
+                run.pending += run.budget.trim(
+                    run.maker.records(
+                        tail.read(),
+                        job=job.submission_id,
+                        devices=job.devices,
+                        base_device_seconds=job.base,
+                        started=started,
+                    )
+                )
+            run.store(self.checkpointed_step(run.recipe, run.run_dir))
+            raise
 
     # the cluster --------------------------------------------------------------------------------
 
