@@ -202,19 +202,18 @@ def local_head(directory: Path, *, cpus: int | None = None) -> LocalHead:
         if recorded.alive():
             return recorded
         recorded.stop()  # what a head that died leaves: processes of its session, its jobs, its temp dir
-    head = start_head(cpus=max(local_cpus(), cpus or 0))
-    head_file.parent.mkdir(parents=True, exist_ok=True)
-    partial = head_file.with_name(head_file.name + ".partial")
-    partial.write_text(json.dumps(asdict(head)))
-    partial.replace(head_file)
-    return head
+    return start_head(cpus=max(local_cpus(), cpus or 0), head_file=head_file)
 
 
-def start_head(*, cpus: int | None = None, gpus: int | None = None, env: dict | None = None) -> LocalHead:
+def start_head(
+    *, cpus: int | None = None, gpus: int | None = None, env: dict | None = None, head_file: Path | None = None
+) -> LocalHead:
     """`ray start --head` on loopback with the dashboard and job agent, every port of its own (another Ray cluster on
     this machine holds the defaults), `cpus` (default local_cpus()) and `gpus` (default: those Ray detects), in a
     temp dir and a process group of its own; workers at normal priority; returns once the Jobs API answers and the
-    dashboard reports the node. `env`: more environment for the head (e.g. RAY_AUTH_MODE=disabled)."""
+    dashboard reports the node. `env`: more environment for the head (e.g. RAY_AUTH_MODE=disabled). `head_file` is
+    written as soon as the head's process exists, so a driver killed while it starts leaves a head the next one
+    finds (and stops, if it never came up)."""
     ray = Path(sys.executable).with_name("ray")
     temp = tempfile.mkdtemp(prefix="rlscale-ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
     port, dashboard, agent, agent_grpc, runtime_env, metrics = free_ports(6)
@@ -247,11 +246,16 @@ def start_head(*, cpus: int | None = None, gpus: int | None = None, env: dict | 
             stderr=subprocess.STDOUT,
         )
     head = LocalHead(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{port}", process.pid, temp)
+    if head_file is not None:
+        head_file.parent.mkdir(parents=True, exist_ok=True)
+        partial = head_file.with_name(head_file.name + ".partial")
+        partial.write_text(json.dumps(asdict(head)))
+        partial.replace(head_file)
     deadline = time.monotonic() + START_SECONDS
     while not head.ready():
         if process.poll() is not None or time.monotonic() > deadline:
             lines = (Path(temp) / "head.log").read_text(errors="replace").strip().splitlines()
-            head.stop()
+            head.stop(head_file)
             raise UserError(
                 f"could not start a local Ray head ({lines[-1][:200] if lines else 'no output'}); start "
                 "one yourself and pass --ray-address",

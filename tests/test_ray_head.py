@@ -276,3 +276,22 @@ def test_a_token_is_found_as_rays_own_clients_find_it(tmp_path, start_ray_head):
     )
     assert found.returncode == 0 and "submission_id='probe'" in found.stdout, found.stderr[-2000:]
     assert found.stderr.strip() == ""  # not a line of Ray's warnings on the user's terminal
+
+
+def test_the_head_file_names_the_head_before_it_is_up_so_a_killed_starter_leaves_none_unknown(tmp_path, monkeypatch):
+    from rlscale.runner.ray_head import HEAD_FILE, LocalHead, local_head
+
+    recorded = []
+    ready = LocalHead.ready
+
+    def recording_ready(self):
+        recorded.append(json.loads((tmp_path / HEAD_FILE).read_text())["pid"] == self.pid)
+        return ready(self)
+
+    monkeypatch.setattr(LocalHead, "ready", recording_ready)
+    head = local_head(tmp_path)
+    try:
+        assert recorded and all(recorded)  # named from its first readiness check on
+    finally:
+        head.stop(tmp_path / HEAD_FILE)
+    assert not (tmp_path / HEAD_FILE).exists() and not head.processes()
