@@ -123,7 +123,7 @@ def read_training_log(path: str | Path, *, tag: str | None = None, compute_tag: 
     if len(set(units.values())) > 1:
         detail = ", ".join(f"{name}: {unit}" for name, unit in units.items())
         raise UserError(
-            f"runs measure compute in different units ({detail}): pass --compute-tag, or import them separately",
+            f"runs measure compute in different units ({detail}): pass --compute, or import them separately",
             file=str(path),
         )
     if not rows:
@@ -252,12 +252,12 @@ def _default_reward_tag(run: _Run, path: Path) -> str:
             return found[0]
         if len(found) > 1:
             raise UserError(
-                f"run {run.name!r} has several validation rewards ({', '.join(found)}): pick one with --tag",
+                f"run {run.name!r} has several validation rewards ({', '.join(found)}): pick one with --reward",
                 file=str(path),
             )
     raise UserError(
         f"run {run.name!r} has no verl validation reward (val-core/<source>/reward/mean@k): name the "
-        f"reward with --tag ({_some_tags(run)})",
+        f"reward with --reward ({_some_tags(run)})",
         file=str(path),
     )
 

@@ -160,7 +160,7 @@ def two_sources(tmp_path):
     write_events(tmp_path / "tb" / "r", {0: {"val-core/a/reward/mean@1": 0.1, "val-core/b/reward/mean@1": 0.2}})
     return (
         tmp_path / "tb",
-        "several validation rewards (val-core/a/reward/mean@1, val-core/b/reward/mean@1): pick one with --tag",
+        "several validation rewards (val-core/a/reward/mean@1, val-core/b/reward/mean@1): pick one with --reward",
     )
 
 
@@ -266,3 +266,22 @@ def test_a_plain_jsonl_tracker_export_is_still_read_as_columns(tmp_path):
     path.write_text('{"step": 0, "compute": 0.5, "reward": 0.2}\n')
     rows = read_run_log(path)
     assert rows["compute"].tolist() == [0.5] and "compute_unit" not in rows.attrs
+
+
+def test_fit_and_backtest_take_the_metric_options_their_errors_name(cli, tmp_path):
+    from rlscale.fitting.sigmoid import sigmoid
+
+    steps = verl_steps(100, 2, reward=lambda s: float(sigmoid(s, 0.8, 1.5, 30.0, 0.1)))
+    for step in steps:
+        if REWARD in steps[step]:
+            steps[step]["val-core/other/reward/mean@1"] = steps[step][REWARD] / 2
+    path = write_verl_jsonl(tmp_path / "two.jsonl", steps)
+    code, _, err = cli("fit", str(path))
+    assert code == 2 and "pick one with --reward" in err
+    for command, extra in (("fit", ()), ("backtest", ("--bootstrap", "20"))):
+        code, out, err = cli(command, str(path), "--tag", "val-core/other/reward/mean@1", "--json", *extra)
+        assert (code, err) == (0, ""), command
+    (fit,) = json.loads(cli("fit", str(path), "--reward", REWARD, "--json")[1])
+    assert fit["A"] == pytest.approx(0.8, abs=0.02)
+    code, _, err = cli("fit", "--study", "s", "--tag", REWARD)
+    assert code == 2 and "--reward names a metric of a run-log FILE" in err

@@ -7,12 +7,40 @@ import typer
 DbUrl = Annotated[
     str | None, typer.Option("--db", help="SQLAlchemy URL of the store (default: RLSCALE_DB or sqlite:///rlscale.db)")
 ]
+# A log's reward and compute metrics, for every command that reads a log (the errors of db/logs.py name them).
+RewardTag = Annotated[
+    str | None,
+    typer.Option(
+        "--reward",
+        "--tag",
+        help="the reward metric (trackers: required; TensorBoard/verl: default verl's "
+        "`val-core/<source>/reward/mean@k`)",
+    ),
+]
+ComputeTag = Annotated[
+    str | None,
+    typer.Option(
+        "--compute",
+        "--compute-tag",
+        help="a logged metric of cumulative compute (GPU-hours, tokens, ...); TensorBoard/verl default: "
+        "GPU-hours from verl's perf/total_num_tokens / perf/throughput, else the step",
+    ),
+]
 
 
 def check_fit_source(
-    file, study: str | None, db: str | None, *, command: str, noise: str, unbounded: bool, r0: float | None
+    file,
+    study: str | None,
+    db: str | None,
+    *,
+    command: str,
+    noise: str,
+    unbounded: bool,
+    r0: float | None,
+    tags: tuple = (None, None),
 ) -> None:
-    """The checks `fit` and `backtest` share: a FILE or --study (not both), --db only with --study, a known
+    """The checks `fit` and `backtest` share: a FILE or --study (not both), --db only with --study, the log's
+    metrics (`tags`: --reward, --compute) only with a FILE, a known
     --noise that suits the metric, a finite --r0 (in [0, 1] unless --unbounded). Raises UserError."""
     import math
 
@@ -23,6 +51,9 @@ def check_fit_source(
         raise UserError("give either a run-log FILE or --study NAME (not both)", field=command)
     if study is None and db is not None:
         raise UserError("--db is only used with --study", field="--db")
+    for name, tag in zip(("--reward", "--compute"), tags):
+        if study is not None and tag is not None:
+            raise UserError(f"{name} names a metric of a run-log FILE; a study's records are stored", field=name)
     if noise not in NOISE_MODELS:
         raise UserError(f"expected one of {', '.join(NOISE_MODELS)}, got {noise!r}", field="--noise")
     if unbounded and noise == "binomial":

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from rlscale.cli.options import DbUrl, check_fit_source
+from rlscale.cli.options import ComputeTag, DbUrl, RewardTag, check_fit_source
 
 
 def register(app: typer.Typer) -> None:
@@ -29,10 +29,8 @@ def register(app: typer.Typer) -> None:
             help="reward noise around the curve, as for `rlscale fit`: auto, binomial, constant, multiplicative",
         ),
         unbounded: bool = typer.Option(False, "--unbounded", help="the metric is not a pass rate in [0, 1]"),
-        tag: str = typer.Option(None, "--tag", help="TensorBoard/verl logs: the reward scalar"),
-        compute_tag: str = typer.Option(
-            None, "--compute-tag", help="TensorBoard/verl logs: a scalar of cumulative compute"
-        ),
+        tag: RewardTag = None,
+        compute_tag: ComputeTag = None,
         json_out: bool = typer.Option(
             False, "--json", help="print {source, fraction, runs: [...], summary: {...}, decision: {...}} as JSON"
         ),
@@ -46,7 +44,9 @@ def register(app: typer.Typer) -> None:
         from rlscale.base.errors import UserError
         from rlscale.fitting.backtest import backtest_runs, cut_pick, summarize
 
-        check_fit_source(file, study, db, command="backtest", noise=noise, unbounded=unbounded, r0=r0)
+        check_fit_source(
+            file, study, db, command="backtest", noise=noise, unbounded=unbounded, r0=r0, tags=(tag, compute_tag)
+        )
         if not 0.0 < fraction < 1.0:
             raise UserError(f"expected a share of compute in (0, 1), got {fraction:g}", field="--fraction")
         if not 0.0 < level < 1.0:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rlscale.cli.options import DbUrl, check_fit_source
+from rlscale.cli.options import ComputeTag, DbUrl, RewardTag, check_fit_source
 
 # Keys of `fit --json`, in order (docs/methods.md section 7); scripts rely on them. `noise`: the noise model used.
 JSON_KEYS = ("run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise")
@@ -23,7 +23,11 @@ def register(app: typer.Typer) -> None:
     @app.command("fit")
     def fit(
         file: Path = typer.Argument(
-            None, help=("run log (.csv or .jsonl): run (optional), compute or gpu_hours, reward")
+            None,
+            help=(
+                "run log: .csv or .jsonl with run (optional), compute or gpu_hours, reward; a TensorBoard directory; "
+                "a verl file-logger .jsonl"
+            ),
         ),
         study: str = typer.Option(
             None, "--study", help=("fit the stored records of this study instead of a file, and save the fits")
@@ -64,12 +68,16 @@ def register(app: typer.Typer) -> None:
             ),
         ),
         level: float = typer.Option(0.9, "--level", help="the intervals' level (with --at and --target)"),
+        tag: RewardTag = None,
+        compute_tag: ComputeTag = None,
     ) -> None:
         """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) per run; say when A is not identified."""
         from rlscale.base.errors import UserError
         from rlscale.cli.console import print_json
 
-        check_fit_source(file, study, db, command="fit", noise=noise, unbounded=unbounded, r0=r0)
+        check_fit_source(
+            file, study, db, command="fit", noise=noise, unbounded=unbounded, r0=r0, tags=(tag, compute_tag)
+        )
         if plot is not None and plot.suffix.lower() != ".png":
             raise UserError(f"expected a file name ending in .png, got {plot.name!r}", field="--plot")
         if plot is not None and plot.parent.exists() and not plot.parent.is_dir():
@@ -87,7 +95,9 @@ def register(app: typer.Typer) -> None:
         # result or a one-line error.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            records, fits, title, store, record_breaking = _fit_and_plot(file, study, db, options, plot)
+            records, fits, title, store, record_breaking = _fit_and_plot(
+                file, study, db, options, plot, (tag, compute_tag)
+            )
 
         predictions = None
         if at is not None:
@@ -123,9 +133,10 @@ def register(app: typer.Typer) -> None:
             say(f"plot: {plot}")
 
 
-def _fit_and_plot(file, study, db, options, plot):
+def _fit_and_plot(file, study, db, options, plot, tags=(None, None)):
     """(records, fits, title, store or None, record_breaking): the run log's or the stored study's fits (on the points
-    the study's `fit.points` names; a run log's on every evaluation), plotted when asked."""
+    the study's `fit.points` names; a run log's on every evaluation), plotted when asked. `tags`: the log's reward
+    and compute metrics."""
     if file is not None:
         from rlscale.db.importer import read_run_log
         from rlscale.db.trackers import is_wandb_log
@@ -139,7 +150,8 @@ def _fit_and_plot(file, study, db, options, plot):
                 "then rlscale fit --study NAME",
                 file=str(file),
             )
-        records, title, store, record_breaking = read_run_log(file), file.stem, None, False
+        records = read_run_log(file, tag=tags[0], compute_tag=tags[1])
+        title, store, record_breaking = file.stem, None, False
         fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", **options)
         if fits["A"].isna().all():  # nothing to show or plot: the file is no input for a fit
             from rlscale.base.errors import UserError

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rlscale.cli.options import DbUrl
+from rlscale.cli.options import ComputeTag, DbUrl, RewardTag
 
 
 def register(app: typer.Typer) -> None:
@@ -25,20 +25,8 @@ def register(app: typer.Typer) -> None:
         ),
         experiment: str = typer.Option(None, "--experiment", help="with --mlflow: the experiment (name or id)"),
         trackio: str = typer.Option(None, "--trackio", help="a trackio project to read (in TRACKIO_DIR)"),
-        reward: str = typer.Option(
-            None,
-            "--reward",
-            "--tag",
-            help="the reward metric (trackers: required; TensorBoard/verl: default verl's "
-            "`val-core/<source>/reward/mean@k`)",
-        ),
-        compute: str = typer.Option(
-            None,
-            "--compute",
-            "--compute-tag",
-            help="a logged metric of cumulative compute (GPU-hours, tokens, ...); TensorBoard/verl default: "
-            "GPU-hours from verl's perf/total_num_tokens / perf/throughput, else the step",
-        ),
+        reward: RewardTag = None,
+        compute: ComputeTag = None,
         gpus: float = typer.Option(
             None, "--gpus", help="trackers: compute is GPU-hours from each step's wall time x this many GPUs"
         ),
