@@ -105,6 +105,21 @@ def test_a_refresh_sends_only_the_run_with_a_new_record(url):
         assert stale["full"] and len(stale["runs"]) == 2  # a stamp this server did not give gets everything
 
 
+def test_a_rebuild_that_changes_nothing_keeps_the_stamp(url):
+    view = StudyView("grid")
+    with Store(url, read_only=True) as store:
+        view.refresh(store)
+        deadline = time.monotonic() + 60
+        while view._decided == 0:  # the decision's thread
+            assert time.monotonic() < deadline, "the decision was not worked out"
+            time.sleep(0.05)
+        stamp, _ = view.refresh(store)  # the page with the decision
+        # the decision's thread finishing while a build reads it: the count moves after the page already shows it
+        view._decided += 1
+        again, _ = view.refresh(store)
+    assert again == stamp and view.changes(stamp) == {"stamp": stamp, "full": False}
+
+
 def test_runs_in_flight_and_runs_stopped_early_are_shown_with_what_the_sweep_wrote(url):
     with TestClient(create_app(url)) as client:
         payload = client.get("/api/study/grid").json()

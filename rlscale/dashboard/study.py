@@ -148,18 +148,21 @@ class StudyView:
         return int(version) if key == self.key and version.isdigit() and int(version) <= self.version else 0
 
     def _publish(self, page: StudyPage) -> None:
-        """A new version: each part of `page` whose JSON differs from the last one's is marked changed in it."""
-        self.version += 1
+        """A new version if any part of `page` differs from the last one's (each such part marked changed in it); a
+        rebuild that changes nothing (the decision's thread finishing during the build it shows in) keeps the stamp."""
         data = page_data(page)
         parts = {f"section:{key}": html for key, html in live_sections(page).items()}
         parts.update(meta=data["meta"], order=data["order"], frontier=data["frontier"])
         parts.update({f"run:{key}": row for key, row in data["runs"].items()})
-        for name, value in parts.items():
-            text = json.dumps(value, sort_keys=True)
-            known = self._parts.get(name)
-            if known is None or known[2] != text:
-                self._parts[name] = (self.version, value, text)
-        for name in set(self._parts) - set(parts):  # a run superseded by a rerun
+        texts = {name: json.dumps(value, sort_keys=True) for name, value in parts.items()}
+        changed = [name for name, text in texts.items() if self._parts.get(name, (0, None, None))[2] != text]
+        gone = set(self._parts) - set(parts)  # a run superseded by a rerun
+        if self.stamp is not None and not changed and not gone:
+            return
+        self.version += 1
+        for name in changed:
+            self._parts[name] = (self.version, parts[name], texts[name])
+        for name in gone:
             del self._parts[name]
         self.stamp = f"{self.key}.{self.version}"
 
