@@ -404,9 +404,15 @@ def test_runs_stopped_by_ctrl_c_are_paused_not_stopped_and_the_next_sweep_finish
 
     path = write_study(tmp_path / "ctrl.yaml", "ctrl", {"lr": [1e-4, 2e-4]}, steps=400, eval_every=2)
     url = f"sqlite:///{tmp_path / 'store.db'}"
+    # a suite started in the background ignores SIGINT, and interrupt_main() then does nothing: Ctrl-C as a terminal
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with Store(url) as store:
+            with pytest.raises(KeyboardInterrupt):
+                SweepDriver(load_study(path), store, engine=CtrlC(), max_concurrent=2).run()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     with Store(url) as store:
-        with pytest.raises(KeyboardInterrupt):
-            SweepDriver(load_study(path), store, engine=CtrlC(), max_concurrent=2).run()
         interrupted = store.runs_frame("ctrl")
         summary = SweepDriver(load_study(path), store, engine=ReplayEngine()).run()
         runs, records = store.runs_frame("ctrl"), store.records_frame("ctrl")
