@@ -99,8 +99,9 @@ class Following:
     pending: list = field(default_factory=list)  # the job's records past its last checkpoint, not stored yet
 
     def store(self, through: int | None) -> None:
-        """Hand the pending records up to step `through` (None: all) to on_records; the rest stay pending."""
-        ready = [r for r in self.pending if through is None or r["step"] <= through]
+        """Hand the pending records up to step `through` (None: all; 0: none, no checkpoint holds step 0) to
+        on_records; the rest stay pending (a redo without a checkpoint measures its step 0 again)."""
+        ready = [r for r in self.pending if through is None or 0 < through and r["step"] <= through]
         self.pending = self.pending[len(ready) :] if through is not None else []
         if ready:
             self.on_records(ready)

@@ -118,3 +118,17 @@ def test_a_step_is_stored_once_a_checkpoint_holds_it_and_the_rest_waits_for_the_
     run.store(3)  # nothing new: nothing handed twice
     run.store(None)  # the job ended well (or reached its plan): all of it
     assert [r["step"] for r in stored] == list(range(6)) and run.pending == []
+
+
+def test_step_0_is_stored_only_once_a_checkpoint_or_the_job_holds_it():
+    from rlscale.runner.jobs_api import Following
+
+    stored = []
+    run = Following(recipe=None, run_dir=None, maker=None, budget=None, on_records=stored.extend)
+    run.pending = [{"step": 0}, {"step": 1}, {"step": 2}, {"step": 3}]
+    run.store(0)  # no checkpoint yet: a job killed now leaves nothing stored, and its redo measures step 0 again
+    assert stored == [] and len(run.pending) == 4
+    run.store(2)
+    assert [r["step"] for r in stored] == [0, 1, 2] and run.pending == [{"step": 3}]
+    run.store(None)
+    assert [r["step"] for r in stored] == [0, 1, 2, 3] and run.pending == []
