@@ -325,6 +325,17 @@ class JobsApiEngine(Engine):
             run.timings["train"] = run.timings.get("train", 0.0) + time.perf_counter() - following
             return JobResult(busy_seconds=run.timings["train"], timings=run.timings, **kwargs)
 
+        def records_of(lines: list[dict]) -> list[dict]:  # the job's records from its log lines, within the budget
+            return run.budget.trim(
+                run.maker.records(
+                    lines,
+                    job=job.submission_id,
+                    devices=job.devices,
+                    base_device_seconds=job.base,
+                    started=started or 0.0,
+                )
+            )
+
         try:
             while True:
                 status = str(client.get_job_status(job.submission_id).value)
@@ -334,15 +345,7 @@ class JobsApiEngine(Engine):
                     if job.submitted is not None and "time" in lines[0]:  # submit -> the job's first record
                         launch = max(0.0, float(lines[0]["time"]) - job.submitted)
                         run.timings["launch"] = run.timings.get("launch", 0.0) + launch
-                records = run.budget.trim(
-                    run.maker.records(
-                        lines,
-                        job=job.submission_id,
-                        devices=job.devices,
-                        base_device_seconds=job.base,
-                        started=started or 0.0,
-                    )
-                )
+                records = records_of(lines)
                 run.pending += records
                 run.store(self.checkpointed_step(run.recipe, run.run_dir))
                 if records:
@@ -374,15 +377,7 @@ class JobsApiEngine(Engine):
                 time.sleep(self.poll_seconds)
         except BaseException:  # failed, its head gone, the driver interrupted: keep what a checkpoint holds
             if started is not None:
-                run.pending += run.budget.trim(
-                    run.maker.records(
-                        tail.read(),
-                        job=job.submission_id,
-                        devices=job.devices,
-                        base_device_seconds=job.base,
-                        started=started,
-                    )
-                )
+                run.pending += records_of(tail.read())
             run.store(self.checkpointed_step(run.recipe, run.run_dir))
             raise
 
