@@ -67,6 +67,8 @@ def read_run_log(
         training_log = False
     if training_log:
         return read_training_log(path, tag=tag, compute_tag=compute_tag)
+    if not path.exists():
+        raise UserError("no such file", file=str(path))
     if tag is not None or compute_tag is not None:
         raise UserError(
             "--reward (--tag) and --compute (--compute-tag) name the metrics of a tracker's runs, a TensorBoard "
