@@ -45,9 +45,8 @@ def parse_url(url: str) -> URL:
 
 
 def display_url(url: URL | str) -> str:
-    """The URL as text with the password and every password-like query parameter replaced by ***.
-
-    Every message that shows a store's URL goes through this function."""
+    """The URL as text with the password and password-like query parameters as ***; every message showing a
+    store's URL goes through it."""
     try:
         parsed = make_url(url) if isinstance(url, str) else url
     except (ArgumentError, ValueError):
@@ -65,13 +64,8 @@ def writer(engine: Engine) -> Engine:
 
 
 def make_engine(url: URL, *, create: bool = True, read_only: bool = False) -> Engine:
-    """An engine for `url`; SQLite gets WAL, a busy timeout, foreign keys and real BEGINs.
-
-    A SQLite file that this process cannot write (read-only file, directory or filesystem) is opened
-    read-only, so commands that only read still work; a write then fails with a one-line UserError.
-    `read_only`: the database itself refuses writes (SQLite mode=ro; PostgreSQL read-only transactions), and
-    a SQLite file that does not exist is a UserError rather than a new store.
-    """
+    """An engine for `url`; SQLite gets WAL, a busy timeout, foreign keys and real BEGINs, and a file this process
+    cannot write opens read-only. `read_only`: the database itself refuses writes."""
     shown = display_url(url)
     if url.get_backend_name() != "sqlite":
         # the server refuses every write in this session: a viewer cannot change a sweep's store by mistake
@@ -133,8 +127,7 @@ def make_engine(url: URL, *, create: bool = True, read_only: bool = False) -> En
 
     @event.listens_for(engine, "begin")
     def _sqlite_begin(conn) -> None:
-        # A deferred BEGIN that later writes cannot wait for another writer (SQLite answers "database is
-        # locked" at once to avoid a deadlock); IMMEDIATE takes the write lock up front, under the busy timeout.
+        # a deferred BEGIN that later writes gets "database is locked" at once; IMMEDIATE waits on the busy timeout
         write = conn.get_execution_options().get(WRITE_OPTION) and not read_only
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
@@ -143,8 +136,7 @@ def make_engine(url: URL, *, create: bool = True, read_only: bool = False) -> En
 
 
 def _set_wal(cursor) -> None:
-    # Switching a new file to WAL needs it alone; while other processes create the same store SQLite can answer
-    # "database is locked" at once, without its busy handler: retry within the busy timeout.
+    # switching to WAL can get "database is locked" at once, bypassing the busy handler: retry within the timeout
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
     while True:
         try:
@@ -169,7 +161,6 @@ def read_only_request(url: URL) -> str:
 
 
 def _sqlite_read_only(path: str, *, create: bool) -> str | None:
-    """None if the SQLite file (or its directory, for a new file) can be written; else the URI option to read it."""
     directory = os.path.dirname(path) or "."
     if not os.path.exists(path):
         return None  # created on first write; a missing directory fails there with a clear message
@@ -189,8 +180,6 @@ class StoreUnreachable(UserError):
 
 
 def _translate_errors(engine: Engine, shown: str, *, read_only: bool = False) -> None:
-    """Turn errors the user caused (not a database, read-only, bad driver options) into one-line UserErrors."""
-
     @event.listens_for(engine, "handle_error")
     def _user_errors(context) -> None:
         orig = context.original_exception
@@ -211,10 +200,8 @@ def _translate_errors(engine: Engine, shown: str, *, read_only: bool = False) ->
 
 
 def migrate(engine: Engine, *, shown: str | None = None) -> None:
-    """Bring the schema to the newest alembic revision; done once per process per database.
-
-    A store already at the newest revision is only read (no write lock), so opening it never waits for
-    a writer and works on a read-only store."""
+    """Bring the schema to the newest alembic revision, once per process per database; a store already there is
+    only read (no write lock), so opening it never waits for a writer."""
     key = None if _is_memory(engine.url) else engine.url.render_as_string(hide_password=False)
     if key is not None and key in _migrated:
         return

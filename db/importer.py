@@ -1,8 +1,5 @@
-"""Run logs from trackers (CSV or JSONL) -> validated rows -> the store.
-
-`read_run_log` is the one parser for user data files: `rlscale import` and `rlscale fit FILE.csv` both
-use it, so a file that imports also fits, and a bad cell is reported the same way by both.
-"""
+"""Run logs (CSV, JSONL, tracker runs) -> validated rows -> the store.
+`read_run_log` is the one parser `rlscale import` and `rlscale fit FILE.csv` share: a file that imports also fits."""
 
 import csv
 import io
@@ -43,16 +40,8 @@ class ImportSummary:
 def read_run_log(
     path: str | Path, *, tag: str | None = None, compute_tag: str | None = None, gpus: float | None = None
 ) -> pd.DataFrame:
-    """The run log at `path` as rows (run, step, compute, reward, rollouts, tokens, health metrics...).
-
-        The whole file is checked first; the first bad cell raises a UserError naming file, line and column.
-        `run` defaults to the file stem and `step` to the row order within each run (from 0). Blank lines and
-    lines starting with # are skipped; columns other than the known ones are ignored.
-        A directory of TensorBoard event files or a verl file-logger JSONL is read by db/logs.py (`tag`: the reward
-        scalar, `compute_tag`: a cumulative compute scalar); its frame's attrs say the compute unit.
-        W&B run directories (or .wandb files) are read by db/trackers.py: `tag` names the reward metric, and
-    `compute_tag` a cumulative compute metric or `gpus` the GPUs whose wall time is the compute.
-    """
+    """The run log at `path` as rows (run, step, compute, reward, rollouts, tokens, health metrics...), all checked
+    first; `tag`/`compute_tag` name a training log's reward and cumulative compute, `gpus` a tracker run's GPUs."""
     from rlscale.db.logs import is_training_log, read_training_log
     from rlscale.db.trackers import is_wandb_log, read_wandb_log
 
@@ -91,8 +80,7 @@ def read_run_log(
 
 
 def import_run_log(store: "Store", path: str | Path, study: str, rows: pd.DataFrame | None = None) -> ImportSummary:
-    """Load the run log at `path` (or its already-read `rows`) into `study` in one transaction; stored steps are
-    skipped."""
+    """Load the run log at `path` (or its read `rows`) into `study` in one transaction; stored steps are skipped."""
     rows = read_run_log(path) if rows is None else rows
     runs = []
     for name, group in rows.groupby("run", sort=False):
@@ -115,9 +103,6 @@ def _record(row: dict) -> dict:
         "val_reward": row["reward"],
         "metrics": metrics,
     }
-
-
-# --- reading: each yields (line number, {column: raw cell}) after a header check ---------------------
 
 
 def _csv_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
@@ -227,9 +212,6 @@ def _check_header(path: Path, line: int, header: list[str]) -> None:
         raise UserError(f"missing column 'reward'; expected {EXPECTED}", file=where)
 
 
-# --- validating: one pass over all rows before anything is stored -----------------------------------
-
-
 def _validate(path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any]]]]) -> pd.DataFrame:
     columns, rows = parsed
     if not rows:
@@ -269,14 +251,11 @@ def _validate(path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any
 
 
 _REQUIRED = object()  # default for cells that must hold a value
-# a number as a CSV or JSON writer spells it: ASCII digits, optional sign, point and exponent; inf and nan are
-# matched here so that the finite check below names them
+# a number as CSV/JSON writers spell it; inf and nan match so the finite check can name them
 _DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|infinity|nan)", re.IGNORECASE | re.ASCII)
 
 
 class _Cells:
-    """Typed access to one row's cells; every failure names file, line and column."""
-
     def __init__(self, path: Path, line: int, row: dict[str, Any]):
         self.path, self.line, self.row = path, line, row
 
@@ -284,7 +263,6 @@ class _Cells:
         return UserError(message, file=f"{self.path}:{self.line}", field=f"column {column!r}")
 
     def _present(self, column: str, default: Any) -> bool:
-        """Whether the cell holds a value; raises if it is empty and required."""
         value = self.row.get(column)
         empty = value is None or (isinstance(value, str) and not value.strip())
         if empty and default is _REQUIRED:
@@ -298,7 +276,7 @@ class _Cells:
         return str(self.row[column]).strip()
 
     def name(self, column: str, default: str) -> str:
-        """A run name (RUN_NAME_RULE: printable text, as trackers write it); the default (the file's stem) too."""
+        """A checked run name (printable text, as trackers write it), the default (the file's stem) included."""
         raw = self.row.get(column)
         if column in self.row and (isinstance(raw, bool) or not isinstance(raw, (str, int, float))):
             raise self._fail(column, f"expected a run name (text), got {_short(json.dumps(raw))}")
@@ -351,5 +329,4 @@ class _Cells:
 
 
 def _short(text: str) -> str:
-    """`text` quoted, cut to 40 characters (a 5,000-digit cell is not echoed whole)."""
     return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text)} characters)"

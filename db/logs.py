@@ -1,13 +1,5 @@
-"""Training logs of RL frameworks -> the importer's rows: a directory of TensorBoard event files (one run per
-subdirectory, read with tensorboard's own event-file loader) and verl's file-logger JSONL (one line per step,
-`{"step": N, "data": {metric: value}}`, as verl.utils.tracking.FileLogger writes it; a run per file).
-
-Reward: `--tag`, else verl's core validation metric `val-core/<source>/<var>/mean@<k>` (older verl:
-`val/test_score/<source>`). Compute: `--compute-tag` (a scalar holding cumulative compute), else GPU-hours from
-what verl logs every step (perf/total_num_tokens / perf/throughput is the step's seconds x GPUs), else the
-training step, said as such. Every value used is checked before anything is stored; the first bad one raises
-a UserError naming the file (and line), the metric and what was expected.
-"""
+"""Training logs -> the importer's rows: TensorBoard event directories (a run per subdirectory) and verl's
+file-logger JSONL (`{"step": N, "data": {metric: value}}` a line, a run per file)."""
 
 import json
 import math
@@ -42,8 +34,6 @@ COMPUTE_UNITS = {
 
 @dataclass
 class _Run:
-    """One run's scalars: tag -> step -> (raw value, where it was read) for messages."""
-
     name: str
     kind: str  # "column" (JSONL) or "tag" (TensorBoard): what a metric is called in messages
     values: dict[str, dict[int, tuple[Any, str]]] = field(default_factory=dict)
@@ -59,7 +49,6 @@ class _Run:
         steps[step] = (value, where)
 
     def steps(self) -> set[int]:
-        """Every step the run logged anything at."""
         return {step for steps in self.values.values() for step in steps}
 
 
@@ -84,9 +73,8 @@ def is_training_log(path: str | Path) -> bool:
 
 
 def read_training_log(path: str | Path, *, tag: str | None = None, compute_tag: str | None = None) -> pd.DataFrame:
-    """Rows (run, step, compute, reward, rollouts, tokens, health metrics) of a TensorBoard directory or verl JSONL,
-    one row per step with a reward. `frame.attrs["compute_unit"]` says what compute counts: "gpu_hours", "steps",
-    or the compute tag's name; `frame.attrs["reward_tags"]` maps each run to the metric read as its reward."""
+    """Importer rows, one per step with a reward; attrs "compute_unit" ("gpu_hours", "steps" or the compute tag)
+    and "reward_tags" (run -> the metric read as its reward)."""
     path = Path(path)
     if path.is_dir():
         runs = _tensorboard_runs(path)
@@ -140,9 +128,6 @@ def read_training_log(path: str | Path, *, tag: str | None = None, compute_tag: 
 def compute_note(unit: str) -> str:
     """What the compute axis of an imported training log counts, in words."""
     return COMPUTE_UNITS.get(unit, f"the scalar {unit!r} (--compute-tag)")
-
-
-# --- reading ------------------------------------------------------------------------------------------
 
 
 def _verl_jsonl_run(path: Path) -> _Run:
@@ -209,7 +194,6 @@ def _tensorboard_runs(root: Path) -> list[_Run]:
 
 
 def _scalars(file: Path):
-    """(step, tag, value) of every scalar summary in one event file; the whole file must be readable."""
     from tensorboard import data_compat
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
     from tensorboard.compat.proto import event_pb2
@@ -242,9 +226,6 @@ def _scalars(file: Path):
                 yield int(event.step), value.tag, float(array.reshape(()))
 
 
-# --- choosing and checking -----------------------------------------------------------------------------
-
-
 def _default_reward_tag(run: _Run, path: Path) -> str:
     for pattern in (VERL_REWARD, LEGACY_VERL_REWARD):
         found = sorted(tag for tag in run.values if pattern.match(tag))
@@ -263,7 +244,6 @@ def _default_reward_tag(run: _Run, path: Path) -> str:
 
 
 def _compute(run: _Run, compute_tag: str | None, path: Path) -> tuple[dict[int, float], str]:
-    """step -> cumulative compute at that step, and the unit."""
     if compute_tag is not None:
         if compute_tag not in run.values:
             raise UserError(

@@ -1,8 +1,5 @@
 """Tables of the store: studies, runs, records, fits, plans (docs/methods.md section 6).
-
-The alembic migrations in db/migrations/versions create exactly these tables; a change here needs a
-new migration next to them.
-"""
+The alembic migrations in db/migrations/versions create exactly these: a change here needs a new migration."""
 
 from datetime import UTC, datetime
 from typing import Any

@@ -1,6 +1,5 @@
-"""Waiting out a database that went away (a PostgreSQL restart under a running sweep, a SQLite file another writer
-holds past the busy timeout): the store retries a call whose database was out of reach, with backoff, for up to a
-deadline; any other database error is raised at once."""
+"""Waiting out a database that went away (a PostgreSQL restart, a SQLite file held past the busy timeout): calls
+retry with backoff up to a deadline; any other database error is raised at once."""
 
 import functools
 import threading
@@ -10,8 +9,7 @@ from collections.abc import Callable
 from rlscale.db.engine import StoreUnreachable
 from sqlalchemy.exc import DBAPIError
 
-# words a driver's message carries when the server went away (or, SQLite, another writer held the file past the busy
-# timeout), not when a statement was wrong
+# words in a driver's message when the database went away (or SQLite stayed locked), not when a statement was wrong
 _GONE = (
     "connection",
     "server closed",
@@ -24,8 +22,7 @@ _GONE = (
 
 
 def is_disconnect(err: BaseException) -> bool:
-    """Whether a database error means the database is out of reach for now (a server restart, a lost connection, a
-    SQLite file another writer holds), not a bad statement."""
+    """Whether a database error means the database is out of reach for now, not a bad statement."""
     if isinstance(err, StoreUnreachable):
         return True
     if not isinstance(err, DBAPIError):
@@ -35,9 +32,8 @@ def is_disconnect(err: BaseException) -> bool:
 
 
 class OutagePolicy:
-    """How long the store's calls wait for a lost database (0: not at all), and whom they tell: `on_note(text)` gets
-    a one-line note while they wait and "" once the database answers again. Calls also take one lock, so the
-    threads of one process write one at a time."""
+    """How long (seconds; 0: not at all) the store's calls wait for a lost database, telling `on_note`; calls also
+    take one lock, so the threads of one process write one at a time."""
 
     def __init__(self) -> None:
         self.seconds = 0.0

@@ -1,7 +1,5 @@
-"""The store: one object the planner, the sweep driver, `fit` and the reports read and write through.
-
-Every method is one short transaction. Frames come back as pandas DataFrames with plain columns.
-"""
+"""The store the planner, the sweep driver, `fit` and the reports read and write through.
+Every method is one short transaction; frames come back as pandas DataFrames with plain columns."""
 
 import hashlib
 import json
@@ -35,10 +33,8 @@ class Store:
     """Studies, runs, records, fits and plans in one SQL database (SQLite by default, any SQLAlchemy URL)."""
 
     def __init__(self, url: str | None = None, *, create: bool = True, read_only: bool = False):
-        """`create=False` (commands that only read): a SQLite file that does not exist is read as an empty
-        store kept in memory, so reading never leaves a new database file behind.
-        `read_only=True` (a viewer beside a running sweep): never migrated, and the database refuses writes; a
-        missing file, an empty database or an older schema is a UserError."""
+        """`create=False`: a missing SQLite file reads as an empty in-memory store, so reading leaves no file behind.
+        `read_only=True` (a viewer beside a running sweep): never migrated; writes refused; an older schema errs."""
         self.url = parse_url(settings.db_url(url))
         self.url_for_display = display_url(self.url)
         self.read_only = read_only
@@ -56,7 +52,7 @@ class Store:
         else:
             migrate(self.engine, shown=self.url_for_display)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        # transactions that write take SQLite's write lock up front (concurrent writers wait, see db/engine.py)
+        # writes take SQLite's write lock up front so concurrent writers wait (db/engine.py)
         self._writes = sessionmaker(writer(self.engine), expire_on_commit=False)
         self.outage = OutagePolicy()  # wait_out_outages() makes every call wait for a database that went away
 
@@ -68,8 +64,8 @@ class Store:
             self.outage.on_note = on_note
 
     def lock_study(self, name: str):
-        """Hold study `name` for one sweep driver (rlscale.db.study_lock.StudyLock; `release` it at the end); StudyBusy
-        (a UserError naming the holder) while another process's driver holds it."""
+        """A StudyLock holding study `name` for one sweep driver (`release` it at the end); StudyBusy (a UserError
+        naming the holder) while another process's driver holds it."""
         from rlscale.db.study_lock import acquire
 
         return acquire(self.engine, self.url, self.url_for_display, name)
@@ -78,7 +74,6 @@ class Store:
         return f"Store({self.url_for_display!r})"
 
     def close(self) -> None:
-        """Release the connection pool."""
         self.engine.dispose()
 
     def __enter__(self) -> "Store":
@@ -86,8 +81,6 @@ class Store:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    # studies -------------------------------------------------------------------------------------
 
     @waits_out_outages
     def upsert_study(self, name: str, spec: dict) -> int:
@@ -111,7 +104,7 @@ class Store:
 
     @waits_out_outages
     def study_counts(self) -> list[dict]:
-        """Per study: its name, runs, runs by status, records and sigmoid fits (for listings)."""
+        """Per study: its name, runs, runs by status, records and sigmoid fits."""
         with self._sessions() as session:
             runs = session.execute(
                 select(Study.name, Run.status, func.count(Run.id))
@@ -148,8 +141,8 @@ class Store:
 
     @waits_out_outages
     def study_stamp(self, name: str) -> tuple:
-        """What changes whenever the study's runs or records do: (runs, last run update, records, last record id),
-        read in one query, so a viewer polls it cheaply and rereads the frames only when it moves."""
+        """(runs, last run update, records, last record id): a cheap stamp a viewer polls, rereading frames only
+        when it moves."""
         with self._sessions() as session:
             study = self._study(session, name)
             runs = session.execute(
@@ -167,8 +160,6 @@ class Store:
         """The spec saved with the study; UserError naming the known studies if there is none."""
         with self._sessions() as session:
             return dict(self._study(session, name).spec)
-
-    # runs ----------------------------------------------------------------------------------------
 
     @waits_out_outages
     def ensure_run(self, study: str, name: str, config: dict, seed: int = 0) -> int:
@@ -196,7 +187,7 @@ class Store:
 
     @waits_out_outages
     def delete_run(self, run_id: int) -> None:
-        """Remove a run with its records and fits (a run its study no longer plans, SweepDriver._drop_superseded)."""
+        """Remove a run with its records and fits."""
         with self._writes.begin() as session:
             for table in (Fit, Record):
                 session.execute(delete(table).where(table.run_id == run_id))
@@ -214,21 +205,16 @@ class Store:
             ).all()
         return pd.DataFrame([tuple(row) for row in rows], columns=RUN_COLUMNS)
 
-    # records -------------------------------------------------------------------------------------
-
     @waits_out_outages
     def add_records(self, run_id: int, records: list[dict]) -> int:
-        """Store a run's records; steps already stored are skipped. Returns how many rows were inserted."""
+        """How many of a run's records were inserted; steps already stored are skipped."""
         with self._writes.begin() as session:
             return _add_records(session, run_id, records)
 
     @waits_out_outages
     def import_runs(self, study: str, runs: list[tuple[str, dict, list[dict]]]) -> tuple[int, int, int]:
-        """In one transaction, ensure each (name, config, records) run (seed 0) and add its records.
-
-        Imported runs are complete logs, so new ones are marked done (a sweep never tries to run them).
-        Returns (runs created, records inserted, records skipped because their step was already stored).
-        """
+        """(runs created, records inserted, records skipped), in one transaction; new runs are marked done, as
+        imported runs are complete logs a sweep must never run."""
         created = inserted = skipped = 0
         with self._writes.begin() as session:
             for name, config, records in runs:
@@ -241,9 +227,8 @@ class Store:
 
     @waits_out_outages
     def records_frame(self, study: str, *, after_id: int = 0, until_id: int | None = None) -> pd.DataFrame:
-        """One row per (run, step) of `study`: run_id, run, step, gpu_hours, rollouts, tokens, val_reward, + metrics.
-        after_id, until_id: only the records whose id is in (after_id, until_id] (a viewer reading what was added
-        since the last id study_stamp gave it)."""
+        """One row per (run, step) of `study`: RECORD_COLUMNS plus metrics; only record ids in (after_id, until_id]
+        (a viewer reading what was added since study_stamp's last id)."""
         ids = [Record.id > after_id] + ([Record.id <= until_id] if until_id is not None else [])
         with self._sessions() as session:
             study_row = self._study(session, study)
@@ -272,8 +257,6 @@ class Store:
             if column not in frame.columns:
                 frame[column] = _numeric_or_object(metrics[column])
         return frame
-
-    # fits ----------------------------------------------------------------------------------------
 
     @waits_out_outages
     def save_fits(self, study: str, fits: pd.DataFrame, model: str = "sigmoid") -> None:
@@ -306,8 +289,7 @@ class Store:
 
     @waits_out_outages
     def fits_frame(self, study: str, model: str = "sigmoid") -> pd.DataFrame:
-        """The study's stored fits of `model`: run_id, run, model, the curve parameters, A_lo, A_hi, identified,
-        reason, fitted_on."""
+        """The study's stored fits of `model`: FIT_COLUMNS with the curve parameters after `model`."""
         with self._sessions() as session:
             study_row = self._study(session, study)
             rows = session.execute(
@@ -338,8 +320,6 @@ class Store:
         params = [c for c in frame.columns if c not in _FIT_FIELDS]
         return frame[["run_id", "run", "model", *params, "A_lo", "A_hi", "identified", "reason", "fitted_on"]]
 
-    # plans ---------------------------------------------------------------------------------------
-
     @waits_out_outages
     def save_plan(self, name: str, plan: dict) -> int:
         """The plan's id; a plan saved again under the same name replaces the old one."""
@@ -363,8 +343,6 @@ class Store:
                 known = ", ".join(session.scalars(select(Plan.name).order_by(Plan.name))) or "none"
                 raise UserError(f"no plan named {name!r} in {self.url_for_display}; known: {known}")
             return dict(row.plan)
-
-    # helpers -------------------------------------------------------------------------------------
 
     def _study(self, session: Session, name: str) -> Study:
         check_name(name, field="study", what="study name")

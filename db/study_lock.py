@@ -1,11 +1,5 @@
-"""One sweep driver per study and store: a lock the driver holds while it plans and trains, released by the operating
-system or the database server when its process dies (kill -9 included), so a rerun never waits for a dead holder.
-
-SQLite: an flock on a file beside the database (`<file>-sweep-<study digest>.lock`, holding who took it). PostgreSQL:
-a session advisory lock on a connection of its own, named after its holder (pg_stat_activity.application_name). A
-second driver gets StudyBusy: one line naming the holder. Drivers in one process share the lock (a test or a
-notebook that plans with one driver and runs with another).
-"""
+"""One sweep driver per study and store: a lock the OS or database server releases when its process dies
+(kill -9 included), so a rerun never waits for a dead holder; drivers in one process share it."""
 
 import fcntl
 import hashlib
@@ -84,8 +78,6 @@ class StudyLock:
 
 
 class _FileLock:
-    """An flock on a file beside the SQLite database; the file says who holds it."""
-
     def __init__(self, database: str | None, key: str):
         self.path = None if database in (None, "", ":memory:") else Path(f"{database}-sweep-{key[:12]}.lock")
         self.fd: int | None = None
@@ -130,8 +122,6 @@ class _FileLock:
 
 
 class _ServerLock:
-    """A PostgreSQL session advisory lock on a connection of its own, its application_name naming the holder."""
-
     def __init__(self, engine: Engine, key: str):
         self.engine = engine
         self.number = int.from_bytes(bytes.fromhex(key[:16]), "big", signed=True)

@@ -1,9 +1,5 @@
-"""Runs read from a tracker (MLflow, trackio, W&B; db/trackers.py reads them) -> the importer's rows.
-
-The user names the reward metric and the compute: a logged metric of cumulative compute (GPU-hours, tokens, ...),
-or GPU-hours from each step's wall time x the run's GPUs. Everything is checked before anything is stored; the
-first problem raises a UserError naming the source, the run and the metric.
-"""
+"""Tracker runs (read by db/trackers.py) -> the importer's rows; compute is a logged cumulative metric or GPU-hours
+from each step's wall time x the run's GPUs, all checked before anything is stored."""
 
 import bisect
 import math
@@ -19,8 +15,7 @@ from rlscale.base.names import run_name_problem
 
 @dataclass
 class TrackerRun:
-    """One tracker run as its client returns it. `metrics`: metric -> step -> (value, seconds into the run when it
-    was logged, from `run_seconds`)."""
+    """One tracker run; `metrics`: metric -> step -> (value, seconds into the run when logged, from run_seconds)."""
 
     name: str
     run_id: str
@@ -28,9 +23,8 @@ class TrackerRun:
 
 
 def run_seconds(segments: list[tuple[float, list[float]]]) -> list[list[float]]:
-    """Seconds into the run at each logged time (unix seconds) of each segment (start, times) of one run, in order.
-    A segment (a resume) counts from its own start, after the segments before it, each of which took from its
-    start to its last logged time: the time between a crash and its resume is not the run's."""
+    """Seconds into the run at each logged time of each (start, times) segment; a resume counts from its own start,
+    so the time between a crash and its resume is not the run's."""
     out, before = [], 0.0
     for start, times in segments:
         out.append([before + max(t - start, 0.0) for t in times])
@@ -41,9 +35,8 @@ def run_seconds(segments: list[tuple[float, list[float]]]) -> list[list[float]]:
 def tracker_frame(
     runs: list[TrackerRun], *, source: str, reward: str | None, compute: str | None, gpus: float | None
 ) -> pd.DataFrame:
-    """Rows (run, step, compute, reward, rollouts, tokens) of every run that logged `reward`, one per step with a
-    reward. attrs: `compute_unit` ("gpu_hours" or the compute metric), `compute_note` (that, in words) and
-    `runs_left_out` (runs that never logged the reward)."""
+    """Importer rows of every run that logged `reward`, one per step with a reward; attrs `compute_unit`,
+    `compute_note` (in words) and `runs_left_out` (runs that never logged the reward)."""
     check_choice(source, reward, compute, gpus)
     if not runs:
         raise UserError("no runs here", file=source)
@@ -85,8 +78,7 @@ def tracker_frame(
 
 
 def check_choice(source: str, reward: str | None, compute: str | None, gpus: float | None) -> None:
-    """That the user named the reward metric and one way to the compute (a UserError otherwise); the readers call
-    it before they read."""
+    """UserError unless the user named the reward metric and exactly one way to the compute."""
     if reward is None:
         raise UserError("name the reward metric with --reward", file=source, field="--reward")
     if (compute is None) == (gpus is None):
@@ -115,14 +107,12 @@ def _check_names(runs: list[TrackerRun], source: str) -> None:
 
 
 def _cumulative(run: TrackerRun, metric: str, steps: list[int], where: str) -> list[float]:
-    """The cumulative `metric` at each of `steps`: as logged there, else interpolated between the steps around it
-    (a counter logged every k steps); 0 at step 0 when the run did not log it there."""
     if metric not in run.metrics:
         raise UserError(f"no metric {metric!r} ({_some_metrics([run])})", file=where, field="--compute")
     logged = {
         step: _number(value, where, step, metric, minimum=0.0) for step, (value, _) in run.metrics[metric].items()
     }
-    logged.setdefault(0, 0.0)
+    logged.setdefault(0, 0.0)  # a counter logged every k steps: interpolated between logged steps, from 0
     known = sorted(logged)
     for before, after in zip(known, known[1:]):
         if logged[after] < logged[before]:

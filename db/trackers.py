@@ -1,10 +1,5 @@
-"""Runs where trackers keep them, read through each tracker's own client library (no copy of their schemas):
-- MLflow: a tracking URI and an experiment, with MlflowClient (mlflow-skinny);
-- trackio: a project in TRACKIO_DIR, with trackio's Api (its runs) and its SQLiteStorage.get_logs (their logs:
-  trackio's public Api has no history reader; get_logs is what its own CLI and server read);
-- W&B: run directories (offline or synced), with `wandb leet inspect --json`'s reader of .wandb files (wandb-core).
-Each returns db/tracker_logs.py's TrackerRun per run, named as the tracker shows it.
-"""
+"""MLflow, trackio and W&B runs read through each tracker's own client library (no copy of their schemas), as
+db/tracker_logs.py's TrackerRuns named as the tracker shows them."""
 
 import importlib
 import json
@@ -148,11 +143,7 @@ def read_wandb_log(path: str | Path, *, reward: str | None, compute: str | None,
     return tracker_frame(runs, source=source, reward=reward, compute=compute, gpus=gpus)
 
 
-# --- helpers ------------------------------------------------------------------------------------------
-
-
 def _client(module: str):
-    """The tracker's client module; a UserError naming the package to install when it is missing."""
     try:
         return importlib.import_module(module)
     except ImportError:
@@ -163,8 +154,6 @@ def _client(module: str):
 
 
 def _mlflow_uri(uri: str) -> str:
-    """A tracking URI; a path to an existing SQLite file is read as sqlite:///path. A local store that does not
-    exist is refused (MLflow would create one)."""
     path = Path(uri.removeprefix("file://")) if "://" not in uri or uri.startswith("file://") else None
     if uri.startswith("sqlite:///"):
         path = Path(uri.removeprefix("sqlite:///"))
@@ -174,7 +163,7 @@ def _mlflow_uri(uri: str) -> str:
     if path is not None:
         if path.is_file():
             return f"sqlite:///{path.resolve()}"
-        if not path.is_dir():
+        if not path.is_dir():  # MLflow would create a missing local store
             raise UserError("no such file or directory", file=uri, field="--mlflow")
     return uri
 
@@ -189,8 +178,7 @@ def _wandb_files(path: Path) -> list[Path]:
 
 
 def _wandb_reader(source: str) -> list[str]:
-    """The command of W&B's reader: wandb-core's `leet inspect`, which `wandb leet inspect` runs, called directly
-    with the flags that command passes (its own help lists them), since the Python wrapper costs ~0.7 s a file."""
+    # wandb-core's `leet inspect` called directly, with `wandb leet inspect`'s flags: that wrapper costs ~0.7 s a file
     from wandb.errors import WandbCoreNotAvailableError
     from wandb.util import get_core_path
 
@@ -201,7 +189,6 @@ def _wandb_reader(source: str) -> list[str]:
 
 
 def _wandb_records(reader: list[str], file: Path) -> tuple[dict, list[dict]]:
-    """The run record and the history rows of one .wandb file, as W&B's reader prints them."""
     done = subprocess.run([*reader, "-run-file", str(file), str(file.parent.parent)], capture_output=True, text=True)
     if done.returncode != 0:
         raise UserError(f"W&B's reader failed: {_first_line(done.stderr or done.stdout)}", file=str(file))

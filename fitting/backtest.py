@@ -1,13 +1,5 @@
-"""Backtest of the sigmoid fit, ScaleRL's protocol: fit each run on its first part (by compute), extrapolate to
-the run's end, and compare with what the run then reached.
-
-Per run: the part-fit's predicted reward over the run's last 10% of compute (with its 95% band), the observed
-reward there (mean over those points), the error, a carry-forward baseline (the last reward observed in the part)
-and whether the full-run asymptote A falls inside the part-fit's interval on A; and the prediction interval of the
-observed end reward (fitting/laws/predict.py), whether it holds it and its interval score. For runs taken as one study:
-which run the cut would have picked and the regret of that pick at the end (cut_pick). Pure:
-records in, plain data out.
-"""
+"""ScaleRL-style backtest: fit each run's first part of compute, extrapolate to its end, score against what it reached,
+and the pick a study would have made at the cut (cut_pick). Pure: records in, plain data out."""
 
 import math
 from dataclasses import asdict, dataclass
@@ -22,30 +14,14 @@ from rlscale.base.numbers import NOISE_BAND
 
 # The end of a run is judged on its last 10% of compute: one evaluation is too noisy to score a prediction.
 END_WINDOW = 0.1
-# A run still rising at the cut gained more than this from the end of the part to the end of the run
-# (ScaleRL treats |dA| < 0.02 as seed noise).
+# Gain from the part's end to the run's end that marks a run still rising (ScaleRL: |dA| < 0.02 is seed noise).
 RISE = NOISE_BAND
 
 
 @dataclass(frozen=True)
 class RunBacktest:
-    """One run's backtest. Rewards in the run's metric; compute in the records' unit.
-
-    fitted: whether the part could be fitted (else `reason` says why and the numbers are NaN).
-    predicted, predicted_lo, predicted_hi: the part-fit's mean reward over the end window and its 95% band.
-    observed: mean reward over the end window (the points at compute >= (1 - END_WINDOW) x the last compute).
-    error: predicted - observed. carry_forward: last reward observed in the part; carry_forward_error likewise.
-    A_part, A_part_lo, A_part_hi: the part-fit's asymptote and its 95% interval. A_full: the full run's, and
-    A_full_identified whether that fit is itself identified (else A_full is no measurement to check against).
-    A_inside: A_full within [A_part_lo, A_part_hi] (None when either fit is missing).
-    rising: the run gained more than RISE from the part's end window to its own end window.
-    identified, reason: the part-fit's identification and its reason (or why nothing was fitted).
-    level, pi_lo, pi_hi: the prediction interval at `level` of the observed end reward (fitting/laws/predict.py);
-    pi_inside: observed within it (None without an interval); pi_score: its interval score (`interval_score`).
-    sd_parameters, sd_noise, sd_drift: the interval's parts; sigma, gain_left, distance: what the parts are made of
-    (fitting/laws/predict.py), kept so that the interval can be calibrated on other runs.
-    leader: the mean reward over the part's own last 10% of compute (what the run shows at the cut).
-    """
+    """One run's backtest: rewards in the run's metric, compute in the records' unit, NaN where not `fitted`.
+    pi_*, sd_*, sigma, gain_left, distance: the end reward's prediction interval and its parts (laws/predict.py)."""
 
     run: str
     fitted: bool
@@ -89,19 +65,8 @@ class RunBacktest:
 
 @dataclass(frozen=True)
 class BacktestSummary:
-    """Over the runs of one backtest.
-
-    runs, fitted, rising: counts (rising among the fitted runs).
-    mae_fit_rising, mae_carry_forward_rising: mean |error| of the part-fit and of carry-forward on the rising runs.
-    mae_fit, mae_carry_forward: the same over every fitted run.
-    fit_beats_carry_forward_rising: mae_fit_rising < mae_carry_forward_rising (None without rising runs).
-    A_inside_share: share of the runs with both fits whose full-run A is inside the part-fit's interval
-    and an interval; A_checked: how many such runs. A_no_interval: fitted runs whose part-fit had too few points
-    for an interval (fewer than two per parameter): not checked, and counted here.
-    A_inside_identified_share, A_checked_identified: the same over the runs whose full-run A is identified.
-    pi_checked, pi_inside, pi_coverage: runs with a prediction interval, how many held their observed end reward,
-    and the share; pi_median_width: its median width; pi_mean_score: its mean interval score; level: its level.
-    """
+    """A backtest's totals: MAE of part-fit vs carry-forward (rising runs and all), A-interval and PI coverage.
+    A_no_interval: fitted runs too small for an A interval (under two points per parameter), left unchecked."""
 
     fraction: float
     runs: int
@@ -136,9 +101,8 @@ def in_end_window(compute: np.ndarray, last: float) -> np.ndarray:
 
 
 def interval_score(lo: float, hi: float, observed: float, level: float) -> float:
-    """Gneiting and Raftery's (2007) interval score of the central interval [lo, hi] at `level` for `observed`:
-    its width plus 2 / (1 - level) times the distance by which `observed` falls outside (reward units; lower is
-    better: coverage cannot be bought with width)."""
+    """Gneiting and Raftery's (2007) interval score of [lo, hi] at `level` for `observed`, in reward units: the width
+    plus 2 / (1 - level) x the distance `observed` falls outside (lower is better; coverage cannot be bought)."""
     alpha = 1.0 - level
     return float((hi - lo) + 2.0 / alpha * (max(lo - observed, 0.0) + max(observed - hi, 0.0)))
 
@@ -153,12 +117,8 @@ def backtest_run(
     calibration: Calibration | None = None,
     **fit_kwargs,
 ) -> RunBacktest:
-    """Backtest of one run: fit its points at compute <= fraction x its last compute, score against the end.
-
-    level, calibration: the prediction interval's level and calibration (default: fitting/laws/interval.json's).
-    `fit_kwargs` go to `fit_sigmoid` for both the part and the full-run fit (r0, min_compute, bootstrap, ...).
-    Never raises for data that cannot be fitted: the result says `fitted=False` and why.
-    """
+    """One run's backtest: fit its points at compute <= fraction x its last compute, score against its end window.
+    Never raises for data that cannot be fitted (`fitted=False` and why); `fit_kwargs` go to `fit_sigmoid`."""
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"fraction must be in (0, 1), got {fraction}")
     x = np.asarray(compute, dtype=float).ravel()
@@ -284,7 +244,6 @@ def backtest_runs(
 
 
 def summarize(results: list[RunBacktest], fraction: float = 0.5) -> BacktestSummary:
-    """The summary of a backtest's runs (see BacktestSummary)."""
     fitted = [r for r in results if r.fitted]
     rising = [r for r in fitted if r.rising]
     checked = [r for r in fitted if r.A_inside is not None]
@@ -328,7 +287,6 @@ def summarize(results: list[RunBacktest], fraction: float = 0.5) -> BacktestSumm
 
 
 def _mean_band(fit, compute) -> tuple[float, float]:
-    """95% band of the fit's mean reward over `compute`, from its bootstrap draws (NaN without draws)."""
     draws = fit.samples
     if draws is None or len(draws) < 2:
         return float("nan"), float("nan")
@@ -338,9 +296,8 @@ def _mean_band(fit, compute) -> tuple[float, float]:
 
 
 def backtest_table(records: pd.DataFrame, *, fraction: float = 0.5, **kwargs) -> dict:
-    """{"fraction", "runs": [RunBacktest.to_dict()...], "summary": BacktestSummary.to_dict(), "decision":
-    CutPick.to_dict() or None} for a report; `kwargs` go to `backtest_runs` and `cut_pick` (run_col,
-    compute_col, reward_col, fit options)."""
+    """{"fraction", "runs", "summary", "decision"} for a report, each as to_dict() (decision None without a pick).
+    `kwargs` go to `backtest_runs` (column names, fit options)."""
     results = backtest_runs(records, fraction=fraction, **kwargs)
     decision = cut_pick(results, fraction)
     return {
@@ -351,23 +308,14 @@ def backtest_table(records: pd.DataFrame, *, fraction: float = 0.5, **kwargs) ->
     }
 
 
-# How a study's pick is made from its runs cut short. prediction: the prediction at full compute with its
-# interval (fitting/laws/predict.py): of the runs that no other run surely beats (`surely_beaten`), the one with the
-# best reward at the cut; prediction_point: the highest point prediction alone; leader: the best reward over the
-# last 10% of the cut; A: the highest fitted asymptote.
+# `prediction` picks the best leader among the runs no other run surely beats (`surely_beaten`); the rest are baselines.
 PICK_METHODS = ("prediction", "prediction_point", "leader", "A")
 
 
 @dataclass(frozen=True)
 class CutPick:
-    """One study's choice from its runs cut at `fraction` of each run's compute, scored against their ends.
-
-    end: each run's actual end reward (mean over its last 10% of compute); best: the run with the highest.
-    predicted, predicted_lo, predicted_hi: each run's prediction at its full compute and its interval (a run that
-    cannot be fitted: its leader value, and an unbounded interval); leader, A: the other methods' scores (A: the
-    leader value for a run not fitted). picks: the run each of PICK_METHODS picks; regret: best end reward minus the
-    picked run's.
-    """
+    """One study's picks (per PICK_METHODS) from its runs cut at `fraction`, with their regret against the best end.
+    Dicts are {run: value}; a run not fitted scores its leader value with an unbounded interval."""
 
     fraction: float
     end: dict
@@ -392,10 +340,8 @@ class CutPick:
 
 
 def surely_beaten(run: str, predicted: dict, lo: dict, hi: dict) -> bool:
-    """Whether another run's predicted end exceeds `run`'s by more than the interval of their difference: the two
-    predictions' errors taken as independent, its half-width is the hypot of the half-widths of the sides that face
-    each other (the other's lower, `run`'s upper; each at the intervals' level). An unbounded interval (a run with no
-    prediction) is never beaten and beats none."""
+    """Whether another run's prediction exceeds `run`'s by more than the hypot of the facing half-widths (independent
+    errors). An unbounded interval (a run with no prediction) is never beaten and beats none."""
     up = hi[run] - predicted[run]
     for other in predicted:
         down = predicted[other] - lo[other]
@@ -405,7 +351,6 @@ def surely_beaten(run: str, predicted: dict, lo: dict, hi: dict) -> bool:
 
 
 def _cut_pick(fraction, end, predicted, lo, hi, leader, asymptote) -> CutPick:
-    """The picks of PICK_METHODS from each run's scores ({run: value}, the same runs in each) and their regret."""
     best = max(end, key=end.get)
 
     def top(score, among=None):

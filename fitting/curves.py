@@ -1,6 +1,5 @@
-"""A study's fit of record: each run's sigmoid on the points and in the unit its study names, as the decision, the
-report, recommend, export, the dashboard and the scheduler read it (pure: frames in, one row per run out), and the
-study's compute unit and the records column that meters it."""
+"""A study's fit of record: each run's sigmoid on the points and in the unit its study names, as every view and the
+scheduler read it (pure: frames in, one row per run out); and the study's compute unit and its records column."""
 
 from dataclasses import dataclass
 
@@ -10,8 +9,7 @@ from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 from rlscale.fitting.sigmoid.points import BIN_WIDTH, record_breaking_points
 from rlscale.fitting.sigmoid.runs import run_labels
 
-# Every fit of record (and the optimal-n law on them) draws this many bootstrap resamples from this seed, so that
-# each view of a study reads the same intervals and the same "identified".
+# One bootstrap size and seed for every fit of record, so each view of a study reads the same intervals and verdicts.
 FIT_BOOTSTRAP = 100
 FIT_SEED = 0
 
@@ -103,13 +101,8 @@ def run_curves(
     seed: int = FIT_SEED,
     cache=None,
 ) -> tuple[pd.DataFrame, dict]:
-    """Per-run sigmoid fits for the optimal-n law and the decision: (curves, draws).
-
-    curves: one row per run (CURVE_COLUMNS); runs that cannot be fitted keep NaN parameters and the reason.
-    draws: {run: (m, 4) bootstrap (A, B, C_mid, R0)}. Fits use the record-breaking points (IsoCompute) when
-    record_breaking is set. Runs are keyed by run_id when both frames have it, else by name. cache: fits by their
-    points (`memo_fit`), for a viewer that refits a study each time records arrive.
-    """
+    """(curves: a CURVE_COLUMNS row per run, NaN parameters and the reason where unfitted; draws: {run: (m, 4) bootstrap
+    (A, B, C_mid, R0)}). cache: fits by their points (`memo_fit`), for a viewer that refits as records arrive."""
     runs = run_geometry(runs)
     key = "run_id" if "run_id" in runs.columns and "run_id" in records.columns else "run"
     runs["label"] = run_labels(runs)
@@ -196,9 +189,8 @@ def fit_of_record(
     min_compute: float = 0.0,
     upper_level=None,
 ):
-    """One run's fit of record (a SigmoidFit; FitError when it cannot be fitted): its sigmoid on `fitted_points`,
-    with the fit of record's bootstrap and seed; bounded: the study's rewards are pass rates (is_pass_rate);
-    upper_level: also the profile bound on A (early termination's)."""
+    """One run's fit of record (a SigmoidFit; FitError when it cannot be fitted) on `fitted_points`, with the fit of
+    record's bootstrap and seed; upper_level: also the profile bound on A (early termination's)."""
     compute, reward = np.asarray(compute, dtype=float), np.asarray(reward, dtype=float)
     keep = fitted_points(compute, reward, record_breaking, bin_width)
     return fit_sigmoid(
@@ -214,9 +206,8 @@ def fit_of_record(
 
 @dataclass(frozen=True)
 class StudyFits:
-    """A study's fit of record. spec: the Study (None for one imported without a spec); runs, records: the store's
-    frames (records: those with the metric); curves, draws: run_curves' on `compute_col` and `metric`, on the points
-    `record_breaking` and `bin_width` name."""
+    """A study's fit of record: spec (the Study; None when imported without one), the store's runs and records (those
+    with the metric), and run_curves' curves and draws on `compute_col` and `metric`."""
 
     study: str
     spec: object
@@ -249,10 +240,8 @@ def stable(curves: pd.DataFrame, max_truncation: float = MAX_TRUNCATION) -> pd.S
 
 
 def reach_of_finished(curves: pd.DataFrame) -> float:
-    """The compute every finished run (neither stopped early nor failed) with a fitted curve reached, 0 when none:
-    below it each fitted curve is read inside its own data. Runs whose fit is not identified and that ended earlier
-    are not waited for when some finished run's fit is identified (a short imported log would otherwise set the
-    compute every run is compared at); views name them as ended before it."""
+    """The compute every finished run with a fitted curve reached (0 when none), below which each curve reads its own
+    data; unidentified runs that ended earlier are not waited for when some finished run is identified."""
     usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]
     usable = usable[~usable["status"].fillna("done").isin(["stopped", "failed"])]
     if not len(usable) or "c_max" not in usable:

@@ -1,6 +1,5 @@
-"""A stored study in, its fit of record and its decision out: the one place the store's frames become a StudyFits
-(fitting.curves), stored beside the records, and the one Decision (fitting.rules.decision) every view reads. Takes
-any object with the Store's frame methods (fitting never imports the runner)."""
+"""A stored study in, its fit of record (StudyFits) and the one Decision every view reads out. Takes any object with
+the Store's frame methods (fitting never imports the runner)."""
 
 import pandas as pd
 from rlscale.fitting.curves import (
@@ -28,9 +27,8 @@ def study_fits(store, study: str, *, cache=None) -> StudyFits:
 
 
 def fits_from_frames(study: str, typed, runs: pd.DataFrame, records: pd.DataFrame, *, cache=None) -> StudyFits:
-    """study_fits from the frames themselves (pure): typed, the Study (None: one imported without a spec); runs and
-    records in the shape of the Store's runs_frame and records_frame (a notebook's frame is put in it by
-    rlscale.api.frame_study)."""
+    """study_fits from the frames themselves (pure): typed, the Study (None: imported without a spec); runs and records
+    shaped as the Store's runs_frame and records_frame."""
     metric = typed.metric if typed is not None else "val_reward"
     runs = latest_runs(runs)
     records = records[records["run_id"].isin(runs["run_id"])]
@@ -74,9 +72,8 @@ def study_decision(
     extend: float | None = None,
     cache=None,
 ):
-    """The one Decision (fitting.rules.decision) of a stored study at `budget` (its unit; default: its decision
-    budget); None before any run is evaluated. extend: the study's extension factor (default: its spec's); cache:
-    study_fits'."""
+    """The one Decision of a stored study at `budget` (its unit; default: its decision budget); None before any run is
+    evaluated. extend: the study's extension factor (default: its spec's)."""
     from rlscale.fitting.rules.decision import decide
 
     try:

@@ -1,11 +1,5 @@
-"""Cost model: GPU-hours of one RL step as a function of prompts_per_batch (B_p) and rollouts (n).
-
-    gpu_hours(run) = startup_gpu_hours + steps * (step_overhead_gpu_hours + gpu_hours_per_rollout * B_p * n)
-
-Sampling and training both scale with the rollouts of a step (B_p * n); the per-step overhead is what
-does not (weight sync, scheduling, the amortised validation pass); startup is paid once per run
-(engine start, model load) and matters only for short runs on small hardware. All functions are pure.
-"""
+"""Cost model: GPU-hours of a run = startup + steps * (step overhead + per-rollout cost * B_p * n); pure functions.
+Overhead is what does not scale with B_p * n (weight sync, scheduling, validation); startup is paid once a run."""
 
 import math
 
@@ -29,17 +23,14 @@ class Profile(BaseModel):
     calibrated_on: str = Field("", description="what the costs were measured on: host, date, study and runs")
 
 
-# ScaleRL (Khatri et al. 2025): 8B model, 16k context, 100k GPU-hours for ~7,400 steps at 48 x 16
-# rollouts; at that scale the per-step overhead and startup are lost in the per-rollout cost.
+# ScaleRL (Khatri et al. 2025): 8B, 16k context, 100k GPU-hours for ~7,400 steps at 48 x 16; overhead is noise there
 SCALERL_8B = Profile(
     name="scalerl-8b",
     gpu_hours_per_rollout=100_000 / (7_400 * 48 * 16),
     description="ScaleRL's published scale: 8B model, 16k context, H100-class GPUs",
 )
 
-# The embedded tiny policy on 2 CPU cores (generator + trainer, one device each): `rlscale plan --calibrate` on a
-# quickstart sweep's records, 0.060 device-seconds per step plus 1.76 ms per rollout. Startup 0: the device-hours
-# clock starts once the engine and trainer are up (their start-up is wall time, not charged compute).
+# calibrated: 0.060 device-s/step + 1.76 ms/rollout; startup 0 as the clock starts once engine and trainer are up
 TINY_CPU = Profile(
     name="tiny-cpu",
     gpu_hours_per_rollout=4.89054e-07,
@@ -90,14 +81,8 @@ class CalibrationQuality(BaseModel):
 def calibrate(
     records: pd.DataFrame, runs: pd.DataFrame, *, name: str, calibrated_on: str = ""
 ) -> tuple[Profile, CalibrationQuality]:
-    """Fit a Profile to measured records by least squares on per-step cost.
-
-    records: run_id, step, gpu_hours (cumulative). runs: run_id, config (a recipe dict with
-    prompts_per_batch and rollouts). Per-step cost = the GPU-hours between consecutive records divided
-    by the steps between them; it is regressed on B_p * n (weighted by the steps each interval spans,
-    i.e. least squares on the interval costs). Startup = mean over runs of what the first record holds
-    beyond its steps' cost. Raises UserError when the data cannot identify both coefficients.
-    """
+    """A Profile fitted by least squares of record-to-record interval costs on B_p * n, and its quality; UserError
+    when the data cannot identify both coefficients."""
     missing = {"run_id", "step", "gpu_hours"} - set(records.columns)
     if missing:
         raise UserError(f"records lack column(s) {', '.join(sorted(missing))}")
@@ -145,7 +130,6 @@ def calibrate(
 
 
 def _batch_by_run(runs: pd.DataFrame) -> dict:
-    """run_id -> B_p * n from each run's config."""
     out = {}
     for row in runs.to_dict("records"):
         config = row.get("config") or {}

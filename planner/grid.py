@@ -1,8 +1,5 @@
 """IsoCompute grids: spread one compute level over prompts_per_batch (B_p), rollouts (n) and steps (M).
-
-The IsoCompute Playbook sweeps B_p in 2^5..2^10 and n in 2^3..2^11 with B_p * n <= B_max and gives
-every point the same compute, so M = floor(per-run compute / cost per step). All functions are pure.
-"""
+Every point gets the same compute, so M = floor(per-run compute / cost per step); all functions are pure."""
 
 import bisect
 from collections.abc import Sequence
@@ -54,7 +51,7 @@ class IsoComputePlan:
 
     @property
     def total_gpu_hours(self) -> float:
-        """What the planned points spend together."""
+        """What the planned points spend together, in GPU-hours."""
         return sum(p.gpu_hours for p in self.points)
 
     def to_json(self) -> dict:
@@ -117,14 +114,8 @@ def allocate(
     replicas: int = 1,
     field: str = "budget",
 ) -> tuple[float, list[int | None]]:
-    """Give every point the same compute; (per-run compute, steps per point or None if dropped).
-
-    `budget` is one run's compute if `per_run`, else the whole sweep's, split equally over the kept
-    points times `replicas` (seeds). A point is dropped when it cannot reach `min_steps`; dropping the
-    costliest points frees budget for the rest, so the kept set is the largest group of cheapest
-    points that all reach `min_steps` (ties in cost are kept or dropped together). A budget that would give
-    a run more than MAX_STEPS steps is a UserError naming `field`.
-    """
+    """(per-run compute, steps per point or None if dropped), every kept point at the same compute; keeps the
+    largest group of cheapest points (ties together) that all reach `min_steps`."""
     if budget <= 0:
         raise ValueError("budget must be positive")
     if step_costs:

@@ -14,12 +14,8 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2 core-schema scalars and duplicate keys refused.
-
-    YAML 1.1 (PyYAML's default) reads `1_000` as 1000, `010` as 8, `1:30` as 90 and `yes`/`on` as true, and
-    a key given twice silently keeps the last value; here those are strings (which the schema then refuses
-    where it expects a number) and a duplicate key is an error with its line.
-    """
+    """PyYAML's safe loader with YAML 1.2 core-schema scalars and duplicate keys refused: YAML 1.1 would read
+    `1_000` as 1000, `010` as 8, `1:30` as 90, `yes` as true, and keep a repeated key's last value silently."""
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):

@@ -83,9 +83,8 @@ def model_profiles(study: Study) -> dict[str, Profile]:
 
 
 def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPlan:
-    """Every run of the study (points x seeds) with steps set by the compute budget, if there is one. On a
-    `model` axis each model's steps are priced by its own profile (`models`), so equal compute buys fewer steps
-    of a larger model; `profile` prices the others."""
+    """Every run (points x seeds), steps set by the compute budget if any; a `model` axis prices each model's
+    steps by its own profile, so equal compute buys fewer steps of a larger model."""
     from rlscale.planner.profiles import load_profile
 
     if isinstance(profile, str):
@@ -149,12 +148,11 @@ def planned_runs(study: Study, *, profile: Profile | str | None = None) -> list[
 
 
 def _step_cost(recipe: Recipe, unit: str, profile: Profile) -> float:
-    """Cost of one step in `unit`; tokens count max_new_tokens per rollout (an upper bound)."""
     if unit == "gpu_hours":
         return step_gpu_hours(profile, recipe.prompts_per_batch, recipe.rollouts)
     if unit == "rollouts":
         return float(step_rollouts(recipe.prompts_per_batch, recipe.rollouts))
-    return step_tokens(recipe.prompts_per_batch, recipe.rollouts, recipe.max_new_tokens)
+    return step_tokens(recipe.prompts_per_batch, recipe.rollouts, recipe.max_new_tokens)  # an upper bound
 
 
 def trial_recipe(study: Study, recipe_keys: dict) -> tuple[Recipe, float]:

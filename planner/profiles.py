@@ -1,8 +1,5 @@
 """Finding cost profiles by name: the built-ins, or JSON files saved by `rlscale plan --calibrate`.
-
-Saved profiles live in `settings.cache_dir()/profiles/<name>.json`; built-in names cannot be shadowed,
-so `scalerl-8b` always means ScaleRL's published scale.
-"""
+Built-in names cannot be shadowed, so `scalerl-8b` always means ScaleRL's published scale."""
 
 import json
 from pathlib import Path
@@ -16,7 +13,6 @@ from rlscale.base.names import check_name, is_name
 
 
 def profiles_dir() -> Path:
-    """Directory of saved (calibrated) profiles."""
     return settings.cache_dir() / "profiles"
 
 

@@ -1,8 +1,5 @@
-"""The recipe: every knob of one RL job, with ScaleRL's values as defaults.
-
-This is the one definition of a recipe; the planner, the runner, the store (as JSON) and the
-exporter all use it. Keys are the study-file keys (docs/methods.md section 5).
-"""
+"""The recipe: every knob of one RL job, with ScaleRL's values as defaults; the one definition the planner, runner,
+store (as JSON) and exporter share. Keys are the study-file keys (docs/methods.md section 5)."""
 
 import math
 from typing import Literal
@@ -15,10 +12,7 @@ AdvNorm = Literal["batch", "group", "none"]
 AsyncMode = Literal["pipeline", "ppo_off_policy", "sync"]
 LengthControl = Literal["interrupt", "truncate"]
 
-# Clip ranges per loss, as (low, high) on the importance ratio r: PPO-style losses clip r to
-# [1 - low, 1 + high]; CISPO truncates its stop-gradient weight to the same range, and low = 1 (a
-# lower bound of 0) means no lower truncation, as in ScaleRL (upper bound 5 as in TRL's ScaleRL mapping). GSPO's
-# ranges are on the sequence-level ratio (GSPO paper: 3e-4 / 4e-4).
+# r clipped to [1 - low, 1 + high]; cispo: no lower cut, top 5 (ScaleRL, TRL); gspo: the GSPO paper's sequence ratio
 CLIP_DEFAULTS: dict[str, tuple[float, float]] = {
     "grpo": (0.2, 0.2),
     "dapo": (0.2, 0.28),
@@ -36,17 +30,14 @@ class Recipe(BaseModel):
     # what trains it: rlscale's own Ray job, or verl 0.9.1 / TRL 1.16.0 jobs on a Ray cluster (runner.engine.ENGINES)
     engine: Literal["builtin", "verl", "trl"] = "builtin"
 
-    # what is trained, on what
     model: str = Field("tiny", description="'tiny' (the embedded CPU policy) or a HF model directory")
     task: str = Field("arithmetic", description="'arithmetic', 'arithmetic_hard' or a JSONL file of {prompt, answer}")
     verifier: str | None = Field(None, description="custom verifier as 'module:function'; None = the task's own")
 
-    # batch geometry (B_p, n, M)
     prompts_per_batch: int = Field(48, ge=1)
     rollouts: int = Field(16, ge=1)
     steps: int = Field(400, ge=1)
 
-    # the loss and its knobs
     loss: Loss = "cispo"
     loss_agg: LossAgg = "prompt"
     adv_norm: AdvNorm = "batch"
@@ -67,7 +58,6 @@ class Recipe(BaseModel):
     kl_coef: float = Field(0.0, ge=0)
     entropy_coef: float = Field(0.0, ge=0)
 
-    # optimisation
     lr: float = Field(
         3e-4,
         gt=0,
@@ -88,18 +78,15 @@ class Recipe(BaseModel):
     grad_clip: float = Field(1.0, gt=0)
     weight_decay: float = Field(0.0, ge=0)
 
-    # off-policy machinery
     async_mode: AsyncMode = Field("pipeline", alias="async")
     max_staleness: int = Field(8, ge=0, description="pipeline: trainer at most k steps ahead of the generating weights")
     ppo_minibatches: int = Field(4, ge=1, description="ppo_off_policy: minibatch updates per generated batch")
     recompute_logprobs: bool = False
 
-    # generation
     temperature: float = Field(1.0, gt=0)
     max_new_tokens: int = Field(16, ge=1)
     length_control: LengthControl = "interrupt"
 
-    # evaluation and bookkeeping
     eval_every: int = Field(10, ge=1)
     eval_early_per_decade: int = Field(
         0,

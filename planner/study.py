@@ -1,10 +1,5 @@
-"""The study schema (studies/*.yaml): a base recipe, the axes to vary, the compute each run gets, and the cross-field
-checks. Reading a file is planner.study_file's; turning a study into runs is planner.planning's.
-
-One schema for the planner, the sweep driver, the store (as the study's spec) and the exporter.
-Unknown keys are errors at every level, and every axis value is checked against the Recipe, so a
-typo fails at load time with the file and field path instead of silently running the default.
-"""
+"""The study schema (studies/*.yaml): a base recipe, the axes to vary, the compute each run gets, cross-field checks.
+Unknown keys are errors at every level and every axis value is checked against the Recipe, so typos fail at load."""
 
 import json
 import math
@@ -96,7 +91,6 @@ class Axis(_Strict):
 
     @property
     def is_range(self) -> bool:
-        """True for a min/max axis (bayes), False for a list of values."""
         return self.values is None
 
 
@@ -133,8 +127,7 @@ class EarlyTerminate(_Strict):
 
 
 class ModelSize(_Strict):
-    """One value of a `model` axis: its parameter count (Tan et al.'s N) and the cost profile its steps are priced
-    by."""
+    """One value of a `model` axis: its parameter count (Tan et al.'s N) and the cost profile pricing its steps."""
 
     parameters: float = Field(gt=0, allow_inf_nan=False, description="parameter count, e.g. 1.7e9")
     profile: str = Field(pattern=NAME_PATTERN, description="cost profile of one step of this model")
@@ -271,11 +264,8 @@ class Study(_Strict):
         return self.fit.points == "record_breaking" or (self.fit.points is None and self.method == "isocompute")
 
     def to_spec(self) -> dict:
-        """The study as plain JSON (study-file keys, what the file set), as stored with the study.
-
-        Unset keys stay out so the spec re-validates (e.g. recipe.steps beside compute); each planned
-        run's recipe is stored in full with the run.
-        """
+        """The study as plain JSON in study-file keys, as stored with the study; unset keys stay out so the spec
+        re-validates (e.g. recipe.steps beside compute)."""
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
@@ -298,7 +288,6 @@ def run_count(study: Study) -> int:
 
 
 def _problems(study: Study):
-    """Yield (field path, message) for every cross-field rule the study breaks."""
     method = study.method
     runs = run_count(study)
     if runs > MAX_RUNS:
@@ -372,7 +361,6 @@ def _problems(study: Study):
 
 
 def _setup_problems(study: Study):
-    """A setup block names files its engine reads, and the engine is fixed for the study."""
     setup, engine = study.setup, study.recipe.engine
     if setup is None:
         return
@@ -392,7 +380,6 @@ def _setup_problems(study: Study):
 
 
 def _model_axis_problems(study: Study):
-    """A `model` axis and `models` name the same HF directories, each once."""
     axis = study.parameters.get("model")
     if axis is None:
         if study.models:
@@ -422,7 +409,6 @@ def _key_problems(key: str, path: tuple, study: Study):
 
 
 def _value_problems(base: dict, key: str, value: Any, path: tuple):
-    """Problems with setting recipe key `key` to `value` on top of `base`."""
     try:
         recipe = Recipe.model_validate({**base, RECIPE_KEYS[key]: value}, strict=True)  # `1_000` is no int
     except ValidationError as err:

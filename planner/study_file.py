@@ -1,6 +1,5 @@
-"""Reading a study: a YAML file (with the user's verl or TRL setup it names) or a spec stored with a study, into a
-checked Study (planner.study). planner.planning turns a Study into runs; reading plans only to check a setup
-study's varied keys against the user's files (planner.frameworks.setup)."""
+"""Reading a study from a YAML file (with the verl or TRL setup it names) or a stored spec into a checked Study;
+a setup study is planned here only to check its varied keys against the user's files."""
 
 from pathlib import Path
 
@@ -31,9 +30,6 @@ def load_study(path: str | Path) -> Study:
 
 
 def _with_setup(study: Study, folder: Path) -> Study:
-    """The study with its setup's paths made absolute (from the study file's folder) and its recipe filled in from
-    the user's keys where the study's recipe block does not set a field; UserError for a conflict between the two
-    (planner/frameworks/setup.py)."""
     from rlscale.planner.frameworks.setup import check_study_setup, recipe_from_setup, setup_key, study_setup
 
     block = study.setup
@@ -92,9 +88,8 @@ def parse_study(data: dict, *, file: str) -> Study:
 
 
 def study_from_spec(spec: dict, *, name: str) -> Study | None:
-    """The Study a spec stored with study `name` describes (Study.to_spec), or None for an empty spec (a study
-    made by `rlscale import` has none); UserError naming the study and field if the spec does not validate.
-    The one parser of stored specs: status, report, recommend and export all read a study through it."""
+    """The Study a stored spec describes, or None for an empty one (an imported study's); the one parser of stored
+    specs that status, report, recommend and export share."""
     if not spec:
         return None
     return parse_study({"name": name, **spec}, file=f"study {name} in the store")

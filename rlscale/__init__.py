@@ -1,7 +1,5 @@
 """rlscale: make RL post-training as predictable as pre-training.
-
-In a notebook: rlscale.fit, predict, decide, decision_text and plot (rlscale/api.py, docs/api.md), loaded on first
-use so that `import rlscale` and the command line stay fast."""
+rlscale.fit, predict, decide, decision_text and plot (rlscale/api.py) load on first use: `import rlscale` stays fast."""
 
 __version__ = "0.1.0"
 API = ("decide", "decision_text", "fit", "plot", "predict")

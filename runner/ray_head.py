@@ -1,12 +1,5 @@
-"""The one local Ray head: what a sweep with no cluster named, the tests and the benchmarks start on this machine, and
-how this process reaches a cluster (the Jobs API client, a Ray driver).
-
-A local head is `ray start --head` on loopback with the dashboard and job agent on ports of its own, this host's
-cores (RLSCALE_RAY_CPUS to advertise more or fewer) and GPUs, a temp dir of its own and a process group of its own,
-so it outlives a driver killed with -9. Its address is kept in a head file: a driver restarted after kill -9 adopts
-the head (and the jobs still running on it) instead of starting a second one beside it. Stopping it removes its
-processes, its temp dir and its head file.
-"""
+"""The one local Ray head (a sweep with no cluster named, the tests, the benchmarks) and how this process reaches a
+cluster; a head file lets a driver restarted after kill -9 adopt the head and its jobs."""
 
 import json
 import logging
@@ -28,8 +21,7 @@ from rlscale.base.errors import UserError
 HEAD_FILE = "ray-head.json"
 START_SECONDS = 180.0  # a head with its dashboard and job agent takes 5-30 s on 2 busy cores
 CPUS_ENV = "RLSCALE_RAY_CPUS"  # logical CPUs a local head advertises (default: this host's cores)
-# Ray starts its workers at nice 15; on a shared CPU host any other busy process then starves the actors (measured:
-# 30-50x slower steps beside two busy loops), so a head rlscale starts runs them at normal priority
+# Ray's workers run at nice 15, starved by any busy process on a shared host (measured: 30-50x slower steps)
 WORKER_NICENESS_ENV = {"RAY_worker_niceness": "0"}
 
 
@@ -59,9 +51,8 @@ def use_token_if_any() -> None:
 
 
 def jobs_client(address: str | None):
-    """A JobSubmissionClient for the cluster at `address` (the dashboard, http://HEAD:8265; RAY_ADDRESS when None),
-    with the token Ray's own clients would use. UserError (one line: why, and what to set) when the cluster cannot
-    be reached."""
+    """A JobSubmissionClient for the dashboard at `address` (RAY_ADDRESS when None) with the token Ray's clients would
+    use; UserError (why, and what to set) when the cluster cannot be reached."""
     from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
@@ -87,10 +78,8 @@ def jobs_client(address: str | None):
 
 
 def connect(address: str | None, *, cpus: int | None = None) -> "LocalHead | None":
-    """Connect this process's Ray driver to the cluster whose GCS is at `address` (HOST:PORT), or RAY_ADDRESS's, with
-    the token Ray's clients would use; with neither, to a local head started here with `cpus` (at least
-    local_cpus()), which is returned for `disconnect` to stop. UserError (one line) when the cluster cannot be
-    joined. Never Ray's own fallback (the cluster /tmp/ray/ray_current_cluster names, possibly long dead)."""
+    """Connect this process's Ray driver to the GCS at `address` (or RAY_ADDRESS), else to a local head started here,
+    returned for `disconnect`; never Ray's own fallback (/tmp/ray/ray_current_cluster, possibly long dead)."""
     import ray
 
     address = address or os.environ.get("RAY_ADDRESS") or None
@@ -159,9 +148,8 @@ class LocalHead:
             return False
 
     def stop(self, head_file: Path | None = None) -> None:
-        """Stop the head and every process it started, jobs included; remove its temp dir and `head_file`. `ray start`
-        shuts its cluster down on SIGTERM (~2 s); what is left after that (a head that died, a job's process tree)
-        gets SIGKILL."""
+        """Stop the head and every process it started, jobs included; remove its temp dir and `head_file`. SIGTERM
+        first (`ray start` shuts down in ~2 s), then SIGKILL to what is left."""
         _kill([pid for pid in self.processes() if _session(pid) != self.pid])  # jobs first: Ray waits for them
         if self.temp_dir in _cmdline(self.pid):  # not a process that took the pid of a head long gone
             try:
@@ -208,12 +196,8 @@ def local_head(directory: Path, *, cpus: int | None = None) -> LocalHead:
 def start_head(
     *, cpus: int | None = None, gpus: int | None = None, env: dict | None = None, head_file: Path | None = None
 ) -> LocalHead:
-    """`ray start --head` on loopback with the dashboard and job agent, every port of its own (another Ray cluster on
-    this machine holds the defaults), `cpus` (default local_cpus()) and `gpus` (default: those Ray detects), in a
-    temp dir and a process group of its own; workers at normal priority; returns once the Jobs API answers and the
-    dashboard reports the node. `env`: more environment for the head (e.g. RAY_AUTH_MODE=disabled). `head_file` is
-    written as soon as the head's process exists, so a driver killed while it starts leaves a head the next one
-    finds (and stops, if it never came up)."""
+    """`ray start --head` on loopback with ports, a temp dir and a process group of its own; returns once the dashboard
+    reports the node. `head_file` is written once the process exists, so a driver killed meanwhile leaves it found."""
     ray = Path(sys.executable).with_name("ray")
     temp = tempfile.mkdtemp(prefix="rlscale-ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
     port, dashboard, agent, agent_grpc, runtime_env, metrics = free_ports(6)
@@ -284,7 +268,6 @@ def _wait_gone(pids: list[int], seconds: float) -> None:
 
 
 def _kill(pids: list[int]) -> None:
-    """SIGKILL to `pids`, then wait (10 s at most) until they are gone."""
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -294,7 +277,6 @@ def _kill(pids: list[int]) -> None:
 
 
 def _session(pid: int) -> int | None:
-    """The session id of process `pid` (None when it is gone)."""
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[3])
     except (OSError, ValueError, IndexError):
@@ -316,7 +298,6 @@ def _cmdline(pid: int) -> str:
 
 
 def _running(pid: int) -> bool:
-    """Whether the process runs (a child of this process that ended is reaped, not counted as running)."""
     try:
         if os.waitpid(pid, os.WNOHANG)[0] == pid:
             return False

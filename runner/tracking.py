@@ -1,10 +1,5 @@
-"""A study's `tracking:` key: each evaluation the sweep stores (step, compute, reward) mirrored to the tracker the
-user already watches, through that tracker's own client library. Runs are grouped by study (MLflow experiment,
-trackio or W&B project) and named by run; a resumed run continues the same tracker run.
-
-For builtin runs: verl and TRL jobs log to the user's own trackers themselves (their trainer.logger / report_to).
-The driver calls `log` from the thread of each run in flight, so a tracker serialises its client calls.
-"""
+"""A study's `tracking:` key: each stored evaluation mirrored to the user's tracker (MLflow, trackio, W&B), a group per
+study and a run per run. The driver calls `log` from each run's thread, so a tracker serialises its client calls."""
 
 import hashlib
 import re
@@ -22,9 +17,8 @@ RUN_ID_CHARACTERS, RUN_ID_LENGTH = re.compile(r"[^A-Za-z0-9_-]"), 64  # what W&B
 
 
 def tracker_run_id(run_key: str) -> str:
-    """A run's id in the trackers (W&B's run id, which every segment of the run continues), the same on every
-    engine: its key when W&B takes it as it is, else the key's allowed characters with a hash of the whole key, so
-    two keys never share one."""
+    """A run's W&B run id (every segment of the run continues it), the same on every engine: its key if W&B takes it,
+    else its allowed characters with a hash of the whole key, so two keys never share one."""
     if len(run_key) <= RUN_ID_LENGTH and not RUN_ID_CHARACTERS.search(run_key):
         return run_key
     digest = hashlib.sha256(run_key.encode()).hexdigest()[:10]
@@ -44,8 +38,7 @@ class Tracker(ABC):
         self.lock = threading.Lock()
 
     def log(self, run: str, run_key: str, records: list[dict]) -> None:
-        """Mirror the evaluations among `records` (those with a val_reward) of run `run` (checkpoint key
-        `run_key`, a stable id across resumes)."""
+        """Mirror the evaluations among `records` of run `run`; `run_key` is its stable id across resumes."""
         evaluations = [record for record in records if record.get("val_reward") is not None]
         if evaluations:
             with self.lock:

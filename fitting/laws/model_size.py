@@ -1,9 +1,5 @@
-"""The model size for a budget: Tan et al.'s power law fitted across a study's sizes at equal compute.
-
-Each size's runs give a line ln L = -k ln C + E (L = 1 - reward, C = the study's compute); at a budget the size with
-the lowest line wins, and the budgets where the winner changes are the crossovers. Intervals come from a bootstrap:
-each size's runs are resampled (its evaluations, when the size has one run) and every line refitted.
-"""
+"""The model size for a budget: per size a line ln L = -k ln C + E (L = 1 - reward; Tan et al.), the lowest one wins;
+intervals from a bootstrap over each size's runs (its evaluations when it has one run)."""
 
 from dataclasses import dataclass, field
 
@@ -86,7 +82,6 @@ class SizeLaw:
 
 
 def _bootstrap_sample(group: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
-    """One resample of a size's evaluations: whole runs when it has several, else its evaluations."""
     runs = group["run"].unique()
     if runs.size >= 2:
         return pd.concat([group[group["run"] == r] for r in rng.choice(runs, runs.size)])
@@ -132,8 +127,6 @@ def fit_size_law(frame: pd.DataFrame, *, bootstrap: int = 200, seed: int = 0, le
 
 
 def _across_sizes(frame: pd.DataFrame, parameters: np.ndarray, k: np.ndarray):
-    """(PowerLawFit or None, identified, reason): K_max and N0 mean something only when k rises with N and
-    saturates inside the sizes tried (N0 within 10x of them)."""
     if len(parameters) < 3:
         return None, False, f"{len(parameters)} sizes fit K_max and N0 exactly; 3 or more test the law"
     try:
@@ -164,13 +157,11 @@ class SizeChoice:
     parameters: float
     pick_share: float  # the share of bootstrap draws that pick the same size
     predicted: list[dict]  # per size: model, parameters, reward, reward_lo, reward_hi
-    crossovers: list[dict]  # where the winner changes: below, above, budget [lo, hi], measured (inside both runs'
-    # data), identified (the interval spans at most CROSSOVER_SPAN)
+    crossovers: list[dict]  # where the winner changes: below, above, budget [lo, hi], measured, identified
     level: float
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        """JSON-ready."""
         return {
             "budget": self.budget,
             "model": self.model,
@@ -199,9 +190,8 @@ def winner_changes(k: np.ndarray, E: np.ndarray) -> list[tuple[int, int, float]]
 
 
 def choose_size(law: SizeLaw, budget: float) -> SizeChoice:
-    """The size with the lowest predicted loss at `budget` (the study's compute), with intervals; Refusal (from
-    fitting.rules.reasons; codes size_not_learning, size_budget_past_data) when a size's loss does not clearly fall with
-    compute or the budget is far past the data."""
+    """The size with the lowest predicted loss at `budget` (the study's compute), with intervals; Refusal when a size's
+    loss does not clearly fall with compute (size_not_learning) or the budget is far past the data."""
     from rlscale.fitting.rules.reasons import Reason, Refusal
 
     for i, model in enumerate(law.models):

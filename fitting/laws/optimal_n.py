@@ -1,10 +1,5 @@
-"""The optimal-n law (IsoCompute Playbook): which rollouts-per-prompt n wins at each compute, and where it goes.
-
-Per-run sigmoid fits give each (B_p, n) run a reward curve R(C). On a log grid of compute the frontier is the
-best fitted reward and its n*; the law `log2 n*(C) = lo + (hi - lo) / (1 + exp(-k (ln C - c0)))` is fitted to
-that step function and extrapolated to a target budget. The law is refused (identified=False, with a reason)
-when the frontier has not bent: too few distinct n*, or n* still moving at the largest compute observed.
-"""
+"""The optimal-n law (IsoCompute Playbook): log2 n*(C) = lo + (hi - lo) / (1 + exp(-k (ln C - c0))) fitted to the
+frontier of per-run sigmoid fits; not identified while the frontier has not bent (too few n*, or n* still moving)."""
 
 from dataclasses import dataclass, field
 
@@ -85,15 +80,8 @@ def compute_grid(curves: pd.DataFrame, points: int = 60) -> np.ndarray:
 
 
 def frontier(curves: pd.DataFrame, grid: np.ndarray, min_progress: float = 0.1) -> pd.DataFrame:
-    """Best fitted reward at each grid compute and the run (B_p, n) that reaches it.
-
-    `curves` has one row per run: run, prompts_per_batch, rollouts, A, B, C_mid, R0 and optionally c_max;
-    a run's curve is not used beyond the largest compute it observed (c_max), where it would be extrapolation.
-    Grid points where the leader has made less than `min_progress` of its gain (A - R0) are left out: there
-    every curve still sits at R0 and the leader is decided by noise in the fitted R0. So are points that fewer than
-    two runs reached (when there are two): a lone run leads there by default, e.g. the one whose last step
-    overshot an IsoCompute budget the most.
-    """
+    """Best fitted reward at each grid compute and the run (B_p, n) reaching it, each curve read only up to its c_max.
+    Drops points where the leader made < `min_progress` of its gain (R0 noise decides) or that only one run reached."""
     params = curves[["A", "B", "C_mid", "R0"]].to_numpy(float)
     rewards = fitted_rewards(curves, grid)  # (runs, grid): each run read as every view reads it
     if "c_max" in curves:
@@ -119,10 +107,8 @@ def frontier(curves: pd.DataFrame, grid: np.ndarray, min_progress: float = 0.1) 
 
 
 def fit_law(compute: np.ndarray, log2_n: np.ndarray, start: np.ndarray | None = None) -> tuple[np.ndarray, float]:
-    """Least-squares (lo, hi, k, c0) for log2 n*(C) on the frontier points; returns (params, rss).
-
-    Multi-start over (c0, k); `start` (the point estimate, for bootstrap refits) replaces the grid by itself.
-    """
+    """Least-squares (params, rss) of (lo, hi, k, c0) for log2 n*(C) on the frontier points; multi-start over (c0, k)
+    unless `start` (a bootstrap refit's point estimate) is given."""
     log_c = np.log(compute)
     span = log_c[-1] - log_c[0] if len(log_c) > 1 else 1.0
     y_min, y_max = float(log2_n.min()), float(log2_n.max())
@@ -164,7 +150,6 @@ def fit_law(compute: np.ndarray, log2_n: np.ndarray, start: np.ndarray | None = 
 def _law_verdict(
     theta: np.ndarray, front: pd.DataFrame, *, min_distinct: int, plateau_tol: float, min_plateau: float
 ) -> tuple[bool, Reason]:
-    """Whether the frontier has bent enough to pin the law, and the Reason (code and numbers) either way."""
     distinct = sorted({int(n) for n in front["rollouts"]})
     c_lo, c_hi = float(front["compute"].iloc[0]), float(front["compute"].iloc[-1])
     if len(distinct) < min_distinct:
@@ -206,14 +191,8 @@ def fit_optimal_rollouts(
     min_plateau: float = 0.2,
     min_progress: float = 0.1,
 ) -> RolloutsLaw:
-    """Fit the optimal-n law to per-run sigmoid fits.
-
-    curves: one row per run (run, prompts_per_batch, rollouts, A, B, C_mid, R0, optional c_min/c_max).
-    draws: optional {run: (m, 4) array of (A, B, C_mid, R0)} bootstrap draws of each run's fit; the law's
-    interval propagates them (each draw rebuilds the frontier and refits). Without draws the frontier
-    points are resampled instead. plateau_tol is in log2 units (0.35 ~ a factor 1.27 in n); min_plateau is the
-    fraction of the observed log-compute range the final n* must hold for; min_progress: see `frontier`.
-    """
+    """The optimal-n law of per-run sigmoid fits; `draws` ({run: (m, 4)}) propagate into its interval, else frontier
+    points are resampled. plateau_tol: log2 units; min_plateau: share of the log-compute range the last n* holds."""
     usable = curves[["A", "B", "C_mid", "R0", "rollouts"]].notna().all(axis=1)
     curves = curves[usable].reset_index(drop=True)
     if curves["rollouts"].nunique() < 2:
@@ -244,7 +223,6 @@ def fit_optimal_rollouts(
 
 
 def _bootstrap_law(curves, grid, front, draws, bootstrap, seed, theta_hat, min_progress) -> np.ndarray:
-    """(m, 4) law parameters: refit on frontiers rebuilt from the runs' parameter draws, or on resampled points."""
     rng = np.random.default_rng(seed)
     thetas = []
     usable = draws and all(len(np.asarray(draws.get(run, []))) > 0 for run in curves["run"])

@@ -1,9 +1,5 @@
-"""Power law across model sizes (Tan et al. 2025): log L = -k(N) log X + E(N), k(N) = K_max / (1 + N0 / N).
-
-L = 1 - pass@1 (test loss), X = the resource (compute, data or steps), N = model size (parameters).
-Each size gets a straight-line fit of log L on log X (slope -k, intercept E); K_max and N0 are then
-fitted to the per-size learning efficiencies k(N), and E(N) to a line in ln N, so sizes not trained can be predicted.
-"""
+"""Power law across model sizes (Tan et al. 2025): log L = -k(N) log X + E(N), k(N) = K_max / (1 + N0 / N), with
+L = 1 - pass@1, X the resource; a line per size, then K_max, N0 and E(N) linear in ln N for sizes not trained."""
 
 from dataclasses import dataclass
 

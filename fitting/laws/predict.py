@@ -1,19 +1,5 @@
-"""The reward a run will show at a target compute, with a prediction interval a user can bet compute on.
-
-What is predicted: the mean validation reward over a window of evaluations ending at compute C (the last WINDOW of
-C), as the run's own evaluations would measure it. The interval's scale follows what predicts the error on real
-runs, in three parts added in variance:
-- parameters: the spread of the window's mean over the fit's bootstrap draws (how well the curve is identified);
-- noise: the run's own noise around its fitted curve (sigma), a calibrated share of which the window's mean keeps
-  (a real run's evaluations wander together; they are not independent draws around a sigmoid);
-- drift: a random walk in ln(compute) past the data, its step in proportion to the run's noise and to the gain the
-  fit says is left (A - R at the last compute seen): sqrt(distance) x hypot(b x sigma, g x gain left).
-The interval is the point prediction +- q x that scale, clipped to [0, 1] for pass rates. The coefficients and q
-are calibrated on real runs (bench/backtest.py writes INTERVAL_FILE): split-conformal prediction with normalised
-residuals, q being the conformal quantile, at the asked level, of |error| / scale over the calibration runs.
-The interval on A (SigmoidFit.A_lo/A_hi) is a confidence interval for the asymptote of the curve behind the data;
-this one is for a future measurement, which is why it is wider where the target lies far past the data.
-"""
+"""A run's mean reward over the window ending at a target compute, with a split-conformal prediction interval whose
+scale adds parameter, noise and drift parts in variance (calibrated on real runs into INTERVAL_FILE)."""
 
 import json
 import math
@@ -32,19 +18,14 @@ DEFAULT_LEVEL = 0.9
 INTERVAL_FILE = Path(__file__).with_name("interval.json")
 # The window's mean curve is taken over at most this many evaluations (a target far past the data may hold billions).
 _MAX_GRID = 1000
-# Parameter uncertainty is read from the draws' central 90% (a robust scale: draws of a fit that has not bent
-# have long tails the variance would be dominated by).
+# Parameter sd from the draws' central 90%: draws of a fit that has not bent have tails that would dominate a variance.
 _DRAW_LEVEL = 0.9
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """The interval's scale coefficients and its conformal scores.
-
-    noise_share (a), drift_per_noise (b), drift_per_gain (g): sd_noise = a x sigma and sd_drift = sqrt(distance) x
-    hypot(b x sigma, g x gain left), sigma being the run's noise around its curve (reward units); scores, weights:
-    |error| / scale of the calibration runs and each one's weight (a training recorded k times weighs 1/k each).
-    `provenance`: which runs, by what command, at which commit."""
+    """The interval's scale coefficients (see `parts`) and the calibration runs' conformal scores |error| / scale,
+    with weights (a training recorded k times weighs 1/k each) and provenance (runs, command, commit)."""
 
     noise_share: float
     drift_per_noise: float
@@ -60,7 +41,6 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Calibration":
-        """From the JSON form `to_dict` gives."""
         return cls(
             float(data["noise_share"]),
             float(data["drift_per_noise"]),
@@ -85,7 +65,6 @@ class Calibration:
         )
 
     def to_dict(self) -> dict:
-        """JSON-ready."""
         return {
             "noise_share": self.noise_share,
             "drift_per_noise": self.drift_per_noise,
@@ -116,9 +95,8 @@ def _load_calibration(path: str) -> Calibration:
 
 
 def conformal_quantile(scores, weights, level: float) -> float:
-    """The split-conformal quantile of `scores` at `level`: the smallest score s whose weighted share of the scores
-    at or below it, counting the new run as one more of weight 1, reaches `level`. Levels past what the scores
-    support (a total weight W supports W / (W + 1)) take the largest score times the normal quantiles' ratio."""
+    """Split-conformal quantile at `level`: the smallest score whose weighted share, with the new run as weight 1,
+    reaches `level`; past what the scores support (W / (W + 1)), the top score x the normal quantiles' ratio."""
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
     s = np.asarray(scores, dtype=float)
@@ -139,16 +117,8 @@ def conformal_quantile(scores, weights, level: float) -> float:
 
 @dataclass(frozen=True)
 class Prediction:
-    """Mean reward over the evaluations in [(1 - window) at, at] and its prediction interval at `level`.
-
-    predicted, lo, hi: the point prediction and the interval (NaN ends when a fit without bootstrap draws has no
-    degrees of freedom left for its linearised sd; clipped to [0, 1] for pass rates).
-    sd_parameters, sd_noise, sd_drift: the interval's scale in three parts (reward units; they add in variance);
-    quantile: the multiplier of that scale at `level` (lo, hi = predicted -+ quantile x scale before clipping).
-    sigma: the run's noise around its curve; gain_left: |A - R| at the last compute seen (reward units).
-    distance: ln of the window's middle over the last compute seen (0 inside the data). n_window: evaluations
-    the window's mean is over.
-    """
+    """Mean reward over the evaluations in [(1 - window) at, at] and its interval: predicted -+ quantile x hypot(sd_*),
+    in reward units, clipped for pass rates; distance: ln(window middle / last compute seen), 0 inside the data."""
 
     at: float
     level: float
@@ -222,12 +192,8 @@ def predict_at(
     window: float = WINDOW,
     bounded: bool = True,
 ) -> Prediction:
-    """The fit's prediction of the mean reward over the evaluations in [(1 - window) at, at], with its interval.
-
-    fit: the sigmoid fitted to (compute, reward), the data it saw. window_compute: the evaluations' compute in the
-    window when known (else spaced as the data's, `window_evaluations`). calibration: the interval's (default: the
-    one in INTERVAL_FILE). bounded: the reward is a pass rate, and the interval is clipped to [0, 1].
-    """
+    """The prediction of `fit` (fitted to compute, reward) of the mean reward over [(1 - window) at, at], with interval.
+    window_compute: the window's evaluations if known (else spaced as the data's); bounded: clip to [0, 1]."""
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
     if not (math.isfinite(at) and at > 0):
@@ -284,10 +250,8 @@ def interval_scale(calibration_or_coefficients, sd_parameters, sigma, gain_left,
 def calibrate_interval(
     errors, sd_parameters, sigma, gain_left, distance, *, weights=None, provenance: dict | None = None
 ) -> Calibration:
-    """The Calibration of the interval on runs whose errors (prediction - observed) are known, with each one's
-    sd_parameters, sigma, gain_left and distance (as `predict_at` reports them): the coefficients (a, b, g) that
-    maximise the (weighted) Laplace likelihood of the errors with the scale `interval_scale` gives, then the scores
-    |error| / scale. Runs with a non-finite input are left out."""
+    """Calibration from runs' errors (prediction - observed) and `predict_at`'s parts: (a, b, g) maximising the weighted
+    Laplace likelihood under `interval_scale`, then scores |error| / scale; runs with a non-finite input are dropped."""
     e, p, s, gl, d = (np.asarray(v, dtype=float) for v in (errors, sd_parameters, sigma, gain_left, distance))
     w = np.ones_like(e) if weights is None else np.asarray(weights, dtype=float)
     ok = np.isfinite(e) & np.isfinite(p) & np.isfinite(s) & np.isfinite(gl) & np.isfinite(d) & (w > 0)
@@ -314,7 +278,6 @@ def calibrate_interval(
 
 
 def _parameter_sd(fit: SigmoidFit, points: np.ndarray) -> float:
-    """Robust sd of the window's mean over the fit's bootstrap draws (NaN without draws)."""
     draws = fit.samples
     if draws is None or len(draws) < 2:
         return float("nan")
@@ -330,8 +293,6 @@ def _parameter_sd(fit: SigmoidFit, points: np.ndarray) -> float:
 
 
 def _profile_widening(fit: SigmoidFit) -> float:
-    """How much wider the fit's interval on A (the hull of the bootstrap's and the profile likelihood's) is than the
-    bootstrap's percentile interval on A alone (>= 1): the draws miss the same ridge for a prediction past the data."""
     draws = fit.samples[:, 0]
     lo, hi = np.quantile(draws[np.isfinite(draws)], [0.025, 0.975])
     hull = fit.A_hi - fit.A_lo
@@ -341,8 +302,6 @@ def _profile_widening(fit: SigmoidFit) -> float:
 
 
 def _linearised_sd(fit: SigmoidFit, compute, reward, points: np.ndarray, level: float) -> float:
-    """sd of the window's mean from the fit's linearisation (Jacobian covariance), scaled by Student's t over the
-    normal quantile at `level` for the few degrees of freedom left; NaN with none left."""
     x = np.asarray(compute, dtype=float)
     y = np.asarray(reward, dtype=float)
     keep = np.isfinite(x) & np.isfinite(y) & (x >= 0)
@@ -414,9 +373,8 @@ def predict_runs(
     reward_col="reward",
     **fit_kwargs,
 ):
-    """One row per run of `records` (in order of first appearance): run, at, predicted, predicted_lo, predicted_hi,
-    level (`predict_run` on each; NaN for a run that cannot be fitted or has no interval). `fit_kwargs` go to
-    `fit_sigmoid`; a missing `compute` column falls back to `gpu_hours`, a missing run column means one run."""
+    """DataFrame of run, at, predicted, predicted_lo, predicted_hi, level per run (NaN where `predict_run` gives none).
+    A missing `compute` column falls back to `gpu_hours`; a missing run column means one run."""
     import pandas as pd
     from rlscale.fitting.sigmoid.runs import SINGLE_RUN
 

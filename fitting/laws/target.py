@@ -1,9 +1,5 @@
-"""The compute at which a run is predicted to reach a target reward: the fitted sigmoid's inverse, with an interval
-from the fit's bootstrap draws (each draw's curve inverted), or a Reason saying it is not reached below A.
-
-For R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) the first compute with R(C) >= R is C_mid ((R - R0) / (A - R))^(1/B)
-when R lies strictly between R0 and A; 0 when the run starts at or above R; never when R is at or above A.
-"""
+"""The compute at which a run is predicted to reach a target reward R: the sigmoid's inverse C_mid ((R - R0) /
+(A - R))^(1/B), with an interval from the bootstrap draws, or a Reason saying it is not reached below A."""
 
 import math
 
@@ -25,10 +21,8 @@ def compute_to_reach(target: float, A, B, C_mid, R0) -> np.ndarray:
 
 
 def reach(target: float, params, draws: np.ndarray | None = None, *, level: float = DEFAULT_LEVEL) -> Reason:
-    """Where a fitted run reaches `target`, as a Reason: reached {target, compute, compute_lo, compute_hi, level}
-    (the interval over the bootstrap draws' inverses; NaN without draws), reached_unbounded (more than (1 - level) / 2
-    of the draws never reach it: no upper end; share_unreached), at_start {target, R0} or not_reached {target, A}.
-    params: (A, B, C_mid, R0); draws: (m, 4) bootstrap parameters of the same fit."""
+    """Where a fit (params (A, B, C_mid, R0), bootstrap `draws` (m, 4)) reaches `target`, as a Reason: reached,
+    reached_unbounded (over (1 - level) / 2 of the draws never reach it), at_start or not_reached."""
     A, B, C_mid, R0 = (float(v) for v in params)
     point = float(compute_to_reach(target, A, B, C_mid, R0))
     if point == 0.0:

@@ -12,9 +12,8 @@ MAX_EXTEND = 8.0  # the most one extension multiplies a run's compute by: beyond
 
 
 def decision_budget(study, runs: pd.DataFrame, records: pd.DataFrame) -> float:
-    """The compute a study's decision is for, in its unit: for IsoCompute the compute every finished run reached at
-    its last evaluation (the level the study asks about); otherwise all the study spent, as if on one run. 0 without
-    records. study: a Study or None (imported without a spec); runs, records: the store's frames."""
+    """The compute a study's decision is for, in its unit (0 without records): for IsoCompute what every finished run
+    reached at its last evaluation; otherwise all the study spent, as if on one run."""
     if not len(records):
         return 0.0
     column = compute_column(study)
@@ -41,11 +40,8 @@ class NextAllocation:
 
 
 def next_allocation(curves: pd.DataFrame, law_identified: bool | None) -> NextAllocation | None:
-    """Which runs to extend, to what compute, so that the fits and the optimal-n law are identified (law_identified:
-    None where the study has no law to fit); None when they all are, or no run has compute to extend. A run not yet
-    past its inflection needs at least twice its fitted C_mid (the curve is then ~3/4 of the way up for B ~ 1.5); any
-    other unidentified fit, and a law whose frontier has not bent, twice the compute reached: a longer plateau
-    narrows A and shows where n* settles."""
+    """Which runs to extend, to what compute, so the fits and law get identified (law_identified None: no law to fit);
+    None when all are or nothing can extend. A run short of its inflection needs 2 x C_mid, else 2 x its reach."""
     usable = curves[np.isfinite(curves["c_max"].astype(float)) & (curves["c_max"].astype(float) > 0)]
     if usable.empty:
         return None

@@ -1,10 +1,5 @@
 """The best run of a study that does not decide n (a loss ablation, ScaleRL leave-one-out, a single-geometry grid),
-and a run's own recipe. Pure: curves in, a row and a Reason out.
-
-At a budget every finished run reached, the best run there as the study's standing reads it (every stable run's
-fitted reward, identified or not, since the curve is pinned by its data); past it, among identified, stable fits,
-by fitted reward at the budget. Ties go to the earlier run.
-"""
+and a run's own recipe. Pure: curves in, a row and a Reason out."""
 
 import numpy as np
 import pandas as pd
@@ -15,9 +10,8 @@ from rlscale.fitting.sigmoid.curve import sigmoid
 
 
 def best_run(curves: pd.DataFrame, budget: float) -> tuple[pd.Series, Reason]:
-    """(the chosen curve row, why: a Reason "best_within_data" or "best_predicted" with the compute, run, reward, A
-    and how many runs competed); Refusal "no_trusted_run" when no run is fitted, identified and stable past the
-    data."""
+    """(the chosen curve row, a Reason "best_within_data" or "best_predicted"); Refusal "no_trusted_run" when no run
+    is fitted, identified and stable past the data."""
     usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]  # any run, with or without a geometry
     if budget <= reach_of_finished(curves) * (1 + 1e-9):
         standing = standing_at(read_runs(usable), budget)

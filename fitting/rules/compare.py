@@ -1,12 +1,5 @@
-"""Variants of a study compared across their seeds: is any one better than another beyond the noise band?
-
-A variant is one point of the study's grid (a run name); its seeds are the runs that share the name. Variants are
-judged as every view judges runs (fitting.rules.standing): by each run's fitted reward at the compute every finished run
-reached, separated when the gap of the seed means reaches the noise band and twice the seeds' pooled sd. Two more
-numbers are shown beside it, labelled as what they are: the fitted asymptote A (identified fits only; compared by the
-same rule only when every seed of both is identified) and the observed end reward (each run's mean over its last
-10% of compute, as the backtest observes it; no verdict).
-"""
+"""Variants (run names, across their seeds) judged as every view judges runs: fitted reward at the compute every
+finished run reached, separated when the seed-mean gap reaches the noise band and twice the pooled sd."""
 
 import math
 
@@ -53,15 +46,8 @@ def compare_variants(
     compute: float | None = None,
     noise_band: float = NOISE_BAND,
 ) -> dict | None:
-    """{"compute", "noise_band", "rows", "pairs", "verdict" (a Reason), "summary" (its words)}; None when the study
-    has fewer than two variants.
-
-    compute: where runs are read (default: what every finished run reached, fitting.curves.reach_of_finished);
-    rows: one dict per variant, best fitted reward first: variant, seeds, identified, reward_mean/sd (fitted at
-    compute, the runs a decision reads only), A_mean/sd, end_mean/sd (observed), reward_vs_best, within_band;
-    pairs: better, worse, gap and separated (fitted reward), end_gap (observed), A_gap, A_separated, A_compared.
-    curves: per-run fits (fitting.curves.run_curves); records: `run` label, compute and reward columns;
-    variant_of: run label -> variant name."""
+    """{"compute", "noise_band", "rows" (per variant, best first), "pairs", "verdict" (a Reason)}; None with fewer than
+    two variants. compute: where runs are read (default: reach_of_finished); variant_of: run label -> variant name."""
     compute = reach_of_finished(curves) if compute is None else float(compute)
     readable = read_runs(curves)
     if "c_max" in readable:  # a curve is read only inside its own data
@@ -125,8 +111,6 @@ def compare_variants(
 
 
 def _verdict(rows: list[dict], pairs: list[dict], compute: float, noise_band: float) -> Reason:
-    """variants_separated (the separated pairs, widest first) or variants_within_band (the widest gap, the seeds'
-    spread and, where A could not be compared, each variant's identified seeds)."""
     one_seed = not any(r["seeds"] >= 2 for r in rows)
     common = {
         "compute": compute,

@@ -1,6 +1,5 @@
-"""A study's decision in one object, built once from its fit of record (fitting.curves.StudyFits): what to run at
-the decision budget (or why not yet), the runs within the noise band there, and what to run next. The sweep's
-terminal, `report`, `recommend`, `export` and the dashboard all read this one Decision (rlscale.views words it)."""
+"""A study's Decision, built once from its fit of record (StudyFits): what to run at the decision budget (or why not),
+the runs within the noise band and what to run next; every view (CLI, report, export, dashboard) reads this one."""
 
 from dataclasses import dataclass, replace
 
@@ -31,7 +30,6 @@ def export_format(study) -> str:
 
 
 def _base_recipe(study):
-    """The study's base recipe; the default Recipe for a study imported without a spec (None)."""
     from rlscale.planner.recipe import Recipe
 
     return study.recipe if study is not None else Recipe()
@@ -48,23 +46,18 @@ def recommended_recipe(fits: StudyFits, rec: Recommendation):
 
 
 def _base_json(study) -> dict:
-    """The study's base recipe as JSON; {} for a study imported without a spec (its runs' configs say the rest)."""
     return study.recipe.to_json() if study is not None else {}
 
 
 def _run_config(runs: pd.DataFrame, chosen: pd.Series) -> dict | None:
-    """The stored config of the run a curve row `chosen` is of (None where the frames carry no config)."""
     if "run_id" not in runs.columns or "config" not in runs.columns:
         return None
     return runs.loc[runs["run_id"] == chosen["run_id"], "config"].iloc[0]
 
 
 def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: str | None = None):
-    """(steps_for(budget, B_p, n) -> steps, how: a Reason) in the study's compute unit.
-
-    GPU-hours use, in order: the named profile, a profile calibrated on the study's own measured records, the
-    study's profile (compute.profile, else the default for its model). `study`: a Study, or None for a study imported
-    without a spec (then the default profile of the default recipe's model)."""
+    """(steps_for(budget, B_p, n) -> steps, how: a Reason) in the study's compute unit; GPU-hours by the named profile,
+    else one calibrated on the study's records, else the study's profile (`study` None: imported without a spec)."""
     from rlscale.planner.cost import DEFAULT_PROFILE, calibrate, step_gpu_hours, steps_within
     from rlscale.planner.planning import default_profile
     from rlscale.planner.profiles import load_profile
@@ -123,9 +116,8 @@ def rollouts_law(
 
 
 def recommend_for(fits: StudyFits, budget: float, law: RolloutsLaw, *, profile: str | None = None) -> Recommendation:
-    """The Recommendation for `budget` from a study's fit of record and its optimal-n law; its predicted reward is the
-    chosen run's predicted mean over the last 10% of the budget with its prediction interval (fitting.laws.predict)
-    where the run has the evaluations for one. Refusal when the evidence is not enough."""
+    """The Recommendation for `budget` from a study's fits and law; predicted reward: the chosen run's mean over the
+    budget's last 10%, with a prediction interval where it has one. Refusal when the evidence is not enough."""
     from rlscale.fitting.laws.predict import predict_stored_run
 
     curves, records = fits.curves, fits.records
@@ -166,17 +158,8 @@ def varies_rollouts(typed, runs: pd.DataFrame) -> bool:
 
 @dataclass
 class Decision:
-    """What a study decided and what it should run next. kind: "allocation" (a study over rollouts: B_p, n, M) or
-    "best_run" (any other study: its best run at the budget). Compute in `unit`.
-
-    budget: the compute decided for (the value that reproduces this decision); compute: the compute every finished
-    run reached. recommendation: the allocation, or None with `refusal` (the reasons) when the evidence is not enough;
-    best: for a best_run study, why its best run is best (a Reason, fitting.rules.best_run); standing: the runs at
-    `compute`, the best and those within the noise band, as the variants table and the frontier read them; law: the
-    optimal-n law when one was fitted; next_allocation: the extension that would identify the fits and the law (None
-    when nothing is left to identify, or the law decides); export_format: the study's own framework; recipe: the
-    recipe to run (the study's base with the recommended B_p, n, M, or the best run's own) as JSON; prediction: the
-    best run's reward at the budget with its interval (fitting.laws.predict.Prediction), where it has one."""
+    """What a study decided and should run next, compute in `unit`; kind: "allocation" (B_p, n, M over rollouts) or
+    "best_run"; budget: the compute decided for; compute: what every finished run reached; refusal: why not decided."""
 
     study: str
     kind: str
@@ -234,9 +217,8 @@ class Decision:
 def decide(
     fits: StudyFits, *, budget: float | None = None, profile: str | None = None, extend: float = 1.0
 ) -> Decision:
-    """The Decision of a study from its fit of record, at `budget` (default: fitting.rules.allocation.decision_budget
-    for a study over rollouts, the compute every finished run reached for any other), in the study's unit. extend:
-    the study's current extension factor (the next allocation's command multiplies it)."""
+    """The Decision of a study from its fit of record at `budget` (default: decision_budget over rollouts, else the
+    compute every finished run reached). extend: the study's current extension factor (the next command scales it)."""
     curves, runs, typed = fits.curves, fits.runs, fits.spec
     compute = reach_of_finished(curves)
     kind = "allocation" if varies_rollouts(typed, runs) else "best_run"
@@ -276,7 +258,6 @@ def decide(
 
 
 def _decide_best_run(decision: Decision, fits: StudyFits) -> None:
-    """The best run at the decision's budget, its own recipe and its predicted reward there, into `decision`."""
     from rlscale.fitting.laws.predict import predict_stored_run
 
     try:
@@ -294,8 +275,6 @@ def _decide_best_run(decision: Decision, fits: StudyFits) -> None:
 
 
 def _law_identified(codes: list[str]) -> bool | None:
-    """Whether a refused decision's optimal-n law is identified: None when there is no law to fit (one rollouts
-    value), False when it could not be fitted or is not identified."""
     if "one_rollouts_value" in codes or "no_evaluations" in codes:
         return None
     return not ({"no_frontier", "law_not_identified"} & set(codes))

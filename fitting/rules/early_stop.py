@@ -1,6 +1,5 @@
-"""Asymptote-based early termination (ScaleRL practice): stop a run once its fitted curve shows it cannot reach
-the best run's asymptote. Pure rules on fits; the rung scheduler that applies them to a sweep's runs is
-rlscale.runner.sweep.scheduler."""
+"""Asymptote-based early termination (ScaleRL practice): stop a run once its fitted curve shows it cannot reach the
+best run's asymptote. Pure rules on fits; rlscale.runner.sweep.scheduler applies them."""
 
 from dataclasses import dataclass
 
@@ -22,26 +21,23 @@ def asymptote_lower_bound(fit, noise_band: float = NOISE_BAND) -> float:
 
 
 def asymptote_upper_bound(fit, noise_band: float = NOISE_BAND) -> float:
-    """The upper end of a fit's asymptote (reward units): its profile-likelihood bound A_upper, never tighter than
-    the noise band; +inf when the fit has no profile bound (fit_sigmoid without upper_level): a run is never
-    stopped on less than the one-sided UPPER_LEVEL profile bound."""
+    """The upper end of a fit's asymptote (reward units): its profile bound A_upper, never tighter than the noise band;
+    +inf without one, so a run is never stopped on less than the UPPER_LEVEL profile bound."""
     hi = fit.A_upper
     return max(hi, fit.A + noise_band) if np.isfinite(hi) else float("inf")
 
 
 # The one-sided level of the profile bound the driver asks fit_sigmoid for (upper_level).
 UPPER_LEVEL = 0.99
-# Observed compute must reach this multiple of C_mid (the point estimate) before a run is judged: a steep curve seen
-# just past its fitted C_mid can have a profile bound that excludes its true asymptote (bench/early_termination.py).
+# Judged only past this x C_mid: just past it a steep curve's bound can exclude its true A (bench/early_termination.py).
 PAST_INFLECTION = 2.0
 
 
 def should_stop(
     run_fit, best_fit, max_compute: float, *, noise_band: float = NOISE_BAND, past_inflection: float = PAST_INFLECTION
 ) -> StopDecision:
-    """Stop `run_fit`'s run when it is past its inflection (max_compute >= past_inflection x C_mid) and the upper
-    bound of its asymptote (the profile bound, see asymptote_upper_bound) is below the lower bound of the best
-    run's; both bounds are at least the noise band wide."""
+    """Stop `run_fit`'s run once past its inflection (max_compute >= past_inflection x C_mid) with its asymptote's upper
+    bound below the best run's lower bound, both at least the noise band wide."""
     if run_fit is None or best_fit is None or run_fit is best_fit:
         return StopDecision(False, "")
     if not best_fit.identified:

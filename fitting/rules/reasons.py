@@ -1,8 +1,5 @@
-"""Structured reasons: what a decision rests on or why it is refused, as a code and the numbers behind it.
-
-The fitting layer decides and returns Reasons; the command line, the report and the dashboard render them into words
-(rlscale/views/wording.py holds the one English text of every code). Tests assert codes and numbers, never the words.
-"""
+"""Structured reasons: what a decision rests on or why it is refused, as a code and the numbers behind it; the words
+live in rlscale/views/wording.py, and tests assert codes and numbers, never the words."""
 
 from dataclasses import dataclass, field
 
@@ -26,7 +23,6 @@ class Reason:
 
 
 def _plain(value):
-    # nested Reasons (and lists and dicts of them) as dicts
     if isinstance(value, Reason):
         return value.to_dict()
     if isinstance(value, dict):

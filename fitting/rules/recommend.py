@@ -1,11 +1,5 @@
 """The allocation (B_p, n, M) for a budget, following the IsoCompute Playbook: pure, fits in, a Recommendation out.
-
-Tune n first, take the smallest B_p that trained stably within the noise band of the best, give the rest of the
-budget to steps M. At a budget every finished run reached, the runs themselves decide (each fitted curve read inside
-its own data, fitting.rules.standing); past it, the optimal-n law does, or without one the fitted runs when they pin it.
-Every choice carries a Reason (a code and the numbers); Refusal carries the reasons when the evidence cannot
-support a decision. rlscale.views.wording puts them into words.
-"""
+Every choice carries a Reason; Refusal carries the reasons when the evidence cannot support a decision."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,11 +39,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Recommendation:
-    """A production allocation and the evidence behind it; compute in the study's unit (GPU-hours by default).
-
-    basis: how n was chosen (code "law", "within_data", "constant_frontier", "constant_frontier_substitute" or
-    "all_runs_pinned"); reasons: what else a reader should know, as Reasons; standing: the runs at the budget when
-    it is inside the data (fitting.rules.standing), else None."""
+    """A production allocation and its evidence, compute in the study's unit (GPU-hours by default); basis: how n was
+    chosen; reasons: what else a reader should know; standing: the runs at the budget inside the data, else None."""
 
     budget: float
     prompts_per_batch: int
@@ -70,7 +61,7 @@ class Recommendation:
     standing: Standing | None = None
 
     def to_dict(self) -> dict:
-        """Plain JSON-ready values; `basis` and `reasons` as {"code", "values"}, `notes` their words."""
+        """Plain JSON-ready values; `basis` and `reasons` as {"code", "values"}."""
         return {
             "budget": self.budget,
             "prompts_per_batch": self.prompts_per_batch,
@@ -99,21 +90,18 @@ def constant_optimal_rollouts(law: RolloutsLaw) -> int | None:
 
 
 def _run_why(row) -> dict:
-    """{run, why}: why a run cannot be trusted, in the fit's own words, or "unstable" / "not fitted"."""
     return {"run": str(row.run), "why": row.reason or ("not fitted" if row.A != row.A else "unstable")}
 
 
 def _within(standing: Standing) -> list[dict]:
-    """The runs other than the best within the noise band, as {run, reward}."""
     return [{"run": row["run"], "reward": row["reward"]} for row in standing.runs[1:] if row["within_band"]]
 
 
 def best_rollouts_within_data(
     curves: pd.DataFrame, budget: float, *, noise_band: float = NOISE_BAND, max_truncation: float = MAX_TRUNCATION
 ) -> tuple[int, Reason, Standing]:
-    """(n, basis, standing) at a budget every finished run reached: each run's fitted curve is read inside its own
-    data, where the curve is pinned whether or not its A is identified; n is the best run's. Runs stopped early are
-    left out (the scheduler judged them already). Refusal when a run could not be fitted or none trained stably."""
+    """(n, basis, standing) at a budget every finished run reached: the best run's n, each curve read inside its data
+    (pinned even with A unidentified); early-stopped runs left out. Refusal if a run is unfitted or none is stable."""
     usable = fitted(curves)
     unfitted = curves[~curves.index.isin(usable.index) & (curves["status"].fillna("done") != "failed")]
     if len(unfitted):
@@ -149,12 +137,8 @@ def best_fitted_rollouts(
     noise_band: float = NOISE_BAND,
     max_truncation: float = MAX_TRUNCATION,
 ) -> tuple[int, Reason]:
-    """(n, basis) without a law, past the compute every run reached. When n* never moved over the observed compute:
-    that n* when a run at it is identified; else the n of the identified, stable run with the highest fitted reward
-    at the compute every run reached, provided no unidentified run's fitted reward there is higher by more than the
-    noise band. When n* moved, only if every run is identified and stable: each run's fitted curve is then pinned,
-    and n comes from the run with the highest fitted reward at `budget`. Refusal otherwise (its first reason: the
-    law is not identified)."""
+    """(n, basis) without a law, past the compute every run reached: a constant frontier's n* or its best pinned
+    substitute, or with n* moving the best run at `budget` if every run is pinned; else Refusal (law_not_identified)."""
     not_identified = Reason("law_not_identified", {"law": law.verdict})
     constant = constant_optimal_rollouts(law)
     usable = fitted(curves).copy()
@@ -226,7 +210,6 @@ def best_fitted_rollouts(
 
 
 def _choose_rollouts(curves, law, budget, noise_band, max_truncation, allow_constant_n):
-    """(n, n*, (n* lo, hi), basis, reasons, standing) for `recommend`."""
     if budget <= reach_of_finished(curves) * (1 + 1e-9) and (law.identified or allow_constant_n):
         # inside the data the runs themselves decide: no extrapolation, so A's identification is moot
         n_rec, basis, standing = best_rollouts_within_data(
@@ -278,14 +261,8 @@ def recommend(
     max_truncation: float = MAX_TRUNCATION,
     allow_constant_n: bool = False,
 ) -> Recommendation:
-    """(B_p, n, M) for `budget`: n (see the module's docstring), the smallest stable B_p within the noise band of the
-    best at that n, M = steps_for(budget, prompts_per_batch, rollouts) (the cost model).
-
-    allow_constant_n: when the law is unidentified, take n from the fitted runs (best_rollouts_within_data at a
-    budget every finished run reached, best_fitted_rollouts past it). Raises Refusal when the law is unidentified
-    (and allow_constant_n is off, or the fitted runs cannot decide), when the runs at the recommended n have no
-    usable fit, or when no step fits the budget; ValueError for a budget that is not > 0.
-    """
+    """(B_p, n, M) for `budget`: n, the smallest stable B_p within the noise band of the best at n, M from `steps_for`.
+    allow_constant_n: without an identified law, n from the fitted runs. Refusal when the evidence cannot decide."""
     if not budget > 0:
         raise ValueError(f"budget must be > 0, got {budget}")
     n_rec, n_star, (n_lo, n_hi), basis, reasons, standing = _choose_rollouts(

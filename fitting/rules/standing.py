@@ -1,7 +1,5 @@
-"""One measure and one rule for every view of a study: a run's reward at a compute is its fitted sigmoid read there,
-and two rewards are separated when their gap reaches ScaleRL's noise band (and twice the seeds' pooled sd, where there
-are seeds). The decision, the variants comparison, the frontier and the report all read runs through this module, so
-they name the same best run and the same runs within the band."""
+"""One measure and one rule for every view: a run's reward at a compute is its fitted sigmoid there, and two rewards
+separate when the gap reaches the noise band (and twice the seeds' pooled sd), so all views name the same best run."""
 
 import math
 from dataclasses import dataclass
@@ -53,10 +51,8 @@ def decision_runs(curves: pd.DataFrame, max_truncation: float = MAX_TRUNCATION) 
 
 @dataclass(frozen=True)
 class Standing:
-    """The runs at one compute: each one's fitted reward there, the best, and which are within the noise band of it.
-
-    runs: [{run, prompts_per_batch, rollouts, reward, gap (best's reward minus this one's), within_band}], best
-    first. compute: in the study's unit."""
+    """The runs at one compute (the study's unit), best first: each one's fitted reward there, its gap to the best and
+    whether it is within the noise band of it."""
 
     compute: float
     runs: tuple
@@ -66,7 +62,6 @@ class Standing:
 
     @property
     def best(self) -> dict:
-        """The best run's row."""
         return self.runs[0]
 
     @property
@@ -80,11 +75,9 @@ class Standing:
         return [row["run"] for row in self.runs if row["within_band"]]
 
     def reward(self, run: str) -> float:
-        """The fitted reward of `run` at the compute."""
         return next(row["reward"] for row in self.runs if row["run"] == run)
 
     def to_dict(self) -> dict:
-        """{compute, measure, noise_band, best, best_rollouts, within_band, runs}: JSON-ready."""
         return {
             "compute": self.compute,
             "measure": self.measure,
@@ -98,18 +91,14 @@ class Standing:
 
 
 def _count(value) -> int | None:
-    # B_p or n of a run; None where the run's geometry is unknown (imported without a config)
     return None if value is None or value != value else int(value)
 
 
 def standing_at(
     curves: pd.DataFrame, compute: float, *, noise_band: float = NOISE_BAND, inside_data: bool = True
 ) -> Standing | None:
-    """The Standing of `curves`' fitted runs at `compute` (ties go to the earlier run), those whose data end before it
-    set apart (ended_before) unless inside_data is off (identified fits read past their data); None when no fitted run
-    is read.
-    Pass read_runs(curves) for the runs every view reads, decision_runs(curves) for those a decision over (B_p, n)
-    reads."""
+    """The Standing of `curves`' fitted runs at `compute` (ties to the earlier run; None when none is read); runs whose
+    data end before it are set apart unless inside_data is off (identified fits read past their data)."""
     usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]
     ended = (
         usable["c_max"].astype(float) < compute * (1 - 1e-9)

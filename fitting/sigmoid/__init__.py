@@ -1,6 +1,5 @@
-"""One run's curve, fitted: the ScaleRL sigmoid (curve.py), its solver (solver.py), noise models (noise.py),
-profile-likelihood interval (profile.py), bootstrap (bootstrap.py), the points a fit uses (points.py) and the fit
-itself (fit.py); runs.py fits each run of a frame."""
+"""One run's curve, fitted: the sigmoid (curve.py), solver, noise models, profile likelihood, bootstrap, the points a
+fit uses (points.py) and the fit itself (fit.py); runs.py fits each run of a frame."""
 
 from rlscale.fitting.sigmoid.curve import N_PARAMS, curve_and_jacobian, sigmoid
 from rlscale.fitting.sigmoid.fit import FitError, SigmoidFit, fit_sigmoid

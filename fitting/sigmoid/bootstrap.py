@@ -4,12 +4,8 @@ import numpy as np
 
 
 def wild_resamples(fitted, resid_w, sqrt_w, jac_w, n_resamples: int, seed: int = 0) -> np.ndarray:
-    """Resampled rewards (n_resamples, n_points): fitted curve + sign-flipped, leverage-corrected residuals.
-
-    A wild bootstrap keeps each point's own noise level, so binomial-like (heteroscedastic)
-    pass-rate noise is reproduced without assuming its exact form. `resid_w` and `jac_w` are the
-    weighted residuals and Jacobian (free parameters only) at the fit; `sqrt_w` the square-root weights.
-    """
+    """Resampled rewards (n_resamples, n_points): fitted curve + sign-flipped, leverage-corrected weighted residuals;
+    wild, so each point keeps its own (heteroscedastic pass-rate) noise level without assuming its form."""
     # Residuals shrink by sqrt(1 - leverage) at the fit; undo it so intervals are not too narrow (HC3-style).
     leverage = np.einsum("np,pq,nq->n", jac_w, np.linalg.pinv(jac_w.T @ jac_w), jac_w)
     adjusted = resid_w / np.sqrt(1.0 - np.clip(leverage, 0.0, 0.9))

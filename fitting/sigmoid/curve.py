@@ -1,11 +1,5 @@
-"""The ScaleRL curve R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) as the fits see it: its parameters, its Jacobian,
-their bounds and a grid of its shapes (lmfit's model.py).
-
-Inside, parameters are theta = (A, ln B, ln C_mid / G, R0) and compute enters as u = ln(C / G), G the
-geometric mean of the positive compute values, so the curve is R0 + (A - R0) * expit(B (u - ln C_mid / G)):
-B > 0 and C_mid > 0 hold by construction, and the fit neither cares about the unit of compute nor loses
-precision when compute is near the ends of the float range (1e-300, 1e303).
-"""
+"""The ScaleRL curve R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) as the fits see it (lmfit's model.py): theta = (A,
+ln B, ln C_mid / G, R0) on u = ln(C / G), G the positive compute's geometric mean, so B, C_mid > 0 by construction."""
 
 from functools import lru_cache
 
@@ -82,9 +76,8 @@ def parameter_bounds(u, center, bounded) -> tuple[np.ndarray, np.ndarray]:
 
 
 def shape_grid(u, cmid_spans, n_cmid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A (12 B x n_cmid ln C_mid) grid of curve shapes: B and ln C_mid as (12, n_cmid) arrays and the sigmoid
-    fraction expit(B (u - ln C_mid)) at every point, (12 * n_cmid, n). ln C_mid runs over `cmid_spans` (lo, hi)
-    in units of the data's log-compute span from its smallest value, so the grid is the same for any unit."""
+    """(B, ln C_mid, expit(B (u - ln C_mid)) per point) of a 12 x n_cmid shape grid, ln C_mid over `cmid_spans` in
+    units of the data's log-compute span from its smallest value, so the grid is the same for any unit."""
     pos = u[np.isfinite(u)]
     lo, span = pos.min(), pos.max() - pos.min()
     B = _GRID_B / span

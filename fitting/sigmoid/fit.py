@@ -1,11 +1,5 @@
 """The ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) fitted to one run: SigmoidFit and fit_sigmoid.
-
-The fit by role, as lmfit lays it out: the curve and its parameters (curve.py), the solver (solver.py, a batched
-Levenberg-Marquardt: the start points of the grid and the bootstrap resamples are each solved together in one loop),
-the noise models (noise.py) and the profile-likelihood interval (profile_likelihood.py); this module is the fit.
-The interval on A is the hull of a wild-bootstrap percentile interval and the profile-likelihood interval, both
-widened for correlated noise (noise.autocorrelation_inflation).
-"""
+A's interval: the hull of wild-bootstrap percentile and profile-likelihood intervals, widened for correlated noise."""
 
 import warnings
 from dataclasses import dataclass, field
@@ -39,12 +33,8 @@ class FitError(ValueError):
 
 @dataclass(frozen=True)
 class SigmoidFit:
-    """One run's fitted sigmoid, its 95% interval on A and whether A is identified.
-
-    A_upper: the profile-likelihood upper bound on A (see `fit_sigmoid`'s upper_level), NaN when not computed.
-    noise: the noise model the fit weighted by (the one "auto" chose). rho: the noise's lag-1
-    autocorrelation estimated from the residuals (0 when none was found); the intervals are widened for it.
-    """
+    """One run's fitted sigmoid, its 95% interval on A and whether A is identified; noise: the model it weighted by;
+    rho: the residuals' lag-1 autocorrelation, which widens the intervals; A_upper: NaN without upper_level."""
 
     A: float
     B: float
@@ -63,7 +53,6 @@ class SigmoidFit:
     rho: float = 0.0
 
     def predict(self, compute) -> np.ndarray:
-        """Fitted reward at `compute`."""
         return sigmoid(compute, self.A, self.B, self.C_mid, self.R0)
 
     def predict_interval(self, compute, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
@@ -107,24 +96,8 @@ def fit_sigmoid(
     max_ci_width=0.1,
     upper_level=None,
 ) -> SigmoidFit:
-    """Fitted ScaleRL sigmoid of `reward` against `compute` (any unit; C_mid comes back in it).
-
-    r0: fixed reward before RL (else fitted). min_compute: points below it are dropped.
-    bounded: pass rates (A, R0 in [0, 1]); False for metrics not in [0, 1]. noise: the variance of a reward
-    around the curve R, one of NOISE_MODELS: "constant" (plain least squares), "binomial" (R(1 - R), pass
-    rates only), "multiplicative" (R^2) or "auto" (the most likely of these given the residuals; the one used
-    is in the fit's `noise`). bootstrap: wild-bootstrap resamples for predict_interval and A_lo/A_hi (0 for
-    none: no interval), A's interval being the hull of the bootstrap's and the profile likelihood's (the second
-    follows a higher A reached more slowly, which the first misses on curves that creep after their bend);
-    intervals are widened by the residuals' estimated autocorrelation (`rho`; lag 2 as well, see
-    autocorrelation_inflation). max_ci_width: an
-    interval on A wider than this, or data that fit as well with A half of it away, mark the fit
-    unidentified. upper_level: also compute A_upper, the one-sided profile-likelihood upper bound on A at
-    this level (e.g. 0.975): unlike the bootstrap, it stays honest on a curve that has not bent yet, where
-    data that only rise are as well explained by a much higher A reached later (it is then the reward
-    ceiling, 1). Raises FitError when fewer than 3 usable points or distinct compute values remain, or on
-    arguments that cannot describe a fit (r0 not finite, an unknown noise model).
-    """
+    """Fitted ScaleRL sigmoid of `reward` against `compute` (any unit; C_mid comes back in it); FitError if under 3
+    usable points or distinct compute values. bounded: pass rates; max_ci_width: widest A interval still identified."""
     if noise not in NOISE_MODELS:
         raise FitError(f"noise must be one of {', '.join(NOISE_MODELS)}, got {noise!r}")
     if noise == "binomial" and not bounded:
@@ -149,8 +122,7 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
     model = curve_model(u)
     natural_mean = lambda t: shift + unit * model(t)[0][0]  # noqa: E731
     starts = _grid_starts(u, ys, r0s, bounded)
-    # Weights 1 / sd from the noise model, first at the best grid curve (unweighted for "auto"), then once
-    # more at the fit (iteratively reweighted least squares); "auto" chooses its model at that point.
+    # Reweighted once (IRLS): weights 1 / sd at the best grid curve, then at the fit, where "auto" picks its model.
     sqrt_w = noise_sqrt_weights("constant" if noise == "auto" else noise, natural_mean(starts[:1]))
     # A few steps from every start pick the basin; only the best one is then polished.
     theta, cost = levenberg_marquardt(model, starts, ys, sqrt_w, lower, upper, free, max_iter=8)
@@ -169,8 +141,7 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
     rho, inflation = autocorrelation_inflation(resid_w, jac[:, free])
     se_a = _standard_error_a(jac[:, free], resid_w, dof) * np.sqrt(inflation)
     samples = None
-    # Below two points per parameter the resamples refit the same few points almost exactly: an interval
-    # from them is far narrower than the truth, so none is given (the reason says why).
+    # Below two points per parameter resamples refit the same few points almost exactly: far too narrow, so no interval.
     if bootstrap and len(ys) >= 2 * n_free:
         y_star = wild_resamples(fitted, resid_w, sqrt_w, jac[:, free], bootstrap, seed)
         draws, draw_cost = levenberg_marquardt(
@@ -190,10 +161,7 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
     r2 = 1.0 - rss / tss if tss > 0 else float("nan")
     if samples is not None and len(samples) >= 2:
         A_lo, A_hi = (float(v) for v in percentile_interval(samples[:, 0], 0.95))
-        # The percentile bootstrap resamples around the fitted bend and misses how far a higher A reached more
-        # slowly (lower B) still fits: on real runs that creep after their bend it was too narrow above. The
-        # profile likelihood follows that ridge; the interval is the hull of the two. (An exact fit has no noise
-        # scale for the profile's test: the bootstrap's interval alone.)
+        # The bootstrap misses a higher A reached more slowly (too narrow above on real runs): hull with the profile.
         ends, requests = [A_lo, A_hi], []
         for i, side in enumerate((-1, 1) if profile.testable() else ()):
             boot = (ends[i] - shift) / unit
@@ -242,7 +210,6 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
 
 
 def _clean(compute, reward, min_compute, bounded) -> tuple[np.ndarray, np.ndarray]:
-    # Drops what cannot be fitted (non-finite, negative or below-cut-off compute), then checks what is left.
     try:
         x = np.asarray(compute, dtype=float).ravel()
         y = np.asarray(reward, dtype=float).ravel()
@@ -270,7 +237,7 @@ def _clean(compute, reward, min_compute, bounded) -> tuple[np.ndarray, np.ndarra
 
 
 def _standard_units(y) -> tuple[float, float]:
-    # (shift, unit) so (y - shift) / unit has mean 0 and sd 1; scaled first so huge values do not overflow.
+    # Divided by the largest |y| first so huge values do not overflow.
     size = float(np.max(np.abs(y))) or 1.0
     shift = size * float(np.mean(y / size))
     unit = size * float(np.std(y / size))
@@ -278,7 +245,6 @@ def _standard_units(y) -> tuple[float, float]:
 
 
 def _grid_starts(u, y, r0, bounded, n_starts=3) -> np.ndarray:
-    """Start rows (<= n_starts, 4): local minima of the RSS over a (B, ln C_mid) grid with A, R0 solved exactly."""
     bb, mm, s = shape_grid(u, (-0.5, 2.5), 25)
     if r0 is None:
         s_mean = s.mean(axis=1, keepdims=True)

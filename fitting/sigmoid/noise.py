@@ -1,13 +1,5 @@
-"""Noise models of a reward around its fitted curve, and the widening correlated noise calls for.
-
-Noise models (variance of a reward around the curve R, up to a common scale): constant (plain least
-squares), binomial R(1 - R) (pass rates over k samples), multiplicative R^2 (a relative error);
-"auto" picks the one of highest Gaussian likelihood on the residuals of a first, unweighted fit.
-Intervals are widened by the factor correlated noise multiplies A's variance by (training noise carries from one
-evaluation to the next): AR(1) of coefficient rho, rho from the residuals' lag-1 autocorrelation, or, where their
-lag-2 autocorrelation says the noise fades slower than that, independent evaluation noise plus an AR(1) drift,
-whichever widens more.
-"""
+"""Noise models of a reward around its fitted curve (constant, binomial R(1 - R), multiplicative R^2, or "auto"), and
+the widening of intervals that correlated noise calls for."""
 
 import numpy as np
 from rlscale.fitting.sigmoid.curve import THETA_A
@@ -25,8 +17,7 @@ _LAG2_EVIDENCE = 1.645
 
 
 def noise_sqrt_weights(noise, mean) -> np.ndarray:
-    # 1 / sd of each reward under `noise`, at the fitted (natural-unit) mean; scaled to mean 1, as only
-    # relative weights matter and costs stay O(rss).
+    # 1 / sd at the fitted (natural-unit) mean, scaled to mean 1: only relative weights matter and costs stay O(rss).
     variance = noise_variance(noise, mean)
     sqrt_w = 1.0 / np.sqrt(variance)
     return sqrt_w / sqrt_w.mean()
@@ -59,17 +50,8 @@ def likeliest_noise(y, mean, bounded) -> str:
 
 
 def autocorrelation_inflation(resid, jac) -> tuple[float, float]:
-    """(rho, inflation): the lag-1 autocorrelation of the noise behind weighted residuals `resid` (compute order)
-    of a fit with weighted Jacobian `jac` (n, p), and the factor by which that noise multiplies the variance of A's
-    (linearised) estimate over independent noise of the same size.
-
-    Two models of the noise, the larger factor taken: AR(1) with coefficient rho, and evaluation noise plus training
-    drift, independent noise with an AR(1) part of coefficient phi and share c of the variance (correlation c phi^l at
-    lag l >= 1: slower to fade than AR(1) with the same lag-1 value, as on long real runs, whose policy wanders on its
-    plateau). AR(1) matches the residuals' lag-1 autocorrelation; the mixture matches lags 1 and 2. Expectations are
-    those of residuals r = (I - P) e, P the fit's projection: a fit takes out slow noise and with it part of the
-    residuals' autocorrelation, so the raw values would be biased low. rho is kept in [0, _MAX_RHO], (0, 1) for
-    independent noise, as intervals are only ever widened by it."""
+    """(rho, inflation): the noise's lag-1 autocorrelation behind weighted residuals `resid` (compute order) of a fit
+    with weighted Jacobian `jac`, and the factor (>= 1) it multiplies A's linearised variance by; (0, 1) for none."""
     n, p = jac.shape
     denominator = float(resid @ resid)
     if n < 2 * p or not denominator > 0:
@@ -97,16 +79,13 @@ def autocorrelation_inflation(resid, jac) -> tuple[float, float]:
     row = np.linalg.pinv(jac)[THETA_A]  # A's estimate is this combination of the rewards (the least-squares map's row)
     plain = float(row @ row)
     inflation = max(float(row @ _ar1_times(row, rho)), plain) / plain
-    # Noise plus drift: for each phi, the share c that matches lag 1 (the ratio is linear-fractional in c), then the
-    # phi whose lag-2 ratio comes closest; c in (0, 1].
+    # Noise plus drift: per phi the share c in (0, 1] matching lag 1, then the phi whose lag-2 ratio comes closest.
     lagged_white = independent * (n - p)
     with np.errstate(all="ignore"):
         c = (observed[0] * (n - p) - lagged_white[0]) / (lagged[0] - lagged_white[0] - observed[0] * (total - (n - p)))
         lag2 = ((1 - c) * lagged_white[1] + c * lagged[1]) / ((1 - c) * (n - p) + c * total)
     valid = (phis > 0) & (c > 0) & (c <= 1) & np.isfinite(lag2)
-    # Only where lag 2 says so: its autocorrelation above what AR(1) at rho gives by more than 1.645 sd (Bartlett's
-    # variance of a sample autocorrelation at lag 2 under AR(1)); else AR(1) alone, as the mixture's two parameters
-    # from two noisy lags would widen intervals at random.
+    # Only if lag 2 beats AR(1) by 1.645 Bartlett sd: two parameters from two noisy lags would widen at random.
     expected_lag2 = float(np.interp(rho, phis, lagged[1] / total))
     sd_lag2 = np.sqrt(((1 + rho**2) ** 2 - 4 * rho**4) / n)
     if valid.any() and observed[1] - expected_lag2 > _LAG2_EVIDENCE * sd_lag2:

@@ -33,12 +33,8 @@ def fitted_points_label(record_breaking: bool, bin_width: float = BIN_WIDTH) -> 
 
 
 def record_breaking_points(compute, reward, bin_width: float = BIN_WIDTH) -> np.ndarray:
-    """Indices (into the inputs) of the points that set a new reward record, in compute order.
-
-    Points are sorted by compute (ties keep their input order); reward is bucketed into bins of
-    `bin_width`; a point is kept when it is the first to enter a bin above every earlier point's bin.
-    Points with a non-finite compute or reward are skipped.
-    """
+    """Indices of the points that set a new reward record, in compute order (ties keep input order): each first to
+    enter a `bin_width` reward bin above every earlier point's bin; non-finite points are skipped."""
     compute = np.asarray(compute, dtype=float).ravel()
     reward = np.asarray(reward, dtype=float).ravel()
     if compute.shape != reward.shape:
@@ -48,6 +44,5 @@ def record_breaking_points(compute, reward, bin_width: float = BIN_WIDTH) -> np.
     finite = np.flatnonzero(np.isfinite(compute) & np.isfinite(reward))
     order = finite[np.argsort(compute[finite], kind="stable")]
     bins = np.floor(reward[order] / bin_width + _EDGE)
-    # A point breaks the record when its bin beats the best bin of all points before it.
     best_before = np.concatenate(([-np.inf], np.maximum.accumulate(bins)[:-1])) if bins.size else bins
     return order[bins > best_before]

@@ -1,6 +1,5 @@
 """The profile-likelihood interval on a sigmoid's asymptote A (lmfit's confidence.py): the F statistic of the best fit
-with A held at a value, every other free parameter refitted, against the fit; an interval's ends are where it crosses
-its critical value."""
+with A held at a value, the other free parameters refitted, against the fit; the ends are where it crosses."""
 
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -11,18 +10,15 @@ from rlscale.fitting.sigmoid.solver import levenberg_marquardt
 from scipy import stats
 from scipy.optimize import isotonic_regression
 
-# Offsets from the estimate at which the profile interval tests A, in units of the interval's scale on that side
-# (the bootstrap's half-width, at least the asymptotic 95% half-width), then on by factors of _PROFILE_GROWTH up
-# to A's bound: the crossing is interpolated between the last value not rejected and the next.
+# Test offsets from the estimate in the side's interval scale, then growing by _PROFILE_GROWTH up to A's bound.
 PROFILE_OFFSETS = np.array([0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0])
 _PROFILE_GROWTH = 1.5
 
 
 @dataclass(frozen=True)
 class Profile:
-    """A fit's likelihood profile in A (fitting units): the F statistic (1, dof) of the best fit with A held at a
-    value, every other free parameter refitted, against the fit. sigma2: the noise variance of the weighted
-    residuals, widened for their autocorrelation."""
+    """A fit's likelihood profile in A (fitting units): F(1, dof) of the best fit with A held, the rest refitted,
+    against the fit; sigma2: the weighted residuals' noise variance, widened for their autocorrelation."""
 
     model: object
     theta_hat: np.ndarray
@@ -75,20 +71,13 @@ class Profile:
         return (np.minimum(cost[: len(a)], cost[len(a) :]) - self.cost_hat) / self.sigma2
 
     def bound(self, level, side=1, scale=None) -> float:
-        """One-sided `level` bound on A, above the estimate for side=1 and below it for side=-1: the farthest A
-        the F test does not reject. Tested on a grid from the estimate out to A's bound (denser near the
-        estimate; with `scale`, at PROFILE_OFFSETS x scale, then the bound) and interpolated after the last
-        value not rejected, so a local minimum missed at one A cannot make the bound too tight. Returns A's bound
-        on that side (1 or 0 for pass rates, +-inf for unbounded metrics) when no value up to it is rejected or
-        there is no noise scale to test against; with `scale` (an interval's end) never an infinite one: the
-        search's end, 10 x the data's range from the estimate, stands for "not bounded" there."""
+        """One-sided `level` bound on A (side=1 above the estimate, -1 below): the farthest A the F test does not
+        reject, interpolated after the last value kept; A's bound (finite with `scale`) when nothing is rejected."""
         return self.bounds(level, [(side, scale)])[0][0]
 
     def bounds(self, level, requests, offset=None) -> tuple[list[float], float | None]:
-        """`bound(level, side, scale)` for each (side, scale) in `requests`, and `not_rejected(offset)` when an
-        offset is given (else None), from as few batched solves as their solver settings allow: the interval's two
-        ends and the identification test together. An A value whose cost floor (_cost_floor) the test already
-        rejects is not solved unless a crossing interpolates to it: the floor's statistic stands for it."""
+        """(`bound` for each (side, scale) in `requests`, `not_rejected(offset)` or None), in as few batched solves as
+        the solver settings allow; A values the cost floor already rejects are not solved."""
         plans = [self._bound_grid(level, side, scale) for side, scale in requests]
         tests = [
             (a, critical, solver, True)
@@ -99,14 +88,13 @@ class Profile:
             tests.append((alt, f_quantile(0.95, self.dof), TEST_SOLVER, False))
         statistics = [(self._cost_floor(a) * (1.0 - 1e-9) - self.cost_hat) / self.sigma2 for a, *_ in tests]
         solved = [np.zeros(len(a), dtype=bool) for a, *_ in tests]
-        # The values the floor does not reject (margins for rounding in the floor and the solver's costs) ...
+        # Solve what the floor does not reject (with rounding margins), then what each crossing interpolates to.
         self._solve(
             tests,
             statistics,
             solved,
             [statistic < critical * (1.0 + 1e-9) for statistic, (_, critical, *_) in zip(statistics, tests)],
         )
-        # ... then the one each crossing interpolates to, where the floor stood for it
         self._solve(
             tests,
             statistics,
@@ -129,8 +117,6 @@ class Profile:
         return ends, a_alt
 
     def _solve(self, tests, statistics, solved, wanted) -> None:
-        # F statistics of the `wanted` A values (a mask or index per test, None for none) not yet solved, written
-        # into `statistics`; one batched solve per solver setting
         for solver in {tuple(test[2].items()) for test in tests}:
             rows = []
             for i, test in enumerate(tests):
@@ -147,23 +133,16 @@ class Profile:
 
     @cached_property
     def _monotone_fits(self) -> tuple[np.ndarray, np.ndarray]:
-        # the best non-decreasing and non-increasing sequences through the rewards (weighted least squares)
         w = self.sqrt_w**2
         return (isotonic_regression(self.y, weights=w).x, isotonic_regression(self.y, weights=w, increasing=False).x)
 
     def _cost_floor(self, a) -> np.ndarray:
-        """A lower bound on the weighted RSS of every curve with A held at each value of `a`. At the points (in
-        compute order) such a curve runs monotonically from R0 toward A: non-decreasing and at most A when A >= R0,
-        non-increasing and at least A when not. The best sequence of either kind is the isotonic regression of the
-        rewards clipped at A, so no curve with that A fits better than the better of the two."""
         rising, falling = self._monotone_fits
         w = self.sqrt_w**2
         a = np.asarray(a, dtype=float)[:, None]
         return np.minimum((np.minimum(rising, a) - self.y) ** 2 @ w, (np.maximum(falling, a) - self.y) ** 2 @ w)
 
     def _bound_grid(self, level, side, scale):
-        """The A values `bound` tests: (a, the bound when none is rejected, F critical value, solver settings),
-        or the bound itself (a float) when nothing needs testing."""
         t = self.theta_hat
         edge = float(self.upper[THETA_A] if side > 0 else self.lower[THETA_A])
         if not (0.5 < level < 1.0 and self.testable()):
@@ -187,13 +166,11 @@ class Profile:
         return np.append(a[side * (end - a) > 0], end), float(end), critical, TEST_SOLVER
 
     def not_rejected(self, offset) -> float | None:
-        """The first of A = A_hat + offset, A_hat - offset (kept within A's bounds) that the F test at 95% does
-        not reject; None when both are rejected (or there is no noise scale, or A_hat +- offset lies beyond A's
-        bounds on both sides)."""
+        """The first of A_hat + offset, A_hat - offset (clipped to A's bounds) the 95% F test does not reject; None
+        when both are rejected, there is no noise scale, or both lie beyond A's bounds."""
         return self.bounds(0.95, [], offset)[1]
 
     def _alternatives(self, offset) -> np.ndarray | None:
-        # the A values not_rejected tests, None when there are none
         t = self.theta_hat
         if not self.testable():
             return None
@@ -207,8 +184,6 @@ TEST_SOLVER = {"max_iter": 40, "xtol": 1e-6}
 
 
 def _crossing_row(statistic, critical) -> int | None:
-    """The index whose exact value _crossing interpolates to besides the last one not rejected: the next one, or
-    the first when none is kept; None when the crossing needs none (nothing up to the end is rejected)."""
     kept = np.flatnonzero(~(np.isfinite(statistic) & (statistic >= critical)))
     if kept.size == 0:
         return 0
@@ -216,8 +191,6 @@ def _crossing_row(statistic, critical) -> int | None:
 
 
 def _crossing(a, statistic, critical, edge, a_hat) -> float:
-    """Where the F statistic, tested at the A values `a` (moving away from the estimate `a_hat`), crosses
-    `critical` after the last value not rejected; `edge` when none up to the last is rejected."""
     kept = np.flatnonzero(~(np.isfinite(statistic) & (statistic >= critical)))  # a failed fit: not rejected
     if kept.size == 0:
         return float(a_hat + (a[0] - a_hat) * min(1.0, critical / max(statistic[0], 1e-300)))
@@ -236,14 +209,10 @@ def f_quantile(q: float, dof: int) -> float:
 
 
 def _shape_sums(u, y, sqrt_w) -> tuple:
-    """(B, ln C_mid, c, w_rr, w_ss, w_rs, w_ry, w_sy, w_yy) of the fixed-A start grid: the grid's shapes s, and the
-    weighted sums over the points that give each (A, shape)'s RSS, with rewards measured from c (see below)."""
     # C_mid beyond the data too: a higher asymptote reached later is exactly what the bound must consider
     bb, mm, s = shape_grid(u, (-0.5, 4.0), 30)
     w = sqrt_w**2
-    # The residual R0 (1 - s) + A s - y is unchanged when R0, A and y all move by c (the weighted mean reward):
-    # the sums below stay small. Each (A, shape)'s weighted RSS comes from six weighted sums over the points, so
-    # memory grows with len(a) x shapes, not also with the points.
+    # Sums about the weighted mean c stay small; six per shape keep memory at len(a) x shapes, not also x points.
     c = float(w @ y / w.sum())
     yc, rest = y - c, 1.0 - s
     w_rr, w_ss, w_rs = (np.einsum("n,gn,gn->g", w, p, q) for p, q in ((rest, rest), (s, s), (rest, s)))
@@ -251,8 +220,6 @@ def _shape_sums(u, y, sqrt_w) -> tuple:
 
 
 def _fixed_a_starts(a, shapes, theta_hat, lower, upper, r0_free) -> np.ndarray:
-    """Start rows (len(a), 4) for fits with A fixed at each value of `a`: the best (B, ln C_mid) of the grid in
-    `shapes` (_shape_sums), R0 solved exactly by weighted least squares (or kept at the fit's R0 when it is fixed)."""
     bb, mm, c, w_rr, w_ss, w_rs, w_ry, w_sy, w_yy = shapes
     ac = (a - c)[:, None]
     if r0_free:

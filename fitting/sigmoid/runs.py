@@ -11,12 +11,8 @@ SINGLE_RUN = "all"  # run name used when the records have no run column
 def fit_runs(
     records: pd.DataFrame, *, run_col="run", compute_col="compute", reward_col="reward", **fit_kwargs
 ) -> pd.DataFrame:
-    """One row per run (in order of first appearance): run, A, B, C_mid, R0, rss, r2, A_lo, A_hi,
-    n_points, identified, reason, noise (the noise model the fit used). Runs that cannot be fitted get NaN
-    parameters, identified False and the FitError message as reason. `fit_kwargs` go to `fit_sigmoid`
-    (r0, min_compute, noise, bounded, ...).
-    A missing `compute` column falls back to `gpu_hours`; a missing run column means one run, "all".
-    """
+    """One row per run (first-appearance order): run and FIT_COLUMNS; unfittable runs: NaN and the FitError as reason.
+    A missing `compute` column falls back to `gpu_hours`; a missing run column means one run, "all"."""
     if compute_col not in records.columns and compute_col == "compute" and "gpu_hours" in records.columns:
         compute_col = "gpu_hours"
     for col in (compute_col, reward_col):

@@ -5,13 +5,8 @@ import numpy as np
 
 
 def levenberg_marquardt(model, theta0, y, sqrt_w, lower, upper, free, *, max_iter=200, xtol=1e-10):
-    """Least-squares parameters (k, p) and costs (k,) for k problems solved together.
-
-    `model(theta) -> (f, J)` gives values (k, n) and Jacobian (k, n, p) for any rows theta (k, p), as new arrays
-    (the solver weights them in place); `y` is (n,) or (k, n), `sqrt_w` (n,); residuals are sqrt_w * (f - y).
-    Bounds are kept by projection with an active set; `free` (p,) marks the parameters that move. Stops per row
-    when a step changes theta by < xtol (relative).
-    """
+    """Least-squares parameters (k, p) and costs (k,) for k problems; `model(theta) -> (f (k, n), J (k, n, p))` must
+    return new arrays (weighted in place). Bounds kept by projection with an active set; `free` (p,): what moves."""
     theta = np.minimum(np.maximum(np.array(theta0, dtype=float), lower), upper)
     p = theta.shape[1]
     y = np.asarray(y, dtype=float)
@@ -29,8 +24,7 @@ def levenberg_marquardt(model, theta0, y, sqrt_w, lower, upper, free, *, max_ite
         return r, jac, np.where(np.isfinite(cost), cost, np.inf)
 
     r, jac, cost = evaluate(theta, slice(None), shared=len(theta) > 1 and bool((theta == theta[0]).all()))
-    # Only the rows still moving are carried through an iteration (each row's arithmetic is its own): a batch
-    # whose rows mostly stopped costs what its few slow rows cost.
+    # Only rows still moving are carried on, so a batch of mostly stopped rows costs what its few slow rows cost.
     rows = np.flatnonzero(np.isfinite(cost))
     t, c = theta[rows], cost[rows]
     if rows.size < len(theta):

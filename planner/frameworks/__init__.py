@@ -1,12 +1,5 @@
-"""A recipe as a production configuration: verl 0.9.1 (Hydra overrides), TRL 1.16.0 (GRPOConfig), OpenRLHF 0.11.2
-(command line), or an rlscale recipe file. The engines that run a recipe on a framework (rlscale.runner.verl,
-rlscale.runner.trl) read the same mappings, so what is exported is what they train.
-
-One mapping per target (verl.py, trl.py, openrlhf.py), each a table from the recipe's knobs to keys with the same
-meaning; each file says which keys are only the nearest form (and how they differ), what the pinned version cannot
-express (`# not expressible:`), and which keys are deployment choices (`--gpus/--nodes`), not part of the recipe.
-The frameworks' own parsers check these mappings in CI (tests/checkers/).
-"""
+"""A recipe as a production configuration: verl 0.9.1, TRL 1.16.0, OpenRLHF 0.11.2 or an rlscale recipe file.
+The runner's verl and TRL engines read the same mappings, so what is exported is what they train."""
 
 import yaml
 from rlscale.planner.recipe import Recipe

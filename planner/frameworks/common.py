@@ -15,14 +15,8 @@ VERIFIER_PLACEHOLDER = "http://VERIFIER_HOST:PORT/get_reward"
 
 @dataclass(frozen=True)
 class Deployment:
-    """How a job is laid out on a cluster: `rlscale export --gpus N --nodes K ...`. None of it changes what is trained.
-
-    gpus_per_node, nodes: the cluster (default one node of 8 GPUs). tensor_parallel: the generator's TP size.
-    max_prompt_tokens: the longest prompt the data holds (the recipe fixes only the response length).
-    max_tokens_per_gpu: tokens one GPU packs into a forward/backward (dynamic batching); at least one full
-    sequence. micro_batch_per_gpu: completions per forward/backward where a target has no dynamic batching (TRL).
-    cpu: one process on CPU cores (TRL: generation with transformers, not vLLM; float32, not bf16).
-    """
+    """How a job is laid out (`rlscale export --gpus N --nodes K ...`); none of it changes what is trained.
+    micro_batch_per_gpu is for targets without dynamic batching (TRL); cpu: one process on CPU cores."""
 
     gpus_per_node: int = 8
     nodes: int = 1
@@ -65,9 +59,8 @@ class Deployment:
 
 @dataclass
 class Mapping:
-    """One recipe in one target's keys: `recipe` keys carry the recipe's meaning, `deployment` keys only lay the job
-    out. `nearest` names each difference where the target's form is the nearest, not the exact one; `missing` lists
-    what the pinned target cannot express at all."""
+    """One recipe in one target's keys (`recipe`: its meaning; `deployment`: layout only); `nearest` names each
+    inexact form's difference, `missing` what the pinned target cannot express."""
 
     framework: str
     version: str

@@ -1,10 +1,5 @@
 """OpenRLHF 0.11.2: a recipe as a `python3 -m openrlhf.cli.train_ppo_ray` command line (dotted flags).
-
-Read from the release: openrlhf/cli/train_ppo_ray.py (the parser and its checks), openrlhf/models/loss.py
-(PolicyLoss), openrlhf/trainer/ppo_utils/experience_maker.py (advantage estimators), openrlhf/trainer/ray/
-ppo_actor.py (KL as a loss), openrlhf/utils/deepspeed/deepspeed.py (lr schedule: ceil(updates x warmup ratio)).
-Every value is shell-quoted: a path with `;` or spaces stays one argument.
-"""
+Read from openrlhf cli/train_ppo_ray.py, models/loss.py, trainer/ppo_utils/experience_maker.py, trainer/ray/."""
 
 from rlscale.planner.recipe import Recipe
 
@@ -83,7 +78,6 @@ def openrlhf_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Ma
     r["--actor.max_norm"] = recipe.grad_clip
     r["--actor.lr_scheduler"] = "constant_with_warmup"
     r["--actor.lr_warmup_ratio"] = warmup_fraction(recipe)  # ceil(M x k x ratio) = lr_warmup_steps updates
-    # loss: clip bounds on the ratio [1 - low, 1 + high]
     r["--actor.policy_loss_type"] = policy_loss
     r["--actor.eps_clip_low_high"] = [min(low, 1.0), high]
     r["--actor.loss_agg_mode"] = agg

@@ -1,15 +1,11 @@
-"""One rule for a user's learning-rate schedule, on every engine: a schedule that decays over the run's length
-decays over each run's planned steps (or the study's setup.lr_decay_steps), whatever step a job ends at. A run's
-jobs end at rungs or at its compute stop (which still ends the run), and verl and TRL would otherwise fit the
-schedule to each job's own end. Each engine says the rule in its own terms (runner/verl/setup.py: verl's keys;
-runner/trl/setup.py: the trainer's schedule length) and lists it among the dry-run's changes with reason()."""
+"""One rule for a user's lr schedule on every engine: it decays over each run's planned steps (or setup.lr_decay_steps),
+not to a job's end, since jobs end at rungs or the compute stop and verl/TRL would fit the schedule to each job."""
 
 import math
 
 
 def decay_steps(recipe, study_steps: int | None = None) -> int:
-    """The rlscale steps a decaying schedule decays over: the study's setup.lr_decay_steps, else the run's
-    planned steps."""
+    """The steps a decaying schedule decays over: the study's setup.lr_decay_steps, else the run's planned steps."""
     return int(study_steps or recipe.steps)
 
 

@@ -1,14 +1,5 @@
-"""The user's own verl or TRL setup as the base of a study (the study's `setup:` block).
-
-A team that trains with verl or TRL keeps its config, data, rewards and trackers; rlscale changes only what it
-must own. This module is the planner's half of that, with no framework installed: it reads the files as the keys
-they set (verl: a YAML config and Hydra overrides; TRL: the YAML `trl grpo --config FILE` reads), the recipe
-values those keys say (so plans price the user's own batch), and the keys the study's axes change, found through
-the one export mapping (rlscale.planner.frameworks.verl / .trl): a key whose mapped value differs between the
-study's runs is the study's. A key the study changes that the user's files also set is a conflict, unless the
-study says whose value wins (`keep`: the user's; `replace`: the study's). The frameworks' own parsers check the
-result in the runner (TRL's TrlParser) and in CI (verl's Hydra config).
-"""
+"""The user's own verl or TRL setup (a study's `setup:` block): the keys its files set and the keys the study changes.
+A key set by both is a conflict unless `keep` (user's value wins) or `replace` (study's wins) names it."""
 
 import shlex
 from dataclasses import dataclass, field
@@ -26,9 +17,8 @@ HYDRA_KEYS = ("defaults", "hydra")
 
 @dataclass(frozen=True)
 class UserSetup:
-    """What the user's files set: `keys` in the framework's own names (verl: dotted Hydra keys; TRL: GRPOConfig
-    and script fields), each with the file that sets it (`source`). verl overrides keep their order in
-    `overrides`; a TRL file's `env:` block is kept apart in `env` (the job's environment, not the driver's)."""
+    """What the user's files set: `keys` in the framework's own names, each with the file that sets it (`source`).
+    A TRL file's `env:` block is kept apart in `env` (the job's environment, not the driver's)."""
 
     framework: str
     keys: dict[str, Any]
@@ -43,15 +33,15 @@ class UserSetup:
         return key in self.keys
 
     def files(self) -> list[str]:
-        """The user's files this setup reads: the YAML config, then the files that set keys, in order."""
+        """The user's files this setup reads, in order."""
         found = [self.config_file, self.config_origin, *self.source.values()]
         return [path for path in dict.fromkeys(found) if path and Path(path).is_file()]
 
 
 @dataclass(frozen=True)
 class Change:
-    """One key rlscale sets in the user's config for a run: `before` is the user's value (None: not set there),
-    `after` rlscale's (None: removed), `why` the study's reason in a few words (an axis, the compute stop, ...)."""
+    """One key rlscale sets in the user's config for a run: `before` the user's value (None: unset), `after`
+    rlscale's (None: removed), `why` the study's reason."""
 
     key: str
     before: Any
@@ -59,11 +49,10 @@ class Change:
     why: str
 
     def line(self) -> str:
-        """`~ key: before -> after  (why)`; `+` for a key the user did not set, `-` for one rlscale removes, `=` for
-        one kept as written."""
+        """`~ key: before -> after  (why)`; `+` added, `-` removed, `=` kept as written."""
         if self.after is None:
             return f"- {self.key}: {_shown(self.before)}  ({self.why})"
-        if repr(self.before) == repr(self.after):  # kept as written, with what rlscale does about it
+        if repr(self.before) == repr(self.after):
             return f"= {self.key}: {_shown(self.after)}  ({self.why})"
         if self.before is None:
             return f"+ {self.key}: {_shown(self.after)}  ({self.why})"
@@ -78,15 +67,11 @@ def _shown(value: Any) -> str:
     return text.removesuffix("\n...").removesuffix(" ...")
 
 
-# reading the files ---------------------------------------------------------------------------------------------
-
-
 def read_setup(
     framework: str, *, config: str | None, overrides: list[str], overrides_file: str | None, study_file: str | None
 ) -> UserSetup:
-    """The keys the user's files set. verl: the YAML config's leaves (dotted), then the overrides file's, then the
-    study's `overrides` (later ones win, as on verl's command line); TRL: the YAML's keys. UserError naming the
-    file for a file that is missing, not YAML, or holds something that is not an override."""
+    """The keys the user's files set; verl: config leaves, then the overrides file, then the study's overrides
+    (later wins, as on verl's command line). UserError naming the file for a bad file."""
     keys: dict[str, Any] = {}
     source: dict[str, str] = {}
     env: dict[str, str] = {}
@@ -132,10 +117,8 @@ VERL_CONFIG_PATHS = ("config", "./config")
 
 
 def hydra_config(flags: dict, *, config: str | None, study_file: str | None) -> tuple[str | None, str | None, str]:
-    """(YAML config file, verl config name, the file that says so) from Hydra's --config-path/--config-name flags
-    among the overrides (a copied launch line's): a name alone, or with verl's own `config` folder, is one of verl's
-    configs; an absolute folder holds the user's YAML. UserError naming the file for any other flag, a relative
-    folder, a missing YAML, or a config given twice."""
+    """(YAML config file, verl config name, the file that says so) from Hydra's --config-path/--config-name flags;
+    a name alone (or with verl's `config` folder) is one of verl's own configs."""
     for name, (word, origin) in flags.items():
         if name not in ("--config-path", "--config-name") or "=" not in word:
             raise UserError(f"Hydra flag {word[:80]!r}: only --config-path=DIR and --config-name=NAME", file=origin)
@@ -167,9 +150,8 @@ def hydra_config(flags: dict, *, config: str | None, study_file: str | None) -> 
 
 
 def override_words(path: str) -> list[str]:
-    """The Hydra overrides in a file as the shell would pass them: one or many a line, `\\` continuations,
-    `#` comments; a leading `python3 -m verl.trainer.main_ppo` (a copied launch line) is skipped. UserError when
-    that line runs another module (a recipe's own trainer, e.g. recipe.dapo.main_dapo): the jobs run main_ppo."""
+    """The Hydra overrides in a file as the shell would split them, a leading launch line skipped; UserError when
+    that line runs a module other than main_ppo (the jobs run main_ppo)."""
     file = Path(path)
     if not file.is_file():
         raise UserError("file not found", file=path)
@@ -179,7 +161,7 @@ def override_words(path: str) -> list[str]:
         raise UserError(f"not a list of Hydra overrides ({err})", file=path) from None
     launch = []
     while words and "=" not in words[0] and not words[0].startswith("~"):
-        launch.append(words.pop(0))  # python3 -m verl.trainer.main_ppo
+        launch.append(words.pop(0))
     module = launch[launch.index("-m") + 1] if "-m" in launch[:-1] else VERL_MAIN
     if module != VERL_MAIN:
         raise UserError(
@@ -198,9 +180,7 @@ _DELETE = object()
 
 
 def parse_override(word: str, *, file: str) -> tuple[str, Any]:
-    """(key, value) of one Hydra override `key=value`, `+key=value`, `++key=value` or `~key` (value _DELETE);
-    the value read as YAML 1.2 (as Hydra reads the values configs hold: numbers such as 1e-6, true/false, null,
-    quoted strings, [lists])."""
+    """(key, value) of one Hydra override (`~key`: value _DELETE); the value read as YAML 1.2, as Hydra reads it."""
     if word.startswith("~"):
         return word[1:].split("=", 1)[0], _DELETE
     key, sep, text = word.lstrip("+").partition("=")
@@ -222,13 +202,9 @@ def _flatten(data: dict, prefix: str = ""):
             yield dotted, value
 
 
-# what the study changes ----------------------------------------------------------------------------------------
-
-
 def axis_keys(recipes: list, mapping, *, owned: set[str]) -> dict[str, str]:
-    """The framework keys the study's runs set differently (key -> the recipe fields that set it, comma-joined),
-    through `mapping(recipe) -> {key: value}`; keys in `owned` (rlscale's run keys: steps, seeds, ...) are left out.
-    A key is put down to the fields whose own change, from the first run, changes it (rollout.n to rollouts only)."""
+    """The framework keys the study's runs set differently -> the recipe fields that set them, comma-joined;
+    `owned` keys (rlscale's run keys) left out."""
     values = [mapping(recipe) for recipe in recipes]
     keys = [
         key
@@ -241,7 +217,6 @@ def axis_keys(recipes: list, mapping, *, owned: set[str]) -> dict[str, str]:
 
 
 def _setters(recipes: list, mapping, keys: list[str]) -> dict[str, set[str]]:
-    """Each recipe field the runs vary -> the keys (of `keys`) that change when only that field changes."""
     base, first = recipes[0], mapping(recipes[0])
     dumps = [recipe.to_json() for recipe in recipes]
     out: dict[str, set[str]] = {}
@@ -271,9 +246,8 @@ def check_conflicts(
     study_file: str | None,
     axes: dict[str, str] | None = None,
 ) -> None:
-    """Every problem at once (one_error): a key the study changes that the user's files also set, unless `keep` or
-    `replace` names it; a keep/replace entry that names no such key (a typo); a `keep` of an axis's own key (`axes`:
-    key -> the axis whose value it carries), which would train every run at the user's value."""
+    """Raise every conflict at once: a changed key the user also sets (unless kept/replaced), a keep/replace typo,
+    or a `keep` of an axis's own key (it would train every run at the user's value)."""
     problems = []
     for name, entries in (("keep", keep), ("replace", replace)):
         for key in entries:
@@ -310,7 +284,7 @@ def check_conflicts(
 
 
 def by_axes(why: str) -> str:
-    """'the study's rollouts axis' (or '... B and C axes') for a key's setters as axis_keys gives them."""
+    """'the study's rollouts axis' (or '... B and C axes') for a key's setters from axis_keys."""
     fields = why.split(", ")
     if why == "the study":
         return why
@@ -318,14 +292,11 @@ def by_axes(why: str) -> str:
 
 
 def one_error(problems: list[UserError]) -> UserError:
-    """Several problems as one UserError, a line each (each naming its file and key); one problem as itself."""
+    """Several problems as one UserError, a line each; one problem as itself."""
     if len(problems) == 1:
         return problems[0]
     lines = list(dict.fromkeys(str(problem) for problem in problems))
     return UserError("\n".join(lines)) if len(lines) > 1 else problems[0]
-
-
-# the study's setup -----------------------------------------------------------------------------------------------
 
 
 def _framework(name: str):
@@ -335,7 +306,6 @@ def _framework(name: str):
 
 
 def study_setup(study) -> UserSetup:
-    """The user's setup a study (rlscale.planner.study.Study with a `setup` block) starts from."""
     block = study.setup
     return read_setup(
         study.recipe.engine,
@@ -347,7 +317,7 @@ def study_setup(study) -> UserSetup:
 
 
 def recipe_from_setup(setup: UserSetup) -> dict:
-    """The recipe fields the user's keys say (rlscale.planner.frameworks.verl/trl.recipe_from_keys)."""
+    """The recipe fields the user's keys say, so plans price the user's own batch."""
     return _framework(setup.framework).recipe_from_keys(setup.keys)
 
 
@@ -357,11 +327,10 @@ def setup_key(framework: str, field: str) -> str:
 
 
 def changed_keys(study, recipes: list) -> dict[str, str]:
-    """The framework keys the study's runs (`recipes`) set differently: key -> the recipe fields behind them. TRL:
-    a user's steps_per_generation goes when the study sets the generation batch (TRL takes one of the two)."""
+    """The framework keys the study's runs set differently -> the recipe fields behind them."""
     module = _framework(study.recipe.engine)
     changed = axis_keys(recipes, module.axis_values, owned=set(module.RUN_KEYS))
-    if study.recipe.engine == "trl" and "generation_batch_size" in changed:
+    if study.recipe.engine == "trl" and "generation_batch_size" in changed:  # TRL takes one of the two
         changed["steps_per_generation"] = changed["generation_batch_size"]
     return changed
 
@@ -383,10 +352,8 @@ def check_study_setup(study, recipes: list) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class SetupPlan:
-    """What every job of a setup study applies (engines get it as their `setup` option): the user's setup, the
-    keys the study changes (key -> the recipe fields behind them), those where the user's value wins (`keep`),
-    the logged metric that is the study's reward (None: the engine's default) and the study's name (the trackers
-    group runs by it)."""
+    """What every job of a setup study applies (engines get it as their `setup` option); `reward_metric` None: the
+    engine's default; `study` names the trackers' run group."""
 
     setup: UserSetup
     changed: dict[str, str]
@@ -396,7 +363,7 @@ class SetupPlan:
     lr_decay_steps: int | None = None  # the study's length for a decaying lr schedule (frameworks/schedule.py)
 
     def values(self, recipe) -> dict[str, Any]:
-        """The values the study gives its changed keys in `recipe`'s run (None: the key goes); kept keys left out."""
+        """The study's values for its changed, not kept, keys in `recipe`'s run (None: the key goes)."""
         values = _framework(self.setup.framework).axis_values(recipe)
         return {
             key: (None if key == "steps_per_generation" else values.get(key))
@@ -415,7 +382,6 @@ class SetupPlan:
 
 
 def setup_plan(study) -> SetupPlan | None:
-    """The SetupPlan of a study loaded from its file (load_study checked it), or None without a setup."""
     if study.setup is None:
         return None
     from rlscale.planner.planning import planned_runs
@@ -427,13 +393,9 @@ def setup_plan(study) -> SetupPlan | None:
     )
 
 
-# the decision, as the user's own config ---------------------------------------------------------------------------
-
-
 def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
-    """The user's own config with the decision applied: the study's changed keys at the decided recipe's values and
-    its steps (verl: a launch script of the user's config and overrides; TRL: the user's YAML). Nothing else of
-    theirs changes."""
+    """The user's own config (verl: a launch script; TRL: the YAML) with only the changed keys and steps set to the
+    decided recipe's."""
     values = {key: value for key, value in plan.values(recipe).items()}
     setup = plan.setup
     lines = [f"# {line}" for line in header]
@@ -450,7 +412,7 @@ def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
         from rlscale.planner.loading import load_yaml_mapping
 
         accumulation = accumulation_keeping_updates(setup.keys, values)
-        if accumulation is not None:  # as the sweep's jobs ran: the user's updates per generated batch
+        if accumulation is not None:  # as the sweep's jobs ran
             values["gradient_accumulation_steps"] = accumulation
             before = setup.keys.get("gradient_accumulation_steps")
             change = Change("gradient_accumulation_steps", before, accumulation, "your updates per generated batch")
@@ -485,7 +447,6 @@ def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
 
 
 def setup_files(setup: UserSetup) -> list[str]:
-    """The user's setup as the dry-run and the export name it: verl's config by name (when one of verl's own), then
-    the user's files (UserSetup.files)."""
+    """The user's setup as the dry-run and the export name it: verl's own config by name, then the user's files."""
     named = [f"verl's {setup.config_name}"] if setup.config_name else []
     return named + setup.files()

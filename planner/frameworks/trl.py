@@ -1,8 +1,5 @@
 """TRL 1.16.0: a recipe as `trl.GRPOConfig` keyword arguments (YAML; `trl grpo --config FILE` or GRPOConfig(**yaml)).
-
-Read from the release: trl/trainer/grpo_config.py (fields, __post_init__'s generation-batch arithmetic) and
-trl/trainer/grpo_trainer.py (_compute_loss: CISPO's weight is clamp(ratio, max=epsilon_high); advantages).
-"""
+Read from trl/trainer/grpo_config.py (fields, generation-batch arithmetic) and grpo_trainer.py (_compute_loss)."""
 
 import yaml
 from rlscale.planner.recipe import Recipe
@@ -11,8 +8,7 @@ from .common import MODEL_PLACEHOLDER, Deployment, Mapping, comment_block, commo
 
 FRAMEWORK, VERSION = "TRL", "1.16.0"
 
-# (loss, loss_agg) -> TRL loss_type; TRL's loss_type fixes the aggregation as well as the loss.
-# dapo: token sum / tokens of the whole generation batch; grpo: mean of per-sequence token means; cispo: as dapo.
+# TRL's loss_type fixes the aggregation too: dapo/cispo over the generation batch's tokens, grpo per-sequence means
 LOSS_TYPES = {
     ("cispo", "token"): "cispo",
     ("cispo", "sample"): "cispo",
@@ -90,9 +86,7 @@ def trl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mapping
             "recompute_logprobs: true); rlscale takes the generator's"
         )
 
-    # one optimizer update per generated batch: the generation batch (B_p x n completions) is
-    # per_device_train_batch_size x processes x steps_per_generation, and each update accumulates
-    # steps_per_generation / k of those micro-batches
+    # generation batch = per_device_train_batch_size x processes x steps_per_generation; an update takes 1/k of it
     d = m.deployment
     world = dep.gpus
     per_update = recipe.total_batch // k
@@ -133,8 +127,7 @@ def trl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mapping
     return m
 
 
-# a user's own TRL setup (rlscale.planner.frameworks.setup): the recipe fields its GRPOConfig keys say, and the keys
-# each job of a run sets itself (its stop, checkpoints, logging cadence, seed, run name)
+# a user's TRL setup (frameworks/setup.py): recipe field -> the key it is read from; RUN_KEYS: what each job sets
 RECIPE_FROM_KEYS = {
     "rollouts": "num_generations",
     "model": "model_name_or_path",
@@ -160,9 +153,7 @@ RUN_KEYS = frozenset(
 )
 
 
-# GRPOConfig's defaults in TRL 1.16.0 (trl/trainer/grpo_config.py) for the keys above: what TRL trains when a user's
-# YAML leaves them out, so the recipe says what the job trains (rlscale's own defaults, e.g. lr 3e-4, are the tiny
-# policy's, and the planner must not import TRL)
+# TRL 1.16.0 GRPOConfig defaults (trl/trainer/grpo_config.py), copied since the planner must not import TRL
 TRL_DEFAULTS = {
     "num_generations": 8,
     "max_completion_length": 512,
@@ -175,9 +166,8 @@ TRL_DEFAULTS = {
 
 
 def recipe_from_keys(keys: dict) -> dict:
-    """The recipe fields a user's GRPOConfig keys say, with TRL's defaults for those they leave out: rollouts, prompts
-    per batch (the generation batch over num_generations, on one process), model (if set), lengths, lr (as it is: not
-    scaled with the batch), temperature, KL."""
+    """The recipe fields a user's GRPOConfig keys say, TRL's defaults filling the rest; prompts per batch is the
+    generation batch over num_generations on one process, and lr is taken unscaled."""
     given = {**TRL_DEFAULTS, **{key: value for key, value in keys.items() if value is not None}}
     out = {field: given[key] for field, key in RECIPE_FROM_KEYS.items() if given.get(key) is not None}
     batch = given.get("generation_batch_size")

@@ -1,10 +1,5 @@
 """verl 0.9.1: a recipe as Hydra overrides of verl's `ppo_trainer` config (`python3 -m verl.trainer.main_ppo`).
-
-`verl_mapping` returns the keys (callable: the verl engine launches jobs with `verl_overrides`); `render` writes
-them as a bash script with the recipe's overrides and the deployment's in two arrays.
-Read from the release: verl/trainer/config/ppo_trainer.yaml, verl/workers/config/actor.py (ActorConfig),
-verl/trainer/ppo/core_algos.py (losses, aggregation, advantage estimators), verl/trainer/ppo/v1/.
-"""
+Read from verl/trainer/config/ppo_trainer.yaml, workers/config/actor.py, trainer/ppo/core_algos.py, trainer/ppo/v1/."""
 
 import re
 
@@ -24,8 +19,7 @@ from .common import (
 FRAMEWORK, VERSION = "verl", "0.9.1"
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
-# verl clamps the log-ratio to [-20, 20] before exp, so a dual-clip bound above e^20 (4.9e8) never binds;
-# clip_ratio_c must be > 1 (ActorConfig asserts it), so "off" is a bound that cannot be reached
+# dual clip "off": above verl's e^20 (4.9e8) log-ratio clamp, so it never binds (ActorConfig asserts it is > 1)
 DUAL_CLIP_OFF = 1.0e9
 # strings Hydra reads as themselves without quotes (names, paths); anything else is quoted
 _PLAIN = re.compile(r"[A-Za-z_/.][A-Za-z0-9_./-]*")
@@ -81,7 +75,6 @@ def verl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mappin
     r[f"{ACTOR}.ppo_epochs"] = 1
     r["data.max_response_length"] = recipe.max_new_tokens
     r[f"{ROLLOUT}.temperature"] = recipe.temperature
-    # optimizer: AdamW, linear warmup then constant lr
     r[f"{ACTOR}.optim.lr"] = recipe.scaled_lr
     r[f"{ACTOR}.optim.lr_warmup_steps"] = recipe.lr_warmup_steps
     r[f"{ACTOR}.optim.lr_scheduler_type"] = "constant"
@@ -121,7 +114,6 @@ def verl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mappin
     r[f"{ACTOR}.data_loader_seed"] = recipe.seed
     r[f"{ACTOR}.fsdp_config.seed"] = recipe.seed
     r[f"{ROLLOUT}.seed"] = recipe.seed
-    # off-policy machinery
     pipeline = recipe.async_mode == "pipeline"
     r["trainer.v1.trainer_mode"] = "separate_async" if pipeline else "sync"
     if pipeline:
@@ -167,8 +159,7 @@ def verl_mapping(recipe: Recipe, deployment: Deployment | None = None) -> Mappin
     return m
 
 
-# a user's own verl setup (rlscale.planner.frameworks.setup): the recipe fields its keys say, and the keys each job of
-# a run sets itself (the segment's stop, checkpoints, resume, validation cadence, devices, seeds, loggers)
+# a user's verl setup (frameworks/setup.py): recipe field -> the key it is read from; RUN_KEYS: what each job sets
 RECIPE_FROM_KEYS = {
     "prompts_per_batch": "data.train_batch_size",
     "rollouts": f"{ROLLOUT}.n",
@@ -179,9 +170,7 @@ RECIPE_FROM_KEYS = {
     "entropy_coef": f"{ACTOR}.entropy_coeff",
     "eval_samples": f"{ROLLOUT}.val_kwargs.n",
 }
-# verl has no trainer.seed: the data order, the actor's data loader, the generator, and the model init of the
-# strategy the config holds (ppo_trainer: FSDP's fsdp_config.seed; ppo_megatron_trainer: megatron.seed, which the
-# reference's follows); a job sets those its composed config has
+# no trainer.seed in verl: FSDP configs seed fsdp_config, Megatron ones megatron.seed; a job sets those present
 PPO_TRAINER_SEEDS = (
     "data.seed",
     f"{ACTOR}.data_loader_seed",
@@ -215,9 +204,7 @@ RUN_KEYS = frozenset(
 
 
 def recipe_from_keys(keys: dict) -> dict:
-    """The recipe fields a user's verl keys say (only those they set): batch, rollouts, model, lengths, lr (unscaled:
-    the user's lr is the lr), temperature, entropy, validation samples and cadence, checkpoint cadence; KL when it is
-    a loss term."""
+    """The recipe fields a user's verl keys set (lr unscaled: the user's lr is the lr; KL only as a loss term)."""
     out = {field: keys[key] for field, key in RECIPE_FROM_KEYS.items() if keys.get(key) is not None}
     if keys.get(f"{ACTOR}.use_kl_loss") and keys.get(f"{ACTOR}.kl_loss_coef") is not None:
         out["kl_coef"] = keys[f"{ACTOR}.kl_loss_coef"]
@@ -252,8 +239,7 @@ def hydra_value(value) -> str:
     text = str(value)
     if _PLAIN.fullmatch(text) and text.lower() not in ("true", "false", "null", "nan", "inf"):
         return text
-    # Hydra's quoted strings: a quote is escaped, and so is each backslash in a run that ends at a quote (or at
-    # the closing quote); other backslashes are literal
+    # Hydra's quoting: escape quotes and each backslash in a run ending at a quote; other backslashes are literal
     return "'" + _QUOTE_OR_END.sub(lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), text) + "'"
 
 

@@ -1,8 +1,5 @@
-"""A run's compute, measured one way for every engine and for imported logs: the devices a job holds times the wall
-seconds it holds them (device-seconds), stored as `gpu_hours` (device-hours; CPU cores on a CPU-only host). verl's
-logged steps are read by one function whether a job's log is followed live or imported later. Also what one step
-generates: its rollouts and its tokens.
-"""
+"""A run's compute, one way for every engine and imported log: devices held x wall seconds, stored as `gpu_hours`
+(device-hours; CPU cores on a CPU-only host); also what one step generates (rollouts, tokens)."""
 
 import math
 
@@ -34,9 +31,8 @@ def verl_step_seconds(data: dict) -> float | None:
 
 
 def verl_step_device_seconds(data: dict, devices: float | None = None) -> float | None:
-    """Device-seconds of one step verl logged: its wall seconds x `devices` (what the job holds, when known), else x
-    verl's own GPU count, total_num_tokens / (throughput x seconds), which is total_num_tokens / throughput. None when
-    the step says neither its seconds nor its throughput."""
+    """Device-seconds of one step verl logged: its wall seconds x `devices` when known, else total_num_tokens /
+    throughput (x verl's own GPU count); None when the step logs neither its seconds nor its throughput."""
     seconds = verl_step_seconds(data)
     if devices is not None and seconds is not None:
         return held(devices, seconds)

@@ -1,10 +1,5 @@
 """Names a user gives (studies, runs) and the limits on what a study or plan may expand to.
-
-Two rules. NAME_RULE, for names that may become paths or keys (studies, plans, profiles, a study's variants): a
-file-name-safe word at every entry point. RUN_NAME_RULE, for imported run names: any printable text, as
-trackers name runs (`qwen2.5-7b/lr=1e-6,bs=256`, `GRPO (clip 0.2)`); they never become paths, and the terminal
-shows them escaped (rlscale.cli.console.safe). Control characters are refused by both.
-"""
+NAME_RULE names may become paths or keys; RUN_NAME_RULE names (imported runs) are printable text, never paths."""
 
 import re
 import unicodedata
@@ -107,11 +102,8 @@ _PROJECT_TASKS = "rlscale.runner.rl.tasks"
 
 
 def verifier_problem(spec: object) -> str | None:
-    """Why `spec` cannot name a custom verifier (None if it can).
-
-    The runner imports the module and calls the function on every rollout, so a name such as `os:system`,
-    `builtins:eval` or `shutil:rmtree` would run that on data; the standard library, builtins and the rest
-    of rlscale are refused."""
+    """Why `spec` cannot name a custom verifier (None if it can): it runs on every rollout, so the standard library,
+    builtins (`os:system`, `builtins:eval`) and the rest of rlscale are refused."""
     import sys
 
     if not isinstance(spec, str) or not re.match(VERIFIER_PATTERN, spec):

@@ -33,11 +33,8 @@ for _info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.nam
 
 
 def main() -> None:
-    """Entry point. Usage errors exit 2 (click); UserError prints one line and exits 2.
-
-    Warnings (numpy, matplotlib) are held until the command ends: shown after a result, dropped before
-    a one-line error, so the error is the only thing on stderr.
-    """
+    """Entry point: usage errors exit 2 (click); UserError prints one line and exits 2. Warnings are held until the
+    command ends: shown after a result, dropped before a one-line error so it is the only thing on stderr."""
     held: list = []
     error = None
     try:

@@ -1,9 +1,5 @@
 """Terminal output: one rich console for tables and progress, plain stdout for --json.
-
-Text that came from data (study and run names, notes, error messages) goes through `safe` before it
-reaches a terminal: Rich markup in it is escaped and control characters (escape sequences such as OSC 52
-clipboard writes) are shown as \\x1b-style escapes instead of being sent to the terminal.
-"""
+Text from data goes through `safe`: markup escaped, control characters (OSC 52 clipboard writes) shown as escapes."""
 
 import json
 import re
@@ -35,8 +31,7 @@ def safe(value: Any) -> str:
 
 def wrapped(value: Any, *, first: str = "", rest: str | None = None, width: int | None = None) -> str:
     """`value` made visible and wrapped at spaces to the console's width in terminal cells (CJK letters take two):
-    `first` starts line 1, `rest` (default: blanks as wide as `first`) the others. Words longer than a line (paths)
-    stay whole."""
+    `first` starts line 1, `rest` (default: blanks as wide as `first`) the others; overlong words stay whole."""
     rest = " " * len(first) if rest is None else rest
     width = width or console.width
     lines, line, empty = [], first, True
@@ -71,5 +66,4 @@ def print_json(payload: Any) -> None:
 
 
 def _jsonable(value: Any) -> Any:
-    # paths, datetimes
     return str(value)

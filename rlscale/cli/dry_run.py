@@ -69,7 +69,6 @@ def print_dry_run(
 
 
 def _admission_lines(plan: dict, runs: int) -> list[str]:
-    """The admission plan in words: the cluster's free devices, the runs that start first, the bound."""
     from rlscale.runner.sweep.pool import devices_text
 
     bound = f"at most {plan['max_concurrent']} at once" if plan["max_concurrent"] else "no --max-concurrent bound"
@@ -87,8 +86,6 @@ def _admission_lines(plan: dict, runs: int) -> list[str]:
 
 
 def _setup_lines(point: dict) -> list[str]:
-    """A setup study's run: where its job goes, the user's files, what rlscale changes in them (a diff), and notes on
-    what the checks could not read here (data on the cluster, keys left out)."""
     from rlscale.planner.frameworks.setup import Change
 
     changes = [Change(**change) for change in point["changes"]]
@@ -104,7 +101,6 @@ def _setup_lines(point: dict) -> list[str]:
 
 
 def _composed_lines(point: dict) -> list[str]:
-    """The framework's own reading of the point's job (JobsApiEngine.rehearse), one line."""
     composed = point.get("composed")
     if not composed:
         return []
@@ -112,7 +108,6 @@ def _composed_lines(point: dict) -> list[str]:
 
 
 def _summary_lines(points: list[dict], commands: Path | None) -> list[str]:
-    """How many jobs each framework composed, and the file that holds every job's full command."""
     lines = []
     for engine in dict.fromkeys(point["engine"] for point in points if point["engine"] != "builtin"):
         mine = [point for point in points if point["engine"] == engine]

@@ -39,9 +39,8 @@ def check_fit_source(
     r0: float | None,
     tags: tuple = (None, None),
 ) -> None:
-    """The checks `fit` and `backtest` share: a FILE or --study (not both), --db only with --study, the log's
-    metrics (`tags`: --reward, --compute) only with a FILE, a known
-    --noise that suits the metric, a finite --r0 (in [0, 1] unless --unbounded). Raises UserError."""
+    """The checks `fit` and `backtest` share: a FILE or --study (not both), --db only with --study, --reward/--compute
+    only with a FILE, a --noise that suits the metric, a finite --r0 ([0, 1] unless --unbounded); raises UserError."""
     import math
 
     from rlscale.base.errors import UserError

@@ -35,10 +35,8 @@ def compute_progress(spent: float, planned: float) -> tuple[str, str]:
 
 
 def sweep_table(study: str, runs, cluster: str = "") -> Table:
-    """One row per run: status (with the devices a run in flight holds), steps taken, last validation reward,
-    device-hours spent against those planned (runs stop at their planned compute, not at a step count) and the
-    share, note; a total row; the cluster line (devices busy / total, runs in flight, runs queued) and the legend
-    under it. Fits 80 columns: long names and notes wrap."""
+    """One row per run (status, steps, last reward, device-hours spent of those planned and the share, note), a total
+    row, then the cluster line and the legend; fits 80 columns, long names and notes wrap."""
     lines = [cluster] if cluster else []
     table = Table(
         title=f"sweep {safe(study)}",
@@ -196,7 +194,6 @@ def _fitted(row) -> bool:
 
 
 def _numbered(rows):
-    """Each row with `identified` as a bool and `note`: its number among the rows whose A is not identified."""
     count = 0
     for row in rows:
         identified = bool(row.get("identified"))

@@ -1,9 +1,5 @@
 """The dashboard's web app (Starlette): the studies, each study's live page, its JSON, and the page's own assets.
-
-Read-only by construction: the store is opened with Store(read_only=True) (the database refuses writes) and no
-route writes. A token, when set, is checked on every request; every response forbids scripts from anywhere but
-this server and framing by other sites.
-"""
+Read-only by construction (Store(read_only=True), no route writes); a token, when set, guards every request."""
 
 import contextlib
 import hmac
@@ -62,9 +58,8 @@ class Dashboard:
 
 
 def create_app(url: str | None = None, *, token: str | None = None, db: str | None = None) -> Starlette:
-    """The ASGI app over the store at `url` (None: RLSCALE_DB or the default). `token`: required on every request
-    (once as ?token=..., then a cookie; or an Authorization: Bearer header). db: the --db shown in the page's
-    commands (the URL as displayed, password masked; None for the default store)."""
+    """The ASGI app over the store at `url` (None: RLSCALE_DB or the default); `token` is required on every request
+    (?token=... once, then a cookie, or a Bearer header); `db` is the --db the page's commands show."""
     dashboard = Dashboard(url, db)
 
     def index(request: Request) -> Response:
@@ -128,9 +123,6 @@ def _status(err: UserError) -> int:
 
 
 class _Guard:
-    """ASGI wrapper: the token check (when a token is set), security headers on every response, and a 404 for a
-    study path that is not a study name."""
-
     def __init__(self, app, token: str | None):
         import re
 
@@ -156,7 +148,6 @@ class _Guard:
         await self.app(scope, receive, with_headers)
 
     def _refusal(self, request: Request) -> Response | None:
-        """The response that ends this request before the app sees it, or None to go on."""
         parts = request.url.path.split("/")
         if len(parts) >= 3 and parts[-2] == "study" and not self._name.match(parts[-1]):
             return _secured(PlainTextResponse("not a study name", status_code=404))

@@ -1,12 +1,5 @@
-"""One study as the dashboard shows it: its fit of record and its Decision, kept between requests and sent to pages
-as the parts that changed.
-
-The study is read again only when the store's stamp for it moves, and then only the records added since. Each run
-is refitted only when its points change (fitting.curves.memo_fit, through a cache the decision shares), the
-optimal-n law at most every LAW_EVERY_S while records arrive, and the decision (fitting.stored.study_decision) on a
-thread of its own when a run's status changes. A page's refresh gets only the parts that changed since its stamp
-(a run's row and points, a section, the axes), so a new evaluation of one run of 500 sends that run.
-"""
+"""One study as the dashboard shows it: its fit of record and Decision, kept between requests and sent to pages as
+the parts that changed (a new evaluation of one run of 500 sends that run)."""
 
 import json
 import math
@@ -63,9 +56,8 @@ class FitMemo:
 
 
 class StudyRecords:
-    """A study's records frame, kept: read whole once, then only the records added since (by id, up to the stamp's
-    last one), and whole again when the merged frame does not hold the stamp's count (a run replaced, a write that
-    committed out of id order)."""
+    """A study's records frame, kept: read whole once, then only records added since (by id), whole again when the
+    merged frame misses the stamp's count (a run replaced, a write committed out of id order)."""
 
     def __init__(self):
         self.frame: pd.DataFrame | None = None
@@ -105,8 +97,7 @@ class StudyView:
         self._run_states: dict[int, tuple] = {}  # run_id -> (its row's status, note and progress, RunState)
         self._law: tuple = (None, None)  # (the fits' keys, RolloutsLaw or None)
         self._law_when, self._law_due = 0.0, None  # when it was fitted; when a refit held back is due
-        # the decision fits the optimal-n law with its bootstrap (seconds): worked out on a thread of its own when a
-        # run's status changes; the page shows the last one meanwhile
+        # the decision's bootstrapped law takes seconds: a thread works it out; the page shows the last one meanwhile
         self._decision: tuple = (None, None, None)  # (the runs' statuses it is for, Decision, its words)
         self._deciding = None  # the key being worked out
         self._decided = 0  # how many decisions were worked out: a new one rebuilds the page
@@ -148,8 +139,6 @@ class StudyView:
         return int(version) if key == self.key and version.isdigit() and int(version) <= self.version else 0
 
     def _publish(self, page: StudyPage) -> None:
-        """A new version if any part of `page` differs from the last one's (each such part marked changed in it); a
-        rebuild that changes nothing (the decision's thread finishing during the build it shows in) keeps the stamp."""
         data = page_data(page)
         parts = {f"section:{key}": html for key, html in live_sections(page).items()}
         parts.update(meta=data["meta"], order=data["order"], frontier=data["frontier"])
@@ -208,8 +197,6 @@ class StudyView:
         return page
 
     def _states(self, runs: pd.DataFrame, records: pd.DataFrame, planned: dict) -> list:
-        """runner.sweep.state.run_states of `runs`, worked out again only for the runs whose status, error or records
-        moved since the last build."""
         progress = records.groupby("run_id")["step"].agg(["count", "max"]) if len(records) else pd.DataFrame()
         seen = {run_id: tuple(row) for run_id, row in zip(progress.index, progress.to_numpy().tolist())}
         keys = [
@@ -226,7 +213,6 @@ class StudyView:
         return [self._run_states[run_id][1] for run_id in runs["run_id"]]
 
     def _rows(self, states, labels, fits, budget, axes: dict[str, list]) -> list[dict]:
-        """One row per run (views.page.StudyPage.runs), in the study's run order, from the fit of record."""
         curves = {row["run_id"]: row for row in fits.curves.to_dict("records")} if fits is not None else {}
         at_budget = {}
         if budget is not None and fits is not None:
@@ -259,15 +245,12 @@ class StudyView:
         return rows
 
     def _planned_gpu_hours(self, typed) -> dict:
-        """Each run's planned GPU-hours (runner.sweep.state), worked out again only when the study's spec changes."""
         spec = typed.to_spec() if typed is not None else None
         if self._planned[0] != spec:
             self._planned = (spec, planned_gpu_hours(typed))
         return self._planned[1]
 
     def _rollouts_law(self, curves):
-        """The optimal-n law over the fitted runs (no bootstrap: the chart draws the point estimate), or None;
-        refitted at most every LAW_EVERY_S while records arrive (its multi-start fit is most of a rebuild)."""
         from rlscale.fitting.curves import fitted
         from rlscale.fitting.laws.optimal_n import fit_optimal_rollouts
 
@@ -283,15 +266,13 @@ class StudyView:
         law = None
         if usable is not None and len(usable) and usable["rollouts"].nunique() >= 2:
             try:
-                law = fit_optimal_rollouts(usable, bootstrap=0)
+                law = fit_optimal_rollouts(usable, bootstrap=0)  # the chart draws the point estimate
             except ValueError:  # no frontier yet: every run still near its start
                 law = None
         self._law, self._law_when, self._law_due = (key, law), now, None
         return law
 
     def _cached_decision(self, fits, runs):
-        """The last Decision worked out (None before one); a new one is started, on these fits of record, when the
-        runs' statuses moved since."""
         key = tuple(zip(runs["run_id"], runs["status"]))
         if self._decision[0] != key and self._deciding is None:
             self._deciding = key
@@ -300,8 +281,6 @@ class StudyView:
         return self._decision[1]
 
     def _decide(self, fits, key) -> None:
-        """fitting.rules.decision.decide on the page's fit of record, as fitting.stored.study_decision decides a
-        stored study (its spec's extension; None before any run is evaluated), worded for the page."""
         from rlscale.fitting.rules.decision import decide
 
         try:
@@ -313,7 +292,6 @@ class StudyView:
         self._decided += 1
 
     def _decision_words(self, runs) -> dict | None:
-        """The decision's section: the last one's words, saying so while a newer one is worked out."""
         key = tuple(zip(runs["run_id"], runs["status"]))
         words = self._decision[2]
         if self._decision[0] != key:
@@ -327,7 +305,6 @@ class StudyView:
 
 
 def _by_run(records: pd.DataFrame, compute_col: str, metric: str) -> dict:
-    """{run_id: (compute, reward)} arrays of each run's records, in their order (one sort, not a frame per run)."""
     ids = records["run_id"].to_numpy()
     order = np.argsort(ids, kind="stable")
     compute = records[compute_col].to_numpy(float)[order]
@@ -342,7 +319,6 @@ def _count(value) -> int | None:
 
 
 def _rule_words(typed) -> str:
-    """The study's early-termination rule in words ("" for none)."""
     rule = None if typed is None else typed.early_terminate
     if rule is None or rule.type == "none":
         return "none (every run goes to its planned compute)"

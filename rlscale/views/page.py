@@ -1,15 +1,5 @@
 """The study page: one renderer for report.html and the dashboard's live page (pure: data in, HTML out).
-
-The page opens with the decision, then the runs in flight, the runs over the study's axes (parallel coordinates:
-its parameters, the fitted A and B and each run's fitted reward at the decision's budget, grouped by an axis and
-filtered by status), each run's evaluations with its fitted sigmoid, every run with its fit, the frontier and the
-optimal-n law, the early-termination state, and whatever further evidence the caller has (the report's tables,
-figures and notes). Every word of the sections made here is escaped here; page.js builds the charts, the controls
-and the runs table from the page's data (`page_data`) and puts names in with textContent only.
-
-report.html inlines the styles, uPlot and page.js (one file, nothing fetched); the dashboard links them from its
-/assets/ route and polls for what changed (the sections of `live_sections`, the parts of `page_data`).
-"""
+Every word of the sections made here is escaped here; page.js puts names in with textContent only."""
 
 import base64
 import html
@@ -38,21 +28,8 @@ LIVE_SECTIONS = ("decision", "flight", "law", "stopped")  # the server-made HTML
 
 @dataclass
 class StudyPage:
-    """Everything the study page shows, as plain data.
-
-    decision: {verdict ("decided" or "not yet"), lines: the decision as the terminal prints it
-    (views.wording's decision_lines: sentences, "- " bullets, "  rlscale ..." commands), recipe: YAML or absent}.
-    runs: one JSON-ready dict per run: id, run, color (palette slot by run order), status, note, step, compute,
-    planned, reward (the last), axes ({axis: value}), A, A_lo, A_hi, B, C_mid, R0, r2, n_points, identified,
-    reason, at_budget (its fitted reward at the decision's budget), and its evaluations as page_charts.run_points
-    gives them (n, c, r) with c_min, c_max (where its fitted curve starts and its data end).
-    axes: the parallel-coordinates chart's (page_charts.parallel_axes); group: the axis runs are coloured by at first.
-    flight: {running: [[run, holds]], queued: int, counts: {status: n}} (live only). stopped: [{run, reason}] or
-    None where statuses are unknown. frontier: page_charts.frontier_chart's data. law: RolloutsLaw.to_dict().
-    sections: further evidence as (title, blocks) (rlscale.views.report_text.report_sections): a block is ("p",
-    text), ("bullets", [text]), ("code", text), ("table", header, rows, row classes or None) or ("img", name, PNG
-    path).
-    """
+    """Everything the study page shows, as plain data: `runs` one JSON-ready dict per run (dashboard.study's rows),
+    `sections` further evidence as (title, blocks) (views.report_text.report_sections)."""
 
     study: str
     method: str = ""
@@ -243,7 +220,6 @@ def render_index(studies: list[dict], *, store: str = "", error: str = "") -> st
 
 
 def _document(title: str, body: str, attrs: str, scripts, assets_href: str | None) -> str:
-    """The HTML document: assets linked (the dashboard; CSP allows only its own files) or inlined (report.html)."""
     icon = ""
     if assets_href is not None:
         icon = '<link rel="icon" href="data:,">'  # an empty icon: browsers ask the server for /favicon.ico otherwise
@@ -267,8 +243,6 @@ def _chart_section(name: str, title: str, caption: str, extra: str = "") -> str:
 
 
 def _decision(decision: dict | None) -> str:
-    """The decision's lines as the terminal prints them (rlscale.views.wording): the first as the headline, "- " lines
-    as bullets, indented "  rlscale ..." lines as commands to copy, the rest as sentences."""
     if decision is None:
         return "<h2>Decision</h2><p>No decision yet: no run has been evaluated.</p>"
     verdict = str(decision.get("verdict", "")).replace(" ", "-")
@@ -328,7 +302,6 @@ def _stopped(stopped: list[dict] | None, rule: str) -> str:
 
 
 def _block(block: tuple) -> str:
-    """One block of a report section (see StudyPage.sections) as HTML."""
     kind = block[0]
     if kind == "p":
         return f"<p>{esc(block[1])}</p>"

@@ -1,10 +1,5 @@
-"""The study page's chart data, plain and JSON-ready (pure: frames and fits in, dicts out).
-
-rlscale/views/page.py embeds them and assets/page.js draws them: the runs over the study's axes (parallel
-coordinates), each run's evaluations with its fitted sigmoid, and the frontier with the optimal-n law. A run sends at
-most CURVE_POINTS of its evaluations and its fitted parameters (the page draws the sigmoid), so a study of hundreds of
-runs stays a page of a few hundred KB. Numbers are rounded to 4 significant digits: a chart cannot show more.
-"""
+"""The study page's chart data, JSON-ready (pure): a run sends at most CURVE_POINTS evaluations and its fitted
+parameters, numbers at 4 significant digits, so a study of hundreds of runs stays a few hundred KB."""
 
 import math
 
@@ -70,9 +65,8 @@ def run_points(compute, reward, points: int = CURVE_POINTS) -> dict:
 
 
 def study_axes(spec, runs: pd.DataFrame) -> dict[str, list]:
-    """{axis: each run's value, in the runs' order}: the study's `parameters` (read from each run's config), a loo
-    study's variants, or for a study imported without a spec the config keys its runs differ in; `seed` besides when
-    the runs have several. Values are numbers or text."""
+    """{axis: each run's value}: the study's `parameters`, a loo study's variants, or (imported without a spec) the
+    config keys its runs differ in; plus `seed` when the runs have several."""
     configs = [cfg if isinstance(cfg, dict) else {} for cfg in runs.get("config", [None] * len(runs))]
     axes: dict[str, list] = {}
     if spec is not None and spec.parameters:
@@ -92,7 +86,6 @@ def study_axes(spec, runs: pd.DataFrame) -> dict[str, list]:
 
 
 def _plain(value):
-    """A config value as an axis shows it: a number, text, or None."""
     if value is None or isinstance(value, bool | str):
         return value if not isinstance(value, bool) else str(value).lower()
     if isinstance(value, int | float | np.integer | np.floating):
@@ -101,10 +94,8 @@ def _plain(value):
 
 
 def parallel_axes(axes: dict[str, list], rows: list[dict], budget_label: str | None) -> list[dict]:
-    """The parallel-coordinates chart's axes, left to right: the study's (`axes`: name -> values), then A, B and, once
-    the study has a decision, each run's fitted reward at its budget (`budget_label`). Each is {key, label, kind,
-    fitted} with, for kind "ordinal", its `values` in order (text, or at most ORDINAL_MAX numbers), and for "linear"
-    or "log", its range lo..hi. fitted: the value is the row's own key (A, B, at_budget), not one of its axes."""
+    """The parallel-coordinates chart's axes, left to right: the study's, then A, B and the fitted reward at the budget;
+    each {key, label, kind, fitted} with ordinal `values` or a linear/log range lo..hi."""
     out = []
     for key, values in axes.items():
         out.append({"key": key, "label": key.replace("_", " "), "fitted": False, **_scale(values)})
@@ -115,7 +106,6 @@ def parallel_axes(axes: dict[str, list], rows: list[dict], budget_label: str | N
 
 
 def _scale(values: list, numeric: bool = False) -> dict:
-    """An axis's kind and domain from its values (None values left out)."""
     known = [v for v in values if v is not None]
     numbers = [float(v) for v in known if isinstance(v, int | float)]
     if not numeric and (len(numbers) < len(known) or len(set(numbers)) <= ORDINAL_MAX):
@@ -140,11 +130,8 @@ def default_group(axes: dict[str, list]) -> str:
 
 
 def frontier_chart(law, *, extrapolate_to: float | None = None, unit_label: str = "GPU-hours") -> dict:
-    """The frontier's n*(C) and the fitted optimal-n law (fitting.laws.optimal_n.RolloutsLaw), on one log grid.
-
-    Returns {grid, frontier (n* per grid point, null off the frontier), law (inside the observed compute),
-    beyond (the law past it, dashed, to `extrapolate_to` or 4x), identified, reason, unit}.
-    """
+    """The frontier's n*(C) and the fitted optimal-n law on one log grid: {grid, frontier, law (inside the observed
+    compute), beyond (past it, to `extrapolate_to` or 4x), identified, reason, unit}."""
     front = law.frontier
     c_lo, c_hi = law.compute_range
     end = max(extrapolate_to or 4 * c_hi, c_hi)

@@ -25,11 +25,8 @@ def plot_study(
     record_breaking=False,
     bin_width=BIN_WIDTH,
 ) -> Path:
-    """Path of the written PNG: per run, points (filled: those the fit used, the record breakers when
-    `record_breaking`, else every one), the fitted curve (solid over the
-    observed compute, dashed beyond it up to `extrapolate_to`, default 2x the largest observed compute)
-    and a band from the 95% interval on A; log-x axis. Runs without a fit show points only.
-    """
+    """Path of the written PNG: per run, points (filled: those the fit used), the fitted curve (dashed past the data up
+    to `extrapolate_to`, default 2x the largest compute) and a band from the 95% interval on A; log-x axis."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -113,8 +110,7 @@ def save_figure(fig, path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
-        # a run name in a script the font lacks (CJK in DejaVu Sans) is drawn as boxes; a warning per glyph
-        # would print above the command's result
+        # a glyph the font lacks (CJK in DejaVu Sans) draws as a box; a warning per glyph would bury the result
         warnings.filterwarnings("ignore", message="Glyph .* missing from", category=UserWarning)
         fig.tight_layout()
         fig.savefig(path)
@@ -124,9 +120,7 @@ def save_figure(fig, path) -> Path:
 
 def linearised(reward, A: float, R0: float) -> np.ndarray:
     """ScaleRL's F(R) = (A - R) / (R - R0); NaN where R is not strictly between R0 and A.
-
-    For the sigmoid, F = (C_mid / C)^B: a straight line of slope -B against C on log-log axes.
-    """
+    For the sigmoid, F = (C_mid / C)^B: a straight line of slope -B on log-log axes."""
     reward = np.asarray(reward, dtype=float)
     lo, hi = min(A, R0), max(A, R0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -134,20 +128,15 @@ def linearised(reward, A: float, R0: float) -> np.ndarray:
     return np.where((reward > lo) & (reward < hi) & (value > 0), value, np.nan)
 
 
-# F values the linearised plot draws a fitted line within: a dozen decades about F = 1 hold any evaluation's F
-# (pass rates in float64); beyond them a near-step fit's line only overflows the log transform.
+# a dozen decades about F = 1 hold any evaluation's F; past them a near-step fit's line only overflows the log axis
 _LINE_RANGE = (1e-12, 1e12)
 
 
 def plot_linearised(
     records: pd.DataFrame, curves: pd.DataFrame, path, *, compute_col: str, reward_col: str, title: str | None = None
 ) -> Path:
-    """PNG of F(R) against compute on log-log axes per run: points and the fitted line (C_mid / C)^B.
-
-    The axes span the points: a near-step fit's line (large B) runs to 0 and to overflow within the data, and is drawn
-    where it is within a dozen decades of F = 1. Without a point strictly between R0 and A anywhere, the axes show a
-    decade either side of F = 1 (C_mid), and say so.
-    """
+    """PNG of F(R) against compute on log-log axes per run: points and the fitted line (C_mid / C)^B; the axes span
+    the points (a decade either side of F = 1 when none is strictly between R0 and A)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -209,9 +198,8 @@ def plot_linearised(
 
 
 def plot_frontier(law, path, *, compute_col: str, standing=None, extrapolate_to: float | None = None) -> Path:
-    """PNG of the frontier's n*(C) (steps, the runs' fitted rewards) and the fitted optimal-n law (dashed beyond the
-    data). With `standing` (fitting.rules.standing.Standing: the runs at the compute every finished run reached), that
-    compute is marked with its best n, and the frontier past it, where fewer runs compete, is drawn faint."""
+    """PNG of the frontier's n*(C) and the fitted optimal-n law (dashed beyond the data); with `standing`, its compute
+    is marked with its best n and the frontier past it, where fewer runs compete, drawn faint."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,10 +1,5 @@
-"""A study's report: the decision first, then the evidence: the runs at the decision's compute, the variants, per-run
-fits, ScaleRL's leave-one-out table, the backtest, the optimal-n law and the plots.
-
-Writes report.md with PNGs beside it and one self-contained report.html (PNGs inlined as base64) that a person opens
-in a browser. The Report is plain data built once (views.report_text renders it as markdown and HTML; the command
-line renders it in rich); its decision is the study's Decision (fitting.rules.decision), the one the sweep prints.
-"""
+"""A study's report: the decision first, then the evidence (runs, variants, fits, leave-one-out, backtest, law, plots).
+Writes report.md with PNGs beside it and a self-contained report.html; its decision is the one the sweep prints."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,9 +63,8 @@ LOO_VERDICTS = {
 
 
 def loo_table(curves: pd.DataFrame, baseline: str = "baseline", noise_band: float = NOISE_BAND) -> list[dict]:
-    """ScaleRL's leave-one-out table: each variant's A [lo, hi], B, C_mid, dA vs the full recipe, whether |dA| is
-    beyond noise (rules.standing's rule), and the verdict: verdict_code (full_recipe, no_fit, unidentified, better,
-    worse, within_noise) and its words."""
+    """ScaleRL's leave-one-out table: per variant A [lo, hi], B, C_mid, dA vs the full recipe, beyond_noise, and the
+    verdict (verdict_code and its words)."""
     by_name = {row["run"]: row for row in curves.to_dict("records")}
     if baseline not in by_name:
         raise ValueError(f"no {baseline!r} run to compare against (runs: {', '.join(map(str, by_name))})")
@@ -113,9 +107,8 @@ def loo_table(curves: pd.DataFrame, baseline: str = "baseline", noise_band: floa
 
 @dataclass
 class Report:
-    """Everything the report shows, as plain data; `files` are the written paths. decision: the study's Decision
-    (fitting.rules.decision) or None; decision_lines: it in words (views.wording.decision_lines); targets: the compute
-    each run needs to reach a reward (fitting.laws.target)."""
+    """Everything the report shows, as plain data; `files` are the written paths, `decision` the study's Decision or
+    None, `targets` the compute each run needs to reach a reward (fitting.laws.target)."""
 
     study: str
     method: str
@@ -134,13 +127,10 @@ class Report:
     decision: object = None
     decision_lines: list[str] = field(default_factory=list)
     targets: dict | None = None  # {target, level, note, runs: fitting.laws.target.curve_targets}
-    commands: dict = field(
-        default_factory=dict
-    )  # the decision's command lines (fitting.rules.decision.Decision.commands)
+    commands: dict = field(default_factory=dict)  # the decision's command lines (Decision.commands)
 
     def to_dict(self) -> dict:
-        """JSON-ready; `decision` is the structured Decision (codes and numbers), with its words in
-        `decision_lines`."""
+        """JSON-ready; `decision` is the structured Decision (codes and numbers), its words in `decision_lines`."""
         decision = None if self.decision is None else {**self.decision.to_dict(), "commands": self.commands}
         return {
             "study": self.study,
@@ -172,10 +162,8 @@ def build_report(
     study_file=None,
     db: str | None = None,
 ) -> Report:
-    """Plot and write report.md, *.png and report.html into out_dir from a study's fit of record (fitting.curves.
-    StudyFits) and its one Decision; returns the Report. bootstrap, seed: the backtest's and the leave-one-out
-    table's (the per-run fits and the decision are the fit of record's). target: the reward whose compute each run is
-    asked for (default: the best run's fitted reward at the decision's compute)."""
+    """Write report.md, *.png and report.html into out_dir from a study's fit of record (fitting.curves.StudyFits) and
+    its Decision; returns the Report. target defaults to the best run's fitted reward at the decision's compute."""
     stored, study, runs, records, curves = fits.spec, fits.study, fits.runs.copy(), fits.records, fits.curves
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -245,7 +233,6 @@ def build_report(
 
 
 def _decide(report: Report, decision, study_file, db) -> None:
-    """The study's one Decision into the report, with its words and commands."""
     from rlscale.views.wording import decision_commands, decision_lines
 
     report.decision = decision
@@ -261,8 +248,6 @@ def _decide(report: Report, decision, study_file, db) -> None:
 
 
 def _targets(report: Report, curves, draws, target: float | None) -> None:
-    """The compute each run needs to reach `target` (default: the best run's fitted reward at the decision's
-    compute) into report.targets."""
     from rlscale.fitting.laws.target import DEFAULT_LEVEL, curve_targets
 
     standing = report.decision.standing if report.decision is not None else None
@@ -287,7 +272,6 @@ def _targets(report: Report, curves, draws, target: float | None) -> None:
 
 
 def _loo(report: Report, runs, records, compute_col, metric, bootstrap, seed, out) -> tuple:
-    """ScaleRL's leave-one-out table and its curves into the report; (records, curves) of the pooled variants."""
     from rlscale.views.plots import plot_study
 
     # one curve per variant: its seeds pooled (ScaleRL's noise band is the seed-to-seed spread)
@@ -326,7 +310,6 @@ def _loo(report: Report, runs, records, compute_col, metric, bootstrap, seed, ou
 
 
 def _add_size_law(report: Report, stored, runs, records, compute_col, metric, bootstrap, seed) -> None:
-    """The power law across the study's model sizes into report.sizes, or a note saying why it cannot be fitted."""
     from rlscale.fitting.laws.model_size import fit_size_law, size_frame
     from rlscale.fitting.sigmoid import FitError
 
@@ -344,7 +327,6 @@ def _add_size_law(report: Report, stored, runs, records, compute_col, metric, bo
 
 
 def _new_report(study: str, spec) -> Report:
-    """An empty Report of a study (spec: its Study, or None for one imported without a spec)."""
     from rlscale.fitting.curves import study_unit
 
     return Report(
@@ -368,7 +350,6 @@ def failure_notes(runs: pd.DataFrame) -> list[str]:
 
 
 def write_report(report: Report, out: Path) -> Report:
-    """Write report.md and report.html for `report` into `out`."""
     report.files["markdown"] = out / "report.md"
     report.files["markdown"].write_text(render_markdown(report))
     report.files["html"] = out / "report.html"

@@ -1,9 +1,5 @@
-"""A study's report (rlscale.views.report.Report) as sections of blocks, rendered two ways: report.md and report.html.
-
-The decision comes first (what to run, the predicted reward, the runs within the noise band, the commands), then the
-runs at the decision's compute, then the evidence: variants, leave-one-out, fits, backtest, the law, the plots. Every
-sentence about the decision comes from rlscale.views.wording.
-"""
+"""A study's report (views.report.Report) as sections of blocks, rendered as report.md and report.html.
+Every sentence about the decision comes from views.wording."""
 
 import re
 from pathlib import Path
@@ -43,7 +39,6 @@ def _interval(row) -> str:
 
 
 def fit_cells(row) -> list[str]:
-    """Table cells of one per-run fit."""
     return [
         str(row["run"]),
         _interval(row),
@@ -57,7 +52,6 @@ def fit_cells(row) -> list[str]:
 
 
 def loo_cells(row) -> list[str]:
-    """Table cells of one leave-one-out row."""
     return [
         row["variant"],
         _interval(row),
@@ -71,7 +65,6 @@ def loo_cells(row) -> list[str]:
 
 
 def standing_cells(row) -> list[str]:
-    """Table cells of one run of a Standing (fitting.rules.standing)."""
     return [
         str(row["run"]),
         _f(row["prompts_per_batch"], "{:d}"),
@@ -83,8 +76,7 @@ def standing_cells(row) -> list[str]:
 
 
 def decision_blocks(report) -> list[tuple]:
-    """The decision's lines (rlscale.views.wording.decision_lines) as blocks: sentences, bullets and commands, then the
-    recipe to run."""
+    """The decision's lines (views.wording.decision_lines) as blocks, then the recipe to run."""
     import yaml
 
     blocks, bullets = [], []
@@ -269,7 +261,6 @@ def _md_block(block) -> str:
         return f"![{block[1]}]({Path(block[2]).name})"
     header, rows = block[1], block[2]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    # the first column (run or variant names) escaped so that it shows as typed
     lines += [
         "| " + " | ".join([md_text(row[0]), *(cell.replace("|", "\\|") for cell in row[1:])]) + " |" for row in rows
     ]
@@ -292,8 +283,7 @@ def render_markdown(report) -> str:
 
 
 def render_html(report) -> str:
-    """report.html: the study page the dashboard shows (views/page.py), self-contained (styles inline, PNGs as data
-    URIs), the decision first."""
+    """report.html: the dashboard's study page (views/page.py), self-contained (styles inline, PNGs as data URIs)."""
     from rlscale.views.page import render_study_page, report_page
 
     return render_study_page(report_page(report, report_sections(report)))

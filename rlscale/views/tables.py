@@ -22,7 +22,6 @@ BACKTEST_HEADER = [
 
 
 def backtest_cells(result: RunBacktest) -> list[str]:
-    """Table cells of one run's backtest (plain text; the same in the terminal, report.md and report.html)."""
     yes_no = {True: "yes", False: "no", None: "-"}
     status = ("identified" if result.identified else "not identified") if result.fitted else "not fitted"
     return [
@@ -41,7 +40,6 @@ def backtest_cells(result: RunBacktest) -> list[str]:
 
 
 def backtest_summary_lines(summary: BacktestSummary) -> list[str]:
-    """The summary in words, one line each."""
     lines = [
         f"{summary.fitted} of {summary.runs} runs fitted on their first {summary.fraction:.0%} of compute; "
         f"{summary.rising} still rising there (gained > {RISE:g} by the end)."
@@ -166,7 +164,6 @@ def target_cells(row: dict) -> list[str]:
 
 
 def compare_header(comparison: dict) -> list[str]:
-    """The table's header: what each number is, the compute the fitted reward is read at included."""
     return [
         "variant",
         "seeds",

@@ -8,12 +8,10 @@ from rlscale.fitting.rules.reasons import Reason
 
 
 def _runs(items) -> str:
-    # "a (why), b (why)"
     return ", ".join(f"{item['run']} ({item['why']})" for item in items)
 
 
 def _runs_why(runs) -> str:
-    """ " (run: why; ...)" for a list of {run, why}; "" for none."""
     return f" ({'; '.join(str(r['run']) + ': ' + str(r['why']) for r in runs)})" if runs else ""
 
 
@@ -208,8 +206,7 @@ _TEXT = {
 
 
 def reason_text(reason) -> str:
-    """The English of one Reason, or of its JSON form {code, values}; an unknown code is shown as the code and its
-    values."""
+    """The English of one Reason or of its JSON form {code, values}; an unknown code shows as code and values."""
     if isinstance(reason, Reason):
         render = _TEXT.get(reason.code)
         return f"{reason.code} {reason.values}" if render is None else render(reason.values)
@@ -251,7 +248,6 @@ def with_words(payload):
 
 
 def _nan_for_none(value):
-    # JSON turned NaN into null; the words show it as nan, as they do for the Reason itself
     if value is None:
         return math.nan
     if isinstance(value, dict):
@@ -262,7 +258,6 @@ def _nan_for_none(value):
 
 
 def known_codes() -> set[str]:
-    """Every code this module can put into words."""
     return set(_TEXT)
 
 
@@ -327,9 +322,7 @@ def extend_command(study_file, db: str | None, factor: float) -> str:
 
 
 def decision_commands(decision, *, study_file=None, db: str | None = None) -> dict:
-    """{"export", "evidence", "extend"}: the command lines that export the decision's recipe, show its evidence and
-    run its next allocation (None where there is none), each at the decision's exact budget. study_file: the study's
-    YAML (STUDY.yaml when unknown)."""
+    """{"export", "evidence", "extend"}: command lines at the decision's exact budget (None where there is none)."""
     flag = f" --db {shlex.quote(db)}" if db else ""
     at = f"--study {shlex.quote(decision.study)} --budget {budget_text(decision.budget)}{flag}"
     exportable = decision.recommendation is not None or decision.recipe is not None
@@ -434,7 +427,6 @@ def decision_lines(decision, commands: dict) -> list[str]:
 
 
 def _extend_line(commands: dict) -> str:
-    """The extension's command, or for a study imported from logs (no plan to extend) what to do instead."""
     if commands.get("extend"):
         return f"  {commands['extend']}"
     return "- a study imported from logs: train its runs further, then `rlscale import` their logs again"

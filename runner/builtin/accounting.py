@@ -1,11 +1,5 @@
 """Measured compute: which devices each actor holds, and the device-hours clock of one job.
-
-gpu_hours = (generator devices + trainer devices) x wall seconds held (rlscale.base.compute, the meter of every
-engine), minus the wall time the generator spent on validation (evaluation is measurement, not training, so the eval
-schedule does not move the curve; the local loop does the same) and the time the job waits on the driver at a
-checkpoint (storing records, the stop rule: a store outage waited out there is a fault's time, not the run's). On a
-CPU-only host the devices are the CPU cores each actor declares to Ray.
-"""
+gpu_hours = (generator + trainer devices) x wall seconds held, minus validation and the driver's checkpoint waits."""
 
 from __future__ import annotations
 

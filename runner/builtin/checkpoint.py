@@ -1,10 +1,5 @@
 """Job checkpoints under cache_dir()/checkpoints/<run_key>: trainer state + the driver's job state, written atomically.
-
-A checkpoint directory `step-000050/` holds `trainer.pt` (Trainer.state(): model, optimizer, torch RNG) and
-`job.pkl` (step, prompt pool, RNG, cumulative compute, and the records of the steps since the previous
-checkpoint, re-emitted on resume). `LATEST` names the newest complete one; it is replaced only after the
-directory is fully written, so a job killed mid-save resumes from the previous checkpoint.
-"""
+`LATEST` moves only after a step directory is fully written, so a job killed mid-save resumes from the previous one."""
 
 from __future__ import annotations
 

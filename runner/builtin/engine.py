@@ -1,6 +1,5 @@
-"""The `builtin` engine: each run is rlscale.runner.builtin.job.run_job on Ray. A pool of worker sets (a generator
-(vLLM) and a trainer actor each) serves the runs in flight; a set that finishes a job is kept for the next job on
-the same model and devices, so consecutive runs skip the actors' start-up."""
+"""The `builtin` engine: each run is runner/builtin/job.run_job on Ray, served by a pool of worker sets (generator
+and trainer actors) kept for the next job on the same model and devices, so consecutive runs skip actor start-up."""
 
 import threading
 from collections.abc import Callable
@@ -19,9 +18,8 @@ class WorkerSet:
 
 
 class BuiltinEngine(Engine):
-    """Runs jobs on a Ray cluster: joins `ray_address` (a GCS address, HOST:PORT), or RAY_ADDRESS's, or a local head
-    started on first use (rlscale.runner.ray_head; stopped on close). A process that already joined a cluster keeps
-    it."""
+    """Runs jobs on a Ray cluster: joins `ray_address` (HOST:PORT), RAY_ADDRESS's, or a local head started on first
+    use (stopped on close); a process that already joined a cluster keeps it."""
 
     name = "builtin"
 
@@ -45,9 +43,8 @@ class BuiltinEngine(Engine):
         gpu_hours: float | None = None,
         resume_gpu_hours: Callable[[int], float | None] | None = None,
     ) -> JobResult:
-        """See Engine.run (its checkpoints carry their compute: resume_gpu_hours is not needed). A dead actor (a
-        crashed vLLM engine, an OOM-killed trainer) is released before the error is raised, so a retry starts fresh
-        ones. Safe to call from several threads at once."""
+        """See Engine.run (checkpoints carry their compute: resume_gpu_hours is unused). Thread-safe; a dead actor is
+        killed before the error is raised, so a retry starts fresh ones."""
         import ray
         from rlscale.runner.builtin.job import run_job
         from rlscale.runner.builtin.local import resolve_model_dir
@@ -125,10 +122,7 @@ class BuiltinEngine(Engine):
             disconnect(self._head)
             self._joined, self._head = False, None
 
-    # ------------------------------------------------------------------------------------------
-
     def _ensure_ray(self, recipe) -> None:
-        """Join the cluster (rlscale.runner.ray_head.connect) unless this process already has."""
         import ray
         from rlscale.runner.ray_head import connect
 
@@ -139,9 +133,7 @@ class BuiltinEngine(Engine):
             self._joined = True
 
     def _acquire(self, recipe) -> WorkerSet:
-        """An idle worker set for `recipe`'s key, else a new one; idle sets of other keys are stopped first, so the
-        devices they hold go to the new set (reloading base weights costs far less than new actors: a vLLM engine
-        takes 5-45 s to start, a trainer a few seconds)."""
+        # reuse beats new actors: a vLLM engine takes 5-45 s to start, a trainer a few seconds
         from rlscale.runner.builtin.generator import create_generator
         from rlscale.runner.builtin.trainer import create_trainer
 

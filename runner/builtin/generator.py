@@ -1,9 +1,5 @@
 """The generator: a vLLM engine that samples n rollouts per prompt with per-token log-probs and takes weight pushes.
-
-`Generator` is a plain class; `generator_actor(...)` wraps it as a Ray actor holding `devices` GPUs (or CPU cores on
-a CPU-only host). Weights arrive as a safetensors blob and are loaded in place by the `WeightSync` worker extension
-(raw tensors do not survive vLLM's RPC serializer; docs/methods.md section 8).
-"""
+Weights arrive as a safetensors blob (raw tensors do not survive vLLM's RPC serializer; docs/methods.md section 8)."""
 
 from __future__ import annotations
 
@@ -17,8 +13,7 @@ INTERRUPT_ANSWER_TOKENS = 8  # after an interrupt, the model gets this many toke
 
 
 class WeightSync:
-    """vLLM worker extension (`worker_extension_cls="rlscale.runner.builtin.generator.WeightSync"`): in-place weight
-    loads."""
+    """vLLM worker extension (`worker_extension_cls`) for in-place weight loads."""
 
     def load_weights_blob(self, blob: bytes) -> int:
         """Load a `safetensors.torch.save(state_dict)` blob into the running model; returns the tensor count."""
@@ -47,10 +42,7 @@ class WeightSync:
 @dataclass
 class Rollout:
     """One sampled completion: token ids, the generator's log-prob of each (the old policy), and what was forced.
-
-    `sampled[i]` is False for tokens the policy did not choose (an interrupt's end-of-thinking marker): they are
-    context for the answer but carry no gradient.
-    """
+    `sampled[i]` is False for forced tokens (an interrupt's end-of-thinking marker): context, but no gradient."""
 
     token_ids: list[int]
     logprobs: list[float]
@@ -98,8 +90,7 @@ class Generator:
         if cpu_cores is not None:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_cores  # vLLM-CPU pins its OpenMP threads to these cores
         if in_process:
-            # engine core and model in this process: no EngineCore/Worker processes that each import vLLM again
-            # (measured on 2 CPU cores: start 5 s instead of 24 s, and no IPC per batch); GPUs keep the default
+            # no EngineCore/Worker processes re-importing vLLM (2 CPU cores: start 5 s, not 24 s; no IPC per batch)
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
 
@@ -127,9 +118,7 @@ class Generator:
         self.start_seconds = time.perf_counter() - started
 
     def _warm_up(self) -> None:
-        """A throwaway batch down the training path (seeded, with log-probs): the first forward pass and the first
-        log-prob sampling pay one-off set-up (~4 s and ~2 s on CPU, far more on a loaded host), which belongs to
-        engine start, not to the first job's device-hours."""
+        # first forward and log-prob sampling pay one-off set-up (~4 s, ~2 s on CPU): engine start, not a job's hours
         from vllm import SamplingParams
 
         params = SamplingParams(n=2, max_tokens=2, logprobs=0, seed=0, detokenize=False)
@@ -149,8 +138,7 @@ class Generator:
         return started, time.time()
 
     def load_base(self, model_dir: str | Path | None = None) -> tuple[float, float]:
-        """Reload base weights from `model_dir` (default: the engine's own) as version 0, so the engine serves a new
-        job."""
+        """Reload base weights from `model_dir` (default: the engine's own) as version 0, for a new job."""
         from safetensors.torch import load_file, save
 
         state = {}
@@ -170,13 +158,8 @@ class Generator:
         seed: int | None = None,
         logprobs: bool = True,
     ) -> Generation:
-        """Sample `n` completions per prompt; `interrupt` forces `end_of_thinking` into truncated ones and lets them
-        answer.
-
-        With a `seed` the batch is reproducible: prompt i's samples use seeds seed + i*n .. seed + i*n + n-1.
-        `logprobs` False (validation: only the texts are scored) skips the sampled tokens' log-probs; the samples
-        are the same.
-        """
+        """Sample `n` completions per prompt (prompt i seeded seed + i*n ..); `interrupt` forces `end_of_thinking`
+        into truncated ones and lets them answer. `logprobs` False (validation) skips log-probs, same samples."""
         from vllm import SamplingParams
 
         started, clock = time.time(), time.perf_counter()
@@ -208,8 +191,7 @@ class Generator:
         )
 
     def score(self, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0) -> list[float]:
-        """Log-probs the engine assigns to a fixed completion after a prompt (prompt log-probs; for weight-sync
-        checks)."""
+        """Log-probs the engine assigns to a fixed completion after a prompt (for weight-sync checks)."""
         from vllm import SamplingParams
 
         params = SamplingParams(max_tokens=1, temperature=temperature, prompt_logprobs=0)
@@ -226,8 +208,6 @@ class Generator:
         return {"busy_seconds": self.busy_seconds, "weights_version": self.weights_version}
 
     def _rollouts(self, groups) -> list[list[Rollout]]:
-        """Rollouts of vLLM's completions ([prompt][sample]), their texts decoded in one batch as vLLM decodes them
-        (special tokens skipped)."""
         flat = [sample for group in groups for sample in group]
         texts = iter(self.tokenizer.batch_decode([list(s.token_ids) for s in flat], skip_special_tokens=True))
         return [[self._rollout(sample, next(texts)) for sample in group] for group in groups]
@@ -245,8 +225,6 @@ class Generator:
     def _interrupt(
         self, requests, rollouts, marker: str, temperature: float, seed: int | None, logprobs: bool = True
     ) -> None:
-        """ScaleRL's length interrupt: append the end-of-thinking marker to truncated rollouts and sample a short
-        answer."""
         from vllm import SamplingParams
 
         marker_ids = self.tokenizer.encode(marker, add_special_tokens=False)  # mid-sequence: no BOS
@@ -281,12 +259,8 @@ class Generator:
 
 
 def create_generator(recipe, model_dir: str | Path | None = None):
-    """A generator actor for `recipe` (its model, FP32 head and its precision, seed, generator_devices), placed per
-    `placement(recipe)`: on GPUs in recipe.gpu_dtype (bf16 by default; the FP32 head's logits stay float32), on CPUs
-    in float32.
-
-    Needs Ray initialised. One actor can serve consecutive jobs on the same model: `run_job` reloads base weights.
-    """
+    """A generator actor for `recipe` per `placement(recipe)`: recipe.gpu_dtype on GPUs (the FP32 head's logits stay
+    float32), float32 on CPUs. Needs Ray; it can serve consecutive jobs on the same model."""
     from rlscale.runner.builtin.accounting import placement
     from rlscale.runner.builtin.local import resolve_model_dir
 

@@ -1,15 +1,5 @@
 """One RL job on Ray: a vLLM generator actor and a torch trainer actor, in sync, ppo_off_policy or pipeline mode.
-
-Every mode is one loop over a queue of generation requests submitted to the generator actor, which runs them in
-order: after each trainer step the new weights are pushed (queued behind requests already submitted), then new
-requests are added. `sync`/`ppo_off_policy` keep one request in flight, so every batch comes from the current
-weights; `pipeline` keeps max_staleness + 1 in flight (PipelineRL-k: the generator runs until it is k steps
-ahead), and a batch whose weights are more than k steps behind the trainer is regenerated, never used.
-
-Records (one per step, plus step 0) are buffered and handed to `on_records` right after each checkpoint, and
-the checkpoint carries them: a job killed after a checkpoint re-emits that checkpoint's records identically on
-resume (the store's (run, step) insert drops the copies), so nothing is missing or duplicated.
-"""
+Records reach `on_records` only after the checkpoint that carries them, so a resume re-emits them identically."""
 
 from __future__ import annotations
 
@@ -53,18 +43,8 @@ def run_job(
     until_step: int | None = None,
     gpu_hours: float | None = None,
 ) -> dict:
-    """Train `recipe` to recipe.steps (or pause at `until_step`, evaluated and checkpointed, for a later resume);
-    returns a summary (steps, gpu_hours, busy fractions, staleness, timings, compute_reached).
-
-    `gpu_hours`: the run's planned compute (device-hours). The job then ends at the step whose measured compute
-    is nearest it, so runs of an IsoCompute study spend equal measured compute on any host: recipe.steps is the
-    plan's estimate, and the run may take up to COMPUTE_STEP_CAP times as many steps on a faster host.
-
-    Records are dicts {step, gpu_hours, rollouts, tokens, val_reward (None between evals), metrics}. `generator`
-    and `trainer` are live actors from `create_generator` / `create_trainer` to reuse (the generator's base
-    weights are reloaded, the trainer is reset to the recipe); otherwise each is started and stopped here.
-    `should_stop` is asked after each checkpoint; a reason ends the job early.
-    """
+    """Train `recipe` to recipe.steps, `until_step` or planned `gpu_hours` (device-hours), whichever comes first;
+    returns a summary (steps, gpu_hours, busy fractions, staleness, timings, compute_reached)."""
     import ray
     from rlscale.runner.ray_head import connect, disconnect
 
@@ -115,8 +95,6 @@ class _Job:
         self.timings = {"generate": 0.0, "train": 0.0, "weight_sync": 0.0, "eval": 0.0}
         self.pending_evals: dict[int, object] = {}  # step -> ObjectRef of its validation Generation
         self.pushes: list = []  # weight-load refs, checked at each flush so a failed load is not silent
-
-    # ------------------------------------------------------------------ lifecycle
 
     def run(self, resume: bool, generator, trainer) -> dict:
         import ray
@@ -185,8 +163,6 @@ class _Job:
             if actor is not None:
                 ray.kill(actor)
 
-    # ------------------------------------------------------------------ the loop
-
     def _loop(self) -> str | None:
         import ray
 
@@ -212,8 +188,7 @@ class _Job:
             for prompt, prompt_rewards in zip(prompts, rewards):
                 state.pool.record(prompt, prompt_rewards)
             trained = self.trainer.train.remote(generation.prompt_ids, generation, rewards)
-            # the push is queued behind the step (an actor runs its calls in order), so the generator loads the new
-            # weights as soon as they exist instead of after this driver's round trip (~10 ms idle a step on CPU)
+            # queued behind the step (actors run calls in order): no driver round trip (~10 ms idle a step on CPU)
             self._push(self.generator.update_weights.remote(self.trainer.weights.remote(), step))
             result = ray.get(trained)
             now = time.time()
@@ -245,8 +220,6 @@ class _Job:
         return None
 
     def _reaches_compute(self, step: int, now: float) -> bool:
-        """Whether the planned compute is reached at `now`, the end of `step`: ending here is nearer the plan than
-        after one more step (validations still running are waited for, so their time is not charged)."""
         if self.gpu_hours is None:
             return False
         per_step = (self.clock.hours_at(now) - self.clock.hours_before) / max(1, step - self.resumed_from)
@@ -256,8 +229,6 @@ class _Job:
         spent = self.clock.hours_at(now)
         per_step = (spent - self.clock.hours_before) / max(1, step - self.resumed_from)
         return reaches_compute(spent, per_step, self.gpu_hours)
-
-    # ------------------------------------------------------------------ generation
 
     def _submit_batch(self, step: int, prompts=None):
         prompts = prompts or self.state.pool.sample(self.recipe.prompts_per_batch)
@@ -291,7 +262,6 @@ class _Job:
         )
 
     def _collect_evals(self, wait_upto: int | None) -> None:
-        """Fill in finished validations; with `wait_upto`, block for every validation of a step <= it."""
         import ray
 
         for step in sorted(self.pending_evals):
@@ -325,8 +295,6 @@ class _Job:
         if ref is not None:
             self.pushes.append(ref)
 
-    # ------------------------------------------------------------------ records and checkpoints
-
     def _add_record(self, step: int, metrics: dict, *, wall: float) -> None:
         state = self.state
         self.state.records.append(
@@ -351,7 +319,6 @@ class _Job:
         )
 
     def _flush(self) -> None:
-        """Finish pending validations, price the buffered records, checkpoint, then hand the records to the driver."""
         import ray
 
         state = self.state
@@ -369,8 +336,7 @@ class _Job:
         self._uncharged(self.on_records, records)
 
     def _uncharged(self, call, *args):
-        """call(*args), its wall time not charged: the driver answers it, and may wait out a store outage meanwhile
-        (a fault's time, which docs/troubleshooting.md says is not charged). Validations have all ended by then."""
+        # a store outage the driver waits out is a fault, not charged (docs/troubleshooting.md)
         started = time.time()
         try:
             return call(*args)

@@ -1,11 +1,5 @@
 """The single-process RL loop (torch sampling, no Ray, no vLLM): for tests, debugging and the tiny policy.
-
-Per step: draw B_p prompts from the PromptPool, sample n rollouts each, verify, `train_step`, record
-the pass-rate history. Every `eval_every` steps (and at steps 0 and M): the validation pass rate, the
-mean reward over `eval_samples` samples per held-out prompt at the training temperature.
-Compute is device-hours: 1 device (a CPU or one CUDA GPU) x training wall seconds / 3600 (evaluation time is
-not charged, so the evaluation schedule does not move the curve).
-"""
+Compute: 1 device x training wall seconds / 3600; evaluation is not charged, so its schedule cannot move the curve."""
 
 from __future__ import annotations
 
@@ -74,9 +68,8 @@ def run_local(
     on_step: Callable[[int, dict], None] | None = None,
     on_record: Callable[[dict], None] | None = None,
 ) -> list[dict]:
-    """Train per `recipe` for `steps` (default recipe.steps) on `device` (default: cuda when available); returns the
-    eval records {step, gpu_hours, rollouts, tokens, val_reward, train_reward, ...}. Deterministic for a seed,
-    device and thread count."""
+    """Train per `recipe` for `steps` (default recipe.steps) on `device` (default: cuda if available), deterministic
+    per seed, device and threads; returns eval records {step, gpu_hours, rollouts, tokens, val_reward, ...}."""
     from rlscale.runner.rl.policy import load_policy
 
     device = torch.device(device or default_device())

@@ -1,9 +1,5 @@
-"""The trainer: the torch policy and its optimizer behind `train_step`, as a Ray actor that hands out weights.
-
-`Trainer` is a plain class; `trainer_actor(...)` wraps it as a Ray actor holding `devices` GPUs or CPU cores.
-Weights leave as a safetensors blob (what `Generator.update_weights` loads); the full training state (model,
-optimizer, torch RNG) leaves as a torch.save blob for checkpoints.
-"""
+"""The trainer: the torch policy and its optimizer behind `train_step`, as a Ray actor that hands out weights
+(a safetensors blob, what `Generator.update_weights` loads) and its full state (a torch.save blob, for checkpoints)."""
 
 from __future__ import annotations
 
@@ -20,11 +16,8 @@ from rlscale.runner.rl.train_step import TrainBatch, autocast, make_optimizer, t
 def train_batch(
     prompt_ids: list[list[int]], generation: Generation, rewards: list[list[float]], pad_id: int
 ) -> TrainBatch:
-    """A TrainBatch in rlscale.runner.rl.sampling's layout: left-padded prompts, right-padded responses, generator
-    log-probs.
-
-    Forced tokens (an interrupt's marker) are attended to but masked out of the loss.
-    """
+    """A TrainBatch in runner/rl/sampling.py's layout (left-padded prompts, right-padded responses, generator
+    log-probs); forced tokens (an interrupt's marker) are attended to but masked out of the loss."""
     n = len(generation.rollouts[0])
     rows = [(prompt_ids[i], r) for i, group in enumerate(generation.rollouts) for r in group]
     prompt_width = max(len(p) for p, _ in rows)
@@ -70,8 +63,8 @@ class Trainer:
         self.reset(recipe)
 
     def reset(self, recipe) -> None:
-        """Start `recipe`'s job afresh on this actor: base policy from the model directory, a new optimizer, the
-        recipe's seed. A sweep reuses one trainer across jobs on the same model instead of starting a new actor."""
+        """Start `recipe`'s job afresh: base policy, a new optimizer, the recipe's seed (so a sweep can reuse one
+        trainer actor across jobs on the same model)."""
         import copy
 
         from rlscale.runner.rl.policy import load_policy
@@ -142,10 +135,8 @@ class Trainer:
 
 
 def create_trainer(recipe, model_dir: str | Path | None = None):
-    """A trainer actor for `recipe` (its model, trainer_devices), placed per `placement(recipe)`.
-
-    Needs Ray initialised. One actor can serve consecutive jobs on the same model: `run_job` calls `reset(recipe)`.
-    """
+    """A trainer actor for `recipe` (its model, trainer_devices), placed per `placement(recipe)`. Needs Ray; it can
+    serve consecutive jobs on the same model (`run_job` calls `reset(recipe)`)."""
     from rlscale.runner.builtin.accounting import placement
     from rlscale.runner.builtin.local import resolve_model_dir
 
@@ -156,8 +147,7 @@ def create_trainer(recipe, model_dir: str | Path | None = None):
 
 
 def trainer_actor(model_dir: str | Path, recipe, *, on_gpu: bool = False, cpu_cores: list[int] | None = None):
-    """Start a `Trainer` as a Ray actor holding recipe.trainer_devices GPUs (`on_gpu`) or CPU cores; returns the
-    handle."""
+    """Start a `Trainer` as a Ray actor on recipe.trainer_devices GPUs (`on_gpu`) or CPU cores; returns the handle."""
     import ray
 
     devices = recipe.trainer_devices

@@ -1,8 +1,5 @@
-"""Advantages from grouped binary rewards, the zero-variance filter and no-positive resampling.
-
-Rewards come as [B_p, n]: n rollouts for each of B_p prompts. ScaleRL uses no value network:
-the baseline is the group mean, and the scale is the batch, group or no standard deviation.
-"""
+"""Advantages from grouped binary rewards [B_p, n], the zero-variance filter and no-positive resampling.
+No value network (ScaleRL): the baseline is the group mean; the scale is the batch, group or no standard deviation."""
 
 from __future__ import annotations
 
@@ -60,11 +57,8 @@ def zero_variance_mask(rewards: torch.Tensor) -> torch.Tensor:
 
 
 class PromptPool:
-    """Training prompts served in seeded epochs, with ScaleRL's no-positive resampling.
-
-    Each prompt keeps its pass-rate history (rollouts solved / rollouts seen); a prompt whose
-    historical pass rate exceeds `retire_above` is dropped from all later epochs. None disables it.
-    """
+    """Training prompts served in seeded epochs, with ScaleRL's no-positive resampling: a prompt whose historical
+    pass rate (rollouts solved / seen) exceeds `retire_above` (None: never) is dropped from all later epochs."""
 
     def __init__(self, prompts: Sequence[P], *, retire_above: float | None, seed: int, key=lambda p: p.id):
         self._prompts = list(prompts)

@@ -1,23 +1,5 @@
-"""The LM head as per-token log-probs and entropy: chunked over tokens, with its own backward.
-
-`head_logprobs(hidden [N, H], weight [V, H], bias [V] | None, targets [N], temperature, precision)` returns
-(log pi(target) [N], entropy [N]), float32 nats of softmax(logits / temperature). The forward pass takes each chunk
-of tokens through logits -> logsumexp -> the target's log-prob and the entropy in one pass over the vocabulary. The
-backward pass recomputes a chunk's logits and applies d logp / dz = onehot - p and d H / dz = -p (log p + H), scaled
-by the incoming gradients, and no full-vocabulary gradient goes through a gather (verl's fused-kernel path and TRL's
-streamed logsumexp work the same way). On a GPU with room for them (a quarter of the memory torch can still take),
-the forward keeps the float32 log-probs [N, V] for the backward, which then skips the logits' recomputation: three
-head matmuls a token instead of four; elsewhere no [N, V] tensor outlives its chunk. It is plain torch, so CPUs and
-GPUs run the same code, and tests/test_head.py checks it against autograd's log_softmax.
-
-`precision` is how the head's matmuls round their operands (the recipe's head_precision; "bf16-logits" is the head
-of a model without fp32_head under bf16 compute):
-  fp32         float32 operands and IEEE products (CUDA's TF32 turned off for these matmuls)
-  tf32         float32 operands rounded to TF32 by CUDA's tensor cores; a CPU has no TF32 and computes fp32
-  bf16         operands rounded to bfloat16, products summed in float32, float32 logits (CUDA: torch.mm with
-               out_dtype; CPU: the rounded operands in a float32 matmul, the same numbers)
-  bf16-logits  bfloat16 operands and bfloat16 logits (what F.linear gives under bf16 autocast)
-"""
+"""The LM head as per-token log-probs and entropy: chunked over tokens, with its own backward (plain torch, so CPUs
+and GPUs run the same code); tests/test_head.py checks it against autograd's log_softmax."""
 
 from __future__ import annotations
 
@@ -46,9 +28,8 @@ def compute_dtype(weight: torch.Tensor) -> torch.dtype:
 
 
 def head_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, precision: str) -> torch.Tensor:
-    """Logits x @ weight.T (+ bias) [.., V] in float32 at `precision` (module docstring), for hidden states x [.., H].
-
-    The one head matmul of the trainer, the torch sampler and the vLLM generator (runner/builtin/generator.py)."""
+    """Logits x @ weight.T (+ bias) [.., V] in float32 at `precision`, for hidden states x [.., H]: the one head
+    matmul of the trainer, the torch sampler and the vLLM generator (runner/builtin/generator.py)."""
     if x.dtype == weight.dtype == torch.bfloat16 and precision in ("fp32", "tf32"):
         precision = "bf16"  # bf16 operands are exact in fp32 and TF32: the bf16 kernel gives the same products
     flat = x.reshape(-1, x.shape[-1])
@@ -70,10 +51,8 @@ def head_logprobs(
     chunk_tokens: int,
     keep_logprobs: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log pi(targets) [N], entropy [N]) in float32 nats at `temperature`, from hidden states [N, H] through the
-    head (weight [V, H], bias [V] or None), `chunk_tokens` tokens at a time. Differentiable in hidden, weight and
-    bias; the entropy's backward runs only when a loss uses it. `keep_logprobs`: keep the [N, V] log-probs for the
-    backward (None: where a gradient will be asked for and `room_for` says they fit)."""
+    """(log pi(targets) [N], entropy [N]) in float32 nats at `temperature`, hidden [N, H] through weight [V, H];
+    `keep_logprobs` keeps [N, V] log-probs for backward (None: if a gradient is wanted and `room_for` them)."""
     wants_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
     if keep_logprobs is None:
         keep_logprobs = wants_grad and room_for(hidden.shape[0] * weight.shape[0] * 4, hidden.device)
@@ -179,7 +158,6 @@ class _HeadLogprobs(torch.autograd.Function):
 
 
 def _logits(hidden, w_t, bias, temperature, precision) -> torch.Tensor:
-    """A fresh float32 [n, V] tensor of logits / temperature (w_t: the prepared weight operand, transposed)."""
     z = _matmul(_operand(hidden, precision), w_t, precision)
     if bias is not None:
         z += bias.float()
@@ -189,8 +167,7 @@ def _logits(hidden, w_t, bias, temperature, precision) -> torch.Tensor:
 
 
 def _operand(t: torch.Tensor, precision: str) -> torch.Tensor:
-    """`t` as a matmul operand at `precision`: bf16 values (as bf16 on CUDA and for bf16 logits, as their exact
-    float32 values on a CPU, which has no bf16 x bf16 -> fp32 matmul), else float32."""
+    # a CPU has no bf16 x bf16 -> fp32 matmul: it gets the bf16 values as their exact float32 values
     if precision == BF16_LOGITS or (precision == "bf16" and t.is_cuda):
         return t.to(torch.bfloat16)
     if precision == "bf16":
@@ -199,7 +176,6 @@ def _operand(t: torch.Tensor, precision: str) -> torch.Tensor:
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor:
-    """a @ b of two `_operand`s, float32 out."""
     if precision == BF16_LOGITS:
         return torch.mm(a, b).float()
     if a.dtype == torch.bfloat16:  # bf16 on CUDA: tensor cores, float32 accumulation and output
@@ -209,7 +185,6 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor:
 
 
 def _accumulate(total: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor:
-    """total + a @ b in float32 (a, b `_operand`s), in place where the operands allow it; a new tensor for None."""
     if total is None or a.dtype == torch.bfloat16:
         return _add(total, _matmul(a, b, precision))
     with _tf32(a.is_cuda, precision == "tf32"):
@@ -221,7 +196,6 @@ def _add(total: torch.Tensor | None, term: torch.Tensor) -> torch.Tensor:
 
 
 def _tf32(cuda: bool, allowed: bool):
-    """CUDA float32 matmuls inside use TF32 iff `allowed`, the process's setting restored after; nothing on a CPU."""
     return _cuda_tf32(allowed) if cuda else nullcontext()
 
 

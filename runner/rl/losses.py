@@ -1,10 +1,5 @@
 """Policy losses, loss aggregation, KL and entropy as small pure functions of tensors (after verl's core_algos).
-
-Shapes: `logp`, `old_logp`, `mask` are [B, T] (token log-probs under the current and the behaviour
-policy; mask 1 on response tokens); `advantages` is [B] (one value per sequence, shared by its tokens);
-`group_index` is [B] long, the prompt each sequence answers (0..G-1). Per-token losses are [B, T];
-`aggregate` turns them into the scalar that is minimised.
-"""
+`logp`, `old_logp`, `mask` are [B, T]; `advantages` and `group_index` (the prompt each sequence answers) are [B]."""
 
 from __future__ import annotations
 
@@ -12,18 +7,12 @@ from collections.abc import Callable
 
 import torch
 
-# ---------------------------------------------------------------- aggregation: per-token [B, T] -> scalar
-
 
 def _safe_div(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
     return numerator / denominator.clamp(min=1.0)
 
 
-# Each aggregation is a fixed weight per token (a function of the mask and the prompts only), so the scalar is
-# sum(per_token * weights): micro-batches that each sum their rows' share of one batch-wide weight tensor add up
-# to the whole batch's loss exactly, prompt-level normalisation included.
-
-
+# aggregations are fixed per-token weights, so micro-batches summing their rows' share add up to the batch's loss
 def token_weights(mask: torch.Tensor, group_index: torch.Tensor | None = None) -> torch.Tensor:
     """Weights [B, T] of the mean over every response token in the batch (DAPO's token-level aggregation)."""
     return _safe_div(mask, mask.sum())
@@ -52,8 +41,7 @@ AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
 
 
 def aggregation_weights(name: str, mask: torch.Tensor, group_index: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-token weights [B, T] (summing to 1 over a batch with tokens) of aggregation mode `name` (prompt | token |
-    sample)."""
+    """Per-token weights [B, T] (summing to 1 over a batch with tokens) of aggregation `name` (prompt|token|sample)."""
     if name not in AGGREGATIONS:
         raise ValueError(f"unknown loss_agg {name!r}; expected one of {', '.join(AGGREGATIONS)}")
     return AGGREGATIONS[name](mask, group_index)
@@ -71,9 +59,6 @@ def token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return _safe_div((per_token * mask).sum(), mask.sum())
 
 
-# ---------------------------------------------------------------- policy losses: -> (per-token loss, clipped)
-
-
 def ppo_clip_loss(logp, old_logp, advantages, mask, *, clip_low: float, clip_high: float):
     """PPO clip: max(-A r, -A clip(r, 1-low, 1+high)); clipped tokens get no gradient (GRPO, DAPO)."""
     adv = advantages[:, None]
@@ -88,8 +73,7 @@ def gspo_loss(logp, old_logp, advantages, mask, *, clip_low: float, clip_high: f
     adv = advantages[:, None]
     mask = mask.to(logp.dtype)
     sequence_log_ratio = _safe_div(((logp - old_logp) * mask).sum(dim=1), mask.sum(dim=1))
-    # value exp(sequence log-ratio) on every token; gradient s * d logp_t, so the sequence-mean of tokens is GSPO's
-    # gradient
+    # value s on every token, gradient s * d logp_t: the sequence-mean of tokens is GSPO's gradient
     log_ratio = logp - logp.detach() + sequence_log_ratio.detach()[:, None]
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio
@@ -126,11 +110,8 @@ def policy_loss(
     group_index=None,
     weights=None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """(scalar loss, stats) for policy loss `name` aggregated by `agg`; stats: clip_fraction, ratio_mean (token means,
-    0-dim tensors).
-
-    `weights` [B, T], when given, replaces `agg`: the rows' share of a larger batch's aggregation_weights.
-    """
+    """(scalar loss, stats) for loss `name` aggregated by `agg`, or by `weights` [B, T] (rows' share of a larger batch's
+    aggregation_weights); stats: clip_fraction, ratio_mean (token means, 0-dim tensors)."""
     if name not in POLICY_LOSSES:
         raise ValueError(f"unknown loss {name!r}; expected one of {', '.join(POLICY_LOSSES)}")
     per_token, clipped = POLICY_LOSSES[name](logp, old_logp, advantages, mask, clip_low=clip_low, clip_high=clip_high)
@@ -142,9 +123,6 @@ def policy_loss(
             "ratio_mean": token_mean(torch.exp(logp - old_logp), mask_f),
         }
     return loss, stats
-
-
-# ---------------------------------------------------------------- regularisers
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

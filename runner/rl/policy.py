@@ -1,13 +1,5 @@
 """The embedded tiny policy: a 2-layer Llama with a character vocabulary, SFT-warm-started on addition.
-
-Its weights ship with rlscale (runner/rl/base/, checked against SHA256SUMS on first use), so every host starts RL
-from the same bytes. A build's SFT is chaotic and its floats depend on the CPU's kernels and on torch: where it
-reaches its target moves by hundreds of steps from one host to the next, even with portable numerics
-(bench/base_policy_portability.py). `rlscale base-model --rebuild` builds it again with PORTABLE_ENV, the build
-that made the shipped weights, and says whether the bytes match them.
-The SFT stops once the sampled (temperature 1) validation pass rate reaches SFT_TARGET_PASS_RATE: at 0.8 the policy
-knows most sums and RL mostly sharpens them, so a run's curve bends within minutes of CPU (bench/base_policy.py).
-"""
+Its weights ship in runner/rl/base/ (checked against SHA256SUMS), so every host starts RL from the same bytes."""
 
 from __future__ import annotations
 
@@ -29,8 +21,7 @@ from rlscale.base.settings import cache_dir
 BASE_MODEL_VERSION = "v5"  # bump when the architecture, vocabulary, SFT recipe or build numerics change
 SHIPPED_DIR = Path(__file__).with_name("base")  # the weights rlscale ships (built with PORTABLE_ENV)
 CHECKSUMS = "SHA256SUMS"  # sha256sum's format: one '<hex>  <file>' line per file of the model directory
-# Numerics that depend least on the CPU: torch's baseline kernels, MKL's and oneDNN's reproducible paths, one thread
-# (fixed reduction order). Read when torch loads, so a build runs in a child process with them.
+# least CPU-dependent numerics (baseline kernels, reproducible MKL/oneDNN, 1 thread); read at torch import: use a child
 PORTABLE_ENV = {
     "ATEN_CPU_CAPABILITY": "default",
     "MKL_CBWR": "COMPATIBLE",
@@ -136,8 +127,7 @@ def sampled_pass_rate(
     max_new_tokens: int = 8,
     seed: int = 0,
 ) -> float:
-    """Mean verifier reward over `samples` rollouts per prompt, sampled at `temperature` (ScaleRL's validation
-    metric)."""
+    """Mean verifier reward over `samples` rollouts per prompt at `temperature` (ScaleRL's validation metric)."""
     generator = torch.Generator(device=model.lm_head.weight.device).manual_seed(seed)
     rollouts = sample(
         model,
@@ -182,9 +172,8 @@ def warm_start(model, tokenizer, *, log=None) -> tuple[int, float]:
 
 
 def base_model_dir(rebuild: bool = False, *, log=None) -> Path:
-    """The tiny policy's HF directory (config, safetensors, tokenizer, generation config): the shipped one, checked
-    against its SHA256SUMS; built into cache_dir() when rlscale was installed without it, or when `rebuild` is set.
-    log(step, loss, pass_rate) is called at each SFT check of a build."""
+    """The tiny policy's HF directory: the shipped one (checksum-verified), else (or on `rebuild`) one built into
+    cache_dir(), calling log(step, loss, pass_rate) at each SFT check."""
     if not rebuild and (SHIPPED_DIR / "model.safetensors").is_file():
         verify_checksums(SHIPPED_DIR)
         return SHIPPED_DIR

@@ -1,9 +1,5 @@
 """Torch sampling for the local loop and the base-model build: n rollouts per prompt, with log-probs.
-
-Layout of a sampled batch (all [B, L], B = prompts x n, rollouts of one prompt adjacent):
-prompt tokens left-padded, then the response right-padded; `logp[:, t]` is log pi(token t | tokens < t)
-under the temperature-scaled sampling distribution, nonzero only where `response_mask` is 1.
-"""
+Layout: [B, L], B = prompts x n with a prompt's rollouts adjacent; left-padded prompt, then right-padded response."""
 
 from __future__ import annotations
 
@@ -72,11 +68,8 @@ def sample(
     head_precision: str = "fp32",
     decode=None,
 ) -> Rollouts:
-    """`n` rollouts for each prompt (token ids, BOS included), sampled at `temperature` with `generator`.
-
-    Tensors are made on the model's device; `generator` must live there too (torch.Generator(device=...)). The head
-    runs as the trainer's does (`fp32_head`, `head_precision`), so on-policy importance ratios are 1.
-    """
+    """`n` rollouts for each prompt (token ids, BOS included) at `temperature`; `generator` must be on the model's
+    device. The head runs as the trainer's (`fp32_head`, `head_precision`), so on-policy importance ratios are 1."""
     device = model_device(model)
     width = max(len(ids) for ids in prompt_ids)
     rows = [ids for ids in prompt_ids for _ in range(n)]

@@ -1,10 +1,5 @@
 """Verifiable tasks: prompts with known answers, a binary verifier, train and validation splits.
-
-`make_task(recipe_or_name, seed)` returns a Task. Built-in names: `arithmetic` (2-digit addition),
-`arithmetic_hard` (3-digit addition), `arithmetic_<d>d` (d-digit addition); anything ending in
-`.jsonl` is a JSONL file of {prompt, answer} lines. Operands are zero-padded so every arithmetic
-prompt has the same length (a fixed-length batch needs no padding in the tiny policy).
-"""
+`make_task` knows `arithmetic` (2-digit sums), `arithmetic_hard` (3), `arithmetic_<d>d` and {prompt, answer} .jsonl."""
 
 from __future__ import annotations
 
@@ -59,9 +54,6 @@ class Task:
         return float(self.verifier(prompt.answer, completion))
 
 
-# ---------------------------------------------------------------- verifiers (answer, completion) -> 0/1
-
-
 def exact_match(answer: str, completion: str) -> float:
     """1.0 if the completion, stripped of surrounding whitespace, equals the answer."""
     return float(completion.strip() == answer.strip())
@@ -109,9 +101,6 @@ def load_verifier(spec: str) -> Verifier:
     return function
 
 
-# ---------------------------------------------------------------- arithmetic
-
-
 def arithmetic_prompt(a: int, b: int, digits: int) -> str:
     """The prompt for a + b with zero-padded operands, e.g. '07+35=' (every prompt has one length)."""
     return f"{a:0{digits}d}+{b:0{digits}d}="
@@ -142,12 +131,8 @@ def arithmetic_task(digits: int, seed: int, *, name: str | None = None, train_si
     return Task(name or f"arithmetic_{digits}d", train, validation[:MAX_VALIDATION], exact_match, seed)
 
 
-# ---------------------------------------------------------------- JSONL
-
-
 def jsonl_task(path: str | Path, seed: int, *, verifier: Verifier = math_match, validation_size: int = 128) -> Task:
-    """A JSONL file of {"prompt", "answer"} lines; the validation split is a seed-independent tail of a fixed
-    shuffle."""
+    """A task from a JSONL file of {"prompt", "answer"} lines; validation is the head of a seed-independent shuffle."""
     path = Path(path)
     if not path.is_file():
         raise UserError("file not found", file=str(path), field="task")

@@ -1,17 +1,5 @@
 """One trainer update from one generated batch: `train_step(model, optimizer, batch, recipe) -> metrics`.
-
-The trainer actor and the local loop both call this. It applies the recipe's knobs in ScaleRL's
-order: zero-variance filter -> advantages (batch/group/none) -> policy loss (cispo/gspo/dapo/grpo)
-aggregated by prompt/token/sample, plus k3 KL and entropy terms -> clipped gradient step.
-
-Memory is bounded by the recipe, not the batch: each update runs as micro-batches of at most
-`micro_batch_tokens` tokens whose gradients accumulate (each sums its rows' share of one batch-wide
-aggregation weight, so the loss equals the whole batch's), and the LM head (runner/rl/head.py) turns the response
-tokens' hidden states into log-probs and entropy a chunk of tokens at a time, keeping no [tokens, V] logits for
-backward. Every tensor made here lives on the batch's device; on CUDA the forward passes run under bf16 autocast
-(recipe.gpu_dtype) while the weights, gradients and Adam state stay float32, and the head's matmuls run at
-recipe.head_precision. A micro-batch's metrics stay on the device until its update ends (one sync per update).
-"""
+ScaleRL's order: zero-variance filter -> advantages -> policy loss + k3 KL + entropy -> clipped gradient step."""
 
 from __future__ import annotations
 
@@ -28,8 +16,7 @@ LOGITS_CHUNK_ELEMENTS = 2**28  # logits per LM-head chunk (1 GiB in fp32): the h
 
 @dataclass
 class TrainBatch:
-    """A generated batch, B = B_p x n rows with the n rollouts of a prompt adjacent (rlscale.runner.rl.sampling
-    layout)."""
+    """A generated batch, B = B_p x n rows with a prompt's n rollouts adjacent (runner/rl/sampling.py layout)."""
 
     input_ids: torch.Tensor  # [B, L] long: left-padded prompt, then response
     attention_mask: torch.Tensor  # [B, L]
@@ -48,7 +35,6 @@ class TrainBatch:
         )
 
     def to(self, device) -> TrainBatch:
-        """The batch on `device`."""
         return TrainBatch(
             *(
                 t.to(device)
@@ -79,13 +65,8 @@ def token_logprobs(
     where: torch.Tensor | None = None,
     chunk_elements: int = LOGITS_CHUNK_ELEMENTS,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(log pi(token t | < t) [B, L] at `temperature`; entropy [B, L] in nats or None), both 0 at position 0.
-
-    `where` [B, L], when given, marks the positions whose log-prob is needed (the response tokens): the LM head runs
-    on those alone and the rest are 0. The head (runner/rl/head.py) takes `chunk_elements` logits at a time at
-    `head_precision` (an FP32 head) and keeps none for backward. The entropy carries a gradient only with
-    `entropy_grad` (an entropy bonus); otherwise it is a metric, computed in the same pass.
-    """
+    """(log pi(token t | < t) [B, L] at `temperature`; entropy [B, L] in nats or None), 0 at position 0 and outside
+    `where`; the entropy carries a gradient only with `entropy_grad` (an entropy bonus), else it is a metric."""
     hidden = last_hidden(model, input_ids, attention_mask)
     rows, length = input_ids.shape
     head = model.lm_head
@@ -109,7 +90,6 @@ def token_logprobs(
 
 
 def _scatter(values: torch.Tensor, positions: torch.Tensor, rows: int, length: int) -> torch.Tensor:
-    """[rows, length] zeros with `values` at the flat `positions` (differentiable in `values`)."""
     return values.new_zeros(rows * length).index_copy(0, positions, values).view(rows, length)
 
 
@@ -175,11 +155,7 @@ def _updates_done(optimizer) -> int:
 
 def train_step(model, optimizer, batch: TrainBatch, recipe, ref_model=None) -> dict[str, float]:
     """Update `model` from `batch` per `recipe`; returns health metrics (loss, reward, entropy, KL, grad norm, ...).
-
-    `ref_model` is needed only when recipe.kl_coef > 0. With async 'ppo_off_policy' the batch is split
-    into `ppo_minibatches` updates; otherwise one update. Each update accumulates gradients over micro-batches
-    of at most recipe.micro_batch_tokens tokens; its loss is that of the whole update's rows at once.
-    """
+    `ref_model` is needed only when recipe.kl_coef > 0; ppo_off_policy splits the batch into ppo_minibatches updates."""
     if recipe.kl_coef > 0 and ref_model is None:
         raise ValueError("recipe.kl_coef > 0 needs a reference model")
     device = batch.input_ids.device
@@ -228,8 +204,6 @@ def train_step(model, optimizer, batch: TrainBatch, recipe, ref_model=None) -> d
 
 
 def _accumulate(model, batch, old_logp_all, rows, mask, weights, advantages, recipe, ref_model) -> dict[str, float]:
-    """Backward of one update's loss over its rows, micro-batch by micro-batch; its metrics (loss, entropy, kl,
-    clip_fraction, ratio_mean)."""
     low, high = recipe.clip_range
     device = batch.input_ids.device
     # loss, entropy, kl, clipped tokens, ratio sum, tokens: summed on the device, read once
@@ -274,13 +248,11 @@ def _accumulate(model, batch, old_logp_all, rows, mask, weights, advantages, rec
 
 
 def _head_knobs(recipe) -> dict:
-    """The recipe's LM-head arguments of token_logprobs."""
     return {"temperature": recipe.temperature, "fp32_head": recipe.fp32_head, "head_precision": recipe.head_precision}
 
 
 @torch.no_grad()
 def _logprobs_in_micro_batches(model, batch: TrainBatch, recipe) -> torch.Tensor:
-    """The model's own log-probs [B, L] of the batch's response tokens (0 elsewhere), micro-batch by micro-batch."""
     device = batch.input_ids.device
     logp = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=device)
     for part, columns in micro_batches(batch.attention_mask, recipe.micro_batch_tokens):

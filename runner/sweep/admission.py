@@ -1,11 +1,5 @@
 """Admission by free devices: a run starts only when every device its job holds is free, whole jobs only.
-
-Pure: devices are Ray resource dicts ({"GPU": 8}). A job is a list of bundles, each packed on one node (as Ray
-places a placement group's node bundle; verl asks one per node of each pool); it is placed when every bundle fits
-on some node's free devices together. The sweep driver feeds the cluster's
-nodes (what Ray reports free, less what its own admitted jobs hold but Ray may not show yet);
-bench/cluster_schedule.py feeds a simulated cluster. Both admit through `Ledger`.
-"""
+Pure: a job is a list of Ray resource bundles, each on one node; the driver and the benchmarks share Ledger."""
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,9 +9,8 @@ _EPS = 1e-9
 
 
 def place(bundles: Sequence[Bundle], free: Sequence[Bundle]) -> list[int] | None:
-    """Node index for each bundle (in the bundles' order), all of them fitting together, or None when the job does
-    not fit whole. Largest bundles first, each on the node that leaves it least room (best fit), so small jobs do
-    not fragment the nodes a large one needs."""
+    """Node index for each bundle, all fitting together, or None if the job does not fit whole. Largest bundles first,
+    best fit, so small jobs do not fragment the nodes a large one needs."""
     room = [dict(node) for node in free]
     order = sorted(range(len(bundles)), key=lambda i: -sum(bundles[i].values()))
     nodes: list[int | None] = [None] * len(bundles)
@@ -43,14 +36,8 @@ def total(bundles: Sequence[Bundle], key: str) -> float:
 
 @dataclass
 class Ledger:
-    """The cluster as the sweep admits on it: each node's devices, what the sweep's own jobs hold, and (optional)
-    what the cluster itself reports free, which counts other users' jobs.
-
-    nodes: every node's total resources. observed: each node's free resources as last reported (None: unknown,
-    trust the ledger alone; set it with `observe`). A node's free devices are the smaller of its total less the
-    sweep's own jobs and what it reported free less the jobs admitted since: the report may predate a job, and
-    another user's job shows only there.
-    """
+    """The cluster as the sweep admits on it: node totals less its own jobs, and the smaller of that and the last free
+    report (None: trust the ledger alone), which may predate a job but alone shows other users' jobs."""
 
     nodes: list[dict[str, float]]
     observed: list[dict[str, float]] | None = None
@@ -119,12 +106,10 @@ class Ledger:
         return sum(total(bundles, resource) for _nodes, bundles in self.held.values())
 
     def capacity(self, resource: str) -> float:
-        """The cluster's total of `resource`."""
         return float(sum(node.get(resource, 0.0) for node in self.nodes))
 
 
 def _less(free: list[dict[str, float]], jobs) -> list[dict[str, float]]:
-    """`free` (per node) less what `jobs` ((nodes, bundles) pairs) hold."""
     for nodes, bundles in jobs:
         for n, bundle in zip(nodes, bundles):
             for key, amount in bundle.items():

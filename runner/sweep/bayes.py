@@ -1,8 +1,5 @@
 """`method: bayes`: Optuna (TPE) proposes each next configuration; objective = the run's fitted asymptote.
-
-Optuna keeps its trials in its RDB storage on the same database URL as the rlscale store, so a sweep
-interrupted mid-trial resumes that trial's run (from its checkpoint) and tells Optuna the result.
-"""
+Trials live in Optuna's RDB storage on the store's database, so an interrupted trial's run resumes and is told."""
 
 import math
 
@@ -52,8 +49,6 @@ def run_bayes(driver) -> SweepSummary:
 
 
 def _run_trials(driver, search, trials: list[tuple[int, dict]], base: dict, summary: SweepSummary) -> None:
-    """Run the trials' runs side by side (admitted by free devices, as a grid sweep's), then tell Optuna each
-    trial's objective."""
     import optuna
     from rlscale.planner.planning import trial_recipe
 
@@ -73,7 +68,6 @@ def _run_trials(driver, search, trials: list[tuple[int, dict]], base: dict, summ
 
 
 def _objective(driver, run_id: int) -> float | None:
-    """The run's fitted asymptote A (reward units), or its last validation reward if A is not identified."""
     fits = driver.store.fits_frame(driver.study.name)
     mine = fits[fits["run_id"] == run_id]
     if len(mine) and bool(mine["identified"].iloc[0]) and math.isfinite(float(mine["A"].iloc[0])):

@@ -1,12 +1,5 @@
-"""The sweep driver: study -> planned runs in the store -> runs on an engine (rlscale.runner.engine; the builtin
-one runs RL jobs on Ray) -> records -> fits.
-
-The driver is the store's one writer: engines hand records back through a callback that runs in this process, and
-a run's status is written by the thread that advances it, in order (running, then how its job ended), or by the
-driver's own thread while no job of it runs. One driver per study and store (Store.lock_study): a second one exits
-2. Resumable by construction: a run's identity is its config hash and seed, finished runs are skipped, interrupted
-ones resume from their checkpoint, and (run, step) is unique in the store.
-"""
+"""The sweep driver: study -> planned runs in the store -> runs on an engine -> records -> fits.
+The driver is the store's one writer; one driver per study and store (Store.lock_study); resumable by construction."""
 
 import hashlib
 import math
@@ -44,9 +37,8 @@ class SweepSummary:
 
 
 class SweepDriver:
-    """Runs a study's planned runs through an engine (rlscale.runner.engine), one writer to the store, resumable
-    and fault tolerant. The driver never calls Ray: the engines do, on the cluster it names or on the local head the
-    sweep owns (runner/sweep/head.py)."""
+    """Runs a study's planned runs through engines, the store's one writer, resumable and fault tolerant. It never
+    calls Ray: the engines do, on the named cluster or the sweep's local head (runner/sweep/head.py)."""
 
     def __init__(
         self,
@@ -62,8 +54,7 @@ class SweepDriver:
     ):
         self.study = study
         self.store = store
-        # an engine given here trains every run; otherwise each run's recipe names its engine, made on first use
-        # with ray_address and engine_options[name] (e.g. {"verl": {"shared_dir": ...}})
+        # given: it trains every run; else each recipe names its engine, made on first use with engine_options[name]
         self.engine = engine
         self.ray_address, self.engine_options = ray_address, dict(engine_options or {})
         self._engines: dict[str, Engine] = {}
@@ -90,9 +81,8 @@ class SweepDriver:
     # planning -------------------------------------------------------------------------------------
 
     def plan(self) -> list[RunState]:
-        """Put every planned point in the store (idempotent) and load each run's status and progress. With the
-        study's `extend` above 1, each run's steps and planned compute grow by it and a finished run short of them
-        is paused again, to resume from its last checkpoint (its identity, recipe hash and seed, is unchanged)."""
+        """Put every planned point in the store (idempotent) and load each run's status and progress; with `extend`
+        above 1, a done run short of its grown steps or compute is paused again, to resume from its checkpoint."""
         from rlscale.planner.planning import planned_runs
 
         self._hold()
@@ -107,9 +97,6 @@ class SweepDriver:
         return self.runs
 
     def _drop_superseded(self, planned: dict) -> None:
-        """Remove the study's earlier runs that a planned run (run_id -> (name, point)) replaces: the same name and
-        seed under another config (the user's files or the study changed since), failed or never started, with no
-        evaluation stored. One row per run, which keeps its own attempt count; a run with evaluations stays."""
         runs = self.store.runs_frame(self.study.name)
         records = self.store.records_frame(self.study.name)
         evaluated = set(records.loc[records["val_reward"].notna(), "run_id"])
@@ -128,9 +115,6 @@ class SweepDriver:
         return state
 
     def _load(self, planned: dict) -> list[RunState]:
-        """The RunStates of `planned` (run_id -> (name, planned point or GPU-hours)), in its order. Planned points of
-        a study with `extend` above 1 get their steps grown by it (their compute grew in the plan), and a done run
-        short of the new plan is paused, so the sweep resumes it from its last checkpoint."""
         runs = self.store.runs_frame(self.study.name)
         runs = runs.set_index("run_id").loc[list(planned)].reset_index()
         hours = {name: getattr(plan, "gpu_hours", plan) for name, plan in planned.values()}
@@ -252,9 +236,6 @@ class SweepDriver:
     def _run_with_retries(
         self, run: RunState, summary: SweepSummary, until_step: int | None, should_stop: Callable[[], str | None]
     ) -> bool:
-        """Run `run`'s job until it ends; False when its devices were taken before it started (DevicesUnavailable:
-        back to the queue, no attempt counted). A job lost with a dead local head is run again without counting an
-        attempt, from its last checkpoint, once a new head is up."""
         while True:
             # the study's lock may have gone with the store's connection (a server restart) and another driver taken it
             if self._study_lock is not None and not self._study_lock.ensure():
@@ -316,8 +297,6 @@ class SweepDriver:
             return True
 
     def _set_status(self, run: RunState, status: str, note: str, *, stored: str | None = ..., shown: str = "") -> None:
-        """The run's status, in the store and on the live view: `note` is the error stored with it (or `stored`),
-        `shown` the status the live view shows instead (a run sent back to the queue reads "queued")."""
         run.status, run.note = shown or status, note
         self.store.set_run_status(run.run_id, status, error=(note or None) if stored is ... else stored)
         self.on_update(self.runs)
@@ -334,7 +313,6 @@ class SweepDriver:
         self._set_status(run, "stopped", reason)
 
     def _hold(self) -> None:
-        """Take this driver's hold on its study (once); StudyBusy (exit 2) while another driver sweeps it."""
         if self._study_lock is None:
             self._study_lock = self.store.lock_study(self.study.name)
 
@@ -349,16 +327,12 @@ class SweepDriver:
         return next(run for run in self.runs if run.run_id == run_id)
 
     def _devices_per_job(self) -> int:
-        """The most devices one run's job holds (a local head gets at least as many CPUs)."""
         return max(
             (run.recipe.generator_devices + run.recipe.trainer_devices for run in self.runs if run.recipe is not None),
             default=0,
         )
 
     def _reached_end(self, run: RunState, at_step_0: float | None) -> bool:
-        """Whether the run's stored records reach its planned end: its planned steps, or (a study that plans
-        GPU-hours) the step nearest its planned compute, a step costing its mean since step 0 (whose compute,
-        `at_step_0`, may hold a job's start-up), as the engines judge it."""
         planned = self._compute_stop(run).get("gpu_hours")
         if planned is None:
             return run.step >= run.recipe.steps
@@ -366,14 +340,11 @@ class SweepDriver:
         return reaches_compute(run.gpu_hours, per_step, planned)
 
     def _stored_gpu_hours(self, run: RunState, step: int) -> float | None:
-        """The run's compute at `step` as the store holds it (None without a record there)."""
         records = self.store.records_frame(self.study.name)
         at = records[(records["run_id"] == run.run_id) & (records["step"] == step)]
         return float(at["gpu_hours"].iloc[0]) if len(at) else None
 
     def _compute_stop(self, run: RunState) -> dict:
-        """{gpu_hours: planned} when the study plans measured GPU-hours, so the run ends at its planned compute
-        on any host (the step count follows from it); {} when it plans steps, rollouts or tokens."""
         compute = self.study.compute
         if compute is None or compute.unit != "gpu_hours" or not run.planned_gpu_hours > 0:
             return {}
@@ -406,8 +377,7 @@ class SweepDriver:
         return list(zip(mine["step"], mine["val_reward"]))
 
     def progress(self, runs: list[RunState] | None = None, waiting: dict | None = None) -> list[RunProgress]:
-        """Every run (or `runs`) as the scheduler sees it: compute spent (fraction of planned steps, and GPU-hours,
-        the unit of its fit), its sigmoid fit so far, whether it finished, stopped or failed; runs in `waiting`
+        """Every run (or `runs`) as the scheduler sees it (compute, fit so far, whether it ended); runs in `waiting`
         (run_id -> target) read as busy."""
         fits = self._current_fits()
         waiting = waiting or {}
@@ -433,9 +403,6 @@ class SweepDriver:
         )
 
     def _current_fits(self, run_id: int | None = None) -> dict:
-        """run_id -> the run's fit of record so far (fitting.curves.fit_of_record: the study's unit, metric and points,
-        with the profile bound on A early termination judges by), or None if it cannot be fitted; every run's, or
-        only `run_id`'s; a run's fit is reused until it has new evaluations."""
         from rlscale.fitting.curves import is_pass_rate
         from rlscale.fitting.sigmoid.points import record_bin_width
 
@@ -452,8 +419,6 @@ class SweepDriver:
         return fits
 
     def _cached_fit(self, key, rows, bin_width: float, bounded: bool):
-        """The fit of record of one run's evaluations `rows`, reused until the run has new ones; its largest compute
-        (in the study's unit) is kept beside it for the scheduler."""
         from rlscale.fitting.curves import compute_column, fit_of_record
         from rlscale.fitting.rules.early_stop import UPPER_LEVEL
         from rlscale.fitting.sigmoid import FitError
@@ -512,13 +477,10 @@ class SweepDriver:
             return self._engines[name]
 
     def _has_live_job(self, engine: Engine, run: RunState) -> bool:
-        """Whether the run's job still runs on the cluster (an earlier driver's, to be adopted; Jobs-API engines)."""
         live = getattr(engine, "has_live_job", None)
         return bool(live and live(self.run_key(run)))
 
     def _nodes(self, recipe: Recipe | None) -> list | None:
-        """The cluster's nodes as the engine of `recipe` reads them; None while it has no engine (a head being
-        replaced)."""
         with self._engines_lock:
             engine = self.engine or (self._engines.get(recipe.engine) if recipe is not None else None)
         return engine.nodes() if engine is not None else None
@@ -538,7 +500,6 @@ class SweepDriver:
                 self._study_lock = None
 
     def _close_engines(self) -> None:
-        """Close the engines made for the runs' recipes and forget them (a later run makes new ones)."""
         with self._engines_lock:
             engines, self._engines = list(self._engines.values()), {}
         for engine in engines:

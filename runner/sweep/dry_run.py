@@ -9,9 +9,8 @@ RUN_KEY = "RUN_KEY"
 
 
 def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = None) -> list[dict]:
-    """One dict per planned run: run, seed, engine; for verl the first job's entrypoint, Hydra overrides, data, log
-    and checkpoint paths (RUN_KEY standing for the run key), GPUs and cluster address; for trl the first job's
-    GRPOConfig as the export writes it (with its notes) and the run's keys; for builtin the recipe."""
+    """One dict per planned run: run, seed, engine, then the engine's view of its first job (verl, trl; RUN_KEY stands
+    for the run key) or the builtin recipe."""
     several_seeds = len(study.seeds) > 1
     out, engines = [], {}
     for point in planned_runs(study):
@@ -38,10 +37,8 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
 def admission_plan(
     study, *, ray_address: str | None = None, shared_dir: str | None = None, max_concurrent: int | None = None
 ) -> dict:
-    """How the sweep would admit the study's runs on the cluster as it is now: each run's devices (Ray bundles, one
-    per node), the runs that start at once (in plan order, whole jobs, runs that fit filling in behind one that does
-    not), and the bound on runs in flight. Reads the cluster (the dashboard, or this host for a local builtin
-    sweep); submits nothing. `nodes` is None when the cluster cannot be read: admission is then decided at run time."""
+    """How the sweep would admit the study's runs on the cluster now: each run's devices, the first wave, the bound on
+    runs in flight; `nodes` is None when the cluster cannot be read (admission is then decided at run time)."""
 
     from rlscale.runner.sweep.admission import first_wave
 
@@ -51,7 +48,7 @@ def admission_plan(
         recipe = point.recipe
         if recipe.engine == "builtin":  # GPUs on a cluster, CPU cores of this host for a local sweep
             devices = [{"GPU" if ray_address else "CPU": float(recipe.generator_devices + recipe.trainer_devices)}]
-            if ray_address is None:  # the local head's CPUs (rlscale.runner.ray_head.local_cpus)
+            if ray_address is None:
                 from rlscale.runner.ray_head import local_cpus
 
                 nodes = [{"CPU": float(local_cpus())}]
@@ -78,9 +75,8 @@ def admission_plan(
 
 
 def check_cluster(study, *, ray_address: str | None = None) -> None:
-    """Before anything is stored: a sweep whose runs go through the Jobs API to a named cluster (--ray-address or
-    RAY_ADDRESS) can reach it; UserError (one line: why, and what to set) when it cannot. Without a named cluster
-    the engines start a local head themselves."""
+    """Before anything is stored: UserError (why, and what to set) when a Jobs-API sweep's named cluster cannot be
+    reached (without one the engines start a local head)."""
     import os
 
     engines = {point.recipe.engine for point in planned_runs(study)}

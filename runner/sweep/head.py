@@ -1,12 +1,5 @@
-"""The Ray cluster a sweep's engines run on: the one named (--ray-address, RAY_ADDRESS), or a local head the sweep
-owns (rlscale.runner.ray_head): started on first use, adopted by a driver restarted after kill -9, started again
-when it dies under the sweep, stopped when the sweep ends.
-
-A head that dies takes its jobs with it, never the runs: every job in flight fails, the sweep waits until none is
-inside an engine, drops the engines (they hold the dead cluster), stops what the dead head left (its processes, its
-jobs' process trees, its temp dir), starts a new head, and the runs go on from their last checkpoints without
-spending an attempt.
-"""
+"""The Ray cluster a sweep's engines run on: the one named, or a local head the sweep owns, replaced if it dies.
+A head that dies takes its jobs, never the runs: they resume from their last checkpoints without spending an attempt."""
 
 import hashlib
 import os
@@ -40,9 +33,8 @@ class SweepCluster:
         return self.address is None and not os.environ.get("RAY_ADDRESS")
 
     def address_for(self, engine: str, *, cpus: int = 0) -> str | None:
-        """The address engine `engine` is made with: the named cluster's, or the local head's (its GCS for the builtin
-        engine, which joins as a Ray driver; its Jobs API for the others); starts (with at least `cpus` CPUs) or
-        adopts the head. Never waits for a head being replaced (an engine made meanwhile fails and is replaced)."""
+        """The address engine `engine` is made with: the named cluster's, else the local head's (its GCS for builtin,
+        its Jobs API for the others), started or adopted here; never waits for a head being replaced."""
         if not self.local:
             return self.address
         if engine == "builtin" and _joined():  # this process's Ray driver has a cluster already: the engine keeps it
@@ -127,14 +119,11 @@ def head_dir(store_url: str, study: str) -> Path:
 
 
 def _joined() -> bool:
-    """Whether this process's Ray driver is connected already (without importing Ray when nothing has)."""
     ray = sys.modules.get("ray")
     return ray is not None and ray.is_initialized()
 
 
 def _dead(head) -> bool:
-    """The head's process is gone, or its Jobs API has not answered for HEAD_DEATH_SECONDS (a busy head answers
-    late, not never)."""
     deadline = time.monotonic() + HEAD_DEATH_SECONDS
     while time.monotonic() < deadline:
         if head.alive():

@@ -1,6 +1,5 @@
-"""`early_terminate: {type: hyperband}`: Optuna's HyperbandPruner applied to a sweep's runs, for comparison with
-the asymptote rule. Each run is a trial whose intermediate values are its validation rewards (resource = step).
-The pruner's brackets live in memory: a resumed sweep starts them afresh."""
+"""`early_terminate: {type: hyperband}`: Optuna's HyperbandPruner on a sweep's runs (a trial each, rewards by step),
+for comparison with the asymptote rule. Its brackets live in memory: a resumed sweep starts them afresh."""
 
 
 class HyperbandStopper:
@@ -13,8 +12,7 @@ class HyperbandStopper:
         pruner = optuna.pruners.HyperbandPruner(
             min_resource=max(1, int(min_fraction * steps)), max_resource=steps, reduction_factor=eta
         )
-        # named after the sweep's study: Optuna assigns a trial's bracket from a hash of the study name, and an
-        # unnamed study gets a random one, so the same sweep would prune different runs from one go to the next
+        # Optuna picks a trial's bracket from a hash of the study name (random if unnamed): reruns prune alike
         self.study = optuna.create_study(
             study_name=f"rlscale-hyperband:{study}",
             direction="maximize",

@@ -1,8 +1,5 @@
-"""The advances of one sweep in flight: a thread per job over the blocking Engine.run, admission on the cluster's
-free devices (runner/sweep/admission.py), stop requests, and the queue of ended jobs the scheduler's loop waits on.
-
-The pool knows runs, devices and threads only; what an advance does (the job with its retries, the store, the
-fits) is the `advance` callable the driver gives it."""
+"""The advances of one sweep in flight: a thread per job over the blocking Engine.run, admission on free devices,
+stop requests, and the queue of ended jobs; what an advance does is the driver's `advance` callable."""
 
 import math
 import queue
@@ -23,15 +20,8 @@ Advance = Callable[[RunState, int | None, Callable[[], str | None]], bool]
 
 
 class JobPool:
-    """Runs in flight, one thread each.
-
-    runs: run_id -> RunState of the runs being scheduled. devices: run_id -> the Ray bundles its job holds (one per
-    node). nodes(): the cluster's nodes (rlscale.runner.cluster.Node) or None when they cannot be seen (then `limit`
-    alone bounds the runs in flight, one at a time without it). progress_of(run): the run as the scheduler sees it.
-    stopped(run, reason): record that an idle run was stopped. on_change(status line): the cluster line changed.
-    adopted: runs whose job already runs on the cluster (an earlier driver's): admitted at once, on the devices that
-    job holds.
-    """
+    """Runs in flight, one thread each. devices: run_id -> the Ray bundles its job holds (one per node); nodes() None:
+    `limit` alone bounds runs in flight; adopted: runs whose job already runs (an earlier driver's), admitted now."""
 
     def __init__(
         self,
@@ -168,7 +158,6 @@ class JobPool:
         return [self.runs[run_id] for run_id, thread in list(self.threads.items()) if thread.is_alive()]
 
     def _show(self) -> None:
-        """The cluster line of the live view: devices busy / total, runs in flight, runs queued."""
         queued = sum(run.status in ("pending", "paused", "queued") for run in self.runs.values())
         parts = []
         if self.ledger is not None:
@@ -184,12 +173,11 @@ class JobPool:
 
 
 def _free(nodes) -> list | None:
-    """Each node's free devices as the cluster reported them, or None if it has not reported every node's."""
     free = [node.free for node in nodes]
     return None if any(entry is None for entry in free) else free
 
 
 def devices_text(bundles) -> str:
-    """[{"GPU": 8}, {"GPU": 8}] -> '2 x 8 GPU'."""
+    """Bundles as one line for the user ('2 x 8 GPU' when all alike)."""
     texts = [" + ".join(f"{amount:g} {key}" for key, amount in bundle.items()) for bundle in bundles]
     return f"{len(texts)} x {texts[0]}" if len(texts) > 1 and len(set(texts)) == 1 else " and ".join(texts)

@@ -1,12 +1,5 @@
-"""Scheduling a sweep: which run advances next, where it pauses, which runs stop, and the loop that keeps runs in
-flight. The types (RunProgress, Move), the rules (next_move: rungs; the early-termination rules in Schedule) and the
-loop (run_concurrently) live here together.
-
-Pure: no Ray, no store, no clock. The sweep driver and the benchmarks (bench/early_termination.py,
-bench/cluster_schedule.py) run studies through the same loop; what advancing a run means (resuming an RL job from
-its checkpoint, or replaying a recorded curve) is the caller's `start` callback. The statistical rule a run is
-stopped by (its asymptote's upper bound below the best run's lower bound) is rlscale.fitting.rules.early_stop's.
-"""
+"""Scheduling a sweep: which run advances next, where it pauses, which runs stop, and the loop keeping runs in flight.
+Pure (no Ray, store or clock): the driver and the benchmarks share it; advancing a run is the caller's `start`."""
 
 from abc import ABC
 from collections.abc import Callable, Hashable
@@ -22,31 +15,19 @@ _EPS = 1e-9  # slack for fractions computed as step / planned steps
 
 @dataclass(frozen=True)
 class RunProgress:
-    """One run of a study as the scheduler sees it.
-
-    fraction: planned compute spent so far, 0..1: the driver uses last step / planned steps.
-    fit: sigmoid fit on the run's evaluations so far (compute on the x axis), None when not fittable yet.
-    finished: the run reached its planned compute; fraction >= 1 counts as finished too.
-    last_reward: the latest evaluation; ranks runs that have no fit yet.
-    compute: the largest compute in `fit`, in the fit's unit (the driver: the run's GPU-hours so far); tells
-        whether the run is past its inflection. None means the fit's x axis is the fraction itself.
-    stopped: the run was stopped or failed; it is ignored, as if left out of the list.
-    target: where the run's advance in flight is heading (0..1), None when no job of it runs: a sweep with several
-        runs in flight never hands a busy run another move, and counts one heading to 1.0 as a leader on its way.
-    """
+    """One run of a study as the scheduler sees it; a stopped (or failed) run is ignored, as if left out."""
 
     key: Hashable
-    fraction: float
-    fit: SigmoidFit | None
+    fraction: float  # planned compute spent, 0..1 (the driver: last step / planned steps)
+    fit: SigmoidFit | None  # on the run's evaluations so far; None until fittable
     finished: bool
-    last_reward: float | None = None
-    compute: float | None = None
+    last_reward: float | None = None  # ranks runs without a fit yet
+    compute: float | None = None  # the fit's largest x, in its unit, for the inflection test; None: x is `fraction`
     stopped: bool = False
-    target: float | None = None
+    target: float | None = None  # where its advance in flight heads (0..1); None when none is in flight
 
     @property
     def busy(self) -> bool:
-        """An advance of this run is in flight."""
         return self.target is not None
 
     @property
@@ -90,23 +71,8 @@ def next_move(
     rank: Callable[[RunProgress], float] | None = None,
     slots: int = 1,
 ) -> Move | None:
-    """The next thing the sweep should do, or None when every run is finished, stopped or busy (in flight).
-
-    In this order:
-    1. stop an unfinished run that `should_stop` says cannot reach `reference_fit(runs)`;
-    2. explore: advance the least advanced run that is below the first rung to that rung;
-    3. leader: while fewer than `leaders` runs have finished with an identified fit, run the most
-       promising one (by `rank`, default `promise`) to its full budget, so the reference is known, and tight, early;
-    4. advance, to its next rung, the most promising of the runs at the lowest rung (breadth first:
-       at each rung the best-looking run goes ahead first, and once all survivors sit at the last rung
-       before 1.0 they finish one by one, best first, each raising the reference for the rest).
-    With `slots` > 1 (runs in flight at once) rule 3 takes one leader more and comes before rule 2 once the runs
-    still to explore take no longer on the other slots than a leader takes to finish.
-    Runs in flight (`busy`) are judged by rule 1 like the others (the sweep stops them at their next checkpoint)
-    but get no advance, and one heading to its full budget counts as a leader in rule 3; the sweep asks again
-    each time a slot frees, as ASHA promotes asynchronously.
-    Pure: the same progress always gives the same move; ties go to the earlier run in `runs`.
-    """
+    """The next move, or None when every run is finished, stopped or busy; pure, ties go to the earlier run. In order:
+    stop hopeless runs, explore to the first rung, run leaders to the end, promote the best at the lowest rung."""
     active = [run for run in runs if not run.stopped and not run.done]
     best = reference_fit(runs)
     for run in active:
@@ -128,9 +94,7 @@ def next_move(
     if slots > 1:  # the first leader is picked from the runs explored so far: a second raises the reference sooner
         leaders += 1
     explored = [run for run in idle if run.fraction >= rungs[0] - _EPS]
-    # with several slots the leader starts while the last runs are explored, timed to finish as they do, so the
-    # reference is there when the promotions begin: exploring `behind` on the other slots takes
-    # len(behind) x rungs[0] / (slots - 1) runs' time, the leader (1 - rungs[0]) of one
+    # the leader starts while the last runs explore, timed to finish with them: the reference is ready to promote
     early = slots > 1 and len(behind) * rungs[0] <= (slots - 1) * (1.0 - rungs[0])
     if identified + on_their_way < leaders and explored and (not behind or early):
         return Move("advance", max(explored, key=rank).key, until=1.0)
@@ -153,10 +117,8 @@ StopCheck = Callable[[RunProgress], str | None]
 
 
 class Schedule(ABC):
-    """The one early-termination interface: what to advance next (`next_move`), the check applied to a run in
-    flight at each of its checkpoints (`stop_check`), and what to remember when a run ends for good (`ended`).
-    `early_terminate: none` is a Schedule that stops nothing (GridSchedule), `asymptote` one that judges runs at
-    rungs (RungSchedule), `hyperband` one that asks Optuna's pruner (HyperbandSchedule)."""
+    """The one early-termination interface: `next_move`, the `stop_check` of a run in flight at its checkpoints, and
+    `ended`. none: GridSchedule; asymptote: RungSchedule; hyperband: HyperbandSchedule (Optuna's pruner)."""
 
     def next_move(self, runs: list[RunProgress], slots: int = 1) -> Move | None:
         """Advance the first idle unfinished run to its full budget; None when none is left idle."""
@@ -179,21 +141,15 @@ class GridSchedule(Schedule):
 
 @dataclass(frozen=True)
 class RungSchedule(Schedule):
-    """`early_terminate: asymptote`: runs pause at rungs and are judged against the best finished run.
+    """`early_terminate: asymptote`: runs pause at rungs and are judged against the best finished run; by_rungs False
+    advances each run to its end in order (a bayes trial), judged only at its checkpoints."""
 
-    rungs: fractions of each run's planned compute where runs pause, ending at 1.0.
-    min_fraction: no run is judged before it has spent this fraction of its compute.
-    leaders: runs finished first, most promising first, so the reference is known early.
-    rank: how promising a run looks (reward units); default `promise`, the lower bound of its fitted asymptote.
-    by_rungs: False advances every run to its end in order (a bayes trial), judging it only at its checkpoints.
-    """
-
-    rungs: tuple[float, ...] = (0.25, 0.5, 1.0)
-    min_fraction: float = 0.25
-    leaders: int = 1
+    rungs: tuple[float, ...] = (0.25, 0.5, 1.0)  # fractions of planned compute where runs pause, ending at 1.0
+    min_fraction: float = 0.25  # no run is judged before spending this fraction of its compute
+    leaders: int = 1  # runs finished first, most promising first, so the reference is known early
     noise_band: float = NOISE_BAND
     past_inflection: float = PAST_INFLECTION
-    rank: Callable[[RunProgress], float] | None = None
+    rank: Callable[[RunProgress], float] | None = None  # how promising a run looks (reward units); None: `promise`
     by_rungs: bool = True
 
     @classmethod
@@ -204,7 +160,6 @@ class RungSchedule(Schedule):
         )
 
     def next_move(self, runs: list[RunProgress], slots: int = 1) -> Move | None:
-        """What to do next (see next_move), or None when every run is finished, stopped or busy."""
         if not self.by_rungs:
             return super().next_move(runs, slots)
         rank = self.rank or (lambda run: promise(run, self.noise_band))
@@ -219,9 +174,8 @@ class RungSchedule(Schedule):
         )
 
     def stop_check(self, runs: list[RunProgress]) -> StopCheck:
-        """A reason to stop the advancing run once it has spent min_fraction of its compute, is past its
-        inflection and its asymptote's upper bound is below the reference's lower bound. The reference (the best
-        finished run's fit) is taken from `runs` once: during an advance only the advancing run changes."""
+        """A reason to stop the advancing run past min_fraction and its inflection whose asymptote's upper bound is
+        below the reference's lower bound; the reference is taken once, as only the advancing run changes."""
         reference = reference_fit(runs)
 
         def check(run: RunProgress) -> str | None:
@@ -264,9 +218,8 @@ class HyperbandSchedule(Schedule):
 def schedule_for(
     rule, *, by_rungs: bool = True, steps: int = 1, evaluations=None, seed: int = 0, study: str = "rlscale"
 ) -> Schedule:
-    """The Schedule of a study's `early_terminate` rule; `by_rungs` False: runs advance to their end in order and
-    are judged at their checkpoints only (bayes trials). hyperband needs the runs' planned `steps` and
-    `evaluations(key)`."""
+    """The Schedule of a study's `early_terminate` rule (by_rungs False: bayes trials, judged at checkpoints only);
+    hyperband needs the runs' planned `steps` and `evaluations(key)`."""
     if rule.type == "asymptote":
         return RungSchedule.from_rule(rule, by_rungs=by_rungs)
     if rule.type == "hyperband":
@@ -277,29 +230,16 @@ def schedule_for(
 def run_concurrently(
     schedule,
     progress: Callable[[], list[RunProgress]],
-    start: Callable[[Hashable, float, StopCheck], None],
-    wait: Callable[[], list[Hashable]],
-    stop: Callable[[Hashable, str], None],
+    start: Callable[[Hashable, float, StopCheck], None],  # advance key to until, check(progress) at its checkpoints
+    wait: Callable[[], list[Hashable]],  # blocks until advances end: their keys ([]: the loop asks again)
+    stop: Callable[[Hashable, str], None],  # a run in flight stops at its next checkpoint
     *,
-    admit: Callable[[Hashable], bool] | None = None,
+    admit: Callable[[Hashable], bool] | None = None,  # reserve the run's devices; False: backfill with the next move
     slots: int = 1,
-    max_skips: int = 4,
+    max_skips: int = 4,  # a run passed over this often holds the queue until it fits, so none starves
 ) -> int:
-    """Keep up to `slots` advances in flight, each admitted by `admit`, until every run is finished or stopped;
-    returns the number of moves. The one loop behind a sweep, one run at a time or many.
-
-    schedule: the Schedule (next_move, stop_check).
-    progress(): every run as the scheduler sees it now (runs in flight may carry their target; the loop sets it).
-    start(key, until, check): begin advancing run `key` to `until` x its planned compute, calling check(progress)
-        at its checkpoints; returns at once (or when done, for a caller that runs one thing at a time).
-    wait(): block until advances end; returns their keys ([] if none ended yet: the loop asks again).
-    stop(key, reason): end run `key` (in flight: at its next checkpoint; the loop waits for it to end).
-    admit(key): reserve the devices run `key` needs, False when they are not free (the loop then tries the next
-        move, backfilling; a run passed over `max_skips` times holds the queue until it fits, so none starves).
-    RuntimeError if a run ends where it started (a job that makes no progress would loop forever). With nothing in
-    flight and runs refused admission (other users hold the devices), the loop keeps asking after each wait():
-    the caller checks beforehand that every run fits the empty cluster (Ledger.fits_at_all).
-    """
+    """Keep up to `slots` advances in flight until every run is finished or stopped; returns the number of moves.
+    RuntimeError if a run ends where it started (a job making no progress would loop forever)."""
     moves, in_flight, stopping, skipped = 0, {}, set(), {}
     before: dict[Hashable, tuple] = {}
     while True:
@@ -345,9 +285,8 @@ def run_by_rungs(
     advance: Callable[[Hashable, float, StopCheck], None],
     stop: Callable[[Hashable, str], None],
 ) -> int:
-    """One advance at a time (run_concurrently with one slot, each advance run to its end when started); returns
-    the number of moves. advance(key, until, check) runs `key` on to `until` x its planned compute, calling
-    check(its progress) at each checkpoint and stopping the run there if it returns a reason."""
+    """run_concurrently with one slot, each advance run to its end when started; returns the number of moves.
+    advance(key, until, check) calls check at each checkpoint and stops the run there on a reason."""
     ended: list[Hashable] = []
 
     def start(key, until, check):
@@ -362,7 +301,6 @@ def run_by_rungs(
 
 
 def _overlay(runs: list[RunProgress], in_flight: dict, stopping: set) -> list[RunProgress]:
-    """`runs` with the loop's own view: runs in flight carry their target, runs being stopped read as stopped."""
     out = []
     for run in runs:
         target = in_flight.get(run.key, run.target)

@@ -48,9 +48,8 @@ class RunState:
 
 
 def run_states(runs: pd.DataFrame, records: pd.DataFrame, planned_gpu_hours: Mapping[str, float]) -> list[RunState]:
-    """One RunState per row of `runs` (Store.runs_frame), in order, its progress read from `records`
-    (Store.records_frame: the last step, the largest gpu_hours, the latest val_reward); `planned_gpu_hours`
-    maps run names to their plan (NaN for runs it does not name); the note is the first line of the run's error."""
+    """One RunState per row of `runs` (Store.runs_frame), in order, with progress from `records`; planned_gpu_hours
+    maps run names to their plan (NaN for others); the note is the first line of the run's error."""
     by_run = {run_id: rows for run_id, rows in records.groupby("run_id")} if len(records) else {}
     states = []
     for row in runs.to_dict("records"):
@@ -76,7 +75,6 @@ def run_states(runs: pd.DataFrame, records: pd.DataFrame, planned_gpu_hours: Map
 
 
 def _recipe(config: dict) -> Recipe | None:
-    """The run's recipe; None for an imported run (its config names the source, not a recipe)."""
     try:
         return Recipe.model_validate(config)
     except ValidationError:

@@ -1,7 +1,5 @@
-"""The TRL job's TrainerCallbacks: a JSON line per rlscale step, the study's reward at the recipe's eval steps, and
-the end of training (with a checkpoint) at the segment's last step. RecordCallback evaluates rlscale's task itself;
-EvalRecordCallback (a study on the user's own setup) has TRL evaluate the held-out split (trainer.evaluate: the user's
-reward functions, TRL's sampling) and records the reward metric it logs."""
+"""The TRL job's TrainerCallbacks: a JSON line per rlscale step, the study's reward at eval steps, and a checkpointed
+stop at the segment's last step (RecordCallback evaluates rlscale's task; EvalRecordCallback has TRL evaluate)."""
 
 import json
 import time
@@ -89,9 +87,8 @@ def write_line(log, step: int, val_reward, metrics: dict) -> None:
 
 
 class EvalRecordCallback(TrainerCallback):
-    """A setup study's records: a line per rlscale step (`updates` optimizer updates), TRL's evaluation asked for at
-    the recipe's eval steps, the line of such a step written once `metric` is known (TRL logs a step, then evaluates,
-    then saves), and training ended with a checkpoint at until_step. Step 0 is TRL's eval_on_start."""
+    """A setup study's records: a line per rlscale step, with `metric` from TRL's evaluation at eval steps (TRL logs a
+    step, then evaluates, then saves), and a checkpointed stop at until_step. Step 0 is TRL's eval_on_start."""
 
     def __init__(self, recipe, log_file: Path, *, until_step: int, updates: int, metric: str):
         self.recipe, self.until, self.updates, self.metric = recipe, until_step, updates, metric

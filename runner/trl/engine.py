@@ -1,12 +1,5 @@
-"""The `trl` engine: a run is a chain of TRL GRPOTrainer jobs (`python -m rlscale.runner.trl.train SPEC`) on a Ray
-cluster, submitted and followed through Ray's Jobs API (rlscale.runner.jobs_api: the algorithm every such engine
-shares), with exactly the GRPOConfig `rlscale export --format trl` writes.
-
-A job pauses a run at a rung by ending at that step with a checkpoint; the next job resumes from it
-(resume_from_checkpoint). The driver reads the records the job's callback writes while it runs (job.py).
-A study with a `setup:` block trains the user's own `trl grpo` YAML instead (setup.py: what rlscale changes in it;
-setup_train.py: the job), its data, rewards and trackers checked once before anything is stored.
-"""
+"""The `trl` engine: a run is a chain of TRL GRPOTrainer jobs (`python -m rlscale.runner.trl.train SPEC`) on Ray, via
+the Jobs API, with exactly the GRPOConfig `rlscale export --format trl` writes (or the user's own YAML: setup.py)."""
 
 import json
 import sys
@@ -29,11 +22,8 @@ def _recipe_key(recipe) -> str:
 
 
 class TrlEngine(JobsApiEngine):
-    """Runs each segment of a run as a TRL job (rlscale.runner.jobs_api.JobsApiEngine: cluster, shared directory,
-    polling, environment, setup). python: the job's interpreter (with rlscale and trl installed; default this one).
-    gpus: train on the node's GPUs (vLLM colocate, bf16; written, untested here) instead of CPU cores
-    (transformers' generate, float32). micro_batch: completions per forward/backward.
-    """
+    """Runs each segment as a TRL job (JobsApiEngine). python: the job's interpreter (with rlscale and trl installed);
+    gpus: GPUs (vLLM colocate, bf16; untested here), else CPU cores; micro_batch: completions per forward/backward."""
 
     name = "trl"
     failure = TrlJobFailed
@@ -51,8 +41,7 @@ class TrlEngine(JobsApiEngine):
         return [{"GPU" if self.gpus else "CPU": float(recipe.trainer_devices)}]
 
     def trl_job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int):
-        """The TRL job of one segment (rlscale.runner.trl.job.Job: its GRPOConfig, spec and paths; a SetupJob for a
-        study that starts from the user's YAML, its data, rewards and trackers checked once); UserError for a recipe
+        """The TRL job of one segment (a SetupJob for a setup study, its inputs checked once); UserError for a recipe
         or config TRL cannot train, or no TRL in this interpreter when the job would run on it."""
         if self.python == sys.executable or self.setup is not None:
             require_trl()
@@ -76,7 +65,6 @@ class TrlEngine(JobsApiEngine):
         return job
 
     def _shape(self, recipe) -> tuple[int | None, int | None]:
-        """(optimizer updates per step, completions per step) of a setup study's run; (None, None) otherwise."""
         if self.setup is None:
             return None, None
         with self._setup_lock:
@@ -87,9 +75,8 @@ class TrlEngine(JobsApiEngine):
         return shape
 
     def submission(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int) -> Submission:
-        """The job, holding its devices as Ray resources (GPUs, or CPU cores with as many OpenMP threads). A setup
-        study's job gets its tracker and `env:` variables; with MLflow, the run's MLflow run is created here on its
-        first job (trackers.mlflow_run: one writer to the tracking store), which dry-runs never reach."""
+        """The job, holding its devices as Ray resources (GPUs, or CPU cores with as many OpenMP threads); a setup job
+        gets its tracker env, and its MLflow run is made here (one writer to the store; dry-runs never reach it)."""
         job = self.trl_job(recipe, run_dir, submission_id, until_step=until_step)
         env = dict(self.env_vars)
         if isinstance(job, SetupJob):
@@ -128,9 +115,8 @@ class TrlEngine(JobsApiEngine):
         return DEVICES_TAKEN if DEVICES_TAKEN in logs else None
 
     def dry_run_job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int) -> dict:
-        """A TRL job as the dry-run shows it (JobsApiEngine.dry_run): its entrypoint, devices and GRPOConfig as
-        `rlscale export --format trl` renders it (nearest-form and not-expressible notes included); a setup study's
-        job: _setup_dry_run."""
+        """A TRL job as the dry-run shows it: entrypoint, devices and GRPOConfig as `rlscale export --format trl`
+        renders it (with nearest-form and not-expressible notes); a setup study's job: _setup_dry_run."""
         from rlscale.planner.frameworks.trl import render
 
         job = self.trl_job(recipe, run_dir, submission_id, until_step=until_step)
@@ -146,12 +132,9 @@ class TrlEngine(JobsApiEngine):
         }
 
     def _shown(self, job, recipe) -> dict:
-        """What a job runs: the part of the dry-run every trl job shows after where it goes."""
         return {"entrypoint": job.entrypoint, "devices": self.devices(recipe), "config": job.config}
 
     def _setup_dry_run(self, job, recipe) -> dict:
-        """A setup study's first job: the user's files, rlscale's changes to their keys (the axes', then the run's,
-        each with its reason) and the config the job reads."""
         import yaml
 
         header = [

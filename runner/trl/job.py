@@ -1,14 +1,5 @@
-"""One TRL job of a run (a *segment*: from the run's last checkpoint up to a step): its GRPOConfig, its spec file,
-its entrypoint, and where its checkpoints and records live.
-
-The GRPOConfig is the export's (rlscale.planner.frameworks.trl.trl_mapping) for a one-node deployment, plus the
-run's own output_dir, checkpoint interval and logging. Files live under <shared_dir>/<run key>/: checkpoints/
-(GRPOConfig.output_dir: TRL's checkpoint-<N> directories), jobs/<submission id>.json (the spec the job reads),
-logs/<submission id>.jsonl (the records the job's callback writes; the driver reads them while it runs).
-A study on the user's own `trl grpo` YAML gets a SetupJob instead: the user's keys with rlscale's changes
-(setup.py), written beside the spec as jobs/<submission id>.yaml for the job to read with TRL's parser.
-Nothing here submits; only write_spec writes.
-"""
+"""One TRL job of a run (a *segment*: from the run's last checkpoint up to a step): its GRPOConfig (or a setup
+study's config), its spec file, its entrypoint, and where its checkpoints and records live. Only write_spec writes."""
 
 import json
 import shlex
@@ -109,9 +100,8 @@ def deployment(recipe, *, gpus: bool, micro_batch: int, max_prompt_tokens: int) 
 
 
 def run_keys(recipe, run_dir: RunDir, until_step: int | None = None) -> dict:
-    """The GRPOConfig keys that belong to the run, not the recipe: the segment's last step (a run stopped by its
-    compute may pass the plan's), checkpoints every checkpoint_every steps into the run's directory (the newest
-    CHECKPOINTS_KEPT of them), a log line per optimizer update, no trackers."""
+    """The GRPOConfig keys owned by the run, not the recipe: the segment's last step, checkpoints every
+    checkpoint_every steps (the newest CHECKPOINTS_KEPT), a log line per optimizer update, no trackers."""
     return {
         "max_steps": (until_step or recipe.steps) * updates_per_batch(recipe),
         "output_dir": str(run_dir.checkpoints),

@@ -1,8 +1,5 @@
-"""The TRL job's record lines -> rlscale records.
-
-The job's callback (callback.py) writes {"step", "time", "val_reward", "metrics"} per rlscale step; the driver reads
-the file while the job runs (rlscale.runner.jobs_api.LogTail: whole lines only, from the offset read so far).
-"""
+"""The TRL job's record lines ({"step", "time", "val_reward", "metrics"} per rlscale step, written by callback.py) ->
+rlscale records; the driver reads the file while the job runs (jobs_api.LogTail)."""
 
 from rlscale.runner.jobs_api import Reading
 from rlscale.runner.jobs_api import finite_number as _number
@@ -21,9 +18,8 @@ MEAN_LENGTH = "completions/mean_length"  # mean completion tokens over the step'
 
 
 def read_line(line: dict) -> Reading:
-    """What a record line of the job's callback says (jobs_api.Reading): its step, when it was written (the job's
-    seconds since its start), the mean completion length, the val reward and TRL's health metrics under the store's
-    names (CISPO's clip fraction where TRL logs it apart)."""
+    """What a record line says (jobs_api.Reading): step, time written (seconds), mean completion length, val reward
+    and TRL's health metrics under the store's names (CISPO's clip fraction where TRL logs it apart)."""
     logs = line.get("metrics") or {}
     metrics = {name: value for name, source in TRL_HEALTH.items() if (value := _number(logs.get(source))) is not None}
     if "clip_fraction" not in metrics and (value := _number(logs.get(CISPO_CLIP))) is not None:

@@ -1,13 +1,5 @@
-"""`python -m rlscale.runner.trl.preflight` (a JSON request on stdin): a setup study's checks, run with the TRL job's
-own interpreter and environment before anything is stored, so that what the jobs lack is found here, not on the
-cluster. It reads the job's config with TRL's parser and checks the model (a local directory, or a Hub id this
-environment reaches), imports each reward function and calls it on held-out rows as GRPOTrainer calls it (a
-package the reward needs and this environment lacks shows here: trl.rewards.accuracy_reward's math_verify), loads
-the dataset as the job does (user_data.py) and builds the trackers report_to names.
-
-Request: {"keys": the job's config, "file": the user's YAML, "import_paths", "eval_prompts"}. Prints one JSON line:
-{"files": the user's files} or {"error": {"message", "file", "field"}} (a UserError). Exit 0 either way.
-"""
+"""`python -m rlscale.runner.trl.preflight`: a setup study's checks in the TRL job's own interpreter, so what a job
+lacks shows here, not on the cluster. Reads a JSON request on stdin; prints {"files"} or {"error"} as one JSON line."""
 
 import inspect
 import json
@@ -86,10 +78,8 @@ def check_model(name: str, *, file: str, field: str) -> None:
 
 
 def call_reward(func, name: str, rows, *, conversational: bool, file: str) -> None:
-    """Call a reward function on `rows` as GRPOTrainer does (prompts, completions, completion_ids, the rows' other
-    columns, the trainer's keywords); UserError for a package it needs that this environment lacks, arguments it
-    cannot take, or not one reward per completion. Other exceptions on the made-up completion are the function's
-    own business: the trainer's real completions differ."""
+    """Call a reward function on `rows` as GRPOTrainer does; UserError for a missing package, arguments it cannot take
+    or not one reward per completion. Other exceptions are ignored: the trainer's real completions differ."""
     rows = rows.select(range(min(SAMPLE_ROWS, len(rows))))
     prompts = list(rows["prompt"])
     text = SAMPLE_COMPLETION

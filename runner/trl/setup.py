@@ -1,23 +1,5 @@
-"""A TRL job of a study that starts from the user's own `trl grpo` YAML (the study's `setup: {config: FILE}`): the
-user's keys, read by TRL's parser, with only what rlscale must own changed, each change with its reason.
-
-What rlscale changes (each listed by `rlscale sweep --dry-run`):
-- the study's axes, through the one export mapping (planner/frameworks/setup.SetupPlan); when the generation batch
-  moves, gradient_accumulation_steps moves with it so that a generated batch keeps the config's number of updates;
-- the run's own keys: max_steps (the segment's end; a run with planned compute ends at it, up to 10x the planned
-  steps), output_dir and checkpoints, a log line per update, the seed, run_name (the run's key), the evaluation
-  cadence (the study's eval steps, eval_samples completions per held-out prompt);
-- the schedule: max_steps is the segment's end (a rung, or the compute stop's cap), so a schedule that decays over
-  the run's length (TRL's default linear, cosine, ...) decays over the run's planned steps instead, the one rule of
-  every engine (planner/frameworks/schedule.py): the job's trainer gets that length (setup_train.py); a warmup
-  given as a fraction becomes that fraction of those steps;
-- a CPU job's devices (use_cpu, no bf16, no vLLM), local paths made absolute, `accelerate launch` keys dropped (the
-  engine lays out the processes), the model from the study's recipe when the YAML names none, `tiny` as the policy
-  rlscale ships;
-- trackers: grouped by study, named by run (trackers.py).
-The model, data, rewards and trackers are checked once per sweep before anything is stored, in the job's own
-environment (check_inputs runs preflight.py with the job's interpreter).
-"""
+"""A TRL job from the user's own `trl grpo` YAML (`setup: {config: FILE}`): their keys as TRL's parser reads them, with
+only what rlscale must own changed (axes, run keys, schedule, devices, trackers), each change with its reason."""
 
 import math
 import os
@@ -39,9 +21,8 @@ PREFLIGHT_SECONDS = 900  # the checks in the job's environment: imports, the dat
 
 @dataclass
 class Composed:
-    """One job's config: `keys` (the YAML the job reads), `changes` to the user's, the job's tracker and `env:`
-    variables, optimizer `updates` per rlscale step (one generated batch), its `batch` of completions, and TRL's
-    parse of it (script_args, GRPOConfig, ModelConfig, DatasetMixtureConfig)."""
+    """One job's config: `keys` (the YAML it reads), `changes` to the user's, its `env`, optimizer `updates` per rlscale
+    step (one generated batch), its `batch` of completions, and TRL's `parsed` (script_args, GRPOConfig, ...)."""
 
     keys: dict
     changes: list[Change] = field(default_factory=list)
@@ -141,9 +122,6 @@ def _model_dir(model: str) -> str:
 
 
 def _schedule(job: Composed, recipe, *, updates: int, study_steps: int | None) -> None:
-    """A schedule that decays over the run's length decays over the run's planned steps (or the study's
-    lr_decay_steps), not over max_steps, the segment's end (planner/frameworks/schedule.py); TRL's parse of the final
-    keys says which schedule it trains."""
     steps = schedule.decay_steps(recipe, study_steps)
     warmup = job.keys.get("warmup_steps")
     if isinstance(warmup, float) and 0 < warmup < 1:  # TRL takes it of max_steps, the segment's end
@@ -176,8 +154,7 @@ def decays(name: str) -> bool:
 
 
 def _updates(job: Composed, file: str) -> int:
-    """Parse the job's keys with TRL's parser (kept in job.parsed); the optimizer updates per generated batch. A GPU
-    job's keys are parsed as a CPU job's where this process has no GPU (TRL refuses bf16 without one)."""
+    # a GPU job parses as a CPU job's where this process has no GPU (TRL refuses bf16 without one)
     job.parsed = user_config.parse({**job.keys, **(_CPU_CHECK if job.gpus and not _cuda() else {})}, file=file)
     try:
         return user_config.updates_per_generation(job.parsed[1])
@@ -186,8 +163,6 @@ def _updates(job: Composed, file: str) -> int:
 
 
 def _check_micro_batches(job: Composed, recipe, file: str) -> None:
-    """UserError naming per_device_train_batch_size when the study's generation batch (B_p x n completions) does not
-    split into the config's micro-batches over the job's processes (TRL refuses it, naming neither key's source)."""
     batch = job.keys.get("generation_batch_size")
     per_device = job.keys.get("per_device_train_batch_size", TRL_DEFAULTS["per_device_train_batch_size"])
     processes = recipe.trainer_devices if job.gpus else 1
@@ -202,8 +177,6 @@ def _check_micro_batches(job: Composed, recipe, file: str) -> None:
 
 
 def _check_geometry(config, recipe, plan, file: str) -> None:
-    """UserError when TRL would train another n or generation batch than the study plans (a value in the study's
-    recipe block that the user's file contradicts without the study varying it), unless the study keeps the user's."""
     for key, trained, planned, field_ in (
         ("num_generations", config.num_generations, recipe.rollouts, "rollouts"),
         ("generation_batch_size", config.generation_batch_size, recipe.total_batch, "prompts_per_batch x rollouts"),
@@ -247,8 +220,6 @@ def _run_keys(job: Composed, recipe, *, run_dir, run_key: str, until_step: int, 
 
 
 def _env(job: Composed, plan, user_env: dict, *, run_key: str, fresh: bool) -> dict:
-    """The job's environment: the sweep's tracker variables, the config's `env:`, the trackers' grouping (noted
-    as changes env.NAME)."""
     given = {**trackers.forwarded_env(dict(os.environ)), **user_env}
     env = trackers.tracker_env(job.keys.get("report_to"), study=plan.study, run_key=run_key, env=given, fresh=fresh)
     for key, value in env.items():
@@ -258,9 +229,8 @@ def _env(job: Composed, plan, user_env: dict, *, run_key: str, fresh: bool) -> d
 
 
 def check_inputs(job: Composed, *, file: str, eval_prompts: int, python: str) -> list[str]:
-    """The user's files the job reads (config, data, reward modules), after preflight.py checked the model, the
-    reward functions, the data and the trackers with the job's interpreter `python` and environment; UserError
-    (file and field) for a problem, or for an interpreter that cannot run the check."""
+    """The user's files the job reads (config, data, reward modules), once preflight.py passes under the job's
+    interpreter `python`; UserError (file and field) for a problem or an interpreter that cannot run the check."""
     import json
     import subprocess
 

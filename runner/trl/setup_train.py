@@ -1,14 +1,5 @@
-"""The TRL job of a study on the user's own `trl grpo` YAML (train.py hands it a spec with a "setup" part).
-
-It does what `trl grpo --config FILE` does (trl/scripts/grpo.py: TRL's parser, the reward functions by name or
-import path, model_init_kwargs from ModelConfig, GRPOTrainer with the user's trackers), on the config file rlscale
-wrote (the user's keys with its changes, setup.py), with three differences: the dataset is loaded where TRL's script
-cannot (user_data.py), the held-out split is evaluated at the study's eval steps by a callback that records the
-study's reward metric, a run's later segments resume from its last checkpoint, and a schedule that decays over the
-run's length decays over the spec's lr_decay_updates (the run's planned steps) rather than max_steps, the segment's
-end (planner/frameworks/schedule.py). A SIGTERM (the Jobs API stopping
-the job at its planned compute, or a pause) ends it through Python's exit, so the trackers flush what they queued.
-"""
+"""The TRL job of a study on the user's own `trl grpo` YAML: what `trl grpo --config FILE` does on rlscale's config,
+plus rlscale's data loading, eval records, resumes and planned LR decay. A SIGTERM exits so trackers flush."""
 
 import signal
 import sys

@@ -1,18 +1,5 @@
-"""The user's trackers (GRPOConfig.report_to) kept for a study's runs: grouped by the study, named by the run
-(run_name = the run's key), a run's later segments continuing the same tracker run.
-
-Everything goes through the trackers' own environment variables (transformers' MLflowCallback, WandbCallback) and
-GRPOConfig keys (TrackioCallback's `project`), in the job's runtime env: the driver's environment is never changed.
-- MLflow: experiment = the study (MLFLOW_EXPERIMENT_NAME), at the store the sweep sees (MLFLOW_TRACKING_URI, made
-  absolute; MLflow's default otherwise, ./mlflow.db where the sweep runs). The driver creates each run's MLflow run
-  (one writer: a fresh SQLite store migrated by two jobs at once fails) and keeps its id in the run's directory;
-  every segment reattaches to it (MLFLOW_RUN_ID), later ones without logging the params again.
-- W&B: project = the study unless WANDB_PROJECT is set, group = the study, the run id every engine gives a run
-  (rlscale.runner.tracking.tracker_run_id) with WANDB_RESUME=allow, so every segment writes to one run.
-- trackio: project = the study; it resumes a run by its name.
-The sweep's own MLFLOW_*, WANDB_* and TRACKIO_* variables go to the job (jobs do not inherit the driver's
-environment), except credentials (names with KEY, TOKEN, PASSWORD or SECRET): set those on the cluster's nodes.
-"""
+"""The user's trackers (GRPOConfig.report_to) for a study's runs: grouped by study, named by run, a run's segments
+continuing one tracker run; set through the job's env and GRPOConfig keys, never the driver's environment."""
 
 import json
 from pathlib import Path

@@ -1,13 +1,5 @@
-"""The TRL job: `python -m rlscale.runner.trl.train SPEC.json` (engine.py submits it through Ray's Jobs API).
-
-It trains the spec's recipe with trl.GRPOTrainer and the spec's GRPOConfig, from the run's last checkpoint if there
-is one (resume_from_checkpoint), and stops at the spec's until_step with a checkpoint. A callback writes one JSON
-line per rlscale step to the spec's log_file: {"step", "time" (epoch seconds), "val_reward" (None between evals),
-"metrics" (TRL's logs of that update)}; step 0 (before any update) is evaluated only on a fresh run. The validation
-pass rate is the builtin engine's: eval_samples samples at the recipe's temperature per held-out prompt, the mean
-verifier reward. A spec with a "setup" part trains the user's own `trl grpo` YAML instead (setup_train.py). Exit 2
-with one line when TRL is missing; exit 3 when the job's GPUs are not there.
-"""
+"""The TRL job, `python -m rlscale.runner.trl.train SPEC.json`: GRPOTrainer from the run's last checkpoint to the
+spec's until_step, a JSON record per rlscale step. Exits 2 when TRL is missing, 3 when the job's GPUs are not there."""
 
 import json
 import sys

@@ -1,11 +1,5 @@
-"""The user's `trl grpo --config FILE` YAML, read as TRL 1.16 reads it (trl/scripts/grpo.py's make_parser: the
-GRPO script's arguments, GRPOConfig, ModelConfig and the dataset mixture), with every problem as a one-line UserError
-naming the file and the field.
-
-Used on both sides: the driver parses each job's config before anything is stored (dry_run, checks), the job parses
-the same file again to train. The file's `env:` block never reaches the parsing process's environment: TRL's parser
-would write it into os.environ, so it is taken out first and handed to the job's runtime env instead.
-"""
+"""The user's `trl grpo --config FILE` YAML, read as TRL 1.16 reads it (trl/scripts/grpo.py's make_parser), every
+problem a one-line UserError naming the file and field; its `env:` block is kept out of the parsing process."""
 
 import argparse
 import contextlib
@@ -147,9 +141,8 @@ def _mixture_entry(entry, folders: list[Path]):
 
 
 def updates_per_generation(config) -> int:
-    """Optimizer updates per generated batch of a parsed GRPOConfig (steps_per_generation micro-batches, each
-    generation used num_iterations times, an update every gradient_accumulation_steps micro-batches); UserError when
-    that is not a whole number."""
+    """Optimizer updates per generated batch of a parsed GRPOConfig (steps_per_generation x num_iterations
+    micro-batches over gradient_accumulation_steps); UserError when that is not a whole number."""
     micro = config.steps_per_generation * config.num_iterations
     if micro % config.gradient_accumulation_steps:
         raise UserError(

@@ -1,14 +1,5 @@
-"""The user's dataset as a `trl grpo` YAML names it, loaded where `trl grpo` cannot and checked before anything runs.
-
-TRL's script calls load_dataset(dataset_name), which takes a Hub id or a directory of split files (train.parquet,
-test.jsonl, ...) but not a single file or a save_to_disk directory; rlscale loads those itself (load_dataset with the
-file's builder, load_from_disk). The `datasets:` mixture goes through TRL's get_dataset. Rows are standard
-({"prompt": text}) or conversational ({"prompt": [{"role", "content"}, ...]}, tokenized with the chat template).
-
-The study's reward is taken on the held-out split (dataset_test_split, default "test"). A dataset without one gets a
-held-out part split off its train split with a fixed seed, the same for every run and segment (a mixture's
-test_split_size, else eval_prompts rows); the evaluation reads the first eval_prompts rows of it.
-"""
+"""The user's dataset as a `trl grpo` YAML names it, loaded where `trl grpo` cannot (a single file, a save_to_disk
+directory) and checked; one without a held-out split gets one split off its train split with a fixed seed."""
 
 import logging
 from pathlib import Path
@@ -58,7 +49,6 @@ def load_splits(script_args, mixture, *, eval_prompts: int) -> tuple:
 
 
 def _load(script_args, mixture, source: str) -> tuple[dict, float | int | None]:
-    """The dataset's splits (name -> Dataset) and the mixture's test_split_size (split off here, with a seed)."""
     import datasets
 
     datasets.disable_progress_bars()  # the sweep's terminal shows its own progress
@@ -97,9 +87,8 @@ def _load(script_args, mixture, source: str) -> tuple[dict, float | int | None]:
 
 
 def check_rows(dataset, *, columns: list[str], split: str, source: str) -> bool:
-    """Whether the prompts are conversational, after checking that `dataset` has a usable prompt in every row and
-    every column in `columns` (what the reward functions take) with a value in every row; UserError naming the
-    dataset and the column, with the first bad row."""
+    """Whether the prompts are conversational, after checking every row has a usable prompt and a value in each of
+    `columns` (what the reward functions take); UserError naming the column and the first bad row."""
     for column in ["prompt", *columns]:
         if column not in dataset.column_names:
             raise UserError(
@@ -155,6 +144,5 @@ def check_chat_template(model: str, *, source: str) -> None:
 
 
 def _line(err: Exception) -> str:
-    """The first line of an error's text, and its last when they differ (datasets puts the reason last)."""
     lines = str(err).strip().splitlines() or [""]
-    return (lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}")[:240]
+    return (lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}")[:240]  # datasets puts the reason last

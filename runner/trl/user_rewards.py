@@ -1,7 +1,5 @@
-"""The user's reward functions as `trl grpo` names them (trl/scripts/grpo.py): a name from TRL's registry of
-ready-made rewards, or a dotted import path `package.module.function` to a function with TRL's signature
-reward(prompts, completions, completion_ids, **columns) -> list[float]. Dotted paths are imported from where the
-sweep was started (as `trl grpo` does from its working directory), then from the config's folder."""
+"""The user's reward functions as `trl grpo` names them (trl/scripts/grpo.py): a name in TRL's registry, or a dotted
+path to a TRL-signature reward function, imported from where the sweep started, then from the config's folder."""
 
 import importlib
 import inspect

@@ -1,12 +1,5 @@
-"""The user's verl data and reward, checked on the driver before anything is stored.
-
-Data: each parquet file verl's RLHFDataset and reward loop will read (data.train_files, data.val_files) has the
-columns they read (data.prompt_key, a list of chat messages; data_source; reward_model.ground_truth) and no row
-without a prompt or a data source. Reward: the file of reward.custom_reward_function.path exists and defines its
-function, read with `ast` (the user's code is never imported into the driver). A path the driver cannot see (its
-folder is not here: a cluster path; a relative path, read from the job's working directory; a pkg:// module or a
-remote URL) is skipped with a note.
-"""
+"""The user's verl data (parquet columns and rows) and reward (its file read with `ast`, never imported), checked on
+the driver before anything is stored; a path the driver cannot see is skipped with a note."""
 
 import ast
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
-"""verl's own Hydra reads what rlscale launches, in verl's environment (in_verl.py through jobs_api.env_worker): the
-user's command, whose composed keys are the only ones rlscale sets, and each job's final command, composed and
-validated as main_ppo does at its start. The dry-run and the sweep (before it stores anything) both run it.
-"""
+"""verl's own Hydra, in verl's environment (in_verl.py via jobs_api.env_worker), reads the user's command (its keys
+are the only ones rlscale sets) and composes and validates each job's command as main_ppo does at its start."""
 
 import threading
 from dataclasses import dataclass, field
@@ -20,9 +18,8 @@ NO_VERL = (
 
 @dataclass(frozen=True)
 class Composed:
-    """One command as verl read it: `config` the config it composed; ok, or `error` (verl's reason, one line) and
-    `missing` (the override keys the config lacks, each of which Hydra refuses); `keys` the config's dotted keys
-    when asked for; `notes` on checks that could not run here."""
+    """One command as verl read it: `config` composed; ok, or `error` (verl's one-line reason) and `missing` (override
+    keys the config lacks); `keys` the config's dotted keys when asked for; `notes` on checks not run here."""
 
     ok: bool
     config: str
@@ -41,9 +38,8 @@ def verl_python() -> Path:
 
 
 def compose(commands: list[list[str]], *, keys: bool = False, validate: bool = True) -> tuple[str, list[Composed]]:
-    """(verl's version, each command as verl read it): main_ppo's arguments composed by verl's Hydra, validated as
-    main_ppo validates them when `validate`, with the config's keys when `keys`. UserError without a verl
-    environment; RuntimeError when verl itself fails there."""
+    """(verl's version, each command as verl read it), validated as main_ppo does when `validate`, with its keys when
+    `keys`. UserError without a verl environment; RuntimeError when verl itself fails there."""
     payload = {"commands": [{"words": words, "keys": keys, "validate": validate} for words in commands]}
     try:
         out = env_worker(verl_python(), IN_VERL).ask(payload)

@@ -17,9 +17,8 @@ def verifier_name(recipe) -> str:
 
 
 def task_rows(recipe, split: str) -> list[dict]:
-    """One verl row per prompt of the split ("train": every train prompt; "test": the first eval_prompts held-out
-    prompts, the same for every seed): data_source, a one-message chat prompt, ability, reward_model.ground_truth,
-    extra_info (split, index, prompt id, verifier)."""
+    """One verl row per prompt of the split ("train": every train prompt; "test": the first eval_prompts held-out, the
+    same for every seed): data_source, chat prompt, ability, reward_model.ground_truth, extra_info."""
     task = make_task(recipe)
     prompts = task.train if split == "train" else task.validation(recipe.eval_prompts)
     verifier = verifier_name(recipe)

@@ -1,10 +1,5 @@
-"""The `verl` engine: a run is a chain of verl jobs (`python3 -m verl.trainer.main_ppo`) on a Ray cluster, submitted
-and followed through Ray's Jobs API (rlscale.runner.jobs_api: the algorithm every such engine shares).
-
-A job pauses a run at a rung by ending at that step (verl checkpoints at its last step); the next job resumes from
-the run's checkpoint directory (trainer.resume_mode=auto). The driver reads each job's file-logger JSONL from the
-shared directory while it runs (job.py says what lives there).
-"""
+"""The `verl` engine: a run is a chain of verl jobs (`python3 -m verl.trainer.main_ppo`) on Ray, via the Jobs API.
+A job pauses a run at a rung by ending there (verl checkpoints its last step); the next resumes (resume_mode=auto)."""
 
 import shutil
 import threading
@@ -19,8 +14,7 @@ from rlscale.base.errors import UserError
 from .job import ENTRYPOINT, REWARD_IMPORTS, checkpointed_step, job_devices, make_job, val_reward_metric
 from .logs import ANY_SOURCE, ValReward, line_reader, reward_metrics
 
-# what verl 0.9.1 raises at start when the cluster lacks the GPUs its pools need
-# (ResourcePoolManager._check_resource_available in verl/trainer/ppo/ray_trainer.py)
+# verl 0.9.1's start error when the cluster lacks its pools' GPUs (ppo/ray_trainer.py, _check_resource_available)
 GPUS_TAKEN = "Total available GPUs"
 
 
@@ -29,10 +23,8 @@ class VerlJobFailed(JobFailed):
 
 
 class VerlEngine(JobsApiEngine):
-    """Runs each segment of a run as a verl job (rlscale.runner.jobs_api.JobsApiEngine: cluster, shared directory,
-    polling, environment, setup). module: what the job runs (verl.trainer.main_ppo); gpus_per_node: the nodes'
-    GPUs, which lay a run's pools out.
-    """
+    """Runs each segment of a run as a verl job (JobsApiEngine). module: what the job runs (verl.trainer.main_ppo);
+    gpus_per_node: the nodes' GPUs, which lay a run's pools out."""
 
     name = "verl"
     failure = VerlJobFailed
@@ -54,8 +46,6 @@ class VerlEngine(JobsApiEngine):
         return self._job(recipe, run_dir, submission_id, until_step=until_step)[0]
 
     def _job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int):
-        """(the segment's Job, its changes to the user's setup, notes on keys left out: [] and [] without one). With
-        a setup, the job sets only keys the user's config has as verl's Hydra composes it (setup.user_config_keys)."""
         layout = {"python": self.python, "module": self.module, "gpus_per_node": self.gpus_per_node}
         if self.setup is not None:
             from .setup import make_setup_job, user_config_keys
@@ -146,11 +136,8 @@ class VerlEngine(JobsApiEngine):
         return _line_with(logs, GPUS_TAKEN) if GPUS_TAKEN in logs and last_step is None else None
 
     def dry_run_job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int) -> dict:
-        """A verl job as the dry-run shows it (JobsApiEngine.dry_run): its entrypoint, overrides, environment, data
-        paths, the GPUs it holds, and the logged metric that is its val reward. With the user's setup also:
-        setup_files (verl's config by name and the user's files), changes (Change.to_dict() of each key rlscale sets in
-        the user's config, with why) and notes (what the checks could not read, keys left out). UserError on bad data,
-        reward or layout."""
+        """A verl job as the dry-run shows it (entrypoint, overrides, env, data, GPUs, val reward metric; with a setup
+        also setup_files, changes and notes). UserError on bad data, reward or layout."""
         facts = self.setup_facts()
         job, changes, left_out = self._job(recipe, run_dir, submission_id, until_step=until_step)
         out = {
@@ -174,10 +161,8 @@ class VerlEngine(JobsApiEngine):
         return out
 
     def rehearse(self, points: list[dict], *, study_file: str | None = None) -> None:
-        """verl's Hydra composes each point's first job (its `overrides`, as dry_run gives them) and main_ppo's checks
-        validate it, in verl's environment (compose.py); each point gains `composed` {"framework", "version",
-        "config"} and verl's notes. UserError with every problem at once: the file and key of an override verl's
-        config lacks, or verl's reason with the runs it refuses (their axes' values)."""
+        """Compose and check each point's first job in verl's environment (compose.py), adding `composed` and notes to
+        each point. UserError with every problem at once: a key verl's config lacks, or verl's reason per refusal."""
         from rlscale.planner.frameworks.setup import one_error
 
         from .compose import compose
@@ -230,10 +215,8 @@ def stage_reward_modules(target: Path) -> Path:
 
 
 def _shown(files) -> str:
-    """A data.*_files value as text: a path, or paths joined by commas."""
     return ", ".join(map(str, files)) if isinstance(files, list | tuple) else str(files)
 
 
 def _line_with(text: str, needle: str) -> str:
-    """The last line of `text` holding `needle` (a traceback's exception line, not its source line)."""
     return next((line.strip() for line in reversed(text.splitlines()) if needle in line), needle)[:200]

@@ -1,14 +1,5 @@
-"""Run by rlscale in verl's own environment (rlscale.runner.verl.compose, through jobs_api.env_worker): verl's Hydra
-and config validation read the commands rlscale would launch. It imports only verl (rlscale is not installed there).
-
-A request: {"commands": [{"words": [main_ppo's arguments], "keys": bool, "validate": bool}]}. Each config
-is composed as main_ppo composes it (--config-path/--config-name, then the overrides); with `validate`, as main_ppo
-and its trainer check it at start: verl's validate_config (reference policy and critic as main_ppo decides them),
-the rollout config as its dataclass, every interpolation resolved. With `keys`, the config's leaves (dotted keys).
-A command Hydra refuses is read once more without its plain `key=value` overrides, so every override of a key the
-config lacks is named, not only the first. Answers {"version", "results": [{"ok", "config", "error", "missing",
-"keys", "notes"}]}, one JSON line a request (serve: rlscale keeps it running, paying verl's imports once).
-"""
+"""Run in verl's own environment (compose.py, via jobs_api.env_worker; imports only verl, rlscale is not there): verl's
+Hydra composes and validates the commands rlscale would launch, one JSON answer line per request line."""
 
 import json
 import os
@@ -135,8 +126,8 @@ def read(command: dict) -> dict:
 
 
 def serve() -> None:
-    """Answer one request a line ({"commands": [...]}, as the module says) with one JSON line, until stdin ends; fd 1
-    goes to stderr, so what verl prints never mixes with the answers."""
+    """Answer each request line ({"commands": [...]}) with one JSON line until stdin ends; fd 1 goes to stderr, so what
+    verl prints never mixes with the answers."""
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     for line in sys.stdin:

@@ -1,11 +1,5 @@
-"""One verl job of a run (a *segment*: from the run's last checkpoint up to a step): its entrypoint, its Hydra
-overrides, where its data, checkpoints and log live, and what the job's runtime env carries.
-
-Files live under a directory every Ray node and the driver see (`--shared-dir`, e.g. NFS): data/ (parquet),
-checkpoints/ (verl's default_local_dir, so any node can resume a run), logs/<submission id>.jsonl (verl's file
-logger; the driver reads it while the job runs). The runtime env carries the file logger's path and rlscale's
-reward module (py_modules). Nothing here submits or writes: engine.py does.
-"""
+"""One verl job of a run (a *segment*: from the run's last checkpoint up to a step): its entrypoint, Hydra overrides,
+paths under the shared dir and runtime env. Nothing here submits or writes: engine.py does."""
 
 import math
 import shlex
@@ -91,7 +85,6 @@ def job_devices(recipe, gpus_per_node: int) -> list[int]:
 
 
 def _layout(devices: int, gpus_per_node: int, what: str) -> tuple[int, int]:
-    """(nnodes, n_gpus_per_node) for `devices` GPUs on nodes of `gpus_per_node`."""
     nodes = math.ceil(devices / gpus_per_node)
     if devices % nodes:
         raise UserError(
@@ -103,10 +96,8 @@ def _layout(devices: int, gpus_per_node: int, what: str) -> tuple[int, int]:
 def run_keys(
     recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8, config_keys: frozenset | None = None
 ) -> dict[str, tuple]:
-    """The keys each job of a run sets itself, whatever config it starts from: key -> (value, why). The segment's
-    stop, checkpoints and resume, validation cadence, devices, seeds and run name (the loggers are the caller's).
-    config_keys: the keys of the config the job composes (the user's, read by verl's Hydra); the seeds go to those
-    it has (FSDP's or megatron's). None: verl's ppo_trainer, rlscale's own task."""
+    """key -> (value, why) for what every job of a run sets itself: stop, checkpoints, eval cadence, devices, seeds,
+    name. config_keys: the composed config's keys (seeds go to those it has); None: verl's ppo_trainer."""
     if recipe.eval_early_per_decade:
         raise UserError(
             "engine: verl evaluates every trainer.test_freq steps only; expected eval_early_per_decade: 0",
@@ -114,8 +105,7 @@ def run_keys(
         )
     trainer_nodes, trainer_per_node = _layout(recipe.trainer_devices, gpus_per_node, "trainer")
     keys = {
-        # a rung or the compute stop ends the job: verl checkpoints at its last step; total_epochs is at least a step
-        # an epoch, so the data never ends a job first (a compute-stopped run may go to COMPUTE_STEP_CAP x its plan)
+        # verl checkpoints at the job's last step; total_epochs >= a step an epoch, so data never ends a job first
         "trainer.total_training_steps": (until_step, "compute stop"),
         "trainer.total_epochs": (until_step, "compute stop"),
         "trainer.save_freq": (recipe.checkpoint_every, "checkpoints"),
@@ -143,9 +133,8 @@ def run_keys(
 def job_overrides(
     recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8, max_prompt_tokens: int = 1024
 ) -> list[str]:
-    """verl 0.9.1 Hydra overrides for one segment of `recipe` up to `until_step`: the export's mapping
-    (rlscale.planner.frameworks.verl) with the devices, data, reward function, validation, checkpoints and file logger
-    this run uses."""
+    """verl 0.9.1 Hydra overrides for one segment up to `until_step`: the export's mapping (planner/frameworks/verl)
+    plus this run's devices, data, reward function, validation, checkpoints and file logger."""
     if recipe.model == "tiny":
         raise UserError(
             "engine: verl needs a HF model directory the cluster can read, not the tiny CPU policy", field="model"

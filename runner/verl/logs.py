@@ -1,9 +1,5 @@
-"""verl's file-logger lines -> rlscale records.
-
-verl's FileLogger (verl/utils/tracking.py) writes one line `{"step": N, "data": {metric: value}}` per logged step to
-VERL_FILE_LOGGER_PATH, unbuffered. A job's file is read while the job runs, from the byte offset read so far, whole
-lines only (a line still being written waits for the next read: rlscale.runner.jobs_api.LogTail).
-"""
+"""verl's file-logger lines -> rlscale records: verl's FileLogger (verl/utils/tracking.py) writes one line
+`{"step": N, "data": {metric: value}}` per logged step to VERL_FILE_LOGGER_PATH, read while the job runs (LogTail)."""
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -39,17 +35,14 @@ class ValReward:
 
 
 def reward_metrics(data_source: str, samples: int) -> ValReward:
-    """verl 0.9.1's validation reward of `samples` responses per prompt (val_kwargs.n) for `data_source` (or
-    ANY_SOURCE): the summed token reward the trainer optimises, logged as val-core/<ds>/reward/mean@n, or as
-    val-aux/... when the reward function also returns an `acc` (a float-returning function does: verl then files
-    `acc` = the score under val-core; trainer/ppo/v1/trainer_base.py, _val_metrics_update)."""
+    """verl 0.9.1's validation reward (val-core/<ds>/reward/mean@n, or val-aux/... when the reward also returns `acc`:
+    trainer/ppo/v1/trainer_base.py, _val_metrics_update) of `samples` responses per prompt for `data_source`."""
     return ValReward(tuple(f"{section}/{data_source}/reward/mean@{samples}" for section in ("val-core", "val-aux")))
 
 
 def line_reader(val_metric: ValReward):
-    """What a file-logger line says (jobs_api.Reading): its step, its wall seconds as verl timed it (the meter every
-    import of a verl log reads too: rlscale.base.compute), its mean response length, the val reward (`val_metric`)
-    and verl's health metrics under the store's names."""
+    """What a file-logger line says (jobs_api.Reading): step, wall seconds as verl timed them (rlscale.base.compute),
+    mean response length, the val reward (`val_metric`) and verl's health metrics under the store's names."""
 
     def read(line: dict) -> Reading:
         data = line.get("data") or {}

@@ -1,7 +1,5 @@
-"""verl's custom reward function for rlscale's tasks: `reward.custom_reward_function.path=pkg://rlscale.runner.verl.reward`
-with `name=compute_score`. It runs on the cluster, in verl's reward workers, so it imports only the task verifiers
-(rlscale.runner.rl.tasks, which needs nothing outside the standard library; the engine ships those modules in the
-job's runtime env)."""
+"""verl's custom reward function for rlscale's tasks (pkg://rlscale.runner.verl.reward, name=compute_score). It runs
+in verl's reward workers on the cluster, so it imports only the stdlib-only task verifiers the engine ships there."""
 
 from functools import cache
 

@@ -1,17 +1,5 @@
-"""A run's verl job when its study starts from the user's own verl setup (the study's `setup:` block; the planner's
-half is rlscale.planner.frameworks.setup).
-
-The job runs the user's own command: their YAML (absolute --config-path, --config-name), their Hydra overrides, and
-after them only the study's axes (SetupPlan.values) and the keys each run must own (job.run_keys: the segment's stop,
-checkpoints, validation cadence, devices, seeds; plus the loggers and the run's name). Each key is given once: a
-user's word for a key rlscale sets is dropped. Everything else (rollout TP, offload, Ulysses, memory, dynamic-batch
-limits, data, reward) stays as they wrote it. Two of their settings are moved, shown among the changes:
-- verl's legacy top-level reward keys, which verl 0.9.1's main_ppo composes and then ignores (only its fully-async
-  entrypoint migrates them): moved to their live `reward.*` keys as verl's own migrate_legacy_reward_impl does;
-- a learning-rate schedule that verl fits to the job's total_training_steps (cosine, megatron's decay, a warmup
-  ratio): each segment is a job with its own total, so the schedule is made to decay over the run's planned steps
-  (planner/frameworks/schedule.py, the rule every engine follows).
-"""
+"""A segment's verl job on the user's own setup (`setup:` block): their command, then the study's axes and run keys.
+Each key is given once; legacy reward keys move to live `reward.*` keys; LR schedules decay over the run's steps."""
 
 from pathlib import Path
 
@@ -31,8 +19,7 @@ DEFAULT_LOGGER = ["console", "wandb"]  # verl 0.9.1's trainer.logger (ppo_traine
 DEFAULT_VAL_SAMPLES = 1  # verl 0.9.1's rollout.val_kwargs.n (the checker composes it)
 VAL_SAMPLES = f"{ROLLOUT}.val_kwargs.n"
 WANDB_LOGGERS = ("wandb", "tracking")  # verl's names for W&B (`tracking`: its deprecated alias)
-# verl's legacy reward keys -> the live ones (experimental/reward_loop/reward_loop.py, migrate_legacy_reward_impl);
-# an entry ending in "." moves every key under it
+# legacy reward keys -> live ones (experimental/reward_loop/reward_loop.py, migrate_legacy_reward_impl); "." = subtree
 LEGACY_REWARD = {
     "custom_reward_function.": "reward.custom_reward_function.",
     "sandbox_fusion.": "reward.sandbox_fusion.",
@@ -53,9 +40,8 @@ DEFAULT_COSINE_CYCLES = 0.5  # verl 0.9.1's optim.num_cycles (trainer/config/opt
 
 
 def config_words(setup: UserSetup) -> list[str]:
-    """The user's config as main_ppo's arguments: one of verl's own by --config-name; a YAML by absolute
-    --config-path and --config-name, with verl's configs put on Hydra's search path when neither the YAML nor the
-    overrides do ([] for verl's default ppo_trainer)."""
+    """main_ppo's config arguments: --config-name, or a YAML's absolute --config-path/--config-name with verl's configs
+    on Hydra's search path ([] for verl's default ppo_trainer)."""
     if setup.config_name is not None:
         return [f"--config-name={setup.config_name}"]
     if setup.config_file is None:
@@ -71,14 +57,13 @@ def config_words(setup: UserSetup) -> list[str]:
 
 
 def user_command(setup: UserSetup) -> list[str]:
-    """The user's own arguments to verl.trainer.main_ppo: their config (config_words), then their overrides as they
-    wrote them."""
+    """The user's own arguments to verl.trainer.main_ppo: their config words, then their overrides as written."""
     return config_words(setup) + list(setup.overrides)
 
 
 def user_config_keys(setup: UserSetup) -> tuple[str, frozenset]:
-    """(verl's version, the keys of the user's own config as verl's Hydra composes it: the only keys a job sets).
-    UserError naming each key Hydra refuses with the file that sets it, all at once."""
+    """(verl's version, the keys of the user's config as verl's Hydra composes it: the only keys a job sets).
+    UserError naming every key Hydra refuses, with the file that sets it."""
     from .compose import user_config
 
     version, composed = user_config(user_command(setup), setup.files())
@@ -90,9 +75,8 @@ def user_config_keys(setup: UserSetup) -> tuple[str, frozenset]:
 def refused(
     setup: UserSetup | None, composed, version: str, *, study_file: str | None = None, why: dict | None = None
 ) -> UserError:
-    """The UserError for a command verl's Hydra refused (compose.Composed): a line for each key the config lacks,
-    naming the user's file that sets it (or, for a key rlscale sets, the study and why: `why`, key -> reason);
-    otherwise verl's reason, naming the file of the key it quotes (or the user's files)."""
+    """The UserError for a command verl's Hydra refused: one line per missing key naming the file (or study and
+    `why`, key -> reason) that sets it; otherwise verl's reason, naming the file of the key it quotes."""
     where = f"verl {version}'s {composed.config} config"
     source = setup.source if setup is not None else {}
     problems = [
@@ -151,8 +135,7 @@ def legacy_moves(setup: UserSetup) -> dict[str, str]:
 
 
 def live_keys(setup: UserSetup) -> tuple[dict, dict]:
-    """The user's keys as verl's main_ppo reads them (legacy reward keys under their live names), and the file that
-    sets each."""
+    """The user's keys as main_ppo reads them (legacy reward keys renamed live), and the file that sets each."""
     moves = legacy_moves(setup)
     return (
         {moves.get(key, key): value for key, value in setup.keys.items()},
@@ -175,11 +158,8 @@ def val_samples(setup: UserSetup) -> int:
 def setup_job(
     plan, recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8, config_keys: frozenset | None = None
 ) -> SetupJob:
-    """The verl arguments of one segment of `recipe`'s run on the user's setup (`plan`, a SetupPlan), up to
-    `until_step`: the user's command, then the study's axes and the run's own keys, each key once; with the list
-    of what rlscale changes in the user's config and why, and the job's environment for the user's trackers.
-    config_keys: the keys of the user's config as verl composes it (user_config_keys); rlscale sets only those, and
-    lists the run keys it leaves out (UserError when an axis would reach no key at all)."""
+    """One segment's verl arguments up to `until_step`, the changes to the user's config with why, and tracker env.
+    With config_keys (user_config_keys) rlscale sets only those keys and notes the run keys it leaves out."""
     setup = plan.setup
     words = user_command(setup)
     check_parallelism(setup, recipe)
@@ -207,8 +187,7 @@ def setup_job(
             kept.append(word)
     from_yaml = [key for key in moves if setup.source[key] == setup.config_file]
     kept += [f"{moves[key]}={hydra_value(setup.keys[key])}" for key in from_yaml]
-    # an axis without a value leaves verl's default; a run key without one is reset to verl's null; a key the user
-    # added with + or ++ keeps its sign (Hydra refuses a plain override of a key its config lacks)
+    # valueless axis keeps verl's default, run key resets to null; +/++ kept (Hydra refuses plain override of new key)
     signs = {override_key(word): word[: len(word) - len(word.lstrip("+"))] for word in setup.overrides}
     kept += [
         f"{signs.get(key, '')}{key}={hydra_value(value)}"
@@ -233,8 +212,8 @@ def setup_job(
 
 
 def reachable_axes(plan, axes: dict, config_keys: frozenset) -> dict:
-    """The axes' keys the user's composed config has (an alias it lacks is left out, e.g. megatron's actor has no
-    grad_clip beside optim.clip_grad); UserError naming the keys of every axis that would reach none of them."""
+    """The axes' keys the composed config has (e.g. megatron's actor lacks grad_clip); UserError for an axis reaching
+    none."""
     fields = {field for why in plan.changed.values() for field in why.split(", ")}
     problems = []
     for field in sorted(fields):
@@ -253,9 +232,8 @@ def reachable_axes(plan, axes: dict, config_keys: frozenset) -> dict:
 
 
 def schedule_keys(keys: dict, owned: dict, recipe, study_steps: int | None = None) -> dict[str, tuple]:
-    """A learning-rate schedule that verl fits to each job's total_training_steps, made to decay over the run's
-    planned steps (planner/frameworks/schedule.py) in verl's keys: FSDP's cosine through num_cycles, megatron's
-    decay through lr_decay_steps, a warmup ratio as steps: key -> (value, why)."""
+    """key -> (value, why) making an LR schedule verl fits to each job's total_training_steps decay over the run's
+    planned steps (FSDP cosine via num_cycles, megatron via lr_decay_steps, warmup ratio as steps)."""
     steps = schedule.decay_steps(recipe, study_steps)
     job_steps = owned["trainer.total_training_steps"][0]
     out = {}
@@ -291,8 +269,8 @@ def schedule_keys(keys: dict, owned: dict, recipe, study_steps: int | None = Non
 
 
 def check_parallelism(setup: UserSetup, recipe) -> None:
-    """UserError when the user's rollout parallelism (tensor x data x pipeline) does not divide the GPUs its
-    rollout runs on in the study (verl checks no such thing: leftover GPUs idle, or no rollout replica at all)."""
+    """UserError when rollout parallelism (tensor x data x pipeline) doesn't divide the study's rollout GPUs (verl
+    doesn't check: leftover GPUs idle, or no replica at all)."""
     sizes = {
         name: setup.keys.get(f"{ROLLOUT}.{name}_parallel_size") for name in ("tensor_model", "data", "pipeline_model")
     }
