@@ -41,7 +41,7 @@ def read_run_log(
     path: str | Path, *, tag: str | None = None, compute_tag: str | None = None, gpus: float | None = None
 ) -> pd.DataFrame:
     """The run log at `path` as rows (run, step, compute, reward, rollouts, tokens, health metrics...), all checked
-    first; `tag`/`compute_tag` name a training log's reward and cumulative compute, `gpus` a tracker run's GPUs."""
+    first; `tag`/`compute_tag` name a training or W&B log's reward and cumulative compute, `gpus` a W&B run's GPUs."""
     from rlscale.db.logs import is_training_log, read_training_log
     from rlscale.db.trackers import is_wandb_log, read_wandb_log
 

@@ -34,7 +34,7 @@ class Store:
 
     def __init__(self, url: str | None = None, *, create: bool = True, read_only: bool = False):
         """`create=False`: a missing SQLite file reads as an empty in-memory store, so reading leaves no file behind.
-        `read_only=True` (a viewer beside a running sweep): never migrated; writes refused; an older schema errs."""
+        `read_only=True` (a viewer): never migrated, writes refused; a missing file, empty or old schema: UserError."""
         self.url = parse_url(settings.db_url(url))
         self.url_for_display = display_url(self.url)
         self.read_only = read_only

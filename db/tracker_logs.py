@@ -23,8 +23,8 @@ class TrackerRun:
 
 
 def run_seconds(segments: list[tuple[float, list[float]]]) -> list[list[float]]:
-    """Seconds into the run at each logged time of each (start, times) segment; a resume counts from its own start,
-    so the time between a crash and its resume is not the run's."""
+    """Seconds into the run at each logged time (unix seconds) of each (start, times) segment, in order: a resume counts
+    from its own start plus the earlier segments' start-to-last-log spans, so a crash-to-resume gap is not the run's."""
     out, before = [], 0.0
     for start, times in segments:
         out.append([before + max(t - start, 0.0) for t in times])

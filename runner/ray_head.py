@@ -148,8 +148,8 @@ class LocalHead:
             return False
 
     def stop(self, head_file: Path | None = None) -> None:
-        """Stop the head and every process it started, jobs included; remove its temp dir and `head_file`. SIGTERM
-        first (`ray start` shuts down in ~2 s), then SIGKILL to what is left."""
+        """Stop the head and every process it started; remove its temp dir and `head_file`. Jobs' processes get
+        SIGKILL first (Ray waits for them), then `ray start` SIGTERM (~2 s), then SIGKILL to what is left."""
         _kill([pid for pid in self.processes() if _session(pid) != self.pid])  # jobs first: Ray waits for them
         if self.temp_dir in _cmdline(self.pid):  # not a process that took the pid of a head long gone
             try:

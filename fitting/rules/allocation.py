@@ -41,7 +41,7 @@ class NextAllocation:
 
 def next_allocation(curves: pd.DataFrame, law_identified: bool | None) -> NextAllocation | None:
     """Which runs to extend, to what compute, so the fits and law get identified (law_identified None: no law to fit);
-    None when all are or nothing can extend. A run short of its inflection needs 2 x C_mid, else 2 x its reach."""
+    None when all are or nothing can extend. A run under 2 x C_mid gets at least that (x2^k, <= MAX_EXTEND), else 2x."""
     usable = curves[np.isfinite(curves["c_max"].astype(float)) & (curves["c_max"].astype(float) > 0)]
     if usable.empty:
         return None

@@ -46,8 +46,8 @@ def compare_variants(
     compute: float | None = None,
     noise_band: float = NOISE_BAND,
 ) -> dict | None:
-    """{"compute", "noise_band", "rows" (per variant, best first), "pairs", "verdict" (a Reason)}; None with fewer than
-    two variants. compute: where runs are read (default: reach_of_finished); variant_of: run label -> variant name."""
+    """{"compute", "noise_band", "rows" (per variant, best first), "pairs", "verdict" {code, values}}; None with fewer
+    than two variants. compute: where runs are read (default reach_of_finished); variant_of: run label -> variant."""
     compute = reach_of_finished(curves) if compute is None else float(compute)
     readable = read_runs(curves)
     if "c_max" in readable:  # a curve is read only inside its own data

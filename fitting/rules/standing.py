@@ -51,8 +51,8 @@ def decision_runs(curves: pd.DataFrame, max_truncation: float = MAX_TRUNCATION) 
 
 @dataclass(frozen=True)
 class Standing:
-    """The runs at one compute (the study's unit), best first: each one's fitted reward there, its gap to the best and
-    whether it is within the noise band of it."""
+    """The runs at one compute (the study's unit), best first, as {run, prompts_per_batch, rollouts, reward, gap (best's
+    reward minus this one's), within_band}."""
 
     compute: float
     runs: tuple

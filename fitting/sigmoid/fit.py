@@ -96,8 +96,8 @@ def fit_sigmoid(
     max_ci_width=0.1,
     upper_level=None,
 ) -> SigmoidFit:
-    """Fitted ScaleRL sigmoid of `reward` against `compute` (any unit; C_mid comes back in it); FitError if under 3
-    usable points or distinct compute values. bounded: pass rates; max_ci_width: widest A interval still identified."""
+    """Fitted ScaleRL sigmoid of `reward` against `compute` (any unit; C_mid comes back in it); FitError when it cannot
+    be fitted (under 3 usable points, rewards outside [0, 1] if `bounded`, bad options); bootstrap 0: no A interval."""
     if noise not in NOISE_MODELS:
         raise FitError(f"noise must be one of {', '.join(NOISE_MODELS)}, got {noise!r}")
     if noise == "binomial" and not bounded:

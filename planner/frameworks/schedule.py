@@ -5,7 +5,7 @@ import math
 
 
 def decay_steps(recipe, study_steps: int | None = None) -> int:
-    """The steps a decaying schedule decays over: the study's setup.lr_decay_steps, else the run's planned steps."""
+    """The rlscale steps (not optimizer updates) a decaying schedule spans: setup.lr_decay_steps, else planned steps."""
     return int(study_steps or recipe.steps)
 
 

@@ -19,7 +19,7 @@ from .common import (
 FRAMEWORK, VERSION = "verl", "0.9.1"
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
-# dual clip "off": above verl's e^20 (4.9e8) log-ratio clamp, so it never binds (ActorConfig asserts it is > 1)
+# dual clip "off": verl clamps the log-ratio to [-20, 20], so a bound above e^20 (4.9e8) never binds; must be > 1
 DUAL_CLIP_OFF = 1.0e9
 # strings Hydra reads as themselves without quotes (names, paths); anything else is quoted
 _PLAIN = re.compile(r"[A-Za-z_/.][A-Za-z0-9_./-]*")

@@ -31,8 +31,8 @@ def verl_step_seconds(data: dict) -> float | None:
 
 
 def verl_step_device_seconds(data: dict, devices: float | None = None) -> float | None:
-    """Device-seconds of one step verl logged: its wall seconds x `devices` when known, else total_num_tokens /
-    throughput (x verl's own GPU count); None when the step logs neither its seconds nor its throughput."""
+    """Device-seconds of one step verl logged: its wall seconds x `devices` when both are known, else total_num_tokens
+    / throughput (= its seconds x verl's own GPU count); None when neither can be read (or throughput <= 0)."""
     seconds = verl_step_seconds(data)
     if devices is not None and seconds is not None:
         return held(devices, seconds)

@@ -102,8 +102,8 @@ _PROJECT_TASKS = "rlscale.runner.rl.tasks"
 
 
 def verifier_problem(spec: object) -> str | None:
-    """Why `spec` cannot name a custom verifier (None if it can): it runs on every rollout, so the standard library,
-    builtins (`os:system`, `builtins:eval`) and the rest of rlscale are refused."""
+    """Why `spec` cannot name a custom verifier (None if it can): it runs on every rollout, so the standard library
+    (`os:system`), builtins (`builtins:eval`) and the rest of rlscale are refused."""
     import sys
 
     if not isinstance(spec, str) or not re.match(VERIFIER_PATTERN, spec):

@@ -28,8 +28,8 @@ LIVE_SECTIONS = ("decision", "flight", "law", "stopped")  # the server-made HTML
 
 @dataclass
 class StudyPage:
-    """Everything the study page shows, as plain data: `runs` one JSON-ready dict per run (dashboard.study's rows),
-    `sections` further evidence as (title, blocks) (views.report_text.report_sections)."""
+    """Everything the study page shows, as plain data page.js reads: decision {verdict, lines, recipe}, flight {running,
+    queued, counts}, stopped [{run, reason}] or None, runs (dashboard.study's rows), sections [(title, blocks)]."""
 
     study: str
     method: str = ""

@@ -94,8 +94,8 @@ def _plain(value):
 
 
 def parallel_axes(axes: dict[str, list], rows: list[dict], budget_label: str | None) -> list[dict]:
-    """The parallel-coordinates chart's axes, left to right: the study's, then A, B and the fitted reward at the budget;
-    each {key, label, kind, fitted} with ordinal `values` or a linear/log range lo..hi."""
+    """The parallel-coordinates chart's axes, left to right: the study's, then A, B and (with `budget_label`) at_budget;
+    each {key, label, kind, fitted (a row's own key)} with ordinal `values` or a linear/log range lo..hi."""
     out = []
     for key, values in axes.items():
         out.append({"key": key, "label": key.replace("_", " "), "fitted": False, **_scale(values)})

@@ -162,8 +162,8 @@ def build_report(
     study_file=None,
     db: str | None = None,
 ) -> Report:
-    """Write report.md, *.png and report.html into out_dir from a study's fit of record (fitting.curves.StudyFits) and
-    its Decision; returns the Report. target defaults to the best run's fitted reward at the decision's compute."""
+    """Write report.md, *.png and report.html into out_dir from a study's fit of record and Decision; returns the
+    Report. bootstrap, seed: backtest, leave-one-out and size law only; target: default the best run's fitted reward."""
     stored, study, runs, records, curves = fits.spec, fits.study, fits.runs.copy(), fits.records, fits.curves
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

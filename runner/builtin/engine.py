@@ -43,8 +43,8 @@ class BuiltinEngine(Engine):
         gpu_hours: float | None = None,
         resume_gpu_hours: Callable[[int], float | None] | None = None,
     ) -> JobResult:
-        """See Engine.run (checkpoints carry their compute: resume_gpu_hours is unused). Thread-safe; a dead actor is
-        killed before the error is raised, so a retry starts fresh ones."""
+        """See Engine.run (checkpoints carry their compute: resume_gpu_hours is unused). Thread-safe; on a dead actor
+        (RayActorError) its worker set is killed before the error is raised, so a retry starts fresh ones."""
         import ray
         from rlscale.runner.builtin.job import run_job
         from rlscale.runner.builtin.local import resolve_model_dir
@@ -133,7 +133,7 @@ class BuiltinEngine(Engine):
             self._joined = True
 
     def _acquire(self, recipe) -> WorkerSet:
-        # reuse beats new actors: a vLLM engine takes 5-45 s to start, a trainer a few seconds
+        # idle sets of other keys die first; reuse beats new actors (vLLM: 5-45 s to start, a trainer a few seconds)
         from rlscale.runner.builtin.generator import create_generator
         from rlscale.runner.builtin.trainer import create_trainer
 

@@ -158,8 +158,8 @@ class Generator:
         seed: int | None = None,
         logprobs: bool = True,
     ) -> Generation:
-        """Sample `n` completions per prompt (prompt i seeded seed + i*n ..); `interrupt` forces `end_of_thinking`
-        into truncated ones and lets them answer. `logprobs` False (validation) skips log-probs, same samples."""
+        """Sample `n` completions per prompt (prompt i seeded seed + i*n ..); length_control "interrupt"
+        forces `end_of_thinking` into truncated ones. `logprobs` False (validation) skips log-probs, same samples."""
         from vllm import SamplingParams
 
         started, clock = time.time(), time.perf_counter()

@@ -43,8 +43,8 @@ def run_job(
     until_step: int | None = None,
     gpu_hours: float | None = None,
 ) -> dict:
-    """Train `recipe` to recipe.steps, `until_step` or planned `gpu_hours` (device-hours), whichever comes first;
-    returns a summary (steps, gpu_hours, busy fractions, staleness, timings, compute_reached)."""
+    """Train `recipe` to `until_step` (default recipe.steps; with planned `gpu_hours`, device-hours, to the step nearest
+    them, up to COMPUTE_STEP_CAP x recipe.steps); returns a summary (steps, gpu_hours, busy, staleness, timings)."""
     import ray
     from rlscale.runner.ray_head import connect, disconnect
 

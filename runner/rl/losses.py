@@ -73,7 +73,7 @@ def gspo_loss(logp, old_logp, advantages, mask, *, clip_low: float, clip_high: f
     adv = advantages[:, None]
     mask = mask.to(logp.dtype)
     sequence_log_ratio = _safe_div(((logp - old_logp) * mask).sum(dim=1), mask.sum(dim=1))
-    # value s on every token, gradient s * d logp_t: the sequence-mean of tokens is GSPO's gradient
+    # value s = exp(sequence log-ratio) on every token, gradient s * d logp_t: their sequence-mean is GSPO's gradient
     log_ratio = logp - logp.detach() + sequence_log_ratio.detach()[:, None]
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio

@@ -36,8 +36,8 @@ def total(bundles: Sequence[Bundle], key: str) -> float:
 
 @dataclass
 class Ledger:
-    """The cluster as the sweep admits on it: node totals less its own jobs, and the smaller of that and the last free
-    report (None: trust the ledger alone), which may predate a job but alone shows other users' jobs."""
+    """The cluster as the sweep admits on it: node totals less its own jobs, capped by the last free report less jobs
+    admitted since, plus those released (None: trust the ledger alone); only the report shows other users' jobs."""
 
     nodes: list[dict[str, float]]
     observed: list[dict[str, float]] | None = None

@@ -1,5 +1,5 @@
 """`method: bayes`: Optuna (TPE) proposes each next configuration; objective = the run's fitted asymptote.
-Trials live in Optuna's RDB storage on the store's database, so an interrupted trial's run resumes and is told."""
+Trials live in Optuna's RDB storage on the store's database: an interrupted trial resumes, Optuna gets its value."""
 
 import math
 

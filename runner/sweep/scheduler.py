@@ -230,9 +230,11 @@ def schedule_for(
 def run_concurrently(
     schedule,
     progress: Callable[[], list[RunProgress]],
-    start: Callable[[Hashable, float, StopCheck], None],  # advance key to until, check(progress) at its checkpoints
+    start: Callable[
+        [Hashable, float, StopCheck], None
+    ],  # advance to `until` x planned compute; check(progress) at its checkpoints
     wait: Callable[[], list[Hashable]],  # blocks until advances end: their keys ([]: the loop asks again)
-    stop: Callable[[Hashable, str], None],  # a run in flight stops at its next checkpoint
+    stop: Callable[[Hashable, str], None],  # end the run (one in flight: at its next checkpoint)
     *,
     admit: Callable[[Hashable], bool] | None = None,  # reserve the run's devices; False: backfill with the next move
     slots: int = 1,
@@ -286,7 +288,7 @@ def run_by_rungs(
     stop: Callable[[Hashable, str], None],
 ) -> int:
     """run_concurrently with one slot, each advance run to its end when started; returns the number of moves.
-    advance(key, until, check) calls check at each checkpoint and stops the run there on a reason."""
+    advance(key, until, check): to `until` x planned compute, check at each checkpoint, stop there on a reason."""
     ended: list[Hashable] = []
 
     def start(key, until, check):

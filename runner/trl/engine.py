@@ -76,7 +76,7 @@ class TrlEngine(JobsApiEngine):
 
     def submission(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int) -> Submission:
         """The job, holding its devices as Ray resources (GPUs, or CPU cores with as many OpenMP threads); a setup job
-        gets its tracker env, and its MLflow run is made here (one writer to the store; dry-runs never reach it)."""
+        gets its tracker and `env:` variables and, with MLflow, its MLflow run made here (dry-runs never reach it)."""
         job = self.trl_job(recipe, run_dir, submission_id, until_step=until_step)
         env = dict(self.env_vars)
         if isinstance(job, SetupJob):

@@ -18,8 +18,8 @@ MEAN_LENGTH = "completions/mean_length"  # mean completion tokens over the step'
 
 
 def read_line(line: dict) -> Reading:
-    """What a record line says (jobs_api.Reading): step, time written (seconds), mean completion length, val reward
-    and TRL's health metrics under the store's names (CISPO's clip fraction where TRL logs it apart)."""
+    """What a record line says (jobs_api.Reading): step, time written (epoch s), mean completion length, val reward and
+    TRL's health metrics under the store's names (CISPO's clip fraction where TRL logs it apart)."""
     logs = line.get("metrics") or {}
     metrics = {name: value for name, source in TRL_HEALTH.items() if (value := _number(logs.get(source))) is not None}
     if "clip_fraction" not in metrics and (value := _number(logs.get(CISPO_CLIP))) is not None:
