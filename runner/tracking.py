@@ -37,15 +37,15 @@ class Tracker(ABC):
         self.group = project or study
         self.lock = threading.Lock()
 
-    def log(self, run: str, run_key: str, records: list[dict]) -> None:
-        """Mirror the evaluations among `records` of run `run`; `run_key` is its stable id across resumes."""
+    def log(self, run_key: str, records: list[dict]) -> None:
+        """Mirror the evaluations among `records` of the run `run_key` names (its tracker name, as verl's and TRL's)."""
         evaluations = [record for record in records if record.get("val_reward") is not None]
         if evaluations:
             with self.lock:
-                self.write(run, run_key, evaluations)
+                self.write(run_key, evaluations)
 
     @abstractmethod
-    def write(self, run: str, run_key: str, evaluations: list[dict]) -> None:
+    def write(self, run_key: str, evaluations: list[dict]) -> None:
         """Send the evaluations to the tracker."""
 
     def close(self) -> None:
@@ -65,10 +65,10 @@ class MlflowTracker(Tracker):
         self.experiment = experiment.experiment_id if experiment else self.client.create_experiment(self.group)
         self.runs: dict[str, str] = {}
 
-    def write(self, run: str, run_key: str, evaluations: list[dict]) -> None:
+    def write(self, run_key: str, evaluations: list[dict]) -> None:
         from mlflow.entities import Metric
 
-        run_id = self.runs.get(run_key) or self._run_id(run, run_key)
+        run_id = self.runs.get(run_key) or self._run_id(run_key)
         now = int(time.time() * 1000)
         metrics = [
             Metric(key, float(record[key]), now, int(record["step"]))
@@ -78,13 +78,13 @@ class MlflowTracker(Tracker):
         ]
         self.client.log_batch(run_id, metrics=metrics)
 
-    def _run_id(self, run: str, run_key: str) -> str:
+    def _run_id(self, run_key: str) -> str:
         found = self.client.search_runs([self.experiment], f"tags.`{TAG_RUN_KEY}` = '{run_key}'", max_results=1)
         if found:
             run_id = found[0].info.run_id
         else:
             run_id = self.client.create_run(
-                self.experiment, run_name=run, tags=tracker_tags(self.group, run_key)
+                self.experiment, run_name=run_key, tags=tracker_tags(self.group, run_key)
             ).info.run_id
         self.runs[run_key] = run_id
         return run_id
@@ -97,10 +97,10 @@ class TrackioTracker(Tracker):
         super().__init__(study, project)
         import trackio  # noqa: F401  (missing: UserError before the sweep starts)
 
-    def write(self, run: str, run_key: str, evaluations: list[dict]) -> None:
+    def write(self, run_key: str, evaluations: list[dict]) -> None:
         import trackio
 
-        trackio.init(project=self.group, name=run, resume="allow")
+        trackio.init(project=self.group, name=run_key, resume="allow")
         for record in evaluations:
             trackio.log(
                 {key: float(record[key]) for key in MIRRORED if record.get(key) is not None}, step=int(record["step"])
@@ -116,11 +116,11 @@ class WandbTracker(Tracker):
         super().__init__(study, project)
         import wandb  # noqa: F401  (missing: UserError before the sweep starts)
 
-    def write(self, run: str, run_key: str, evaluations: list[dict]) -> None:
+    def write(self, run_key: str, evaluations: list[dict]) -> None:
         import wandb
 
         with wandb.init(
-            project=self.group, name=run, id=tracker_run_id(run_key), resume="allow", reinit="create_new"
+            project=self.group, name=run_key, id=tracker_run_id(run_key), resume="allow", reinit="create_new"
         ) as handle:
             for record in evaluations:
                 handle.log(

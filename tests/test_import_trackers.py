@@ -318,7 +318,7 @@ from rlscale.runner.tracking import WandbTracker
 root, study, records = sys.argv[1:]
 tracker = WandbTracker(study)
 for run, rows in json.loads(records).items():
-    tracker.log(run, run, rows)
+    tracker.log(run, rows)
 """
 
 
@@ -342,7 +342,7 @@ def test_a_study_mirrored_to_mlflow_trackio_and_wandb_imports_back_with_the_same
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     for tracker in (MlflowTracker("scalerl", uri=uri), TrackioTracker("scalerl")):
         for run, rows in records.items():
-            tracker.log(run, run, rows)
+            tracker.log(run, rows)
     _wandb(MIRROR_WANDB, tmp_path, "scalerl", json.dumps(records))
     capsys.readouterr()  # trackio's own notes
 

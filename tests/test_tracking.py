@@ -1,5 +1,5 @@
 """A study's `tracking:` key: each evaluation the sweep stores goes to the tracker the user watches (MLflow here, a
-local SQLite store read back with MLflow's own client), grouped by study, named by run, and a resumed run continues
+local SQLite store read back with MLflow's own client), grouped by study, named by run key, and a resumed run continues
 its tracker run. The engine is conftest's PacedEngine: the test isolates the driver's mirror from Ray on purpose."""
 
 import pytest
@@ -26,21 +26,23 @@ def test_each_evaluation_is_mirrored_to_mlflow_by_study_and_run_and_a_resume_con
     engine = paced_engine(seconds=0.0)
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
         SweepDriver(load_study(tmp_path / "mirror.yaml"), store, engine=engine, max_concurrent=2).run()
-        SweepDriver(
+        driver = SweepDriver(
             load_study(tmp_path / "mirror.yaml").model_copy(update={"extend": 1.5}),
             store,
             engine=engine,
             max_concurrent=2,
-        ).run()  # every run resumed to 12 steps
+        )
+        driver.run()  # every run resumed to 12 steps
         stored = store.records_frame("mirror").dropna(subset=["val_reward"])
+        keys = {driver.run_key(state): state.name for state in driver.plan()}
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("mirror")
     runs = client.search_runs([experiment.experiment_id])
-    assert sorted(run.info.run_name for run in runs) == ["lr=0.0002", "lr=0.0003"]  # one MLflow run each
+    assert sorted(run.info.run_name for run in runs) == sorted(keys)  # one MLflow run each, named as TRL's and verl's
     for run in runs:
-        assert run.data.tags[TAG_STUDY] == "mirror" and run.data.tags[TAG_RUN_KEY].startswith("mirror-")
+        assert run.data.tags[TAG_STUDY] == "mirror" and run.data.tags[TAG_RUN_KEY] == run.info.run_name
         history = client.get_metric_history(run.info.run_id, "val_reward")
-        mine = stored[stored["run"] == run.info.run_name]
+        mine = stored[stored["run"] == keys[run.info.run_name]]
         assert sorted(point.step for point in history) == sorted(mine["step"]) == list(range(0, 13, 2))
         hours = {point.step: point.value for point in client.get_metric_history(run.info.run_id, "gpu_hours")}
         assert hours == pytest.approx(dict(zip(mine["step"], mine["gpu_hours"])))

@@ -353,7 +353,7 @@ class SweepDriver:
     def _on_records(self, run: RunState, records: list[dict]) -> None:
         self.store.add_records(run.run_id, records)  # the driver is the one writer, for every job's thread
         if self.tracker is not None:
-            self.tracker.log(run.name, self.run_key(run), records)
+            self.tracker.log(self.run_key(run), records)
         for record in records:
             run.step = max(run.step, int(record["step"]))
             run.gpu_hours = max(run.gpu_hours, float(record["gpu_hours"]))
