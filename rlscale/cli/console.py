@@ -4,13 +4,17 @@ Text from data goes through `safe`: markup escaped, control characters (OSC 52 c
 import json
 import re
 import sys
-from typing import Any
+from collections.abc import Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 
 from rlscale.base.numbers import json_safe
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 console = Console()
 err_console = Console(stderr=True)
@@ -54,6 +58,38 @@ def say(value: Any, *, first: str = "", rest: str | None = None) -> None:
 def bullet(value: Any) -> None:
     """Print a note as a short bullet line: "- text", wrapped with a hanging indent."""
     say(value, first="- ")
+
+
+def table(
+    title: str,
+    columns: Sequence[str],
+    rows: Iterable[Iterable[str]] = (),
+    *,
+    caption: str | None = None,
+    right: Collection[str] | bool = (),
+    wrap: Collection[str] | bool = True,
+    fold: Collection[str] | bool = (),
+    **options: Any,
+) -> "Table":
+    """A rich Table of `columns` and `rows` (markup allowed), title and dim caption on the left unless `options`
+    (Table's) say otherwise; `right`, `wrap` (others stay whole), `fold` (others cut with "…"): names, or True: all."""
+    from rich.table import Table
+
+    def has(names: Collection[str] | bool, column: str) -> bool:
+        return names if isinstance(names, bool) else column in names
+
+    options = {"title_justify": "left", "caption_justify": "left", "caption_style": "dim", **options}
+    result = Table(title=title, caption=caption, **options)
+    for column in columns:
+        result.add_column(
+            column,
+            justify="right" if has(right, column) else "left",
+            no_wrap=not has(wrap, column),
+            overflow="fold" if has(fold, column) else "ellipsis",
+        )
+    for row in rows:
+        result.add_row(*row)
+    return result
 
 
 def print_json(payload: Any) -> None:

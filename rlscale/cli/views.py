@@ -6,7 +6,7 @@ from rich.live import Live
 from rich.table import Table
 
 from rlscale.base.numbers import format_number as _num
-from rlscale.cli.console import console, safe
+from rlscale.cli.console import console, safe, table
 from rlscale.runner.sweep.state import FINISHED
 
 STATUS_STYLE = {
@@ -38,26 +38,18 @@ def sweep_table(study: str, runs, cluster: str = "") -> Table:
     """One row per run (status, steps, last reward, device-hours spent of those planned and the share, note), a total
     row, then the cluster line and the legend; fits 80 columns, long names and notes wrap."""
     lines = [cluster] if cluster else []
-    table = Table(
-        title=f"sweep {safe(study)}",
-        title_justify="left",
-        caption_justify="left",
+    sweep = table(
+        f"sweep {safe(study)}",
+        ("run", "status", "step", "reward", "hours / plan", "%", "note"),
         caption="\n".join(safe(line) for line in [*lines, SWEEP_LEGEND]),
-        caption_style="dim",
+        right=("step", "reward", "hours / plan", "%"),
+        wrap=("run", "note"),
+        fold=True,
     )
-    for column in ("run", "status", "step", "reward", "hours / plan", "%", "note"):
-        right = column in ("step", "reward", "hours / plan", "%")
-        table.add_column(
-            column,
-            justify="right" if right else "left",
-            no_wrap=column not in ("run", "note"),
-            overflow="fold",
-            ratio=1 if column == "note" else None,
-        )
     for run in runs:
         style = STATUS_STYLE.get(run.status, "")
         status = f"{run.status} {run.devices}" if run.status in IN_FLIGHT and run.devices else run.status
-        table.add_row(
+        sweep.add_row(
             safe(run.name),
             f"[{style}]{safe(status)}[/]",
             f"{run.step:,}",
@@ -68,11 +60,11 @@ def sweep_table(study: str, runs, cluster: str = "") -> Table:
     spent = sum(run.gpu_hours for run in runs)
     planned = sum(run.planned_gpu_hours for run in runs if run.planned_gpu_hours == run.planned_gpu_hours)
     finished = sum(run.status in FINISHED for run in runs)
-    table.add_section()
-    table.add_row(
+    sweep.add_section()
+    sweep.add_row(
         "total", f"{finished}/{len(runs)} ended", "", "", *compute_progress(spent, planned or float("nan")), ""
     )
-    return table
+    return sweep
 
 
 def failure_lines(runs) -> list[str]:
@@ -127,20 +119,18 @@ def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
     """A [95%], B, C_mid, R0 and points per run (a frame or dicts with fit_runs' columns), and whether A is
     identified; 80 columns hold it with run names wrapped. The reasons go under it (`fit_reasons`)."""
     rows = fits.to_dict("records") if hasattr(fits, "to_dict") else list(fits)
-    table = Table(
-        title=safe(title), title_justify="left", caption_justify="left", caption=FITS_LEGEND, caption_style="dim"
+    # numbers stay whole; a long run name wraps (folding where it has no spaces)
+    result = table(
+        safe(title),
+        ("run", "A [95%]", "B", "C_mid", "R0", "pts", "fit"),
+        caption=FITS_LEGEND,
+        right=("A [95%]", "B", "C_mid", "R0", "pts"),
+        wrap=("run",),
+        fold=("run",),
     )
-    for column in ("run", "A [95%]", "B", "C_mid", "R0", "pts", "fit"):
-        # numbers stay whole; a long run name wraps (folding where it has no spaces)
-        table.add_column(
-            column,
-            justify="left" if column in ("run", "fit") else "right",
-            no_wrap=column != "run",
-            overflow="fold" if column == "run" else "ellipsis",
-        )
     for row in _numbered(rows):
         status = "yes" if row["identified"] else f"{'no' if _fitted(row) else 'none'} ({row['note']})"
-        table.add_row(
+        result.add_row(
             safe(row.get("run")),
             f"{_num(row.get('A'))} [{_num(row.get('A_lo'))}, {_num(row.get('A_hi'))}]",
             _num(row.get("B"), "{:.2f}"),
@@ -150,7 +140,7 @@ def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
             status,
             style=None if row["identified"] else "dim",
         )
-    return table
+    return result
 
 
 def fit_reasons(fits) -> list[str]:

@@ -108,29 +108,21 @@ def register(app: typer.Typer) -> None:
 def show(results, summary, *, title: str) -> None:
     """The backtest table (80 columns hold it; --json has every column), the reasons for runs not fitted under it,
     then the summary as bullets."""
-    from rich.table import Table
-
     from rlscale.base.numbers import format_number as _f
-    from rlscale.cli.console import bullet, console, safe, say
+    from rlscale.cli.console import bullet, console, safe, say, table
     from rlscale.views.tables import backtest_summary_lines
 
-    table = Table(
-        title=safe(title),
-        title_justify="left",
-        caption_justify="left",
-        caption_style="dim",
+    backtest_table = table(
+        safe(title),
+        ("run", "pred. [PI]", "obs.", "err", "carry", "A in", "fit"),
         caption=f"pred. [PI]: the part-fit's reward at the run's end, {summary.level:.0%} prediction "
         "interval; obs.: mean over the last 10% of compute; err: pred. - obs.; carry: the error of "
         "carrying the part's last reward forward; A in: the full run's A inside the part-fit's 95% "
         "interval; fit: the part-fit's A identified (every column: --json)",
+        right=("pred. [PI]", "obs.", "err", "carry"),
+        wrap=("run",),
+        fold=True,
     )
-    for column in ("run", "pred. [PI]", "obs.", "err", "carry", "A in", "fit"):
-        table.add_column(
-            column,
-            no_wrap=column != "run",
-            overflow="fold" if column == "run" else None,
-            justify="left" if column in ("run", "A in", "fit") else "right",
-        )
     notes = []
     yes_no = {True: "yes", False: "no", None: "-"}
     for r in results:
@@ -139,7 +131,7 @@ def show(results, summary, *, title: str) -> None:
         else:
             notes.append(f"({len(notes) + 1}) {r.run}: not fitted: {r.reason}")
             fit = f"none ({len(notes)})"
-        table.add_row(
+        backtest_table.add_row(
             safe(r.run),
             f"{_f(r.predicted)} [{_f(r.pi_lo)}, {_f(r.pi_hi)}]",
             _f(r.observed),
@@ -149,7 +141,7 @@ def show(results, summary, *, title: str) -> None:
             fit,
             style=None if r.fitted else "dim",
         )
-    console.print(table)
+    console.print(backtest_table)
     for note in notes:
         say(note, rest="    ")
     for line in backtest_summary_lines(summary):

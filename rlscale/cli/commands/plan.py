@@ -6,7 +6,7 @@ import typer
 
 from rlscale.base.errors import UserError
 from rlscale.base.numbers import format_number
-from rlscale.cli.console import console, print_json, safe, say
+from rlscale.cli.console import console, print_json, safe, say, table
 
 
 def _fmt(value: float) -> str:
@@ -86,16 +86,8 @@ def _plan_grid(budget, *, per_run, prompts, rollouts, max_batch, min_steps, prof
     payload = plan.to_json()
     if _save_and_print_json(payload, save, db, as_json):
         return
-    from rich.table import Table
-
-    table = Table(
-        title=f"IsoCompute plan: {len(plan.points)} runs at {_fmt(plan.per_run_gpu_hours)} GPU-hours each "
-        f"(profile {plan.profile})"
-    )
-    for column in ("B_p", "n", "B_p x n", "steps", "GPU-hours", "total rollouts"):
-        table.add_column(column, justify="right")
-    for p in plan.points:
-        table.add_row(
+    rows = (
+        (
             str(p.prompts_per_batch),
             str(p.rollouts),
             str(p.prompts_per_batch * p.rollouts),
@@ -103,7 +95,18 @@ def _plan_grid(budget, *, per_run, prompts, rollouts, max_batch, min_steps, prof
             f"{_fmt(p.gpu_hours)}",
             f"{p.total_rollouts:,}",
         )
-    console.print(table)
+        for p in plan.points
+    )
+    console.print(
+        table(
+            f"IsoCompute plan: {len(plan.points)} runs at {_fmt(plan.per_run_gpu_hours)} GPU-hours each "
+            f"(profile {plan.profile})",
+            ("B_p", "n", "B_p x n", "steps", "GPU-hours", "total rollouts"),
+            rows,
+            right=True,
+            title_justify="center",
+        )
+    )
     console.print(f"total {_fmt(plan.total_gpu_hours)} of {_fmt(plan.budget_gpu_hours)} GPU-hours")
     _print_dropped([(f"B_p={d.prompts_per_batch}, n={d.rollouts}", d.reason) for d in plan.dropped])
     if save is not None:
@@ -150,23 +153,10 @@ def _plan_study(path: str, *, profile, as_json, save, db) -> None:
         if save is not None:
             console.print(f"saved plan {save!r}")
         return
-    from rich.table import Table
-
     budget = "" if plan.per_run_budget is None else f", {_fmt(plan.per_run_budget)} {plan.unit} per run"
-    table = Table(
-        title=f"study {safe(study.name)} ({study.method}): {len(plan.runs)} runs{budget}, "
-        f"profile {safe(plan.profile.name)}"
-    )
-    for column in ("run", "seed", "B_p", "n", "steps", "GPU-hours", "total rollouts"):
-        # numbers stay whole; a long run name folds onto a second line
-        table.add_column(
-            column,
-            justify="left" if column == "run" else "right",
-            no_wrap=column != "run",
-            overflow="fold" if column == "run" else None,
-        )
-    for r in plan.runs:
-        table.add_row(
+    numbers = ("seed", "B_p", "n", "steps", "GPU-hours", "total rollouts")
+    rows = (
+        (
             safe(r.name),
             str(r.seed),
             str(r.recipe.prompts_per_batch),
@@ -175,7 +165,21 @@ def _plan_study(path: str, *, profile, as_json, save, db) -> None:
             f"{_fmt(r.gpu_hours)}",
             f"{r.recipe.total_batch * r.recipe.steps:,}",
         )
-    console.print(table)
+        for r in plan.runs
+    )
+    # numbers stay whole; a long run name folds onto a second line
+    console.print(
+        table(
+            f"study {safe(study.name)} ({study.method}): {len(plan.runs)} runs{budget}, "
+            f"profile {safe(plan.profile.name)}",
+            ("run", *numbers),
+            rows,
+            right=numbers,
+            wrap=("run",),
+            fold=True,
+            title_justify="center",
+        )
+    )
     console.print(f"total {_fmt(plan.gpu_hours)} GPU-hours (estimated)")
     _print_dropped(plan.dropped)
     if save is not None:
@@ -190,14 +194,8 @@ def _print_dropped(dropped: list[tuple[str, str]]) -> None:
     dropped = [(name, reason) for name, reason in dropped if name not in over]
     if not dropped:
         return
-    from rich.table import Table
-
-    table = Table(title=f"dropped ({len(dropped)})", title_style="yellow", title_justify="left")
-    table.add_column("point", overflow="fold")
-    table.add_column("reason")
-    for name, reason in dropped:
-        table.add_row(safe(name), safe(reason))
-    console.print(table)
+    rows = ((safe(name), safe(reason)) for name, reason in dropped)
+    console.print(table(f"dropped ({len(dropped)})", ("point", "reason"), rows, fold=("point",), title_style="yellow"))
 
 
 def _save_and_print_json(payload: dict, save: str | None, db: str | None, as_json: bool) -> bool:

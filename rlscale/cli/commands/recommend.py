@@ -75,19 +75,14 @@ def register(app: typer.Typer) -> None:
 def show(rec, study: str) -> None:
     """Rich tables: the allocation, then the runs it rests on (80 columns hold them); the law and notes in short
     lines."""
-    from rich.table import Table
-
     from rlscale.base.numbers import NOISE_BAND
-    from rlscale.cli.console import bullet, console, safe, say
+    from rlscale.cli.console import bullet, console, safe, say, table
     from rlscale.cli.views import cli_reason
     from rlscale.views.wording import recommendation_notes
 
-    top = Table(title=f"recommendation for {rec.budget:g} ({safe(study)})", title_justify="left")
     from_law = rec.basis.code == "law"
     n_from = "n* from the law [95%]" if from_law else "n from"
-    for col in ("B_p", "n", "M steps", n_from, f"predicted reward [{rec.predicted_level:.0%}]"):
-        top.add_column(col)
-    top.add_row(
+    allocation = (
         str(rec.prompts_per_batch),
         str(rec.rollouts),
         str(rec.steps),
@@ -98,22 +93,21 @@ def show(rec, study: str) -> None:
         else "best fitted runs",
         f"{rec.predicted_reward:.3f} [{rec.predicted_interval[0]:.3f}, {rec.predicted_interval[1]:.3f}]",
     )
-    console.print(top)
+    columns = ("B_p", "n", "M steps", n_from, f"predicted reward [{rec.predicted_level:.0%}]")
+    console.print(table(f"recommendation for {rec.budget:g} ({safe(study)})", columns, [allocation]))
     measure = (
         f"the best fitted reward at {rec.budget:.4g} (the runs reached it)"
         if rec.basis.code == "within_data"
         else "the best A"
     )
-    evidence = Table(
-        title=f"evidence: runs at n = {rec.evidence[0]['rollouts'] if rec.evidence else '-'}",
-        title_justify="left",
-        caption_justify="left",
-        caption_style="dim",
+    evidence = table(
+        f"evidence: runs at n = {rec.evidence[0]['rollouts'] if rec.evidence else '-'}",
+        ("run", "B_p", "A [95%]", "ident.", "trunc.", "near best", "chosen"),
         caption=f"ident.: A identified; trunc.: truncation rate; near best: within {NOISE_BAND:g} of "
         f"{measure}; *: chosen",
+        wrap=("run",),
+        fold=True,
     )
-    for col in ("run", "B_p", "A [95%]", "ident.", "trunc.", "near best", "chosen"):
-        evidence.add_column(col, no_wrap=col != "run", overflow="fold" if col == "run" else None)
     reasons = []
     for row in rec.evidence:
         if not row["identified"]:
@@ -152,22 +146,20 @@ def show(rec, study: str) -> None:
 
 def show_size(choice, study: str) -> None:
     """The model size for the budget: each size's predicted reward, then the crossover budgets."""
-    from rich.table import Table
-
-    from rlscale.cli.console import bullet, console, safe, say
+    from rlscale.cli.console import bullet, console, safe, say, table
 
     level = f"{choice.level:.0%}"
-    top = Table(title=f"model size for {choice.budget:g} ({safe(study)})", title_justify="left")
-    for col in ("model", "params", f"reward at budget [{level}]", "chosen"):
-        top.add_column(col, overflow="fold" if col == "model" else None)
-    for row in choice.predicted:
-        top.add_row(
+    rows = (
+        (
             safe(row["model"]),
             f"{row['parameters']:.3g}",
             f"{row['reward']:.3f} [{row['reward_lo']:.3f}, {row['reward_hi']:.3f}]",
             "*" if row["model"] == choice.model else "",
         )
-    console.print(top)
+        for row in choice.predicted
+    )
+    columns = ("model", "params", f"reward at budget [{level}]", "chosen")
+    console.print(table(f"model size for {choice.budget:g} ({safe(study)})", columns, rows, fold=True))
     say(f"chosen: {choice.model} (picked in {choice.pick_share:.0%} of the bootstrap draws)", rest="  ")
     for c in choice.crossovers:
         say(

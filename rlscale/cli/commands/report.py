@@ -75,36 +75,28 @@ def show_decision(lines: list[str]) -> None:
 def show(result) -> None:
     """The evidence: rich tables of the report (80 columns hold them; report.md has every column), notes as bullets,
     then where the files are. The decision is printed after it (show_decision)."""
-    from rich.table import Table
-
     from rlscale.base.numbers import NOISE_BAND
-    from rlscale.cli.console import bullet, console, safe, say
+    from rlscale.cli.console import bullet, console, safe, say, table
     from rlscale.cli.views import print_fits
     from rlscale.views.report_text import loo_cells
 
     if result.loo is not None:
-        table = Table(
-            title=f"{safe(result.study)}: leave-one-out",
-            title_justify="left",
-            caption_justify="left",
+        # numbers stay whole; names fold
+        loo = table(
+            f"{safe(result.study)}: leave-one-out",
+            ("variant", "A [95%]", "dA", "B", "verdict"),
             caption=f"dA: the variant's A minus the full recipe's; better/worse: |dA| beyond the "
             f"{NOISE_BAND:g} noise band (C_mid, dB and verdicts in words: report.md)",
-            caption_style="dim",
+            right=("dA", "B"),
+            wrap=("variant",),
+            fold=True,
         )
-        for col in ("variant", "A [95%]", "dA", "B", "verdict"):
-            # numbers stay whole; names fold
-            table.add_column(
-                col,
-                no_wrap=col != "variant",
-                overflow="fold" if col == "variant" else None,
-                justify="right" if col in ("dA", "B") else "left",
-            )
         for row in result.loo:
             variant, interval, B, _, dA, *_ = loo_cells(row)
-            table.add_row(
+            loo.add_row(
                 safe(variant), interval, dA, B, _loo_verdict(row), style="bold red" if row["beyond_noise"] else None
             )
-        console.print(table)
+        console.print(loo)
     fits = [{**row, "reason": row["status"].removeprefix("not identified: ")} for row in result.fits]
     print_fits(fits, title=f"{result.study}: sigmoid fits ({result.method}, on {result.fitted_on})")
     if result.backtest is not None:
@@ -123,25 +115,19 @@ def show(result) -> None:
         from rlscale.views.wording import comparison_lines as compare_lines
 
         at = f"{result.comparison['compute']:.4g}"
-        table = Table(
-            title=f"{safe(result.study)}: variants across seeds",
-            title_justify="left",
+        numbers = ("seeds", "ident.", "A mean +- sd", "fitted R +- sd", "vs best")
+        comparison = table(
+            f"{safe(result.study)}: variants across seeds",
+            ("variant", *numbers),
+            (map(safe, compare_cells(row)[:6]) for row in result.comparison["rows"]),
             caption=f"ident.: seeds whose A is identified; fitted R: fitted reward at {at} (the compute "
             "every finished run reached), the verdict's measure; vs best: minus the best variant's; "
             "observed end reward: report.md",
-            caption_justify="left",
-            caption_style="dim",
+            right=numbers,
+            wrap=("variant",),
+            fold=True,
         )
-        for col in ("variant", "seeds", "ident.", "A mean +- sd", "fitted R +- sd", "vs best"):
-            table.add_column(
-                col,
-                no_wrap=col != "variant",
-                overflow="fold" if col == "variant" else None,
-                justify="left" if col == "variant" else "right",
-            )
-        for row in result.comparison["rows"]:
-            table.add_row(*map(safe, compare_cells(row)[:6]))
-        console.print(table)
+        console.print(comparison)
         first, *rest = compare_lines(result.comparison)
         say(first)
         for line in rest:

@@ -7,7 +7,7 @@ import typer
 
 from rlscale.base.errors import UserError
 from rlscale.base.numbers import format_number
-from rlscale.cli.console import console, print_json, safe
+from rlscale.cli.console import console, print_json, safe, table
 from rlscale.cli.options import DbUrl
 
 RECORD_COLUMNS = ("step", "gpu_hours", "rollouts", "tokens", "val_reward", "train_reward")
@@ -161,14 +161,11 @@ def _run_on_ray(recipe, name: str, study_name: str, db: str | None, ray_address:
 def _print_summary(
     records: list[dict], seconds: float, *, title: str = "validation pass rate vs compute (local runner, 1 CPU device)"
 ) -> None:
-    from rich.table import Table
-
-    table = Table(title=title)
-    for column in RECORD_COLUMNS:
-        table.add_column(column, justify="right")
-    for row in records:
-        table.add_row(*(format_number(row.get(column), RECORD_FORMATS.get(column, "{}")) for column in RECORD_COLUMNS))
-    console.print(table)
+    rows = (
+        (format_number(row.get(column), RECORD_FORMATS.get(column, "{}")) for column in RECORD_COLUMNS)
+        for row in records
+    )
+    console.print(table(title, RECORD_COLUMNS, rows, right=True, title_justify="center"))
     first, last = records[0]["val_reward"], records[-1]["val_reward"]
     console.print(
         f"val_reward {first:.3f} -> {last:.3f} ({last - first:+.3f}) in {seconds:.0f} s wall", highlight=False

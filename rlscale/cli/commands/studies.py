@@ -12,9 +12,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="print the list as JSON"),
     ) -> None:
         """List the studies in the store with their runs (by status), records and fits."""
-        from rich.table import Table
-
-        from rlscale.cli.console import console, print_json, safe
+        from rlscale.cli.console import console, print_json, safe, table
         from rlscale.db.models import RUN_STATUSES
         from rlscale.db.store import Store
 
@@ -23,15 +21,14 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json(rows)
             return
-        table = Table(title=f"studies in {safe(store.url_for_display)}", title_justify="left")
-        for column in ("study", "runs", "by status", "records", "fits"):
-            table.add_column(
-                column,
-                justify="left" if column in ("study", "by status") else "right",
-                overflow="fold" if column == "study" else None,
-            )
+        listing = table(
+            f"studies in {safe(store.url_for_display)}",
+            ("study", "runs", "by status", "records", "fits"),
+            right=("runs", "records", "fits"),
+            fold=True,
+        )
         for row in rows:
             # the statuses a study's runs are in, in lifecycle order, instead of a column each (80 columns)
             statuses = ", ".join(f"{row[status]} {status}" for status in RUN_STATUSES if row[status]) or "-"
-            table.add_row(safe(row["study"]), str(row["runs"]), statuses, str(row["records"]), str(row["fits"]))
-        console.print(table if rows else f"no studies in {safe(store.url_for_display)}")
+            listing.add_row(safe(row["study"]), str(row["runs"]), statuses, str(row["records"]), str(row["fits"]))
+        console.print(listing if rows else f"no studies in {safe(store.url_for_display)}")
