@@ -13,7 +13,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
-from rlscale.base.errors import UserError
+from rlscale.base.errors import UserError, first_line
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VERSION_TABLE = "rlscale_alembic_version"  # as db/migrations/env.py names it
@@ -86,7 +86,7 @@ def make_engine(url: URL, *, create: bool = True, read_only: bool = False) -> En
                 )
             raise UserError(f"cannot use {shown}: {err}{hint}", field="--db") from None
         except (ArgumentError, TypeError, ValueError) as err:
-            raise UserError(f"cannot use {shown}: {_first_line(err)}", field="--db") from None
+            raise UserError(f"cannot use {shown}: {first_line(err)}", field="--db") from None
         _translate_errors(engine, shown)
         return engine
     unknown = sorted(set(url.query) - SQLITE_OPTIONS)
@@ -183,7 +183,7 @@ def _translate_errors(engine: Engine, shown: str, *, read_only: bool = False) ->
     @event.listens_for(engine, "handle_error")
     def _user_errors(context) -> None:
         orig = context.original_exception
-        text = _first_line(orig)
+        text = first_line(orig)
         if isinstance(orig, sqlite3.OperationalError) and "readonly" in text:
             raise UserError(
                 f"the store {shown} is read-only ({text}); this command writes to it", field="--db"
@@ -223,7 +223,7 @@ def check_schema(engine: Engine, *, shown: str | None = None) -> None:
             context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
             current = context.get_current_revision()
     except DBAPIError as err:
-        reason = _first_line(err.orig) if err.orig else _first_line(err)
+        reason = first_line(err.orig) if err.orig else first_line(err)
         raise UserError(f"cannot open the store {shown}: {reason}", field="--db") from None
     head = _head_revision()
     if current is None:
@@ -266,13 +266,8 @@ def _upgrade(engine: Engine, shown: str) -> None:
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
     except DBAPIError as err:
-        reason = _first_line(err.orig) if err.orig else _first_line(err)
+        reason = first_line(err.orig) if err.orig else first_line(err)
         raise UserError(f"cannot open the store {shown}: {reason}", field="--db") from None
-
-
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0] if lines else type(err).__name__
 
 
 def _is_memory(url: URL) -> bool:

@@ -191,10 +191,6 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict:
     return obj
 
 
-def _first_line(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
-
-
 def _check_header(path: Path, line: int, header: list[str]) -> None:
     where = f"{path}:{line}"
     seen = set()

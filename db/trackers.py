@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 from rlscale.db.tracker_logs import TrackerRun, check_choice, run_seconds, tracker_frame
 
-from rlscale.base.errors import UserError
+from rlscale.base.errors import UserError, first_line
 
 PACKAGES = {"mlflow": "mlflow-skinny", "trackio": "trackio", "wandb": "wandb"}  # module -> what pip installs
 
@@ -36,7 +36,7 @@ def read_mlflow_log(
             found = client.get_experiment(experiment)
     except MlflowException as err:
         if "RESOURCE_DOES_NOT_EXIST" not in str(err.error_code):
-            raise UserError(_first_line(err), file=source) from None
+            raise UserError(first_line(err), file=source) from None
         found = None
     if found is None:
         names = sorted(e.name for e in client.search_experiments())
@@ -185,13 +185,16 @@ def _wandb_reader(source: str) -> list[str]:
     try:
         return [get_core_path(), "leet", "inspect", "-json", "-no-observability"]  # no telemetry to W&B's servers
     except WandbCoreNotAvailableError as err:
-        raise UserError(f"W&B's reader is not available here: {_first_line(err)}", file=source) from None
+        raise UserError(f"W&B's reader is not available here: {first_line(err)}", file=source) from None
 
 
 def _wandb_records(reader: list[str], file: Path) -> tuple[dict, list[dict]]:
     done = subprocess.run([*reader, "-run-file", str(file), str(file.parent.parent)], capture_output=True, text=True)
     if done.returncode != 0:
-        raise UserError(f"W&B's reader failed: {_first_line(done.stderr or done.stdout)}", file=str(file))
+        raise UserError(
+            f"W&B's reader failed: {first_line(done.stderr or done.stdout) or f'exit {done.returncode}'}",
+            file=str(file),
+        )
     header, history = {}, []
     for line in done.stdout.splitlines():
         record = json.loads(line)
@@ -204,8 +207,3 @@ def _wandb_records(reader: list[str], file: Path) -> tuple[dict, list[dict]]:
 
 def _seconds(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
-def _first_line(err: BaseException | str) -> str:
-    text = str(err).strip()
-    return (text.splitlines() or [type(err).__name__])[0]

@@ -90,7 +90,8 @@ class Standing:
         }
 
 
-def _count(value) -> int | None:
+def count_or_none(value) -> int | None:
+    """`value` (a count read from a frame or a dict) as an int; None when it is None or NaN."""
     return None if value is None or value != value else int(value)
 
 
@@ -119,8 +120,8 @@ def standing_at(
         rows.append(
             {
                 "run": str(row["run"]),
-                "prompts_per_batch": _count(row.get("prompts_per_batch")),
-                "rollouts": _count(row.get("rollouts")),
+                "prompts_per_batch": count_or_none(row.get("prompts_per_batch")),
+                "rollouts": count_or_none(row.get("rollouts")),
                 "reward": float(rewards[i]),
                 "gap": gap,
                 "within_band": not beyond_noise(gap, noise_band=noise_band),

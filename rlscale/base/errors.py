@@ -11,3 +11,11 @@ class UserError(Exception):
         self.detail = message
         where = ": ".join(part for part in (file, field) if part)
         super().__init__(f"{where}: {message}" if where else message)
+
+
+def first_line(err: BaseException | str) -> str:
+    """The first non-blank line of an error's message (or of a text); for a blank one, the error's type name (or "")."""
+    text = str(err).strip()
+    if text:
+        return text.splitlines()[0]
+    return "" if isinstance(err, str) else type(err).__name__

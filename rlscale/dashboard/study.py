@@ -2,7 +2,6 @@
 the parts that changed (a new evaluation of one run of 500 sends that run)."""
 
 import json
-import math
 import secrets
 import threading
 import time
@@ -14,7 +13,7 @@ import yaml
 
 from rlscale.fitting.curves import latest_runs, unit_label
 from rlscale.fitting.rules.reasons import Refusal
-from rlscale.fitting.rules.standing import fitted_rewards
+from rlscale.fitting.rules.standing import count_or_none, fitted_rewards
 from rlscale.fitting.sigmoid.points import fits_record_breaking, fitted_points_label
 from rlscale.fitting.sigmoid.runs import run_labels
 from rlscale.fitting.stored import fits_from_frames
@@ -235,7 +234,7 @@ class StudyView:
                     "reward": number(state.val_reward),
                     "axes": {key: values[position] for key, values in axes.items()},
                     **{key: number(fit.get(key)) for key in FIT_KEYS},
-                    "n_points": _count(fit.get("n_points")),
+                    "n_points": count_or_none(fit.get("n_points")),
                     "identified": bool(fit.get("identified", False)),
                     "reason": fit.get("reason") if isinstance(fit.get("reason"), str) else None,
                     "at_budget": number(at_budget.get(state.run_id)),
@@ -312,10 +311,6 @@ def _by_run(records: pd.DataFrame, compute_col: str, metric: str) -> dict:
     keys, starts = np.unique(ids[order], return_index=True)
     ends = [*starts[1:], len(order)]
     return {key: (compute[a:b], reward[a:b]) for key, a, b in zip(keys.tolist(), starts, ends)}
-
-
-def _count(value) -> int | None:
-    return int(value) if value is not None and not (isinstance(value, float) and math.isnan(value)) else None
 
 
 def _rule_words(typed) -> str:

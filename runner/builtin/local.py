@@ -21,13 +21,11 @@ DEVICES = 1  # the local loop holds one device
 
 def resolve_model_dir(recipe) -> Path:
     """The recipe's model directory: the embedded tiny policy for 'tiny', else the given HF directory."""
-    from rlscale.runner.rl.policy import base_model_dir
+    from rlscale.runner.rl.policy import model_path
 
     from rlscale.base.errors import UserError
 
-    if recipe.model == "tiny":
-        return base_model_dir()
-    path = Path(recipe.model)
+    path = Path(model_path(recipe.model))
     if not (path / "config.json").is_file():
         raise UserError("expected 'tiny' or a HF model directory with config.json", field="model")
     return path

@@ -18,6 +18,7 @@ from rlscale.runner.rl.tasks import Prompt, arithmetic_task
 
 from rlscale.base.settings import cache_dir
 
+TINY = "tiny"  # this policy's name in a recipe's `model` (and in a `trl grpo` YAML's model_name_or_path)
 BASE_MODEL_VERSION = "v5"  # bump when the architecture, vocabulary, SFT recipe or build numerics change
 SHIPPED_DIR = Path(__file__).with_name("base")  # the weights rlscale ships (built with PORTABLE_ENV)
 CHECKSUMS = "SHA256SUMS"  # sha256sum's format: one '<hex>  <file>' line per file of the model directory
@@ -195,6 +196,11 @@ def base_model_dir(rebuild: bool = False, *, log=None) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def model_path(model: str) -> str:
+    """What loads `model`: this policy's directory (built on first use) for 'tiny', else `model` unchanged."""
+    return str(base_model_dir()) if model == TINY else model
 
 
 def same_as_shipped(directory: Path) -> bool | None:

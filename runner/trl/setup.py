@@ -15,7 +15,6 @@ from rlscale.base.errors import UserError
 from . import trackers, user_config
 from .job import CHECKPOINTS_KEPT
 
-TINY = "tiny"  # the policy rlscale ships, as a study's recipe.model names it
 PREFLIGHT_SECONDS = 900  # the checks in the job's environment: imports, the dataset's load, a Hub request
 
 
@@ -65,11 +64,13 @@ def compose(plan, recipe, *, run_dir, run_key: str, until_step: int, fresh: bool
         for key in ("fp16", "use_vllm"):
             if keys.get(key):
                 job.put(key, False, "devices: a CPU job")
+    from rlscale.runner.rl.policy import TINY, model_path  # torch: TRL's parser has loaded it already
+
     model = job.keys.get("model_name_or_path")
     if not model:
-        job.put("model_name_or_path", _model_dir(recipe.model), "model: the study's recipe.model")
+        job.put("model_name_or_path", model_path(recipe.model), "model: the study's recipe.model")
     elif model == TINY:
-        job.put("model_name_or_path", _model_dir(TINY), "model: tiny, the policy rlscale ships")
+        job.put("model_name_or_path", model_path(TINY), "model: tiny, the policy rlscale ships")
     user_updates = updates_per_generated_batch(job.keys)
     for change in plan.changes(recipe):
         job.put(change.key, change.after, change.why)
@@ -111,14 +112,6 @@ def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def _model_dir(model: str) -> str:
-    if model == "tiny":
-        from rlscale.runner.rl.policy import base_model_dir
-
-        return str(base_model_dir())
-    return model
 
 
 def _schedule(job: Composed, recipe, *, updates: int, study_steps: int | None) -> None:

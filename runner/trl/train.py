@@ -32,6 +32,7 @@ def main(spec_path: str) -> None:
         from .setup_train import train_setup
 
         return train_setup(spec, recipe)
+    from rlscale.runner.rl.policy import model_path
     from rlscale.runner.rl.tasks import make_task
     from transformers import AutoTokenizer
 
@@ -39,7 +40,7 @@ def main(spec_path: str) -> None:
     from .data import train_dataset, validation_prompts
     from .reward import task_reward
 
-    model = str(_model_dir(recipe.model))
+    model = str(Path(model_path(recipe.model)))
     tokenizer = AutoTokenizer.from_pretrained(model)
     task = make_task(recipe)
     config = trl.GRPOConfig(**spec["config"])
@@ -64,14 +65,6 @@ def main(spec_path: str) -> None:
         trainer.train(resume_from_checkpoint=str(last) if last else None)
     finally:
         records.close()
-
-
-def _model_dir(model: str) -> Path:
-    if model == "tiny":
-        from rlscale.runner.rl.policy import base_model_dir
-
-        return base_model_dir()
-    return Path(model)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import yaml
 
-from rlscale.base.errors import UserError
+from rlscale.base.errors import UserError, first_line
 
 # keys of a `trl grpo` YAML whose values are local paths when such a file exists (else a Hub id)
 PATH_KEYS = ("model_name_or_path", "dataset_name", "reward_model_name_or_path")
+MESSAGE_CHARS = 300  # the most of a TRL or accelerate message an error shows
 
 
 def read_keys(path: str) -> tuple[dict, dict]:
@@ -60,7 +61,7 @@ def trl_launcher_key(key: str, value, *, file: str) -> bool:
     try:
         launch = resolve_accelerate_config_argument([f"--{key}", str(value)])
     except ValueError as err:
-        raise UserError(_first_line(str(err)), file=file, field=key) from None
+        raise UserError(first_line(str(err))[:MESSAGE_CHARS], file=file, field=key) from None
     return launch[:1] == ["--config_file"]
 
 
@@ -88,19 +89,13 @@ def parse_file(path: str, *, shown: str | None = None, parser=None) -> tuple:
             return tuple(parser.parse_args_and_config(["--config", path]))
     except argparse.ArgumentError as err:
         raise UserError(
-            _first_line(err.message), file=shown or path, field=(err.argument_name or "").lstrip("-")
+            first_line(err.message)[:MESSAGE_CHARS], file=shown or path, field=(err.argument_name or "").lstrip("-")
         ) from None
     except (ValueError, TypeError) as err:
-        raise UserError(_first_line(str(err)), file=shown or path, field="GRPOConfig") from None
-    except SystemExit:
-        raise UserError(
-            _first_line(printed.getvalue().strip().splitlines()[-1:] or ["refused by TRL's parser"]), file=shown or path
-        ) from None
-
-
-def _first_line(text) -> str:
-    text = text[0] if isinstance(text, list) else str(text)
-    return (text.strip().splitlines() or [""])[0][:300]
+        raise UserError(first_line(str(err))[:MESSAGE_CHARS], file=shown or path, field="GRPOConfig") from None
+    except SystemExit:  # argparse printed its usage, then the error on the last line
+        last = (printed.getvalue().strip().splitlines() or ["refused by TRL's parser"])[-1]
+        raise UserError(first_line(last)[:MESSAGE_CHARS], file=shown or path) from None
 
 
 def local_path(value: str, folders: list[Path]) -> str:
