@@ -103,6 +103,12 @@ def decision_blocks(report) -> list[tuple]:
     return blocks
 
 
+def _table_section(title, note, header, rows, classes=None, bullets=None) -> tuple[str, list[tuple]]:
+    """A section of a paragraph, a table (row classes or None) and, when given, bullets under it."""
+    blocks = [("p", note), ("table", header, rows, classes)]
+    return title, blocks if bullets is None else [*blocks, ("bullets", bullets)]
+
+
 def report_sections(report) -> list[tuple[str, list[tuple]]]:
     """(title, blocks) in the report's order; a block is ("p", text), ("bullets", [text]), ("code", text),
     ("table", header, rows, row classes or None) or ("img", name, path)."""
@@ -112,126 +118,80 @@ def report_sections(report) -> list[tuple[str, list[tuple]]]:
     standing = report.decision.standing if report.decision is not None else None
     if standing is not None:
         sections.append(
-            (
+            _table_section(
                 f"Runs at {standing.compute:.4g} {unit_label(report.unit)} (fitted reward)",
-                [
-                    (
-                        "p",
-                        "Every finished run reached this compute: each run's fitted curve is read inside its own "
-                        "data, as the decision, the variants and the frontier read it.",
-                    ),
-                    (
-                        "table",
-                        STANDING_HEADER,
-                        [standing_cells(row) for row in standing.runs],
-                        ["" if row["within_band"] else "outside" for row in standing.runs],
-                    ),
-                ],
+                "Every finished run reached this compute: each run's fitted curve is read inside its own "
+                "data, as the decision, the variants and the frontier read it.",
+                STANDING_HEADER,
+                [standing_cells(row) for row in standing.runs],
+                ["" if row["within_band"] else "outside" for row in standing.runs],
             )
         )
     if report.targets is not None:
         sections.append(
-            (
+            _table_section(
                 f"Compute to reach a reward of {report.targets['target']:.3f}",
-                [
-                    ("p", report.targets["note"]),
-                    ("table", TARGET_HEADER, [target_cells(row) for row in report.targets["runs"]], None),
-                ],
+                report.targets["note"],
+                TARGET_HEADER,
+                [target_cells(row) for row in report.targets["runs"]],
             )
         )
     if report.loo is not None:
         sections.append(
-            (
+            _table_section(
                 "Leave-one-out (ScaleRL)",
-                [
-                    (
-                        "p",
-                        f"dA is each variant's asymptote minus the full recipe's; |dA| < {NOISE_BAND} is seed noise.",
-                    ),
-                    (
-                        "table",
-                        LOO_HEADER,
-                        [loo_cells(r) for r in report.loo],
-                        [
-                            "beyond" if r["beyond_noise"] else ("" if r["identified"] else "unidentified")
-                            for r in report.loo
-                        ],
-                    ),
-                ],
+                f"dA is each variant's asymptote minus the full recipe's; |dA| < {NOISE_BAND} is seed noise.",
+                LOO_HEADER,
+                [loo_cells(r) for r in report.loo],
+                ["beyond" if r["beyond_noise"] else ("" if r["identified"] else "unidentified") for r in report.loo],
             )
         )
     if report.comparison is not None:
         sections.append(
-            (
+            _table_section(
                 "Variants across seeds",
-                [
-                    ("p", COMPARE_NOTE),
-                    (
-                        "table",
-                        compare_header(report.comparison),
-                        [compare_cells(r) for r in report.comparison["rows"]],
-                        None,
-                    ),
-                    ("bullets", [reason_text(report.comparison["verdict"])]),
-                ],
+                COMPARE_NOTE,
+                compare_header(report.comparison),
+                [compare_cells(r) for r in report.comparison["rows"]],
+                bullets=[reason_text(report.comparison["verdict"])],
             )
         )
     sections.append(
-        (
+        _table_section(
             "Per-run sigmoid fits",
-            [
-                ("p", f"R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), fitted on {report.fitted_on}"),
-                (
-                    "table",
-                    FIT_HEADER,
-                    [fit_cells(r) for r in report.fits],
-                    ["" if r["identified"] else "unidentified" for r in report.fits],
-                ),
-            ],
+            f"R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), fitted on {report.fitted_on}",
+            FIT_HEADER,
+            [fit_cells(r) for r in report.fits],
+            ["" if r["identified"] else "unidentified" for r in report.fits],
         )
     )
     if report.backtest is not None:
         sections.append(
-            (
+            _table_section(
                 "Backtest (ScaleRL: fit on the first half, extrapolate)",
-                [
-                    ("p", backtest_note(report.backtest)),
-                    (
-                        "table",
-                        BACKTEST_HEADER,
-                        table_rows(report.backtest),
-                        ["" if r["fitted"] else "unidentified" for r in report.backtest["runs"]],
-                    ),
-                    ("bullets", table_lines(report.backtest)),
-                ],
+                backtest_note(report.backtest),
+                BACKTEST_HEADER,
+                table_rows(report.backtest),
+                ["" if r["fitted"] else "unidentified" for r in report.backtest["runs"]],
+                table_lines(report.backtest),
             )
         )
     if report.law is not None:
         law = report.law
-        sections.append(
-            (
-                "Optimal rollouts per prompt",
-                [
-                    (
-                        "p",
-                        (
-                            f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / "
-                            f"(1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))); "
-                            f"{'identified' if law['identified'] else 'not identified'}: {reason_text(law['verdict'])}"
-                        ),
-                    )
-                ],
-            )
+        law_text = (
+            f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / "
+            f"(1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))); "
+            f"{'identified' if law['identified'] else 'not identified'}: {reason_text(law['verdict'])}"
         )
+        sections.append(("Optimal rollouts per prompt", [("p", law_text)]))
     if report.sizes is not None:
         sections.append(
-            (
+            _table_section(
                 "Across model sizes (Tan et al.)",
-                [
-                    ("p", SIZE_NOTE),
-                    ("table", SIZE_HEADER, size_rows(report.sizes), None),
-                    ("bullets", [size_summary(report.sizes)]),
-                ],
+                SIZE_NOTE,
+                SIZE_HEADER,
+                size_rows(report.sizes),
+                bullets=[size_summary(report.sizes)],
             )
         )
     if report.notes:
