@@ -203,7 +203,7 @@ def estimate_interval(fit: dict) -> dict:
             "settings": fit,
         },
     )
-    INTERVAL_FILE.write_text(json.dumps(calibration.to_dict(), indent=1) + "\n")
+    INTERVAL_FILE.write_text(json.dumps(intervals.calibration_dict(calibration), indent=1) + "\n")
     figures["hindsight_mean_interval_score"] = intervals.hindsight_score(rows, calibration)
     figures["alternatives_held_out"] = intervals.alternatives(rows)
     print(f"== prediction intervals ({DEFAULT_LEVEL:.0%}), calibrated held out by source: new / today's method")
@@ -241,7 +241,9 @@ def estimate_interval(fit: dict) -> dict:
         f"{calibration.drift_per_noise:.3f}, drift per gain left {calibration.drift_per_gain:.3f}, 90% quantile "
         f"{calibration.quantile(DEFAULT_LEVEL):.3f} (written to {INTERVAL_FILE.relative_to(ROOT)})"
     )
-    coefficients = {k: v for k, v in calibration.to_dict().items() if k not in ("scores", "weights", "provenance")}
+    coefficients = {
+        k: v for k, v in intervals.calibration_dict(calibration).items() if k not in ("scores", "weights", "provenance")
+    }
     return {
         **figures,
         "calibration": coefficients,

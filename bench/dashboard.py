@@ -27,6 +27,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -57,6 +58,35 @@ AXES = {
     },
 }
 LOSS_GAIN = {"cispo": 0.0, "gspo": -0.01, "dapo": -0.03, "grpo": -0.05}
+
+
+class Background:
+    """`app` served on a thread of this process, on a free port of 127.0.0.1 (port 0) unless given; a context
+    manager whose `url` is the server's address, stopped on exit."""
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0):
+        import uvicorn
+
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
+        )
+        self.thread = threading.Thread(target=self.server.run, name="dashboard", daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> "Background":
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the dashboard did not start")
+            time.sleep(0.02)
+        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
+        self.url = f"http://{host}:{port}/"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
 
 
 def seed_study(store, tmp: Path, name: str, runs: int, rng) -> None:
@@ -264,7 +294,6 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     from rlscale.dashboard.app import create_app
-    from rlscale.dashboard.server import Background
     from rlscale.views.page import asset
 
     tmp = Path(tempfile.mkdtemp(prefix="dashbench"))

@@ -14,8 +14,8 @@ judged before its curve bends. So the studies are replayed in three regimes of C
 per-run budget (REGIMES): "late" (C_mid 8-30% of the budget: runs end at 3.3-12x C_mid), "mid" (4-15%) and
 "early" (2-8%: runs planned to 12-50x C_mid, as a study planned to extrapolate from well past the bend would be).
 
-Asymptote rule: the sweep driver's loop itself. Each study goes through `run_by_rungs`
-(runner/sweep/scheduler.py), the function SweepDriver calls: every run's progress and its sigmoid fit so far
+Asymptote rule: the sweep driver's loop itself. Each study goes through `run_by_rungs` (below): `run_concurrently`
+(runner/sweep/scheduler.py), the loop SweepDriver runs, with one slot: every run's progress and its sigmoid fit so far
 (bootstrap 100, and the profile-likelihood upper bound on A at early_stop.UPPER_LEVEL) go in, `next_move`
 (runner/sweep/scheduler.py) says what to do next; an "advance" replays that run's evals up to the move's fraction of
 its budget (rung boundaries fall on evaluations), asking the scheduler's stop check every other eval (it judges
@@ -36,14 +36,15 @@ in VARIANTS on N studies of the "late" regime (stored under "variants", beside t
 import argparse
 import json
 import time
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 import numpy as np
-from rlscale.fitting import early_stop
+from rlscale.fitting.rules import early_stop
 from rlscale.fitting.rules.early_stop import best_fit_of
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 from rlscale.planner.study import EarlyTerminate
-from rlscale.runner.sweep.scheduler import RungSchedule, RunProgress, run_by_rungs
+from rlscale.runner.sweep.scheduler import RungSchedule, RunProgress, StopCheck, run_concurrently
 
 N_RUNS, N_EVALS, EVAL_SAMPLES, REPLICATES = 12, 40, 2048, 100
 # C_mid drawn uniformly from this range, as a fraction of the per-run budget (see the module docstring)
@@ -138,9 +139,30 @@ class FitCache:
         return self.fits[(i, n)]
 
 
+def run_by_rungs(
+    schedule: RungSchedule,
+    progress: Callable[[], list[RunProgress]],
+    advance: Callable[[Hashable, float, StopCheck], None],
+    stop: Callable[[Hashable, str], None],
+) -> int:
+    """run_concurrently with one slot, each advance run to its end when started; returns the number of moves.
+    advance(key, until, check): to `until` x planned compute, check at each checkpoint, stop there on a reason."""
+    ended: list[Hashable] = []
+
+    def start(key, until, check):
+        advance(key, until, check)
+        ended.append(key)
+
+    def wait():
+        done, ended[:] = list(ended), []
+        return done
+
+    return run_concurrently(schedule, progress, start, wait, stop, slots=1)
+
+
 def replay_asymptote(runs, order, fits: FitCache, check_every=CHECK_EVERY, **schedule) -> tuple[int, float, int]:
     """(chosen best run, compute spent, moves): the study run through the sweep's rung scheduler
-    (rlscale.runner.sweep.scheduler.run_by_rungs, the loop the driver runs); `order` is the driver's list of runs.
+    (`run_by_rungs`: run_concurrently, the loop the driver runs); `order` is the driver's list of runs.
 
     Advancing a run replays its evals up to the move's fraction, asking the scheduler's check every
     `check_every` evals (the driver asks at each checkpoint). The compute axis is the fraction of the budget

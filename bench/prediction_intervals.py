@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rlscale.fitting.backtest import in_end_window, interval_score  # noqa: E402
-from rlscale.fitting.laws.predict import DEFAULT_LEVEL, Calibration, calibrate_interval, interval_scale  # noqa: E402
+from rlscale.fitting.laws.predict import DEFAULT_LEVEL, Calibration  # noqa: E402
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid  # noqa: E402
+from scipy import optimize  # noqa: E402
 
 # Fractions the prediction interval is judged from: the half and the quarter
 FRACTIONS = (0.5, 0.25)
@@ -148,6 +149,57 @@ def column(rows, key) -> np.ndarray:
     return np.array([row[key] for row in rows], dtype=float)
 
 
+def interval_scale(calibration_or_coefficients, sd_parameters, sigma, gain_left, distance) -> np.ndarray:
+    """The interval's scale (reward units) for arrays of its inputs: sqrt(sd_parameters^2 + (a sigma)^2 +
+    distance (b^2 sigma^2 + g^2 gain_left^2)), the coefficients (a, b, g) given directly or by a Calibration."""
+    c = calibration_or_coefficients
+    a, b, g = (c.noise_share, c.drift_per_noise, c.drift_per_gain) if isinstance(c, Calibration) else c
+    p, s, gl, d = (np.asarray(v, dtype=float) for v in (sd_parameters, sigma, gain_left, distance))
+    return np.sqrt(p**2 + (a * s) ** 2 + np.maximum(d, 0.0) * ((b * s) ** 2 + (g * gl) ** 2))
+
+
+def calibrate_interval(
+    errors, sd_parameters, sigma, gain_left, distance, *, weights=None, provenance: dict | None = None
+) -> Calibration:
+    """Calibration from runs' errors (prediction - observed) and `predict_at`'s parts: (a, b, g) maximising the weighted
+    Laplace likelihood under `interval_scale`, then scores |error| / scale; runs with a non-finite input are dropped."""
+    e, p, s, gl, d = (np.asarray(v, dtype=float) for v in (errors, sd_parameters, sigma, gain_left, distance))
+    w = np.ones_like(e) if weights is None else np.asarray(weights, dtype=float)
+    ok = np.isfinite(e) & np.isfinite(p) & np.isfinite(s) & np.isfinite(gl) & np.isfinite(d) & (w > 0)
+    e, p, s, gl, d, w = (v[ok] for v in (e, p, s, gl, d, w))
+    floor = 1e-9 * max(float(np.max(np.abs(e))) if len(e) else 1.0, 1e-12)  # an exact fit's scale is not 0
+
+    def loss(log_coefficients):
+        scale = interval_scale(np.exp(log_coefficients), p, s, gl, d) + floor
+        return float(np.sum(w * (np.log(scale) + np.abs(e) / scale)))
+
+    # a few starts: the likelihood is smooth but flat where one term dwarfs another
+    best = min(
+        (
+            optimize.minimize(
+                loss, np.full(3, start), method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-8, "maxiter": 4000}
+            )
+            for start in (-3.0, -1.0, 0.0)
+        ),
+        key=lambda r: r.fun,
+    )
+    a, b, g = (float(v) for v in np.exp(best.x))
+    scores = np.abs(e) / (interval_scale((a, b, g), p, s, gl, d) + floor)
+    return Calibration(a, b, g, tuple(map(float, scores)), tuple(map(float, w)), provenance or {})
+
+
+def calibration_dict(calibration: Calibration) -> dict:
+    """JSON-ready `calibration`, as Calibration.from_dict (and fitting/laws/interval.json) reads it."""
+    return {
+        "noise_share": calibration.noise_share,
+        "drift_per_noise": calibration.drift_per_noise,
+        "drift_per_gain": calibration.drift_per_gain,
+        "scores": list(calibration.scores),
+        "weights": list(calibration.weights),
+        "provenance": calibration.provenance,
+    }
+
+
 def calibrate(rows, provenance: dict | None = None) -> Calibration:
     """The interval's calibration on `rows` (`calibrate_interval`, each training counted once)."""
     return calibrate_interval(
@@ -232,7 +284,7 @@ def held_out(rows, level: float = DEFAULT_LEVEL) -> dict:
         per_source[src] = {
             "new": judge(held, new_lo[mine], new_hi[mine], level),
             "today": judge(held, old_lo[mine], old_hi[mine], level),
-            "calibration_from_other_sources": calibration.to_dict(),
+            "calibration_from_other_sources": calibration_dict(calibration),
         }
     return {
         "level": level,

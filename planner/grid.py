@@ -12,9 +12,6 @@ from rlscale.base.names import MAX_GRID_POINTS, MAX_STEPS
 
 DEFAULT_PROMPTS = (32, 64, 128)
 DEFAULT_ROLLOUTS = (8, 16, 32)
-PLAYBOOK_PROMPTS = tuple(2**k for k in range(5, 11))
-PLAYBOOK_ROLLOUTS = tuple(2**k for k in range(3, 12))
-PLAYBOOK_MAX_BATCH = 65536
 
 
 @dataclass(frozen=True)

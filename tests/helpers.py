@@ -3,6 +3,7 @@ logs, synthetic studies, exported scripts' argv, the checker venvs. No test modu
 what it needs from here."""
 
 import csv
+import functools
 import importlib.util
 import json
 import os
@@ -48,9 +49,18 @@ def tail(log: Path, chars: int = 2000) -> str:
 
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("optimal_n_recovery", ROOT / "bench" / "optimal_n_recovery.py")
-bench = importlib.util.module_from_spec(_spec)  # synthetic IsoCompute studies with a known n*
-_spec.loader.exec_module(bench)
+
+
+@functools.cache
+def bench_module(name: str):
+    """bench/<name>.py imported as a module (bench/ is no package), once per test session."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = bench_module("optimal_n_recovery")  # synthetic IsoCompute studies with a known n*
 
 
 def seed_isocompute(url, name, truth, c_obs, prompts=(16, 32), fit=None):
@@ -92,6 +102,17 @@ def seed_isocompute(url, name, truth, c_obs, prompts=(16, 32), fit=None):
         )
         store.set_run_status(run_id, "done")
     store.close()
+
+
+def normal_calibration(noise_share: float, drift_per_noise: float, drift_per_gain: float, n: int = 999):
+    """A Calibration with these coefficients and, as scores, `n` evenly spaced quantiles of |N(0, 1)|: the interval a
+    Gaussian error of that scale would call for (its `quantile(level)` is close to the normal one)."""
+    from rlscale.fitting.laws.predict import Calibration
+    from scipy import stats
+
+    scores = stats.norm.ppf(0.5 + 0.5 * (np.arange(n) + 0.5) / n)
+    note = {"note": "scores: quantiles of |N(0, 1)|"}
+    return Calibration(noise_share, drift_per_noise, drift_per_gain, tuple(map(float, scores)), (1.0,) * n, note)
 
 
 # true asymptotes of the synthetic LOO study (seed_loo): only the DAPO revert is beyond the 0.02 noise band

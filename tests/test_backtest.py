@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import normal_calibration
 from rlscale.db.importer import read_run_log
 from rlscale.fitting.backtest import PICK_METHODS, RISE, backtest_run, backtest_runs, summarize
-from rlscale.fitting.laws.predict import Calibration
 from rlscale.fitting.sigmoid import fit_sigmoid, sigmoid
 from rlscale.fitting.sigmoid.bootstrap import percentile_interval
 
@@ -18,7 +18,7 @@ from rlscale.views.tables import backtest_summary_lines as summary_lines
 
 A, B, C_MID, R0 = 0.8, 1.5, 30.0, 0.1
 COMPUTE = np.linspace(2.5, 100.0, 40)
-GAUSSIAN = Calibration.normal(1.0, 0.5, 0.08)  # the interval a Gaussian error of the calibrated scale calls for
+GAUSSIAN = normal_calibration(1.0, 0.5, 0.08)  # the interval a Gaussian error of the calibrated scale calls for
 
 
 def noisy_sigmoid(seed: int, sd: float = 0.005):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import bench_module
 from rlscale.db.store import Store
 
 pytestmark = pytest.mark.slow
@@ -138,11 +139,10 @@ def sweep(tmp_path_factory):
 @pytest.fixture(scope="module")
 def dashboard(sweep):
     from rlscale.dashboard.app import create_app
-    from rlscale.dashboard.server import Background
 
     url = sweep[0]
     _until(lambda: True if Path(url.removeprefix("sqlite:///")).exists() else None, 60, "the sweep's store")
-    with Background(create_app(url)) as server:
+    with bench_module("dashboard").Background(create_app(url)) as server:
         yield server.url
 
 

@@ -1,12 +1,14 @@
 """Early termination rules: the asymptote rule on fitted curves, and Optuna's Hyperband pruner as the sweep uses it."""
 
 import numpy as np
+from helpers import bench_module
 from rlscale.fitting.rules.early_stop import UPPER_LEVEL, best_fit_of, should_stop
 from rlscale.fitting.sigmoid import SigmoidFit, fit_sigmoid, sigmoid
 from rlscale.planner.study import EarlyTerminate
 from rlscale.runner.sweep.hyperband import HyperbandStopper
-from rlscale.runner.sweep.scheduler import Move, RungSchedule, RunProgress, next_move, run_by_rungs
+from rlscale.runner.sweep.scheduler import Move, RungSchedule, RunProgress, next_move
 
+run_by_rungs = bench_module("early_termination").run_by_rungs  # run_concurrently with one slot
 RUNGS = EarlyTerminate(type="asymptote").rungs  # the study default: 0.25, 0.5, 1.0
 
 COMPUTE = np.linspace(0.025, 1.0, 40)

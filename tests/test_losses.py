@@ -6,7 +6,7 @@ import pytest
 import torch
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.rl.advantages import PromptPool, compute_advantages, zero_variance_mask
-from rlscale.runner.rl.losses import aggregate, entropy_from_logits, kl_k3, policy_loss
+from rlscale.runner.rl.losses import aggregate, kl_k3, policy_loss
 
 torch.set_num_threads(1)
 LN = math.log
@@ -195,13 +195,6 @@ def test_kl_k3_values_and_gradient():
     assert kl.tolist() == pytest.approx([0.5 - LN(0.5) - 1, 0.0])
     kl.sum().backward()
     assert logp.grad.tolist() == pytest.approx([1 - 0.5, 0.0])  # d/dlogp = 1 - ref/p
-
-
-def test_entropy_from_logits():
-    uniform = torch.zeros(1, 4)
-    peaked = torch.tensor([[0.0, -1e9, -1e9, -1e9]])
-    assert entropy_from_logits(uniform).item() == pytest.approx(LN(4))
-    assert entropy_from_logits(peaked).item() == pytest.approx(0.0, abs=1e-6)
 
 
 # ---------------------------------------------------------------- advantages and filters

@@ -4,17 +4,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rlscale.planner.cost import SCALERL_8B, Profile, run_gpu_hours, step_gpu_hours
-from rlscale.planner.grid import (
-    PLAYBOOK_MAX_BATCH,
-    PLAYBOOK_PROMPTS,
-    PLAYBOOK_ROLLOUTS,
-    allocate,
-    isocompute_plan,
-    parse_axis,
-)
+from rlscale.planner.grid import allocate, isocompute_plan, parse_axis
 
 from rlscale.base.errors import UserError
 
+# the IsoCompute Playbook's axes: B_p in 2^5..2^10, n in 2^3..2^11, B_p * n <= B_max (studies/isocompute_playbook.yaml)
+PLAYBOOK_PROMPTS = tuple(2**k for k in range(5, 11))
+PLAYBOOK_ROLLOUTS = tuple(2**k for k in range(3, 12))
+PLAYBOOK_MAX_BATCH = 65536
 PLAYBOOK_GRID = {(2**a, 2**b) for a in range(5, 11) for b in range(3, 12) if 2 ** (a + b) <= 65536}
 
 

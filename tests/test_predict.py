@@ -9,14 +9,16 @@ import math
 
 import numpy as np
 import pytest
-from rlscale.fitting.laws.predict import Calibration, calibrate_interval, conformal_quantile, predict_at
+from helpers import bench_module, normal_calibration
+from rlscale.fitting.laws.predict import Calibration, conformal_quantile, predict_at
 from rlscale.fitting.sigmoid import fit_sigmoid, sigmoid
 from scipy import stats
 
 COMPUTE = np.linspace(2.5, 100.0, 40)
 PART, END = COMPUTE <= 50.0, COMPUTE >= 90.0
 WANDER = 1.5  # the plateau's random-walk step per unit noise and sqrt(ln compute)
-GAUSSIAN = Calibration.normal(1.0, 0.5, 0.08)
+GAUSSIAN = normal_calibration(1.0, 0.5, 0.08)
+calibrate_interval = bench_module("prediction_intervals").calibrate_interval  # it writes the shipped interval.json
 
 
 def wandering_curve(seed: int, noise: float):
@@ -139,7 +141,7 @@ def test_a_pass_rate_interval_stays_in_zero_one_and_an_unbounded_one_does_not():
     compute = np.linspace(1.0, 50.0, 30)
     reward = sigmoid(compute, 0.995, 2.0, 5.0, 0.2) + np.random.default_rng(0).normal(0.0, 0.02, compute.size)
     fit = fit_sigmoid(compute, reward, bounded=False, seed=0)
-    wide = Calibration.normal(3.0, 3.0, 1.0)
+    wide = normal_calibration(3.0, 3.0, 1.0)
     assert predict_at(fit, compute, reward, 500.0, calibration=wide).hi == 1.0
     assert predict_at(fit, compute, reward, 500.0, calibration=wide, bounded=False).hi > 1.0
 

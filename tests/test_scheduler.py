@@ -3,11 +3,13 @@ the compute spent out. No Ray and no store: the same loop SweepDriver and bench/
 
 import numpy as np
 import pytest
+from helpers import bench_module
 from rlscale.fitting.rules.early_stop import UPPER_LEVEL
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 from rlscale.planner.study import EarlyTerminate
-from rlscale.runner.sweep.scheduler import RungSchedule, RunProgress, run_by_rungs
+from rlscale.runner.sweep.scheduler import RungSchedule, RunProgress
 
+run_by_rungs = bench_module("early_termination").run_by_rungs  # run_concurrently with one slot
 EVALS = 40
 COMPUTE = np.linspace(1 / EVALS, 1.0, EVALS)  # one eval every 1/40 of each run's budget
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 from rlscale.fitting.sigmoid import SigmoidFit, sigmoid
-from scipy import optimize, stats
+from scipy import stats
 
 # The reward at C is read as the mean over the evaluations at compute in [(1 - WINDOW) C, C].
 WINDOW = 0.1
@@ -49,30 +49,6 @@ class Calibration:
             tuple(map(float, data["weights"])),
             data.get("provenance", {}),
         )
-
-    @classmethod
-    def normal(cls, noise_share: float, drift_per_noise: float, drift_per_gain: float, n: int = 999) -> "Calibration":
-        """The coefficients given and, as scores, `n` evenly spaced quantiles of |N(0, 1)|: the interval a Gaussian
-        error of that scale would call for (its `quantile(level)` is close to the normal one)."""
-        scores = stats.norm.ppf(0.5 + 0.5 * (np.arange(n) + 0.5) / n)
-        return cls(
-            noise_share,
-            drift_per_noise,
-            drift_per_gain,
-            tuple(map(float, scores)),
-            (1.0,) * n,
-            {"note": "scores: quantiles of |N(0, 1)|"},
-        )
-
-    def to_dict(self) -> dict:
-        return {
-            "noise_share": self.noise_share,
-            "drift_per_noise": self.drift_per_noise,
-            "drift_per_gain": self.drift_per_gain,
-            "scores": list(self.scores),
-            "weights": list(self.weights),
-            "provenance": self.provenance,
-        }
 
     def quantile(self, level: float) -> float:
         """The multiplier of the scale for an interval at `level` (`conformal_quantile` of the scores)."""
@@ -236,45 +212,6 @@ def predict_at(
         sigma=sigma,
         gain_left=gain_left,
     )
-
-
-def interval_scale(calibration_or_coefficients, sd_parameters, sigma, gain_left, distance) -> np.ndarray:
-    """The interval's scale (reward units) for arrays of its inputs: sqrt(sd_parameters^2 + (a sigma)^2 +
-    distance (b^2 sigma^2 + g^2 gain_left^2)), the coefficients (a, b, g) given directly or by a Calibration."""
-    c = calibration_or_coefficients
-    a, b, g = (c.noise_share, c.drift_per_noise, c.drift_per_gain) if isinstance(c, Calibration) else c
-    p, s, gl, d = (np.asarray(v, dtype=float) for v in (sd_parameters, sigma, gain_left, distance))
-    return np.sqrt(p**2 + (a * s) ** 2 + np.maximum(d, 0.0) * ((b * s) ** 2 + (g * gl) ** 2))
-
-
-def calibrate_interval(
-    errors, sd_parameters, sigma, gain_left, distance, *, weights=None, provenance: dict | None = None
-) -> Calibration:
-    """Calibration from runs' errors (prediction - observed) and `predict_at`'s parts: (a, b, g) maximising the weighted
-    Laplace likelihood under `interval_scale`, then scores |error| / scale; runs with a non-finite input are dropped."""
-    e, p, s, gl, d = (np.asarray(v, dtype=float) for v in (errors, sd_parameters, sigma, gain_left, distance))
-    w = np.ones_like(e) if weights is None else np.asarray(weights, dtype=float)
-    ok = np.isfinite(e) & np.isfinite(p) & np.isfinite(s) & np.isfinite(gl) & np.isfinite(d) & (w > 0)
-    e, p, s, gl, d, w = (v[ok] for v in (e, p, s, gl, d, w))
-    floor = 1e-9 * max(float(np.max(np.abs(e))) if len(e) else 1.0, 1e-12)  # an exact fit's scale is not 0
-
-    def loss(log_coefficients):
-        scale = interval_scale(np.exp(log_coefficients), p, s, gl, d) + floor
-        return float(np.sum(w * (np.log(scale) + np.abs(e) / scale)))
-
-    # a few starts: the likelihood is smooth but flat where one term dwarfs another
-    best = min(
-        (
-            optimize.minimize(
-                loss, np.full(3, start), method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-8, "maxiter": 4000}
-            )
-            for start in (-3.0, -1.0, 0.0)
-        ),
-        key=lambda r: r.fun,
-    )
-    a, b, g = (float(v) for v in np.exp(best.x))
-    scores = np.abs(e) / (interval_scale((a, b, g), p, s, gl, d) + floor)
-    return Calibration(a, b, g, tuple(map(float, scores)), tuple(map(float, w)), provenance or {})
 
 
 def _parameter_sd(fit: SigmoidFit, points: np.ndarray) -> float:

@@ -1,8 +1,6 @@
-"""Serving the dashboard's app with uvicorn: in the foreground (`rlscale dashboard`) or on a thread (tests, bench)."""
+"""Serving the dashboard's app with uvicorn in the foreground (`rlscale dashboard`), and who may reach it."""
 
 import ipaddress
-import threading
-import time
 
 from rlscale.base.errors import UserError
 
@@ -35,32 +33,3 @@ def serve(app, host: str, port: int) -> None:
     import uvicorn
 
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
-
-
-class Background:
-    """`app` served on a thread of this process, on a free port of 127.0.0.1 (port 0) unless given; a context
-    manager whose `url` is the server's address, stopped on exit."""
-
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0):
-        import uvicorn
-
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
-        )
-        self.thread = threading.Thread(target=self.server.run, name="dashboard", daemon=True)
-        self.url = ""
-
-    def __enter__(self) -> "Background":
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the dashboard did not start")
-            time.sleep(0.02)
-        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
-        self.url = f"http://{host}:{port}/"
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)

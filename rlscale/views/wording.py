@@ -257,10 +257,6 @@ def _nan_for_none(value):
     return value
 
 
-def known_codes() -> set[str]:
-    return set(_TEXT)
-
-
 def comparison_lines(comparison: dict, *, limit: int = 3) -> list[str]:
     """A variants comparison (rules.compare) as short lines: its verdict, then at most `limit` separated pairs (the
     widest first) and how many more report.md lists."""

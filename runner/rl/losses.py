@@ -1,4 +1,4 @@
-"""Policy losses, loss aggregation, KL and entropy as small pure functions of tensors (after verl's core_algos).
+"""Policy losses, loss aggregation and KL as small pure functions of tensors (after verl's core_algos).
 `logp`, `old_logp`, `mask` are [B, T]; `advantages` and `group_index` (the prompt each sequence answers) are [B]."""
 
 from __future__ import annotations
@@ -129,9 +129,3 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(pi || pi_ref): exp(ref - logp) - (ref - logp) - 1 (>= 0, unbiased)."""
     log_ratio = ref_logp - logp
     return torch.exp(log_ratio) - log_ratio - 1.0
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Per-position entropy [..] in nats of softmax(logits [.., V])."""
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
-    return -(logprobs.exp() * logprobs).sum(dim=-1)

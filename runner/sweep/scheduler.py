@@ -281,27 +281,6 @@ def run_concurrently(
                 raise RuntimeError(f"run {key} made no progress")
 
 
-def run_by_rungs(
-    schedule: RungSchedule,
-    progress: Callable[[], list[RunProgress]],
-    advance: Callable[[Hashable, float, StopCheck], None],
-    stop: Callable[[Hashable, str], None],
-) -> int:
-    """run_concurrently with one slot, each advance run to its end when started; returns the number of moves.
-    advance(key, until, check): to `until` x planned compute, check at each checkpoint, stop there on a reason."""
-    ended: list[Hashable] = []
-
-    def start(key, until, check):
-        advance(key, until, check)
-        ended.append(key)
-
-    def wait():
-        done, ended[:] = list(ended), []
-        return done
-
-    return run_concurrently(schedule, progress, start, wait, stop, slots=1)
-
-
 def _overlay(runs: list[RunProgress], in_flight: dict, stopping: set) -> list[RunProgress]:
     out = []
     for run in runs:
