@@ -1,11 +1,15 @@
-"""A study's `tracking:` key: each stored evaluation mirrored to the user's tracker (MLflow, trackio, W&B), a group per
-study and a run per run. The driver calls `log` from each run's thread, so a tracker serialises its client calls."""
+"""A run's one identity in the user's trackers on every engine (ids, tags, a job's tracker env); a study's `tracking:`
+key mirrors each stored evaluation to its tracker, a group per study and a run per run, one client call at a time."""
 
 import hashlib
+import json
 import re
 import threading
 import time
 from abc import ABC, abstractmethod
+from pathlib import Path
+
+from rlscale.runner.jobs_api import write_whole
 
 from rlscale.base.errors import UserError
 
@@ -14,6 +18,19 @@ MIRRORED = ("val_reward", "gpu_hours", "rollouts", "tokens")
 # a run's identity in every tracker, whichever engine trains it: MLflow tags, and the W&B run id (tracker_run_id)
 TAG_STUDY, TAG_RUN_KEY = "rlscale.study", "rlscale.run_key"
 RUN_ID_CHARACTERS, RUN_ID_LENGTH = re.compile(r"[^A-Za-z0-9_-]"), 64  # what W&B takes as a run id
+TRACKER_PREFIXES = ("MLFLOW_", "WANDB_", "TRACKIO_")
+SECRET_WORDS = ("KEY", "TOKEN", "PASSWORD", "SECRET")
+# why each variable is set, as the dry-run lists it
+ENV_REASONS = {
+    "MLFLOW_EXPERIMENT_NAME": "trackers: runs grouped by study",
+    "MLFLOW_TRACKING_URI": "trackers: the MLflow store as the sweep sees it",
+    "MLFLOW_MAX_LOG_PARAMS": "trackers: the first segment logged the params",
+    "WANDB_PROJECT": "trackers: runs grouped by study",
+    "WANDB_RUN_GROUP": "trackers: runs grouped by study",
+    "WANDB_RUN_ID": "trackers: a run's segments continue one W&B run",
+    "WANDB_RESUME": "trackers: a run's segments continue one W&B run",
+}
+RUNS_FILE = "tracker_runs.json"  # in the run's directory: {"mlflow_run_id": ...}, written by its first segment
 
 
 def tracker_run_id(run_key: str) -> str:
@@ -28,6 +45,73 @@ def tracker_run_id(run_key: str) -> str:
 def tracker_tags(study: str, run_key: str) -> dict[str, str]:
     """The tags that find a run again in MLflow, the same on every engine: its study and its key."""
     return {TAG_STUDY: study, TAG_RUN_KEY: run_key}
+
+
+def forwarded_env(environ: dict) -> dict[str, str]:
+    """The sweep's tracker variables a job gets (credentials left to the cluster)."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if key.startswith(TRACKER_PREFIXES) and not any(word in key for word in SECRET_WORDS)
+    }
+
+
+def tracker_env(
+    backends, *, study: str, run_key: str, env: dict, params_logged: bool = False, default_uri: bool = True
+) -> dict[str, str]:
+    """`env` with the grouping, naming and resuming variables of the job's trackers among `backends` ("mlflow",
+    "wandb"); `params_logged`: continues an MLflow run; `default_uri`: no URI in `env` means MLflow's default here."""
+    env = dict(env)
+    if "mlflow" in backends:
+        env["MLFLOW_EXPERIMENT_NAME"] = study
+        if env.get("MLFLOW_TRACKING_URI") or default_uri:
+            env["MLFLOW_TRACKING_URI"] = absolute_uri(env.get("MLFLOW_TRACKING_URI") or _mlflow_default())
+        if params_logged:
+            env.setdefault("MLFLOW_MAX_LOG_PARAMS", "0")  # MLflow refuses changed params
+    if "wandb" in backends:
+        env.setdefault("WANDB_PROJECT", study)
+        env["WANDB_RUN_GROUP"] = study
+        env["WANDB_RUN_ID"] = tracker_run_id(run_key)
+        env.setdefault("WANDB_RESUME", "allow")
+    return env
+
+
+def absolute_uri(uri: str) -> str:
+    """A local tracking URI (sqlite:///relative.db, a bare path) made absolute from here: the job runs elsewhere."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
+    if "://" not in uri and not uri.startswith("/"):
+        return str(Path(uri.removeprefix("file:")).resolve())
+    return uri
+
+
+def _mlflow_default() -> str:
+    import mlflow
+
+    return mlflow.get_tracking_uri()
+
+
+def mlflow_run(env: dict, *, study: str, run_key: str, run_dir: Path) -> str:
+    """The id of the rlscale run's MLflow run (in experiment `study` at env's MLFLOW_TRACKING_URI), created on first
+    use and kept in the run's directory. Not thread-safe: one caller at a time."""
+    runs = _runs(run_dir)
+    if runs.get("mlflow_run_id"):
+        return runs["mlflow_run_id"]
+    from mlflow import MlflowClient
+
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name(study)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(study)
+    run = client.create_run(experiment_id, run_name=run_key, tags=tracker_tags(study, run_key))
+    write_whole(run_dir / RUNS_FILE, json.dumps({**runs, "mlflow_run_id": run.info.run_id}))
+    return run.info.run_id
+
+
+def _runs(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / RUNS_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
 
 
 class Tracker(ABC):

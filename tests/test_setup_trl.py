@@ -249,7 +249,8 @@ def test_each_step_is_recorded_once_with_the_studys_reward_metric_at_its_eval_st
 
 
 def test_trackers_group_runs_by_study_and_continue_a_run_across_its_jobs(tmp_path, monkeypatch):
-    from rlscale.runner.trl.trackers import forwarded_env, tracker_env, tracker_keys
+    from rlscale.runner.tracking import forwarded_env, tracker_env
+    from rlscale.runner.trl.trackers import env_backends, tracker_keys
 
     monkeypatch.chdir(tmp_path)
     given = forwarded_env(
@@ -257,18 +258,21 @@ def test_trackers_group_runs_by_study_and_continue_a_run_across_its_jobs(tmp_pat
     )
     assert given == {"WANDB_MODE": "offline", "MLFLOW_TRACKING_URI": "sqlite:///m.db"}  # credentials stay on the nodes
     jobs = [
-        tracker_env(["wandb", "mlflow"], study="mine", run_key="mine-1-ab", env=given, fresh=fresh)
-        for fresh in (True, False)
+        tracker_env(
+            env_backends(["wandb", "mlflow"]), study="mine", run_key="mine-1-ab", env=given, params_logged=later
+        )
+        for later in (False, True)
     ]
     assert jobs[0]["WANDB_RUN_ID"] == jobs[1]["WANDB_RUN_ID"]  # one W&B run across the run's jobs
     assert jobs[0]["WANDB_PROJECT"] == jobs[0]["WANDB_RUN_GROUP"] == "mine" and jobs[0]["WANDB_RESUME"] == "allow"
-    other = tracker_env(["wandb"], study="mine", run_key="mine-2-cd", env=given, fresh=True)
+    other = tracker_env(env_backends("wandb"), study="mine", run_key="mine-2-cd", env=given)
     assert other["WANDB_RUN_ID"] != jobs[0]["WANDB_RUN_ID"]
     # MLflow: the study is the experiment, at the store the sweep sees (the job runs in another directory)
     assert jobs[0]["MLFLOW_EXPERIMENT_NAME"] == "mine"
     assert jobs[0]["MLFLOW_TRACKING_URI"] == f"sqlite:///{tmp_path / 'm.db'}"
     assert "MLFLOW_MAX_LOG_PARAMS" not in jobs[0] and jobs[1]["MLFLOW_MAX_LOG_PARAMS"] == "0"  # params logged once
     assert tracker_keys(["trackio"], study="mine") == {"project": "mine"} and tracker_keys("none", study="x") == {}
+    assert env_backends("all") == ["mlflow", "wandb"] and env_backends(["trackio", "none"]) == []
 
 
 # ------------------------------------------------------------------------------------------ real TRL jobs on Ray

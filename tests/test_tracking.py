@@ -69,7 +69,7 @@ def test_a_tracker_whose_library_is_missing_is_one_line(tmp_path, monkeypatch):
 
 
 def test_a_run_has_one_tracker_identity_whichever_engine_trains_it(tmp_path):
-    from rlscale.runner.trl.trackers import mlflow_run, tracker_env
+    from rlscale.runner.tracking import mlflow_run, tracker_env
 
     key = "gsm8k_n-3-0123456789"
     assert tracker_run_id(key) == key  # a key W&B takes stays itself
@@ -78,7 +78,7 @@ def test_a_run_has_one_tracker_identity_whichever_engine_trains_it(tmp_path):
     assert len(ident) <= 64 and ident.replace("-", "").replace("_", "").isalnum()
     assert ident != tracker_run_id(dotted.replace("v2", "v3"))  # two keys, two ids, however long
     # TRL's jobs and verl's (test_setup_verl: WANDB_RUN_ID) continue the run under the same W&B id as builtin's tracker
-    env = tracker_env(["wandb", "mlflow"], study="s", run_key=dotted, env={}, fresh=True)
+    env = tracker_env(["wandb", "mlflow"], study="s", run_key=dotted, env={})
     assert env["WANDB_RUN_ID"] == ident
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
@@ -87,3 +87,40 @@ def test_a_run_has_one_tracker_identity_whichever_engine_trains_it(tmp_path):
     run_id = mlflow_run({"MLFLOW_TRACKING_URI": uri}, study="s", run_key=dotted, run_dir=tmp_path)
     tags = MlflowClient(tracking_uri=uri).get_run(run_id).data.tags
     assert (tags[TAG_STUDY], tags[TAG_RUN_KEY]) == ("s", dotted)  # the tags builtin's MLflow runs carry
+
+
+def test_a_verl_job_logs_to_mlflow_in_the_studys_experiment_at_the_store_the_sweep_sees(tmp_path, monkeypatch):
+    from rlscale.planner.frameworks.setup import setup_plan
+    from rlscale.planner.planning import planned_runs
+    from rlscale.runner.jobs_api import RunDir
+    from rlscale.runner.verl.setup import make_setup_job
+
+    pytest.importorskip("mlflow")
+    (tmp_path / "run.args").write_text(
+        "python3 -m verl.trainer.main_ppo data.train_batch_size=16 actor_rollout_ref.rollout.n=4 "
+        'actor_rollout_ref.model.path=Qwen/Qwen3-0.6B trainer.logger=\'["console","mlflow"]\''
+    )
+    spec = {
+        "name": "mine",
+        "method": "grid",
+        "parameters": {"lr": {"values": [1e-6]}},
+        "recipe": {"engine": "verl", "trainer_devices": 1, "steps": 10},
+        "setup": {"overrides_file": "run.args"},
+    }
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(spec))
+    study = load_study(tmp_path / "study.yaml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///m.db")  # relative to the sweep; the job runs elsewhere
+    monkeypatch.setenv("MLFLOW_RUN_ID", "one-run-for-the-whole-sweep")
+    monkeypatch.setenv("WANDB_API_KEY", "secret")
+    arguments = (setup_plan(study), planned_runs(study)[0].recipe, RunDir(tmp_path / "mine-1-ab"), "mine-1-ab-1")
+    options = {"until_step": 10, "python": "python", "module": "verl.trainer.main_ppo", "gpus_per_node": 1}
+    job, _ = make_setup_job(*arguments, **options)
+    env = job.env_vars
+    assert env["MLFLOW_EXPERIMENT_NAME"] == "mine" and env["MLFLOW_TRACKING_URI"] == f"sqlite:///{tmp_path / 'm.db'}"
+    # verl logs the params in every segment, which MLflow refuses in a continued run: one MLflow run per segment
+    assert "MLFLOW_RUN_ID" not in env and "MLFLOW_MAX_LOG_PARAMS" not in env
+    assert "WANDB_API_KEY" not in env and "WANDB_RUN_ID" not in env  # credentials stay on the nodes; no W&B logger
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    job, _ = make_setup_job(*arguments, **options)
+    assert "MLFLOW_TRACKING_URI" not in job.env_vars  # none given: the nodes' own, not a file on the driver's disk

@@ -6,11 +6,11 @@ import sys
 import threading
 
 from rlscale.runner.jobs_api import JobFailed, JobsApiEngine, RunDir, Submission
+from rlscale.runner.tracking import mlflow_run
 
 from .job import DEVICES_TAKEN, SetupJob, checkpointed_step, make_job, make_setup_job, require_trl, write_spec
 from .logs import read_line
 from .setup import check_inputs
-from .trackers import mlflow_run
 
 
 class TrlJobFailed(JobFailed):

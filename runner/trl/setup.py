@@ -9,6 +9,7 @@ from pathlib import Path
 from rlscale.planner.frameworks import schedule
 from rlscale.planner.frameworks.setup import Change
 from rlscale.planner.frameworks.trl import TRL_DEFAULTS, updates_per_generated_batch
+from rlscale.runner.tracking import ENV_REASONS, forwarded_env, tracker_env
 
 from rlscale.base.errors import UserError
 
@@ -213,11 +214,12 @@ def _run_keys(job: Composed, recipe, *, run_dir, run_key: str, until_step: int, 
 
 
 def _env(job: Composed, plan, user_env: dict, *, run_key: str, fresh: bool) -> dict:
-    given = {**trackers.forwarded_env(dict(os.environ)), **user_env}
-    env = trackers.tracker_env(job.keys.get("report_to"), study=plan.study, run_key=run_key, env=given, fresh=fresh)
+    given = {**forwarded_env(dict(os.environ)), **user_env}
+    backends = trackers.env_backends(job.keys.get("report_to"))
+    env = tracker_env(backends, study=plan.study, run_key=run_key, env=given, params_logged=not fresh)
     for key, value in env.items():
         if given.get(key) != value:
-            job.changes.append(Change(f"env.{key}", given.get(key), value, trackers.ENV_REASONS.get(key, "trackers")))
+            job.changes.append(Change(f"env.{key}", given.get(key), value, ENV_REASONS.get(key, "trackers")))
     return env
 
 

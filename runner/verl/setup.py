@@ -1,6 +1,7 @@
 """A segment's verl job on the user's own setup (`setup:` block): their command, then the study's axes and run keys.
 Each key is given once; legacy reward keys move to live `reward.*` keys; LR schedules decay over the run's steps."""
 
+import os
 from pathlib import Path
 
 from rlscale.planner.frameworks import schedule
@@ -8,7 +9,7 @@ from rlscale.planner.frameworks.setup import Change, UserSetup, by_axes, one_err
 from rlscale.planner.frameworks.verl import ACTOR, ROLLOUT, hydra_value
 from rlscale.planner.loading import load_yaml_mapping
 from rlscale.runner.jobs_api import RunDir
-from rlscale.runner.tracking import tracker_run_id
+from rlscale.runner.tracking import forwarded_env, tracker_env
 
 from rlscale.base.errors import UserError
 
@@ -156,7 +157,14 @@ def val_samples(setup: UserSetup) -> int:
 
 
 def setup_job(
-    plan, recipe, run_dir: RunDir, *, until_step: int, gpus_per_node: int = 8, config_keys: frozenset | None = None
+    plan,
+    recipe,
+    run_dir: RunDir,
+    *,
+    until_step: int,
+    gpus_per_node: int = 8,
+    config_keys: frozenset | None = None,
+    env_vars: dict | None = None,
 ) -> SetupJob:
     """One segment's verl arguments up to `until_step`, the changes to the user's config with why, and tracker env.
     With config_keys (user_config_keys) rlscale sets only those keys and notes the run keys it leaves out."""
@@ -204,9 +212,12 @@ def setup_job(
         for key, (value, why) in owned.items()
         if key not in axes and repr(value) != repr(setup.keys.get(key))
     ]
-    env = {}
-    if set(WANDB_LOGGERS) & set(loggers(setup)):  # every segment continues the run's one W&B run
-        env = {"WANDB_RUN_ID": tracker_run_id(run_dir.root.name), "WANDB_RESUME": "allow"}
+    backends = ["wandb" if name in WANDB_LOGGERS else name for name in loggers(setup)]
+    given = {**forwarded_env(dict(os.environ)), **(env_vars or {})}
+    # no URI given: verl's own (the node's MLFLOW_TRACKING_URI), not a file on the driver's disk the nodes may lack
+    env = tracker_env(backends, study=plan.study, run_key=run_dir.root.name, env=given, default_uri=False)
+    # no MLFLOW_RUN_ID: verl logs the params in every segment, MLflow refuses changed ones and verl then drops MLflow
+    env.pop("MLFLOW_RUN_ID", None)
     notes = tuple(f"not set: {key} ({why}): your config has no such key" for key, why in left_out)
     return SetupJob(kept, changes, env, notes)
 
@@ -308,7 +319,15 @@ def make_setup_job(
     """The job of one segment on the user's setup, and what it changes in the user's config (SetupJob)."""
     import shlex
 
-    job = setup_job(plan, recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node, config_keys=config_keys)
+    job = setup_job(
+        plan,
+        recipe,
+        run_dir,
+        until_step=until_step,
+        gpus_per_node=gpus_per_node,
+        config_keys=config_keys,
+        env_vars=env_vars,
+    )
     log = run_dir.log(submission_id)  # verl's file logger: the records
     entrypoint = " ".join([shlex.quote(python), "-m", shlex.quote(module), *map(shlex.quote, job.overrides)])
     keys = live_keys(plan.setup)[0]
@@ -316,7 +335,7 @@ def make_setup_job(
         submission_id=submission_id,
         entrypoint=entrypoint,
         overrides=job.overrides,
-        env_vars={**(env_vars or {}), **job.env_vars, "VERL_FILE_LOGGER_PATH": str(log)},
+        env_vars={**job.env_vars, "VERL_FILE_LOGGER_PATH": str(log)},
         train_file=keys.get("data.train_files"),
         val_file=keys.get("data.val_files"),
         log_file=log,
