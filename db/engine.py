@@ -45,8 +45,7 @@ def parse_url(url: str) -> URL:
 
 
 def display_url(url: URL | str) -> str:
-    """The URL as text with the password and password-like query parameters as ***; every message showing a
-    store's URL goes through it."""
+    """The URL as text, password and password-like query parameters as ***; all messages show store URLs through it."""
     try:
         parsed = make_url(url) if isinstance(url, str) else url
     except (ArgumentError, ValueError):

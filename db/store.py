@@ -141,8 +141,7 @@ class Store:
 
     @waits_out_outages
     def study_stamp(self, name: str) -> tuple:
-        """(runs, last run update, records, last record id): a cheap stamp a viewer polls, rereading frames only
-        when it moves."""
+        """(runs, last run update, records, last record id): a viewer polls it, rereading frames only when it moves."""
         with self._sessions() as session:
             study = self._study(session, name)
             runs = session.execute(
@@ -213,8 +212,7 @@ class Store:
 
     @waits_out_outages
     def import_runs(self, study: str, runs: list[tuple[str, dict, list[dict]]]) -> tuple[int, int, int]:
-        """(runs created, records inserted, records skipped), in one transaction; new runs are marked done, as
-        imported runs are complete logs a sweep must never run."""
+        """(runs created, records inserted, records skipped) in one transaction; new runs are done (complete logs)."""
         created = inserted = skipped = 0
         with self._writes.begin() as session:
             for name, config, records in runs:
@@ -227,8 +225,7 @@ class Store:
 
     @waits_out_outages
     def records_frame(self, study: str, *, after_id: int = 0, until_id: int | None = None) -> pd.DataFrame:
-        """One row per (run, step) of `study`: RECORD_COLUMNS plus metrics; only record ids in (after_id, until_id]
-        (a viewer reading what was added since study_stamp's last id)."""
+        """One row per (run, step) of `study`: RECORD_COLUMNS plus metrics, record ids in (after_id, until_id] only."""
         ids = [Record.id > after_id] + ([Record.id <= until_id] if until_id is not None else [])
         with self._sessions() as session:
             study_row = self._study(session, study)

@@ -29,8 +29,7 @@ def holder_text() -> str:
 
 
 def acquire(engine: Engine, url: URL, shown: str, study: str) -> "StudyLock":
-    """The study's lock for this process (shared with the process's other drivers); StudyBusy when another process
-    holds it."""
+    """The study's lock for this process (shared by its drivers); StudyBusy when another process holds it."""
     key = hashlib.sha256(f"{shown}|{url.query}|{study}".encode()).hexdigest()
     with _held_lock:
         entry = _held.get(key)

@@ -91,7 +91,7 @@ class BacktestSummary:
     pi_mean_score: float = float("nan")
 
     def to_dict(self) -> dict:
-        """JSON-ready: NaN becomes None."""
+        """JSON-ready: NaN and inf become None."""
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
@@ -296,8 +296,7 @@ def _mean_band(fit, compute) -> tuple[float, float]:
 
 
 def backtest_table(records: pd.DataFrame, *, fraction: float = 0.5, **kwargs) -> dict:
-    """{"fraction", "runs", "summary", "decision"} for a report, each as to_dict() (decision None without a pick).
-    `kwargs` go to `backtest_runs` (column names, fit options)."""
+    """{"fraction", "runs", "summary", "decision"} as to_dict() (decision None: no pick); kwargs go to backtest_runs."""
     results = backtest_runs(records, fraction=fraction, **kwargs)
     decision = cut_pick(results, fraction)
     return {
@@ -329,7 +328,7 @@ class CutPick:
     regret: dict
 
     def to_dict(self) -> dict:
-        """JSON-ready: NaN becomes None."""
+        """JSON-ready: NaN and inf become None."""
 
         def clean(v):
             if isinstance(v, dict):

@@ -60,8 +60,7 @@ def unit_label(unit: str) -> str:
 
 
 def latest_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The store's run rows with one row per run name and seed: the latest (a run re-planned with a changed recipe,
-    e.g. after a fixed setup file, supersedes the attempt that failed before it)."""
+    """The latest run row per (name, seed): a run re-planned with a changed recipe supersedes its failed attempt."""
     if not {"run", "seed", "run_id"} <= set(runs.columns):
         return runs
     return runs.sort_values("run_id").drop_duplicates(["run", "seed"], keep="last").sort_index()
@@ -77,8 +76,7 @@ def run_geometry(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def late_truncation_rate(records: pd.DataFrame) -> float:
-    """Mean truncation rate over the last quarter of a run's records (where a crashing run climbs); NaN if
-    unrecorded."""
+    """Mean truncation rate over a run's last quarter of records (where a crashing run climbs); NaN if unrecorded."""
     if "truncation_rate" not in records.columns:
         return float("nan")
     rates = pd.to_numeric(records.sort_values("step")["truncation_rate"], errors="coerce").dropna().to_numpy()

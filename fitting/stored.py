@@ -27,8 +27,7 @@ def study_fits(store, study: str, *, cache=None) -> StudyFits:
 
 
 def fits_from_frames(study: str, typed, runs: pd.DataFrame, records: pd.DataFrame, *, cache=None) -> StudyFits:
-    """study_fits from the frames themselves (pure): typed, the Study (None: imported without a spec); runs and records
-    shaped as the Store's runs_frame and records_frame."""
+    """study_fits from frames (pure): typed the Study (None: no spec), runs and records shaped as the Store's frames."""
     metric = typed.metric if typed is not None else "val_reward"
     runs = latest_runs(runs)
     records = records[records["run_id"].isin(runs["run_id"])]
@@ -86,8 +85,7 @@ def study_decision(
 
 
 def study_records(store, study: str) -> pd.DataFrame:
-    """The study's evaluated records as (run, run_id, compute = its unit's column, reward = its metric); one label per
-    run."""
+    """The study's evaluated records: run (a label per run), run_id, compute (its unit's), reward (its metric)."""
     try:
         fits = study_fits(store, study)
     except Refusal:

@@ -1,2 +1,1 @@
-"""Planner: compute budget -> IsoCompute grid; cost model; the recipe and study schemas.
-Never imports torch, Ray or vLLM."""
+"""Planner: budget -> IsoCompute grid, cost model, the recipe and study schemas. Never imports torch, Ray or vLLM."""

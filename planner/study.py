@@ -118,8 +118,7 @@ class EarlyTerminate(_Strict):
 
     @property
     def rungs(self) -> tuple[float, ...]:
-        """asymptote: the fractions of planned compute at which the sweep pauses and judges runs, doubling from
-        min_fraction to 1 (0.25 -> 0.25, 0.5, 1.0)."""
+        """asymptote: fractions of planned compute where the sweep pauses to judge runs, min_fraction doubling to 1."""
         fractions = [self.min_fraction]
         while fractions[-1] * 2 < 1:
             fractions.append(fractions[-1] * 2)
@@ -264,8 +263,7 @@ class Study(_Strict):
         return self.fit.points == "record_breaking" or (self.fit.points is None and self.method == "isocompute")
 
     def to_spec(self) -> dict:
-        """The study as plain JSON in study-file keys, as stored with the study; unset keys stay out so the spec
-        re-validates (e.g. recipe.steps beside compute)."""
+        """The stored spec: JSON in study-file keys, unset ones out so it re-validates (e.g. steps beside compute)."""
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 

@@ -1,5 +1,4 @@
-"""rlscale: make RL post-training as predictable as pre-training.
-rlscale.fit, predict, decide, decision_text and plot (rlscale/api.py) load on first use: `import rlscale` stays fast."""
+"""rlscale: RL post-training as predictable as pre-training; the API (api.py) loads on first use: import stays fast."""
 
 __version__ = "0.1.0"
 API = ("decide", "decision_text", "fit", "plot", "predict")

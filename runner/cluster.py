@@ -9,8 +9,7 @@ DEVICES = ("GPU", "CPU", "TPU")
 
 @dataclass(frozen=True)
 class Node:
-    """One alive node: its total devices and those free now (Ray resource names, e.g. {"GPU": 8.0}; free None when
-    the cluster has not reported it yet)."""
+    """One alive node: total and free devices by Ray resource name ({"GPU": 8.0}); free None until reported."""
 
     total: dict
     free: dict | None

@@ -48,8 +48,7 @@ class DevicesUnavailable(RuntimeError):
 
 
 class Engine(ABC):
-    """Trains runs; one engine serves a whole sweep. `run` is called from one thread per run in flight, so per-run
-    state stays local to the call (or under a lock)."""
+    """Trains runs; one engine serves a sweep, `run` called on a thread per run: per-run state stays in the call."""
 
     name: str = ""
 
@@ -84,8 +83,7 @@ class Engine(ABC):
 
 
 def study_engine(study, name: str, **options) -> Engine:
-    """The engine `name` for a run of `study`: a study that starts from the user's own verl or TRL setup hands the
-    engine its SetupPlan (rlscale.planner.frameworks.setup) as the `setup` option."""
+    """The engine `name` for `study`'s runs; a study on the user's verl/TRL setup passes its SetupPlan as `setup`."""
     if getattr(study, "setup", None) is not None and name in ("verl", "trl"):
         from rlscale.planner.frameworks.setup import setup_plan
 

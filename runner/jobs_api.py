@@ -52,8 +52,7 @@ class RunDir:
         return self.root / "logs" / f"{submission_id}.jsonl"
 
     def jobs_written(self, run_key: str) -> int:
-        """The highest job number `<run key>-<k>` with a spec or a log here (0 without one): a head that died took
-        its job list with it, not these files."""
+        """Highest k of a `<run key>-<k>` spec or log here (0: none): a dead head lost its job list, not these files."""
         numbers = [
             int(number)
             for path in [*(self.root / "jobs").glob(f"{run_key}-*"), *(self.root / "logs").glob(f"{run_key}-*")]
@@ -158,7 +157,6 @@ class JobsApiEngine(Engine):
         return recipe.total_batch
 
     def record_maker(self, recipe) -> "RecordMaker":
-        """A run's records from its jobs' log lines (RecordMaker), fed the jobs in the order they ran."""
         return RecordMaker(self.line_reader(recipe), self.rollouts_per_step(recipe))
 
     @abstractmethod
@@ -190,8 +188,7 @@ class JobsApiEngine(Engine):
     def job(
         self, recipe, run_key: str, number: int, *, until_step: int, base_device_seconds: float = 0.0
     ) -> Submission:
-        """The run's `number`-th job; its metadata holds the run and its device-seconds before it, for a restarted
-        driver."""
+        """The run's `number`-th job; its metadata keeps the run and its prior device-seconds for a restarted driver."""
         submission = self.submission(
             recipe, RunDir(self.shared_dir / run_key), f"{run_key}-{number}", until_step=until_step
         )
@@ -357,8 +354,7 @@ class JobsApiEngine(Engine):
         return dashboard_nodes(self._jobs_client())
 
     def close(self, wait_seconds: float = 60.0) -> None:
-        """Stop the still-running jobs this engine submitted (an interrupted sweep) and wait for them to end; a job
-        adopted from an earlier driver is left to the cluster."""
+        """Stop the running jobs this engine submitted (an interrupted sweep) and await them; adopted ones are left."""
         with self._lock:
             started, self._started, self._closed = set(self._started), set(), True
             client = self._client
@@ -480,8 +476,7 @@ LOG_TAIL_CHARS = 1200  # of a failed job's log, kept in its JobFailed below the 
 
 
 def last_exception_line(log: str) -> str | None:
-    """The line that ends the last Python traceback in a job's log (`ModuleNotFoundError: No module named 'x'`),
-    else the last line that looks like one; None when the log shows none."""
+    """The line ending the last Python traceback in a job's log, else the last line that looks like one, or None."""
     lines = [_ACTOR_PREFIX.sub("", line.rstrip()) for line in log.splitlines()]
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
     if starts:
@@ -493,8 +488,7 @@ def last_exception_line(log: str) -> str | None:
 
 
 def failure_message(engine: str, submission_id: str, status: str, message: str | None, log: str) -> str:
-    """A failed job's JobFailed text: first the reason the user looks for (the job's own last exception line, else
-    the Jobs API's message), then the job and its status, then the tail of its log."""
+    """A failed job's JobFailed text: its last exception line (else the Jobs API's message), job, status, log tail."""
     status_line = f"{engine} job {submission_id} {status}: {(message or '').strip()[:300]}"
     reason = last_exception_line(log) or status_line
     return "\n".join([reason, status_line, log[-LOG_TAIL_CHARS:]])
@@ -568,8 +562,7 @@ class Reading:
 
 @dataclass
 class StepTotals:
-    """A value per step (the first one given wins) and their running total through any step: appending steps in
-    order costs O(1), a query O(log n)."""
+    """Per-step values (the first given wins) and their running totals: adding in order O(1), a query O(log n)."""
 
     steps: list = field(default_factory=list)
     totals: list = field(default_factory=list)  # totals[i]: the sum over steps[: i + 1]

@@ -26,8 +26,7 @@ WORKER_NICENESS_ENV = {"RAY_worker_niceness": "0"}
 
 
 def local_cpus() -> int:
-    """The CPUs a local head advertises: RLSCALE_RAY_CPUS, else the cores this process may run on. UserError for a
-    value that is not a positive whole number."""
+    """CPUs a local head advertises: RLSCALE_RAY_CPUS (UserError unless an integer > 0), else this process's cores."""
     text = os.environ.get(CPUS_ENV, "").strip()
     if not text:
         return len(os.sched_getaffinity(0))
@@ -122,8 +121,7 @@ class LocalHead:
         return _running(self.pid)
 
     def alive(self) -> bool:
-        """The head's process runs and its dashboard answers (whether or not it lets this process in: a head started
-        with a token this process does not hold is alive too)."""
+        """The head's process runs and its dashboard answers, even if refusing us (a token this process lacks)."""
         if not _running(self.pid):
             return False
         try:
@@ -179,8 +177,7 @@ class LocalHead:
 
 
 def local_head(directory: Path, *, cpus: int | None = None) -> LocalHead:
-    """The head recorded in `directory`/ray-head.json if it is still alive, else a new one with `cpus` (at least
-    local_cpus()) recorded there (a dead one's leftovers are cleared first)."""
+    """The live head recorded in `directory`/ray-head.json, else a new one (max(cpus, local_cpus())) recorded there."""
     head_file = directory / HEAD_FILE
     try:
         recorded = LocalHead(**json.loads(head_file.read_text()))

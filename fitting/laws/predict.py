@@ -115,7 +115,7 @@ class Prediction:
         return self.hi - self.lo
 
     def to_dict(self) -> dict:
-        """JSON-ready: NaN becomes None."""
+        """JSON-ready: NaN and inf become None."""
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
@@ -268,8 +268,7 @@ def _linearised_sd(fit: SigmoidFit, compute, reward, points: np.ndarray, level: 
 def predict_run(
     compute, reward, at: float, *, level: float = DEFAULT_LEVEL, calibration: Calibration | None = None, **fit_kwargs
 ) -> Prediction | None:
-    """`predict_at` on the sigmoid fitted to one run's (compute, reward) by `fit_sigmoid(**fit_kwargs)`; None when
-    the run cannot be fitted."""
+    """`predict_at` on `fit_sigmoid(compute, reward, **fit_kwargs)` for one run; None when the run cannot be fitted."""
     from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
     x = np.asarray(compute, dtype=float)

@@ -24,8 +24,7 @@ EXPORT_FORMATS = {"trl": "trl", "verl": "verl"}  # a recipe's engine -> the expo
 
 
 def export_format(study) -> str:
-    """The `rlscale export --format` of a study's own framework: its recipe's engine (trl, verl); verl for the
-    builtin engine and for a study imported without a spec."""
+    """The `rlscale export --format` of a study: its recipe's engine (trl, verl); verl for builtin or spec-less ones."""
     return EXPORT_FORMATS.get(_base_recipe(study).engine, "verl")
 
 
@@ -141,16 +140,14 @@ def recommend_for(fits: StudyFits, budget: float, law: RolloutsLaw, *, profile: 
 
 
 def measured_steps(records: pd.DataFrame, run: str, compute_col: str, budget: float) -> int | None:
-    """The step at which `run` reached `budget` compute (its first record there; its last within 1% short of it),
-    or None when its records do not reach it."""
+    """The step of `run`'s first record at >= 99% of `budget` compute (where it reached it); None when none does."""
     mine = records[records["run"] == run].dropna(subset=[compute_col]).sort_values("step")
     reached = mine[mine[compute_col].astype(float) >= budget * (1 - 0.01)]
     return int(reached["step"].iloc[0]) if len(reached) else None
 
 
 def varies_rollouts(typed, runs: pd.DataFrame) -> bool:
-    """Whether a study decides n: its spec has a rollouts axis, or (imported without a spec) its runs try more than
-    one rollouts value."""
+    """Whether a study decides n: its spec has a rollouts axis, or (no spec) its runs use several rollouts values."""
     if typed is not None:
         return "rollouts" in typed.parameters
     return run_geometry(runs)["rollouts"].nunique() >= 2

@@ -33,8 +33,7 @@ def _plain(value):
 
 
 class Refusal(Exception):
-    """The evidence cannot support a decision. `reasons`: the main one first, then what else stands in the way;
-    str() is the sentence a user reads."""
+    """The evidence cannot support a decision; `reasons`: the main one first; str(): the sentence a user reads."""
 
     def __init__(self, *reasons: Reason):
         super().__init__(*reasons)

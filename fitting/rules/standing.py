@@ -31,8 +31,7 @@ def pooled_sd(sds) -> float:
 
 
 def beyond_noise(gap: float, spread: float = float("nan"), noise_band: float = NOISE_BAND) -> bool:
-    """Whether a reward gap separates two runs (or variants): |gap| at least the noise band and, where seeds give a
-    pooled sd `spread`, at least twice it."""
+    """Whether a reward gap separates runs (or variants): |gap| >= noise_band and, if finite, 2 x pooled sd `spread`."""
     floor = max(noise_band, 2.0 * spread) if math.isfinite(spread) else noise_band
     return bool(math.isfinite(gap) and abs(gap) >= floor)
 

@@ -7,8 +7,7 @@ _EDGE = 1e-9
 
 
 def fits_record_breaking(study) -> bool:
-    """Whether a stored Study's runs are fitted on their record-breaking points (its `fit.points`); a study imported
-    without a spec (None) is read as a grid: every evaluation."""
+    """Whether a stored Study's runs are fitted on record-breaking points (`fit.points`); False for None (no spec)."""
     return study is not None and study.fits_record_breaking
 
 

@@ -38,8 +38,7 @@ def fit_runs(
 
 
 def run_labels(runs: pd.DataFrame) -> pd.Series:
-    """Display names of `runs` (a frame with `run` and maybe `seed` columns): the run name, with " (seed n)"
-    added where several runs share it, so each run's fit has a label of its own."""
+    """A label per run of `runs` (columns `run`, maybe `seed`): its name, + " (seed n)" where several runs share it."""
     names = runs["run"].astype(str)
     if "seed" not in runs.columns:
         return names
@@ -48,8 +47,7 @@ def run_labels(runs: pd.DataFrame) -> pd.Series:
 
 
 def variant_names(runs: pd.DataFrame) -> pd.Series:
-    """The study point each run of `runs` (`run` and maybe `seed` columns) belongs to: its name without the
-    `/s<seed>` a sweep adds when a study has several seeds (runner.sweep.state.run_name)."""
+    """Each run's study point: its name without the `/s<seed>` a sweep adds (runner.sweep.state.run_name)."""
     names = runs["run"].astype(str)
     if "seed" not in runs.columns:
         return names

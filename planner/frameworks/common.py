@@ -93,8 +93,7 @@ def minibatch_prompts(recipe: Recipe, mapping: Mapping) -> int:
 
 
 def warmup_fraction(recipe: Recipe) -> float:
-    """lr_warmup_steps as a fraction of all optimizer updates, for targets that take a ratio and round it up
-    (ceil(updates x fraction) == lr_warmup_steps)."""
+    """lr_warmup_steps as a fraction f of all optimizer updates, for ratio targets: ceil(updates x f) == the steps."""
     updates = recipe.steps * updates_per_batch(recipe)
     warmup = min(recipe.lr_warmup_steps, updates)
     return 0.0 if warmup == 0 else (warmup - 0.5) / updates

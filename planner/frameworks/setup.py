@@ -203,8 +203,7 @@ def _flatten(data: dict, prefix: str = ""):
 
 
 def axis_keys(recipes: list, mapping, *, owned: set[str]) -> dict[str, str]:
-    """The framework keys the study's runs set differently -> the recipe fields that set them, comma-joined;
-    `owned` keys (rlscale's run keys) left out."""
+    """Framework keys the study's runs set differently -> the recipe fields setting them (comma-joined); `owned` out."""
     values = [mapping(recipe) for recipe in recipes]
     keys = [
         key
@@ -394,8 +393,7 @@ def setup_plan(study) -> SetupPlan | None:
 
 
 def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
-    """The user's own config (verl: a launch script; TRL: the YAML) with only the changed keys and steps set to the
-    decided recipe's."""
+    """The user's own config (verl: launch script; TRL: YAML) with only the changed keys and steps set to `recipe`'s."""
     values = {key: value for key, value in plan.values(recipe).items()}
     setup = plan.setup
     lines = [f"# {line}" for line in header]

@@ -206,8 +206,7 @@ def accumulation_keeping_updates(user: dict, changed: dict) -> int | None:
 
 
 def axis_values(recipe: Recipe) -> dict:
-    """The recipe's GRPOConfig keys that carry its meaning, with the generation batch (B_p x n completions) that
-    TRL derives from the layout keys otherwise."""
+    """The recipe's GRPOConfig keys, plus the generation batch (B_p x n) TRL would otherwise derive from the layout."""
     return {**trl_mapping(recipe).recipe, "generation_batch_size": recipe.total_batch}
 
 

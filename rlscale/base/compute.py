@@ -1,5 +1,4 @@
-"""A run's compute, one way for every engine and imported log: devices held x wall seconds, stored as `gpu_hours`
-(device-hours; CPU cores on a CPU-only host); also what one step generates (rollouts, tokens)."""
+"""A run's compute: devices held x wall seconds, stored as `gpu_hours` (device-hours; CPU cores on a CPU-only host)."""
 
 import math
 
@@ -31,8 +30,7 @@ def verl_step_seconds(data: dict) -> float | None:
 
 
 def verl_step_device_seconds(data: dict, devices: float | None = None) -> float | None:
-    """Device-seconds of one step verl logged: its wall seconds x `devices` when both are known, else total_num_tokens
-    / throughput (= its seconds x verl's own GPU count); None when neither can be read (or throughput <= 0)."""
+    """Device-seconds of one verl step: wall seconds x `devices`, else tokens / throughput; None if unreadable."""
     seconds = verl_step_seconds(data)
     if devices is not None and seconds is not None:
         return held(devices, seconds)
@@ -45,11 +43,9 @@ def verl_step_device_seconds(data: dict, devices: float | None = None) -> float 
 
 
 def step_rollouts(prompts_per_batch: int, rollouts: int) -> int:
-    """Rollouts one step samples: B_p prompts x n rollouts each."""
     return prompts_per_batch * rollouts
 
 
 def step_tokens(prompts_per_batch: int, rollouts: int, tokens_per_rollout: float) -> float:
-    """Tokens one step generates: B_p x n rollouts of `tokens_per_rollout` each (the plan's max_new_tokens, an upper
-    bound, or the mean a run measured)."""
+    """B_p x n x `tokens_per_rollout` (the plan's max_new_tokens, an upper bound, or the mean a run measured)."""
     return step_rollouts(prompts_per_batch, rollouts) * tokens_per_rollout

@@ -2,8 +2,7 @@
 
 
 class UserError(Exception):
-    """Bad input: names the file, the field (or line/column) and what was expected; `str(err)` is the CLI's one line,
-    e.g. `studies/x.yaml: recipe.loss: expected one of cispo, gspo, dapo, grpo, got 'ppo'`."""
+    """Bad input; `str(err)` is the CLI's line, e.g. `studies/x.yaml: recipe.loss: expected one of ..., got 'ppo'`."""
 
     def __init__(self, message: str, *, file: str | None = None, field: str | None = None):
         self.file = file

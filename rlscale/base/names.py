@@ -1,5 +1,4 @@
-"""Names a user gives (studies, runs) and the limits on what a study or plan may expand to.
-NAME_RULE names may become paths or keys; RUN_NAME_RULE names (imported runs) are printable text, never paths."""
+"""User-given names and expansion limits; NAME_RULE names may become paths, RUN_NAME_RULE ones are text, never paths."""
 
 import re
 import unicodedata
@@ -78,7 +77,6 @@ def check_name(value: object, *, field: str, file: str | None = None, what: str 
 
 
 def is_name(value: object) -> bool:
-    """True if `value` follows NAME_RULE."""
     return isinstance(value, str) and bool(_NAME.match(value))
 
 
@@ -102,8 +100,7 @@ _PROJECT_TASKS = "rlscale.runner.rl.tasks"
 
 
 def verifier_problem(spec: object) -> str | None:
-    """Why `spec` cannot name a custom verifier (None if it can): it runs on every rollout, so the standard library
-    (`os:system`), builtins (`builtins:eval`) and the rest of rlscale are refused."""
+    """Why `spec` cannot be a verifier, or None: it runs on every rollout (stdlib, builtins and rlscale are refused)."""
     import sys
 
     if not isinstance(spec, str) or not re.match(VERIFIER_PATTERN, spec):

@@ -1,5 +1,4 @@
-"""Numbers every layer shares: ScaleRL's noise band, what counts as a missing value, numpy scalars made plain
-for JSON, and the one way a number is printed in a table."""
+"""Numbers every layer shares: ScaleRL's noise band, missing values, numpy made plain for JSON, table number format."""
 
 import math
 from typing import Any
@@ -32,8 +31,7 @@ def float_or_none(value: Any) -> float | None:
 
 
 def json_safe(value: Any) -> Any:
-    """`value` (dicts, lists and tuples walked) with numpy scalars and arrays made plain and every missing or
-    non-finite number made None: strict JSON, and PostgreSQL's JSON, have no NaN or Infinity."""
+    """`value` walked, numpy made plain, missing or non-finite numbers None (PostgreSQL's JSON has no NaN)."""
     if isinstance(value, dict):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -47,8 +45,7 @@ def json_safe(value: Any) -> Any:
 
 
 def format_number(value: Any, fmt: str = "{:.3f}") -> str:
-    """`value` printed with `fmt` (a str.format pattern, or "compact": 12,345 from 1,000 up, else 4 significant
-    digits); "-" for a missing, non-numeric or non-finite value."""
+    """`value` by `fmt` (str.format, or "compact": 12,345 from 1,000 up, else 4 digits); "-" if not a finite number."""
     value = plain(value)
     if is_missing(value):
         return "-"

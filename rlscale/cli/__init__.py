@@ -1,5 +1,4 @@
-"""The `rlscale` command. Each module in rlscale/commands/ registers its own command(s);
-this file only wires them up and turns user errors into one line and exit code 2."""
+"""The `rlscale` command: each rlscale/cli/commands/ module registers its own; user errors print one line, exit 2."""
 
 import importlib
 import pkgutil
@@ -33,8 +32,7 @@ for _info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.nam
 
 
 def main() -> None:
-    """Entry point: usage errors exit 2 (click); UserError prints one line and exits 2. Warnings are held until the
-    command ends: shown after a result, dropped before a one-line error so it is the only thing on stderr."""
+    """Entry point: usage errors and UserError exit 2; warnings show after a result, dropped on a UserError."""
     held: list = []
     error = None
     try:

@@ -1,5 +1,4 @@
-"""Terminal output: one rich console for tables and progress, plain stdout for --json.
-Text from data goes through `safe`: markup escaped, control characters (OSC 52 clipboard writes) shown as escapes."""
+"""Terminal output (rich; stdout for --json); text from data goes through `safe`: markup, control characters escaped."""
 
 import json
 import re
@@ -34,8 +33,7 @@ def safe(value: Any) -> str:
 
 
 def wrapped(value: Any, *, first: str = "", rest: str | None = None, width: int | None = None) -> str:
-    """`value` made visible and wrapped at spaces to the console's width in terminal cells (CJK letters take two):
-    `first` starts line 1, `rest` (default: blanks as wide as `first`) the others; overlong words stay whole."""
+    """`value` visible, wrapped to the console width in cells (CJK: two); `first` starts line 1, `rest` the others."""
     rest = " " * len(first) if rest is None else rest
     width = width or console.width
     lines, line, empty = [], first, True
@@ -71,8 +69,7 @@ def table(
     fold: Collection[str] | bool = (),
     **options: Any,
 ) -> "Table":
-    """A rich Table of `columns` and `rows` (markup allowed), title and dim caption on the left unless `options`
-    (Table's) say otherwise; `right`, `wrap` (others stay whole), `fold` (others cut with "…"): names, or True: all."""
+    """A left-titled Table; `right`, `wrap` (else whole), `fold` (else cut with "…"): column names, or True: all."""
     from rich.table import Table
 
     def has(names: Collection[str] | bool, column: str) -> bool:
@@ -93,8 +90,7 @@ def table(
 
 
 def print_json(payload: Any) -> None:
-    """Write `payload` as JSON to stdout (no rich markup, so scripts can parse it); NaN and inf become null; each
-    reason ({code, values}) carries its words ("text") and each recommendation its "notes"."""
+    """`payload` as JSON on stdout (no markup, for scripts), NaN and inf as null, with views.wording's words."""
     from rlscale.views.wording import with_words
 
     sys.stdout.write(json.dumps(with_words(json_safe(payload)), indent=2, default=_jsonable, allow_nan=False) + "\n")

@@ -6,8 +6,7 @@ from pathlib import Path
 def print_dry_run(
     study, ray_address: str | None, shared_dir: Path | None, json_out: bool, max_concurrent: int | None = None
 ) -> None:
-    """Each planned run's job as the engine would submit it (a setup study: the user's files and the diff rlscale
-    applies to them), then the admission plan; submits and stores nothing."""
+    """Each planned run's job as the engine would submit it, then the admission plan; submits and stores nothing."""
     import shlex
 
     from rlscale.cli.console import console, print_json, safe, say
@@ -129,8 +128,7 @@ def command_text(point: dict) -> str:
 
 
 def write_commands(study: str, points: list[dict]) -> Path | None:
-    """Every point's first job as the sweep would launch it, in one shell file under the cache (None when no point has
-    a command): <cache>/dry-run/<study>.sh."""
+    """<cache>/dry-run/<study>.sh, each point's first job as the sweep launches it; None if no point has a command."""
     from rlscale.base.settings import cache_dir
     from rlscale.runner.jobs_api import write_whole
     from rlscale.runner.sweep.dry_run import RUN_KEY

@@ -39,8 +39,7 @@ def check_fit_source(
     r0: float | None,
     tags: tuple = (None, None),
 ) -> None:
-    """The checks `fit` and `backtest` share: a FILE or --study (not both), --db only with --study, --reward/--compute
-    only with a FILE, a --noise that suits the metric, a finite --r0 ([0, 1] unless --unbounded); raises UserError."""
+    """Checks `fit` and `backtest` share on FILE/--study, --db, --reward/--compute, --noise, --r0; raises UserError."""
     import math
 
     from rlscale.base.errors import UserError

@@ -27,16 +27,14 @@ SWEEP_LEGEND = (
 
 
 def compute_progress(spent: float, planned: float) -> tuple[str, str]:
-    """("spent / planned", "share%") of a run's compute: the unit that stops a run (its steps only follow from it);
-    "-" for what is unknown (a run imported without a plan)."""
+    """("spent / planned", "share%") of the compute that stops a run; "-" share for a run imported without a plan."""
     known = planned == planned and planned > 0
     hours = f"{_num(spent, '{:.4g}')} / {_num(planned, '{:.4g}')}" if known else _num(spent, "{:.4g}")
     return hours, f"{spent / planned:.0%}" if known else "-"
 
 
 def sweep_table(study: str, runs, cluster: str = "") -> Table:
-    """One row per run (status, steps, last reward, device-hours spent of those planned and the share, note), a total
-    row, then the cluster line and the legend; fits 80 columns, long names and notes wrap."""
+    """One row per run, a total row, then the cluster line and legend; fits 80 columns, long names and notes wrap."""
     lines = [cluster] if cluster else []
     sweep = table(
         f"sweep {safe(study)}",
@@ -68,8 +66,7 @@ def sweep_table(study: str, runs, cluster: str = "") -> Table:
 
 
 def failure_lines(runs) -> list[str]:
-    """'RUN failed: <why>' for each failed run: the first line of its stored error (for a job, the last exception its
-    log shows), whole, where the table's note column has room for only its start."""
+    """'RUN failed: <why>' per failed run, its note whole: the table's note column has room for only its start."""
     return [f"{run.name} failed: {run.note}" for run in runs if run.status == "failed" and run.note]
 
 
@@ -116,8 +113,7 @@ FITS_LEGEND = "pts: points fitted; fit: yes = A identified, none = no fit; R^2 e
 
 
 def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
-    """A [95%], B, C_mid, R0 and points per run (a frame or dicts with fit_runs' columns), and whether A is
-    identified; 80 columns hold it with run names wrapped. The reasons go under it (`fit_reasons`)."""
+    """A [95%], B, C_mid, R0, points and whether A is identified per run (fit_runs' columns), in 80 columns."""
     rows = fits.to_dict("records") if hasattr(fits, "to_dict") else list(fits)
     # numbers stay whole; a long run name wraps (folding where it has no spaces)
     result = table(

@@ -1,5 +1,4 @@
-"""The dashboard's web app (Starlette): the studies, each study's live page, its JSON, and the page's own assets.
-Read-only by construction (Store(read_only=True), no route writes); a token, when set, guards every request."""
+"""The dashboard's Starlette app: studies, live pages, JSON and assets; read-only, a set token guards every request."""
 
 import contextlib
 import hmac
@@ -58,8 +57,7 @@ class Dashboard:
 
 
 def create_app(url: str | None = None, *, token: str | None = None, db: str | None = None) -> Starlette:
-    """The ASGI app over the store at `url` (None: RLSCALE_DB or the default); `token` is required on every request
-    (?token=... once, then a cookie, or a Bearer header); `db` is the --db the page's commands show."""
+    """The app over `url` (None: RLSCALE_DB); a set `token` guards each request (?token= once, a cookie, or Bearer)."""
     dashboard = Dashboard(url, db)
 
     def index(request: Request) -> Response:

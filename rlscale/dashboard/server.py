@@ -29,7 +29,6 @@ def check_exposure(host: str, token: str | None) -> None:
 
 
 def serve(app, host: str, port: int) -> None:
-    """Serve `app` until Ctrl-C."""
     import uvicorn
 
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

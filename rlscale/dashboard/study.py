@@ -1,5 +1,4 @@
-"""One study as the dashboard shows it: its fit of record and Decision, kept between requests and sent to pages as
-the parts that changed (a new evaluation of one run of 500 sends that run)."""
+"""One study's fit of record and Decision for the dashboard, kept between requests; pages get the parts that changed."""
 
 import json
 import secrets
@@ -28,8 +27,7 @@ FIT_KEYS = ("A", "A_lo", "A_hi", "B", "C_mid", "R0", "r2", "c_min", "c_max")
 
 
 class FitMemo:
-    """fitting.curves.memo_fit's cache, shared by the page and the decision's thread: fits by their points, the least
-    recently used dropped past `size` (the runs' current fits and the ones just replaced)."""
+    """fitting.curves.memo_fit's thread-safe LRU cache of fits by their points, shared with the decision's thread."""
 
     def __init__(self, size: int = 64):
         self.size = size
@@ -55,8 +53,7 @@ class FitMemo:
 
 
 class StudyRecords:
-    """A study's records frame, kept: read whole once, then only records added since (by id), whole again when the
-    merged frame misses the stamp's count (a run replaced, a write committed out of id order)."""
+    """Records read whole once, then by id since; whole again when the count misses the stamp's (rerun, late commit)."""
 
     def __init__(self):
         self.frame: pd.DataFrame | None = None
@@ -326,8 +323,7 @@ def _rule_words(typed) -> str:
 
 
 def decision_words(decision, *, db: str | None = None) -> dict | None:
-    """A Decision (fitting.rules.decision) as the page shows it: {verdict, lines, recipe} (views/page.py), its lines
-    as `rlscale sweep` prints them at its end (rlscale.views.wording); None for no decision (no run evaluated)."""
+    """{verdict, lines, recipe} for the page, the lines as `rlscale sweep` prints them; None for no decision."""
     from rlscale.views.wording import decision_commands, decision_lines
 
     if decision is None:
@@ -341,8 +337,7 @@ def decision_words(decision, *, db: str | None = None) -> dict | None:
 
 
 def study_decision(store, study: str, typed, *, db: str | None = None, cache=None) -> dict | None:
-    """The decision as the page shows it (`decision_words`) of fitting.stored.study_decision's Decision: the one
-    place the dashboard asks fitting for a decision. None before any run is evaluated."""
+    """decision_words of fitting.stored.study_decision, the one the dashboard asks for; None before any evaluation."""
     from rlscale.fitting.stored import study_decision as decide
 
     return decision_words(decide(store, study, extend=getattr(typed, "extend", 1.0), cache=cache), db=db)

@@ -1,2 +1,1 @@
-"""Presentation: the decision in words, the report, the study page and its charts, and plots, rendered by the CLI
-and the dashboard; the fitting layer returns numbers and codes."""
+"""Presentation for the CLI and dashboard: words, report, page, charts, plots; fitting returns numbers and codes."""

@@ -1,5 +1,4 @@
-"""The study page: one renderer for report.html and the dashboard's live page (pure: data in, HTML out).
-Every word of the sections made here is escaped here; page.js puts names in with textContent only."""
+"""The study page for report.html and the dashboard (pure); every word is escaped here, page.js uses textContent."""
 
 import base64
 import html
@@ -50,8 +49,7 @@ class StudyPage:
 
 
 def report_page(report, sections: list[tuple]) -> StudyPage:
-    """The study page of a report (views.report.Report) and its sections (views.report_text.report_sections):
-    the decision in the page's own block, then every other section as the report has it."""
+    """A Report's study page: the decision in its own block, then the other sections (report_text.report_sections)."""
     import yaml
 
     decision = None
@@ -102,8 +100,7 @@ def study_href(study: str) -> str:
 
 
 def page_data(page: StudyPage) -> dict:
-    """What page.js draws, JSON-ready: meta {study, unit, reward, axes, group, extend}, order (the runs' ids, in
-    the study's order), runs (by id, as text keys), frontier (or None)."""
+    """For page.js: meta {study, unit, reward, axes, group, extend}, order (run ids), runs {str id: row}, frontier."""
     meta = {
         "study": page.study,
         "unit": unit_label(page.unit),
@@ -131,8 +128,7 @@ def live_sections(page: StudyPage) -> dict[str, str]:
 
 
 def render_study_page(page: StudyPage, *, live_url: str | None = None, stamp: str = "", assets_href: str = "") -> str:
-    """The whole study page. live_url: the dashboard's JSON route to poll (assets linked from `assets_href`);
-    None: a static page with every asset inlined (report.html)."""
+    """The page; live_url: the JSON route to poll (assets at `assets_href`); None: static with assets inlined."""
     sections = live_sections(page)
     unit = unit_label(page.unit)
     meta = [

@@ -1,5 +1,4 @@
-"""The study page's chart data, JSON-ready (pure): a run sends at most CURVE_POINTS evaluations and its fitted
-parameters, numbers at 4 significant digits, so a study of hundreds of runs stays a few hundred KB."""
+"""The study page's chart data (pure): CURVE_POINTS a run at 4 digits keep hundreds of runs to a few hundred KB."""
 
 import math
 
@@ -42,8 +41,7 @@ def number(value, digits: int = 4):
 
 
 def decimated(compute: np.ndarray, points: int = CURVE_POINTS) -> np.ndarray:
-    """Indices of at most `points` evaluations (compute > 0, in their order), spread evenly over log compute: the one
-    nearest each of `points` log-spaced targets, and the last one always."""
+    """Indices of at most `points` evaluations (compute > 0): the nearest to each log-spaced target, and the last."""
     compute = np.asarray(compute, dtype=float)
     shown = np.flatnonzero(np.isfinite(compute) & (compute > 0))
     if shown.size <= points:
@@ -55,8 +53,7 @@ def decimated(compute: np.ndarray, points: int = CURVE_POINTS) -> np.ndarray:
 
 
 def run_points(compute, reward, points: int = CURVE_POINTS) -> dict:
-    """A run's evaluations as the page draws them: {n: how many it has, c, r: at most `points` of them (decimated)}.
-    Evaluations at compute 0 or without a reward are not drawn (a log axis)."""
+    """{n: evaluations with compute > 0 and a reward (log axis), c, r: at most `points` of them}."""
     compute = np.asarray(compute, dtype=float)
     reward = np.asarray(reward, dtype=float)
     ok = np.isfinite(compute) & (compute > 0) & np.isfinite(reward)
@@ -65,8 +62,7 @@ def run_points(compute, reward, points: int = CURVE_POINTS) -> dict:
 
 
 def study_axes(spec, runs: pd.DataFrame) -> dict[str, list]:
-    """{axis: each run's value}: the study's `parameters`, a loo study's variants, or (imported without a spec) the
-    config keys its runs differ in; plus `seed` when the runs have several."""
+    """{axis: each run's value}: the spec's `parameters`, loo variants, or differing config keys; `seed` if several."""
     configs = [cfg if isinstance(cfg, dict) else {} for cfg in runs.get("config", [None] * len(runs))]
     axes: dict[str, list] = {}
     if spec is not None and spec.parameters:
@@ -94,8 +90,7 @@ def _plain(value):
 
 
 def parallel_axes(axes: dict[str, list], rows: list[dict], budget_label: str | None) -> list[dict]:
-    """The parallel-coordinates chart's axes, left to right: the study's, then A, B and (with `budget_label`) at_budget;
-    each {key, label, kind, fitted (a row's own key)} with ordinal `values` or a linear/log range lo..hi."""
+    """The study's axes, then A, B, at_budget (given `budget_label`): {key, label, fitted, kind, values or lo, hi}."""
     out = []
     for key, values in axes.items():
         out.append({"key": key, "label": key.replace("_", " "), "fitted": False, **_scale(values)})
@@ -121,8 +116,7 @@ def _scale(values: list, numeric: bool = False) -> dict:
 
 
 def default_group(axes: dict[str, list]) -> str:
-    """The axis a study's runs are grouped (coloured) by at first: rollouts where the study varies it (the optimal-n
-    question), else its first axis with more than one value, else their status."""
+    """The first colouring axis: rollouts if varied (the optimal-n question), else the first varied one, else status."""
     varied = [key for key, values in axes.items() if len(set(map(str, values))) > 1 and key != "seed"]
     if "rollouts" in varied:
         return "rollouts"
@@ -130,8 +124,7 @@ def default_group(axes: dict[str, list]) -> str:
 
 
 def frontier_chart(law, *, extrapolate_to: float | None = None, unit_label: str = "GPU-hours") -> dict:
-    """The frontier's n*(C) and the fitted optimal-n law on one log grid: {grid, frontier, law (inside the observed
-    compute), beyond (past it, to `extrapolate_to` or 4x), identified, reason, unit}."""
+    """{grid, frontier, law, beyond, ...}: n*(C) and the fitted law on a log grid, beyond to `extrapolate_to` or 4x."""
     front = law.frontier
     c_lo, c_hi = law.compute_range
     end = max(extrapolate_to or 4 * c_hi, c_hi)

@@ -1,5 +1,4 @@
-"""A study's PNGs: reward points (filled: those the fits used) with the fitted sigmoids and their extrapolation, the
-linearised curves, and the frontier with the optimal-n law."""
+"""A study's PNGs: rewards with the fitted sigmoids, the linearised curves, and the frontier with the optimal-n law."""
 
 from pathlib import Path
 
@@ -25,8 +24,7 @@ def plot_study(
     record_breaking=False,
     bin_width=BIN_WIDTH,
 ) -> Path:
-    """Path of the written PNG: per run, points (filled: those the fit used), the fitted curve (dashed past the data up
-    to `extrapolate_to`, default 2x the largest compute) and a band from the 95% interval on A; log-x axis."""
+    """The PNG's path: each run's points, sigmoid (dashed to `extrapolate_to`, default 2x data) and 95% band on A."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,8 +92,7 @@ def set_title(ax, text: str, *, fontsize: float = 10, max_lines: int = 3) -> Non
 
 
 def plot_text(name, limit: int = 48) -> str:
-    """A run name as a legend shows it literally: `$` would start mathtext, a legend drops labels starting with
-    `_`, and a name past `limit` characters is cut with "..." (a long label would squeeze the axes away)."""
+    """`name` as a legend label: `$` escaped (mathtext), a leading `_` spaced (legends drop it), cut past `limit`."""
     text = str(name) if len(str(name)) <= limit else str(name)[: limit - 3] + "..."
     text = text.replace("$", r"\$")
     return " " + text if text.startswith("_") else text
@@ -119,8 +116,7 @@ def save_figure(fig, path) -> Path:
 
 
 def linearised(reward, A: float, R0: float) -> np.ndarray:
-    """ScaleRL's F(R) = (A - R) / (R - R0); NaN where R is not strictly between R0 and A.
-    For the sigmoid, F = (C_mid / C)^B: a straight line of slope -B on log-log axes."""
+    """ScaleRL's F(R) = (A - R) / (R - R0), (C_mid / C)^B on the sigmoid; NaN unless R is strictly between R0 and A."""
     reward = np.asarray(reward, dtype=float)
     lo, hi = min(A, R0), max(A, R0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -135,8 +131,7 @@ _LINE_RANGE = (1e-12, 1e12)
 def plot_linearised(
     records: pd.DataFrame, curves: pd.DataFrame, path, *, compute_col: str, reward_col: str, title: str | None = None
 ) -> Path:
-    """PNG of F(R) against compute on log-log axes per run: points and the fitted line (C_mid / C)^B; the axes span
-    the points (a decade either side of F = 1 when none is strictly between R0 and A)."""
+    """The PNG's path: per run, F(R) against compute on log-log axes, points and the fitted line (C_mid / C)^B."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -198,8 +193,7 @@ def plot_linearised(
 
 
 def plot_frontier(law, path, *, compute_col: str, standing=None, extrapolate_to: float | None = None) -> Path:
-    """PNG of the frontier's n*(C) and the fitted optimal-n law (dashed beyond the data); with `standing`, its compute
-    is marked with its best n and the frontier past it, where fewer runs compete, drawn faint."""
+    """The PNG's path: n*(C) and the optimal-n law (dashed past the data); the frontier past `standing` faint."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,5 +1,4 @@
-"""A study's report: the decision first, then the evidence (runs, variants, fits, leave-one-out, backtest, law, plots).
-Writes report.md with PNGs beside it and a self-contained report.html; its decision is the one the sweep prints."""
+"""A study's report (report.md, PNGs, report.html): the decision the sweep prints first, then the evidence."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,8 +62,7 @@ LOO_VERDICTS = {
 
 
 def loo_table(curves: pd.DataFrame, baseline: str = "baseline", noise_band: float = NOISE_BAND) -> list[dict]:
-    """ScaleRL's leave-one-out table: per variant A [lo, hi], B, C_mid, dA vs the full recipe, beyond_noise, and the
-    verdict (verdict_code and its words)."""
+    """ScaleRL's leave-one-out rows: per variant dA, dB vs `baseline` and a verdict; ValueError without a `baseline`."""
     by_name = {row["run"]: row for row in curves.to_dict("records")}
     if baseline not in by_name:
         raise ValueError(f"no {baseline!r} run to compare against (runs: {', '.join(map(str, by_name))})")
@@ -107,8 +105,7 @@ def loo_table(curves: pd.DataFrame, baseline: str = "baseline", noise_band: floa
 
 @dataclass
 class Report:
-    """Everything the report shows, as plain data; `files` are the written paths, `decision` the study's Decision or
-    None, `targets` the compute each run needs to reach a reward (fitting.laws.target)."""
+    """Everything the report shows, as plain data; `files` are the written paths, `decision` the Decision or None."""
 
     study: str
     method: str
@@ -369,8 +366,7 @@ def study_report(
     db: str | None = None,
     extend: float | None = None,
 ) -> Report:
-    """The report of a stored study, written into out_dir (see build_report): its fit of record and its one Decision
-    (fitting.stored.study_decision's); a study with no evaluated record yet gets a report that says so."""
+    """build_report for a stored study; one with no evaluated record yet gets a report that says so."""
     from rlscale.fitting.rules.decision import decide
     from rlscale.fitting.rules.reasons import Refusal
     from rlscale.fitting.stored import study_fits

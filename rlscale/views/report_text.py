@@ -1,5 +1,4 @@
-"""A study's report (views.report.Report) as sections of blocks, rendered as report.md and report.html.
-Every sentence about the decision comes from views.wording."""
+"""A Report as sections of blocks, rendered as report.md and report.html; decision words come from views.wording."""
 
 import re
 from pathlib import Path

@@ -1,5 +1,4 @@
-"""Tables and their notes, as plain text cells: the backtest, the model sizes, the targets and the variants
-comparison, the same in the terminal, report.md and report.html."""
+"""Backtest, model-size, target and variants tables as text cells, the same in terminal, report.md and report.html."""
 
 import math
 

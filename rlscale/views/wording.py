@@ -1,5 +1,4 @@
-"""The English of every Reason code (fitting.rules.reasons): the one place where a decision's codes and numbers become
-words. The command line, report.md and the dashboard render through here; tests assert codes and numbers instead."""
+"""The English of every Reason code (fitting.rules.reasons), for terminal, report and dashboard; tests assert codes."""
 
 import math
 import shlex
@@ -231,8 +230,7 @@ def recommendation_notes(rec) -> list[str]:
 
 
 def with_words(payload):
-    """A JSON-ready payload with words for scripts that show them: every reason ({code, values}) gains its "text",
-    and every recommendation (a dict with "basis" and "reasons") its "notes", as the terminal words them."""
+    """The payload with a "text" in each reason ({code, values}) and "notes" in each recommendation (basis, reasons)."""
     if isinstance(payload, list):
         return [with_words(item) for item in payload]
     if not isinstance(payload, dict):
@@ -258,8 +256,7 @@ def _nan_for_none(value):
 
 
 def comparison_lines(comparison: dict, *, limit: int = 3) -> list[str]:
-    """A variants comparison (rules.compare) as short lines: its verdict, then at most `limit` separated pairs (the
-    widest first) and how many more report.md lists."""
+    """rules.compare's verdict, then at most `limit` separated pairs (widest first) and a count of the rest."""
     verdict = Reason(comparison["verdict"]["code"], comparison["verdict"]["values"])
     if verdict.code != "variants_separated":
         return [reason_text(verdict)]
@@ -305,8 +302,7 @@ def standing_line(standing) -> str:
 
 
 def budget_text(budget: float) -> str:
-    """A budget as a command line carries it: the shortest decimal that reads back as the same number, so the command
-    reproduces the decision it follows (a rounded budget can fall past the compute a run reached)."""
+    """The shortest decimal that reads back as `budget`: a rounded one can fall past the compute a run reached."""
     text = repr(float(budget))
     return text.removesuffix(".0")
 
@@ -361,8 +357,7 @@ def export_header(decision) -> list[str]:
 
 
 def decision_lines(decision, commands: dict) -> list[str]:
-    """A Decision (fitting.rules.decision) as lines, last the one command to run next: plain sentences, "- " bullets and
-    command lines ("  rlscale ..."). The terminal wraps them; report.md renders bullets and code."""
+    """A Decision as sentences, "- " bullets and "  rlscale ..." command lines, the command to run next last."""
     from rlscale.fitting.curves import unit_label
 
     unit = unit_label(decision.unit)

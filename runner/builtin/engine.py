@@ -92,8 +92,7 @@ class BuiltinEngine(Engine):
         return [{kind: float(recipe.generator_devices + recipe.trainer_devices)}]
 
     def nodes(self) -> list:
-        """The cluster's nodes; devices held by idle worker sets count as free (the pool frees them for a job
-        that needs other workers)."""
+        """The cluster's nodes, idle worker sets' devices counted free (the pool frees them for another key's job)."""
         from rlscale.runner.cluster import Node, ray_nodes
 
         nodes = ray_nodes()
@@ -110,8 +109,7 @@ class BuiltinEngine(Engine):
         return out
 
     def close(self) -> None:
-        """Stop every worker set; disconnect from the cluster if this engine joined it, and stop the local head if it
-        started one."""
+        """Stop every worker set; leave the cluster if this engine joined it, and stop the local head it started."""
         with self._lock:
             sets, self._idle, self._busy = self._idle + self._busy, [], []
         for workers in sets:

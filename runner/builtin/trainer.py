@@ -63,8 +63,7 @@ class Trainer:
         self.reset(recipe)
 
     def reset(self, recipe) -> None:
-        """Start `recipe`'s job afresh: base policy, a new optimizer, the recipe's seed (so a sweep can reuse one
-        trainer actor across jobs on the same model)."""
+        """Start `recipe`'s job afresh (base policy, new optimizer, its seed), so a sweep can reuse the actor."""
         import copy
 
         from rlscale.runner.rl.policy import load_policy

@@ -73,7 +73,7 @@ class PromptPool:
 
     @property
     def active(self) -> int:
-        """Prompts still in rotation."""
+        """How many prompts are still in rotation (not retired)."""
         return len(self._prompts) - len(self.retired)
 
     def sample(self, count: int) -> list[P]:

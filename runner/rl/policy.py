@@ -215,8 +215,7 @@ _VERIFIED: set[tuple] = set()  # (directory, the files' sizes and mtimes) checke
 
 
 def verify_checksums(directory: Path) -> None:
-    """Check every file SHA256SUMS lists in `directory` (again only if a file changed since); UserError naming the
-    first that differs."""
+    """Check the files SHA256SUMS lists in `directory` (again once one changed); UserError naming the first bad one."""
     from rlscale.base.errors import UserError
 
     stamp = (directory, tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(directory.iterdir())))
@@ -321,7 +320,7 @@ def _portable_tokenizer_class(path: Path) -> None:
 
 
 def load_policy(model_dir: str | Path):
-    """(model, tokenizer) from an HF directory, float32 on CPU, in train mode off."""
+    """(model, tokenizer) from an HF directory, float32 on CPU, in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -128,8 +128,7 @@ def use_activation_checkpointing(model, enabled: bool) -> None:
 
 
 def make_optimizer(model, recipe) -> torch.optim.Optimizer:
-    """AdamW at the recipe's sqrt-batch-scaled learning rate; its fused kernel on CUDA (a few launches per step,
-    not a few per parameter)."""
+    """AdamW at the recipe's sqrt-batch-scaled lr; fused on CUDA (a few kernel launches per step, not per parameter)."""
     on_cuda = model.lm_head.weight.is_cuda
     return torch.optim.AdamW(
         model.parameters(), lr=recipe.scaled_lr, weight_decay=recipe.weight_decay, fused=True if on_cuda else None

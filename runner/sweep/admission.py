@@ -52,7 +52,6 @@ class Ledger:
         self.released_since = []
 
     def free(self) -> list[dict[str, float]]:
-        """Each node's free resources now."""
         free = _less([dict(node) for node in self.nodes], self.held.values())
         if self.observed is not None and len(self.observed) == len(free):
             # the report less the jobs admitted since, plus those that ended since (it may still count them)
@@ -87,8 +86,7 @@ class Ledger:
         return True
 
     def adopt(self, key: Hashable, bundles: Sequence[Bundle]) -> None:
-        """Count a job that already runs on the cluster (adopted from an earlier driver) as the sweep's own: its
-        devices are held, and the last report already shows them taken."""
+        """Hold the devices of a job already running (an earlier driver's); the last report already shows them taken."""
         nodes = place(bundles, _less([dict(node) for node in self.nodes], self.held.values()))
         if nodes is None:  # more than the ledger thinks free: it runs anyway, somewhere
             nodes = [0] * len(bundles)
@@ -120,8 +118,7 @@ def _less(free: list[dict[str, float]], jobs) -> list[dict[str, float]]:
 def first_wave(
     jobs: Sequence[tuple[Hashable, Sequence[Bundle]]], nodes: Sequence[Bundle], limit: int | None = None
 ) -> list[Hashable]:
-    """The jobs (key, bundles), in queue order, that start at once on the empty `nodes`, at most `limit` of them:
-    what `rlscale sweep --dry-run` shows of the admission plan."""
+    """Keys of `jobs` (key, bundles) that start at once on empty `nodes`, in queue order, at most `limit`."""
     ledger = Ledger([dict(node) for node in nodes])
     started = []
     for key, bundles in jobs:

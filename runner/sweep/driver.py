@@ -146,8 +146,7 @@ class SweepDriver:
     # running --------------------------------------------------------------------------------------
 
     def run(self) -> SweepSummary:
-        """Run every unfinished planned run, several at once where the cluster's free devices and max_concurrent
-        admit them; returns the summary (failed runs do not stop the sweep)."""
+        """Run the unfinished runs, as many at once as free devices and max_concurrent admit; failures don't stop it."""
         try:
             self._hold()
             if not self.runs:
@@ -164,8 +163,7 @@ class SweepDriver:
         return summary
 
     def schedule(self, runs: list[RunState], *, by_rungs: bool = True) -> Schedule:
-        """The study's early-termination rule as a Schedule for `runs` (by_rungs False: each run to its end in
-        order, judged at its checkpoints only, as bayes trials are)."""
+        """The study's early-termination Schedule for `runs` (by_rungs False: to the end, judged at checkpoints)."""
         steps = next((run.recipe.steps for run in runs if run.recipe is not None), 1)
         return schedule_for(
             self.study.early_terminate,
@@ -177,8 +175,7 @@ class SweepDriver:
         )
 
     def run_schedule(self, schedule: Schedule, runs: list[RunState], summary: SweepSummary) -> None:
-        """Advance `runs` by `schedule` (runner/sweep/scheduler.py), each advance a job on a thread of its own,
-        admitted when its devices are free (runner/sweep/pool.py) and at most max_concurrent at once."""
+        """Advance `runs` by `schedule`, each advance a job on its own thread once its devices are free (JobPool)."""
         todo = [run for run in runs if run.status not in FINISHED and run.recipe is not None]
         engines = {run.run_id: self.engine_for(run.recipe) for run in todo}
         first = next((run.recipe for run in todo), None)
@@ -377,8 +374,7 @@ class SweepDriver:
         return list(zip(mine["step"], mine["val_reward"]))
 
     def progress(self, runs: list[RunState] | None = None, waiting: dict | None = None) -> list[RunProgress]:
-        """Every run (or `runs`) as the scheduler sees it (compute, fit so far, whether it ended); runs in `waiting`
-        (run_id -> target) read as busy."""
+        """Every run (or `runs`) as the scheduler sees it; runs in `waiting` (run_id -> target) read as busy."""
         fits = self._current_fits()
         waiting = waiting or {}
         return [

@@ -9,8 +9,7 @@ RUN_KEY = "RUN_KEY"
 
 
 def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = None) -> list[dict]:
-    """One dict per planned run: run, seed, engine, then the engine's view of its first job (verl, trl; RUN_KEY stands
-    for the run key) or the builtin recipe."""
+    """A dict per planned run: run, seed, engine, then its engine's first job (run key RUN_KEY) or builtin recipe."""
     several_seeds = len(study.seeds) > 1
     out, engines = [], {}
     for point in planned_runs(study):
@@ -75,8 +74,7 @@ def admission_plan(
 
 
 def check_cluster(study, *, ray_address: str | None = None) -> None:
-    """Before anything is stored: UserError (why, and what to set) when a Jobs-API sweep's named cluster cannot be
-    reached (without one the engines start a local head)."""
+    """UserError (why, what to set) if a Jobs-API sweep's named cluster is unreachable; before anything is stored."""
     import os
 
     engines = {point.recipe.engine for point in planned_runs(study)}

@@ -110,8 +110,7 @@ class SweepCluster:
 
 
 def head_dir(store_url: str, study: str) -> Path:
-    """Where a sweep of `study` in the store at `store_url` keeps its local head's address: one head per study and
-    store (the study lock keeps it to one driver)."""
+    """Where a sweep of `study` in `store_url` keeps its local head's address: one head per study and store."""
     from rlscale.base.settings import cache_dir
 
     digest = hashlib.sha256(f"{store_url}|{study}".encode()).hexdigest()[:16]

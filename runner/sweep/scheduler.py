@@ -48,8 +48,7 @@ class Move:
 
 
 def reference_fit(runs: list[RunProgress]) -> SigmoidFit | None:
-    """The fit the unfinished runs must reach: among finished runs, the identified fit with the highest asymptote
-    lower bound (None when no finished run has an identified fit). The checks during an advance use it too."""
+    """The fit to reach: the finished runs' identified fit with the highest asymptote lower bound (None if none)."""
     return best_fit_of({run.key: run.fit for run in runs if run.done})
 
 

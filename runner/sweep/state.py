@@ -14,8 +14,7 @@ FINISHED = ("done", "failed", "stopped")  # "paused": checkpointed at a rung, re
 
 @dataclass
 class RunState:
-    """One run of a sweep: identity, recipe, status and progress (last step, latest validation reward,
-    device-/GPU-hours spent against those planned)."""
+    """A sweep's run: identity, recipe, status, progress (last step, latest val reward, device-hours vs planned)."""
 
     run_id: int
     name: str
@@ -87,8 +86,7 @@ def run_name(point, several_seeds: bool) -> str:
 
 
 def planned_gpu_hours(study) -> dict[str, float]:
-    """Run name -> planned GPU-hours of a study (rlscale.planner.study.Study); empty for None (a study imported
-    without a spec has no plan)."""
+    """Run name -> planned GPU-hours of a study; empty for None (a study imported without a spec has no plan)."""
     if study is None:
         return {}
     from rlscale.planner.planning import planned_runs

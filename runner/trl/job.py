@@ -36,8 +36,7 @@ def last_checkpoint(run_dir: RunDir) -> Path | None:
 
 
 def checkpointed_step(recipe, run_dir: RunDir, updates: int | None = None) -> int:
-    """The rlscale step of the run's last checkpoint (TRL counts optimizer updates, `updates` per step: the recipe's
-    by default; 0 without one)."""
+    """The rlscale step of the last checkpoint (0: none); TRL counts updates: `updates` (else the recipe's) per step."""
     last = last_checkpoint(run_dir)
     return int(last.name[len(CHECKPOINT_PREFIX) :]) // (updates or updates_per_batch(recipe)) if last else 0
 
@@ -88,8 +87,7 @@ def require_trl() -> None:
 
 
 def deployment(recipe, *, gpus: bool, micro_batch: int, max_prompt_tokens: int) -> Deployment:
-    """One node: on GPUs one process per trainer device with vLLM colocated; on CPU one process, transformers'
-    generate."""
+    """One node: on GPUs a process per trainer device, vLLM colocated; on CPU one process, transformers' generate."""
     return Deployment(
         gpus_per_node=recipe.trainer_devices if gpus else 1,
         nodes=1,
@@ -198,8 +196,7 @@ class SetupJob:
 def make_setup_job(
     plan, recipe, run_dir: RunDir, submission_id: str, *, until_step: int, python: str, gpus: bool = False
 ) -> SetupJob:
-    """The job of one segment of a setup study (plan: its planner/frameworks/setup.SetupPlan); UserError naming the
-    user's file and key for a config TRL refuses."""
+    """A setup study's segment job (plan: its SetupPlan); UserError naming the user's file and key TRL refuses."""
     from .setup import compose, import_paths
 
     check_recipe(recipe)

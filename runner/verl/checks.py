@@ -131,8 +131,7 @@ def check_parquet(path: Path, prompt_key: str) -> tuple[int, set]:
 
 
 def check_reward(keys: dict, source: dict, study_file: str | None = None) -> list[str]:
-    """Notes on the reward the user's keys choose; UserError when reward.custom_reward_function names a file that
-    is missing, is not Python, or does not define the function."""
+    """Notes on the user's reward; UserError when custom_reward_function's file is missing, not Python, or lacks it."""
     spec = keys.get(REWARD_PATH)
     if not spec:
         manager = keys.get(MANAGER) or "naive"
@@ -160,7 +159,7 @@ def check_reward(keys: dict, source: dict, study_file: str | None = None) -> lis
 
 
 def top_level_names(body: list) -> set[str]:
-    """The names a module binds at its top level (functions, classes, assignments, imports; inside if/try too)."""
+    """The names a module binds at its top level (functions, classes, assignments, imports; inside if/try/with too)."""
     names: set[str] = set()
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -178,8 +177,7 @@ def top_level_names(body: list) -> set[str]:
 
 
 def check_batch(facts: SetupFacts, recipe, origin: str | None) -> None:
-    """UserError when the training files hold fewer rows than one batch of the run (verl's epoch would hold no
-    step: steps_per_epoch = rows // data.train_batch_size)."""
+    """UserError when the training files hold fewer rows than one batch: verl's epoch would hold no step."""
     if facts.train_rows is not None and facts.train_rows < recipe.prompts_per_batch:
         raise UserError(
             f"{facts.train_rows} training rows, fewer than one batch of the run ({recipe.prompts_per_batch} prompts)",

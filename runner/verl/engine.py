@@ -73,8 +73,7 @@ class VerlEngine(JobsApiEngine):
         return job, [], []
 
     def setup_facts(self):
-        """The checks of the user's data and reward (rlscale.runner.verl.checks.SetupFacts), run once per engine;
-        UserError on bad input. None without a setup."""
+        """The user's data and reward checked once per engine (SetupFacts; None: no setup); UserError on bad input."""
         if self.setup is None:
             return None
         with self._facts_lock:
@@ -99,8 +98,7 @@ class VerlEngine(JobsApiEngine):
         return reward_metrics(source, val_samples(self.setup.setup))
 
     def submission(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int) -> Submission:
-        """The verl job of one segment, holding no Ray resources itself: verl's own placement groups hold the
-        GPUs (and verl checks them at start)."""
+        """The segment's verl job, holding no Ray resources: verl's placement groups hold (and check) the GPUs."""
         job = self.verl_job(recipe, run_dir, submission_id, until_step=until_step)
         # the user's setup brings its own reward; rlscale's task ships its reward module
         modules = {} if self.setup is not None else {"py_modules": [str(run_dir.modules)]}
@@ -114,8 +112,7 @@ class VerlEngine(JobsApiEngine):
         )
 
     def prepare(self, recipe, run_dir: RunDir, job: Submission) -> None:
-        """The run's parquet files (once) and the reward module's package for the job's py_modules; with the user's
-        setup, their data and reward as they are."""
+        """The run's parquet files (once) and reward package (py_modules); a user's setup keeps its data and reward."""
         from .data import write_task_parquet
 
         (run_dir.root / "logs").mkdir(parents=True, exist_ok=True)
@@ -192,8 +189,7 @@ class VerlEngine(JobsApiEngine):
             raise one_error(problems)
 
     def devices(self, recipe) -> list[dict[str, float]]:
-        """verl's pools, one bundle per node: the trainer's (hybrid engine: rollouts on the same GPUs), plus the
-        rollout pool's own nodes in `async: pipeline`."""
+        """verl's pools, a bundle per node: the trainer's (rollouts share it), plus `async: pipeline`'s rollout pool."""
         return [{"GPU": float(gpus)} for gpus in job_devices(recipe, self.gpus_per_node)]
 
 

@@ -126,8 +126,7 @@ def read(command: dict) -> dict:
 
 
 def serve() -> None:
-    """Answer each request line ({"commands": [...]}) with one JSON line until stdin ends; fd 1 goes to stderr, so what
-    verl prints never mixes with the answers."""
+    """Answer each request line ({"commands": [...]}) with a JSON line until EOF; verl's prints go to stderr."""
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     for line in sys.stdin:

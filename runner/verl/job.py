@@ -69,8 +69,7 @@ class SetupJob:
 
 
 def gpus_held(recipe) -> int:
-    """GPUs a job holds: the trainer's, plus the generator's own in `async: pipeline` (verl's separate_async);
-    otherwise the generator shares the trainer's GPUs (verl's hybrid engine)."""
+    """GPUs a job holds: the trainer's, plus the generator's own in `async: pipeline` (verl's separate_async)."""
     return recipe.trainer_devices + (recipe.generator_devices if recipe.async_mode == "pipeline" else 0)
 
 

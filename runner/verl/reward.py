@@ -15,7 +15,6 @@ def _verifier(spec: str) -> Verifier:
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
-    """verl's calling convention: 1.0 if `solution_str` answers correctly (the task's verifier on
-    (ground_truth, solution_str), named by extra_info["verifier"]), else 0.0."""
+    """verl's signature: 1.0 if extra_info["verifier"] (default math_match) accepts `solution_str`, else 0.0."""
     spec = (extra_info or {}).get("verifier") or "math_match"
     return float(_verifier(spec)(str(ground_truth), solution_str))
