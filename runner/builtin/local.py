@@ -17,6 +17,8 @@ from rlscale.runner.rl.train_step import TrainBatch, autocast, make_optimizer, t
 from rlscale.base.compute import device_hours, held
 
 DEVICES = 1  # the local loop holds one device
+# the last step's metrics an eval record carries
+LOGGED_METRICS = ("train_reward", "entropy", "kl", "grad_norm", "clip_fraction", "truncation_rate", "kept_prompts")
 
 
 def resolve_model_dir(recipe) -> Path:
@@ -31,23 +33,28 @@ def resolve_model_dir(recipe) -> Path:
     return path
 
 
+def sample_prompts(model, tokenizer, prompts, recipe, *, n: int, generator: torch.Generator):
+    """`n` rollouts per prompt at the recipe's temperature, length and LM head (Rollouts)."""
+    return sample(
+        model,
+        [tokenizer(p.text)["input_ids"] for p in prompts],
+        n=n,
+        max_new_tokens=recipe.max_new_tokens,
+        temperature=recipe.temperature,
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+        generator=generator,
+        fp32_head=recipe.fp32_head,
+        head_precision=recipe.head_precision,
+        decode=tokenizer.decode,
+    )
+
+
 def evaluate(model, tokenizer, task, recipe, generator: torch.Generator) -> float:
     """Validation pass rate: mean reward over eval_samples rollouts per held-out prompt at the training temperature."""
     prompts = task.validation(recipe.eval_prompts)
     with autocast(recipe, generator.device):
-        rollouts = sample(
-            model,
-            [tokenizer(p.text)["input_ids"] for p in prompts],
-            n=recipe.eval_samples,
-            max_new_tokens=recipe.max_new_tokens,
-            temperature=recipe.temperature,
-            eos_id=tokenizer.eos_token_id,
-            pad_id=tokenizer.pad_token_id,
-            generator=generator,
-            fp32_head=recipe.fp32_head,
-            head_precision=recipe.head_precision,
-            decode=tokenizer.decode,
-        )
+        rollouts = sample_prompts(model, tokenizer, prompts, recipe, n=recipe.eval_samples, generator=generator)
     rewards = [task.verify(prompts[i // recipe.eval_samples], c) for i, c in enumerate(rollouts.completions)]
     return sum(rewards) / len(rewards)
 
@@ -97,19 +104,7 @@ def run_local(
             "val_reward": val,
             "active_prompts": pool.active,
             "retired_prompts": len(pool.retired),
-            **{
-                k: last[k]
-                for k in (
-                    "train_reward",
-                    "entropy",
-                    "kl",
-                    "grad_norm",
-                    "clip_fraction",
-                    "truncation_rate",
-                    "kept_prompts",
-                )
-                if k in last
-            },
+            **{k: last[k] for k in LOGGED_METRICS if k in last},
             "staleness": 0,
         }
         records.append(row)
@@ -121,19 +116,7 @@ def run_local(
         started = time.perf_counter()
         prompts = pool.sample(recipe.prompts_per_batch)
         with autocast(recipe, device):  # the sampler's log-probs in the trainer's precision: ratio 1 on-policy
-            rollouts = sample(
-                model,
-                [tokenizer(p.text)["input_ids"] for p in prompts],
-                n=recipe.rollouts,
-                max_new_tokens=recipe.max_new_tokens,
-                temperature=recipe.temperature,
-                eos_id=tokenizer.eos_token_id,
-                pad_id=tokenizer.pad_token_id,
-                generator=rollout_gen,
-                fp32_head=recipe.fp32_head,
-                head_precision=recipe.head_precision,
-                decode=tokenizer.decode,
-            )
+            rollouts = sample_prompts(model, tokenizer, prompts, recipe, n=recipe.rollouts, generator=rollout_gen)
         rewards = torch.tensor(
             [task.verify(prompts[i // recipe.rollouts], c) for i, c in enumerate(rollouts.completions)], device=device
         ).view(len(prompts), recipe.rollouts)

@@ -10,37 +10,53 @@ from transformers import TrainerCallback
 EVAL_SEED_BASE = 7_000_000  # validation sampling seeds: (base, recipe seed, step), apart from TRL's training seed
 
 
-class RecordCallback(TrainerCallback):
-    """Writes a record line per rlscale step (one generated batch: updates_per_batch optimizer updates), evaluates at
-    the recipe's eval steps, and ends training with a checkpoint at until_step."""
+class SegmentCallback(TrainerCallback):
+    """A segment's record lines in `log_file`, one per rlscale step (`updates` optimizer updates), and a checkpointed
+    stop at until_step; a subclass says what happens at an eval step."""
 
-    def __init__(self, recipe, task, tokenizer, prompts, log_file: Path, *, until_step: int):
-        from rlscale.planner.frameworks.common import updates_per_batch
-
-        self.recipe, self.task, self.tokenizer, self.prompts = recipe, task, tokenizer, prompts
-        self.until = until_step
-        self.updates = updates_per_batch(recipe)
+    def __init__(self, recipe, log_file: Path, *, until_step: int, updates: int):
+        self.recipe, self.until, self.updates = recipe, until_step, updates
         self.log = log_file.open("ab", buffering=0)
-        self.val_reward = None
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if state.global_step == 0:
-            self._write(0, self.evaluate(model, 0), {})
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % self.updates:
             return
         step = state.global_step // self.updates
         if self.recipe.is_eval_step(step) or step in (self.until, self.recipe.steps):
-            self.val_reward = self.evaluate(model, step)
-        if step >= self.until:  # pause (or end) here: TRL saves the checkpoint after this step's log
+            self.at_eval_step(step, control, model)
+        if step >= self.until:  # pause (or end) here: TRL saves the checkpoint after this step's log and evaluation
             control.should_save = True
             control.should_training_stop = True
+
+    def at_eval_step(self, step: int, control, model) -> None:
+        """Evaluate step `step` (its training step has ended)."""
+
+    def close(self) -> None:
+        self.log.close()
+
+
+class RecordCallback(SegmentCallback):
+    """Writes a record line per rlscale step (one generated batch: updates_per_batch optimizer updates), evaluates at
+    the recipe's eval steps, and ends training with a checkpoint at until_step."""
+
+    def __init__(self, recipe, task, tokenizer, prompts, log_file: Path, *, until_step: int):
+        from rlscale.planner.frameworks.common import updates_per_batch
+
+        super().__init__(recipe, log_file, until_step=until_step, updates=updates_per_batch(recipe))
+        self.task, self.tokenizer, self.prompts = task, tokenizer, prompts
+        self.val_reward = None
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 0:
+            write_line(self.log, 0, self.evaluate(model, 0), {})
+
+    def at_eval_step(self, step: int, control, model) -> None:
+        self.val_reward = self.evaluate(model, step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.global_step % self.updates or "train_runtime" in (logs or {}):  # the end-of-training summary
             return
-        self._write(state.global_step // self.updates, self.val_reward, dict(logs or {}))
+        write_line(self.log, state.global_step // self.updates, self.val_reward, dict(logs or {}))
         self.val_reward = None
 
     def evaluate(self, model, step: int) -> float:
@@ -73,12 +89,6 @@ class RecordCallback(TrainerCallback):
         rewards = [self.task.verify(self.prompts[i // recipe.eval_samples], text) for i, text in enumerate(texts)]
         return sum(rewards) / len(rewards)
 
-    def _write(self, step: int, val_reward, metrics: dict) -> None:
-        write_line(self.log, step, val_reward, metrics)
-
-    def close(self) -> None:
-        self.log.close()
-
 
 def write_line(log, step: int, val_reward, metrics: dict) -> None:
     """One record line: {"step", "time" (epoch seconds), "val_reward" (None between evals), "metrics"}."""
@@ -86,26 +96,19 @@ def write_line(log, step: int, val_reward, metrics: dict) -> None:
     log.write(json.dumps(line).encode() + b"\n")
 
 
-class EvalRecordCallback(TrainerCallback):
+class EvalRecordCallback(SegmentCallback):
     """A setup study's records: a line per rlscale step, with `metric` from TRL's evaluation at eval steps (TRL logs a
     step, then evaluates, then saves), and a checkpointed stop at until_step. Step 0 is TRL's eval_on_start."""
 
     def __init__(self, recipe, log_file: Path, *, until_step: int, updates: int, metric: str):
-        self.recipe, self.until, self.updates, self.metric = recipe, until_step, updates, metric
-        self.log = log_file.open("ab", buffering=0)
+        super().__init__(recipe, log_file, until_step=until_step, updates=updates)
+        self.metric = metric
         self.evaluating: int | None = None  # the step whose line waits for its evaluation
         self.pending: dict = {}  # that step's training logs
 
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step % self.updates:
-            return
-        step = state.global_step // self.updates
-        if self.recipe.is_eval_step(step) or step in (self.until, self.recipe.steps):
-            control.should_evaluate = True
-            self.evaluating, self.pending = step, {}
-        if step >= self.until:  # pause (or end) here: TRL saves the checkpoint after the evaluation
-            control.should_save = True
-            control.should_training_stop = True
+    def at_eval_step(self, step: int, control, model) -> None:
+        control.should_evaluate = True  # TRL evaluates after this step's log, then saves
+        self.evaluating, self.pending = step, {}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = dict(logs or {})
@@ -128,6 +131,3 @@ class EvalRecordCallback(TrainerCallback):
         step = state.global_step // self.updates
         write_line(self.log, step, value, self.pending if step == self.evaluating else {})
         self.evaluating, self.pending = None, {}
-
-    def close(self) -> None:
-        self.log.close()

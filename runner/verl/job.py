@@ -187,16 +187,24 @@ def make_job(
     overrides = job_overrides(
         recipe, run_dir, until_step=until_step, gpus_per_node=gpus_per_node, max_prompt_tokens=max_prompt_tokens
     )
+    files = run_dir.data / "train.parquet", run_dir.data / "val.parquet"
+    return segment_job(recipe, run_dir, submission_id, overrides, env_vars or {}, files, until_step, python, module)
+
+
+def segment_job(
+    recipe,
+    run_dir: RunDir,
+    submission_id: str,
+    overrides: list[str],
+    env_vars: dict,
+    files: tuple,
+    until_step: int,
+    python: str,
+    module: str,
+) -> Job:
+    """The Job running `python -m module overrides...` with verl's file logger (the records) writing to its log;
+    files: its (train, val) data."""
     log = run_dir.log(submission_id)
-    entrypoint = " ".join([shlex.quote(python), "-m", shlex.quote(module), *map(shlex.quote, overrides)])
-    return Job(
-        submission_id=submission_id,
-        entrypoint=entrypoint,
-        overrides=overrides,
-        env_vars={**(env_vars or {}), "VERL_FILE_LOGGER_PATH": str(log)},
-        train_file=run_dir.data / "train.parquet",
-        val_file=run_dir.data / "val.parquet",
-        log_file=log,
-        until_step=until_step,
-        gpus=gpus_held(recipe),
-    )
+    entrypoint = " ".join(map(shlex.quote, [python, "-m", module, *overrides]))
+    env = {**env_vars, "VERL_FILE_LOGGER_PATH": str(log)}
+    return Job(submission_id, entrypoint, overrides, env, *files, log, until_step, gpus_held(recipe))

@@ -13,7 +13,7 @@ from rlscale.runner.tracking import forwarded_env, tracker_env
 
 from rlscale.base.errors import UserError
 
-from .job import Job, SetupJob, gpus_held, run_keys
+from .job import Job, SetupJob, run_keys, segment_job
 
 VERL_CONFIG = "pkg://verl.trainer.config"  # verl's own configs, on Hydra's search path for a user YAML
 DEFAULT_LOGGER = ["console", "wandb"]  # verl 0.9.1's trainer.logger (ppo_trainer.yaml; the checker composes it)
@@ -317,28 +317,9 @@ def make_setup_job(
     config_keys: frozenset | None = None,
 ) -> tuple[Job, SetupJob]:
     """The job of one segment on the user's setup, and what it changes in the user's config (SetupJob)."""
-    import shlex
-
-    job = setup_job(
-        plan,
-        recipe,
-        run_dir,
-        until_step=until_step,
-        gpus_per_node=gpus_per_node,
-        config_keys=config_keys,
-        env_vars=env_vars,
-    )
-    log = run_dir.log(submission_id)  # verl's file logger: the records
-    entrypoint = " ".join([shlex.quote(python), "-m", shlex.quote(module), *map(shlex.quote, job.overrides)])
+    options = {"gpus_per_node": gpus_per_node, "config_keys": config_keys, "env_vars": env_vars}
+    job = setup_job(plan, recipe, run_dir, until_step=until_step, **options)
     keys = live_keys(plan.setup)[0]
-    return Job(
-        submission_id=submission_id,
-        entrypoint=entrypoint,
-        overrides=job.overrides,
-        env_vars={**job.env_vars, "VERL_FILE_LOGGER_PATH": str(log)},
-        train_file=keys.get("data.train_files"),
-        val_file=keys.get("data.val_files"),
-        log_file=log,
-        until_step=until_step,
-        gpus=gpus_held(recipe),
-    ), job
+    files = keys.get("data.train_files"), keys.get("data.val_files")
+    made = segment_job(recipe, run_dir, submission_id, job.overrides, job.env_vars, files, until_step, python, module)
+    return made, job
