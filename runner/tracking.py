@@ -114,6 +114,11 @@ def _runs(run_dir: Path) -> dict:
         return {}
 
 
+def mirrored(record: dict) -> list[tuple[str, float]]:
+    """(name, value) of each MIRRORED column the record has."""
+    return [(key, float(record[key])) for key in MIRRORED if record.get(key) is not None]
+
+
 class Tracker(ABC):
     """Mirrors a study's evaluations to one tracker."""
 
@@ -155,10 +160,7 @@ class MlflowTracker(Tracker):
         run_id = self.runs.get(run_key) or self._run_id(run_key)
         now = int(time.time() * 1000)
         metrics = [
-            Metric(key, float(record[key]), now, int(record["step"]))
-            for record in evaluations
-            for key in MIRRORED
-            if record.get(key) is not None
+            Metric(key, value, now, int(record["step"])) for record in evaluations for key, value in mirrored(record)
         ]
         self.client.log_batch(run_id, metrics=metrics)
 
@@ -186,9 +188,7 @@ class TrackioTracker(Tracker):
 
         trackio.init(project=self.group, name=run_key, resume="allow")
         for record in evaluations:
-            trackio.log(
-                {key: float(record[key]) for key in MIRRORED if record.get(key) is not None}, step=int(record["step"])
-            )
+            trackio.log(dict(mirrored(record)), step=int(record["step"]))
         trackio.finish()
 
 
@@ -207,10 +207,7 @@ class WandbTracker(Tracker):
             project=self.group, name=run_key, id=tracker_run_id(run_key), resume="allow", reinit="create_new"
         ) as handle:
             for record in evaluations:
-                handle.log(
-                    {key: float(record[key]) for key in MIRRORED if record.get(key) is not None},
-                    step=int(record["step"]),
-                )
+                handle.log(dict(mirrored(record)), step=int(record["step"]))
 
 
 TRACKERS = {"mlflow": MlflowTracker, "trackio": TrackioTracker, "wandb": WandbTracker}

@@ -160,18 +160,9 @@ class Generator:
     ) -> Generation:
         """Sample `n` completions per prompt (prompt i seeded seed + i*n ..); length_control "interrupt"
         forces `end_of_thinking` into truncated ones. `logprobs` False (validation) skips log-probs, same samples."""
-        from vllm import SamplingParams
-
         started, clock = time.time(), time.perf_counter()
         params = [
-            SamplingParams(
-                n=n,
-                temperature=temperature,
-                max_tokens=max_new_tokens,
-                logprobs=0 if logprobs else None,
-                seed=None if seed is None else seed + i * n,
-                detokenize=False,  # decoded once below, in one batch: vLLM also decodes every log-prob's token
-            )
+            _params(n, temperature, max_new_tokens, logprobs, None if seed is None else seed + i * n)
             for i in range(len(prompts))
         ]
         requests = [{"prompt_token_ids": self.encode(text)} for text in prompts]
@@ -225,21 +216,12 @@ class Generator:
     def _interrupt(
         self, requests, rollouts, marker: str, temperature: float, seed: int | None, logprobs: bool = True
     ) -> None:
-        from vllm import SamplingParams
-
         marker_ids = self.tokenizer.encode(marker, add_special_tokens=False)  # mid-sequence: no BOS
         cut = [(i, j) for i, group in enumerate(rollouts) for j, r in enumerate(group) if r.truncated]
         if not cut:
             return
         params = [
-            SamplingParams(
-                n=1,
-                temperature=temperature,
-                max_tokens=INTERRUPT_ANSWER_TOKENS,
-                logprobs=0 if logprobs else None,
-                seed=None if seed is None else seed + 7919 * (k + 1),
-                detokenize=False,
-            )
+            _params(1, temperature, INTERRUPT_ANSWER_TOKENS, logprobs, None if seed is None else seed + 7919 * (k + 1))
             for k in range(len(cut))
         ]
         continued = [
@@ -256,6 +238,20 @@ class Generator:
                 text=head.text + marker + answer.text,
                 truncated=True,
             )
+
+
+def _params(n: int, temperature: float, max_tokens: int, logprobs: bool, seed: int | None):
+    from vllm import SamplingParams
+
+    # detokenize=False: the rollouts are decoded in one batch (_rollouts); vLLM would also decode every log-prob's token
+    return SamplingParams(
+        n=n,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        logprobs=0 if logprobs else None,
+        seed=seed,
+        detokenize=False,
+    )
 
 
 def create_generator(recipe, model_dir: str | Path | None = None):

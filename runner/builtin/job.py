@@ -232,33 +232,26 @@ class _Job:
 
     def _submit_batch(self, step: int, prompts=None):
         prompts = prompts or self.state.pool.sample(self.recipe.prompts_per_batch)
-        ref = self.generator.generate.remote(
-            [p.text for p in prompts],
-            n=self.recipe.rollouts,
-            temperature=self.recipe.temperature,
-            max_new_tokens=self.recipe.max_new_tokens,
-            length_control=self.recipe.length_control,
-            end_of_thinking=self.end_of_thinking,
-            seed=batch_seed(self.recipe, step),
-        )
-        return prompts, ref
+        return prompts, self._generate(prompts, n=self.recipe.rollouts, seed=batch_seed(self.recipe, step))
 
     def _submit_eval(self, step: int) -> None:
         recipe = self.recipe
         prompts = self.task.validation(recipe.eval_prompts)
         seed = (EVAL_SEED_BASE + recipe.seed * 1_000_000 + step) * len(prompts) * recipe.eval_samples
-        self.pending_evals[step] = (
-            prompts,
-            self.generator.generate.remote(
-                [p.text for p in prompts],
-                n=recipe.eval_samples,
-                temperature=recipe.temperature,
-                max_new_tokens=recipe.max_new_tokens,
-                length_control=recipe.length_control,
-                end_of_thinking=self.end_of_thinking,
-                seed=seed,
-                logprobs=False,  # only the texts are scored
-            ),
+        # only the texts are scored: no log-probs
+        self.pending_evals[step] = prompts, self._generate(prompts, n=recipe.eval_samples, seed=seed, logprobs=False)
+
+    def _generate(self, prompts, *, n: int, seed: int, logprobs: bool = True):
+        """The ref of the generator's `n` samples per prompt, at the recipe's temperature and length control."""
+        return self.generator.generate.remote(
+            [p.text for p in prompts],
+            n=n,
+            temperature=self.recipe.temperature,
+            max_new_tokens=self.recipe.max_new_tokens,
+            length_control=self.recipe.length_control,
+            end_of_thinking=self.end_of_thinking,
+            seed=seed,
+            logprobs=logprobs,
         )
 
     def _collect_evals(self, wait_upto: int | None) -> None:

@@ -82,11 +82,7 @@ def next_move(
     idle = [run for run in active if not run.busy]  # a run in flight gets no second move
     if not idle:
         return None
-    if rank is None:
-
-        def rank(run):
-            return promise(run, noise_band)
-
+    rank = rank or (lambda run: promise(run, noise_band))
     behind = [run for run in idle if run.fraction < rungs[0] - _EPS]
     identified = sum(1 for run in runs if run.done and run.fit is not None and run.fit.identified)
     on_their_way = sum(1 for run in active if run.busy and run.target >= 1.0 - _EPS)
@@ -161,14 +157,13 @@ class RungSchedule(Schedule):
     def next_move(self, runs: list[RunProgress], slots: int = 1) -> Move | None:
         if not self.by_rungs:
             return super().next_move(runs, slots)
-        rank = self.rank or (lambda run: promise(run, self.noise_band))
         return next_move(
             runs,
             rungs=self.rungs,
             leaders=self.leaders,
             noise_band=self.noise_band,
             past_inflection=self.past_inflection,
-            rank=rank,
+            rank=self.rank,
             slots=slots,
         )
 
@@ -229,9 +224,8 @@ def schedule_for(
 def run_concurrently(
     schedule,
     progress: Callable[[], list[RunProgress]],
-    start: Callable[
-        [Hashable, float, StopCheck], None
-    ],  # advance to `until` x planned compute; check(progress) at its checkpoints
+    # advance to `until` x planned compute; check(progress) at its checkpoints
+    start: Callable[[Hashable, float, StopCheck], None],
     wait: Callable[[], list[Hashable]],  # blocks until advances end: their keys ([]: the loop asks again)
     stop: Callable[[Hashable, str], None],  # end the run (one in flight: at its next checkpoint)
     *,
