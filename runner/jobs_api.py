@@ -1,11 +1,14 @@
 """Engines whose runs are chains of Ray jobs (verl, trl): the algorithm once; an engine supplies only its hooks.
 A run's k-th job is `<run key>-<k>`; a step is stored once a checkpoint holds it (or the job ends well)."""
 
+import atexit
 import bisect
 import json
 import math
 import os
 import re
+import subprocess
+import tempfile
 import threading
 import time
 from abc import abstractmethod
@@ -652,9 +655,6 @@ class EnvWorker:
     paid once (it points fd 1 at stderr: frameworks print as they import). Thread-safe."""
 
     def __init__(self, python: Path, script: Path):
-        import subprocess
-        import tempfile
-
         self.python, self.script = python, script
         self._log = tempfile.TemporaryFile(mode="w+")  # its stderr, for the reason when it dies
         self._process = subprocess.Popen(
@@ -702,8 +702,6 @@ _workers_lock = threading.Lock()
 
 def env_worker(python: Path, script: Path) -> EnvWorker:
     """The running EnvWorker of `script` in `python`'s environment, started on first use, stopped at exit."""
-    import atexit
-
     key = (str(python), str(script))
     with _workers_lock:
         worker = _workers.get(key)

@@ -16,6 +16,8 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rlscale.runner.jobs_api import write_whole
+
 from rlscale.base.errors import UserError
 
 HEAD_FILE = "ray-head.json"
@@ -228,10 +230,7 @@ def start_head(
         )
     head = LocalHead(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{port}", process.pid, temp)
     if head_file is not None:
-        head_file.parent.mkdir(parents=True, exist_ok=True)
-        partial = head_file.with_name(head_file.name + ".partial")
-        partial.write_text(json.dumps(asdict(head)))
-        partial.replace(head_file)
+        write_whole(head_file, json.dumps(asdict(head)))
     deadline = time.monotonic() + START_SECONDS
     while not head.ready():
         if process.poll() is not None or time.monotonic() > deadline:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import os
 import time
@@ -64,8 +65,6 @@ class Trainer:
 
     def reset(self, recipe) -> None:
         """Start `recipe`'s job afresh (base policy, new optimizer, its seed), so a sweep can reuse the actor."""
-        import copy
-
         from rlscale.runner.rl.policy import load_policy
 
         torch.manual_seed(recipe.seed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -147,8 +148,6 @@ def sampled_pass_rate(
 
 def warm_start(model, tokenizer, *, log=None) -> tuple[int, float]:
     """SFT on 2-digit addition until the sampled validation pass rate reaches the target; returns (steps, pass rate)."""
-    import random
-
     task = arithmetic_task(2, SFT_SEED)
     rng = random.Random(SFT_SEED)
     torch.manual_seed(SFT_SEED)

@@ -2,14 +2,13 @@
 Trials live in Optuna's RDB storage on the store's database: an interrupted trial resumes, Optuna gets its value."""
 
 import math
+import time
 
 from rlscale.runner.sweep.driver import SweepSummary
 
 
 def run_bayes(driver) -> SweepSummary:
     """Run `study.n_trials` Optuna trials through the sweep driver (resumable); returns the summary."""
-    import time
-
     import optuna
 
     study, store = driver.study, driver.store

@@ -1,5 +1,7 @@
 """`rlscale sweep STUDY --dry-run`: what each planned point would run, without submitting or storing anything."""
 
+import os
+
 from rlscale.planner.planning import planned_runs
 from rlscale.runner.engine import study_engine
 from rlscale.runner.sweep.state import run_name
@@ -75,8 +77,6 @@ def admission_plan(
 
 def check_cluster(study, *, ray_address: str | None = None) -> None:
     """UserError (why, what to set) if a Jobs-API sweep's named cluster is unreachable; before anything is stored."""
-    import os
-
     engines = {point.recipe.engine for point in planned_runs(study)}
     if engines & {"verl", "trl"} and (ray_address or os.environ.get("RAY_ADDRESS")):
         from rlscale.runner.ray_head import jobs_client

@@ -1,8 +1,11 @@
 """A TRL job from the user's own `trl grpo` YAML (`setup: {config: FILE}`): their keys as TRL's parser reads them, with
 only what rlscale must own changed (axes, run keys, schedule, devices, trackers), each change with its reason."""
 
+import inspect
+import json
 import math
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,8 +141,6 @@ def _schedule_name(config) -> str:
 
 def decays(name: str) -> bool:
     """Whether transformers' schedule `name` depends on the run's length (its function takes num_training_steps)."""
-    import inspect
-
     from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
     from transformers.trainer_utils import SchedulerType
 
@@ -226,9 +227,6 @@ def _env(job: Composed, plan, user_env: dict, *, run_key: str, fresh: bool) -> d
 def check_inputs(job: Composed, *, file: str, eval_prompts: int, python: str) -> list[str]:
     """The user's files the job reads (config, data, reward modules), once preflight.py passes under the job's
     interpreter `python`; UserError (file and field) for a problem or an interpreter that cannot run the check."""
-    import json
-    import subprocess
-
     keys = {**job.keys, **(_CPU_CHECK if job.gpus and not _cuda() else {})}  # as _updates parses a GPU job's
     request = {"keys": keys, "file": file, "import_paths": import_paths(file), "eval_prompts": eval_prompts}
     try:

@@ -1,6 +1,7 @@
 """A segment's verl job on the user's own setup (`setup:` block): their command, then the study's axes and run keys.
 Each key is given once; legacy reward keys move to live `reward.*` keys; LR schedules decay over the run's steps."""
 
+import math
 import os
 from pathlib import Path
 
@@ -287,9 +288,7 @@ def check_parallelism(setup: UserSetup, recipe) -> None:
     }
     if not any(sizes.values()):
         return
-    product = 1
-    for value in sizes.values():
-        product *= int(value or 1)
+    product = math.prod(int(value or 1) for value in sizes.values())
     pipeline = recipe.async_mode == "pipeline"
     gpus = recipe.generator_devices if pipeline else recipe.trainer_devices
     if gpus % product:
