@@ -10,7 +10,7 @@ from rlscale.fitting.laws.predict import DEFAULT_LEVEL, Calibration, predict_at
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 from rlscale.fitting.sigmoid.bootstrap import percentile_interval
 
-from rlscale.base.numbers import NOISE_BAND
+from rlscale.base.numbers import NOISE_BAND, json_safe
 
 # The end of a run is judged on its last 10% of compute: one evaluation is too noisy to score a prediction.
 END_WINDOW = 0.1
@@ -60,7 +60,7 @@ class RunBacktest:
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN and inf become None."""
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+        return json_safe(asdict(self))
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class BacktestSummary:
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN and inf become None."""
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+        return json_safe(asdict(self))
 
 
 def in_end_window(compute: np.ndarray, last: float) -> np.ndarray:
@@ -329,13 +329,7 @@ class CutPick:
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN and inf become None."""
-
-        def clean(v):
-            if isinstance(v, dict):
-                return {k: clean(x) for k, x in v.items()}
-            return None if isinstance(v, float) and not math.isfinite(v) else v
-
-        return {k: clean(v) for k, v in asdict(self).items()}
+        return json_safe(asdict(self))
 
 
 def surely_beaten(run: str, predicted: dict, lo: dict, hi: dict) -> bool:
