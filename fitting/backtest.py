@@ -27,24 +27,24 @@ class RunBacktest:
     fitted: bool
     reason: str
     n_points: int
-    n_part: int
-    cut_compute: float
-    last_compute: float
-    predicted: float
-    predicted_lo: float
-    predicted_hi: float
-    observed: float
-    error: float
-    carry_forward: float
-    carry_forward_error: float
-    A_part: float
-    A_part_lo: float
-    A_part_hi: float
-    A_full: float
-    A_full_identified: bool | None
-    A_inside: bool | None
-    rising: bool | None
-    identified: bool
+    n_part: int = 0
+    cut_compute: float = float("nan")
+    last_compute: float = float("nan")
+    predicted: float = float("nan")
+    predicted_lo: float = float("nan")
+    predicted_hi: float = float("nan")
+    observed: float = float("nan")
+    error: float = float("nan")
+    carry_forward: float = float("nan")
+    carry_forward_error: float = float("nan")
+    A_part: float = float("nan")
+    A_part_lo: float = float("nan")
+    A_part_hi: float = float("nan")
+    A_full: float = float("nan")
+    A_full_identified: bool | None = None
+    A_inside: bool | None = None
+    rising: bool | None = None
+    identified: bool = False
     level: float = DEFAULT_LEVEL
     pi_lo: float = float("nan")
     pi_hi: float = float("nan")
@@ -128,28 +128,7 @@ def backtest_run(
     order = np.argsort(x, kind="stable")
     x, y = x[order], y[order]
     nan = float("nan")
-    empty = dict(
-        run=str(run),
-        n_points=len(x),
-        n_part=0,
-        cut_compute=nan,
-        last_compute=nan,
-        predicted=nan,
-        predicted_lo=nan,
-        predicted_hi=nan,
-        observed=nan,
-        error=nan,
-        carry_forward=nan,
-        carry_forward_error=nan,
-        A_part=nan,
-        A_part_lo=nan,
-        A_part_hi=nan,
-        A_full=nan,
-        A_full_identified=None,
-        A_inside=None,
-        rising=None,
-        identified=False,
-    )
+    empty = dict(run=str(run), n_points=len(x))  # the fields known so far; the rest NaN until known
     if len(x) == 0 or not x[-1] > 0:
         return RunBacktest(fitted=False, reason="no point with compute > 0", **empty)
     last = float(x[-1])
