@@ -214,17 +214,9 @@ def migrate(engine: Engine, *, shown: str | None = None) -> None:
 
 def check_schema(engine: Engine, *, shown: str | None = None) -> None:
     """Read-only stores are not migrated: UserError unless the schema is at the newest alembic revision."""
-    from alembic.runtime.migration import MigrationContext
-
     shown = shown or display_url(engine.url)
-    try:
-        with engine.connect() as connection:
-            context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-            current = context.get_current_revision()
-    except DBAPIError as err:
-        reason = first_line(err.orig) if err.orig else first_line(err)
-        raise UserError(f"cannot open the store {shown}: {reason}", field="--db") from None
-    head = _head_revision()
+    current = _current_revision(engine, shown)
+    _config, head = _alembic()
     if current is None:
         raise UserError(f"{shown} has no rlscale tables yet (a sweep or an import creates them)", field="--db")
     if current != head:
@@ -235,38 +227,45 @@ def check_schema(engine: Engine, *, shown: str | None = None) -> None:
         )
 
 
-def _head_revision() -> str:
+def _alembic() -> tuple:
+    """(alembic's Config, built in code so it works from an installed package and any cwd; the head revision)."""
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    return ScriptDirectory.from_config(config).get_current_head()
+    return config, ScriptDirectory.from_config(config).get_current_head()
+
+
+def _current_revision(engine: Engine, shown: str) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+            return context.get_current_revision()
+    except DBAPIError as err:
+        raise _cannot_open(shown, err) from None
 
 
 def _upgrade(engine: Engine, shown: str) -> None:
     from alembic import command
-    from alembic.config import Config
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
 
-    config = Config()  # built in code: works from an installed package and from any cwd
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    head = ScriptDirectory.from_config(config).get_current_head()
+    config, head = _alembic()
+    if _current_revision(engine, shown) == head:
+        return
     try:
-        with engine.connect() as connection:
-            current = MigrationContext.configure(
-                connection, opts={"version_table": VERSION_TABLE}
-            ).get_current_revision()
-        if current == head:
-            return
         # IMMEDIATE: two processes creating one new store take turns; the second finds it at head
         with writer(engine).begin() as connection:
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
     except DBAPIError as err:
-        reason = first_line(err.orig) if err.orig else first_line(err)
-        raise UserError(f"cannot open the store {shown}: {reason}", field="--db") from None
+        raise _cannot_open(shown, err) from None
+
+
+def _cannot_open(shown: str, err: DBAPIError) -> UserError:
+    reason = first_line(err.orig) if err.orig else first_line(err)
+    return UserError(f"cannot open the store {shown}: {reason}", field="--db")
 
 
 def _is_memory(url: URL) -> bool:

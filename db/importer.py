@@ -69,12 +69,7 @@ def read_run_log(
         raise UserError(f"unknown file type {path.suffix or '(none)'!r}: expected .csv or .jsonl", file=str(path))
     if not path.is_file():
         raise UserError("no such file", file=str(path))
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # -sig: spreadsheet exports often start with a BOM
-    except UnicodeDecodeError as err:
-        raise UserError(
-            f"expected UTF-8 text, found byte 0x{err.object[err.start]:02x} at offset {err.start}", file=str(path)
-        ) from None
+    text = read_text(path)
     lines = _csv_rows(path, text) if kind == "csv" else _jsonl_rows(path, text)
     return _validate(path, lines)
 
@@ -133,25 +128,7 @@ def _csv_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[st
 def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
     rows = []
     columns: dict[str, None] = {}
-    # split on newlines only: str.splitlines also breaks at U+2028, form feeds etc., which JSON strings may hold
-    for number, line in enumerate(text.split("\n"), start=1):
-        line = line.removesuffix("\r")
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        try:
-            obj = json.loads(line, object_pairs_hook=unique_keys)
-        except json.JSONDecodeError as err:
-            raise UserError(f"column {err.colno}: not valid JSON ({err.msg})", file=f"{path}:{number}") from None
-        except DuplicateKey as err:
-            raise UserError(
-                "key appears twice in one object", file=f"{path}:{number}", field=f"column {err.key!r}"
-            ) from None
-        except RecursionError:
-            raise UserError("not valid JSON here (nested too deeply)", file=f"{path}:{number}") from None
-        except ValueError:  # json.loads refuses integers of more than 4300 digits
-            raise UserError(
-                "expected numbers a store can hold, got an integer of more than 4300 digits", file=f"{path}:{number}"
-            ) from None
+    for number, obj in json_lines(path, text):
         if not isinstance(obj, dict):
             raise UserError(f"expected a JSON object per line, got {type(obj).__name__}", file=f"{path}:{number}")
         normalised = {str(k).strip().lower(): v for k, v in obj.items()}
@@ -175,18 +152,52 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[
     return list(columns), rows
 
 
-class DuplicateKey(ValueError):
+def read_text(path: Path) -> str:
+    """The UTF-8 text of the file at `path`, a leading BOM dropped; UserError naming the first byte that is not."""
+    try:
+        return path.read_text(encoding="utf-8-sig")  # -sig: spreadsheet exports often start with a BOM
+    except UnicodeDecodeError as err:
+        raise UserError(
+            f"expected UTF-8 text, found byte 0x{err.object[err.start]:02x} at offset {err.start}", file=str(path)
+        ) from None
+
+
+def json_lines(path: Path, text: str):
+    """(line number, the value) of each JSON line of `text` (the file at `path`), blank and # lines skipped;
+    UserError naming the line where one is not JSON or gives a key twice."""
+    # split on newlines only: str.splitlines also breaks at U+2028, form feeds etc., which JSON strings may hold
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        where = f"{path}:{number}"
+        try:
+            value = json.loads(line, object_pairs_hook=_unique_keys)
+        except json.JSONDecodeError as err:
+            raise UserError(f"column {err.colno}: not valid JSON ({err.msg})", file=where) from None
+        except _DuplicateKey as err:
+            raise UserError("key appears twice in one object", file=where, field=f"column {err.key!r}") from None
+        except RecursionError:
+            raise UserError("not valid JSON here (nested too deeply)", file=where) from None
+        except ValueError:  # json.loads refuses integers of more than 4300 digits
+            raise UserError(
+                "expected numbers a store can hold, got an integer of more than 4300 digits", file=where
+            ) from None
+        yield number, value
+
+
+class _DuplicateKey(ValueError):
     def __init__(self, key: str):
         super().__init__(key)
         self.key = key
 
 
-def unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
     # a key given twice is ambiguous (json.loads would keep the last silently), as a repeated CSV header is
     obj = {}
     for key, value in pairs:
         if key in obj:
-            raise DuplicateKey(key)
+            raise _DuplicateKey(key)
         obj[key] = value
     return obj
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from rlscale.db.importer import DuplicateKey, unique_keys  # one rule for keys given twice in a JSON line
+from rlscale.db.importer import json_lines, read_text  # one reader of a JSONL file's lines
 
 from rlscale.base.compute import VERL_THROUGHPUT, VERL_TOKENS, device_hours, verl_step_device_seconds
 from rlscale.base.errors import UserError
@@ -132,29 +132,8 @@ def compute_note(unit: str) -> str:
 
 def _verl_jsonl_run(path: Path) -> _Run:
     run = _Run(_run_name(path.stem, f"{path}:1", "the file name"), "column")  # verl names the file after the experiment
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise UserError(
-            f"expected UTF-8 text, found byte 0x{err.object[err.start]:02x} at offset {err.start}", file=str(path)
-        ) from None
-    for number, line in enumerate(text.split("\n"), start=1):  # newlines only, as the CSV/JSONL reader counts lines
-        line = line.removesuffix("\r")
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
+    for number, obj in json_lines(path, read_text(path)):  # the lines as the CSV/JSONL reader reads and counts them
         where = f"{path}:{number}"
-        try:
-            obj = json.loads(line, object_pairs_hook=unique_keys)
-        except json.JSONDecodeError as err:
-            raise UserError(f"column {err.colno}: not valid JSON ({err.msg})", file=where) from None
-        except DuplicateKey as err:
-            raise UserError("key appears twice in one object", file=where, field=f"column {err.key!r}") from None
-        except RecursionError:
-            raise UserError("not valid JSON here (nested too deeply)", file=where) from None
-        except ValueError:  # json.loads refuses integers of more than 4300 digits
-            raise UserError(
-                "expected numbers a store can hold, got an integer of more than 4300 digits", file=where
-            ) from None
         if not isinstance(obj, dict) or "step" not in obj or not isinstance(obj.get("data"), dict):
             raise UserError('expected a verl file-logger line {"step": N, "data": {metric: value}}', file=where)
         step = obj["step"]

@@ -25,8 +25,7 @@ from rlscale.base.numbers import json_safe as _json_safe
 RECORD_COLUMNS = ["run_id", "run", "step", "gpu_hours", "rollouts", "tokens", "val_reward"]
 RUN_COLUMNS = ["run_id", "run", "seed", "status", "error", "config", "created_at", "updated_at"]
 FIT_COLUMNS = ["run_id", "run", "model", "A_lo", "A_hi", "identified", "reason", "fitted_on"]
-# fit-frame columns that are not curve parameters (everything else goes into Fit.params)
-_FIT_FIELDS = {"run_id", "run", "model", "A_lo", "A_hi", "identified", "reason", "fitted_on"}
+_FIT_FIELDS = set(FIT_COLUMNS)  # fit-frame columns that are not curve parameters (the rest go into Fit.params)
 
 
 class Store:

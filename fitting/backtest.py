@@ -10,7 +10,7 @@ from rlscale.fitting.laws.predict import DEFAULT_LEVEL, Calibration, predict_at
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid, sigmoid
 from rlscale.fitting.sigmoid.bootstrap import percentile_interval
 
-from rlscale.base.numbers import NOISE_BAND
+from rlscale.base.numbers import NOISE_BAND, json_safe
 
 # The end of a run is judged on its last 10% of compute: one evaluation is too noisy to score a prediction.
 END_WINDOW = 0.1
@@ -27,24 +27,24 @@ class RunBacktest:
     fitted: bool
     reason: str
     n_points: int
-    n_part: int
-    cut_compute: float
-    last_compute: float
-    predicted: float
-    predicted_lo: float
-    predicted_hi: float
-    observed: float
-    error: float
-    carry_forward: float
-    carry_forward_error: float
-    A_part: float
-    A_part_lo: float
-    A_part_hi: float
-    A_full: float
-    A_full_identified: bool | None
-    A_inside: bool | None
-    rising: bool | None
-    identified: bool
+    n_part: int = 0
+    cut_compute: float = float("nan")
+    last_compute: float = float("nan")
+    predicted: float = float("nan")
+    predicted_lo: float = float("nan")
+    predicted_hi: float = float("nan")
+    observed: float = float("nan")
+    error: float = float("nan")
+    carry_forward: float = float("nan")
+    carry_forward_error: float = float("nan")
+    A_part: float = float("nan")
+    A_part_lo: float = float("nan")
+    A_part_hi: float = float("nan")
+    A_full: float = float("nan")
+    A_full_identified: bool | None = None
+    A_inside: bool | None = None
+    rising: bool | None = None
+    identified: bool = False
     level: float = DEFAULT_LEVEL
     pi_lo: float = float("nan")
     pi_hi: float = float("nan")
@@ -60,7 +60,7 @@ class RunBacktest:
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN and inf become None."""
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+        return json_safe(asdict(self))
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class BacktestSummary:
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN and inf become None."""
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+        return json_safe(asdict(self))
 
 
 def in_end_window(compute: np.ndarray, last: float) -> np.ndarray:
@@ -128,28 +128,7 @@ def backtest_run(
     order = np.argsort(x, kind="stable")
     x, y = x[order], y[order]
     nan = float("nan")
-    empty = dict(
-        run=str(run),
-        n_points=len(x),
-        n_part=0,
-        cut_compute=nan,
-        last_compute=nan,
-        predicted=nan,
-        predicted_lo=nan,
-        predicted_hi=nan,
-        observed=nan,
-        error=nan,
-        carry_forward=nan,
-        carry_forward_error=nan,
-        A_part=nan,
-        A_part_lo=nan,
-        A_part_hi=nan,
-        A_full=nan,
-        A_full_identified=None,
-        A_inside=None,
-        rising=None,
-        identified=False,
-    )
+    empty = dict(run=str(run), n_points=len(x))  # the fields known so far; the rest NaN until known
     if len(x) == 0 or not x[-1] > 0:
         return RunBacktest(fitted=False, reason="no point with compute > 0", **empty)
     last = float(x[-1])
@@ -329,13 +308,7 @@ class CutPick:
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN and inf become None."""
-
-        def clean(v):
-            if isinstance(v, dict):
-                return {k: clean(x) for k, x in v.items()}
-            return None if isinstance(v, float) and not math.isfinite(v) else v
-
-        return {k: clean(v) for k, v in asdict(self).items()}
+        return json_safe(asdict(self))
 
 
 def surely_beaten(run: str, predicted: dict, lo: dict, hi: dict) -> bool:

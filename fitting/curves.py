@@ -1,6 +1,8 @@
 """A study's fit of record: each run's sigmoid on the points and in the unit its study names, as every view and the
 scheduler read it (pure: frames in, one row per run out); and the study's compute unit and its records column."""
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -164,6 +166,32 @@ def memo_fit(compute: np.ndarray, reward: np.ndarray, cache, **options):
     return found
 
 
+class FitMemo:
+    """memo_fit's thread-safe LRU cache of fits by their points (the dashboard's and the sweep driver's)."""
+
+    def __init__(self, size: int = 64):
+        self.size = size
+        self._fits: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key, default=None):
+        with self._lock:
+            found = self._fits.get(key)
+            if found is not None:
+                self._fits.move_to_end(key)
+            return default if found is None else found
+
+    def __setitem__(self, key, value) -> None:
+        with self._lock:
+            self._fits[key] = value
+            self._fits.move_to_end(key)
+            while len(self._fits) > self.size:
+                self._fits.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._fits)
+
+
 def is_pass_rate(rewards) -> bool:
     """Whether a study's rewards read as pass rates (every finite one in [0, 1]): their fits then keep A and R0 in
     [0, 1]; any other metric (a sum of reward functions, a negative score) is fitted unbounded."""
@@ -186,20 +214,23 @@ def fit_of_record(
     bounded: bool = True,
     min_compute: float = 0.0,
     upper_level=None,
+    cache=None,
 ):
-    """One run's fit of record (a SigmoidFit; FitError when it cannot be fitted) on `fitted_points`, with the fit of
-    record's bootstrap and seed; upper_level: also the profile bound on A (early termination's)."""
+    """One run's fit of record (a SigmoidFit; None when it cannot be fitted) on `fitted_points`, with the fit of
+    record's bootstrap and seed; upper_level: also the profile bound on A (early termination's); cache: memo_fit's."""
     compute, reward = np.asarray(compute, dtype=float), np.asarray(reward, dtype=float)
     keep = fitted_points(compute, reward, record_breaking, bin_width)
-    return fit_sigmoid(
+    fit = memo_fit(
         compute[keep],
         reward[keep],
+        cache,
         min_compute=min_compute,
         bounded=bounded,
         bootstrap=FIT_BOOTSTRAP,
         seed=FIT_SEED,
         upper_level=upper_level,
     )
+    return None if isinstance(fit, FitError) else fit
 
 
 @dataclass(frozen=True)

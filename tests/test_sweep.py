@@ -70,6 +70,41 @@ def test_replanning_is_idempotent_and_new_axis_values_add_only_new_runs(tmp_path
         assert len(store.runs_frame("grid")) == 3
 
 
+def test_the_driver_reads_each_runs_fit_of_record_and_refits_only_a_run_whose_points_changed(tmp_path, monkeypatch):
+    import numpy as np
+    import rlscale.fitting.curves as curves
+    from rlscale.fitting.rules.early_stop import UPPER_LEVEL
+
+    calls = []
+    real = curves.fit_sigmoid
+    monkeypatch.setattr(curves, "fit_sigmoid", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        driver = SweepDriver(load_study(write_study(tmp_path / "s.yaml", "fits", {"rollouts": [4, 8]})), store)
+        runs = driver.plan()
+        compute = np.linspace(0.1, 2.0, 12)
+        for run, A in zip(runs, (0.6, 0.8)):
+            reward = 0.1 + (A - 0.1) / (1 + (0.5 / compute) ** 2)
+            records = [{"step": i, "gpu_hours": c, "val_reward": r} for i, (c, r) in enumerate(zip(compute, reward))]
+            store.add_records(run.run_id, records)
+        first = driver.progress()
+        assert len(calls) == 2
+        for run, seen in zip(runs, first):
+            rows = store.records_frame("fits").query(f"run_id == {run.run_id}")
+            expected = curves.fit_of_record(
+                rows["gpu_hours"], rows["val_reward"], record_breaking=True, upper_level=UPPER_LEVEL
+            )
+            assert (seen.fit.A, seen.fit.A_upper) == pytest.approx((expected.A, expected.A_upper), nan_ok=True)
+            assert seen.compute == pytest.approx(2.0)
+        calls.clear()
+        driver.progress()
+        assert len(calls) == 0  # no new points: no refit
+        store.add_records(runs[0].run_id, [{"step": 12, "gpu_hours": 2.2, "val_reward": 0.59}])
+        driver.progress()
+        assert len(calls) == 1  # only the run with a new record-breaking point
+        assert driver.progress_of(runs[1]).fit.A == pytest.approx(first[1].fit.A)
+        assert len(calls) == 1
+
+
 def _records(url: str, study: str):
     with Store(url) as store:
         return store.records_frame(study), store.runs_frame(study)

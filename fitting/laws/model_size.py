@@ -1,7 +1,7 @@
 """The model size for a budget: per size a line ln L = -k ln C + E (L = 1 - reward; Tan et al.), the lowest one wins;
 intervals from a bootstrap over each size's runs (its evaluations when it has one run)."""
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -162,16 +162,7 @@ class SizeChoice:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "budget": self.budget,
-            "model": self.model,
-            "parameters": self.parameters,
-            "pick_share": self.pick_share,
-            "predicted": self.predicted,
-            "crossovers": self.crossovers,
-            "level": self.level,
-            "notes": self.notes,
-        }
+        return asdict(self)
 
 
 def winner_changes(k: np.ndarray, E: np.ndarray) -> list[tuple[int, int, float]]:

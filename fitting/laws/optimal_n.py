@@ -10,8 +10,6 @@ from rlscale.fitting.rules.standing import fitted_rewards
 from rlscale.fitting.sigmoid.bootstrap import percentile_interval
 from scipy.optimize import least_squares
 
-LAW_PARAMS = ("lo", "hi", "k", "c0")
-
 
 def optimal_rollouts_law(compute, lo, hi, k, c0) -> np.ndarray:
     """log2 of the optimal rollouts per prompt at `compute` (same unit as the runs' compute)."""

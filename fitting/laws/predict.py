@@ -11,6 +11,8 @@ import numpy as np
 from rlscale.fitting.sigmoid import SigmoidFit, sigmoid
 from scipy import stats
 
+from rlscale.base.numbers import json_safe
+
 # The reward at C is read as the mean over the evaluations at compute in [(1 - WINDOW) C, C].
 WINDOW = 0.1
 DEFAULT_LEVEL = 0.9
@@ -116,7 +118,7 @@ class Prediction:
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN and inf become None."""
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+        return json_safe(asdict(self))
 
 
 def evaluation_spacing(compute) -> float:

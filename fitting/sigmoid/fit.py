@@ -67,20 +67,10 @@ class SigmoidFit:
 
     def to_dict(self) -> dict:
         """Plain-Python summary with keys A, B, C_mid, R0, rss, r2, A_lo, A_hi, n_points, identified, reason, noise."""
-        return {
-            "A": float(self.A),
-            "B": float(self.B),
-            "C_mid": float(self.C_mid),
-            "R0": float(self.R0),
-            "rss": float(self.rss),
-            "r2": float(self.r2),
-            "A_lo": float(self.A_lo),
-            "A_hi": float(self.A_hi),
-            "n_points": int(self.n_points),
-            "identified": bool(self.identified),
-            "reason": self.reason,
-            "noise": self.noise,
-        }
+        summary = {key: float(getattr(self, key)) for key in ("A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi")}
+        summary.update(n_points=int(self.n_points), identified=bool(self.identified))
+        summary.update(reason=self.reason, noise=self.noise)
+        return summary
 
 
 def fit_sigmoid(

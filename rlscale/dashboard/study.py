@@ -4,13 +4,12 @@ import json
 import secrets
 import threading
 import time
-from collections import OrderedDict
 
 import numpy as np
 import pandas as pd
 import yaml
 
-from rlscale.fitting.curves import latest_runs, unit_label
+from rlscale.fitting.curves import FitMemo, latest_runs, unit_label
 from rlscale.fitting.rules.reasons import Refusal
 from rlscale.fitting.rules.standing import count_or_none, fitted_rewards
 from rlscale.fitting.sigmoid.points import fits_record_breaking, fitted_points_label
@@ -24,32 +23,6 @@ from rlscale.views.page_charts import study_axes as axes_of
 
 LAW_EVERY_S = 10.0  # the optimal-n law is refitted at most this often while records arrive
 FIT_KEYS = ("A", "A_lo", "A_hi", "B", "C_mid", "R0", "r2", "c_min", "c_max")
-
-
-class FitMemo:
-    """fitting.curves.memo_fit's thread-safe LRU cache of fits by their points, shared with the decision's thread."""
-
-    def __init__(self, size: int = 64):
-        self.size = size
-        self._fits: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key, default=None):
-        with self._lock:
-            found = self._fits.get(key)
-            if found is not None:
-                self._fits.move_to_end(key)
-            return default if found is None else found
-
-    def __setitem__(self, key, value) -> None:
-        with self._lock:
-            self._fits[key] = value
-            self._fits.move_to_end(key)
-            while len(self._fits) > self.size:
-                self._fits.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._fits)
 
 
 class StudyRecords:

@@ -9,6 +9,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from rlscale.fitting.curves import FitMemo
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.engine import DEFAULT_ENGINE, DevicesUnavailable, Engine, reaches_compute, study_engine
 from rlscale.runner.sweep.head import SweepCluster, head_dir
@@ -76,7 +77,7 @@ class SweepDriver:
         from rlscale.runner.tracking import make_tracker
 
         self.tracker = make_tracker(getattr(study, "tracking", None), study.name)  # `tracking:` mirrors evaluations
-        self._fit_cache: dict[int, tuple] = {}  # run_id -> ((evaluations, last step, bins), fit, largest compute)
+        self._fit_memo = FitMemo()  # each run is refitted only when its points change
 
     # planning -------------------------------------------------------------------------------------
 
@@ -380,63 +381,52 @@ class SweepDriver:
         return [
             replace(progress, target=waiting[run.run_id]) if run.run_id in waiting else progress
             for run in (self.runs if runs is None else runs)
-            for progress in [self.progress_of(run, fits.get(run.run_id))]
+            for progress in [self._progress(run, fits.get(run.run_id))]
         ]
 
-    def progress_of(self, run: RunState, fit=...) -> RunProgress:
-        """One run as the scheduler sees it (its fit refreshed from the store unless given)."""
-        if fit is ...:
-            fit = self._current_fits(run.run_id).get(run.run_id)
-        cached = self._fit_cache.get(run.run_id)
+    def progress_of(self, run: RunState) -> RunProgress:
+        """One run as the scheduler sees it, its fit refreshed from the store."""
+        return self._progress(run, self._current_fits(run.run_id).get(run.run_id))
+
+    def _progress(self, run: RunState, fitted: tuple | None) -> RunProgress:
+        fit, compute = fitted if fitted is not None else (None, run.gpu_hours)
         return RunProgress(
             key=run.run_id,
             fraction=run.step / run.recipe.steps,
             fit=fit,
             finished=run.status == "done",
             last_reward=run.val_reward,
-            compute=cached[2] if cached is not None else run.gpu_hours,  # in the fit's unit
+            compute=compute,  # in the fit's unit
             stopped=run.status in ("failed", "stopped"),
         )
 
     def _current_fits(self, run_id: int | None = None) -> dict:
-        from rlscale.fitting.curves import is_pass_rate
+        """run_id -> (its fit of record with early termination's bound on A, or None; its largest compute)."""
+        from rlscale.fitting.curves import compute_column, fit_of_record, is_pass_rate
+        from rlscale.fitting.rules.early_stop import UPPER_LEVEL
         from rlscale.fitting.sigmoid.points import record_bin_width
 
-        metric = self.study.metric
+        metric, column = self.study.metric, compute_column(self.study)
         records = self.store.records_frame(self.study.name).dropna(subset=[metric])
         # the study's reward bins and bounds, as its fit of record reads them
-        study_wide = (record_bin_width(records[metric]), is_pass_rate(records[metric]))
+        bin_width, bounded = record_bin_width(records[metric]), is_pass_rate(records[metric])
         if run_id is not None:
             records = records[records["run_id"] == run_id]
+        self._fit_memo.size = 2 * len(self.runs) + 16
         fits = {}
-        with self._fits_lock:
+        with self._fits_lock:  # one thread fits at a time: the others then find its fits in the memo
             for key, rows in records.groupby("run_id"):
-                fits[key] = self._cached_fit(key, rows, *study_wide)
-        return fits
-
-    def _cached_fit(self, key, rows, bin_width: float, bounded: bool):
-        from rlscale.fitting.curves import compute_column, fit_of_record
-        from rlscale.fitting.rules.early_stop import UPPER_LEVEL
-        from rlscale.fitting.sigmoid import FitError
-
-        column = compute_column(self.study)
-        stamp = (len(rows), int(rows["step"].max()), bin_width, bounded)
-        cached = self._fit_cache.get(key)
-        if cached is None or cached[0] != stamp:
-            compute = rows[column].to_numpy(dtype=float, na_value=float("nan"))
-            try:
                 fit = fit_of_record(
-                    compute,
-                    rows[self.study.metric].to_numpy(dtype=float),
+                    rows[column].to_numpy(dtype=float, na_value=float("nan")),
+                    rows[metric].to_numpy(dtype=float),
                     record_breaking=self.study.fits_record_breaking,
                     bin_width=bin_width,
                     bounded=bounded,
                     upper_level=UPPER_LEVEL,
+                    cache=self._fit_memo,
                 )
-            except FitError:
-                fit = None
-            self._fit_cache[key] = cached = (stamp, fit, float(rows[column].max()))
-        return cached[1]
+                fits[key] = (fit, float(rows[column].max()))
+        return fits
 
     # fits -----------------------------------------------------------------------------------------
 
