@@ -1,15 +1,16 @@
 """`rlscale sweep STUDY --dry-run`: each planned run's job as its engine would submit it, and the admission plan."""
 
+import shlex
 from pathlib import Path
+
+from rlscale.base.settings import cache_dir
+from rlscale.cli.console import console, print_json, safe, say
 
 
 def print_dry_run(
     study, ray_address: str | None, shared_dir: Path | None, json_out: bool, max_concurrent: int | None = None
 ) -> None:
     """Each planned run's job as the engine would submit it, then the admission plan; submits and stores nothing."""
-    import shlex
-
-    from rlscale.cli.console import console, print_json, safe, say
     from rlscale.runner.sweep.dry_run import RUN_KEY, admission_plan, dry_run
 
     points = dry_run(study, ray_address=ray_address, shared_dir=shared_dir)
@@ -120,8 +121,6 @@ def _summary_lines(points: list[dict], commands: Path | None) -> list[str]:
 
 def command_text(point: dict) -> str:
     """A point's first job as one shell command: its environment, entrypoint and overrides, shell-quoted."""
-    import shlex
-
     env = [f"{key}={shlex.quote(str(value))}" for key, value in (point.get("env_vars") or {}).items()]
     words = [*map(shlex.quote, point.get("overrides") or [])]
     return " \\\n    ".join([*env, point["entrypoint"], *words]) if words or env else point["entrypoint"]
@@ -129,7 +128,6 @@ def command_text(point: dict) -> str:
 
 def write_commands(study: str, points: list[dict]) -> Path | None:
     """<cache>/dry-run/<study>.sh, each point's first job as the sweep launches it; None if no point has a command."""
-    from rlscale.base.settings import cache_dir
     from rlscale.runner.jobs_api import write_whole
     from rlscale.runner.sweep.dry_run import RUN_KEY
 

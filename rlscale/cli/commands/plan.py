@@ -1,10 +1,15 @@
 """`rlscale plan`: a compute budget -> an IsoCompute grid; a study file -> its runs; `--calibrate` the cost model."""
 
+import datetime
+import os
+import platform
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from rlscale.base.errors import UserError
+from rlscale.base.names import check_name
 from rlscale.base.numbers import format_number
 from rlscale.cli.console import console, print_json, safe, say, table
 
@@ -201,7 +206,6 @@ def _print_dropped(dropped: list[tuple[str, str]]) -> None:
 def _save_and_print_json(payload: dict, save: str | None, db: str | None, as_json: bool) -> bool:
     """Store the plan under `save` (if given), print it as JSON with --json; True when printed."""
     if save is not None:
-        from rlscale.base.names import check_name
         from rlscale.db.store import Store
 
         check_name(save, field="--save", what="plan name")
@@ -215,10 +219,6 @@ def _save_and_print_json(payload: dict, save: str | None, db: str | None, as_jso
 
 def _calibration_source(study: str) -> str:
     """Where a profile's costs come from: the study's records, this host and today (records carry no host)."""
-    import datetime
-    import os
-    import platform
-
     gpus = ""
     try:
         import torch
@@ -234,8 +234,6 @@ def _calibration_source(study: str) -> str:
 
 
 def _calibrate(study: str, *, db: str | None, as_json: bool) -> None:
-    from pathlib import Path
-
     from rlscale.db.store import Store
     from rlscale.planner.cost import calibrate
     from rlscale.planner.profiles import save_profile
