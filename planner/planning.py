@@ -113,21 +113,17 @@ def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPl
         )
     runs = []
     for (name, recipe), m in zip(recipes, steps):
+        priced_by = by_model.get(recipe.model, profile)
         if m is None:
-            dropped.append(
-                (
-                    name,
-                    f"cannot reach {compute.min_steps} step(s) with {per_run:.4g} {compute.unit} per run, steps "
-                    f"priced by profile {by_model.get(recipe.model, profile).name} (compute.profile chooses another)",
-                )
+            why = (
+                f"cannot reach {compute.min_steps} step(s) with {per_run:.4g} {compute.unit} per run, steps "
+                f"priced by profile {priced_by.name} (compute.profile chooses another)"
             )
+            dropped.append((name, why))
             continue
+        hours = run_gpu_hours(priced_by, recipe.prompts_per_batch, recipe.rollouts, m) * study.extend
         for seed in study.seeds:
             final = Recipe.model_validate({**recipe.to_json(), "steps": m, "seed": seed})
-            hours = (
-                run_gpu_hours(by_model.get(final.model, profile), final.prompts_per_batch, final.rollouts, m)
-                * study.extend
-            )
             runs.append(PlannedRun(name, final, seed, hours))
     if not runs and study.method != "bayes":
         reasons = "; ".join(f"{name}: {why}" for name, why in dropped[:3])
