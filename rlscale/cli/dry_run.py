@@ -30,42 +30,39 @@ def print_dry_run(
             highlight=False,
             soft_wrap=True,
         )
-        for line in _composed_lines(point):
+        words, whole = _job_lines(point)
+        for line in [*_composed_lines(point), *words]:
             say(line, first="  ", rest="      ")
-        if point.get("changes") is not None:
-            for line in _setup_lines(point):
-                say(line, first="  ", rest="      ")
-            continue
-        if point["engine"] == "trl":
-            for line in [
-                f"job {point['submission_id']} at {point['ray_address']}, holding {point['devices']}",
-                f"records: {point['log_file']}",
-                f"entrypoint: {point['entrypoint']}",
-                "GRPOConfig (as rlscale export --format trl writes it, with the run's keys):",
-            ]:
-                say(line, first="  ", rest="      ")
-            for line in point["config_text"].splitlines():
-                console.print(f"    {safe(line)}", highlight=False, soft_wrap=True)  # a YAML to copy: whole lines
-            continue
-        if point["engine"] != "verl":
-            for key, value in point["recipe"].items():
-                say(f"{key}: {value}", first="  ", rest="      ")
-            continue
-        lines = [
-            f"job {point['submission_id']} at {point['ray_address']}, {point['gpus']} GPUs",
-            f"train data: {point['train_file']}",
-            f"validation data: {point['val_file']}",
-            f"file logger: {point['log_file']}",
-            *[f"env {key}={value}" for key, value in point["env_vars"].items()],
-            f"entrypoint: {point['entrypoint']} with the overrides (shell-quoted, one a line):",
-        ]
-        for line in lines:
-            say(line, first="  ", rest="      ")
-        for override in point["overrides"]:
-            console.print(f"    {safe(shlex.quote(override))}", highlight=False, soft_wrap=True)
+        for line in whole:  # a YAML or overrides to copy: whole lines
+            console.print(f"    {safe(line)}", highlight=False, soft_wrap=True)
     for line in [*_admission_lines(plan, len(points)), *_summary_lines(points, commands)]:
         say(line, rest="    ")
     say(f"{len(points)} runs; nothing submitted. {RUN_KEY}: the run's key, given when the sweep first stores the run.")
+
+
+def _job_lines(point: dict) -> tuple[list[str], list[str]]:
+    """A point's job in lines to wrap, and lines to print whole (TRL's GRPOConfig, verl's overrides shell-quoted)."""
+    if point.get("changes") is not None:
+        return _setup_lines(point), []
+    if point["engine"] == "trl":
+        lines = [
+            f"job {point['submission_id']} at {point['ray_address']}, holding {point['devices']}",
+            f"records: {point['log_file']}",
+            f"entrypoint: {point['entrypoint']}",
+            "GRPOConfig (as rlscale export --format trl writes it, with the run's keys):",
+        ]
+        return lines, point["config_text"].splitlines()
+    if point["engine"] != "verl":
+        return [f"{key}: {value}" for key, value in point["recipe"].items()], []
+    lines = [
+        f"job {point['submission_id']} at {point['ray_address']}, {point['gpus']} GPUs",
+        f"train data: {point['train_file']}",
+        f"validation data: {point['val_file']}",
+        f"file logger: {point['log_file']}",
+        *[f"env {key}={value}" for key, value in point["env_vars"].items()],
+        f"entrypoint: {point['entrypoint']} with the overrides (shell-quoted, one a line):",
+    ]
+    return lines, [shlex.quote(override) for override in point["overrides"]]
 
 
 def _admission_lines(plan: dict, runs: int) -> list[str]:

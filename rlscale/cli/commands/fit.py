@@ -245,18 +245,12 @@ def fits_json(fits, predictions=None, targets=None) -> list[dict]:
     TARGET_KEYS."""
     out = []
     for row in fits.to_dict("records"):
-        item = {}
-        for key in JSON_KEYS:
-            value = json_safe(row.get(key))  # numpy scalars made plain, NaN and inf null
-            if key == "run":
-                value = str(value)
-            elif key == "noise":
-                value = None if value is None or value != value else str(value)
-            elif key == "identified":
-                value = bool(value)
-            elif key == "n_points" and value is not None:
-                value = int(value)
-            item[key] = value
+        item = {key: json_safe(row.get(key)) for key in JSON_KEYS}  # numpy scalars made plain, NaN and inf null
+        item["run"], item["identified"] = str(item["run"]), bool(item["identified"])
+        if item["noise"] is not None:
+            item["noise"] = str(item["noise"])
+        if item["n_points"] is not None:
+            item["n_points"] = int(item["n_points"])
         out.append(item)
     if predictions is not None:
         by_run = {str(row["run"]): row for row in predictions.to_dict("records")}

@@ -251,17 +251,13 @@ def _calibrate(study: str, *, db: str | None, as_json: bool) -> None:
         return
     seconds = 3600  # profiles are in GPU-hours; per-step numbers read better in GPU-seconds
     console.print(f"profile [bold]{fitted.name}[/] from {quality.n_runs} runs, {quality.n_intervals} intervals")
-    console.print(
-        f"  per rollout    {fitted.gpu_hours_per_rollout:.6g} GPU-hours "
-        f"({fitted.gpu_hours_per_rollout * seconds:.4g} GPU-s)"
-    )
-    console.print(
-        f"  per step       {fitted.step_overhead_gpu_hours:.6g} GPU-hours "
-        f"({fitted.step_overhead_gpu_hours * seconds:.4g} GPU-s)"
-    )
-    console.print(
-        f"  startup        {fitted.startup_gpu_hours:.6g} GPU-hours ({fitted.startup_gpu_hours * seconds:.4g} GPU-s)"
-    )
+    costs = {
+        "per rollout": fitted.gpu_hours_per_rollout,
+        "per step": fitted.step_overhead_gpu_hours,
+        "startup": fitted.startup_gpu_hours,
+    }
+    for label, hours in costs.items():
+        console.print(f"  {label:<15}{hours:.6g} GPU-hours ({hours * seconds:.4g} GPU-s)")
     console.print(f"  R^2 {quality.r2:.4f}, relative residual {quality.relative_residual:.2%}")
     if quality.r2 < 0.9:
         console.print("[yellow]warning:[/] per-step cost is not well explained by B_p x n; check the runs' records")
