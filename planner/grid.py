@@ -199,13 +199,8 @@ def isocompute_plan(
         if m is None:
             need = profile.startup_gpu_hours + min_steps * cost
             with_it = share if per_run else budget_gpu_hours / bisect.bisect_right(sorted_costs, cost)
-            dropped.append(
-                Dropped(
-                    bp,
-                    n,
-                    f"{min_steps} step(s) need {need:.4g} GPU-hours; with it in the grid a run would get {with_it:.4g}",
-                )
-            )
+            why = f"{min_steps} step(s) need {need:.4g} GPU-hours; with it in the grid a run would get {with_it:.4g}"
+            dropped.append(Dropped(bp, n, why))
         else:
             points.append(Point(bp, n, m, run_gpu_hours(profile, bp, n, m), bp * n * m))
     if not points:

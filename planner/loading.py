@@ -7,8 +7,10 @@ from typing import TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from rlscale.planner.recipe import Recipe
 
 from rlscale.base.errors import UserError
+from rlscale.base.names import verifier_problem
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -124,10 +126,6 @@ def user_error_from_validation(err: ValidationError, *, file: str, prefix: str =
 
 def load_recipe(path: str | Path):
     """A Recipe from a YAML mapping of recipe keys (a bare recipe file, or a study file's `recipe:` block)."""
-    from rlscale.planner.recipe import Recipe
-
-    from rlscale.base.names import verifier_problem
-
     data = load_yaml_mapping(path)
     block = "recipe" in data and isinstance(data["recipe"], dict)
     recipe = (

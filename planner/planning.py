@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 from rlscale.planner.cost import DEFAULT_PROFILE, TINY_CPU, Profile, run_gpu_hours, step_gpu_hours
 from rlscale.planner.grid import allocate
+from rlscale.planner.profiles import load_profile
 from rlscale.planner.recipe import Recipe
 from rlscale.planner.study import RECIPE_KEYS, SHORT_KEYS, Study
 
@@ -65,8 +66,6 @@ def study_points(study: Study) -> list[tuple[str, dict]]:
 
 def default_profile(study: Study) -> Profile:
     """The study's cost profile: compute.profile, else tiny-cpu for the tiny policy, else ScaleRL's 8B."""
-    from rlscale.planner.profiles import load_profile
-
     if study.compute is not None and study.compute.profile is not None:
         return load_profile(study.compute.profile, field="compute.profile")
     return TINY_CPU if study.recipe.model == "tiny" else load_profile(DEFAULT_PROFILE)
@@ -74,8 +73,6 @@ def default_profile(study: Study) -> Profile:
 
 def model_profiles(study: Study) -> dict[str, Profile]:
     """HF directory -> the cost profile of its steps, for a study with a `model` axis ({} otherwise)."""
-    from rlscale.planner.profiles import load_profile
-
     return {
         name: load_profile(size.profile, field=f"models.{name}.profile", file=study.file)
         for name, size in study.models.items()
@@ -85,8 +82,6 @@ def model_profiles(study: Study) -> dict[str, Profile]:
 def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPlan:
     """Every run (points x seeds), steps set by the compute budget if any; a `model` axis prices each model's
     steps by its own profile, so equal compute buys fewer steps of a larger model."""
-    from rlscale.planner.profiles import load_profile
-
     if isinstance(profile, str):
         profile = load_profile(profile)
     profile = profile or default_profile(study)
@@ -118,21 +113,17 @@ def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPl
         )
     runs = []
     for (name, recipe), m in zip(recipes, steps):
+        priced_by = by_model.get(recipe.model, profile)
         if m is None:
-            dropped.append(
-                (
-                    name,
-                    f"cannot reach {compute.min_steps} step(s) with {per_run:.4g} {compute.unit} per run, steps "
-                    f"priced by profile {by_model.get(recipe.model, profile).name} (compute.profile chooses another)",
-                )
+            why = (
+                f"cannot reach {compute.min_steps} step(s) with {per_run:.4g} {compute.unit} per run, steps "
+                f"priced by profile {priced_by.name} (compute.profile chooses another)"
             )
+            dropped.append((name, why))
             continue
+        hours = run_gpu_hours(priced_by, recipe.prompts_per_batch, recipe.rollouts, m) * study.extend
         for seed in study.seeds:
             final = Recipe.model_validate({**recipe.to_json(), "steps": m, "seed": seed})
-            hours = (
-                run_gpu_hours(by_model.get(final.model, profile), final.prompts_per_batch, final.rollouts, m)
-                * study.extend
-            )
             runs.append(PlannedRun(name, final, seed, hours))
     if not runs and study.method != "bayes":
         reasons = "; ".join(f"{name}: {why}" for name, why in dropped[:3])

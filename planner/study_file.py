@@ -4,8 +4,10 @@ a setup study is planned here only to check its varied keys against the user's f
 from pathlib import Path
 
 from pydantic import ValidationError
+from rlscale.planner.frameworks.setup import check_study_setup, recipe_from_setup, setup_key, study_setup
 from rlscale.planner.loading import load_yaml_mapping, user_error_from_validation
 from rlscale.planner.planning import planned_runs
+from rlscale.planner.profiles import load_profile
 from rlscale.planner.recipe import Recipe
 from rlscale.planner.study import FieldProblem, Study
 
@@ -20,8 +22,6 @@ def load_study(path: str | Path) -> Study:
     study._file = str(path)
     if study.setup is not None:
         study = _with_setup(study, Path(path).parent)
-    from rlscale.planner.profiles import load_profile
-
     if study.compute is not None and study.compute.profile is not None:
         load_profile(study.compute.profile, field="compute.profile", file=str(path))
     for name, size in study.models.items():
@@ -30,8 +30,6 @@ def load_study(path: str | Path) -> Study:
 
 
 def _with_setup(study: Study, folder: Path) -> Study:
-    from rlscale.planner.frameworks.setup import check_study_setup, recipe_from_setup, setup_key, study_setup
-
     block = study.setup
     paths = {
         key: str((folder / value).resolve())

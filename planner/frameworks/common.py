@@ -3,7 +3,7 @@ that no pinned target can express."""
 
 import math
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from rlscale.planner.recipe import Recipe
 
@@ -27,14 +27,7 @@ class Deployment:
     cpu: bool = False
 
     def __post_init__(self):
-        for name in (
-            "gpus_per_node",
-            "nodes",
-            "tensor_parallel",
-            "max_prompt_tokens",
-            "max_tokens_per_gpu",
-            "micro_batch_per_gpu",
-        ):
+        for name in (f.name for f in fields(self) if f.name != "cpu"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.gpus_per_node % self.tensor_parallel:

@@ -7,7 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rlscale.planner.frameworks import trl, verl
+from rlscale.planner.frameworks.trl import accumulation_keeping_updates
+from rlscale.planner.frameworks.verl import hydra_value
 from rlscale.planner.loading import StrictLoader, load_yaml_mapping
+from rlscale.planner.planning import planned_runs
 
 from rlscale.base.errors import UserError
 
@@ -219,7 +223,8 @@ def _setters(recipes: list, mapping, keys: list[str]) -> dict[str, set[str]]:
     base, first = recipes[0], mapping(recipes[0])
     dumps = [recipe.to_json() for recipe in recipes]
     out: dict[str, set[str]] = {}
-    for name in _fields_that_vary(recipes):
+    varied = [key for key in dumps[0] if key not in ("steps", "seed") and len({repr(d[key]) for d in dumps}) > 1]
+    for name in varied:
         out[name] = set()
         for value in {repr(d[name]): d[name] for d in dumps}.values():
             try:
@@ -229,11 +234,6 @@ def _setters(recipes: list, mapping, keys: list[str]) -> dict[str, set[str]]:
                 break
             out[name] |= {key for key in keys if repr(other.get(key)) != repr(first.get(key))}
     return out
-
-
-def _fields_that_vary(recipes: list) -> list[str]:
-    dumps = [recipe.to_json() for recipe in recipes]
-    return [key for key in dumps[0] if key not in ("steps", "seed") and len({repr(d[key]) for d in dumps}) > 1]
 
 
 def check_conflicts(
@@ -299,8 +299,6 @@ def one_error(problems: list[UserError]) -> UserError:
 
 
 def _framework(name: str):
-    from rlscale.planner.frameworks import trl, verl
-
     return {"verl": verl, "trl": trl}[name]
 
 
@@ -383,8 +381,6 @@ class SetupPlan:
 def setup_plan(study) -> SetupPlan | None:
     if study.setup is None:
         return None
-    from rlscale.planner.planning import planned_runs
-
     changed = changed_keys(study, [run.recipe for run in planned_runs(study)])
     block = study.setup
     return SetupPlan(
@@ -394,7 +390,7 @@ def setup_plan(study) -> SetupPlan | None:
 
 def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
     """The user's own config (verl: launch script; TRL: YAML) with only the changed keys and steps set to `recipe`'s."""
-    values = {key: value for key, value in plan.values(recipe).items()}
+    values = plan.values(recipe)
     setup = plan.setup
     lines = [f"# {line}" for line in header]
     lines += [f"# your setup: {', '.join(setup_files(setup)) or 'the study file'}; the decision changes:"]
@@ -406,9 +402,6 @@ def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
         if repr(value) != repr(setup.keys.get(key))
     ]
     if setup.framework == "trl":
-        from rlscale.planner.frameworks.trl import accumulation_keeping_updates
-        from rlscale.planner.loading import load_yaml_mapping
-
         accumulation = accumulation_keeping_updates(setup.keys, values)
         if accumulation is not None:  # as the sweep's jobs ran
             values["gradient_accumulation_steps"] = accumulation
@@ -427,8 +420,6 @@ def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
             + "\n"
             + yaml.safe_dump(config, sort_keys=False)
         )
-    from rlscale.planner.frameworks.verl import hydra_value
-
     words = []
     if setup.config_file:
         path = Path(setup.config_file)

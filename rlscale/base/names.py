@@ -1,6 +1,8 @@
 """User-given names and expansion limits; NAME_RULE names may become paths, RUN_NAME_RULE ones are text, never paths."""
 
+import math
 import re
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -47,8 +49,6 @@ def _cut(text: str) -> str:
 
 def check_budget(value: float, *, field: str = "--budget") -> float:
     """`value` if it is a finite compute budget in (0, MAX_BUDGET]; else a UserError naming `field`."""
-    import math
-
     if not (math.isfinite(value) and 0 < value <= MAX_BUDGET):
         raise UserError(f"expected a positive finite budget of at most {MAX_BUDGET:g}, got {value:g}", field=field)
     return value
@@ -101,8 +101,6 @@ _PROJECT_TASKS = "rlscale.runner.rl.tasks"
 
 def verifier_problem(spec: object) -> str | None:
     """Why `spec` cannot be a verifier, or None: it runs on every rollout (stdlib, builtins and rlscale are refused)."""
-    import sys
-
     if not isinstance(spec, str) or not re.match(VERIFIER_PATTERN, spec):
         return f"expected {VERIFIER_RULE}, got {spec!r}"
     module = spec.split(":")[0]

@@ -1,15 +1,16 @@
 """`rlscale sweep STUDY --dry-run`: each planned run's job as its engine would submit it, and the admission plan."""
 
+import shlex
 from pathlib import Path
+
+from rlscale.base.settings import cache_dir
+from rlscale.cli.console import console, print_json, safe, say
 
 
 def print_dry_run(
     study, ray_address: str | None, shared_dir: Path | None, json_out: bool, max_concurrent: int | None = None
 ) -> None:
     """Each planned run's job as the engine would submit it, then the admission plan; submits and stores nothing."""
-    import shlex
-
-    from rlscale.cli.console import console, print_json, safe, say
     from rlscale.runner.sweep.dry_run import RUN_KEY, admission_plan, dry_run
 
     points = dry_run(study, ray_address=ray_address, shared_dir=shared_dir)
@@ -29,42 +30,39 @@ def print_dry_run(
             highlight=False,
             soft_wrap=True,
         )
-        for line in _composed_lines(point):
+        words, whole = _job_lines(point)
+        for line in [*_composed_lines(point), *words]:
             say(line, first="  ", rest="      ")
-        if point.get("changes") is not None:
-            for line in _setup_lines(point):
-                say(line, first="  ", rest="      ")
-            continue
-        if point["engine"] == "trl":
-            for line in [
-                f"job {point['submission_id']} at {point['ray_address']}, holding {point['devices']}",
-                f"records: {point['log_file']}",
-                f"entrypoint: {point['entrypoint']}",
-                "GRPOConfig (as rlscale export --format trl writes it, with the run's keys):",
-            ]:
-                say(line, first="  ", rest="      ")
-            for line in point["config_text"].splitlines():
-                console.print(f"    {safe(line)}", highlight=False, soft_wrap=True)  # a YAML to copy: whole lines
-            continue
-        if point["engine"] != "verl":
-            for key, value in point["recipe"].items():
-                say(f"{key}: {value}", first="  ", rest="      ")
-            continue
-        lines = [
-            f"job {point['submission_id']} at {point['ray_address']}, {point['gpus']} GPUs",
-            f"train data: {point['train_file']}",
-            f"validation data: {point['val_file']}",
-            f"file logger: {point['log_file']}",
-            *[f"env {key}={value}" for key, value in point["env_vars"].items()],
-            f"entrypoint: {point['entrypoint']} with the overrides (shell-quoted, one a line):",
-        ]
-        for line in lines:
-            say(line, first="  ", rest="      ")
-        for override in point["overrides"]:
-            console.print(f"    {safe(shlex.quote(override))}", highlight=False, soft_wrap=True)
+        for line in whole:  # a YAML or overrides to copy: whole lines
+            console.print(f"    {safe(line)}", highlight=False, soft_wrap=True)
     for line in [*_admission_lines(plan, len(points)), *_summary_lines(points, commands)]:
         say(line, rest="    ")
     say(f"{len(points)} runs; nothing submitted. {RUN_KEY}: the run's key, given when the sweep first stores the run.")
+
+
+def _job_lines(point: dict) -> tuple[list[str], list[str]]:
+    """A point's job in lines to wrap, and lines to print whole (TRL's GRPOConfig, verl's overrides shell-quoted)."""
+    if point.get("changes") is not None:
+        return _setup_lines(point), []
+    if point["engine"] == "trl":
+        lines = [
+            f"job {point['submission_id']} at {point['ray_address']}, holding {point['devices']}",
+            f"records: {point['log_file']}",
+            f"entrypoint: {point['entrypoint']}",
+            "GRPOConfig (as rlscale export --format trl writes it, with the run's keys):",
+        ]
+        return lines, point["config_text"].splitlines()
+    if point["engine"] != "verl":
+        return [f"{key}: {value}" for key, value in point["recipe"].items()], []
+    lines = [
+        f"job {point['submission_id']} at {point['ray_address']}, {point['gpus']} GPUs",
+        f"train data: {point['train_file']}",
+        f"validation data: {point['val_file']}",
+        f"file logger: {point['log_file']}",
+        *[f"env {key}={value}" for key, value in point["env_vars"].items()],
+        f"entrypoint: {point['entrypoint']} with the overrides (shell-quoted, one a line):",
+    ]
+    return lines, [shlex.quote(override) for override in point["overrides"]]
 
 
 def _admission_lines(plan: dict, runs: int) -> list[str]:
@@ -120,8 +118,6 @@ def _summary_lines(points: list[dict], commands: Path | None) -> list[str]:
 
 def command_text(point: dict) -> str:
     """A point's first job as one shell command: its environment, entrypoint and overrides, shell-quoted."""
-    import shlex
-
     env = [f"{key}={shlex.quote(str(value))}" for key, value in (point.get("env_vars") or {}).items()]
     words = [*map(shlex.quote, point.get("overrides") or [])]
     return " \\\n    ".join([*env, point["entrypoint"], *words]) if words or env else point["entrypoint"]
@@ -129,7 +125,6 @@ def command_text(point: dict) -> str:
 
 def write_commands(study: str, points: list[dict]) -> Path | None:
     """<cache>/dry-run/<study>.sh, each point's first job as the sweep launches it; None if no point has a command."""
-    from rlscale.base.settings import cache_dir
     from rlscale.runner.jobs_api import write_whole
     from rlscale.runner.sweep.dry_run import RUN_KEY
 

@@ -1,8 +1,11 @@
 """Options several commands share, each defined once (typer's Annotated form: `db: DbUrl = None`)."""
 
+import math
 from typing import Annotated
 
 import typer
+
+from rlscale.base.errors import UserError
 
 DbUrl = Annotated[
     str | None, typer.Option("--db", help="SQLAlchemy URL of the store (default: RLSCALE_DB or sqlite:///rlscale.db)")
@@ -40,9 +43,6 @@ def check_fit_source(
     tags: tuple = (None, None),
 ) -> None:
     """Checks `fit` and `backtest` share on FILE/--study, --db, --reward/--compute, --noise, --r0; raises UserError."""
-    import math
-
-    from rlscale.base.errors import UserError
     from rlscale.fitting.sigmoid import NOISE_MODELS
 
     if (file is None) == (study is None):

@@ -6,7 +6,7 @@ from rich.live import Live
 from rich.table import Table
 
 from rlscale.base.numbers import format_number as _num
-from rlscale.cli.console import console, safe, table
+from rlscale.cli.console import console, safe, say, table
 from rlscale.runner.sweep.state import FINISHED
 
 STATUS_STYLE = {
@@ -114,7 +114,6 @@ FITS_LEGEND = "pts: points fitted; fit: yes = A identified, none = no fit; R^2 e
 
 def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
     """A [95%], B, C_mid, R0, points and whether A is identified per run (fit_runs' columns), in 80 columns."""
-    rows = fits.to_dict("records") if hasattr(fits, "to_dict") else list(fits)
     # numbers stay whole; a long run name wraps (folding where it has no spaces)
     result = table(
         safe(title),
@@ -124,7 +123,7 @@ def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
         wrap=("run",),
         fold=("run",),
     )
-    for row in _numbered(rows):
+    for row in _numbered(fits):
         status = "yes" if row["identified"] else f"{'no' if _fitted(row) else 'none'} ({row['note']})"
         result.add_row(
             safe(row.get("run")),
@@ -141,8 +140,7 @@ def fits_table(fits, *, title: str = "sigmoid fits") -> Table:
 
 def fit_reasons(fits) -> list[str]:
     """'(n) run: not identified|not fitted: reason' for each run whose A is not identified, numbered as in the table."""
-    rows = fits.to_dict("records") if hasattr(fits, "to_dict") else list(fits)
-    return [f"({row['note']}) {reason_line(row)}" for row in _numbered(rows) if not row["identified"]]
+    return [f"({row['note']}) {reason_line(row)}" for row in _numbered(fits) if not row["identified"]]
 
 
 def reason_line(row) -> str:
@@ -155,8 +153,6 @@ def reason_line(row) -> str:
 
 def print_fits(fits, *, title: str) -> None:
     """The fits table, then the reasons for fits whose A is not identified, wrapped to the terminal."""
-    from rlscale.cli.console import say
-
     console.print(fits_table(fits, title=title))
     for line in fit_reasons(fits):
         say(line, rest="    ")
@@ -179,9 +175,10 @@ def _fitted(row) -> bool:
     return A is not None and A == A
 
 
-def _numbered(rows):
+def _numbered(fits):
+    """Each fit (a frame's rows or dicts) with `identified` a bool and `note` the number of the fits not identified."""
     count = 0
-    for row in rows:
+    for row in fits.to_dict("records") if hasattr(fits, "to_dict") else fits:
         identified = bool(row.get("identified"))
         count += not identified
         yield {**row, "identified": identified, "note": None if identified else count}

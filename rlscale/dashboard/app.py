@@ -3,6 +3,7 @@
 import contextlib
 import hmac
 import logging
+import re
 import threading
 from urllib.parse import urlencode
 
@@ -122,8 +123,6 @@ def _status(err: UserError) -> int:
 
 class _Guard:
     def __init__(self, app, token: str | None):
-        import re
-
         self.app, self.token = app, token
         self.state = app.state
         self._name = re.compile(NAME_PATTERN)

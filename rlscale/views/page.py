@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+import yaml
+
 from rlscale.fitting.curves import unit_label
 from rlscale.views.page_charts import CURVE_POINTS, EXTEND
-from rlscale.views.wording import reason_text
+from rlscale.views.wording import law_formula, reason_text
 
 ASSET_DIR = Path(__file__).parent / "assets"
 # the files the page uses, by name -> content type: the dashboard serves these and nothing else
@@ -50,8 +52,6 @@ class StudyPage:
 
 def report_page(report, sections: list[tuple]) -> StudyPage:
     """A Report's study page: the decision in its own block, then the other sections (report_text.report_sections)."""
-    import yaml
-
     decision = None
     if report.decision_lines:
         recipe = getattr(report.decision, "recipe", None)
@@ -279,11 +279,7 @@ def _law(law: dict | None, frontier: dict | None) -> str:
         reason = (frontier or {}).get("reason", "")
         return f"<p>No optimal-n law yet{esc(': ' + reason) if reason else ''}.</p>" if frontier is None else ""
     verdict = "identified" if law["identified"] else "not identified"
-    formula = (
-        f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / "
-        f"(1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f})))"
-    )
-    return f"<p>{esc(formula)}; {verdict}: {esc(reason_text(law['verdict']))}</p>"
+    return f"<p>{esc('log2 n*(C) = ' + law_formula(law))}; {verdict}: {esc(reason_text(law['verdict']))}</p>"
 
 
 def _stopped(stopped: list[dict] | None, rule: str) -> str:

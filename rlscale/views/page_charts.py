@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from rlscale.fitting.sigmoid.runs import variant_names
 from rlscale.views.wording import reason_text
 
 # matplotlib's tab10: the runs table's swatches and the charts' series share these, by run order or group
@@ -68,8 +69,6 @@ def study_axes(spec, runs: pd.DataFrame) -> dict[str, list]:
     if spec is not None and spec.parameters:
         keys = list(spec.parameters)
     elif spec is not None and spec.method == "loo":
-        from rlscale.fitting.sigmoid.runs import variant_names
-
         axes["variant"], keys = variant_names(runs).tolist(), []
     else:
         seen = {key for cfg in configs for key in cfg} - NOT_AXES

@@ -1,5 +1,7 @@
 """A study's PNGs: rewards with the fitted sigmoids, the linearised curves, and the frontier with the optimal-n law."""
 
+import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +27,7 @@ def plot_study(
     bin_width=BIN_WIDTH,
 ) -> Path:
     """The PNG's path: each run's points, sigmoid (dashed to `extrapolate_to`, default 2x data) and 95% band on A."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     if compute_col not in records.columns and compute_col == "compute" and "gpu_hours" in records.columns:
         compute_col = "gpu_hours"
     runs = records.groupby(run_col, sort=False) if run_col in records.columns else [("all", records)]
@@ -78,10 +76,18 @@ def plot_study(
     return save_figure(fig, path)
 
 
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no display), imported on first use: it is slow to load."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def set_title(ax, text: str, *, fontsize: float = 10, max_lines: int = 3) -> None:
     """Title `ax` with `text` wrapped to the figure's width (at most `max_lines` lines, the rest cut with "...")."""
-    import textwrap
-
     # DejaVu Sans runs about 0.6 em per character of prose; a margin keeps the longest line inside the figure
     per_line = max(20, int(0.9 * ax.figure.get_figwidth() * 72 / (fontsize * 0.6)))
     lines = textwrap.wrap(text, per_line, break_long_words=True)
@@ -100,8 +106,6 @@ def plot_text(name, limit: int = 48) -> str:
 
 def save_figure(fig, path) -> Path:
     """Lay out `fig`, write it as PNG to `path` (parents created), close it; returns the path."""
-    import warnings
-
     import matplotlib.pyplot as plt
 
     path = Path(path)
@@ -132,11 +136,7 @@ def plot_linearised(
     records: pd.DataFrame, curves: pd.DataFrame, path, *, compute_col: str, reward_col: str, title: str | None = None
 ) -> Path:
     """The PNG's path: per run, F(R) against compute on log-log axes, points and the fitted line (C_mid / C)^B."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 5), dpi=120)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     drawn, shown = 0, []
@@ -194,11 +194,7 @@ def plot_linearised(
 
 def plot_frontier(law, path, *, compute_col: str, standing=None, extrapolate_to: float | None = None) -> Path:
     """The PNG's path: n*(C) and the optimal-n law (dashed past the data); the frontier past `standing` faint."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     front = law.frontier
     c_lo, c_hi = law.compute_range
     fig, ax = plt.subplots(figsize=(8, 4), dpi=120)

@@ -8,14 +8,22 @@ import pandas as pd
 
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.fitting.backtest import backtest_table
-from rlscale.fitting.curves import run_curves
+from rlscale.fitting.curves import run_curves, study_unit
+from rlscale.fitting.laws.model_size import fit_size_law, size_frame
 from rlscale.fitting.laws.optimal_n import frontier_segments
+from rlscale.fitting.laws.target import DEFAULT_LEVEL, curve_targets
 from rlscale.fitting.rules.compare import compare_variants
+from rlscale.fitting.rules.decision import decide
+from rlscale.fitting.rules.reasons import Refusal
 from rlscale.fitting.rules.standing import beyond_noise
+from rlscale.fitting.sigmoid import FitError
 from rlscale.fitting.sigmoid.points import fitted_points_label
 from rlscale.fitting.sigmoid.runs import run_labels, variant_names
+from rlscale.fitting.stored import study_fits
+from rlscale.planner.study_file import stored_study
 from rlscale.views.plots import linearised, plot_frontier, plot_linearised, plot_study
 from rlscale.views.report_text import fit_cells, loo_cells, render_html, render_markdown
+from rlscale.views.wording import decision_commands, decision_lines
 
 # Also imported from here: the plots and table cells the report is made of.
 __all__ = [
@@ -42,13 +50,11 @@ def identified_in_words(row) -> str:
 
 def fit_rows(curves: pd.DataFrame) -> list[dict]:
     """One plain dict per run: run, A, A_lo, A_hi, B, C_mid, R0, r2, n_points, identified (bool), status (words)."""
-    rows = []
-    for row in curves.to_dict("records"):
-        rows.append(
-            {k: row.get(k) for k in ("run", "A", "A_lo", "A_hi", "B", "C_mid", "R0", "r2", "n_points")}
-            | {"identified": bool(row["identified"]), "status": identified_in_words(row)}
-        )
-    return rows
+    return [
+        {k: row.get(k) for k in ("run", "A", "A_lo", "A_hi", "B", "C_mid", "R0", "r2", "n_points")}
+        | {"identified": bool(row["identified"]), "status": identified_in_words(row)}
+        for row in curves.to_dict("records")
+    ]
 
 
 LOO_VERDICTS = {
@@ -85,13 +91,9 @@ def loo_table(curves: pd.DataFrame, baseline: str = "baseline", noise_band: floa
             else "within_noise"
         )
         rows.append(
-            {
-                "variant": name,
-                "A": row["A"],
-                "A_lo": row["A_lo"],
-                "A_hi": row["A_hi"],
-                "B": row["B"],
-                "C_mid": row["C_mid"],
+            {"variant": name}
+            | {key: row[key] for key in ("A", "A_lo", "A_hi", "B", "C_mid")}
+            | {
                 "dA": 0.0 if name == baseline else dA,
                 "dB": 0.0 if name == baseline else dB,
                 "beyond_noise": bool(beyond),
@@ -230,8 +232,6 @@ def build_report(
 
 
 def _decide(report: Report, decision, study_file, db) -> None:
-    from rlscale.views.wording import decision_commands, decision_lines
-
     report.decision = decision
     report.commands = decision_commands(decision, study_file=study_file, db=db)
     report.decision_lines = decision_lines(decision, report.commands)
@@ -245,8 +245,6 @@ def _decide(report: Report, decision, study_file, db) -> None:
 
 
 def _targets(report: Report, curves, draws, target: float | None) -> None:
-    from rlscale.fitting.laws.target import DEFAULT_LEVEL, curve_targets
-
     standing = report.decision.standing if report.decision is not None else None
     if target is None and standing is None:
         return
@@ -269,8 +267,6 @@ def _targets(report: Report, curves, draws, target: float | None) -> None:
 
 
 def _loo(report: Report, runs, records, compute_col, metric, bootstrap, seed, out) -> tuple:
-    from rlscale.views.plots import plot_study
-
     # one curve per variant: its seeds pooled (ScaleRL's noise band is the seed-to-seed spread)
     names = dict(zip(runs["run_id"], runs["variant"]))
     pooled = records.assign(run=records["run_id"].map(names)).drop(columns=["run_id"])
@@ -307,9 +303,6 @@ def _loo(report: Report, runs, records, compute_col, metric, bootstrap, seed, ou
 
 
 def _add_size_law(report: Report, stored, runs, records, compute_col, metric, bootstrap, seed) -> None:
-    from rlscale.fitting.laws.model_size import fit_size_law, size_frame
-    from rlscale.fitting.sigmoid import FitError
-
     frame = size_frame(
         records,
         runs,
@@ -324,8 +317,6 @@ def _add_size_law(report: Report, stored, runs, records, compute_col, metric, bo
 
 
 def _new_report(study: str, spec) -> Report:
-    from rlscale.fitting.curves import study_unit
-
     return Report(
         study=study,
         method=spec.method if spec is not None else "grid",
@@ -367,15 +358,9 @@ def study_report(
     extend: float | None = None,
 ) -> Report:
     """build_report for a stored study; one with no evaluated record yet gets a report that says so."""
-    from rlscale.fitting.rules.decision import decide
-    from rlscale.fitting.rules.reasons import Refusal
-    from rlscale.fitting.stored import study_fits
-
     try:
         fits = study_fits(store, study)
     except Refusal:
-        from rlscale.planner.study_file import stored_study
-
         report = _new_report(study, stored_study(store, study))
         report.notes += ["no evaluated records yet: nothing to fit", *failure_notes(store.runs_frame(study))]
         out = Path(out_dir)

@@ -3,9 +3,12 @@
 import re
 from pathlib import Path
 
+import yaml
+
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.base.numbers import format_number as _f
 from rlscale.fitting.curves import unit_label
+from rlscale.views.page import render_study_page, report_page
 from rlscale.views.tables import (
     BACKTEST_HEADER,
     SIZE_HEADER,
@@ -20,7 +23,7 @@ from rlscale.views.tables import (
     table_rows,
     target_cells,
 )
-from rlscale.views.wording import reason_text
+from rlscale.views.wording import law_formula, reason_text
 
 FIT_HEADER = ["run", "A [95%]", "B", "C_mid", "R0", "r2", "points", "fit"]
 COMPARE_NOTE = (
@@ -76,8 +79,6 @@ def standing_cells(row) -> list[str]:
 
 def decision_blocks(report) -> list[tuple]:
     """The decision's lines (views.wording.decision_lines) as blocks, then the recipe to run."""
-    import yaml
-
     blocks, bullets = [], []
     for line in report.decision_lines:
         if line.startswith("- "):
@@ -178,8 +179,7 @@ def report_sections(report) -> list[tuple[str, list[tuple]]]:
     if report.law is not None:
         law = report.law
         law_text = (
-            f"log2 n*(C) = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / "
-            f"(1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f}))); "
+            f"log2 n*(C) = {law_formula(law)}; "
             f"{'identified' if law['identified'] else 'not identified'}: {reason_text(law['verdict'])}"
         )
         sections.append(("Optimal rollouts per prompt", [("p", law_text)]))
@@ -243,6 +243,4 @@ def render_markdown(report) -> str:
 
 def render_html(report) -> str:
     """report.html: the dashboard's study page (views/page.py), self-contained (styles inline, PNGs as data URIs)."""
-    from rlscale.views.page import render_study_page, report_page
-
     return render_study_page(report_page(report, report_sections(report)))

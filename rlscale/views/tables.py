@@ -145,19 +145,17 @@ TARGET_HEADER = ["run", "compute to reach [interval]", "A [95%]", "fit"]
 
 def target_cells(row: dict) -> list[str]:
     """Table cells of one target row: run, compute [lo, hi] (or why there is none), A [95%], identified."""
-    from rlscale.base.numbers import format_number as f
-
     code, v = row["reach"]["code"], row["reach"]["values"]
     if code == "reached":
-        compute = f"{f(v['compute'], '{:.4g}')} [{f(v['compute_lo'], '{:.4g}')}, {f(v['compute_hi'], '{:.4g}')}]"
+        compute = f"{_f(v['compute'], '{:.4g}')} [{_f(v['compute_lo'], '{:.4g}')}, {_f(v['compute_hi'], '{:.4g}')}]"
     elif code == "reached_unbounded":
-        compute = f"{f(v['compute'], '{:.4g}')} [{f(v['compute_lo'], '{:.4g}')}, never in {v['share_unreached']:.0%}]"
+        compute = f"{_f(v['compute'], '{:.4g}')} [{_f(v['compute_lo'], '{:.4g}')}, never in {v['share_unreached']:.0%}]"
     else:
         compute = {"at_start": "at the start", "not_reached": "not below A"}.get(code, "no fit")
     return [
         row["run"],
         compute,
-        f"{f(row['A'])} [{f(row['A_lo'])}, {f(row['A_hi'])}]",
+        f"{_f(row['A'])} [{_f(row['A_lo'])}, {_f(row['A_hi'])}]",
         "identified" if row["identified"] else "not identified",
     ]
 

@@ -3,6 +3,7 @@
 import math
 import shlex
 
+from rlscale.fitting.curves import unit_label
 from rlscale.fitting.rules.reasons import Reason
 
 
@@ -21,12 +22,6 @@ def _band(v) -> str:
     return f"; also within the {v['noise_band']:g} noise band there: " + ", ".join(
         f"{item['run']} {item['reward']:.3f}" for item in close
     )
-
-
-def _unit(unit: str) -> str:
-    from rlscale.fitting.curves import unit_label
-
-    return unit_label(unit)
 
 
 def separated_pair(pair: dict) -> str:
@@ -108,7 +103,7 @@ _TEXT = {
         f"reward at the budget: the mean over its last 10%, with a {v['level']:.0%} prediction interval (fit, "
         "evaluation noise and drift past the data)"
     ),
-    "cost_model": lambda v: f"compute in {_unit(v['unit'])}; steps {reason_text(v['how'])}",
+    "cost_model": lambda v: f"compute in {unit_label(v['unit'])}; steps {reason_text(v['how'])}",
     "steps_per_rollout": lambda v: "from the rollouts: B_p x n per step",
     "steps_per_token": lambda v: f"from the tokens: {v['tokens_per_rollout']:.1f} per rollout",
     "steps_profile": lambda v: f"from the cost model, profile {v['profile']}",
@@ -202,6 +197,13 @@ _TEXT = {
     "not_reached": lambda v: f"does not reach {v['target']:.3f} below A = {v['A']:.3f}",
     "not_fitted": lambda v: f"no fit: {v['error']}",
 }
+
+
+def law_formula(law: dict) -> str:
+    """The optimal-n law's right-hand side for log2 n*, with its fitted lo, hi, k and c0."""
+    return (
+        f"{law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f})))"
+    )
 
 
 def reason_text(reason) -> str:
@@ -303,20 +305,22 @@ def standing_line(standing) -> str:
 
 def budget_text(budget: float) -> str:
     """The shortest decimal that reads back as `budget`: a rounded one can fall past the compute a run reached."""
-    text = repr(float(budget))
-    return text.removesuffix(".0")
+    return repr(float(budget)).removesuffix(".0")
+
+
+def db_flag(db: str | None) -> str:
+    """ " --db URL" (shell-quoted) for a command line, or "" for the default store."""
+    return f" --db {shlex.quote(db)}" if db else ""
 
 
 def extend_command(study_file, db: str | None, factor: float) -> str:
     """The sweep command that extends every run of the study to `factor` times its planned compute."""
-    flag = f" --db {shlex.quote(db)}" if db else ""
-    return f"rlscale sweep {shlex.quote(str(study_file))} --extend {factor:.3g}{flag}"
+    return f"rlscale sweep {shlex.quote(str(study_file))} --extend {factor:.3g}{db_flag(db)}"
 
 
 def decision_commands(decision, *, study_file=None, db: str | None = None) -> dict:
     """{"export", "evidence", "extend"}: command lines at the decision's exact budget (None where there is none)."""
-    flag = f" --db {shlex.quote(db)}" if db else ""
-    at = f"--study {shlex.quote(decision.study)} --budget {budget_text(decision.budget)}{flag}"
+    at = f"--study {shlex.quote(decision.study)} --budget {budget_text(decision.budget)}{db_flag(db)}"
     exportable = decision.recommendation is not None or decision.recipe is not None
     export = f"rlscale export --format {decision.export_format} {at}" if exportable else None
     evidence = f"rlscale recommend {at}" if decision.recommendation is not None else None
@@ -328,8 +332,6 @@ def decision_commands(decision, *, study_file=None, db: str | None = None) -> di
 
 def export_header(decision) -> list[str]:
     """The header of `rlscale export --study`: which decision the recipe carries, and why."""
-    from rlscale.fitting.curves import unit_label
-
     unit = unit_label(decision.unit)
     rec = decision.recommendation
     if rec is not None:
@@ -358,8 +360,6 @@ def export_header(decision) -> list[str]:
 
 def decision_lines(decision, commands: dict) -> list[str]:
     """A Decision as sentences, "- " bullets and "  rlscale ..." command lines, the command to run next last."""
-    from rlscale.fitting.curves import unit_label
-
     unit = unit_label(decision.unit)
     rec = decision.recommendation
     lines = []

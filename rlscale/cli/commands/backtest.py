@@ -5,6 +5,9 @@ from pathlib import Path
 
 import typer
 
+from rlscale.base.errors import UserError
+from rlscale.base.numbers import format_number as _f
+from rlscale.cli.console import bullet, console, print_json, safe, say, table
 from rlscale.cli.options import ComputeTag, DbUrl, RewardTag, check_fit_source
 
 
@@ -41,7 +44,6 @@ def register(app: typer.Typer) -> None:
         observed reward there (mean over the last 10% of compute), the error, a carry-forward baseline, and whether
         the full-run A is inside the part-fit's interval; then a summary: the interval's coverage and width, and
         which run the cut would have picked among them and its regret. Exits 2 when no run can be fitted."""
-        from rlscale.base.errors import UserError
         from rlscale.fitting.backtest import backtest_runs, cut_pick, summarize
 
         check_fit_source(
@@ -83,8 +85,6 @@ def register(app: typer.Typer) -> None:
         # the runs of one file or study are those a user chooses between: what the cut would have picked
         decision = cut_pick(results, fraction)
         if json_out:
-            from rlscale.cli.console import print_json
-
             print_json(
                 {
                     "source": source,
@@ -98,7 +98,6 @@ def register(app: typer.Typer) -> None:
             return
         show(results, summary, title=f"{source}: fit on the first {fraction:.0%} of compute, extrapolated to the end")
         if decision is not None:
-            from rlscale.cli.console import bullet
             from rlscale.views.tables import cut_pick_lines
 
             for line in cut_pick_lines(decision):
@@ -108,8 +107,6 @@ def register(app: typer.Typer) -> None:
 def show(results, summary, *, title: str) -> None:
     """The backtest table (80 columns hold it; --json has every column), the reasons for runs not fitted under it,
     then the summary as bullets."""
-    from rlscale.base.numbers import format_number as _f
-    from rlscale.cli.console import bullet, console, safe, say, table
     from rlscale.views.tables import backtest_summary_lines
 
     backtest_table = table(

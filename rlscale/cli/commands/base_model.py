@@ -1,7 +1,10 @@
 """`rlscale base-model`: where the embedded tiny policy is, how it was built; --rebuild checks it."""
 
+import json
+
 import typer
 
+from rlscale.base.errors import UserError
 from rlscale.cli.console import console, print_json
 
 
@@ -16,10 +19,6 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print {path, sft_steps, sampled_pass_rate, ...} as JSON."),
     ) -> None:
         """The tiny CPU policy (char-level Llama, SFT on 2-digit addition): its path and initial pass rate."""
-        import json
-
-        from rlscale.base.errors import UserError
-
         try:
             from rlscale.runner.rl.policy import base_model_dir, same_as_shipped
         except ImportError as err:  # torch / transformers come with the runner extra

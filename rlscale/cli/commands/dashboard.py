@@ -1,7 +1,10 @@
 """`rlscale dashboard`: a live web page over the store (read-only), beside a running sweep."""
 
+from urllib.parse import quote
+
 import typer
 
+from rlscale.cli.console import console, say
 from rlscale.cli.options import DbUrl
 
 
@@ -24,10 +27,7 @@ def register(app: typer.Typer) -> None:
         The store is opened read-only (the database refuses writes), so it is safe beside a running sweep, from
         this machine or another. Ctrl-C stops it.
         """
-        from urllib.parse import quote
-
         from rlscale.base import settings
-        from rlscale.cli.console import console, say
         from rlscale.dashboard.app import create_app
         from rlscale.dashboard.server import check_exposure, serve
         from rlscale.db.engine import display_url, parse_url

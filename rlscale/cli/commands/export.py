@@ -5,6 +5,9 @@ from pathlib import Path
 
 import typer
 
+from rlscale.base.errors import UserError
+from rlscale.base.names import check_budget, check_steps
+from rlscale.cli.console import say
 from rlscale.cli.options import DbUrl
 
 
@@ -48,9 +51,6 @@ def register(app: typer.Typer) -> None:
         and M (exit 2 with the reason if `rlscale recommend` would refuse). Any other study, or no --budget: the
         recipe of its best run (by predicted reward at --budget, else by fitted asymptote), naming the run.
         """
-        from rlscale.base.errors import UserError
-        from rlscale.base.names import check_budget, check_steps
-        from rlscale.cli.console import say
         from rlscale.planner.frameworks import FORMATS, Deployment, export_config
 
         if fmt not in FORMATS:

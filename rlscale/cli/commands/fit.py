@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+from rlscale.base.errors import UserError
+from rlscale.base.numbers import format_number, json_safe
+from rlscale.cli.console import console, print_json, safe, say
 from rlscale.cli.options import ComputeTag, DbUrl, RewardTag, check_fit_source
 
 # Keys of `fit --json`, in order (docs/methods.md section 7); scripts rely on them. `noise`: the noise model used.
@@ -72,9 +75,6 @@ def register(app: typer.Typer) -> None:
         compute_tag: ComputeTag = None,
     ) -> None:
         """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) per run; say when A is not identified."""
-        from rlscale.base.errors import UserError
-        from rlscale.cli.console import print_json
-
         check_fit_source(
             file, study, db, command="fit", noise=noise, unbounded=unbounded, r0=r0, tags=(tag, compute_tag)
         )
@@ -91,6 +91,7 @@ def register(app: typer.Typer) -> None:
         if not math.isfinite(min_compute):
             raise UserError(f"expected a finite compute >= 0, got {min_compute:g}", field="--min-compute")
         options = dict(r0=r0, min_compute=min_compute, noise=noise, bounded=not unbounded)
+        predictions = targets = None
         # Overflow in a plot's axis or a degenerate run's fit is handled there; it must not print above a
         # result or a one-line error.
         with warnings.catch_warnings():
@@ -98,25 +99,17 @@ def register(app: typer.Typer) -> None:
             records, fits, title, store, record_breaking = _fit_and_plot(
                 file, study, db, options, plot, (tag, compute_tag)
             )
+            if at is not None:
+                from rlscale.fitting.laws.predict import predict_runs
 
-        predictions = None
-        if at is not None:
-            from rlscale.fitting.laws.predict import predict_runs
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
                 predictions = predict_runs(
                     records, at, level=level, run_col="run", compute_col="compute", reward_col="reward", **options
                 )
-        targets = None
-        if target is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
+            if target is not None:
                 targets = _targets(records, record_breaking, target, level, options)
         if json_out:
             print_json(fits_json(fits, predictions, targets))
             return
-        from rlscale.cli.console import say
         from rlscale.cli.views import print_fits
         from rlscale.fitting.sigmoid.points import fitted_points_label
 
@@ -143,8 +136,6 @@ def _fit_and_plot(file, study, db, options, plot, tags=(None, None)):
         from rlscale.fitting.sigmoid.runs import fit_runs
 
         if is_wandb_log(file):  # its metrics have to be named: the import does that, once
-            from rlscale.base.errors import UserError
-
             raise UserError(
                 "W&B runs: import them first, naming the reward (rlscale import DIR --reward METRIC --study NAME), "
                 "then rlscale fit --study NAME",
@@ -154,7 +145,6 @@ def _fit_and_plot(file, study, db, options, plot, tags=(None, None)):
         title, store, record_breaking = file.stem, None, False
         fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", **options)
         if fits["A"].isna().all():  # nothing to show or plot: the file is no input for a fit
-            from rlscale.base.errors import UserError
             from rlscale.cli.views import reason_line
 
             shown = [reason_line(row) for row in fits.to_dict("records")]
@@ -173,18 +163,10 @@ def _fit_and_plot(file, study, db, options, plot, tags=(None, None)):
             from rlscale.fitting.curves import fitted_points
             from rlscale.fitting.sigmoid.runs import fit_runs
 
-            keep = [
-                group.index[
-                    fitted_points(
-                        group["compute"].to_numpy(float),
-                        group["reward"].to_numpy(float),
-                        record_breaking,
-                        of_record.bin_width,
-                    )
-                ]
-                for _, group in records.groupby("run", sort=False)
-            ]
-            points = records.loc[[index for part in keep for index in part]]
+            points = _each_run(
+                records,
+                lambda c, r: fitted_points(c.to_numpy(float), r.to_numpy(float), record_breaking, of_record.bin_width),
+            )
             fits = fit_runs(points, run_col="run", compute_col="compute", reward_col="reward", **options)
             store = None
     if plot is not None:
@@ -205,9 +187,6 @@ def _fit_and_plot(file, study, db, options, plot, tags=(None, None)):
 
 def _print_predictions(predictions) -> None:
     """One line per run: the predicted reward at the target compute and its prediction interval."""
-    from rlscale.base.numbers import format_number
-    from rlscale.cli.console import console, safe
-
     for row in predictions.to_dict("records"):
         console.print(
             f"{safe(row['run'])}: at {row['at']:.4g}: {format_number(row['predicted'])} "
@@ -224,21 +203,20 @@ def _targets(records, record_breaking: bool, target: float, level: float, option
     from rlscale.fitting.laws.target import record_targets
     from rlscale.fitting.sigmoid.points import record_breaking_points
 
-    points = records
-    if record_breaking:
-        keep = [
-            group.index[record_breaking_points(group["compute"], group["reward"])]
-            for _, group in records.groupby("run", sort=False)
-        ]
-        points = records.loc[[index for part in keep for index in part]]
+    points = _each_run(records, record_breaking_points) if record_breaking else records
     return record_targets(
         points, target, level=level, run_col="run", compute_col="compute", reward_col="reward", **options
     )
 
 
+def _each_run(records, select):
+    """The rows of `records` that `select(compute, reward)` keeps within each run (an index or a mask of its rows)."""
+    keep = [group.index[select(group["compute"], group["reward"])] for _, group in records.groupby("run", sort=False)]
+    return records.loc[[index for part in keep for index in part]]
+
+
 def _print_targets(targets: list[dict]) -> None:
     """One line per run: where it is predicted to reach the target (rlscale.views.wording), or why not."""
-    from rlscale.cli.console import console, safe
     from rlscale.fitting.rules.reasons import Reason
     from rlscale.views.wording import reason_text
 
@@ -265,22 +243,14 @@ def fits_json(fits, predictions=None, targets=None) -> list[dict]:
     """The fits as plain JSON-ready dicts with JSON_KEYS (NaN and inf become null); with `predictions`
     (laws.predict.predict_runs), each also has PREDICTION_KEYS; with `targets` (laws.target.record_targets),
     TARGET_KEYS."""
-    from rlscale.base.numbers import json_safe
-
     out = []
     for row in fits.to_dict("records"):
-        item = {}
-        for key in JSON_KEYS:
-            value = json_safe(row.get(key))  # numpy scalars made plain, NaN and inf null
-            if key == "run":
-                value = str(value)
-            elif key == "noise":
-                value = None if value is None or value != value else str(value)
-            elif key == "identified":
-                value = bool(value)
-            elif key == "n_points" and value is not None:
-                value = int(value)
-            item[key] = value
+        item = {key: json_safe(row.get(key)) for key in JSON_KEYS}  # numpy scalars made plain, NaN and inf null
+        item["run"], item["identified"] = str(item["run"]), bool(item["identified"])
+        if item["noise"] is not None:
+            item["noise"] = str(item["noise"])
+        if item["n_points"] is not None:
+            item["n_points"] = int(item["n_points"])
         out.append(item)
     if predictions is not None:
         by_run = {str(row["run"]): row for row in predictions.to_dict("records")}

@@ -2,10 +2,13 @@
 TensorBoard event files (one run per subdirectory), verl's file-logger JSONL, W&B run directories, or the runs of
 an MLflow experiment (--mlflow URI --experiment NAME) or a trackio project (--trackio PROJECT)."""
 
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
 
+from rlscale.base.errors import UserError
+from rlscale.cli.console import print_json, say
 from rlscale.cli.options import ComputeTag, DbUrl, RewardTag
 
 
@@ -32,10 +35,6 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Import run logs into a study; steps already stored are skipped, so importing twice adds nothing."""
-        from dataclasses import asdict
-
-        from rlscale.base.errors import UserError
-        from rlscale.cli.console import print_json, say
         from rlscale.db.importer import import_run_log, read_run_log
         from rlscale.db.store import Store
 

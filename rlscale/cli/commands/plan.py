@@ -1,10 +1,15 @@
 """`rlscale plan`: a compute budget -> an IsoCompute grid; a study file -> its runs; `--calibrate` the cost model."""
 
+import datetime
+import os
+import platform
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from rlscale.base.errors import UserError
+from rlscale.base.names import check_name
 from rlscale.base.numbers import format_number
 from rlscale.cli.console import console, print_json, safe, say, table
 
@@ -201,7 +206,6 @@ def _print_dropped(dropped: list[tuple[str, str]]) -> None:
 def _save_and_print_json(payload: dict, save: str | None, db: str | None, as_json: bool) -> bool:
     """Store the plan under `save` (if given), print it as JSON with --json; True when printed."""
     if save is not None:
-        from rlscale.base.names import check_name
         from rlscale.db.store import Store
 
         check_name(save, field="--save", what="plan name")
@@ -215,10 +219,6 @@ def _save_and_print_json(payload: dict, save: str | None, db: str | None, as_jso
 
 def _calibration_source(study: str) -> str:
     """Where a profile's costs come from: the study's records, this host and today (records carry no host)."""
-    import datetime
-    import os
-    import platform
-
     gpus = ""
     try:
         import torch
@@ -234,8 +234,6 @@ def _calibration_source(study: str) -> str:
 
 
 def _calibrate(study: str, *, db: str | None, as_json: bool) -> None:
-    from pathlib import Path
-
     from rlscale.db.store import Store
     from rlscale.planner.cost import calibrate
     from rlscale.planner.profiles import save_profile
@@ -253,17 +251,13 @@ def _calibrate(study: str, *, db: str | None, as_json: bool) -> None:
         return
     seconds = 3600  # profiles are in GPU-hours; per-step numbers read better in GPU-seconds
     console.print(f"profile [bold]{fitted.name}[/] from {quality.n_runs} runs, {quality.n_intervals} intervals")
-    console.print(
-        f"  per rollout    {fitted.gpu_hours_per_rollout:.6g} GPU-hours "
-        f"({fitted.gpu_hours_per_rollout * seconds:.4g} GPU-s)"
-    )
-    console.print(
-        f"  per step       {fitted.step_overhead_gpu_hours:.6g} GPU-hours "
-        f"({fitted.step_overhead_gpu_hours * seconds:.4g} GPU-s)"
-    )
-    console.print(
-        f"  startup        {fitted.startup_gpu_hours:.6g} GPU-hours ({fitted.startup_gpu_hours * seconds:.4g} GPU-s)"
-    )
+    costs = {
+        "per rollout": fitted.gpu_hours_per_rollout,
+        "per step": fitted.step_overhead_gpu_hours,
+        "startup": fitted.startup_gpu_hours,
+    }
+    for label, hours in costs.items():
+        console.print(f"  {label:<15}{hours:.6g} GPU-hours ({hours * seconds:.4g} GPU-s)")
     console.print(f"  R^2 {quality.r2:.4f}, relative residual {quality.relative_residual:.2%}")
     if quality.r2 < 0.9:
         console.print("[yellow]warning:[/] per-step cost is not well explained by B_p x n; check the runs' records")

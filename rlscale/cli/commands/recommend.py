@@ -2,6 +2,10 @@
 
 import typer
 
+from rlscale.base.errors import UserError
+from rlscale.base.names import check_budget, check_steps
+from rlscale.base.numbers import NOISE_BAND
+from rlscale.cli.console import bullet, console, print_json, safe, say, table
 from rlscale.cli.options import DbUrl
 
 
@@ -32,9 +36,6 @@ def register(app: typer.Typer) -> None:
         input is bad), with the reason on stderr (and {"refused": true, "reason": ..., "reasons": [{code, values},
         ...]} on stdout with --json).
         """
-        from rlscale.base.errors import UserError
-        from rlscale.base.names import check_budget, check_steps
-        from rlscale.cli.console import print_json
         from rlscale.db.store import Store
         from rlscale.fitting.rules.reasons import Reason, Refusal
         from rlscale.fitting.stored import pick_study, recommend_size_study, study_decision, sweeps_models
@@ -75,10 +76,8 @@ def register(app: typer.Typer) -> None:
 def show(rec, study: str) -> None:
     """Rich tables: the allocation, then the runs it rests on (80 columns hold them); the law and notes in short
     lines."""
-    from rlscale.base.numbers import NOISE_BAND
-    from rlscale.cli.console import bullet, console, safe, say, table
     from rlscale.cli.views import cli_reason
-    from rlscale.views.wording import recommendation_notes
+    from rlscale.views.wording import law_formula, recommendation_notes
 
     from_law = rec.basis.code == "law"
     n_from = "n* from the law [95%]" if from_law else "n from"
@@ -127,9 +126,8 @@ def show(rec, study: str) -> None:
     law = rec.law
     if rec.law_identified:
         say(
-            f"law: log2 n* = {law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} "
-            f"(ln C - {law['c0']:.2f}))); observed {law['compute_min']:.3g}-{law['compute_max']:.3g}; the budget is "
-            f"{rec.extrapolation:.1f}x beyond",
+            f"law: log2 n* = {law_formula(law)}; observed {law['compute_min']:.3g}-{law['compute_max']:.3g}; the "
+            f"budget is {rec.extrapolation:.1f}x beyond",
             rest="  ",
         )
     say(
@@ -146,8 +144,6 @@ def show(rec, study: str) -> None:
 
 def show_size(choice, study: str) -> None:
     """The model size for the budget: each size's predicted reward, then the crossover budgets."""
-    from rlscale.cli.console import bullet, console, safe, say, table
-
     level = f"{choice.level:.0%}"
     rows = (
         (

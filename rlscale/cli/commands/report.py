@@ -5,6 +5,10 @@ from pathlib import Path
 
 import typer
 
+from rlscale.base.errors import UserError
+from rlscale.base.names import child_path
+from rlscale.base.numbers import NOISE_BAND
+from rlscale.cli.console import bullet, console, print_json, safe, say, table, visible, wrapped
 from rlscale.cli.options import DbUrl
 
 
@@ -35,9 +39,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Fit every run of STUDY, decide, and write the report (markdown + PNGs, and one self-contained HTML page),
         the decision first."""
-        from rlscale.base.errors import UserError
-        from rlscale.base.names import child_path
-        from rlscale.cli.console import print_json
         from rlscale.db.store import Store
         from rlscale.views.report import study_report
 
@@ -61,8 +62,6 @@ def register(app: typer.Typer) -> None:
 def show_decision(lines: list[str]) -> None:
     """The decision's lines (rlscale.views.wording.decision_lines), last: sentences and bullets wrapped to the terminal,
     commands whole on their line, to copy."""
-    from rlscale.cli.console import console, visible, wrapped
-
     for line in lines:
         console.print(
             visible(line) if line.startswith("  rlscale ") else wrapped(line, rest="  "),
@@ -75,8 +74,6 @@ def show_decision(lines: list[str]) -> None:
 def show(result) -> None:
     """The evidence: rich tables of the report (80 columns hold them; report.md has every column), notes as bullets,
     then where the files are. The decision is printed after it (show_decision)."""
-    from rlscale.base.numbers import NOISE_BAND
-    from rlscale.cli.console import bullet, console, safe, say, table
     from rlscale.cli.views import print_fits
     from rlscale.views.report_text import loo_cells
 

@@ -1,6 +1,7 @@
 """`rlscale run RECIPE.yaml`: one RL job from a recipe file, on Ray (vLLM generator + torch trainer) into the
 store, resumable; `--local` runs it in one process (torch sampling) and prints (step, compute, val_reward) rows."""
 
+import time
 from pathlib import Path
 
 import typer
@@ -84,8 +85,6 @@ def _local_device(device: str | None) -> str:
 
 
 def _run_local(recipe, steps, threads, device, *, quiet: bool):
-    import time
-
     from rich.progress import Progress, TextColumn, TimeElapsedColumn
 
     from rlscale.runner.builtin.local import run_local
@@ -123,8 +122,6 @@ def _run_local(recipe, steps, threads, device, *, quiet: bool):
 
 def _run_on_ray(recipe, name: str, study_name: str, db: str | None, ray_address: str | None, *, quiet: bool):
     """The job as a one-run study through the sweep driver (store, resume, retries); its evaluated records."""
-    import time
-
     from rlscale.cli.views import SweepView
     from rlscale.db.store import Store
     from rlscale.planner.study import Study

@@ -2,6 +2,7 @@
 
 import typer
 
+from rlscale.cli.console import console, print_json
 from rlscale.cli.options import DbUrl
 
 
@@ -13,7 +14,6 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="print the runs as JSON"),
     ) -> None:
         """Show each run's status, step, last validation reward and compute spent."""
-        from rlscale.cli.console import console, print_json
         from rlscale.cli.views import sweep_view
         from rlscale.db.store import Store
         from rlscale.planner.study_file import stored_study

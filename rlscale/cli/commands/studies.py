@@ -2,6 +2,7 @@
 
 import typer
 
+from rlscale.cli.console import console, print_json, safe, table
 from rlscale.cli.options import DbUrl
 
 
@@ -12,7 +13,6 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="print the list as JSON"),
     ) -> None:
         """List the studies in the store with their runs (by status), records and fits."""
-        from rlscale.cli.console import console, print_json, safe, table
         from rlscale.db.models import RUN_STATUSES
         from rlscale.db.store import Store
 

@@ -1,9 +1,11 @@
 """`rlscale sweep STUDY.yaml`: run every point of a study on Ray, resumable; then report and recommend."""
 
+import shlex
 from pathlib import Path
 
 import typer
 
+from rlscale.cli.console import print_json
 from rlscale.cli.options import DbUrl
 
 
@@ -60,7 +62,6 @@ def register(app: typer.Typer) -> None:
 
         Finished runs are skipped and interrupted ones resume. At the end: the study's report and, for a study
         over rollouts, the recommended allocation of the compute it spent."""
-        from rlscale.cli.console import console, print_json
         from rlscale.cli.views import SweepView
         from rlscale.db.store import Store
         from rlscale.planner.study_file import load_study
@@ -130,20 +131,12 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json(payload)
         else:
+            from rlscale.cli.commands.report import show, show_decision
+
             if report is not None:
-                from rlscale.cli.commands.report import show
-
                 show(report)
-            from rlscale.cli.console import visible, wrapped
-
-            for line in _closing_lines(study, db, payload, decision, commands):
-                # a command stays on one line, to copy; the rest wraps with a hanging indent
-                console.print(
-                    visible(line) if line.startswith("  rlscale ") else wrapped(line, rest="  "),
-                    markup=False,
-                    highlight=False,
-                    soft_wrap=True,
-                )
+            # a command stays on one line, to copy; the rest wraps with a hanging indent
+            show_decision(_closing_lines(study, db, payload, decision, commands))
         if payload["failed"]:
             raise typer.Exit(1)
 
@@ -152,10 +145,8 @@ def _closing_lines(study, db: str | None, payload: dict, decision, commands: dic
     """What the sweep spent, the evidence command, then the decision (once, last) and the one command to run next;
     plain text, each line wrapped to the terminal by the caller except commands (indented lines starting
     'rlscale')."""
-    import shlex
-
     from rlscale.fitting.curves import unit_label
-    from rlscale.views.wording import decision_lines
+    from rlscale.views.wording import db_flag, decision_lines
 
     planned, spent = payload["planned_gpu_hours"], payload["gpu_hours"]
     share = f" ({spent / planned:.0%})" if planned > 0 else ""
@@ -170,7 +161,7 @@ def _closing_lines(study, db: str | None, payload: dict, decision, commands: dic
         lines += ["the evidence (runs at n, frontier):", f"  {commands['evidence']}"]
     lines += decision_lines(decision, commands)
     if decision.refusal and decision.next_allocation is None:
-        flag = f" --db {shlex.quote(db)}" if db else ""
+        flag = db_flag(db)
         lines += ["next: more runs (the fits are in the report):", f"  rlscale report {shlex.quote(study.name)}{flag}"]
     return lines
 
