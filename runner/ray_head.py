@@ -82,7 +82,11 @@ def connect(address: str | None, *, cpus: int | None = None) -> "LocalHead | Non
     """Connect this process's Ray driver to the GCS at `address` (or RAY_ADDRESS), else to a local head started here,
     returned for `disconnect`; never Ray's own fallback (/tmp/ray/ray_current_cluster, possibly long dead)."""
     import ray
+    from ray._private import auto_init_hook
 
+    # a Ray call after disconnect (a run's thread as Ctrl-C ends the sweep) must raise, not start a local instance
+    # whose processes share this driver's process group and die with it
+    auto_init_hook.enable_auto_connect = False
     address = address or os.environ.get("RAY_ADDRESS") or None
     head = None if address else start_head(cpus=max(local_cpus(), cpus or 0))
     use_token_if_any()

@@ -295,3 +295,25 @@ def test_the_head_file_names_the_head_before_it_is_up_so_a_killed_starter_leaves
     finally:
         head.stop(tmp_path / HEAD_FILE)
     assert not (tmp_path / HEAD_FILE).exists() and not head.processes()
+
+
+@pytest.mark.slow
+def test_a_ray_call_after_disconnect_raises_and_starts_no_local_instance():
+    # a run's thread may still call Ray as Ctrl-C ends the sweep: Ray's auto-init would start a stray instance
+    code = textwrap.dedent(
+        """
+        import ray
+        from rlscale.runner.ray_head import connect, disconnect
+
+        disconnect(connect(None, cpus=1))
+        try:
+            ray.put(1)
+        except Exception as err:
+            print("raised", type(err).__name__)
+        print("initialized", ray.is_initialized())
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "raised" in done.stdout and "initialized False" in done.stdout
+    assert "Started a local Ray instance" not in done.stderr
