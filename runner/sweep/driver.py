@@ -9,7 +9,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from rlscale.fitting.curves import FitMemo
+from rlscale.fitting.curves import FitMemo, compute_column, fit_of_record, is_pass_rate
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.engine import DEFAULT_ENGINE, DevicesUnavailable, Engine, reaches_compute, study_engine
 from rlscale.runner.sweep.head import SweepCluster, head_dir
@@ -402,7 +402,6 @@ class SweepDriver:
 
     def _current_fits(self, run_id: int | None = None) -> dict:
         """run_id -> (its fit of record with early termination's bound on A, or None; its largest compute)."""
-        from rlscale.fitting.curves import compute_column, fit_of_record, is_pass_rate
         from rlscale.fitting.rules.early_stop import UPPER_LEVEL
         from rlscale.fitting.sigmoid.points import record_bin_width
 
