@@ -22,7 +22,8 @@ policy) that `rlscale sweep STUDY --json` trains at once on its own local Ray he
     two_drivers    a second `rlscale sweep` of the same study started while the first runs
 
 Invariants, after the rerun:
-    status    the rerun exits 0; every planned run is `done` (none running, pending, paused or failed)
+    status    the rerun exits 0; every planned run is `done` (none running, pending, paused or failed); a SIGINT
+              ends the first driver with 130
     records   no (run, step) twice; every step 0..last stored; every evaluation of the schedule (eval_every, step
               0) stored
     compute   each run's compute within 3% of its planned compute, never falling with the step; work lost to the
@@ -413,8 +414,11 @@ def check(box: Sandbox, trial: Trial, loser: tuple[int | None, str] | None) -> d
         runs, records = store.runs_frame("faults"), store.records_frame("faults")
     statuses = dict(zip(runs["run"], runs["status"]))
     errors = {run: str(error).splitlines()[0][:100] for run, error in zip(runs["run"], runs["error"]) if error}
+    interrupted = trial.fault == "sigint" and trial.injected_s is not None
     if trial.rerun_exit != 0:
         out["status"] = f"the rerun exited {trial.rerun_exit}: {statuses} {errors}"
+    elif interrupted and trial.first_exit != [130]:
+        out["status"] = f"Ctrl-C ended the sweep with {trial.first_exit}, not 130"
     elif sorted(statuses) != sorted(plan) or set(statuses.values()) != {"done"}:
         out["status"] = f"statuses {statuses} {errors}"
     else:
@@ -597,6 +601,8 @@ def main() -> None:
     if unknown:
         sys.exit(f"error: unknown fault or engine: {', '.join(unknown)}")
     pg_url, pg_ctl = os.environ.get("RLSCALE_TEST_PG_URL"), os.environ.get("RLSCALE_TEST_PG_CTL")
+    # started in the background, this process ignores SIGINT and so would every driver: Ctrl-C in a terminal is not
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     began = time.time()
 
     if not args.no_control:

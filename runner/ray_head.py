@@ -4,6 +4,7 @@ cluster; a head file lets a driver restarted after kill -9 adopt the head and it
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -238,15 +239,24 @@ def start_head(
     deadline = time.monotonic() + START_SECONDS
     while not head.ready():
         if process.poll() is not None or time.monotonic() > deadline:
-            lines = (Path(temp) / "head.log").read_text(errors="replace").strip().splitlines()
+            why = start_failure(process.poll(), (Path(temp) / "head.log").read_text(errors="replace"))
             head.stop(head_file)
             raise UserError(
-                f"could not start a local Ray head ({lines[-1][:200] if lines else 'no output'}); start "
-                "one yourself and pass --ray-address",
+                f"could not start a local Ray head ({why[:200]}); start one yourself and pass --ray-address",
                 field="--ray-address",
             )
         time.sleep(0.5)
     return head
+
+
+def start_failure(returncode: int | None, log_text: str) -> str:
+    """Why `ray start` gave no head: the signal that ended it, else its log's last error line (not a warning)."""
+    if returncode is not None and returncode < 0:
+        return f"`ray start` ended by {signal.Signals(-returncode).name}"
+    lines = [line.strip() for line in log_text.splitlines() if line.strip()]
+    errors = [line for line in lines if re.search(r"error|exception|failed|refused|denied|no space", line, re.I)]
+    said = (errors or lines or ["no output"])[-1]
+    return said if returncode is not None else f"not ready in {START_SECONDS:.0f} s: {said}"
 
 
 def free_ports(count: int) -> list[int]:

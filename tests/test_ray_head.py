@@ -317,3 +317,17 @@ def test_a_ray_call_after_disconnect_raises_and_starts_no_local_instance():
     assert done.returncode == 0, done.stderr[-2000:]
     assert "raised" in done.stdout and "initialized False" in done.stdout
     assert "Started a local Ray instance" not in done.stderr
+
+
+def test_a_head_that_fails_to_start_is_explained_by_its_signal_or_error_line_not_a_warning():
+    from rlscale.runner.ray_head import start_failure
+
+    log = (
+        "2026-11-27 20:34:50,731 WARNING authentication_token_setup.py:85 -- Token authentication is enabled\n"
+        "ValueError: port 6379 already in use\n"
+        "2026-11-27 20:34:51,002 WARNING worker.py:1 -- Set RAY_AUTH_TOKEN to silence this\n"
+    )
+    assert start_failure(-9, log) == "`ray start` ended by SIGKILL"
+    assert start_failure(1, log) == "ValueError: port 6379 already in use"
+    assert start_failure(1, "just one line\n") == "just one line"
+    assert start_failure(None, "") == "not ready in 180 s: no output"
