@@ -13,6 +13,8 @@ from rlscale.planner.study import FieldProblem, Study
 
 from rlscale.base.errors import UserError
 
+FILE_KEY = "study_file"  # in a stored spec: the YAML the sweep read, so printed commands can extend it
+
 
 def load_study(path: str | Path) -> Study:
     """The study in a YAML file; UserError naming the file and dotted field path on any problem."""
@@ -90,7 +92,19 @@ def study_from_spec(spec: dict, *, name: str) -> Study | None:
     specs that status, report, recommend and export share."""
     if not spec:
         return None
-    return parse_study({"name": name, **spec}, file=f"study {name} in the store")
+    spec = dict(spec)
+    file = spec.pop(FILE_KEY, None)
+    study = parse_study({"name": name, **spec}, file=f"study {name} in the store")
+    study._file = file
+    return study
+
+
+def stored_spec(study: Study) -> dict:
+    """The spec a sweep stores: the study's own keys, and the absolute path of the file it was read from."""
+    spec = study.to_spec()
+    if study.file is not None:
+        spec[FILE_KEY] = str(Path(study.file).resolve())
+    return spec
 
 
 def stored_study(store, name: str) -> Study | None:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from rlscale.db.store import Store
 from rlscale.planner.planning import planned_runs
-from rlscale.planner.study_file import load_study
+from rlscale.planner.study_file import load_study, stored_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = sorted((ROOT / "bench" / "data" / "quickstart").glob("sweep*_*.csv"))
@@ -22,7 +22,7 @@ def store_demo_sweep(url: str, csv: Path) -> str:
     study = load_study(ROOT / "studies" / "quickstart.yaml")
     records = pd.read_csv(csv)
     with Store(url) as store:
-        store.upsert_study(study.name, study.to_spec())
+        store.upsert_study(study.name, stored_spec(study))  # as a sweep stores it: with its file
         for point in planned_runs(study):
             run_id = store.ensure_run(study.name, point.name, point.recipe.to_json(), point.seed)
             mine = records[records["run"] == point.name].sort_values("step")
@@ -76,6 +76,8 @@ def test_report_recommend_and_export_agree_and_every_printed_command_runs(csv, c
     if commands["extend"]:  # the extension is a sweep: its study file must parse and plan (a dry run)
         words = printed(commands["extend"])
         assert words[0] == "sweep" and "--extend" in words
+        code, out, err = cli(*words, "--dry-run")
+        assert code == 0, err
 
 
 def test_the_dashboard_reads_the_same_decision(tmp_path):
@@ -157,3 +159,29 @@ def test_a_study_imported_without_geometry_still_names_its_best_run(cli, tmp_pat
     code, out, err = cli("export", "--format", "yaml", "--study", "logs", "--db", url)
     assert code == 0, err
     assert "best run of study logs:" in out
+
+
+def test_a_budget_past_the_evidence_is_refused_with_the_sweep_that_extends_the_study_and_that_sweep_runs(cli, tmp_path):
+    from rlscale.fitting.stored import study_decision
+
+    from rlscale.views.wording import decision_commands
+
+    records = pd.read_csv(SWEEPS[0])
+    early = pd.concat(run[run["step"] <= 0.3 * run["step"].max()] for _, run in records.groupby("run"))
+    early.to_csv(tmp_path / "early.csv", index=False)  # every run at 30% of its steps: no law, A not pinned
+    url = f"sqlite:///{tmp_path / 'early.db'}"
+    name = store_demo_sweep(url, tmp_path / "early.csv")
+
+    code, out, err = cli("recommend", "--study", name, "--budget", "0.14", "--db", url, "--json")
+    refused = json.loads(out)
+    assert code == 2 and refused["refused"] and len(err.strip().splitlines()) == 1
+    assert err.strip().endswith(refused["extend"])
+    words = printed(refused["extend"])
+    assert words[0] == "sweep" and load_study(words[1]).name == name and "--extend" in words
+    code, out, err = cli(*words, "--dry-run")  # the printed sweep plans on this store
+    assert code == 0, err
+
+    code, _, err = cli("export", "--format", "verl", "--study", name, "--budget", "0.14", "--db", url)
+    assert code == 2 and err.strip().endswith(refused["extend"])
+    with Store(url) as store:  # the API's decision names the same sweep
+        assert decision_commands(study_decision(store, name, budget=0.14), db=url)["extend"] == refused["extend"]

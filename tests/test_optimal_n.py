@@ -30,6 +30,14 @@ def test_law_formula_rises_from_lo_to_hi():
     assert values[2] == pytest.approx(9.0, abs=1e-6)
 
 
+def test_the_printed_law_reads_as_one_sign_for_a_midpoint_below_one_unit_of_compute():
+    from rlscale.views.wording import law_formula
+
+    law = {"lo": 1.0, "hi": 3.0, "k": 2.0}
+    assert law_formula(law | {"c0": -7.4}).endswith("(ln C + 7.40)))")  # GPU-hours of a small study: ln C < 0
+    assert law_formula(law | {"c0": 7.4}).endswith("(ln C - 7.40)))")
+
+
 def test_fit_law_recovers_known_parameters_from_the_curve():
     compute = np.geomspace(1, 1e4, 50)
     truth = (2.0, 7.0, 1.5, np.log(100.0))

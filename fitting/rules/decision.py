@@ -174,6 +174,7 @@ class Decision:
     prediction: object = None
     extend: float = 1.0  # the study's current extension of its planned compute (the next command multiplies it)
     planned: bool = True  # the study has a spec a sweep can extend (one imported from logs has none)
+    study_file: str | None = None  # the YAML its sweep read (absolute), when the store knows it
 
     @property
     def decided(self) -> bool:
@@ -208,6 +209,7 @@ class Decision:
             "prediction": self.prediction.to_dict() if self.prediction is not None else None,
             "extend": self.extend,
             "planned": self.planned,
+            "study_file": self.study_file,
         }
 
 
@@ -233,6 +235,7 @@ def decide(
         standing=standing_at(read, compute) if compute > 0 else None,
         extend=extend,
         planned=typed is not None,
+        study_file=typed.file if typed is not None else None,
     )
     law_identified = None  # no law to fit: the study does not vary rollouts
     if kind == "allocation" and budget > 0:

@@ -294,8 +294,8 @@ def _unidentified_reason(x, y, A, B, C_mid, R0, n_free, width, how, max_ci_width
     rising = np.unique(x[(x > 0) & (np.abs(B * (np.log(x / C_mid))) <= np.log(9.0))])
     if rising.size < _MIN_POINTS_IN_RISE and tss > 0 and abs(A - R0) > _FLAT_GAIN * spread:
         reasons.append(
-            f"the rise is too sharp for the data: {rising.size} compute values between 10% and 90% "
-            f"of the gain (at least {_MIN_POINTS_IN_RISE} needed)"
+            f"the rise is too sharp for the data: {rising.size} compute value{'s' * (rising.size != 1)} between 10% "
+            f"and 90% of the gain (at least {_MIN_POINTS_IN_RISE} needed)"
         )
     if not width <= max_ci_width:
         reasons.append(f"{how} on A is too wide ({width:.3g} > {max_ci_width:g})")

@@ -1,6 +1,7 @@
 """The English of every Reason code (fitting.rules.reasons), for terminal, report and dashboard; tests assert codes."""
 
 import math
+import os
 import shlex
 
 from rlscale.fitting.curves import unit_label
@@ -201,9 +202,8 @@ _TEXT = {
 
 def law_formula(law: dict) -> str:
     """The optimal-n law's right-hand side for log2 n*, with its fitted lo, hi, k and c0."""
-    return (
-        f"{law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} (ln C - {law['c0']:.2f})))"
-    )
+    shift = f"- {law['c0']:.2f}" if law["c0"] >= 0 else f"+ {-law['c0']:.2f}"  # ln C of a small compute is negative
+    return f"{law['lo']:.2f} + ({law['hi']:.2f} - {law['lo']:.2f}) / (1 + exp(-{law['k']:.2f} (ln C {shift})))"
 
 
 def reason_text(reason) -> str:
@@ -318,15 +318,39 @@ def extend_command(study_file, db: str | None, factor: float) -> str:
     return f"rlscale sweep {shlex.quote(str(study_file))} --extend {factor:.3g}{db_flag(db)}"
 
 
+def shown_path(path: str | None) -> str | None:
+    """An existing file's path as a command line shows it: relative below the working directory; None if gone."""
+    if path is None or not os.path.isfile(path):
+        return None
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def extension_command(decision, db: str | None = None) -> str | None:
+    """The sweep that extends the study's runs toward a decision, when it has one and the file it names exists."""
+    if decision.next_allocation is None or not decision.planned or shown_path(decision.study_file) is None:
+        return None
+    return decision_commands(decision, db=db)["extend"]
+
+
+def refusal_with_next(decision, db: str | None = None) -> str:
+    """A refused decision's reason, then its extension_command where there is one."""
+    command = extension_command(decision, db)
+    text = refusal_text(decision.refusal)
+    return f"{text}; to decide it, extend the runs: {command}" if command else text
+
+
 def decision_commands(decision, *, study_file=None, db: str | None = None) -> dict:
-    """{"export", "evidence", "extend"}: command lines at the decision's exact budget (None where there is none)."""
+    """{"export", "evidence", "extend"}: command lines at the decision's exact budget (None where there is none);
+    the extension names `study_file`, else the file the study's sweep read if it is still there, else STUDY.yaml."""
     at = f"--study {shlex.quote(decision.study)} --budget {budget_text(decision.budget)}{db_flag(db)}"
     exportable = decision.recommendation is not None or decision.recipe is not None
     export = f"rlscale export --format {decision.export_format} {at}" if exportable else None
     evidence = f"rlscale recommend {at}" if decision.recommendation is not None else None
     extend = None
     if decision.next_allocation is not None and decision.planned:
-        extend = extend_command(study_file or "STUDY.yaml", db, decision.extend * decision.next_allocation.factor)
+        study_file = study_file or shown_path(decision.study_file) or "STUDY.yaml"
+        extend = extend_command(study_file, db, decision.extend * decision.next_allocation.factor)
     return {"export": export, "evidence": evidence, "extend": extend}
 
 

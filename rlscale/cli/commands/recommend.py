@@ -33,17 +33,19 @@ def register(app: typer.Typer) -> None:
         the crossover budgets where a larger size starts to win.
 
         Exit 0 with a recommendation; exit 2 when it refuses (the law or the fits are not identified, or the
-        input is bad), with the reason on stderr (and {"refused": true, "reason": ..., "reasons": [{code, values},
-        ...]} on stdout with --json).
+        input is bad), with the reason on stderr and, where runs extended by a sweep would decide, that sweep's
+        command (and {"refused": true, "reason": ..., "extend": COMMAND or null, "reasons": [{code, values}, ...]}
+        on stdout with --json).
         """
         from rlscale.db.store import Store
         from rlscale.fitting.rules.reasons import Reason, Refusal
         from rlscale.fitting.stored import pick_study, recommend_size_study, study_decision, sweeps_models
-        from rlscale.views.wording import refusal_text
+        from rlscale.views.wording import extension_command, refusal_text, refusal_with_next
 
         check_budget(budget)
         store = Store(db, create=False)
         name = pick_study(store, study)
+        decision = None
         try:
             if sweeps_models(store, name):  # a `model` axis: the size for the budget, by the power law across sizes
                 choice = recommend_size_study(store, name, budget, bootstrap=bootstrap)
@@ -61,22 +63,24 @@ def register(app: typer.Typer) -> None:
                 raise Refusal(*decision.refusal)
             rec = decision.recommendation
         except Refusal as refusal:
+            said, extend = refusal_text(refusal.reasons), None
+            if decision is not None and decision.kind == "allocation" and decision.refusal:  # and what would decide
+                said, extend = refusal_with_next(decision, db), extension_command(decision, db)
             if json_out:
-                print_json(
-                    {"study": name, "budget": budget, "reason": refusal_text(refusal.reasons), **refusal.to_dict()}
-                )
-            raise UserError(refusal_text(refusal.reasons), field=f"study {name}") from None
+                print_json({"study": name, "budget": budget, "reason": said, "extend": extend, **refusal.to_dict()})
+            raise UserError(said, field=f"study {name}") from None
         check_steps(rec.steps)
         if json_out:
             print_json({"study": name, "refused": False, **rec.to_dict()})
             return
-        show(rec, name)
+        show(rec, name, decision.unit)
 
 
-def show(rec, study: str) -> None:
+def show(rec, study: str, unit: str) -> None:
     """Rich tables: the allocation, then the runs it rests on (80 columns hold them); the law and notes in short
     lines."""
     from rlscale.cli.views import cli_reason
+    from rlscale.fitting.curves import unit_label
     from rlscale.views.wording import law_formula, recommendation_notes
 
     from_law = rec.basis.code == "law"
@@ -93,7 +97,7 @@ def show(rec, study: str) -> None:
         f"{rec.predicted_reward:.3f} [{rec.predicted_interval[0]:.3f}, {rec.predicted_interval[1]:.3f}]",
     )
     columns = ("B_p", "n", "M steps", n_from, f"predicted reward [{rec.predicted_level:.0%}]")
-    console.print(table(f"recommendation for {rec.budget:g} ({safe(study)})", columns, [allocation]))
+    console.print(table(f"recommendation for {rec.budget:g} {unit_label(unit)} ({safe(study)})", columns, [allocation]))
     measure = (
         f"the best fitted reward at {rec.budget:.4g} (the runs reached it)"
         if rec.basis.code == "within_data"
