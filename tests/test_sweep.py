@@ -483,3 +483,23 @@ def test_a_second_driver_on_a_study_exits_2_naming_the_first_and_stores_nothing(
             except UserError:
                 assert time.time() < deadline, "the lock outlived its holder"
                 time.sleep(0.2)
+
+
+def test_the_sweeps_last_table_shows_each_runs_stored_compute_as_status_does(tmp_path):
+    from rlscale.runner.sweep.state import planned_gpu_hours, run_states
+
+    class LiveClock(ReplayEngine):
+        """Reports live compute past its last record, as the builtin job's clock does while an evaluation ends."""
+
+        def run(self, recipe, *, progress=None, **options):
+            result = super().run(recipe, **options)
+            progress({"step": result.steps, "gpu_hours": 0.01 * result.steps + 0.004})
+            return result
+
+    path = write_study(tmp_path / "live.yaml", "live", {"lr": [1e-4, 2e-4]}, steps=6, eval_every=2)
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        driver = SweepDriver(load_study(path), store, engine=LiveClock())
+        driver.run()
+        stored = run_states(store.runs_frame("live"), store.records_frame("live"), planned_gpu_hours(driver.study))
+    assert [(run.step, run.gpu_hours) for run in driver.runs] == [(run.step, run.gpu_hours) for run in stored]
+    assert [run.gpu_hours for run in driver.runs] == pytest.approx([0.06, 0.06])

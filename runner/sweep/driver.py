@@ -78,6 +78,7 @@ class SweepDriver:
 
         self.tracker = make_tracker(getattr(study, "tracking", None), study.name)  # `tracking:` mirrors evaluations
         self._fit_memo = FitMemo()  # each run is refitted only when its points change
+        self._stored_tip: dict[int, tuple[int, float]] = {}  # run id -> its last stored (step, gpu_hours)
 
     # planning -------------------------------------------------------------------------------------
 
@@ -85,9 +86,10 @@ class SweepDriver:
         """Put every planned point in the store (idempotent) and load each run's status and progress; with `extend`
         above 1, a done run short of its grown steps or compute is paused again, to resume from its checkpoint."""
         from rlscale.planner.planning import planned_runs
+        from rlscale.planner.study_file import stored_spec
 
         self._hold()
-        self.store.upsert_study(self.study.name, self.study.to_spec())
+        self.store.upsert_study(self.study.name, stored_spec(self.study))
         several_seeds = len(self.study.seeds) > 1
         planned = {}
         for point in planned_runs(self.study):
@@ -121,6 +123,7 @@ class SweepDriver:
         hours = {name: getattr(plan, "gpu_hours", plan) for name, plan in planned.values()}
         records = self.store.records_frame(self.study.name)
         states = run_states(runs, records, hours)
+        self._stored_tip.update({run.run_id: (run.step, run.gpu_hours) for run in states})
         started = records.sort_values("step").groupby("run_id")["gpu_hours"].first()  # a job's start-up, for some
         factor = getattr(self.study, "extend", 1.0)
         for run, (_name, plan) in zip(states, planned.values()):
@@ -267,6 +270,8 @@ class SweepDriver:
                 error = err
             finally:
                 self.cluster.leave()
+            if run.run_id in self._stored_tip:  # the live view's last reading gives way to what the store holds
+                run.step, run.gpu_hours = self._stored_tip[run.run_id]
             if error is not None:
                 if self.interrupted:  # the sweep is ending (Ctrl-C): its jobs were stopped, not crashed
                     self._set_status(run, "paused", "interrupted")
@@ -352,11 +357,13 @@ class SweepDriver:
         self.store.add_records(run.run_id, records)  # the driver is the one writer, for every job's thread
         if self.tracker is not None:
             self.tracker.log(self.run_key(run), records)
+        step, hours = self._stored_tip.get(run.run_id, (0, 0.0))
         for record in records:
-            run.step = max(run.step, int(record["step"]))
-            run.gpu_hours = max(run.gpu_hours, float(record["gpu_hours"]))
+            step, hours = max(step, int(record["step"])), max(hours, float(record["gpu_hours"]))
             if record.get("val_reward") is not None:
                 run.val_reward = float(record["val_reward"])
+        self._stored_tip[run.run_id] = step, hours
+        run.step, run.gpu_hours = max(run.step, step), max(run.gpu_hours, hours)
         self.on_update(self.runs)
 
     def _on_progress(self, run: RunState, info: dict) -> None:
