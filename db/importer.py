@@ -46,6 +46,8 @@ def read_run_log(
     from rlscale.db.trackers import is_wandb_log, read_wandb_log
 
     path = Path(path)
+    if not path.exists():
+        raise UserError("no such file", file=str(path))
     if is_wandb_log(path):
         return read_wandb_log(path, reward=tag, compute=compute_tag, gpus=gpus)
     if gpus is not None:
@@ -56,8 +58,6 @@ def read_run_log(
         training_log = False
     if training_log:
         return read_training_log(path, tag=tag, compute_tag=compute_tag)
-    if not path.exists():
-        raise UserError("no such file", file=str(path))
     if tag is not None or compute_tag is not None:
         raise UserError(
             "--reward (--tag) and --compute (--compute-tag) name the metrics of a tracker's runs, a TensorBoard "

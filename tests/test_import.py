@@ -175,6 +175,8 @@ def test_a_bad_file_does_not_create_the_default_store(monkeypatch, capsys, workd
 def test_a_missing_file_names_it(monkeypatch, capsys, workdir):
     code, _, err = run_cli(monkeypatch, capsys, "import", "nowhere.csv", "--study", "s")
     assert code == 2 and err == "error: nowhere.csv: no such file\n"
+    code, _, err = run_cli(monkeypatch, capsys, "import", "wandb/", "--reward", "r", "--gpus", "8", "--study", "s")
+    assert code == 2 and err == "error: wandb: no such file\n"  # not a word on flags for a path that is not there
 
 
 def test_the_installed_command_exits_2_with_one_line(workdir):
