@@ -219,3 +219,16 @@ def test_report_html_renders_in_headless_chromium(loo_report, tmp_path):
     assert pixels.std() > 0.05
     assert len(np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 50
     shutil.copy(shot, out / "screenshot.png")  # kept beside the report for a person to look at
+
+
+def test_an_imported_studys_report_names_it_imported_as_the_dashboard_does(workdir, capsys, monkeypatch):
+    url = f"sqlite:///{workdir / 'logs.db'}"
+    code, _, err = _cli(
+        ["import", str(ROOT / "examples" / "scalerl_runs.csv"), "--study", "logs", "--db", url], capsys, monkeypatch
+    )
+    assert code == 0, err
+    code, out, err = _cli(
+        ["report", "logs", "--db", url, "--out", "rep", "--bootstrap", "0", "--json"], capsys, monkeypatch
+    )
+    assert code == 0, err
+    assert json.loads(out)["method"] == "imported"  # no spec: not a grid anyone planned

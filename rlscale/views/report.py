@@ -319,7 +319,7 @@ def _add_size_law(report: Report, stored, runs, records, compute_col, metric, bo
 def _new_report(study: str, spec) -> Report:
     return Report(
         study=study,
-        method=spec.method if spec is not None else "grid",
+        method=spec.method if spec is not None else "imported",  # as the dashboard names it
         description=spec.description if spec is not None else "",
         unit=study_unit(spec),
         fits=[],
