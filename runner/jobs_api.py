@@ -447,12 +447,13 @@ class ComputeStop:
 
 
 def resume_seconds(step: int, resume_gpu_hours: Callable[[int], float | None] | None, otherwise: float) -> float:
-    """Device-seconds a job resuming from the checkpoint at `step` starts at: 0 without one, else the stored gpu_hours
-    at `step` x 3600 (a redo is charged once, time lost after the checkpoint never), `otherwise` without a record."""
-    if step <= 0:
-        return 0.0
+    """Device-seconds a job resuming from the checkpoint at `step` (0: none, a redo from the start) starts at: the
+    stored gpu_hours at `step` x 3600, since its records up to `step` are not stored again (time lost after it is
+    never charged); without a record there, 0 from the start, else `otherwise`."""
     stored = resume_gpu_hours(step) if resume_gpu_hours is not None else None
-    return otherwise if stored is None else stored * 3600.0
+    if stored is not None:
+        return stored * 3600.0
+    return 0.0 if step <= 0 else otherwise
 
 
 def run_jobs(client, run_key: str) -> list:

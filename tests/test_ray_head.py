@@ -227,6 +227,10 @@ def test_a_jobs_api_run_on_a_new_head_starts_at_its_checkpoints_compute_and_numb
     # run's compute stood at the checkpoint it resumes from
     assert resume_seconds(8, stored.get, otherwise=0.0) == 8.0  # step 9's lost work is not charged
     assert resume_seconds(0, stored.get, otherwise=5.0) == 0.0  # no checkpoint: everything is redone
+    # a redo from the start after step 0 was stored (13.8 s: a job's start and first evaluation): its step 0 is not
+    # stored again, so its later steps count from there, or the run's compute would fall after step 0
+    assert resume_seconds(0, {0: 13.8 / 3600}.get, otherwise=5.0) == pytest.approx(13.8)
+    assert resume_seconds(0, {}.get, otherwise=5.0) == 0.0  # killed before any record: nothing lost is charged
     assert resume_seconds(12, stored.get, otherwise=5.0) == 5.0  # no record there (an engine used alone)
     run_dir = RunDir(tmp_path / "faults-1-abc")
     for name in ("jobs/faults-1-abc-1.json", "logs/faults-1-abc-1.jsonl", "logs/faults-1-abc-2.jsonl"):
