@@ -333,10 +333,9 @@ def extension_command(decision, db: str | None = None) -> str | None:
     return decision_commands(decision, db=db)["extend"]
 
 
-def refusal_with_next(decision, db: str | None = None) -> str:
-    """A refused decision's reason, then its extension_command where there is one."""
-    command = extension_command(decision, db)
-    text = refusal_text(decision.refusal)
+def refusal_with_next(reasons, command: str | None) -> str:
+    """A refusal's reasons, then the command (an extension_command) that would decide, where there is one."""
+    text = refusal_text(reasons)
     return f"{text}; to decide it, extend the runs: {command}" if command else text
 
 

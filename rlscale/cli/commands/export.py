@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
             from rlscale.db.store import Store
             from rlscale.fitting.stored import pick_study, study_decision
             from rlscale.planner.recipe import Recipe
-            from rlscale.views.wording import export_header, refusal_with_next
+            from rlscale.views.wording import export_header, extension_command, refusal_with_next
 
             store = Store(db, create=False)
             name = pick_study(store, study)
@@ -81,7 +81,9 @@ def register(app: typer.Typer) -> None:
             if decision is None:
                 raise UserError(f"study {name!r} has no evaluated records yet", field="--study")
             if decision.recipe is None:
-                raise UserError(refusal_with_next(decision, db), field=f"study {name}")
+                raise UserError(
+                    refusal_with_next(decision.refusal, extension_command(decision, db)), field=f"study {name}"
+                )
             chosen = Recipe.model_validate(decision.recipe)
             check_steps(chosen.steps)
             header = export_header(decision)

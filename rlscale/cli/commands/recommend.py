@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         from rlscale.db.store import Store
         from rlscale.fitting.rules.reasons import Reason, Refusal
         from rlscale.fitting.stored import pick_study, recommend_size_study, study_decision, sweeps_models
-        from rlscale.views.wording import extension_command, refusal_text, refusal_with_next
+        from rlscale.views.wording import extension_command, refusal_with_next
 
         check_budget(budget)
         store = Store(db, create=False)
@@ -63,9 +63,10 @@ def register(app: typer.Typer) -> None:
                 raise Refusal(*decision.refusal)
             rec = decision.recommendation
         except Refusal as refusal:
-            said, extend = refusal_text(refusal.reasons), None
+            extend = None
             if decision is not None and decision.kind == "allocation" and decision.refusal:  # and what would decide
-                said, extend = refusal_with_next(decision, db), extension_command(decision, db)
+                extend = extension_command(decision, db)
+            said = refusal_with_next(refusal.reasons, extend)
             if json_out:
                 print_json({"study": name, "budget": budget, "reason": said, "extend": extend, **refusal.to_dict()})
             raise UserError(said, field=f"study {name}") from None
