@@ -95,5 +95,10 @@ def get_engine(name: str = DEFAULT_ENGINE, **options) -> Engine:
     """The engine registered as `name`, made with `options`; UserError naming the known engines if there is none."""
     if name not in ENGINES:
         raise UserError(f"unknown engine {name!r}; expected one of: {', '.join(sorted(ENGINES))}", field="engine")
-    module, cls = ENGINES[name].split(":")
-    return getattr(importlib.import_module(module), cls)(**options)
+    return engine_class(ENGINES[name])(**options)
+
+
+def engine_class(spec: str) -> type[Engine]:
+    """The Engine class at `spec` ("module:Class", as ENGINES holds them)."""
+    module, cls = spec.split(":")
+    return getattr(importlib.import_module(module), cls)

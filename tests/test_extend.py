@@ -283,7 +283,7 @@ def test_a_decision_without_a_law_also_names_the_extension_that_would_decide_lar
 
 @pytest.mark.slow
 def test_sweep_extend_resumes_real_runs_from_their_checkpoints_and_refits(tmp_path, monkeypatch, cli):
-    pytest.importorskip("ray")
+    ray = pytest.importorskip("ray")
     pytest.importorskip("vllm")
     import rlscale.runner.builtin.job as job
 
@@ -301,18 +301,23 @@ def test_sweep_extend_resumes_real_runs_from_their_checkpoints_and_refits(tmp_pa
     path = write_study(tmp_path / "grow.yaml", "grow", 0.004)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     sweep = ["sweep", str(path), "--db", url, "--out", str(tmp_path / "reports"), "--json"]
-    code, out, err = cli(*sweep)
-    assert code == 0, err[-2000:]
-    first = json.loads(out)
-    with Store(url) as store:
-        before = store.records_frame("grow")
+    # this process's own Ray: the sweeps' builtin engine joins it here (not in a process of its own), so the jobs
+    # recorded above are seen
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        code, out, err = cli(*sweep)
+        assert code == 0, err[-2000:]
+        first = json.loads(out)
+        with Store(url) as store:
+            before = store.records_frame("grow")
+        code, out, err = cli(*sweep, "--extend", "2")
+        assert code == 0, err[-2000:]
+    finally:
+        ray.shutdown()
     last = before.groupby("run_id")["step"].max()
     # an IsoCompute sweep decides for the compute every run reached at its last evaluation
     evaluated = before[before["val_reward"].notna()]
     assert first["budget"] == pytest.approx(float(evaluated.groupby("run_id")["gpu_hours"].max().min()))
-
-    code, out, err = cli(*sweep, "--extend", "2")
-    assert code == 0, err[-2000:]
     second = json.loads(out)
     with Store(url) as store:
         records, runs = store.records_frame("grow"), store.runs_frame("grow")

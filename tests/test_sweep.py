@@ -166,28 +166,24 @@ def test_killed_sweep_resumes_with_every_record_once_and_status_reads_meanwhile(
 
 
 @pytest.mark.slow
-def test_a_crashing_job_is_retried_and_an_always_failing_one_is_marked_failed(tmp_path, monkeypatch):
+def test_a_crashing_job_or_driver_is_retried_and_an_always_failing_one_is_marked_failed(tmp_path, monkeypatch):
     monkeypatch.setenv("RLSCALE_FAULT_DIR", str(tmp_path))
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    study = load_study(
-        write_study(
-            tmp_path / "faults.yaml",
-            "faults",
-            {"verifier": ["fault_verifiers:crash_once", "fault_verifiers:always_crash"]},
-            steps=8,
-        )
-    )
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a head the sweep owns: its Ray driver in a process of its own
+    verifiers = ["fault_verifiers:crash_once", "fault_verifiers:always_crash", "fault_verifiers:exit_once"]
+    study = load_study(write_study(tmp_path / "faults.yaml", "faults", {"verifier": verifiers}, steps=8))
     with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
-        driver = SweepDriver(study, store, max_retries=1)
+        driver = SweepDriver(study, store, max_retries=1, max_concurrent=1)
         summary = driver.run()
         runs = store.runs_frame("faults").set_index("run")
         records = store.records_frame("faults")
-    flaky, broken = runs.loc["verifier=fault_verifiers:crash_once"], runs.loc["verifier=fault_verifiers:always_crash"]
-    assert flaky["status"] == "done"
-    assert sorted(records[records["run_id"] == flaky["run_id"]]["step"]) == list(range(9))
+    flaky, broken, exited = (runs.loc[f"verifier={verifier}"] for verifier in verifiers)
+    for run in (flaky, exited):  # the driver's process ended under `exited`: a new one took its retry
+        assert run["status"] == "done"
+        assert sorted(records[records["run_id"] == run["run_id"]]["step"]) == list(range(9))
     assert broken["status"] == "failed" and "injected crash (every call)" in broken["error"]
-    assert summary.count("done") == 1 and summary.count("failed") == 1
-    assert [run.attempts for run in driver.runs] == [2, 2]  # one retry each (max_retries=1)
+    assert summary.count("done") == 2 and summary.count("failed") == 1
+    assert [run.attempts for run in driver.runs] == [2, 2, 2]  # one retry each (max_retries=1)
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from rlscale.fitting.curves import FitMemo, compute_column, fit_of_record, is_pass_rate
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.engine import DEFAULT_ENGINE, DevicesUnavailable, Engine, reaches_compute, study_engine
+from rlscale.runner.engine_process import EngineProcess
 from rlscale.runner.sweep.head import SweepCluster, head_dir
 from rlscale.runner.sweep.pool import JobPool, devices_text
 from rlscale.runner.sweep.scheduler import RunProgress, Schedule, run_concurrently, schedule_for
@@ -459,13 +460,15 @@ class SweepDriver:
             return self.engine
         name = getattr(recipe, "engine", DEFAULT_ENGINE)
         with self._engines_lock:
+            if name in self._engines and getattr(self._engines[name], "lost", False):  # its process ended
+                self._engines.pop(name).close()
             if name not in self._engines:
-                self._engines[name] = study_engine(
-                    self.study,
-                    name,
-                    ray_address=self.cluster.address_for(name, cpus=self._devices_per_job()),
-                    **self.engine_options.get(name, {}),
-                )
+                options = {"ray_address": self.cluster.address_for(name, cpus=self._devices_per_job())}
+                options |= self.engine_options.get(name, {})
+                if self.cluster.in_own_process(name):
+                    self._engines[name] = EngineProcess(name, **options)
+                else:
+                    self._engines[name] = study_engine(self.study, name, **options)
             return self._engines[name]
 
     def _has_live_job(self, engine: Engine, run: RunState) -> bool:

@@ -47,6 +47,11 @@ class SweepCluster:
                 self.head = local_head(self.head_dir, cpus=self.cpus)
             return self.head.gcs_address if engine == "builtin" else self.head.address
 
+    def in_own_process(self, engine: str) -> bool:
+        """Whether `engine` runs in a child process: the builtin engine's Ray driver on a head this sweep replaces
+        (Ray ends a driver whose node dies, and the sweep must outlive its head)."""
+        return engine == "builtin" and self.local and not _joined()
+
     def enter(self) -> int:
         """An engine call begins (after any head replacement in progress); returns the head's generation."""
         with self._state:
