@@ -250,12 +250,18 @@ def start_head(
 
 
 def start_failure(returncode: int | None, log_text: str) -> str:
-    """Why `ray start` gave no head: the signal that ended it, else its log's last error line (not a warning)."""
+    """Why `ray start` gave no head: the signal that ended it, else its log's last error line, else its exit code
+    (a SIGTERM it handled, as `ray stop` sends, leaves only warnings)."""
     if returncode is not None and returncode < 0:
         return f"`ray start` ended by {signal.Signals(-returncode).name}"
     lines = [line.strip() for line in log_text.splitlines() if line.strip()]
     errors = [line for line in lines if re.search(r"error|exception|failed|refused|denied|no space", line, re.I)]
-    said = (errors or lines or ["no output"])[-1]
+    if errors:
+        said = errors[-1]
+    elif returncode is not None:
+        return f"`ray start` exited with code {returncode} before the head was up"
+    else:
+        said = next((line for line in reversed(lines) if "WARNING" not in line), "no output")
     return said if returncode is not None else f"not ready in {START_SECONDS:.0f} s: {said}"
 
 

@@ -333,5 +333,7 @@ def test_a_head_that_fails_to_start_is_explained_by_its_signal_or_error_line_not
     )
     assert start_failure(-9, log) == "`ray start` ended by SIGKILL"
     assert start_failure(1, log) == "ValueError: port 6379 already in use"
-    assert start_failure(1, "just one line\n") == "just one line"
+    assert start_failure(0, log.replace("ValueError: port 6379 already in use\n", "")) == (
+        "`ray start` exited with code 0 before the head was up"  # it handled a SIGTERM: warnings only
+    )
     assert start_failure(None, "") == "not ready in 180 s: no output"
