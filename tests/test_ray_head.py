@@ -200,11 +200,11 @@ def test_a_dead_head_is_replaced_once_however_many_runs_find_it_dead(tmp_path, m
     assert cluster.address_for("builtin") == "head0:6379" and cluster.address_for("trl") == "http://head0:8265"
     generations = [cluster.enter() for _ in range(3)]  # three runs in flight
     heads[0].dead = True
-    closed, again = [], []
+    closed, ended, again = [], [], []
 
     def job_fails(generation: int) -> None:
         cluster.leave()
-        again.append(cluster.recover(generation, lambda: closed.append(len(heads))))
+        again.append(cluster.recover(generation, lambda: closed.append(len(heads)), lambda: ended.append(len(heads))))
 
     threads = [threading.Thread(target=job_fails, args=(generation,)) for generation in generations]
     for thread in threads:
@@ -213,6 +213,7 @@ def test_a_dead_head_is_replaced_once_however_many_runs_find_it_dead(tmp_path, m
         thread.join()
     # every run goes again on one new head; the engines were dropped once, before it started, the dead one stopped
     assert again == [True, True, True] and len(heads) == 2 and closed == [1] and heads[0].stopped
+    assert ended == [1]  # the engines' processes were ended once, on the dead head, not waited for
     assert cluster.address_for("trl") == "http://head1:8265" and cluster.restarts == 1
     generation = cluster.enter()  # a job that fails on a live head failed on its own: it spends an attempt
     cluster.leave()

@@ -277,7 +277,7 @@ class SweepDriver:
                 if self.interrupted:  # the sweep is ending (Ctrl-C): its jobs were stopped, not crashed
                     self._set_status(run, "paused", "interrupted")
                     return True
-                if self.cluster.recover(generation, self._close_engines):  # its head died, not its job
+                if self.cluster.recover(generation, self._close_engines, self._end_engine_processes):  # head died
                     run.attempts -= 1
                     continue
                 message = f"{type(error).__name__}: {error}".splitlines()[0][:500]
@@ -493,6 +493,13 @@ class SweepDriver:
             if self._study_lock is not None:
                 self._study_lock.release()
                 self._study_lock = None
+
+    def _end_engine_processes(self) -> None:
+        with self._engines_lock:
+            engines = list(self._engines.values())
+        for engine in engines:
+            if isinstance(engine, EngineProcess):
+                engine.end()
 
     def _close_engines(self) -> None:
         with self._engines_lock:

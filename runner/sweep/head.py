@@ -65,9 +65,12 @@ class SweepCluster:
             self._inside -= 1
             self._state.notify_all()
 
-    def recover(self, generation: int, close_engines: Callable[[], None]) -> bool:
+    def recover(
+        self, generation: int, close_engines: Callable[[], None], end_processes: Callable[[], None] = lambda: None
+    ) -> bool:
         """After an engine call of `generation` failed: whether the run should simply go again because its head died
-        (the head is replaced here, or was by another run meanwhile); False when the failure is the job's own."""
+        (the head is replaced here, or was by another run meanwhile); False when the failure is the job's own.
+        end_processes() ends the engines' child processes at once (a call stuck on the dead head fails then)."""
         with self._state:
             if generation != self._generation:
                 return True
@@ -85,6 +88,7 @@ class SweepCluster:
                 return True
             self._restarting = True
             self.on_note("the Ray head died: waiting for the jobs in flight to end")
+            end_processes()
             self._state.wait_for(lambda: self._inside == 0, timeout=QUIET_SECONDS)
         try:
             from rlscale.runner.ray_head import local_head
