@@ -1,5 +1,6 @@
 """Equal compute is equal measured compute: a sweep's runs stop within 5% of their planned device-hours on any
-host, whatever the cost profile that planned their steps (the step count follows from the compute)."""
+host (or at the first step past it, when the host stalled that step), whatever the cost profile that planned their
+steps (the step count follows from the compute)."""
 
 import json
 
@@ -64,10 +65,21 @@ def test_runs_stop_within_5_percent_of_their_planned_compute_whatever_the_profil
         records = store.records_frame("equal")
         runs = store.runs_frame("equal").set_index("run_id")
     for run_id, (planned_hours, planned_steps) in planned.items():
-        mine = records[records["run_id"] == run_id]
+        mine = records[records["run_id"] == run_id].sort_values("step")
         spent, steps = float(mine["gpu_hours"].max()), int(mine["step"].max())
+        before_last = float(mine["gpu_hours"].iloc[-2])
         assert runs.loc[run_id, "status"] == "done"
-        assert abs(spent / planned_hours - 1) <= 0.05, json.dumps(
-            {"planned_gpu_hours": planned_hours, "spent": spent, "planned_steps": planned_steps, "steps": steps}
+        # within 5%, unless the last step alone cost more than 5% (a stall of this shared host, charged as measured
+        # on the wall clock) and the run was still short of its plan the step before: it stopped at the first step
+        # whose compute could be nearest the plan
+        stalled = spent - before_last > 0.05 * planned_hours and before_last < planned_hours
+        assert abs(spent / planned_hours - 1) <= 0.05 or stalled, json.dumps(
+            {
+                "planned_gpu_hours": planned_hours,
+                "spent": spent,
+                "before_last": before_last,
+                "steps": steps,
+                "planned_steps": planned_steps,
+            }
         )
         assert mine.loc[mine["step"] == steps, "val_reward"].notna().all()  # the last step is evaluated
