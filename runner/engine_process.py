@@ -46,9 +46,8 @@ class EngineProcess(Engine):
         """See Engine.run: the job runs in the child; its callbacks are called here, on this thread."""
         callbacks = {"on_records": on_records}
         for key in ("should_stop", "progress", "resume_gpu_hours"):
-            if options.get(key) is not None:
-                callbacks[key] = options.pop(key)
-            options.pop(key, None)
+            if (callback := options.pop(key, None)) is not None:
+                callbacks[key] = callback
         call, replies = self._open()
         try:
             self._send("run", call, recipe, {"run_key": run_key, **options}, sorted(callbacks))

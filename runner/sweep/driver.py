@@ -460,7 +460,8 @@ class SweepDriver:
             return self.engine
         name = getattr(recipe, "engine", DEFAULT_ENGINE)
         with self._engines_lock:
-            if name in self._engines and getattr(self._engines[name], "lost", False):  # its process ended
+            engine = self._engines.get(name)
+            if isinstance(engine, EngineProcess) and engine.lost:  # its process ended: a new one for this attempt
                 self._engines.pop(name).close()
             if name not in self._engines:
                 options = {"ray_address": self.cluster.address_for(name, cpus=self._devices_per_job())}
