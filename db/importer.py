@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 EXTENSIONS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 COMPUTE_COLUMNS = ("compute", "gpu_hours")  # either names the compute axis; gpu_hours is what sweeps record
 HEALTH_METRICS = ("train_reward", "entropy", "kl", "grad_norm", "truncation_rate", "clip_fraction", "staleness")
+WANDB_NAMES = {"name": "run", "_step": "step"}  # a W&B export's run and step columns, where the file has no own
 EXPECTED = "columns run (optional), compute or gpu_hours, reward, and optional step, rollouts, tokens"
 
 
@@ -58,20 +59,27 @@ def read_run_log(
         training_log = False
     if training_log:
         return read_training_log(path, tag=tag, compute_tag=compute_tag)
-    if tag is not None or compute_tag is not None:
-        raise UserError(
-            "--reward (--tag) and --compute (--compute-tag) name the metrics of a tracker's runs, a TensorBoard "
-            "directory or a verl JSONL log; this file has columns",
-            file=str(path),
-        )
     kind = EXTENSIONS.get(path.suffix.lower())
     if kind is None:
         raise UserError(f"unknown file type {path.suffix or '(none)'!r}: expected .csv or .jsonl", file=str(path))
     if not path.is_file():
         raise UserError("no such file", file=str(path))
     text = read_text(path)
-    lines = _csv_rows(path, text) if kind == "csv" else _jsonl_rows(path, text)
+    renames = {name.strip().lower(): to for name, to in ((tag, "reward"), (compute_tag, "compute")) if name}
+    lines = _csv_rows(path, text, renames) if kind == "csv" else _jsonl_rows(path, text, renames)
     return _validate(path, lines)
+
+
+def _renamed(columns: list[str], renames: dict[str, str], where: str | None) -> list[str]:
+    """`columns` with those --reward and --compute name given their canonical names (e.g. a W&B export's
+    `train/reward` as reward); UserError at `where` (None: no check) naming the option whose column is missing."""
+    for name, to in renames.items():
+        if where is not None and name not in columns:
+            option = "--reward" if to == "reward" else "--compute"
+            raise UserError(f"no column {name!r}; the file has {', '.join(columns)}", file=where, field=option)
+    replaced = set(renames.values()) | (set(COMPUTE_COLUMNS) if "compute" in renames.values() else set())
+    named = [renames.get(c) or (f"unused {c}" if c in replaced else c) for c in columns]  # the named column wins
+    return [WANDB_NAMES[c] if c in WANDB_NAMES and WANDB_NAMES[c] not in named else c for c in named]
 
 
 def import_run_log(store: "Store", path: str | Path, study: str, rows: pd.DataFrame | None = None) -> ImportSummary:
@@ -100,7 +108,7 @@ def _record(row: dict) -> dict:
     }
 
 
-def _csv_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+def _csv_rows(path: Path, text: str, renames: dict[str, str]) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
     reader = csv.reader(io.StringIO(text, newline=""))
     header: list[str] | None = None
     rows = []
@@ -109,8 +117,8 @@ def _csv_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[st
             if not any(cell.strip() for cell in cells) or cells[0].lstrip().startswith("#"):
                 continue  # blank or comment line (e.g. a generator's note on top of the file)
             if header is None:
-                header = [cell.strip().lower() for cell in cells]
                 header_line = reader.line_num
+                header = _renamed([cell.strip().lower() for cell in cells], renames, f"{path}:{header_line}")
                 _check_header(path, header_line, header)
                 continue
             if len(cells) != len(header):
@@ -125,7 +133,7 @@ def _csv_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[st
     return header, rows
 
 
-def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+def _jsonl_rows(path: Path, text: str, renames: dict[str, str]) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
     rows = []
     columns: dict[str, None] = {}
     for number, obj in json_lines(path, text):
@@ -136,7 +144,8 @@ def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[
             seen = [str(k).strip().lower() for k in obj]
             twice = next(k for k in seen if seen.count(k) > 1)
             raise UserError("key appears twice in one object", file=f"{path}:{number}", field=f"column {twice!r}")
-        obj = normalised
+        where = None if rows else f"{path}:{number}"  # the first object is the header: later ones may omit keys
+        obj = dict(zip(_renamed(list(normalised), renames, where), normalised.values()))
         if not rows:
             _check_header(path, number, list(obj))
         elif set(COMPUTE_COLUMNS) <= set(columns) | set(obj):  # a later line names the compute axis anew

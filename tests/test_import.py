@@ -10,6 +10,8 @@ from helpers import run_cli
 from rlscale.db.importer import read_run_log
 from rlscale.db.store import Store
 
+from rlscale.base.errors import UserError
+
 DATA = Path(__file__).parent / "data"
 
 
@@ -68,6 +70,23 @@ def test_a_file_without_a_run_column_is_one_run_named_after_the_file(tmp_path):
     path.write_text("gpu_hours,reward\n0.5,0.2\n1.0,0.3\n")
     rows = read_run_log(path)
     assert rows["run"].tolist() == ["cispo_seed0"] * 2 and rows["step"].tolist() == [0, 1]
+
+
+def test_reward_and_compute_name_the_columns_of_a_wandb_export(tmp_path):
+    path = tmp_path / "wandb.csv"
+    path.write_text(
+        '"Name","_step","train/reward","reward","_runtime","gpu_hours"\n'
+        '"run-a",0,0.1,9,0.0,5\n"run-b",0,0.2,9,0.0,5\n"run-a",4,0.3,9,180.0,5\n'
+    )
+    rows = read_run_log(path, tag="train/reward", compute_tag="_runtime")
+    assert rows[["run", "step", "compute", "reward"]].values.tolist() == [
+        ["run-a", 0, 0.0, 0.1], ["run-b", 0, 0.0, 0.2], ["run-a", 4, 180.0, 0.3],
+    ]  # fmt: skip
+    jsonl = tmp_path / "log.jsonl"
+    jsonl.write_text('{"Score": 0.1, "tokens_k": 1}\n{"score": 0.2, "tokens_k": 2}\n')
+    assert read_run_log(jsonl, tag="score", compute_tag="tokens_k")["reward"].tolist() == [0.1, 0.2]
+    with pytest.raises(UserError, match=r"wandb.csv:1: --reward: no column 'train/rew'; the file has name, _step"):
+        read_run_log(path, tag="train/rew")
 
 
 MALFORMED = [

@@ -16,8 +16,8 @@ RewardTag = Annotated[
     typer.Option(
         "--reward",
         "--tag",
-        help="the reward metric (trackers: required; TensorBoard/verl: default verl's "
-        "`val-core/<source>/reward/mean@k`)",
+        help="the reward metric (trackers: required; CSV/JSONL: a column, default `reward`; TensorBoard/verl: "
+        "default verl's `val-core/<source>/reward/mean@k`)",
     ),
 ]
 ComputeTag = Annotated[
@@ -25,7 +25,8 @@ ComputeTag = Annotated[
     typer.Option(
         "--compute",
         "--compute-tag",
-        help="a logged metric of cumulative compute (GPU-hours, tokens, ...); TensorBoard/verl default: "
+        help="a logged metric of cumulative compute (GPU-hours, tokens, ...); CSV/JSONL: a column, default "
+        "`compute` or `gpu_hours`; TensorBoard/verl default: "
         "GPU-hours from verl's perf/total_num_tokens / perf/throughput, else the step",
     ),
 ]
