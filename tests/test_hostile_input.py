@@ -520,3 +520,47 @@ def test_eight_concurrent_imports_into_one_sqlite_store_all_succeed(workdir, exi
         runs = store.runs_frame("s")
     assert len(runs) == 24 and runs["run"].is_unique
     assert len(records) == 8 * 3 * 40 and not records.duplicated(["run", "step"]).any()
+
+
+def test_an_output_path_under_a_file_is_one_line_exit_2(cli, workdir):
+    runs = _runs_csv(workdir)
+    assert cli("import", str(runs), "--study", "s", "--db", "sqlite:///s.db")[0] == 0
+    err = one_line_error(*cli("report", "s", "--db", "sqlite:///s.db", "--out", f"{runs}/sub"))
+    assert err == f"error: --out: cannot write into {runs}/sub: Not a directory\n"
+    err = one_line_error(*cli("fit", str(runs), "--plot", f"{runs}/sub/fits.png"))
+    assert err == f"error: cannot write into {runs}/sub: Not a directory\n"
+
+
+def _quickstart_with(workdir: Path, name: str, old: str, new: str) -> Path:
+    text = (REPO / "studies" / "quickstart.yaml").read_text()
+    assert old in text
+    return _write(workdir / name, text.replace(old, new, 1))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "error"),
+    [
+        (
+            "  task: arithmetic",
+            "  task: /nonexistent/file.jsonl",
+            "recipe.task: file not found: /nonexistent/file.jsonl",
+        ),
+        ("  model: tiny", "  model: /nonexistent/model", "recipe.model: /nonexistent/model: expected 'tiny' or a HF"),
+        ("  task: arithmetic", "  task: arithmetic\n  verifier: nopkg.mod:fn", "recipe.verifier: nopkg.mod:fn: cannot"),
+    ],
+)
+def test_the_builtin_dry_run_loads_each_jobs_model_task_and_verifier(cli, workdir, old, new, error):
+    study = _quickstart_with(workdir, "q.yaml", old, new)
+    err = one_line_error(*cli("sweep", str(study), "--dry-run", "--db", "sqlite:///s.db"))
+    assert err.startswith(f"error: {study}: {error}")
+    assert not (workdir / "s.db").exists()
+    # on a cluster, a path or module this machine does not have is the cluster's: noted, not refused
+    code, out, err = cli("sweep", str(study), "--dry-run", "--json", "--ray-address", "http://head:8265")
+    assert code == 0, err
+    assert all(len(point["notes"]) == 1 for point in json.loads(out))
+
+
+def test_a_seed_in_the_study_recipe_is_refused(cli, workdir):
+    study = _quickstart_with(workdir, "q.yaml", "  task: arithmetic", "  task: arithmetic\n  seed: 3")
+    err = one_line_error(*cli("plan", str(study)))
+    assert err == f"error: {study}: recipe.seed: seeds are set by the study's `seeds`, not in the recipe\n"

@@ -18,3 +18,16 @@ def first_line(err: BaseException | str) -> str:
     if text:
         return text.splitlines()[0]
     return "" if isinstance(err, str) else type(err).__name__
+
+
+def made_dir(directory, *, field: str | None = None):
+    """`directory` as a Path, made with its parents; UserError (exit 2) where it cannot be: a file in the way, no
+    permission, a read-only or full disk."""
+    from pathlib import Path
+
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot write into {directory}: {err.strerror or err}", field=field) from None
+    return directory

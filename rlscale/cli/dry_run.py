@@ -1,5 +1,6 @@
 """`rlscale sweep STUDY --dry-run`: each planned run's job as its engine would submit it, and the admission plan."""
 
+import json
 import shlex
 from pathlib import Path
 
@@ -53,7 +54,10 @@ def _job_lines(point: dict) -> tuple[list[str], list[str]]:
         ]
         return lines, point["config_text"].splitlines()
     if point["engine"] != "verl":
-        return [f"{key}: {value}" for key, value in point["recipe"].items()], []
+        recipe = [
+            f"{key}: {value if isinstance(value, str) else json.dumps(value)}" for key, value in point["recipe"].items()
+        ]
+        return recipe + [f"note: {note}" for note in point.get("notes", [])], []
     lines = [
         f"job {point['submission_id']} at {point['ray_address']}, {point['gpus']} GPUs",
         f"train data: {point['train_file']}",

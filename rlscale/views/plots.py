@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from rlscale.base.errors import UserError, made_dir
 from rlscale.fitting.curves import unit_label
 from rlscale.fitting.sigmoid.curve import sigmoid
 from rlscale.fitting.sigmoid.points import BIN_WIDTH, record_breaking_points
@@ -108,14 +109,17 @@ def save_figure(fig, path) -> Path:
     """Lay out `fig`, write it as PNG to `path` (parents created), close it; returns the path."""
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = made_dir(Path(path).parent) / Path(path).name
     with warnings.catch_warnings():
         # a glyph the font lacks (CJK in DejaVu Sans) draws as a box; a warning per glyph would bury the result
         warnings.filterwarnings("ignore", message="Glyph .* missing from", category=UserWarning)
         fig.tight_layout()
-        fig.savefig(path)
-    plt.close(fig)
+        try:
+            fig.savefig(path)
+        except OSError as err:
+            raise UserError(f"cannot write {path}: {err.strerror or err}") from None
+        finally:
+            plt.close(fig)
     return path
 
 

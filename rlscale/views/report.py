@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from rlscale.base.errors import made_dir
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.fitting.backtest import backtest_table
 from rlscale.fitting.curves import run_curves, study_unit
@@ -164,8 +165,7 @@ def build_report(
     """Write report.md, *.png and report.html into out_dir from a study's fit of record and Decision; returns the
     Report. bootstrap, seed: backtest, leave-one-out and size law only; target: default the best run's fitted reward."""
     stored, study, runs, records, curves = fits.spec, fits.study, fits.runs.copy(), fits.records, fits.curves
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = made_dir(out_dir, field="--out")
     compute_col, metric = fits.compute_col, fits.metric
     runs["label"] = run_labels(runs)
     runs["variant"] = variant_names(runs)
@@ -363,8 +363,7 @@ def study_report(
     except Refusal:
         report = _new_report(study, stored_study(store, study))
         report.notes += ["no evaluated records yet: nothing to fit", *failure_notes(store.runs_frame(study))]
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        out = made_dir(out_dir, field="--out")
         return write_report(report, out)
     if extend is None:
         extend = getattr(fits.spec, "extend", None) or 1.0

@@ -14,7 +14,8 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
     """A dict per planned run: run, seed, engine, then its engine's first job (run key RUN_KEY) or builtin recipe."""
     several_seeds = len(study.seeds) > 1
     out, engines = [], {}
-    for point in planned_runs(study):
+    points = planned_runs(study)
+    for point in points:
         recipe = point.recipe
         entry = {"run": run_name(point, several_seeds), "seed": point.seed, "engine": recipe.engine}
         if recipe.engine in ("verl", "trl"):
@@ -32,6 +33,13 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
         out.append(entry)
     for name, engine in engines.items():  # the framework's own code reads every job: all problems at once
         engine.rehearse([entry for entry in out if entry["engine"] == name], study_file=study.file)
+    builtin = [(entry, point.recipe) for entry, point in zip(out, points) if point.recipe.engine == "builtin"]
+    if builtin:
+        from rlscale.runner.builtin.rehearsal import rehearse
+
+        notes = rehearse([recipe for _, recipe in builtin], study_file=study.file, remote=ray_address is not None)
+        for (entry, _), mine in zip(builtin, notes):
+            entry["notes"] = mine
     return out
 
 
