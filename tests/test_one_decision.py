@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = sorted((ROOT / "bench" / "data" / "quickstart").glob("sweep*_*.csv"))
 
 
-def store_demo_sweep(url: str, csv: Path) -> str:
-    """The quickstart study with one demo sweep's measured records (run bp16,nN -> the planned point n N)."""
-    study = load_study(ROOT / "studies" / "quickstart.yaml")
+def store_demo_sweep(url: str, csv: Path, study_file: Path = ROOT / "studies" / "quickstart.yaml") -> str:
+    """The quickstart study (or a variant of it) with one demo sweep's measured records (run bp16,nN -> the planned
+    point n N)."""
+    study = load_study(study_file)
     records = pd.read_csv(csv)
     with Store(url) as store:
         store.upsert_study(study.name, stored_spec(study))  # as a sweep stores it: with its file
@@ -153,12 +154,12 @@ def test_the_recipe_decided_is_the_chosen_runs_own_with_the_recommended_geometry
     assert decision.recipe["lr"] == 2e-4 and decision.recipe["rollouts"] == decision.recommendation.rollouts
 
 
-def test_a_study_imported_without_geometry_still_names_its_best_run(cli, tmp_path):
+def test_a_study_imported_from_logs_names_its_best_run_and_exports_no_made_up_recipe(cli, tmp_path):
     url = f"sqlite:///{tmp_path / 's.db'}"
     assert cli("import", str(ROOT / "examples" / "scalerl_runs.csv"), "--study", "logs", "--db", url)[0] == 0
     code, out, err = cli("export", "--format", "yaml", "--study", "logs", "--db", url)
-    assert code == 0, err
-    assert "best run of study logs:" in out
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert "run cispo has no recipe to export: it was imported from a log, which names no recipe" in err
 
 
 def test_a_budget_past_the_evidence_is_refused_with_the_sweep_that_extends_the_study_and_that_sweep_runs(cli, tmp_path):
@@ -185,3 +186,19 @@ def test_a_budget_past_the_evidence_is_refused_with_the_sweep_that_extends_the_s
     assert code == 2 and err.strip().endswith(refused["extend"])
     with Store(url) as store:  # the API's decision names the same sweep
         assert decision_commands(study_decision(store, name, budget=0.14), db=url)["extend"] == refused["extend"]
+
+
+def test_a_study_of_two_rollouts_values_never_proposes_an_extension_for_the_optimal_n_law(tmp_path):
+    from rlscale.fitting.stored import study_decision
+
+    spec = yaml.safe_load((ROOT / "studies" / "quickstart.yaml").read_text())
+    spec["parameters"]["rollouts"]["values"] = [2, 4]  # the law needs n* at 3 or more values
+    (tmp_path / "two.yaml").write_text(yaml.safe_dump(spec))
+    records = pd.read_csv(SWEEPS[0])
+    early = pd.concat(run[run["step"] <= 0.3 * run["step"].max()] for _, run in records.groupby("run"))
+    early.to_csv(tmp_path / "early.csv", index=False)
+    url = f"sqlite:///{tmp_path / 'two.db'}"
+    name = store_demo_sweep(url, tmp_path / "early.csv", tmp_path / "two.yaml")
+    with Store(url) as store:
+        plan = study_decision(store, name).next_allocation
+    assert plan is not None and plan.goal.code == "identify_fits", plan

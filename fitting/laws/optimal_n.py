@@ -10,6 +10,8 @@ from rlscale.fitting.rules.standing import fitted_rewards
 from rlscale.fitting.sigmoid.bootstrap import percentile_interval
 from scipy.optimize import least_squares
 
+MIN_DISTINCT_ROLLOUTS = 3  # n* values the frontier must visit before the law can be identified
+
 
 def optimal_rollouts_law(compute, lo, hi, k, c0) -> np.ndarray:
     """log2 of the optimal rollouts per prompt at `compute` (same unit as the runs' compute)."""
@@ -184,7 +186,7 @@ def fit_optimal_rollouts(
     grid_points: int = 60,
     bootstrap: int = 200,
     seed: int = 0,
-    min_distinct: int = 3,
+    min_distinct: int = MIN_DISTINCT_ROLLOUTS,
     plateau_tol: float = 0.35,
     min_plateau: float = 0.2,
     min_progress: float = 0.1,

@@ -13,7 +13,7 @@ from rlscale.fitting.curves import (
     run_geometry,
     study_unit,
 )
-from rlscale.fitting.laws.optimal_n import RolloutsLaw
+from rlscale.fitting.laws.optimal_n import MIN_DISTINCT_ROLLOUTS, RolloutsLaw
 from rlscale.fitting.rules.allocation import NextAllocation, decision_budget, next_allocation
 from rlscale.fitting.rules.best_run import best_run, run_recipe
 from rlscale.fitting.rules.reasons import Reason, Refusal
@@ -251,6 +251,8 @@ def decide(
             law_identified = rec.law_identified
     elif kind == "best_run" and budget > 0:
         _decide_best_run(decision, fits)
+    if law_identified is False and curves["rollouts"].nunique() < MIN_DISTINCT_ROLLOUTS:
+        law_identified = None  # the law needs more rollouts values than the study has: extending cannot identify it
     if decision.recommendation is None or not decision.recommendation.law_identified:
         # with no law, a decision holds at the sweep's compute only: say what would extend it
         decision.next_allocation = next_allocation(curves[curves["status"] == "done"], law_identified)

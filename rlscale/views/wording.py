@@ -8,6 +8,10 @@ from rlscale.fitting.curves import unit_label
 from rlscale.fitting.rules.reasons import Reason
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _runs(items) -> str:
     return ", ".join(f"{item['run']} ({item['why']})" for item in items)
 
@@ -122,14 +126,14 @@ _TEXT = {
     "law_not_identified": lambda v: f"the optimal-n law is not identified: {reason_text(v['law'])}",
     "no_trusted_run": lambda v: "no run has an identified fit that trained stably" + _runs_why(v.get("runs")),
     "best_within_data": lambda v: (
-        f"the highest fitted reward at {v['compute']:.4g}, inside every run's data: {v['reward']:.3f} (A "
-        f"{v['A']:.3f}; {v['runs']} runs compared)"
+        f"the highest fitted reward at {v['compute']:.4g}: {v['reward']:.3f} (A {v['A']:.3f}; "
+        f"{_count(v['runs'], 'run')} compared, each read inside its own data)"
     ),
     "best_predicted": lambda v: (
         f"the highest predicted reward at {v['compute']:.4g}: {v['reward']:.3f} (A {v['A']:.3f} "
         f"[{v['A_lo']:.3f}, {v['A_hi']:.3f}]; {v['runs']} identified, stable runs compared)"
     ),
-    "no_recipe": lambda v: f"run {v['run']}'s config is not a valid recipe ({v['error']})",
+    "no_recipe": lambda v: f"run {v['run']} has no recipe to export: {v['error']}",
     "unidentified_run_ahead": lambda v: (
         f"run {v['run']} (not identified: {_fit_reason(v)}) fits {v['reward']:.3f} at {v['compute']:.3g}, "
         f"{v['noise_band']:g} or more above the best identified run {v['best_run']} ({v['best_reward']:.3f})"
@@ -430,11 +434,11 @@ def decision_lines(decision, commands: dict) -> list[str]:
             _extend_line(commands),
         ]
         return lines
-    each = max(run["compute"] for run in plan.runs)
-    lines.append(
-        f"next: extend every run {plan.factor:g}x ({each:.3g} -> {each * plan.factor:.3g} {unit} each) to "
-        f"{reason_text(plan.goal)}:"
-    )
+    low, high = min(run["compute"] for run in plan.runs), max(run["compute"] for run in plan.runs)
+    reach = f"{high:.3g} -> {high * plan.factor:.3g} {unit} each"
+    if f"{low:.3g}" != f"{high:.3g}":  # runs imported at different computes
+        reach = f"{low:.3g} to {high:.3g} -> {low * plan.factor:.3g} to {high * plan.factor:.3g} {unit}"
+    lines.append(f"next: extend every run {plan.factor:g}x ({reach}) to {reason_text(plan.goal)}:")
     lines += [f"- {run['run']}: {run['why']}" for run in plan.runs if run["why"]]
     lines.append(_extend_line(commands))
     return lines

@@ -1,6 +1,7 @@
 """`rlscale report STUDY`: per-run fits, the leave-one-out table (method loo), plots, report.md and report.html."""
 
 import math
+import shlex
 from pathlib import Path
 
 import typer
@@ -55,7 +56,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json(result.to_dict())
             return
-        show(result)
+        show(result, db)
         show_decision(result.decision_lines)
 
 
@@ -71,9 +72,9 @@ def show_decision(lines: list[str]) -> None:
         )
 
 
-def show(result) -> None:
+def show(result, db: str | None) -> None:
     """The evidence: rich tables of the report (80 columns hold them; report.md has every column), notes as bullets,
-    then where the files are. The decision is printed after it (show_decision)."""
+    then where the files are. The decision is printed after it (show_decision). `db`: the store its commands name."""
     from rlscale.cli.views import print_fits
     from rlscale.views.report_text import loo_cells
 
@@ -100,11 +101,11 @@ def show(result) -> None:
         # the summary only: the per-run table is in report.md/html and `rlscale backtest --study`
         from rlscale.fitting.backtest import BacktestSummary
         from rlscale.views.tables import backtest_summary_lines
+        from rlscale.views.wording import db_flag
 
-        say(
-            f"backtest: each run fitted on its first half, extrapolated (table: rlscale backtest --study "
-            f"{result.study})"
-        )
+        command = f"rlscale backtest --study {shlex.quote(result.study)}{db_flag(db)}"
+        say("backtest: each run fitted on its first half, extrapolated; its table per run:")
+        show_decision([f"  {command}"])
         for line in backtest_summary_lines(BacktestSummary(**result.backtest["summary"])):
             bullet(line)
     if result.comparison is not None:

@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
             from rlscale.cli.commands.report import show, show_decision
 
             if report is not None:
-                show(report)
+                show(report, db)
             # a command stays on one line, to copy; the rest wraps with a hanging indent
             show_decision(_closing_lines(study, db, payload, decision, commands))
         if payload["failed"]:
