@@ -263,7 +263,24 @@ def _validate(path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any
     frame = pd.DataFrame(out)
     for column in ("rollouts", "tokens"):
         frame[column] = frame[column].astype("Int64")
+    _check_cumulative(path, frame, [line for line, _ in rows], compute_col)
     return frame
+
+
+def _check_cumulative(path: Path, frame: pd.DataFrame, lines: list[int], column: str) -> None:
+    """UserError at the first row whose compute is below an earlier step's of its run: compute is cumulative."""
+    order = frame.assign(line=lines).sort_values(["run", "step"], kind="stable")
+    for run, steps in order.groupby("run", sort=False):
+        before = steps["compute"].cummax().shift()
+        falls = steps[steps["compute"] < before]
+        if not falls.empty:
+            row = falls.iloc[0]
+            raise UserError(
+                f"run {run!r}: {row['compute']:g} at step {row['step']} is below {before[row.name]:g} at an earlier "
+                "step; compute is cumulative",
+                file=f"{path}:{row['line']}",
+                field=f"column {column!r}",
+            )
 
 
 _REQUIRED = object()  # default for cells that must hold a value

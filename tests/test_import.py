@@ -90,6 +90,11 @@ def test_reward_and_compute_name_the_columns_of_a_wandb_export(tmp_path):
 
 
 MALFORMED = [
+    (
+        "falls.csv",
+        "run,step,compute,reward\na,0,0,0.1\nb,0,0,0.1\na,2,5,0.3\na,1,6,0.2\n",
+        "falls.csv:4: column 'compute': run 'a': 5 at step 2 is below 6 at an earlier step; compute is cumulative",
+    ),
     ("missing_reward.csv", "run,compute\na,1\n", "missing_reward.csv:1: missing column 'reward'"),
     ("missing_compute.csv", "run,reward\na,0.1\n", "missing_compute.csv:1: missing column 'compute' (or 'gpu_hours')"),
     (
