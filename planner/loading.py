@@ -80,9 +80,13 @@ def load_yaml_mapping(path: str | Path) -> dict:
     """The top-level mapping of a YAML file (safe loader). UserError names the file and line on failure."""
     path = Path(path)
     if not path.is_file():
-        raise UserError("file not found", file=str(path))
+        raise UserError("a directory, expected a YAML file" if path.is_dir() else "file not found", file=str(path))
     try:
         data = yaml.load(path.read_text(), Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except UnicodeDecodeError as err:
+        raise UserError(
+            f"not UTF-8 text: byte {err.object[err.start]:#04x} at offset {err.start}", file=str(path)
+        ) from None
     except RecursionError:
         raise UserError("invalid YAML: nested too deeply", file=str(path)) from None
     except ValueError:  # int() of more than 4300 digits
@@ -92,8 +96,6 @@ def load_yaml_mapping(path: str | Path) -> dict:
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "YAML"
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise UserError(f"invalid YAML: {problem}", file=str(path), field=where) from None
-    except UnicodeDecodeError:
-        raise UserError("not a text file", file=str(path)) from None
     if not isinstance(data, dict):
         raise UserError(f"expected a mapping of keys at the top level, got {type(data).__name__}", file=str(path))
     return data
@@ -118,7 +120,7 @@ def user_error_from_validation(err: ValidationError, *, file: str, prefix: str =
         message = "required key is missing"
     else:
         message = first["msg"].removeprefix("Value error, ")
-        if "input" in first and not isinstance(first["input"], (dict, list)):
+        if "input" in first and not isinstance(first["input"], (dict, list)) and ", got " not in message:
             shown = repr(first["input"])
             message += f" (got {shown if len(shown) <= 60 else shown[:60] + f'... ({len(shown)} characters)'})"
     return UserError(message, file=file, field=path or None)

@@ -37,7 +37,7 @@ def sweep_table(study: str, runs, cluster: str = "") -> Table:
     """One row per run, a total row, then the cluster line and legend; fits 80 columns, long names and notes wrap."""
     lines = [cluster] if cluster else []
     sweep = table(
-        f"sweep {safe(study)}",
+        f"study {safe(study)}",
         ("run", "status", "step", "reward", "hours / plan", "%", "note"),
         caption="\n".join(safe(line) for line in [*lines, SWEEP_LEGEND]),
         right=("step", "reward", "hours / plan", "%"),

@@ -131,14 +131,14 @@ def show(rec, study: str, unit: str) -> None:
     law = rec.law
     if rec.law_identified:
         say(
-            f"law: log2 n* = {law_formula(law)}; observed {law['compute_min']:.3g}-{law['compute_max']:.3g}; the "
+            f"law: log2 n* = {law_formula(law)}; observed {law['compute_min']:.3g} to {law['compute_max']:.3g}; the "
             f"budget is {rec.extrapolation:.1f}x beyond",
             rest="  ",
         )
     say(
         "frontier: "
         + ", ".join(
-            f"n={s['rollouts']} (B_p {s['prompts_per_batch']}) {s['compute_from']:.3g}-{s['compute_to']:.3g}"
+            f"n={s['rollouts']} (B_p {s['prompts_per_batch']}) {s['compute_from']:.3g} to {s['compute_to']:.3g}"
             for s in law["frontier"]
         ),
         rest="  ",
