@@ -252,6 +252,12 @@ class StudyFits:
 
     @property
     def unit(self) -> str:
+        """The compute unit: the study's, else the one its imported logs name (a tracker's tag, steps), else
+        gpu_hours."""
+        if self.spec is None and "config" in self.runs:
+            units = {(config or {}).get("compute_unit") for config in self.runs["config"]}
+            if len(units) == 1 and None not in units:
+                return units.pop()
         return study_unit(self.spec)
 
 

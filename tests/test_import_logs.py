@@ -285,3 +285,16 @@ def test_fit_and_backtest_take_the_metric_options_their_errors_name(cli, tmp_pat
     assert fit["A"] == pytest.approx(0.8, abs=0.02)
     code, _, err = cli("fit", "--study", "s", "--tag", REWARD)
     assert code == 2 and "--reward names a metric of a run-log FILE" in err
+
+
+def test_an_imported_studys_decision_is_in_the_unit_its_logs_name(tmp_path):
+    from rlscale.db.importer import import_run_log, read_run_log
+    from rlscale.fitting.stored import study_decision, study_fits
+
+    steps = {s: {"eval/pass_rate": 0.1 + 0.005 * s, "tokens_seen": 1000.0 * s} for s in range(0, 60, 2)}
+    write_events(tmp_path / "tb" / "run", steps)
+    rows = read_run_log(tmp_path / "tb", tag="eval/pass_rate", compute_tag="tokens_seen")
+    with Store(f"sqlite:///{tmp_path / 's.db'}") as store:
+        import_run_log(store, tmp_path / "tb", "t", rows)
+        assert study_fits(store, "t").unit == "tokens_seen"
+        assert study_decision(store, "t").unit == "tokens_seen"

@@ -170,6 +170,7 @@ def build_report(
     runs["label"] = run_labels(runs)
     runs["variant"] = variant_names(runs)
     report = _new_report(study, stored)
+    report.unit = fits.unit  # an imported study's: what its logs counted
     method = report.method
     report.fits = fit_rows(curves)
     report.fitted_on = fitted_points_label(fits.record_breaking, fits.bin_width) + (
