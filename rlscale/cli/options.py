@@ -17,7 +17,7 @@ RewardTag = Annotated[
         "--reward",
         "--tag",
         help="the reward metric (trackers: required; CSV/JSONL: a column, default `reward`; TensorBoard/verl: "
-        "default verl's `val-core/<source>/reward/mean@k`)",
+        "default verl's mean validation reward (docs/import.md))",
     ),
 ]
 ComputeTag = Annotated[
