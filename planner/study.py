@@ -322,8 +322,6 @@ def _problems(study: Study):
     yield from _setup_problems(study)
     if study.compute is not None and "steps" in study.recipe.model_fields_set:
         yield ("recipe", "steps"), "steps are set by compute.budget; remove one of the two"
-    if "seed" in study.recipe.model_fields_set:
-        yield ("recipe", "seed"), "seeds are set by the study's `seeds`, not in the recipe"
     yield from _recipe_problems(study.recipe.verifier, ("recipe", "verifier"))
     base = study.recipe.to_json()
     for key, axis in study.parameters.items():

@@ -20,6 +20,8 @@ def load_study(path: str | Path) -> Study:
     """The study in a YAML file; UserError naming the file and dotted field path on any problem."""
     data = load_yaml_mapping(path)
     data.setdefault("name", Path(path).stem)
+    if isinstance(data.get("recipe"), dict) and "seed" in data["recipe"]:  # a file's; a stored `run` spec may have it
+        raise UserError("seeds are set by the study's `seeds`, not in the recipe", file=str(path), field="recipe.seed")
     study = parse_study(data, file=str(path))
     study._file = str(path)
     if study.setup is not None:

@@ -80,3 +80,21 @@ def _override(text: str) -> str:
         if not line.startswith(("eval_prompts:", "eval_samples:", "eval_every:", "eval_early"))
     ]
     return "\n".join(lines + ["eval_prompts: 16", "eval_samples: 1", "eval_every: 2", ""])
+
+
+def test_run_without_local_is_a_one_run_study_on_ray_that_status_and_report_read(workdir):
+    import subprocess
+    import sys
+
+    rlscale = str(Path(sys.executable).with_name("rlscale"))
+    url = f"sqlite:///{workdir / 'runs.db'}"
+
+    def command(*args, timeout=600):
+        return subprocess.run([rlscale, *args, "--db", url], capture_output=True, text=True, timeout=timeout)
+
+    ran = command("run", str(RECIPE), "--steps", "2", "--json")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert [record["step"] for record in json.loads(ran.stdout)["records"]] == [0, 1, 2]
+    status = command("status", "runs", "--json", timeout=120)  # the stored spec (with the recipe's seed) loads
+    assert status.returncode == 0 and json.loads(status.stdout)[0]["status"] == "done", status.stderr
+    assert command("report", "runs", "--out", str(workdir / "report"), timeout=120).returncode == 0
