@@ -120,8 +120,8 @@ def user_error_from_validation(err: ValidationError, *, file: str, prefix: str =
         message = "required key is missing"
     else:
         message = first["msg"].removeprefix("Value error, ")
-        if "input" in first and not isinstance(first["input"], (dict, list)) and ", got " not in message:
-            shown = repr(first["input"])
+        shown = repr(first.get("input"))
+        if "input" in first and not isinstance(first["input"], (dict, list)) and f"got {shown}" not in message:
             message += f" (got {shown if len(shown) <= 60 else shown[:60] + f'... ({len(shown)} characters)'})"
     return UserError(message, file=file, field=path or None)
 
