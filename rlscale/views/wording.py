@@ -51,7 +51,7 @@ _TEXT = {
     # the optimal-n law's verdict (fitting.laws.optimal_n)
     "law_identified": lambda v: "n* rises and saturates within the observed compute",
     "frontier_few_n": lambda v: (
-        f"the frontier has not bent: n* takes only {v['rollouts']} over compute {v['compute_lo']:.3g}-"
+        f"the frontier has not bent: n* takes only {v['rollouts']} over compute {v['compute_lo']:.3g} to "
         f"{v['compute_hi']:.3g} (need at least {v['min_distinct']} distinct values; add runs with more rollouts or "
         "more compute)"
     ),
@@ -80,7 +80,7 @@ _TEXT = {
         f"({v['reward']:.3f})"
     ),
     "constant_frontier": lambda v: (
-        f"n = {v['rollouts']} was the best n at every compute the runs reached ({v['compute_lo']:.3g}-"
+        f"n = {v['rollouts']} was the best n at every compute the runs reached ({v['compute_lo']:.3g} to "
         f"{v['compute_hi']:.3g}), so n comes from its fitted runs"
     ),
     "constant_frontier_substitute": lambda v: (
