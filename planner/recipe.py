@@ -11,6 +11,7 @@ LossAgg = Literal["prompt", "token", "sample"]
 AdvNorm = Literal["batch", "group", "none"]
 AsyncMode = Literal["pipeline", "ppo_off_policy", "sync"]
 LengthControl = Literal["interrupt", "truncate"]
+TINY = "tiny"  # the embedded CPU policy's name in a recipe's `model` (and in a `trl grpo` YAML's model_name_or_path)
 
 # r clipped to [1 - low, 1 + high]; cispo: no lower cut, top 5 (ScaleRL, TRL); gspo: the GSPO paper's sequence ratio
 CLIP_DEFAULTS: dict[str, tuple[float, float]] = {
@@ -30,7 +31,7 @@ class Recipe(BaseModel):
     # what trains it: rlscale's own Ray job, or verl 0.9.1 / TRL 1.16.0 jobs on a Ray cluster (runner.engine.ENGINES)
     engine: Literal["builtin", "verl", "trl"] = "builtin"
 
-    model: str = Field("tiny", description="'tiny' (the embedded CPU policy) or a HF model directory")
+    model: str = Field(TINY, description="'tiny' (the embedded CPU policy) or a HF model directory")
     task: str = Field("arithmetic", description="'arithmetic', 'arithmetic_hard' or a JSONL file of {prompt, answer}")
     verifier: str | None = Field(None, description="custom verifier as 'module:function'; None = the task's own")
 

@@ -169,8 +169,7 @@ def build_report(
     compute_col, metric = fits.compute_col, fits.metric
     runs["label"] = run_labels(runs)
     runs["variant"] = variant_names(runs)
-    report = _new_report(study, stored)
-    report.unit = fits.unit  # an imported study's: what its logs counted
+    report = _new_report(study, stored, unit=fits.unit)  # an imported study's: what its logs counted
     method = report.method
     report.fits = fit_rows(curves)
     report.fitted_on = fitted_points_label(fits.record_breaking, fits.bin_width) + (
@@ -317,12 +316,12 @@ def _add_size_law(report: Report, stored, runs, records, compute_col, metric, bo
         report.notes.append(f"no power law across model sizes: {err}")
 
 
-def _new_report(study: str, spec) -> Report:
+def _new_report(study: str, spec, *, unit: str | None = None) -> Report:
     return Report(
         study=study,
         method=spec.method if spec is not None else "imported",  # as the dashboard names it
         description=spec.description if spec is not None else "",
-        unit=study_unit(spec),
+        unit=unit or study_unit(spec),
         fits=[],
     )
 

@@ -334,9 +334,8 @@ def extension_command(decision, db: str | None = None) -> str | None:
     """The sweep that extends the study's runs toward a decision, when it has one and the file it names exists."""
     if decision.next_allocation is None or not decision.planned or shown_path(decision.study_file) is None:
         return None
-    if any(
-        reason.code == "budget_buys_no_step" for reason in decision.refusal
-    ):  # a larger budget decides, not longer runs
+    # a budget that buys no step is decided by a larger budget, not by longer runs
+    if any(reason.code == "budget_buys_no_step" for reason in decision.refusal):
         return None
     return decision_commands(decision, db=db)["extend"]
 

@@ -2,8 +2,7 @@
 
 from pathlib import Path
 
-from rlscale.runner.builtin.local import resolve_model_dir
-from rlscale.runner.rl.policy import TINY
+from rlscale.planner.recipe import TINY
 from rlscale.runner.rl.tasks import load_verifier, make_task
 
 from rlscale.base.errors import UserError
@@ -32,6 +31,8 @@ def _load(recipe, study_file: str | None, remote: bool) -> list[str]:
     unseen_fields = {field for field, _ in unseen}
     try:
         if recipe.model != TINY and "model" not in unseen_fields:
+            from rlscale.runner.builtin.local import resolve_model_dir  # torch: only for a model of the user's
+
             resolve_model_dir(recipe)
         if task_file and "task" not in unseen_fields and not Path(recipe.task).is_file():
             raise UserError(f"file not found: {recipe.task}", field="task")

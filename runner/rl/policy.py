@@ -14,12 +14,12 @@ import tempfile
 from pathlib import Path
 
 import torch
+from rlscale.planner.recipe import TINY
 from rlscale.runner.rl.sampling import sample
 from rlscale.runner.rl.tasks import Prompt, arithmetic_task
 
 from rlscale.base.settings import cache_dir
 
-TINY = "tiny"  # this policy's name in a recipe's `model` (and in a `trl grpo` YAML's model_name_or_path)
 BASE_MODEL_VERSION = "v5"  # bump when the architecture, vocabulary, SFT recipe or build numerics change
 SHIPPED_DIR = Path(__file__).with_name("base")  # the weights rlscale ships (built with PORTABLE_ENV)
 CHECKSUMS = "SHA256SUMS"  # sha256sum's format: one '<hex>  <file>' line per file of the model directory
