@@ -82,10 +82,11 @@ class MeteredEngine(Engine):
         return JobResult(steps=step, compute_reached=reached)
 
 
-def test_extend_resumes_finished_runs_to_the_larger_compute_under_the_same_identity(tmp_path):
+def test_extend_resumes_finished_runs_to_the_larger_compute_under_the_same_identity(tmp_path, cli):
     engine = MeteredEngine()
     path = write_study(tmp_path / "grow.yaml", "grow", 0.01)
-    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store(url) as store:
         first = SweepDriver(load_study(path), store, engine=engine)
         first.run()
         before = {run.run_id: (run.recipe.steps, run.planned_gpu_hours, run.step) for run in first.runs}
@@ -105,6 +106,14 @@ def test_extend_resumes_finished_runs_to_the_larger_compute_under_the_same_ident
         # a third sweep at the same extension finds every run done: nothing runs again
         again = SweepDriver(load_study(path).model_copy(update={"extend": 2.0}), store, engine=engine)
         assert [run.status for run in again.plan()] == ["done", "done"]
+
+    # `rlscale status` shows the extended plan, steps and compute alike, as the driver ran it
+    code, out, err = cli("status", "grow", "--db", url, "--json")
+    assert code == 0, err
+    shown = {row["run_id"]: row for row in json.loads(out)}
+    for run in runs:
+        assert shown[run.run_id]["steps"] == run.recipe.steps == math.ceil(2 * before[run.run_id][0])
+        assert shown[run.run_id]["planned_gpu_hours"] == pytest.approx(run.planned_gpu_hours)
 
     resumed = dict(engine.resumed_from[2:])
     assert len(engine.resumed_from) == 4  # two first runs, two resumptions, none for the third sweep

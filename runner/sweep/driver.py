@@ -2,7 +2,6 @@
 The driver is the store's one writer; one driver per study and store (Store.lock_study); resumable by construction."""
 
 import hashlib
-import math
 import threading
 import time
 import traceback
@@ -123,11 +122,12 @@ class SweepDriver:
         runs = runs.set_index("run_id").loc[list(planned)].reset_index()
         hours = {name: getattr(plan, "gpu_hours", plan) for name, plan in planned.values()}
         records = self.store.records_frame(self.study.name)
-        states = run_states(runs, records, hours)
+        factor = getattr(self.study, "extend", 1.0)
+        extended = factor > 1 and all(hasattr(plan, "recipe") for _name, plan in planned.values())  # not Optuna's
+        states = run_states(runs, records, hours, extend=factor if extended else 1.0)
         self._stored_tip.update({run.run_id: (run.step, run.gpu_hours) for run in states})
         started = records.sort_values("step").groupby("run_id")["gpu_hours"].first()  # a job's start-up, for some
-        factor = getattr(self.study, "extend", 1.0)
-        for run, (_name, plan) in zip(states, planned.values()):
+        for run in states:
             if run.status == "failed" and run.recipe is not None:  # a sweep run again retries what crashed last time
                 run.status, run.note = "paused", f"retried; it failed before: {run.note}"[:200]
             if (
@@ -137,9 +137,8 @@ class SweepDriver:
             ):
                 # a driver killed between a run's last records and its status: the records say it is done
                 self._set_status(run, "done", "")
-            if not (factor > 1 and run.recipe is not None and hasattr(plan, "recipe")):
+            if not (extended and run.recipe is not None):
                 continue
-            run.recipe = run.recipe.model_copy(update={"steps": math.ceil(run.recipe.steps * factor)})
             if self._compute_stop(run):  # it ends at measured compute, within half a step of its plan
                 short = run.gpu_hours < (1 - EXTEND_TOLERANCE) * run.planned_gpu_hours
             else:

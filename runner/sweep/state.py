@@ -46,17 +46,23 @@ class RunState:
         }
 
 
-def run_states(runs: pd.DataFrame, records: pd.DataFrame, planned_gpu_hours: Mapping[str, float]) -> list[RunState]:
+def run_states(
+    runs: pd.DataFrame, records: pd.DataFrame, planned_gpu_hours: Mapping[str, float], *, extend: float = 1.0
+) -> list[RunState]:
     """One RunState per row of `runs` (Store.runs_frame), in order, with progress from `records`; planned_gpu_hours
-    maps run names to their plan (NaN for others); the note is the first line of the run's error."""
+    maps run names to their plan (NaN for others); a planned run's recipe has its steps times the study's `extend`
+    (sweep --extend); the note is the first line of the run's error."""
     by_run = {run_id: rows for run_id, rows in records.groupby("run_id")} if len(records) else {}
     states = []
     for row in runs.to_dict("records"):
         error = row.get("error") if isinstance(row.get("error"), str) else ""  # None or NaN when there is none
+        recipe = _recipe(row["config"])
+        if recipe is not None and extend > 1 and row["run"] in planned_gpu_hours:
+            recipe = recipe.model_copy(update={"steps": math.ceil(recipe.steps * extend)})
         state = RunState(
             int(row["run_id"]),
             row["run"],
-            _recipe(row["config"]),
+            recipe,
             int(row["seed"]),
             float(planned_gpu_hours.get(row["run"], math.nan)),
             status=row["status"],

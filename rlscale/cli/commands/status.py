@@ -20,8 +20,12 @@ def register(app: typer.Typer) -> None:
         from rlscale.runner.sweep.state import planned_gpu_hours, run_states
 
         store = Store(db, create=False)
+        spec = stored_study(store, study)
         states = run_states(
-            store.runs_frame(study), store.records_frame(study), planned_gpu_hours(stored_study(store, study))
+            store.runs_frame(study),
+            store.records_frame(study),
+            planned_gpu_hours(spec),
+            extend=1.0 if spec is None else spec.extend,
         )
         if json_out:
             print_json([state.to_dict() for state in states])
