@@ -202,3 +202,42 @@ def test_a_study_of_two_rollouts_values_never_proposes_an_extension_for_the_opti
     with Store(url) as store:
         plan = study_decision(store, name).next_allocation
     assert plan is not None and plan.goal.code == "identify_fits", plan
+
+
+def test_runs_stand_at_the_budget_decided_when_an_unidentified_run_ends_a_step_short(cli, tmp_path):
+    import numpy as np
+    from rlscale.fitting.sigmoid import sigmoid
+
+    spec = yaml.safe_load((ROOT / "studies" / "quickstart.yaml").read_text())
+    spec["parameters"]["rollouts"]["values"] = [4, 8]
+    (tmp_path / "two.yaml").write_text(yaml.safe_dump(spec))
+    compute = {"bp16,n4": np.linspace(0, 0.0400, 61), "bp16,n8": np.linspace(0, 0.0399, 61)}
+    reward = {
+        "bp16,n4": sigmoid(compute["bp16,n4"], 0.88, 1.5, 0.005, 0.3),  # bent: identified
+        "bp16,n8": 0.3 + 10 * compute["bp16,n8"],  # still rising straight: A not identified, and a step short
+    }
+    rows = [
+        {"run": run, "step": step, "gpu_hours": c, "val_reward": r}
+        for run in compute
+        for step, (c, r) in enumerate(zip(compute[run], reward[run]))
+    ]
+    pd.DataFrame(rows).to_csv(tmp_path / "short.csv", index=False)
+    url = f"sqlite:///{tmp_path / 'two.db'}"
+    name = store_demo_sweep(url, tmp_path / "short.csv", tmp_path / "two.yaml")
+    out_dir = tmp_path / "my reports"
+    code, out, err = cli("report", name, "--db", url, "--out", str(out_dir), "--json", "--bootstrap", "0")
+    assert code == 0, err
+    report = json.loads(out)
+    decision = report["decision"]
+    assert decision["budget"] == pytest.approx(0.0399)  # what every finished run reached
+    # the runs stand where the decision is made, both read inside their own data, in every table of the report
+    assert decision["standing"]["compute"] == decision["budget"]
+    assert report["comparison"]["compute"] == decision["budget"]
+    assert {row["variant"] for row in report["comparison"]["rows"]} == {"bp16,n4", "bp16,n8"}
+    code, text, err = cli("report", name, "--db", url, "--out", str(out_dir))
+    assert code == 0, err
+    # the printed extension writes its report where this one went
+    words = printed(decision["commands"]["extend"])
+    assert words[words.index("--out") + 1] == str(out_dir)
+    code, _, err = cli(*words, "--dry-run")
+    assert code == 0, err

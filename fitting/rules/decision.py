@@ -156,7 +156,8 @@ def varies_rollouts(typed, runs: pd.DataFrame) -> bool:
 @dataclass
 class Decision:
     """What a study decided and should run next, compute in `unit`; kind: "allocation" (B_p, n, M over rollouts) or
-    "best_run"; budget: the compute decided for; compute: what every finished run reached; refusal: why not decided."""
+    "best_run"; budget: the compute decided for; compute: what every finished run reached; standing: the runs at the
+    budget, or at compute when the budget lies past the data; refusal: why not decided."""
 
     study: str
     kind: str
@@ -232,7 +233,7 @@ def decide(
         budget=budget,
         compute=compute,
         export_format=export_format(typed),
-        standing=standing_at(read, compute) if compute > 0 else None,
+        standing=standing_at(read, _read_at(budget, compute)) if compute > 0 else None,
         extend=extend,
         planned=typed is not None,
         study_file=typed.file if typed is not None else None,
@@ -257,6 +258,11 @@ def decide(
         # with no law, a decision holds at the sweep's compute only: say what would extend it
         decision.next_allocation = next_allocation(curves[curves["status"] == "done"], law_identified)
     return decision
+
+
+def _read_at(budget: float, reach: float) -> float:
+    """Where the runs stand: at the budget decided for, or at `reach` when the budget lies past the data."""
+    return budget if 0 < budget <= reach * (1 + 1e-9) else reach
 
 
 def _decide_best_run(decision: Decision, fits: StudyFits) -> None:

@@ -178,7 +178,7 @@ def build_report(
     law = decision.law
     if law is not None:
         report.law = {**law.to_dict(), "frontier": frontier_segments(law.frontier)}
-    _decide(report, decision, study_file, db)
+    _decide(report, decision, study_file, db, out_dir)
     _targets(report, curves, fits.draws, target)
     if method != "loo":  # the leave-one-out table pools each variant's seeds itself
         report.comparison = compare_variants(
@@ -187,6 +187,7 @@ def build_report(
             variant_of=dict(zip(runs["label"], runs["variant"])),
             compute_col=compute_col,
             reward_col=metric,
+            compute=decision.standing.compute if decision.standing is not None else None,
         )
     # ScaleRL's check of the fits: each run's first half predicts its end (every evaluation, whatever the method)
     report.backtest = backtest_table(
@@ -231,9 +232,9 @@ def build_report(
     return write_report(report, out)
 
 
-def _decide(report: Report, decision, study_file, db) -> None:
+def _decide(report: Report, decision, study_file, db, out) -> None:
     report.decision = decision
-    report.commands = decision_commands(decision, study_file=study_file, db=db)
+    report.commands = decision_commands(decision, study_file=study_file, db=db, out=out)
     report.decision_lines = decision_lines(decision, report.commands)
     if report.law is not None and decision.standing is not None:
         report.law["at_compute"] = {

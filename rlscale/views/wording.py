@@ -3,6 +3,7 @@
 import math
 import os
 import shlex
+from pathlib import Path
 
 from rlscale.fitting.curves import unit_label
 from rlscale.fitting.rules.reasons import Reason
@@ -176,7 +177,11 @@ _TEXT = {
     ),
     "variants_within_band": lambda v: (
         f"no two variants separated beyond the {v['noise_band']:g} noise band at {v['compute']:.4g} (fitted "
-        f"reward): the widest gap is {v['widest']['gap']:.3f} ({v['widest']['better']} vs {v['widest']['worse']})"
+        + (
+            f"reward): the widest gap is {v['widest']['gap']:.3f} ({v['widest']['better']} vs {v['widest']['worse']})"
+            if v["widest"]["gap"] is not None
+            else "reward): no two variants can both be read there, inside their data"
+        )
         + (
             f"; seed-to-seed sd of the fitted reward {v['sd_lo']:.3f}-{v['sd_hi']:.3f}"
             if v.get("sd_lo") is not None
@@ -317,9 +322,11 @@ def db_flag(db: str | None) -> str:
     return f" --db {shlex.quote(db)}" if db else ""
 
 
-def extend_command(study_file, db: str | None, factor: float) -> str:
-    """The sweep command that extends every run of the study to `factor` times its planned compute."""
-    return f"rlscale sweep {shlex.quote(str(study_file))} --extend {factor:.3g}{db_flag(db)}"
+def extend_command(study_file, db: str | None, factor: float, out=None) -> str:
+    """The sweep command that extends every run of the study to `factor` times its planned compute; `out`: the
+    report's directory, named when it is not the default."""
+    flag = "" if out is None else f" --out {shlex.quote(str(out))}"
+    return f"rlscale sweep {shlex.quote(str(study_file))} --extend {factor:.3g}{db_flag(db)}{flag}"
 
 
 def shown_path(path: str | None) -> str | None:
@@ -346,9 +353,10 @@ def refusal_with_next(reasons, command: str | None) -> str:
     return f"{text}; to decide it, extend the runs: {command}" if command else text
 
 
-def decision_commands(decision, *, study_file=None, db: str | None = None) -> dict:
+def decision_commands(decision, *, study_file=None, db: str | None = None, out=None) -> dict:
     """{"export", "evidence", "extend"}: command lines at the decision's exact budget (None where there is none);
-    the extension names `study_file`, else the file the study's sweep read if it is still there, else STUDY.yaml."""
+    the extension names `study_file`, else the file the study's sweep read if it is still there, else STUDY.yaml,
+    and writes its report to `out` (default reports/STUDY)."""
     at = f"--study {shlex.quote(decision.study)} --budget {budget_text(decision.budget)}{db_flag(db)}"
     exportable = decision.recommendation is not None or decision.recipe is not None
     export = f"rlscale export --format {decision.export_format} {at}" if exportable else None
@@ -356,7 +364,8 @@ def decision_commands(decision, *, study_file=None, db: str | None = None) -> di
     extend = None
     if decision.next_allocation is not None and decision.planned:
         study_file = study_file or shown_path(decision.study_file) or "STUDY.yaml"
-        extend = extend_command(study_file, db, decision.extend * decision.next_allocation.factor)
+        out = None if out is None or Path(out) == Path("reports", decision.study) else out
+        extend = extend_command(study_file, db, decision.extend * decision.next_allocation.factor, out)
     return {"export": export, "evidence": evidence, "extend": extend}
 
 
