@@ -2,6 +2,7 @@
 the cost model (planner.cost) and the IsoCompute grid (planner.grid)."""
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -40,6 +41,12 @@ class StudyPlan:
     def gpu_hours(self) -> float:
         """Estimated GPU-hours of all runs."""
         return sum(run.gpu_hours for run in self.runs)
+
+
+def extended(recipe: Recipe, extend: float) -> Recipe:
+    """The recipe a planned run trains under the study's `extend`: its steps times extend, rounded up (the stored
+    recipe keeps the plan's steps, so the run's identity does not change)."""
+    return recipe if extend <= 1 else recipe.model_copy(update={"steps": math.ceil(recipe.steps * extend)})
 
 
 def study_points(study: Study) -> list[tuple[str, dict]]:

@@ -95,6 +95,7 @@ def test_extend_resumes_finished_runs_to_the_larger_compute_under_the_same_ident
         extended = SweepDriver(load_study(path).model_copy(update={"extend": 2.0}), store, engine=engine)
         runs = extended.plan()
         assert [run.run_id for run in runs] == list(before)  # the same runs: recipe hash and seed unchanged
+        assert set(store.runs_frame("grow")["status"]) == {"paused"}  # queued again, as `status` reads it
         for run in runs:
             steps, planned, _ = before[run.run_id]
             assert run.status == "paused" and run.recipe.steps == math.ceil(2 * steps)
@@ -114,6 +115,9 @@ def test_extend_resumes_finished_runs_to_the_larger_compute_under_the_same_ident
     for run in runs:
         assert shown[run.run_id]["steps"] == run.recipe.steps == math.ceil(2 * before[run.run_id][0])
         assert shown[run.run_id]["planned_gpu_hours"] == pytest.approx(run.planned_gpu_hours)
+    code, out, err = cli("sweep", str(path), "--extend", "2", "--dry-run", "--json")  # and so does the dry-run
+    assert code == 0, err
+    assert sorted(point["recipe"]["steps"] for point in json.loads(out)) == sorted(run.recipe.steps for run in runs)
 
     resumed = dict(engine.resumed_from[2:])
     assert len(engine.resumed_from) == 4  # two first runs, two resumptions, none for the third sweep

@@ -2,7 +2,7 @@
 
 import os
 
-from rlscale.planner.planning import planned_runs
+from rlscale.planner.planning import extended, planned_runs
 from rlscale.runner.engine import study_engine
 from rlscale.runner.sweep.state import run_name
 
@@ -16,7 +16,7 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
     out, engines = [], {}
     points = planned_runs(study)
     for point in points:
-        recipe = point.recipe
+        recipe = extended(point.recipe, study.extend)  # what the job trains: `sweep --extend` grows its steps
         entry = {"run": run_name(point, several_seeds), "seed": point.seed, "engine": recipe.engine}
         if recipe.engine in ("verl", "trl"):
             engine = engines.get(recipe.engine) or engines.setdefault(
@@ -33,7 +33,8 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
         out.append(entry)
     for name, engine in engines.items():  # the framework's own code reads every job: all problems at once
         engine.rehearse([entry for entry in out if entry["engine"] == name], study_file=study.file)
-    builtin = [(entry, point.recipe) for entry, point in zip(out, points) if point.recipe.engine == "builtin"]
+    builtin = [(entry, extended(point.recipe, study.extend)) for entry, point in zip(out, points)]
+    builtin = [(entry, recipe) for entry, recipe in builtin if recipe.engine == "builtin"]
     if builtin:
         from rlscale.runner.builtin.rehearsal import rehearse
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 from pydantic import ValidationError
+from rlscale.planner.planning import extended, planned_runs
 from rlscale.planner.recipe import Recipe
 
 FINISHED = ("done", "failed", "stopped")  # "paused": checkpointed at a rung, resumed when the scheduler says so
@@ -57,8 +58,8 @@ def run_states(
     for row in runs.to_dict("records"):
         error = row.get("error") if isinstance(row.get("error"), str) else ""  # None or NaN when there is none
         recipe = _recipe(row["config"])
-        if recipe is not None and extend > 1 and row["run"] in planned_gpu_hours:
-            recipe = recipe.model_copy(update={"steps": math.ceil(recipe.steps * extend)})
+        if recipe is not None and row["run"] in planned_gpu_hours:
+            recipe = extended(recipe, extend)
         state = RunState(
             int(row["run_id"]),
             row["run"],
@@ -95,6 +96,4 @@ def planned_gpu_hours(study) -> dict[str, float]:
     """Run name -> planned GPU-hours of a study; empty for None (a study imported without a spec has no plan)."""
     if study is None:
         return {}
-    from rlscale.planner.planning import planned_runs
-
     return {run_name(point, len(study.seeds) > 1): point.gpu_hours for point in planned_runs(study)}
