@@ -9,11 +9,7 @@ import numpy as np
 import pandas as pd
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 from rlscale.fitting.sigmoid.points import BIN_WIDTH, record_breaking_points
-from rlscale.fitting.sigmoid.runs import run_labels
-
-# One bootstrap size and seed for every fit of record, so each view of a study reads the same intervals and verdicts.
-FIT_BOOTSTRAP = 100
-FIT_SEED = 0
+from rlscale.fitting.sigmoid.runs import FIT_BOOTSTRAP, FIT_SEED, run_labels
 
 MAX_TRUNCATION = 0.05  # ScaleRL: stable runs keep the truncation rate below 5%
 CURVE_COLUMNS = [

@@ -94,6 +94,14 @@ def test_fit_of_a_stored_study_saves_the_fits(monkeypatch, capsys, workdir, db_u
     assert stored.loc["cispo", "A"] == pytest.approx(printed["cispo"]["A"])
     assert stored.loc["cispo", "n_points"] == printed["cispo"]["n_points"] == 81
     assert not stored.loc["grpo_short", "identified"]
+    # the file fitted as it is reads the same fit of record: estimates, intervals and verdicts
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", str(EXAMPLE), "--json")
+    assert code == 0
+    from_file = {fit["run"]: fit for fit in _strict_json(out)}
+    for run, fit in printed.items():
+        for key in ("A", "A_lo", "A_hi", "B", "C_mid", "identified"):
+            expected = fit[key] if fit[key] is None or isinstance(fit[key], bool) else pytest.approx(fit[key], rel=1e-9)
+            assert from_file[run][key] == expected, (run, key)
 
 
 def test_runs_sharing_a_name_across_seeds_are_fitted_apart(monkeypatch, capsys, db_url):

@@ -6,13 +6,19 @@ from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 
 FIT_COLUMNS = ["A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise"]
 SINGLE_RUN = "all"  # run name used when the records have no run column
+# One bootstrap size and seed for every fit of record, so each view of a run, stored or from its log, reads the same
+# intervals and verdicts.
+FIT_BOOTSTRAP = 100
+FIT_SEED = 0
 
 
 def fit_runs(
     records: pd.DataFrame, *, run_col="run", compute_col="compute", reward_col="reward", **fit_kwargs
 ) -> pd.DataFrame:
     """One row per run (first-appearance order): run and FIT_COLUMNS; unfittable runs: NaN and the FitError as reason.
-    A missing `compute` column falls back to `gpu_hours`; a missing run column means one run, "all"."""
+    A missing `compute` column falls back to `gpu_hours`; a missing run column means one run, "all". The bootstrap and
+    its seed default to the fit of record's."""
+    fit_kwargs = {"bootstrap": FIT_BOOTSTRAP, "seed": FIT_SEED, **fit_kwargs}
     if compute_col not in records.columns and compute_col == "compute" and "gpu_hours" in records.columns:
         compute_col = "gpu_hours"
     for col in (compute_col, reward_col):
