@@ -67,7 +67,11 @@ def read_run_log(
     text = read_text(path)
     renames = {name.strip().lower(): to for name, to in ((tag, "reward"), (compute_tag, "compute")) if name}
     lines = _csv_rows(path, text, renames) if kind == "csv" else _jsonl_rows(path, text, renames)
-    return _validate(path, lines)
+    rows = _validate(path, lines)
+    if compute_tag and compute_tag.strip().lower() not in COMPUTE_COLUMNS:  # a named column counts what it names
+        rows.attrs["compute_unit"] = compute_tag.strip()
+        rows.attrs["compute_note"] = f"the column {compute_tag.strip()!r} (--compute)"
+    return rows
 
 
 def _renamed(columns: list[str], renames: dict[str, str], where: str | None) -> list[str]:

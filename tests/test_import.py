@@ -82,6 +82,9 @@ def test_reward_and_compute_name_the_columns_of_a_wandb_export(tmp_path):
     assert rows[["run", "step", "compute", "reward"]].values.tolist() == [
         ["run-a", 0, 0.0, 0.1], ["run-b", 0, 0.0, 0.2], ["run-a", 4, 180.0, 0.3],
     ]  # fmt: skip
+    # the column named as compute is the unit every view labels it with, not GPU-hours
+    assert rows.attrs["compute_unit"] == "_runtime"
+    assert "compute_unit" not in read_run_log(path, tag="train/reward", compute_tag="gpu_hours").attrs
     jsonl = tmp_path / "log.jsonl"
     jsonl.write_text('{"Score": 0.1, "tokens_k": 1}\n{"score": 0.2, "tokens_k": 2}\n')
     assert read_run_log(jsonl, tag="score", compute_tag="tokens_k")["reward"].tolist() == [0.1, 0.2]
