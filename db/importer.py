@@ -95,17 +95,25 @@ def import_run_log(store: "Store", path: str | Path, study: str, rows: pd.DataFr
         config = {"source": "import", "run": name}
         if rows.attrs.get("compute_unit"):  # training logs say what their compute axis counts
             config["compute_unit"] = rows.attrs["compute_unit"]
-        runs.append((name, config, [_record(row) for row in group.to_dict("records")]))
+        geometry = rows.attrs.get("geometry", False)
+        if geometry:  # a sweep's records: each run's B_p and n, as a study over rollouts is decided on
+            first = group.iloc[0]
+            config.update({key: _whole(first[key]) for key in ("prompts_per_batch", "rollouts")})
+        runs.append((name, config, [_record(row, geometry) for row in group.to_dict("records")]))
     created, added, skipped = store.import_runs(study, runs)
     return ImportSummary(str(path), study, len(runs), created, added, skipped)
 
 
-def _record(row: dict) -> dict:
+def _whole(value) -> int | None:
+    return None if _missing(value) else int(value)
+
+
+def _record(row: dict, geometry: bool = False) -> dict:
     metrics = {k: row[k] for k in HEALTH_METRICS if k in row and not _missing(row[k])}
     return {
         "step": row["step"],
         "gpu_hours": row["compute"],
-        "rollouts": None if _missing(row["rollouts"]) else int(row["rollouts"]),
+        "rollouts": None if geometry else _whole(row["rollouts"]),  # a count of rollouts so far, unless it is n
         "tokens": None if _missing(row["tokens"]) else int(row["tokens"]),
         "val_reward": row["reward"],
         "metrics": metrics,
@@ -238,6 +246,7 @@ def _validate(path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any
         raise UserError("no data rows under the header", file=f"{path}:1")
     compute_col = "compute" if "compute" in columns else "gpu_hours"
     metrics = [m for m in HEALTH_METRICS if m in columns]
+    geometry = "prompts_per_batch" in columns  # then `rollouts` is n per prompt, as a sweep's records give it
     out = []
     next_step: dict[str, int] = {}
     seen: dict[tuple[str, int], int] = {}
@@ -262,13 +271,35 @@ def _validate(path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any
                 "rollouts": cell.whole("rollouts", default=None),
                 "tokens": cell.whole("tokens", default=None),
                 **{m: cell.number(m, default=None) for m in metrics},
+                **({"prompts_per_batch": cell.whole("prompts_per_batch", default=None)} if geometry else {}),
             }
         )
     frame = pd.DataFrame(out)
-    for column in ("rollouts", "tokens"):
+    for column in ("rollouts", "tokens", *(("prompts_per_batch",) if geometry else ())):
         frame[column] = frame[column].astype("Int64")
-    _check_cumulative(path, frame, [line for line, _ in rows], compute_col)
+    lines = [line for line, _ in rows]
+    _check_cumulative(path, frame, lines, compute_col)
+    if geometry:
+        _check_geometry(path, frame, lines)
+        frame.attrs["geometry"] = True
     return frame
+
+
+def _check_geometry(path: Path, frame: pd.DataFrame, lines: list[int]) -> None:
+    """UserError at the first row whose prompts_per_batch or rollouts (n) differs from its run's first row's."""
+    for column in ("prompts_per_batch", "rollouts"):
+        values = frame[column].astype("float").fillna(-1.0)  # a blank cell differs from a number
+        first = values.groupby(frame["run"], sort=False).transform("first")
+        differs = (values != first).to_numpy().nonzero()[0]
+        if len(differs):
+            at = int(differs[0])
+            shown = [("blank" if v < 0 else f"{v:g}") for v in (first.iloc[at], values.iloc[at])]
+            raise UserError(
+                f"run {frame['run'].iloc[at]!r} has {column} {shown[0]} and {shown[1]}: beside prompts_per_batch, "
+                "rollouts is n per prompt, one value per run",
+                file=f"{path}:{lines[at]}",
+                field=f"column {column!r}",
+            )
 
 
 def _check_cumulative(path: Path, frame: pd.DataFrame, lines: list[int], column: str) -> None:

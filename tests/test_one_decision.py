@@ -241,3 +241,29 @@ def test_runs_stand_at_the_budget_decided_when_an_unidentified_run_ends_a_step_s
     assert words[words.index("--out") + 1] == str(out_dir)
     code, _, err = cli(*words, "--dry-run")
     assert code == 0, err
+
+
+def test_a_sweeps_records_imported_decide_as_the_same_frame_does(cli, tmp_path):
+    import rlscale
+
+    url = f"sqlite:///{tmp_path / 'imported.db'}"
+    code, _, err = cli("import", str(SWEEPS[0]), "--reward", "val_reward", "--study", "sweep", "--db", url)
+    assert code == 0, err
+    imported = rlscale.decide("sweep", db=url)
+    framed = rlscale.decide(pd.read_csv(SWEEPS[0]).rename(columns={"val_reward": "reward"}))
+    assert imported.kind == framed.kind == "allocation"  # B_p and n per run, read from the file's columns
+    assert imported.budget == framed.budget
+    assert imported.recommendation is not None and framed.recommendation is not None
+    shown = [json.dumps(d.recommendation.to_dict(), sort_keys=True) for d in (imported, framed)]  # NaN == NaN
+    assert shown[0] == shown[1]
+
+
+def test_an_n_that_changes_within_a_run_is_refused_naming_the_line(cli, tmp_path):
+    path = tmp_path / "mixed.csv"
+    path.write_text("run,prompts_per_batch,rollouts,step,gpu_hours,reward\na,16,2,0,0,0.1\na,16,4,1,1,0.2\n")
+    code, _, err = cli("import", str(path), "--study", "mixed", "--db", f"sqlite:///{tmp_path / 'x.db'}")
+    assert code == 2 and err.strip() == (
+        f"error: {path}:3: column 'rollouts': run 'a' has rollouts 2 and 4: beside prompts_per_batch, rollouts is n "
+        "per prompt, one value per run"
+    )
+    assert not (tmp_path / "x.db").exists() or "mixed" not in Store(f"sqlite:///{tmp_path / 'x.db'}").studies()
