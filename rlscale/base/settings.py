@@ -11,6 +11,17 @@ def db_url(explicit: str | None = None) -> str:
     return explicit or os.environ.get("RLSCALE_DB") or DEFAULT_DB_URL
 
 
+def command_db_url(explicit: str | None = None) -> str:
+    """The store's URL for a printed command line: a SQLite file's path made absolute (the command then names the same
+    store from any directory), other URLs as given."""
+    url = db_url(explicit)
+    prefix = "sqlite:///"
+    path, _, query = url[len(prefix) :].partition("?")
+    if not url.startswith(prefix) or path in ("", ":memory:") or path.startswith("file:"):
+        return url
+    return f"{prefix}{os.path.abspath(path)}" + (f"?{query}" if query else "")
+
+
 def cache_dir() -> Path:
     """Directory for built artefacts (the tiny base policy, checkpoints): `RLSCALE_CACHE` or ~/.cache/rlscale."""
     path = Path(os.environ.get("RLSCALE_CACHE", Path.home() / ".cache" / "rlscale"))

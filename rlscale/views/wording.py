@@ -5,6 +5,7 @@ import os
 import shlex
 from pathlib import Path
 
+from rlscale.base.settings import command_db_url
 from rlscale.fitting.curves import unit_label
 from rlscale.fitting.rules.reasons import Reason
 
@@ -318,8 +319,11 @@ def budget_text(budget: float) -> str:
 
 
 def db_flag(db: str | None) -> str:
-    """ " --db URL" (shell-quoted) for a command line, or "" for the default store."""
-    return f" --db {shlex.quote(db)}" if db else ""
+    """ " --db URL" (shell-quoted) for a command line: the store `db` names (--db, RLSCALE_DB or ./rlscale.db), a
+    SQLite file by its absolute path so that the command reads the same store from any directory; "" for a server
+    that RLSCALE_DB names (the command reads it too)."""
+    url = command_db_url(db)
+    return "" if db is None and not url.startswith("sqlite") else f" --db {shlex.quote(url)}"
 
 
 def extend_command(study_file, db: str | None, factor: float, out=None) -> str:
@@ -330,11 +334,8 @@ def extend_command(study_file, db: str | None, factor: float, out=None) -> str:
 
 
 def shown_path(path: str | None) -> str | None:
-    """An existing file's path as a command line shows it: relative below the working directory; None if gone."""
-    if path is None or not os.path.isfile(path):
-        return None
-    relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative
+    """An existing file's absolute path, as a command line names it so that it runs from any directory; None if gone."""
+    return os.path.abspath(path) if path is not None and os.path.isfile(path) else None
 
 
 def extension_command(decision, db: str | None = None) -> str | None:
@@ -363,7 +364,7 @@ def decision_commands(decision, *, study_file=None, db: str | None = None, out=N
     evidence = f"rlscale recommend {at}" if decision.recommendation is not None else None
     extend = None
     if decision.next_allocation is not None and decision.planned:
-        study_file = study_file or shown_path(decision.study_file) or "STUDY.yaml"
+        study_file = os.path.abspath(study_file) if study_file else shown_path(decision.study_file) or "STUDY.yaml"
         out = None if out is None or Path(out) == Path("reports", decision.study) else out
         extend = extend_command(study_file, db, decision.extend * decision.next_allocation.factor, out)
     return {"export": export, "evidence": evidence, "extend": extend}
