@@ -39,6 +39,11 @@ def parse_url(url: str) -> URL:
         raise UserError(f"expected {URL_EXAMPLE} (a port is a number)", field="--db") from None
     if port is not None and not 0 < port < 65536:
         raise UserError(f"expected a port from 1 to 65535, got {port} in {display_url(parsed)}", field="--db")
+    if parsed.get_backend_name() == "sqlite" and (parsed.host or parsed.port or parsed.username):
+        raise UserError(
+            f"a SQLite URL names a file after three slashes (sqlite:///path/to/file.db), got {display_url(parsed)}",
+            field="--db",
+        )
     if parsed.get_backend_name() == "sqlite" and not _is_memory(parsed):
         parsed = parsed.set(database=os.path.abspath(parsed.database))
     return parsed

@@ -155,6 +155,12 @@ def test_password_like_query_parameters_are_masked_everywhere(cli):
     one_line_error(code, out, err_text)
 
 
+@pytest.mark.parametrize("url", ["sqlite://x.db", "sqlite://user@host/x.db"])
+def test_a_sqlite_url_with_two_slashes_is_one_line_naming_the_form(cli, workdir, url):
+    err = one_line_error(*cli("studies", "--db", url))
+    assert "sqlite:///path/to/file.db" in err and not (workdir / "x.db").exists()
+
+
 # --- verifiers ---------------------------------------------------------------------------------------------------
 
 
