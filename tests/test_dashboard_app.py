@@ -265,3 +265,32 @@ def test_a_store_that_does_not_exist_yet_is_said_on_the_page_and_not_created(tmp
         response = client.get("/")
     assert response.status_code == 503 and "no store at" in response.text
     assert not path.exists()
+
+
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("sqlit:///x.db", "cannot use sqlit:///x.db"),
+        ("sqlite:///{tmp}/text.db", "is not a SQLite database"),
+        ("sqlite://", "an in-memory store has nothing to read"),
+    ],
+)
+def test_a_store_that_cannot_be_read_refuses_to_start_in_one_line(cli, tmp_path, url, message):
+    (tmp_path / "text.db").write_text("not a database\n")
+    code, out, err = cli("dashboard", "--db", url.format(tmp=tmp_path), "--port", "0")
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_a_port_in_use_refuses_to_start_in_one_line(cli, url):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        code, out, err = cli("dashboard", "--db", url, "--port", str(port))
+    assert (
+        code == 2
+        and not out
+        and err.strip() == (f"error: --port: cannot listen on 127.0.0.1:{port}: Address already in use")
+    )

@@ -1,6 +1,7 @@
 """Serving the dashboard's app with uvicorn in the foreground (`rlscale dashboard`), and who may reach it."""
 
 import ipaddress
+import socket
 
 from rlscale.base.errors import UserError
 
@@ -28,7 +29,21 @@ def check_exposure(host: str, token: str | None) -> None:
         )
 
 
-def serve(app, host: str, port: int) -> None:
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (port 0: a free one), for `serve`; UserError naming --port when it is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)  # listening at once: a second dashboard on this port is refused here, not later
+    except OSError as err:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {err.strerror or err}", field="--port") from None
+    return sock
+
+
+def serve(app, sock: socket.socket) -> None:
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(sockets=[sock])

@@ -1,5 +1,6 @@
 """`rlscale dashboard`: a live web page over the store (read-only), beside a running sweep."""
 
+import os
 from urllib.parse import quote
 
 import typer
@@ -29,11 +30,15 @@ def register(app: typer.Typer) -> None:
         """
         from rlscale.base import settings
         from rlscale.dashboard.app import create_app
-        from rlscale.dashboard.server import check_exposure, serve
+        from rlscale.dashboard.server import check_exposure, listen, serve
         from rlscale.db.engine import display_url, parse_url
 
         check_exposure(host, token)
-        shown = display_url(parse_url(settings.db_url(db)))  # a malformed URL fails here, in one line
+        url = parse_url(settings.db_url(db))  # a malformed URL fails here, in one line
+        shown = display_url(url)
+        _check_store(db, url)
+        sock = listen(host, port)
+        port = sock.getsockname()[1]
         address = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
         say(f"dashboard over {shown} (read-only); Ctrl-C stops it:")
         # the address whole on a line of its own, to click or copy
@@ -43,4 +48,17 @@ def register(app: typer.Typer) -> None:
             highlight=False,
             soft_wrap=True,
         )
-        serve(create_app(db, token=token, db=shown if db else None), host, port)
+        serve(create_app(db, token=token, db=shown if db else None), sock)
+
+
+def _check_store(db: str | None, url) -> None:
+    """UserError when the store cannot be read (no such database kind, not a database, in memory); a SQLite file a
+    sweep has yet to create is waited for."""
+    from rlscale.base.errors import UserError
+    from rlscale.db.store import Store
+
+    try:
+        Store(db, read_only=True).close()
+    except UserError:
+        if not (url.get_backend_name() == "sqlite" and url.database and not os.path.exists(url.database)):
+            raise
