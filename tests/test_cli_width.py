@@ -19,7 +19,9 @@ def narrow(monkeypatch, capsys, workdir):
     def call(*args):
         code, out, err = run_cli(monkeypatch, capsys, *args)
         assert (code, err) == (0, ""), (args, err)
-        db = f" --db {args[args.index('--db') + 1]}" if "--db" in args else ""
+        from rlscale.views.wording import db_flag
+
+        db = db_flag(args[args.index("--db") + 1] if "--db" in args else None)  # as printed: the absolute path
         # a command stays whole on its line, to copy: only the store's URL (the test's long path) may overflow it, as
         # may a path alone on its line (a word longer than a line is never broken)
         too_wide = [

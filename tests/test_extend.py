@@ -18,7 +18,7 @@ from rlscale.planner.study_file import load_study
 from rlscale.runner.engine import Engine, JobResult
 from rlscale.runner.sweep.driver import SweepDriver
 
-from rlscale.views.wording import decision_commands, extend_command
+from rlscale.views.wording import db_flag, decision_commands, extend_command
 
 STEP_HOURS = 0.0005  # the metered engine's cost of one step
 
@@ -233,7 +233,7 @@ def test_the_sweep_ends_with_the_one_command_that_extends_it_in_80_columns(tmp_p
     decision, commands = _decision(tmp_path, study, plan, refusal=refusal)
     assert commands["extend"] == extend_command(tmp_path / "grow.yaml", None, 2.0)
     lines = _closing_lines(study, None, payload, decision, commands)
-    assert lines[-1] == f"  rlscale sweep {tmp_path / 'grow.yaml'} --extend 2"
+    assert lines[-1] == f"  rlscale sweep {tmp_path / 'grow.yaml'} --extend 2{db_flag(None)}"
     assert sum(line.startswith("not yet") or line.startswith("decided") for line in lines) == 1
     assert "- n16: A sits at its bound 1" in lines
     from rlscale.cli.console import wrapped
@@ -285,13 +285,14 @@ def test_a_decision_without_a_law_also_names_the_extension_that_would_decide_lar
     decision, commands = _decision(tmp_path, study, plan, recommendation=rec)
     lines = _closing_lines(study, None, payload, decision, commands)
     assert sum(line.startswith("decided") or line.startswith("not yet") for line in lines) == 1
-    assert lines[-1] == f"  rlscale sweep {tmp_path / 'grow.yaml'} --extend 2"
+    assert lines[-1] == f"  rlscale sweep {tmp_path / 'grow.yaml'} --extend 2{db_flag(None)}"
     extension = next(line for line in lines if line.startswith("to decide past"))
     assert "0.035" in extension and "2x" in extension and extension.endswith(":")  # the sentence is whole
     decision, commands = _decision(tmp_path, study, None, recommendation=rec)
     lines = _closing_lines(study, None, payload, decision, commands)
     assert not any(line.startswith("to decide past") for line in lines)
-    assert lines[-1] == "  rlscale export --format verl --study grow --budget 0.035"  # the decision ends the output
+    # the decision ends the output
+    assert lines[-1] == f"  rlscale export --format verl --study grow --budget 0.035{db_flag(None)}"
 
 
 @pytest.mark.slow
