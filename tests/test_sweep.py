@@ -417,6 +417,17 @@ def test_a_run_that_failed_is_retried_by_the_next_sweep_from_where_it_was(tmp_pa
     assert [call[0] for call in fixed.calls] == [2e-4]  # only the failed run is trained again
 
 
+def test_ctrl_c_ends_the_sweep_command_with_130_and_one_line_saying_how_to_resume(tmp_path, monkeypatch, cli):
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SweepDriver, "run", interrupted)
+    path = write_study(tmp_path / "ctrl.yaml", "ctrl", {"lr": [1e-4, 2e-4]}, steps=4)
+    code, out, err = cli("sweep", str(path), "--db", f"sqlite:///{tmp_path / 'store.db'}", "--json")
+    assert code == 130 and out == ""
+    assert err.strip() == "interrupted: runs are paused at their last checkpoint; run it again to resume"
+
+
 def test_runs_stopped_by_ctrl_c_are_paused_not_stopped_and_the_next_sweep_finishes_them(tmp_path):
     import _thread
 

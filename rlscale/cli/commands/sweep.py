@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from rlscale.cli.console import print_json
+from rlscale.cli.console import err_console, print_json
 from rlscale.cli.options import DbUrl
 
 
@@ -94,13 +94,21 @@ def register(app: typer.Typer) -> None:
             max_concurrent=max_concurrent,
         )
         runs = driver.plan()
-        with view:
-            if study.method == "bayes":
-                from rlscale.runner.sweep.bayes import run_bayes
+        try:
+            with view:
+                if study.method == "bayes":
+                    from rlscale.runner.sweep.bayes import run_bayes
 
-                summary = run_bayes(driver)
-            else:
-                summary = driver.run()
+                    summary = run_bayes(driver)
+                else:
+                    summary = driver.run()
+        except KeyboardInterrupt:
+            err_console.print(
+                "interrupted: runs are paused at their last checkpoint; run it again to resume",
+                markup=False,
+                highlight=False,
+            )
+            raise SystemExit(130) from None
         records = store.records_frame(study.name)
         report = _report(store, study, records, out or Path("reports") / study.name, study_file, db)
         spent = float(records.groupby("run_id")["gpu_hours"].max().sum()) if len(records) else 0.0  # as `status` reads
