@@ -31,3 +31,24 @@ def test_help_shows_the_description_and_every_option_help_whole(name, monkeypatc
         help_text = getattr(param, "help", None)
         if help_text:
             assert _flat(help_text) in shown, f"{name} {param.opts}: help not shown whole: {help_text!r}"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("fit", "--json", "--bogus"), "error: No such option: --bogus (see rlscale fit --help)"),
+        (("status", "--json"), "error: Missing argument 'study'. (see rlscale status --help)"),
+        (("recommend", "--study", "s"), "error: Missing option '--budget'. (see rlscale recommend --help)"),
+        (("nosuch",), "error: No such command 'nosuch'. (see rlscale --help)"),
+    ],
+)
+def test_a_usage_error_is_one_line_exit_2_and_nothing_on_stdout(cli, args, message):
+    code, out, err = cli(*args)
+    assert code == 2 and out == "" and err.strip() == message
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_help_at_80_columns_cuts_no_option_name(name, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_cli(monkeypatch, capsys, name, "--help")
+    assert code == 0 and "…" not in out and max(map(len, out.splitlines())) <= 80

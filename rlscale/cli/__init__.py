@@ -32,19 +32,33 @@ for _info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.nam
 
 
 def main() -> None:
-    """Entry point: usage errors and UserError exit 2; warnings show after a result, dropped on a UserError."""
+    """Entry point: usage errors and UserError print one line and exit 2; warnings show after a result, dropped on a
+    UserError."""
     held: list = []
-    error = None
+    error, code = None, 0
     try:
         with warnings.catch_warnings(record=True) as held:
             try:
-                app()
+                code = app(
+                    prog_name="rlscale", standalone_mode=False
+                )  # click's usage errors come here, to be said in one line
             except UserError as err:
                 error = err
+            except typer.Abort:
+                code = 130  # an interrupted prompt
+            except Exception as err:
+                if not (hasattr(err, "format_message") and hasattr(err, "exit_code")):  # not click's
+                    raise
+                ctx, message, code = getattr(err, "ctx", None), err.format_message().strip(), err.exit_code
+                if message:  # none: the help was shown (a command with no arguments)
+                    where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+                    error = UserError(f"{message}{where}")
     finally:
         if error is None:  # a result (or a crash): the warnings are part of the story
             for w in held:
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if error is not None:
         err_console.print(f"[bold red]error:[/] {safe(error)}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        sys.exit(code or 2)
+    if isinstance(code, int) and code:
+        sys.exit(code)

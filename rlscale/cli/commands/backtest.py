@@ -24,7 +24,9 @@ def register(app: typer.Typer) -> None:
         ),
         level: float = typer.Option(0.9, "--level", help="the level of the end reward's prediction interval"),
         r0: float = typer.Option(None, "--r0", help="reward before RL, held fixed (default: fitted)"),
-        min_compute: float = typer.Option(0.0, "--min-compute", min=0.0, help="drop points below this compute"),
+        min_compute: float = typer.Option(
+            0.0, "--min-compute", min=0.0, metavar="<float>", help="drop points below this compute"
+        ),
         bootstrap: int = typer.Option(200, "--bootstrap", min=2, help="bootstrap resamples for the intervals"),
         noise: str = typer.Option(
             "auto",

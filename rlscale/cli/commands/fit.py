@@ -38,7 +38,11 @@ def register(app: typer.Typer) -> None:
         db: DbUrl = None,
         r0: float = typer.Option(None, "--r0", help="reward before RL, held fixed (default: fitted)"),
         min_compute: float = typer.Option(
-            0.0, "--min-compute", min=0.0, help=("drop points below this compute (ScaleRL: ~1.5k of 16k GPU-hours)")
+            0.0,
+            "--min-compute",
+            min=0.0,
+            metavar="<float>",
+            help=("drop points below this compute (ScaleRL: ~1.5k of 16k GPU-hours)"),
         ),
         noise: str = typer.Option(
             "auto",
