@@ -33,9 +33,12 @@ def parse_url(url: str) -> URL:
     """The SQLAlchemy URL, with a relative SQLite path made absolute (so a later chdir keeps the same file)."""
     try:
         parsed = make_url(url)
-        port = parsed.port
     except (ArgumentError, ValueError):
         # the text is not echoed: an unparseable URL may still carry a password
+        raise UserError(f"expected {URL_EXAMPLE}", field="--db") from None
+    try:
+        port = parsed.port
+    except ValueError:
         raise UserError(f"expected {URL_EXAMPLE} (a port is a number)", field="--db") from None
     if port is not None and not 0 < port < 65536:
         raise UserError(f"expected a port from 1 to 65535, got {port} in {display_url(parsed)}", field="--db")

@@ -34,6 +34,14 @@ class Store:
     def __init__(self, url: str | None = None, *, create: bool = True, read_only: bool = False):
         """`create=False`: a missing SQLite file reads as an empty in-memory store, so reading leaves no file behind.
         `read_only=True` (a viewer): never migrated, writes refused; a missing file, empty or old schema: UserError."""
+        try:
+            self._open(url, create, read_only)
+        except UserError as err:  # a URL the environment gave is named as such
+            if url is None and err.field == "--db" and os.environ.get("RLSCALE_DB"):
+                raise UserError(err.detail, file=err.file, field="RLSCALE_DB") from None
+            raise
+
+    def _open(self, url: str | None, create: bool, read_only: bool) -> None:
         self.url = parse_url(settings.db_url(url))
         self.url_for_display = display_url(self.url)
         self.read_only = read_only

@@ -161,6 +161,12 @@ def test_a_sqlite_url_with_two_slashes_is_one_line_naming_the_form(cli, workdir,
     assert "sqlite:///path/to/file.db" in err and not (workdir / "x.db").exists()
 
 
+def test_a_bad_store_url_from_the_environment_is_named_as_such(cli, workdir, monkeypatch):
+    monkeypatch.setenv("RLSCALE_DB", "nonsense")
+    err = one_line_error(*cli("studies"))
+    assert err.startswith("error: RLSCALE_DB: expected a SQLAlchemy URL") and "port" not in err
+
+
 # --- verifiers ---------------------------------------------------------------------------------------------------
 
 
