@@ -260,3 +260,12 @@ def test_export_scalerl_leave_one_out_by_predicted_reward(workdir, capsys, monke
     assert "best run of study scalerl_loo: baseline" in out and "highest predicted reward at 0.05" in out
     assert "reward at 0.05: " in out and "(90% prediction interval" in out
     assert "data.train_batch_size=32" in script_argv(out, workdir)
+
+
+def test_a_path_in_any_script_is_written_as_it_is_not_escaped():
+    from rlscale.planner.frameworks import export_config
+    from rlscale.planner.recipe import Recipe
+
+    text = export_config(Recipe(task="/data/données/sums.jsonl"), "yaml")
+    assert "task: /data/données/sums.jsonl" in text.splitlines()
+    assert yaml.safe_load(text)["task"] == "/data/données/sums.jsonl"

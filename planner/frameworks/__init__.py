@@ -41,5 +41,9 @@ def export_config(
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt == "yaml":  # every key explicit; `load_recipe` reads it back
         lines = [f"# {line}" for line in header or []]
-        return "\n".join(lines) + ("\n" if lines else "") + yaml.safe_dump(recipe.to_json(), sort_keys=False)
+        return (
+            "\n".join(lines)
+            + ("\n" if lines else "")
+            + yaml.safe_dump(recipe.to_json(), sort_keys=False, allow_unicode=True)
+        )
     return _RENDER[fmt](recipe, deployment or Deployment(), list(header or []))

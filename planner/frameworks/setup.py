@@ -418,7 +418,7 @@ def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
         return (
             "\n".join(["# target: TRL 1.16.0 (`trl grpo --config FILE`)", *lines])
             + "\n"
-            + yaml.safe_dump(config, sort_keys=False)
+            + yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
         )
     words = []
     if setup.config_file:

@@ -228,10 +228,12 @@ def render(recipe: Recipe, deployment: Deployment, header: list[str], run_keys: 
     lines += comment_block("nearest form (the difference named)", m.nearest)
     lines += comment_block("not expressible", m.missing)
     lines += ["# the recipe: keys with rlscale's meaning"]
-    lines += yaml.safe_dump(m.recipe, sort_keys=False).splitlines()
+    lines += yaml.safe_dump(m.recipe, sort_keys=False, allow_unicode=True).splitlines()
     lines += [f"# deployment choices ({deployment.describe()}): how the job is laid out, not what it trains"]
-    lines += yaml.safe_dump({k: v for k, v in m.deployment.items() if k not in run_keys}, sort_keys=False).splitlines()
+    lines += yaml.safe_dump(
+        {k: v for k, v in m.deployment.items() if k not in run_keys}, sort_keys=False, allow_unicode=True
+    ).splitlines()
     if run_keys:
         lines += ["# the run's own keys (engine trl): where its checkpoints and logs go"]
-        lines += yaml.safe_dump(run_keys, sort_keys=False).splitlines()
+        lines += yaml.safe_dump(run_keys, sort_keys=False, allow_unicode=True).splitlines()
     return "\n".join(lines) + "\n"

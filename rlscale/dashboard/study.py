@@ -301,7 +301,7 @@ def decision_words(decision, *, db: str | None = None) -> dict | None:
 
     if decision is None:
         return None
-    recipe = yaml.safe_dump(decision.recipe, sort_keys=False).strip() if decision.recipe else None
+    recipe = yaml.safe_dump(decision.recipe, sort_keys=False, allow_unicode=True).strip() if decision.recipe else None
     return {
         "verdict": "decided" if decision.decided else "not yet",
         "lines": decision_lines(decision, decision_commands(decision, db=db)),

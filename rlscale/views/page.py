@@ -58,7 +58,7 @@ def report_page(report, sections: list[tuple]) -> StudyPage:
         decision = {
             "verdict": "decided" if report.decision is not None and report.decision.decided else "not yet",
             "lines": list(report.decision_lines),
-            "recipe": yaml.safe_dump(recipe, sort_keys=False).strip() if recipe else None,
+            "recipe": yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True).strip() if recipe else None,
         }
     return StudyPage(
         study=report.study,

@@ -98,7 +98,7 @@ def decision_blocks(report) -> list[tuple]:
                 "The recipe to run (the study's recipe with the decided B_p, n and M; the export command "
                 "writes it for your framework):",
             ),
-            ("code", yaml.safe_dump(recipe, sort_keys=False).strip()),
+            ("code", yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True).strip()),
         ]
     return blocks
 

@@ -150,5 +150,5 @@ class TrlEngine(JobsApiEngine):
             "changes": [change.to_dict() for change in job.composed.changes],
             "nearest": [],
             "not_expressible": [],
-            "config_text": "\n".join(header) + "\n" + yaml.safe_dump(job.config, sort_keys=False),
+            "config_text": "\n".join(header) + "\n" + yaml.safe_dump(job.config, sort_keys=False, allow_unicode=True),
         }

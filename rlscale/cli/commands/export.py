@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{out.parent} is a file: expected a directory to write {out.name} into", field="--out")
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text)
+            out.write_text(text, encoding="utf-8")
         except OSError as err:  # a file where a directory should be, a full disk, no permission
             raise UserError(f"cannot write {out}: {err.strerror or err}", field="--out") from None
         say(f"wrote {fmt} config to {out}")
