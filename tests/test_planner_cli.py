@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from rlscale.cli import main
+from helpers import run_cli
 
 ROOT = Path(__file__).parent.parent
 PLAYBOOK_GRID = {(2**a, 2**b) for a in range(5, 11) for b in range(3, 12) if 2 ** (a + b) <= 65536}
@@ -17,11 +16,7 @@ PLAYBOOK_GRID = {(2**a, 2**b) for a in range(5, 11) for b in range(3, 12) if 2 *
 
 def rlscale(monkeypatch, capsys, *args) -> tuple[int, str, str]:
     """Run the CLI in-process as a user would; (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["rlscale", *map(str, args)])
-    with pytest.raises(SystemExit) as exit_:
-        main()
-    out, err = capsys.readouterr()
-    return exit_.value.code or 0, out, err
+    return run_cli(monkeypatch, capsys, *args)
 
 
 def test_budget_json_follows_the_contract(workdir, monkeypatch, capsys):
