@@ -97,8 +97,12 @@ def import_run_log(store: "Store", path: str | Path, study: str, rows: pd.DataFr
             config["compute_unit"] = rows.attrs["compute_unit"]
         geometry = rows.attrs.get("geometry", False)
         if geometry:  # a sweep's records: each run's B_p and n, as a study over rollouts is decided on
-            first = group.iloc[0]
-            config.update({key: _whole(first[key]) for key in ("prompts_per_batch", "rollouts")})
+            config.update(
+                {
+                    key: _whole(group[key].dropna().iloc[0]) if group[key].notna().any() else None
+                    for key in ("prompts_per_batch", "rollouts")
+                }
+            )
         runs.append((name, config, [_record(row, geometry) for row in group.to_dict("records")]))
     created, added, skipped = store.import_runs(study, runs)
     return ImportSummary(str(path), study, len(runs), created, added, skipped)
@@ -288,15 +292,14 @@ def _validate(path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any
 def _check_geometry(path: Path, frame: pd.DataFrame, lines: list[int]) -> None:
     """UserError at the first row whose prompts_per_batch or rollouts (n) differs from its run's first row's."""
     for column in ("prompts_per_batch", "rollouts"):
-        values = frame[column].astype("float").fillna(-1.0)  # a blank cell differs from a number
+        values = frame[column].astype("float")  # a blank cell is the run's value, as a JSONL log may leave it out
         first = values.groupby(frame["run"], sort=False).transform("first")
-        differs = (values != first).to_numpy().nonzero()[0]
+        differs = (values.notna() & (values != first)).to_numpy().nonzero()[0]
         if len(differs):
             at = int(differs[0])
-            shown = [("blank" if v < 0 else f"{v:g}") for v in (first.iloc[at], values.iloc[at])]
             raise UserError(
-                f"run {frame['run'].iloc[at]!r} has {column} {shown[0]} and {shown[1]}: beside prompts_per_batch, "
-                "rollouts is n per prompt, one value per run",
+                f"run {frame['run'].iloc[at]!r} has {column} {first.iloc[at]:g} and {values.iloc[at]:g}: beside "
+                "prompts_per_batch, rollouts is n per prompt, one value per run",
                 file=f"{path}:{lines[at]}",
                 field=f"column {column!r}",
             )

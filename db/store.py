@@ -223,7 +223,10 @@ class Store:
         created = inserted = skipped = 0
         with self._writes.begin() as session:
             for name, config, records in runs:
-                run_id, is_new = _ensure_run(session, study, name, config, 0, status="done")
+                run_id = _imported_run(session, study, name, config)
+                is_new = run_id is None
+                if is_new:
+                    run_id, is_new = _ensure_run(session, study, name, config, 0, status="done")
                 added = _add_records(session, run_id, records)
                 created += is_new
                 inserted += added
@@ -383,6 +386,21 @@ def _ensure_run(
     session.add(run)
     session.flush()
     return run.id, True
+
+
+def _imported_run(session: Session, study: str, name: str, config: dict) -> int | None:
+    """The id of the run imported as `name` into `study` before, its config brought up to date (what a newer import
+    reads from the same log: its compute unit, its geometry); None if there is none."""
+    found = session.scalars(
+        select(Run).join(Study, Study.id == Run.study_id).where(Study.name == study, Run.name == name, Run.seed == 0)
+    ).all()
+    run = next((run for run in found if (run.config or {}).get("source") == "import"), None)
+    if run is None:
+        return None
+    config = _json_safe(config)
+    if run.config != config:
+        run.config, run.config_hash = config, config_hash(config)
+    return run.id
 
 
 def _add_records(session: Session, run_id: int, records: list[dict]) -> int:

@@ -273,6 +273,7 @@ def test_a_store_that_does_not_exist_yet_is_said_on_the_page_and_not_created(tmp
         ("sqlit:///x.db", "cannot use sqlit:///x.db"),
         ("sqlite:///{tmp}/text.db", "is not a SQLite database"),
         ("sqlite://", "an in-memory store has nothing to read"),
+        ("sqlite:///:memory:", "an in-memory store has nothing to read"),
     ],
 )
 def test_a_store_that_cannot_be_read_refuses_to_start_in_one_line(cli, tmp_path, url, message):
@@ -294,3 +295,8 @@ def test_a_port_in_use_refuses_to_start_in_one_line(cli, url):
         and not out
         and err.strip() == (f"error: --port: cannot listen on 127.0.0.1:{port}: Address already in use")
     )
+
+
+def test_an_address_that_cannot_be_listened_on_names_the_host(cli, url):
+    code, out, err = cli("dashboard", "--db", url, "--host", "nosuchhost.invalid", "--token", "t" * 32)
+    assert code == 2 and not out and err.startswith("error: --host: cannot listen on nosuchhost.invalid:8765")

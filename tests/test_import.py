@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from helpers import run_cli
-from rlscale.db.importer import read_run_log
+from rlscale.db.importer import import_run_log, read_run_log
 from rlscale.db.store import Store
 
 from rlscale.base.errors import UserError
@@ -217,3 +217,17 @@ def test_the_installed_command_exits_2_with_one_line(workdir):
     assert result.returncode == 2
     assert result.stderr == "error: bad.csv:3: column 'reward': expected a value, got an empty cell\n"
     assert not (workdir / "rlscale.db").exists()
+
+
+def test_a_run_imported_again_from_a_richer_read_of_its_log_is_the_same_run(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text("run,prompts_per_batch,rollouts,step,gpu_hours,reward\na,16,4,0,0,0.1\na,16,4,1,1,0.2\n")
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    plain = tmp_path / "plain.csv"  # the same log as an earlier read of it stored it: no geometry
+    plain.write_text("run,step,gpu_hours,reward\na,0,0,0.1\n")
+    with Store(url) as store:
+        import_run_log(store, plain, "s")
+        summary = import_run_log(store, path, "s")
+        runs = store.runs_frame("s")
+    assert (summary.runs_created, summary.records_added, summary.records_skipped) == (0, 1, 1)
+    assert len(runs) == 1 and runs["config"].iloc[0]["rollouts"] == 4  # what the richer read says, kept

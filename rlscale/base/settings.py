@@ -1,6 +1,7 @@
 """Where things live: the store URL and the on-disk cache."""
 
 import os
+import re
 from pathlib import Path
 
 DEFAULT_DB_URL = "sqlite:///rlscale.db"  # a file in the working directory, like optuna/mlflow
@@ -15,11 +16,12 @@ def command_db_url(explicit: str | None = None) -> str:
     """The store's URL for a printed command line: a SQLite file's path made absolute (the command then names the same
     store from any directory), other URLs as given."""
     url = db_url(explicit)
-    prefix = "sqlite:///"
-    path, _, query = url[len(prefix) :].partition("?")
-    if not url.startswith(prefix) or path in ("", ":memory:") or path.startswith("file:"):
+    scheme, slashes, rest = url.partition(":///")
+    path, _, query = rest.partition("?")
+    sqlite = slashes and re.fullmatch(r"sqlite(\+\w+)?", scheme, re.IGNORECASE)
+    if not sqlite or path in ("", ":memory:") or path.startswith("file:"):
         return url
-    return f"{prefix}{os.path.abspath(path)}" + (f"?{query}" if query else "")
+    return f"{scheme}:///{os.path.abspath(path)}" + (f"?{query}" if query else "")
 
 
 def cache_dir() -> Path:

@@ -1,5 +1,6 @@
 """Serving the dashboard's app with uvicorn in the foreground (`rlscale dashboard`), and who may reach it."""
 
+import errno
 import ipaddress
 import socket
 
@@ -39,7 +40,8 @@ def listen(host: str, port: int) -> socket.socket:
         sock.listen(128)  # listening at once: a second dashboard on this port is refused here, not later
     except OSError as err:
         sock.close()
-        raise UserError(f"cannot listen on {host}:{port}: {err.strerror or err}", field="--port") from None
+        field = "--port" if err.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"  # else the address is wrong
+        raise UserError(f"cannot listen on {host}:{port}: {err.strerror or err}", field=field) from None
     return sock
 
 

@@ -323,13 +323,13 @@ def db_flag(db: str | None) -> str:
     SQLite file by its absolute path so that the command reads the same store from any directory; "" for a server
     that RLSCALE_DB names (the command reads it too)."""
     url = command_db_url(db)
-    return "" if db is None and not url.startswith("sqlite") else f" --db {shlex.quote(url)}"
+    return "" if db is None and not url.lower().startswith("sqlite") else f" --db {shlex.quote(url)}"
 
 
 def extend_command(study_file, db: str | None, factor: float, out=None) -> str:
     """The sweep command that extends every run of the study to `factor` times its planned compute; `out`: the
     report's directory, named when it is not the default."""
-    flag = "" if out is None else f" --out {shlex.quote(str(out))}"
+    flag = "" if out is None else f" --out {shlex.quote(os.path.abspath(out))}"
     return f"rlscale sweep {shlex.quote(str(study_file))} --extend {factor:.3g}{db_flag(db)}{flag}"
 
 

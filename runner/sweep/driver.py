@@ -129,7 +129,7 @@ class SweepDriver:
         started = records.sort_values("step").groupby("run_id")["gpu_hours"].first()  # a job's start-up, for some
         for run in states:
             if run.status == "failed" and run.recipe is not None:  # a sweep run again retries what crashed last time
-                self._queue(run, f"retried; it failed before: {run.note}"[:200])
+                run.status, run.note = "paused", f"retried; it failed before: {run.note}"[:200]  # the store keeps why
             if (
                 run.status not in FINISHED
                 and run.recipe is not None
@@ -148,7 +148,7 @@ class SweepDriver:
         return states
 
     def _queue(self, run: RunState, note: str) -> None:
-        """A finished run queued again (to resume from its checkpoint), in the store too, so status shows it queued."""
+        """A done run queued again (to resume from its checkpoint), in the store too, so status shows it queued."""
         run.status, run.note = "paused", note
         self.store.set_run_status(run.run_id, "paused", error=note)
 

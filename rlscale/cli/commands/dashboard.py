@@ -39,7 +39,8 @@ def register(app: typer.Typer) -> None:
         _check_store(db, url)
         sock = listen(host, port)
         port = sock.getsockname()[1]
-        address = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
+        bare = host.strip("[]")
+        address = f"http://{'[' + bare + ']' if ':' in bare else bare}:{port}/"
         say(f"dashboard over {shown} (read-only); Ctrl-C stops it:")
         # the address whole on a line of its own, to click or copy
         console.print(
@@ -60,5 +61,6 @@ def _check_store(db: str | None, url) -> None:
     try:
         Store(db, read_only=True).close()
     except UserError:
-        if not (url.get_backend_name() == "sqlite" and url.database and not os.path.exists(url.database)):
+        waited = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
+        if not (waited and not os.path.exists(url.database)):
             raise
