@@ -15,8 +15,8 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
     several_seeds = len(study.seeds) > 1
     out, engines = [], {}
     points = planned_runs(study)
-    for point in points:
-        recipe = extended(point.recipe, study.extend)  # what the job trains: `sweep --extend` grows its steps
+    recipes = [extended(point.recipe, study.extend) for point in points]  # what the jobs train: --extend grows steps
+    for point, recipe in zip(points, recipes):
         entry = {"run": run_name(point, several_seeds), "seed": point.seed, "engine": recipe.engine}
         if recipe.engine in ("verl", "trl"):
             engine = engines.get(recipe.engine) or engines.setdefault(
@@ -33,8 +33,7 @@ def dry_run(study, *, ray_address: str | None = None, shared_dir: str | None = N
         out.append(entry)
     for name, engine in engines.items():  # the framework's own code reads every job: all problems at once
         engine.rehearse([entry for entry in out if entry["engine"] == name], study_file=study.file)
-    builtin = [(entry, extended(point.recipe, study.extend)) for entry, point in zip(out, points)]
-    builtin = [(entry, recipe) for entry, recipe in builtin if recipe.engine == "builtin"]
+    builtin = [(entry, recipe) for entry, recipe in zip(out, recipes) if recipe.engine == "builtin"]
     if builtin:
         from rlscale.runner.builtin.rehearsal import rehearse
 
