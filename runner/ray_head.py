@@ -23,6 +23,7 @@ from rlscale.base.errors import UserError
 
 HEAD_FILE = "ray-head.json"
 START_SECONDS = 180.0  # a head with its dashboard and job agent takes 5-30 s on 2 busy cores
+START_ATTEMPTS = 3  # `ray start` gives up when its raylet is not registered in 30 s (seen on a busy CI host)
 CPUS_ENV = "RLSCALE_RAY_CPUS"  # logical CPUs a local head advertises (default: this host's cores)
 # Ray's workers run at nice 15, starved by any busy process on a shared host (measured: 30-50x slower steps)
 WORKER_NICENESS_ENV = {"RAY_worker_niceness": "0"}
@@ -201,7 +202,39 @@ def start_head(
     *, cpus: int | None = None, gpus: int | None = None, env: dict | None = None, head_file: Path | None = None
 ) -> LocalHead:
     """`ray start --head` on loopback with ports, a temp dir and a process group of its own; returns once the dashboard
-    reports the node. `head_file` is written once the process exists, so a driver killed meanwhile leaves it found."""
+    reports the node. `head_file` is written once the process exists, so a driver killed meanwhile leaves it found.
+    A `ray start` that gives up on its own (its raylet's fixed 30 s wait on a busy host) is tried again, on new ports,
+    up to START_ATTEMPTS times within START_SECONDS."""
+    deadline = time.monotonic() + START_SECONDS
+    attempt = 1
+    while True:
+        head, process = _launch(cpus=cpus, gpus=gpus, env=env, head_file=head_file)
+        while not head.ready():
+            if process.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        else:
+            return head
+        why = start_failure(process.poll(), (Path(head.temp_dir) / "head.log").read_text(errors="replace"))
+        head.stop(head_file)
+        if not _again(process.poll(), attempt) or time.monotonic() > deadline:
+            raise UserError(
+                f"could not start a local Ray head ({why[:200]}); start one yourself and pass --ray-address",
+                field="--ray-address",
+            )
+        attempt += 1
+
+
+def _again(returncode: int | None, attempt: int) -> bool:
+    """Whether a failed start is worth another: `ray start` exited by itself (not killed, not still starting at the
+    deadline) and attempts remain."""
+    return returncode is not None and returncode >= 0 and attempt < START_ATTEMPTS
+
+
+def _launch(
+    *, cpus: int | None, gpus: int | None, env: dict | None, head_file: Path | None
+) -> tuple[LocalHead, subprocess.Popen]:
+    """One `ray start --head --block` on fresh ports and temp dir, recorded in `head_file`; not waited for."""
     ray = Path(sys.executable).with_name("ray")
     temp = tempfile.mkdtemp(prefix="rlscale-ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
     port, dashboard, agent, agent_grpc, runtime_env, metrics = free_ports(6)
@@ -236,17 +269,7 @@ def start_head(
     head = LocalHead(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{port}", process.pid, temp)
     if head_file is not None:
         write_whole(head_file, json.dumps(asdict(head)))
-    deadline = time.monotonic() + START_SECONDS
-    while not head.ready():
-        if process.poll() is not None or time.monotonic() > deadline:
-            why = start_failure(process.poll(), (Path(temp) / "head.log").read_text(errors="replace"))
-            head.stop(head_file)
-            raise UserError(
-                f"could not start a local Ray head ({why[:200]}); start one yourself and pass --ray-address",
-                field="--ray-address",
-            )
-        time.sleep(0.5)
-    return head
+    return head, process
 
 
 def start_failure(returncode: int | None, log_text: str) -> str:

@@ -338,3 +338,36 @@ def test_a_head_that_fails_to_start_is_explained_by_its_signal_or_error_line_not
         "`ray start` exited with code 0 before the head was up"  # it handled a SIGTERM: warnings only
     )
     assert start_failure(None, "") == "not ready in 180 s: no output"
+
+
+def test_a_ray_start_that_gives_up_by_itself_is_tried_again_on_new_ports(tmp_path, monkeypatch):
+    # Ray's raylet waits a fixed 30 s to register; on a busy host `ray start` then exits 1 with this line
+    from rlscale.runner.ray_head import HEAD_FILE, local_head
+
+    real = Path(sys.executable).with_name("ray")
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "ray"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'if [ ! -e "{tmp_path}/tried" ]; then touch "{tmp_path}/tried"; echo "Exception: The current node timed '
+        'out during startup." ; exit 1; fi\n'
+        f'exec "{real}" "$@"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
+    head = local_head(tmp_path)
+    try:
+        assert (tmp_path / "tried").exists() and head.running()
+        assert json.loads((tmp_path / HEAD_FILE).read_text())["pid"] == head.pid  # the second head is recorded
+    finally:
+        head.stop(tmp_path / HEAD_FILE)
+    assert not head.processes()
+
+
+def test_only_a_start_that_ended_by_itself_with_attempts_left_is_tried_again():
+    from rlscale.runner.ray_head import START_ATTEMPTS, _again
+
+    assert _again(1, 1) and _again(0, START_ATTEMPTS - 1)
+    assert not _again(1, START_ATTEMPTS)  # the last attempt's failure is the user's error
+    assert not _again(-9, 1)  # killed: someone meant it
+    assert not _again(None, 1)  # still starting at the deadline
