@@ -226,17 +226,14 @@ def test_the_decision_exports_as_the_users_own_trl_yaml(tmp_path):
     assert exported == expected  # the user's keys (and env block) kept, the decision's set
 
 
-def test_export_of_a_setup_study_is_the_users_launch_with_the_best_runs_keys(tmp_path, cli):
-    import math
-
+def seed_decided(study, url: str) -> None:
+    """Two done runs of `study`'s plan in the store at `url`, the second (the larger n) the better."""
     from rlscale.db.store import Store
     from rlscale.runner.sweep.state import run_name
 
-    study = load_study(verl_study(tmp_path, {"rollouts": [4, 8]}, replace=["actor_rollout_ref.rollout.n"]))
-    url = f"sqlite:///{tmp_path / 'store.db'}"
     with Store(url) as store:
         store.upsert_study(study.name, study.to_spec())
-        for point, asymptote in zip(planned_runs(study), (0.6, 0.8)):  # n 8 is the better run
+        for point, asymptote in zip(planned_runs(study), (0.6, 0.8)):
             run_id = store.ensure_run(study.name, run_name(point, False), point.recipe.to_json(), point.seed)
             store.add_records(
                 run_id,
@@ -252,12 +249,47 @@ def test_export_of_a_setup_study_is_the_users_launch_with_the_best_runs_keys(tmp
                 ],
             )
             store.set_run_status(run_id, "done")
-        assert math.isfinite(store.records_frame(study.name)["val_reward"].max())
+
+
+def test_export_of_a_setup_study_is_the_users_launch_with_the_best_runs_keys(tmp_path, cli):
+    study = load_study(verl_study(tmp_path, {"rollouts": [4, 8]}, replace=["actor_rollout_ref.rollout.n"]))
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    seed_decided(study, url)
     code, out, err = cli("export", "--format", "verl", "--study", "mine", "--db", url)
     assert code == 0, err
     assert "actor_rollout_ref.rollout.n=8" in out and "actor_rollout_ref.rollout.n=5" not in out
     assert "actor_rollout_ref.rollout.tensor_model_parallel_size=2" in out  # the user's own keys, as they wrote them
     assert "# your setup:" in out and "~ actor_rollout_ref.rollout.n: 5 -> 8" in out
+
+
+def test_a_trl_export_names_the_users_local_files_as_the_jobs_did_from_any_directory(tmp_path, cli, monkeypatch):
+    # the sweep's jobs read `data/train.jsonl` beside the config; the exported YAML must too, run from elsewhere
+    folder = tmp_path / "setup"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "train.jsonl").write_text('{"prompt": "1+1=", "solution": "2"}\n')
+    (folder / "grpo.yaml").write_text(yaml.safe_dump({**TRL_CONFIG, "dataset_name": "data/train.jsonl"}))
+    (folder / "my_rewards.py").write_text(
+        "def correct(completions, **kwargs):\n    return [1.0 for _ in completions]\n"
+    )
+    spec = {
+        "name": "mine",
+        "method": "grid",
+        "parameters": {"rollouts": {"values": [4, 8]}},
+        "recipe": {"engine": "trl"},
+        "setup": {"config": "grpo.yaml", "replace": ["num_generations"]},
+    }
+    (folder / "t.yaml").write_text(yaml.safe_dump(spec))
+    monkeypatch.chdir(folder)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    seed_decided(load_study(folder / "t.yaml"), url)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    code, out, err = cli("export", "--format", "trl", "--study", "mine", "--db", url)
+    assert code == 0, err
+    exported = yaml.safe_load(out)
+    assert exported["dataset_name"] == str(folder / "data" / "train.jsonl")
+    assert exported["num_generations"] == 8 and exported["model_name_or_path"] == "/models/Qwen3-0.6B"
+    assert f"run with PYTHONPATH={folder}\n" in out  # where the jobs imported my_rewards.correct from
 
 
 def test_a_bad_value_in_the_users_file_names_that_file_and_key(tmp_path, cli):

@@ -388,8 +388,9 @@ def setup_plan(study) -> SetupPlan | None:
     )
 
 
-def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
-    """The user's own config (verl: launch script; TRL: YAML) with only the changed keys and steps set to `recipe`'s."""
+def export_setup(plan: SetupPlan, recipe, header: list[str], *, paths: dict | None = None) -> str:
+    """The user's own config (verl: launch script; TRL: YAML) with only the changed keys and steps set to `recipe`'s;
+    TRL: `paths` (its local paths made absolute, as the sweep's jobs ran) replace the config's."""
     values = plan.values(recipe)
     setup = plan.setup
     lines = [f"# {line}" for line in header]
@@ -408,9 +409,13 @@ def export_setup(plan: SetupPlan, recipe, header: list[str]) -> str:
             before = setup.keys.get("gradient_accumulation_steps")
             change = Change("gradient_accumulation_steps", before, accumulation, "your updates per generated batch")
             lines.append(f"#   {change.line()}")
-
+        lines += [
+            f"#   {Change(key, setup.keys.get(key), value, 'path: made absolute, as the jobs ran').line()}"
+            for key, value in (paths or {}).items()
+            if key not in values
+        ]
         config = load_yaml_mapping(setup.config_file)
-        for key, value in values.items():
+        for key, value in {**(paths or {}), **values}.items():
             if value is None:
                 config.pop(key, None)
             else:

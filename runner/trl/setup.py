@@ -54,8 +54,7 @@ def compose(plan, recipe, *, run_dir, run_key: str, until_step: int, fresh: bool
     file = plan.setup.config_file
     keys, user_env = user_config.read_keys(file)
     job = Composed(dict(keys), gpus=gpus)
-    folders = [Path.cwd(), Path(file).parent]
-    for key, value in user_config.local_paths(keys, folders).items():
+    for key, value in local_paths(keys, file).items():
         job.put(key, value, "path: made absolute, the job runs elsewhere")
     known = user_config.known_keys(user_config.make_parser())
     launcher = user_config.accelerate_keys()
@@ -252,5 +251,11 @@ def check_inputs(job: Composed, *, file: str, eval_prompts: int, python: str) ->
 
 
 def import_paths(file: str) -> list[str]:
-    """Where dotted reward paths are imported from: where the sweep runs (as `trl grpo`), then the config's folder."""
+    """Where dotted reward paths are imported from and relative data paths found: where the sweep runs (as `trl grpo`),
+    then the config's folder."""
     return [str(Path.cwd()), str(Path(file).resolve().parent)]
+
+
+def local_paths(keys: dict, file: str) -> dict:
+    """The config `file`'s path keys that name local files, made absolute as a job (or an export) needs them."""
+    return user_config.local_paths(keys, [Path(folder) for folder in import_paths(file)])

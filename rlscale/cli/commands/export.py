@@ -111,4 +111,22 @@ def _user_setup_text(store, study: str, recipe, fmt: str, header: list[str]) -> 
     typed = stored_study(store, study)
     if typed is None or typed.setup is None or typed.recipe.engine != fmt:
         return None
-    return export_setup(setup_plan(typed), recipe, header)
+    plan = setup_plan(typed)
+    if fmt != "trl":
+        return export_setup(plan, recipe, header)
+    from rlscale.runner.trl.setup import import_paths, local_paths
+
+    file = plan.setup.config_file
+    funcs = plan.setup.keys.get("reward_funcs") or []
+    modules = sorted({name.rsplit(".", 1)[0] for name in ([funcs] if isinstance(funcs, str) else funcs) if "." in name})
+    if modules:  # `trl grpo` imports them from where it runs; the sweep's jobs found them in these folders
+        found = [folder for folder in import_paths(file) if any(_module_in(folder, name) for name in modules)]
+        folders = ":".join(found or import_paths(file)[1:])
+        header = [*header, f"reward modules {', '.join(modules)}: run with PYTHONPATH={folders}"]
+    return export_setup(plan, recipe, header, paths=local_paths(plan.setup.keys, file))
+
+
+def _module_in(folder: str, module: str) -> bool:
+    """Whether `module` (dotted) is a file or package under `folder`."""
+    path = Path(folder, *module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
