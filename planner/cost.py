@@ -76,6 +76,14 @@ class CalibrationQuality(BaseModel):
     relative_residual: float = Field(description="RMS residual / mean per-step cost")
     n_runs: int
     n_intervals: int = Field(description="record-to-record intervals used")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="codes: poor_fit (R^2 below R2_WELL_EXPLAINED), negative_cost_clipped (a coefficient fitted below "
+        "0 was set to 0)",
+    )
+
+
+R2_WELL_EXPLAINED = 0.9  # below it, per-step cost is not well explained by B_p * n: calibrate warns
 
 
 def calibrate(
@@ -126,7 +134,17 @@ def calibrate(
         description=f"calibrated on {len(firsts)} runs, {len(x)} intervals",
         calibrated_on=calibrated_on or f"{len(firsts)} runs, {len(x)} record intervals (host not given)",
     )
-    return profile, CalibrationQuality(r2=float(r2), relative_residual=relative, n_runs=len(firsts), n_intervals=len(x))
+    warnings = [
+        code
+        for code, bad in (
+            ("poor_fit", r2 < R2_WELL_EXPLAINED),
+            ("negative_cost_clipped", min(overhead, per_rollout) < 0),
+        )
+        if bad
+    ]
+    return profile, CalibrationQuality(
+        r2=float(r2), relative_residual=relative, n_runs=len(firsts), n_intervals=len(x), warnings=warnings
+    )
 
 
 def _batch_by_run(runs: pd.DataFrame) -> dict:

@@ -185,7 +185,7 @@ def test_calibrate_from_the_store_then_plan_with_the_fitted_profile(workdir, mon
     assert fitted["profile"]["gpu_hours_per_rollout"] == pytest.approx(per_rollout, rel=1e-6)
     assert fitted["profile"]["step_overhead_gpu_hours"] == pytest.approx(overhead, rel=1e-6)
     assert fitted["profile"]["startup_gpu_hours"] == pytest.approx(startup, rel=1e-6)
-    assert fitted["quality"]["r2"] == pytest.approx(1.0)
+    assert fitted["quality"]["r2"] == pytest.approx(1.0) and fitted["quality"]["warnings"] == []
     assert Path(fitted["path"]) == workdir / "cache" / "profiles" / "cpu-probe.json"
     # `--profile NAME` now finds it: 1 GPU-hour per run at 8 x 4 -> (1 - startup) / cost steps
     code, out, _ = rlscale(

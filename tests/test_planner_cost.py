@@ -43,6 +43,14 @@ def test_calibration_recovers_exact_coefficients():
     assert quality.r2 == pytest.approx(1.0)
     assert quality.relative_residual < 1e-9
     assert (quality.n_runs, quality.n_intervals) == (5, 5 * 12)
+    assert quality.warnings == []
+
+
+def test_calibration_whose_costs_are_not_linear_in_the_batch_says_so_in_codes():
+    # 60% jitter on every interval (a shared, throttled host): B_p * n explains little of the per-step cost
+    records, runs = synthetic(noise=0.6, seed=0)
+    _, quality = calibrate(records, runs, name="measured")
+    assert quality.r2 < 0.9 and "poor_fit" in quality.warnings
 
 
 @pytest.mark.parametrize("seed", range(5))

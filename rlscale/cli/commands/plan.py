@@ -259,6 +259,8 @@ def _calibrate(study: str, *, db: str | None, as_json: bool) -> None:
     for label, hours in costs.items():
         console.print(f"  {label:<15}{hours:.6g} GPU-hours ({hours * seconds:.4g} GPU-s)")
     console.print(f"  R^2 {quality.r2:.4f}, relative residual {quality.relative_residual:.2%}")
-    if quality.r2 < 0.9:
+    if "poor_fit" in quality.warnings:
         console.print("[yellow]warning:[/] per-step cost is not well explained by B_p x n; check the runs' records")
+    if "negative_cost_clipped" in quality.warnings:
+        console.print("[yellow]warning:[/] a cost fitted below 0 was set to 0; the runs' records may be too noisy")
     console.print(f"saved to {path}; use it with --profile {fitted.name}")
