@@ -557,6 +557,11 @@ def _quickstart_with(workdir: Path, name: str, old: str, new: str) -> Path:
             "  task: /nonexistent/file.jsonl",
             "recipe.task: file not found: /nonexistent/file.jsonl",
         ),
+        (
+            "  task: arithmetic",
+            "  task: data/missing.jsonl",
+            "recipe.task: file not found: data/missing.jsonl (a relative path is read from where rlscale runs: ",
+        ),
         ("  model: tiny", "  model: /nonexistent/model", "recipe.model: /nonexistent/model: expected 'tiny' or a HF"),
         ("  task: arithmetic", "  task: arithmetic\n  verifier: nopkg.mod:fn", "recipe.verifier: nopkg.mod:fn: cannot"),
     ],

@@ -35,7 +35,12 @@ def _load(recipe, study_file: str | None, remote: bool) -> list[str]:
 
             resolve_model_dir(recipe)
         if task_file and "task" not in unseen_fields and not Path(recipe.task).is_file():
-            raise UserError(f"file not found: {recipe.task}", field="task")
+            where = (
+                ""
+                if Path(recipe.task).is_absolute()
+                else f" (a relative path is read from where rlscale runs: {Path.cwd()})"
+            )
+            raise UserError(f"file not found: {recipe.task}{where}", field="task")
         if "task" not in unseen_fields:
             make_task(recipe)  # a task file's bad line is named in that file
         elif recipe.verifier:
