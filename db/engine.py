@@ -1,5 +1,6 @@
 """Engines for the store: URL handling, SQLite settings for concurrent writers and readers, migrations on first use."""
 
+import ipaddress
 import os
 import re
 import sqlite3
@@ -47,9 +48,26 @@ def parse_url(url: str) -> URL:
             f"a SQLite URL names a file after three slashes (sqlite:///path/to/file.db), got {display_url(parsed)}",
             field="--db",
         )
+    if parsed.host and not _host_name(parsed.host):
+        raise UserError(f"expected a host name or address, got {parsed.host!r} in {display_url(parsed)}", field="--db")
     if parsed.get_backend_name() == "sqlite" and not _is_memory(parsed):
         parsed = parsed.set(database=os.path.abspath(parsed.database))
     return parsed
+
+
+def _host_name(host: str) -> bool:
+    """Whether `host` can be looked up: an IP address (IPv6 in brackets or not) or a name IDNA encodes (no empty
+    label: a placeholder such as `...` is not one, and the driver's resolver raises UnicodeError on it)."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return True
+    except ValueError:
+        pass
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return False
+    return True
 
 
 def display_url(url: URL | str) -> str:

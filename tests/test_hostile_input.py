@@ -161,6 +161,13 @@ def test_a_sqlite_url_with_two_slashes_is_one_line_naming_the_form(cli, workdir,
     assert "sqlite:///path/to/file.db" in err and not (workdir / "x.db").exists()
 
 
+@pytest.mark.parametrize("host", ["...", "a..b"])
+def test_a_placeholder_host_in_a_server_url_is_one_line_naming_it(cli, host):
+    # the README's `--db postgresql+psycopg://...` pasted as is: the driver's resolver raised UnicodeError
+    err = one_line_error(*cli("studies", "--db", f"postgresql+psycopg://u@{host}/x"))
+    assert err.startswith("error: --db: expected a host name or address") and repr(host) in err
+
+
 def test_a_bad_store_url_from_the_environment_is_named_as_such(cli, workdir, monkeypatch):
     monkeypatch.setenv("RLSCALE_DB", "nonsense")
     err = one_line_error(*cli("studies"))
