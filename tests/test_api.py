@@ -98,7 +98,9 @@ def test_a_frame_is_decided_as_the_same_runs_stored_as_a_study(tmp_path):
     assert rec.predicted_interval[0] < rec.predicted_reward < rec.predicted_interval[1]
     text = rlscale.decision_text(stored, db=url)
     assert text.splitlines()[0].startswith(f"decided: B_p 16, n {rec.rollouts}, M {rec.steps} steps")
-    assert f"--study sweep --budget 0.04 --db {url}" in text
+    # runs with no study file behind them (a log, a frame) give no recipe a command could export
+    assert "rlscale export" not in text
+    assert rlscale.decision_text(from_frame) == rlscale.decision_text(stored)
 
 
 def test_a_frame_without_geometry_decides_its_best_run():

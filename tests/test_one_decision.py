@@ -256,6 +256,15 @@ def test_a_sweeps_records_imported_decide_as_the_same_frame_does(cli, tmp_path):
     assert imported.recommendation is not None and framed.recommendation is not None
     shown = [json.dumps(d.recommendation.to_dict(), sort_keys=True) for d in (imported, framed)]  # NaN == NaN
     assert shown[0] == shown[1]
+    # the log names B_p and n, not how the runs trained: the allocation stands, with no recipe made of defaults
+    assert imported.recipe is None and [r.code for r in imported.refusal] == ["no_recipe"]
+    code, out, err = cli("export", "--format", "verl", "--study", "sweep", "--db", url)
+    assert (code, out) == (2, "") and "has no recipe to export: it was imported from a log" in err
+    code, out, err = cli("report", "sweep", "--db", url, "--out", str(tmp_path / "rep"), "--json")
+    assert code == 0, err
+    commands = json.loads(out)["decision"]["commands"]
+    assert commands["export"] is None and commands["evidence"] is not None
+    assert cli(*printed(commands["evidence"]))[0] == 0
 
 
 def test_an_n_that_changes_within_a_run_is_refused_naming_the_line(cli, tmp_path):

@@ -51,6 +51,7 @@ def run_recipe(base: dict, config: dict | None):
 
     known = set(Recipe.model_fields) | {"async"}
     keys = {key: value for key, value in (config or {}).items() if key in known and key != "async_mode"}
-    if not base and not keys:  # Recipe()'s defaults would be the tiny policy's, not what the run trained
+    # Recipe()'s defaults would be the tiny policy's, not what the run trained (a log gives at most its B_p and n)
+    if not base and (not keys or (config or {}).get("source") == "import"):
         raise ValueError("it was imported from a log, which names no recipe")
     return Recipe.model_validate({**base, **keys})

@@ -20,6 +20,8 @@ from rlscale.fitting.rules.reasons import Reason, Refusal
 from rlscale.fitting.rules.recommend import Recommendation, recommend
 from rlscale.fitting.rules.standing import Standing, decision_runs, read_runs, standing_at
 
+from rlscale.base.errors import first_line
+
 EXPORT_FORMATS = {"trl": "trl", "verl": "verl"}  # a recipe's engine -> the export format its users run
 
 
@@ -248,8 +250,11 @@ def decide(
             law_identified = _law_identified(refusal.codes)
         else:
             decision.recommendation = rec
-            decision.recipe = recommended_recipe(fits, rec).to_json()
             law_identified = rec.law_identified
+            try:
+                decision.recipe = recommended_recipe(fits, rec).to_json()
+            except ValueError as err:  # runs imported from logs: the allocation stands, with no recipe to export
+                decision.refusal = (Reason("no_recipe", {"run": rec.predicted_from, "error": first_line(err)}),)
     elif kind == "best_run" and budget > 0:
         _decide_best_run(decision, fits)
     if law_identified is False and curves["rollouts"].nunique() < MIN_DISTINCT_ROLLOUTS:

@@ -231,9 +231,13 @@ _SIZE_CODES = ("no_model_axis", "size_law_not_fitted", "size_not_learning", "siz
 
 
 def refusal_text(reasons) -> str:
-    """ "no recommendation: <first>; and <second> ..." ("no size recommendation" for the model-size decision)."""
+    """ "no recommendation: <first>; and <second> ..." ("no size recommendation" for the model-size decision; the
+    reason alone for a decision with no recipe to export)."""
+    text = "; and ".join(reason_text(reason) for reason in reasons)
+    if reasons and reasons[0].code == "no_recipe":  # decided, with nothing to export: the reason says so
+        return text
     subject = "size recommendation" if reasons and reasons[0].code in _SIZE_CODES else "recommendation"
-    return f"no {subject}: " + "; and ".join(reason_text(reason) for reason in reasons)
+    return f"no {subject}: {text}"
 
 
 def recommendation_notes(rec) -> list[str]:
@@ -359,7 +363,8 @@ def decision_commands(decision, *, study_file=None, db: str | None = None, out=N
     the extension names `study_file`, else the file the study's sweep read if it is still there, else STUDY.yaml,
     and writes its report to `out` (default reports/STUDY)."""
     at = f"--study {shlex.quote(decision.study)} --budget {budget_text(decision.budget)}{db_flag(db)}"
-    exportable = decision.recommendation is not None or decision.recipe is not None
+    # a frame's recipe (rlscale.decide) is the notebook's: importing the frame keeps only B_p and n, not a recipe
+    exportable = decision.recipe is not None and decision.planned
     export = f"rlscale export --format {decision.export_format} {at}" if exportable else None
     evidence = f"rlscale recommend {at}" if decision.recommendation is not None else None
     extend = None
@@ -420,7 +425,9 @@ def decision_lines(decision, commands: dict) -> list[str]:
         if rec.standing is not None:  # the runs at the budget, where it is inside their data
             lines.append(standing_line(rec.standing))
         lines += [f"- {part}" for note in recommendation_notes(rec) for part in clauses(note)]
-        lines += ["next: the recipe for your framework:", f"  {commands['export']}"]
+        lines += [f"- {part}" for reason in decision.refusal for part in clauses(reason_text(reason))]
+        if commands.get("export"):
+            lines += ["next: the recipe for your framework:", f"  {commands['export']}"]
     elif decision.best is not None:
         lines += [f"decided: the best run, {decision.best_run}: {reason_text(decision.best)}"]
         if decision.standing is not None:
