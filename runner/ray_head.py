@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rlscale.runner.jobs_api import write_whole
 
-from rlscale.base.errors import UserError
+from rlscale.base.errors import UserError, first_line
 
 HEAD_FILE = "ray-head.json"
 START_SECONDS = 180.0  # a head with its dashboard and job agent takes 5-30 s on 2 busy cores
@@ -103,6 +103,36 @@ def connect(address: str | None, *, cpus: int | None = None) -> "LocalHead | Non
             field="--ray-address",
         ) from None
     return head
+
+
+PROBE_SECONDS = 10.0  # a head's GCS (or client server) accepts a TCP connection well within this
+
+
+def check_driver_address(address: str) -> None:
+    """UserError (why, what to pass) unless `address`, where a Ray driver joins a cluster (HOST:PORT of its GCS,
+    ray://HOST:PORT, or auto), accepts a connection within PROBE_SECONDS; a sweep checks before it stores anything
+    (`ray.init` would wait 60 s, then end the process)."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    if address.startswith(("http://", "https://")):
+        raise UserError(
+            f"{address} is a dashboard address; the builtin engine joins the cluster as a driver: pass its GCS "
+            "address (HEAD:6379), ray://HEAD:10001 or auto",
+            field="--ray-address",
+        )
+    try:
+        # auto: the cluster Ray would find (RAY_ADDRESS, the last `ray start` here); HOST:PORT probed as given
+        target = (
+            (canonicalize_bootstrap_address(address) or "") if address == "auto" else address.removeprefix("ray://")
+        )
+        host, _, port = target.rpartition(":")
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_SECONDS).close()
+    except (OSError, ValueError) as err:  # refused, unresolvable, timed out, no cluster found for auto, no port
+        raise UserError(
+            f"cannot reach a Ray cluster at {address} ({first_line(err) or 'no HOST:PORT'}); start one (`ray start "
+            "--head`) and pass its address, or leave --ray-address out to start one here",
+            field="--ray-address",
+        ) from None
 
 
 def disconnect(head: "LocalHead | None") -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import spawn, tail
+from helpers import ROOT, spawn, tail
 from rlscale.db.store import Store
 
 # a short TRL run on the tiny policy (what tests/test_trl_engine.py trains, fewer steps)
@@ -247,6 +247,33 @@ def test_a_cluster_that_cannot_be_reached_is_one_line_and_nothing_is_stored(tmp_
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "cannot reach a Ray cluster at http://127.0.0.1:9" in err and "--ray-address" in err
     assert not db.exists()
+
+
+@pytest.mark.parametrize("command", ["sweep", "run"])
+@pytest.mark.parametrize("address", ["127.0.0.1:{port}", "ray://127.0.0.1:{port}", "http://127.0.0.1:8265"])
+def test_a_builtin_sweep_or_run_whose_cluster_cannot_be_joined_is_one_line_and_stores_nothing(
+    tmp_path, cli, command, address
+):
+    from rlscale.runner.ray_head import free_ports
+
+    address = address.format(port=free_ports(1)[0])  # nothing listens there
+    db = tmp_path / "store.db"
+    target = ROOT / ("studies/quickstart.yaml" if command == "sweep" else "recipes/tiny_scalerl.yaml")
+    code, out, err = cli(command, str(target), "--db", f"sqlite:///{db}", "--ray-address", address)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: --ray-address: ") and address in err
+    assert not db.exists()
+
+
+def test_a_driver_address_that_accepts_a_connection_passes_the_check():
+    import socket
+
+    from rlscale.runner.ray_head import check_driver_address
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        check_driver_address(f"127.0.0.1:{port}")
+        check_driver_address(f"ray://127.0.0.1:{port}")
 
 
 @pytest.mark.slow

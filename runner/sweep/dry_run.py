@@ -84,9 +84,14 @@ def admission_plan(
 
 
 def check_cluster(study, *, ray_address: str | None = None) -> None:
-    """UserError (why, what to set) if a Jobs-API sweep's named cluster is unreachable; before anything is stored."""
+    """UserError (why, what to set) if the sweep's named cluster is unreachable; before anything is stored."""
     engines = {point.recipe.engine for point in planned_runs(study)}
-    if engines & {"verl", "trl"} and (ray_address or os.environ.get("RAY_ADDRESS")):
-        from rlscale.runner.ray_head import jobs_client
+    address = ray_address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        return
+    from rlscale.runner.ray_head import check_driver_address, jobs_client
 
+    if engines & {"verl", "trl"}:
         jobs_client(ray_address)
+    if "builtin" in engines:
+        check_driver_address(address)

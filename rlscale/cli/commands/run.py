@@ -126,6 +126,7 @@ def _run_on_ray(recipe, name: str, study_name: str, db: str | None, ray_address:
     from rlscale.db.store import Store
     from rlscale.planner.study import Study
     from rlscale.runner.sweep.driver import SweepDriver
+    from rlscale.runner.sweep.dry_run import check_cluster
 
     # a one-point grid (the recipe's own loss), so `status` and `report` see it like any study
     study = Study.model_validate(
@@ -137,6 +138,7 @@ def _run_on_ray(recipe, name: str, study_name: str, db: str | None, ray_address:
             "parameters": {"loss": {"values": [recipe.loss]}},
         }
     )
+    check_cluster(study, ray_address=ray_address)  # a named cluster that cannot be reached: exit 2, nothing stored
     store = Store(db)
     started = time.perf_counter()
     view = SweepView(study_name, enabled=not quiet)
