@@ -135,7 +135,7 @@ def run_curves(
                 A_lo=np.nan,
                 A_hi=np.nan,
                 r2=np.nan,
-                n_points=int(keep.size),
+                n_points=int(keep.size if fit.n_points is None else fit.n_points),
                 identified=False,
                 reason=f"not fitted: {fit}",
             )

@@ -48,6 +48,10 @@ def test_r0_fixes_the_start_and_min_compute_drops_early_points(monkeypatch, caps
     (fit,) = _strict_json(out)
     assert fit["R0"] == 0.1
     assert fit["n_points"] == 36  # 41 points, 5 of them below 100
+    # a run that ends before it: not fitted, and it counts the 0 points its reason names, not its 7 in the file
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", str(EXAMPLE), "--json", "--min-compute", "1500")
+    short = {fit["run"]: fit for fit in _strict_json(out)}["grpo_short"]
+    assert code == 0 and short["n_points"] == 0 and short["reason"].endswith("got 0")
 
 
 def test_example_file_fits_every_run_and_flags_the_short_one(monkeypatch, capsys):

@@ -28,7 +28,12 @@ _FLAT_GAIN = 1e-6
 
 
 class FitError(ValueError):
-    """Data that cannot be fitted at all; the message says why."""
+    """Data that cannot be fitted at all; the message says why. n_points: the points the fit would have used (finite,
+    at or past min_compute), where they were counted."""
+
+    def __init__(self, message: str, n_points: int | None = None):
+        super().__init__(message)
+        self.n_points = n_points
 
 
 @dataclass(frozen=True)
@@ -211,10 +216,12 @@ def _clean(compute, reward, min_compute, bounded) -> tuple[np.ndarray, np.ndarra
     order = np.argsort(x[keep], kind="stable")  # compute order: the residuals' autocorrelation runs along it
     x, y = x[keep][order], y[keep][order]
     if len(x) < 3:
-        raise FitError(f"need at least 3 points with finite compute >= {min_compute:g} and finite reward, got {len(x)}")
+        raise FitError(
+            f"need at least 3 points with finite compute >= {min_compute:g} and finite reward, got {len(x)}", len(x)
+        )
     distinct = np.unique(x)
     if len(distinct) < 3 or np.count_nonzero(distinct > 0) < 2:
-        raise FitError(f"need at least 3 distinct compute values (2 of them > 0), got {len(distinct)}")
+        raise FitError(f"need at least 3 distinct compute values (2 of them > 0), got {len(distinct)}", len(x))
     tiny = np.finfo(float).tiny
     if np.any((x > 0) & (x < tiny)):
         raise FitError(f"compute values below {tiny:.3g} (subnormal floats) have lost their precision: rescale compute")

@@ -38,7 +38,8 @@ def fit_runs(
             ).to_dict()
         except FitError as err:
             row = {name: np.nan for name in FIT_COLUMNS}
-            row.update(n_points=int(len(group)), identified=False, reason=str(err), noise=None)
+            points = len(group) if err.n_points is None else err.n_points  # those the fit would have used
+            row.update(n_points=int(points), identified=False, reason=str(err), noise=None)
         rows.append({"run": run, **row})
     return pd.DataFrame(rows, columns=["run", *FIT_COLUMNS])
 
