@@ -252,6 +252,10 @@ def test_target_gives_the_compute_at_which_each_run_reaches_it(monkeypatch, caps
     assert _strict_json(out)[0]["reach_code"] == "at_start"
     code, out, _ = run_cli(monkeypatch, capsys, "fit", "curve.csv", "--target", "0.45")
     assert code == 0 and "r: reaches 0.450 at" in out
+    # an A that is not identified is not a prediction: below the target it says so, not that the run stops short
+    code, out, _ = run_cli(monkeypatch, capsys, "fit", str(EXAMPLE), "--json", "--target", "0.6")
+    short = {fit["run"]: fit for fit in _strict_json(out)}["grpo_short"]
+    assert (short["identified"], short["reach_code"]) == (False, "a_not_identified")
 
 
 def test_target_inverts_the_sigmoid_and_its_draws():

@@ -20,15 +20,18 @@ def compute_to_reach(target: float, A, B, C_mid, R0) -> np.ndarray:
     return np.where(np.isnan(out) & (R0 < target), np.inf, out)
 
 
-def reach(target: float, params, draws: np.ndarray | None = None, *, level: float = DEFAULT_LEVEL) -> Reason:
+def reach(
+    target: float, params, draws: np.ndarray | None = None, *, level: float = DEFAULT_LEVEL, identified: bool = True
+) -> Reason:
     """Where a fit (params (A, B, C_mid, R0), bootstrap `draws` (m, 4)) reaches `target`, as a Reason: reached,
-    reached_unbounded (over (1 - level) / 2 of the draws never reach it), at_start or not_reached."""
+    reached_unbounded (over (1 - level) / 2 of the draws never reach it), at_start, not_reached, or a_not_identified
+    (A is below the target but not identified: not a prediction)."""
     A, B, C_mid, R0 = (float(v) for v in params)
     point = float(compute_to_reach(target, A, B, C_mid, R0))
     if point == 0.0:
         return Reason("at_start", {"target": target, "R0": R0})
     if math.isinf(point):
-        return Reason("not_reached", {"target": target, "A": A})
+        return Reason("not_reached" if identified else "a_not_identified", {"target": target, "A": A})
     lo = hi = float("nan")
     share = 0.0
     if draws is not None and len(draws) >= 2:
@@ -51,7 +54,7 @@ def curve_targets(curves: pd.DataFrame, draws: dict, target: float, *, level: fl
         if not all(math.isfinite(float(v)) for v in params):
             why = Reason("not_fitted", {"error": row.get("reason") or "no fit"})
         else:
-            why = reach(target, params, draws.get(row["run"]), level=level)
+            why = reach(target, params, draws.get(row["run"]), level=level, identified=bool(row["identified"]))
         rows.append(
             {
                 "run": str(row["run"]),
@@ -103,7 +106,7 @@ def record_targets(
                 }
             )
             continue
-        why = reach(target, (fit.A, fit.B, fit.C_mid, fit.R0), fit.samples, level=level)
+        why = reach(target, (fit.A, fit.B, fit.C_mid, fit.R0), fit.samples, level=level, identified=fit.identified)
         rows.append(
             {
                 "run": str(run),

@@ -206,6 +206,9 @@ _TEXT = {
     ),
     "at_start": lambda v: f"starts at or above {v['target']:.3f} (R0 {v['R0']:.3f})",
     "not_reached": lambda v: f"does not reach {v['target']:.3f} below A = {v['A']:.3f}",
+    "a_not_identified": lambda v: (
+        f"A = {v['A']:.3f} is not identified: whether it reaches {v['target']:.3f} is not known"
+    ),
     "not_fitted": lambda v: f"no fit: {v['error']}",
 }
 
