@@ -84,6 +84,7 @@ class CalibrationQuality(BaseModel):
 
 
 R2_WELL_EXPLAINED = 0.9  # below it, per-step cost is not well explained by B_p * n: calibrate warns
+R2_USABLE = 0.5  # below it, a decision prices steps with the study's profile instead of this calibration
 
 
 def calibrate(
@@ -138,7 +139,7 @@ def calibrate(
         code
         for code, bad in (
             ("poor_fit", r2 < R2_WELL_EXPLAINED),
-            ("negative_cost_clipped", min(overhead, per_rollout) < 0),
+            ("negative_cost_clipped", min(overhead, per_rollout, float(np.mean(startups))) < 0),
         )
         if bad
     ]

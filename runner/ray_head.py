@@ -24,6 +24,7 @@ from rlscale.base.errors import UserError, first_line
 HEAD_FILE = "ray-head.json"
 START_SECONDS = 180.0  # a head with its dashboard and job agent takes 5-30 s on 2 busy cores
 START_ATTEMPTS = 3  # `ray start` gives up when its raylet is not registered in 30 s (seen on a busy CI host)
+RETRY_SECONDS = 60.0  # an attempt needs this long; with less left, the first failure's cause is the one reported
 CPUS_ENV = "RLSCALE_RAY_CPUS"  # logical CPUs a local head advertises (default: this host's cores)
 # Ray's workers run at nice 15, starved by any busy process on a shared host (measured: 30-50x slower steps)
 WORKER_NICENESS_ENV = {"RAY_worker_niceness": "0"}
@@ -108,30 +109,31 @@ def connect(address: str | None, *, cpus: int | None = None) -> "LocalHead | Non
 PROBE_SECONDS = 10.0  # a head's GCS (or client server) accepts a TCP connection well within this
 
 
-def check_driver_address(address: str) -> None:
+def check_driver_address(address: str, *, field: str = "--ray-address") -> None:
     """UserError (why, what to pass) unless `address`, where a Ray driver joins a cluster (HOST:PORT of its GCS,
     ray://HOST:PORT, or auto), accepts a connection within PROBE_SECONDS; a sweep checks before it stores anything
-    (`ray.init` would wait 60 s, then end the process)."""
+    (`ray.init` would wait 60 s, then end the process). field: where the address came from (RAY_ADDRESS)."""
     from ray._private.services import canonicalize_bootstrap_address
 
     if address.startswith(("http://", "https://")):
         raise UserError(
             f"{address} is a dashboard address; the builtin engine joins the cluster as a driver: pass its GCS "
             "address (HEAD:6379), ray://HEAD:10001 or auto",
-            field="--ray-address",
+            field=field,
         )
     try:
-        # auto: the cluster Ray would find (RAY_ADDRESS, the last `ray start` here); HOST:PORT probed as given
-        target = (
-            (canonicalize_bootstrap_address(address) or "") if address == "auto" else address.removeprefix("ray://")
-        )
-        host, _, port = target.rpartition(":")
+        target = address
+        if target == "auto":  # the cluster Ray would find: RAY_ADDRESS, else the last `ray start` on this machine
+            target = os.environ.get("RAY_ADDRESS") or canonicalize_bootstrap_address(target) or ""
+        host, colon, port = target.removeprefix("ray://").rpartition(":")
+        if not colon or not port.isdigit():
+            raise ValueError("expected HOST:PORT")
         socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_SECONDS).close()
     except (OSError, ValueError) as err:  # refused, unresolvable, timed out, no cluster found for auto, no port
         raise UserError(
-            f"cannot reach a Ray cluster at {address} ({first_line(err) or 'no HOST:PORT'}); start one (`ray start "
-            "--head`) and pass its address, or leave --ray-address out to start one here",
-            field="--ray-address",
+            f"cannot reach a Ray cluster at {address} ({first_line(err)}); start one (`ray start --head`) and pass "
+            f"its address, or leave {field} out to start one here",
+            field=field,
         ) from None
 
 
@@ -247,7 +249,7 @@ def start_head(
             return head
         why = start_failure(process.poll(), (Path(head.temp_dir) / "head.log").read_text(errors="replace"))
         head.stop(head_file)
-        if not _again(process.poll(), attempt) or time.monotonic() > deadline:
+        if not _again(process.poll(), attempt) or time.monotonic() > deadline - RETRY_SECONDS:
             raise UserError(
                 f"could not start a local Ray head ({why[:200]}); start one yourself and pass --ray-address",
                 field="--ray-address",
@@ -256,9 +258,9 @@ def start_head(
 
 
 def _again(returncode: int | None, attempt: int) -> bool:
-    """Whether a failed start is worth another: `ray start` exited by itself (not killed, not still starting at the
-    deadline) and attempts remain."""
-    return returncode is not None and returncode >= 0 and attempt < START_ATTEMPTS
+    """Whether a failed start is worth another: `ray start` exited with an error by itself (not killed, not stopped
+    by `ray stop`'s SIGTERM, which exits 0, not still starting at the deadline) and attempts remain."""
+    return returncode is not None and returncode > 0 and attempt < START_ATTEMPTS
 
 
 def _launch(

@@ -53,6 +53,14 @@ def test_calibration_whose_costs_are_not_linear_in_the_batch_says_so_in_codes():
     assert quality.r2 < 0.9 and "poor_fit" in quality.warnings
 
 
+def test_a_cost_fitted_below_zero_is_clipped_and_says_so():
+    # compute counted from the first evaluation (a log that starts its clock late): the startup comes out negative
+    records, runs = synthetic(noise=0.0)
+    records["gpu_hours"] -= 2 * TRUE["startup_gpu_hours"]
+    profile, quality = calibrate(records, runs, name="measured")
+    assert profile.startup_gpu_hours == 0.0 and quality.warnings == ["negative_cost_clipped"]
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_calibration_recovers_coefficients_within_2_percent_under_noise(seed):
     # 2% jitter on every measured interval, as wall-clock timing gives

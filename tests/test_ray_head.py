@@ -394,7 +394,8 @@ def test_a_ray_start_that_gives_up_by_itself_is_tried_again_on_new_ports(tmp_pat
 def test_only_a_start_that_ended_by_itself_with_attempts_left_is_tried_again():
     from rlscale.runner.ray_head import START_ATTEMPTS, _again
 
-    assert _again(1, 1) and _again(0, START_ATTEMPTS - 1)
+    assert _again(1, 1) and _again(1, START_ATTEMPTS - 1)
+    assert not _again(0, 1)  # `ray stop`'s SIGTERM, handled: someone meant it
     assert not _again(1, START_ATTEMPTS)  # the last attempt's failure is the user's error
     assert not _again(-9, 1)  # killed: someone meant it
     assert not _again(None, 1)  # still starting at the deadline

@@ -54,4 +54,6 @@ def run_recipe(base: dict, config: dict | None):
     # Recipe()'s defaults would be the tiny policy's, not what the run trained (a log gives at most its B_p and n)
     if not base and (not keys or (config or {}).get("source") == "import"):
         raise ValueError("it was imported from a log, which names no recipe")
+    if not base and set(keys) <= {"prompts_per_batch", "rollouts"}:
+        raise ValueError("its runs name only their B_p and n, not how they trained")
     return Recipe.model_validate({**base, **keys})

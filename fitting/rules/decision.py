@@ -59,7 +59,7 @@ def _run_config(runs: pd.DataFrame, chosen: pd.Series) -> dict | None:
 def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: str | None = None):
     """(steps_for(budget, B_p, n) -> steps, how: a Reason) in the study's compute unit; GPU-hours by the named profile,
     else one calibrated on the study's records, else the study's profile (`study` None: imported without a spec)."""
-    from rlscale.planner.cost import DEFAULT_PROFILE, calibrate, step_gpu_hours, steps_within
+    from rlscale.planner.cost import DEFAULT_PROFILE, R2_USABLE, calibrate, step_gpu_hours, steps_within
     from rlscale.planner.planning import default_profile
     from rlscale.planner.profiles import load_profile
 
@@ -90,7 +90,7 @@ def steps_model(study, records: pd.DataFrame, runs: pd.DataFrame, *, profile: st
     else:
         try:
             calibrated, quality = calibrate(records, runs, name="measured")
-            if quality.r2 >= 0.5:
+            if quality.r2 >= R2_USABLE:
                 chosen, how = calibrated, Reason("steps_calibrated", {"r2": float(quality.r2)})
         except Exception:  # any calibration failure falls back to the study's profile
             chosen = None

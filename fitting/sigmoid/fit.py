@@ -127,7 +127,7 @@ def _fit(compute, reward, r0, min_compute, bounded, noise, bootstrap, seed, max_
     best, cost = levenberg_marquardt(model, best, ys, sqrt_w, lower, upper, free)
     theta_hat = best[0]
     if not np.all(np.isfinite(theta_hat)) or not np.isfinite(cost[0]):
-        raise FitError("the fit did not converge to finite parameters")
+        raise FitError("the fit did not converge to finite parameters", len(ys))
     fitted, jac = model(best)
     fitted, jac = fitted[0], jac[0] * sqrt_w[:, None]
     resid_w = sqrt_w * (ys - fitted)
@@ -224,11 +224,14 @@ def _clean(compute, reward, min_compute, bounded) -> tuple[np.ndarray, np.ndarra
         raise FitError(f"need at least 3 distinct compute values (2 of them > 0), got {len(distinct)}", len(x))
     tiny = np.finfo(float).tiny
     if np.any((x > 0) & (x < tiny)):
-        raise FitError(f"compute values below {tiny:.3g} (subnormal floats) have lost their precision: rescale compute")
+        raise FitError(
+            f"compute values below {tiny:.3g} (subnormal floats) have lost their precision: rescale compute", len(x)
+        )
     if bounded and (y.min() < 0 or y.max() > 1):
         raise FitError(
             f"reward outside [0, 1] (min {y.min():g}, max {y.max():g}): "
-            "fit metrics not in [0, 1] unbounded (rlscale fit --unbounded; bounded=False in the API)"
+            "fit metrics not in [0, 1] unbounded (rlscale fit --unbounded; bounded=False in the API)",
+            len(x),
         )
     return x, y
 

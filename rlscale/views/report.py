@@ -262,7 +262,7 @@ def _targets(report: Report, curves, draws, target: float | None) -> None:
         "note": (
             f"The compute at which each run's fitted curve reaches {target:.3f} ({why}), with a "
             f"{DEFAULT_LEVEL:.0%} interval from its bootstrap draws; a run whose asymptote is "
-            "below it does not reach it."
+            "below it does not reach it (if that asymptote is identified)."
         ),
     }
 

@@ -151,7 +151,11 @@ def target_cells(row: dict) -> list[str]:
     elif code == "reached_unbounded":
         compute = f"{_f(v['compute'], '{:.4g}')} [{_f(v['compute_lo'], '{:.4g}')}, never in {v['share_unreached']:.0%}]"
     else:
-        compute = {"at_start": "at the start", "not_reached": "not below A"}.get(code, "no fit")
+        compute = {
+            "at_start": "at the start",
+            "not_reached": "not below A",
+            "a_not_identified": "A not identified",
+        }.get(code, "no fit")
     return [
         row["run"],
         compute,

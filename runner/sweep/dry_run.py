@@ -94,4 +94,4 @@ def check_cluster(study, *, ray_address: str | None = None) -> None:
     if engines & {"verl", "trl"}:
         jobs_client(ray_address)
     if "builtin" in engines:
-        check_driver_address(address)
+        check_driver_address(address, field="--ray-address" if ray_address else "RAY_ADDRESS")

@@ -1,6 +1,7 @@
 """`rlscale export --format verl|trl|openrlhf|yaml`: a study's recommended (or best) recipe, or a recipe file, as a
 production config; `--gpus/--nodes` lay the job out (deployment choices, marked apart from the recipe)."""
 
+import shlex
 from pathlib import Path
 
 import typer
@@ -121,8 +122,11 @@ def _user_setup_text(store, study: str, recipe, fmt: str, header: list[str]) -> 
     modules = sorted({name.rsplit(".", 1)[0] for name in ([funcs] if isinstance(funcs, str) else funcs) if "." in name})
     if modules:  # `trl grpo` imports them from where it runs; the sweep's jobs found them in these folders
         found = [folder for folder in import_paths(file) if any(_module_in(folder, name) for name in modules)]
-        folders = ":".join(found or import_paths(file)[1:])
-        header = [*header, f"reward modules {', '.join(modules)}: run with PYTHONPATH={folders}"]
+        if found:  # none found: an installed package, imported as it is
+            header = [
+                *header,
+                f"reward modules {', '.join(modules)}: run with PYTHONPATH={shlex.quote(':'.join(found))}",
+            ]
     return export_setup(plan, recipe, header, paths=local_paths(plan.setup.keys, file))
 
 

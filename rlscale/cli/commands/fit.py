@@ -18,7 +18,8 @@ JSON_KEYS = ("run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_poi
 DEFAULT_OPTIONS = dict(r0=None, min_compute=0.0, noise="auto", bounded=True)
 PREDICTION_KEYS = ("at", "predicted", "predicted_lo", "predicted_hi", "level")
 # Added by --target: the compute at which the run is predicted to reach `target`, its interval at `reach_level`, and
-# reach_code (laws.target): reached, reached_unbounded (no upper end), at_start, not_reached (below A), not_fitted.
+# reach_code (laws.target): reached, reached_unbounded (no upper end), at_start, not_reached (below A),
+# a_not_identified (below an A not identified), not_fitted.
 TARGET_KEYS = ("target", "reach_code", "reach_compute", "reach_compute_lo", "reach_compute_hi", "reach_level")
 
 
