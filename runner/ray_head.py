@@ -22,8 +22,8 @@ from rlscale.runner.jobs_api import write_whole
 from rlscale.base.errors import UserError, first_line
 
 HEAD_FILE = "ray-head.json"
-START_SECONDS = 180.0  # a head with its dashboard and job agent takes 5-30 s on 2 busy cores
-START_ATTEMPTS = 3  # `ray start` gives up when its raylet is not registered in 30 s (seen on a busy CI host)
+START_SECONDS = 300.0  # a head with its dashboard and job agent takes 5-30 s on 2 busy cores
+START_ATTEMPTS = 6  # `ray start` gives up when its raylet is not registered in 30 s (twice running on a busy CI host)
 RETRY_SECONDS = 60.0  # an attempt needs this long; with less left, the first failure's cause is the one reported
 CPUS_ENV = "RLSCALE_RAY_CPUS"  # logical CPUs a local head advertises (default: this host's cores)
 # Ray's workers run at nice 15, starved by any busy process on a shared host (measured: 30-50x slower steps)
@@ -196,6 +196,10 @@ class LocalHead:
                 pass
             _wait_gone([self.pid], 30.0)
         _kill(self.processes())
+        try:  # `ray start` of this process's own: reaped, so that no zombie stays listed among the head's processes
+            os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
         shutil.rmtree(self.temp_dir, ignore_errors=True)
         if head_file is not None:
             head_file.unlink(missing_ok=True)
@@ -247,9 +251,10 @@ def start_head(
             time.sleep(0.5)
         else:
             return head
-        why = start_failure(process.poll(), (Path(head.temp_dir) / "head.log").read_text(errors="replace"))
+        code = process.poll()  # before stop(), which reaps it
+        why = start_failure(code, (Path(head.temp_dir) / "head.log").read_text(errors="replace"))
         head.stop(head_file)
-        if not _again(process.poll(), attempt) or time.monotonic() > deadline - RETRY_SECONDS:
+        if not _again(code, attempt) or time.monotonic() > deadline - RETRY_SECONDS:
             raise UserError(
                 f"could not start a local Ray head ({why[:200]}); start one yourself and pass --ray-address",
                 field="--ray-address",
@@ -369,8 +374,8 @@ def _cmdline(pid: int) -> str:
 
 
 def _running(pid: int) -> bool:
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+    try:  # WNOWAIT: a child of ours that exited stays for its Popen to reap, with its exit code (start_head reads it)
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
             return False
     except ChildProcessError:  # not our child: a head adopted from an earlier driver
         pass

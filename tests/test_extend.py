@@ -282,13 +282,13 @@ def test_a_decision_without_a_law_also_names_the_extension_that_would_decide_lar
         "planned_gpu_hours": 0.14,
         "db": "sqlite:///store.db",
     }
-    decision, commands = _decision(tmp_path, study, plan, recommendation=rec)
+    decision, commands = _decision(tmp_path, study, plan, recommendation=rec, recipe=study.recipe.to_json())
     lines = _closing_lines(study, None, payload, decision, commands)
     assert sum(line.startswith("decided") or line.startswith("not yet") for line in lines) == 1
     assert lines[-1] == f"  rlscale sweep {tmp_path / 'grow.yaml'} --extend 2{db_flag(None)}"
     extension = next(line for line in lines if line.startswith("to decide past"))
     assert "0.035" in extension and "2x" in extension and extension.endswith(":")  # the sentence is whole
-    decision, commands = _decision(tmp_path, study, None, recommendation=rec)
+    decision, commands = _decision(tmp_path, study, None, recommendation=rec, recipe=study.recipe.to_json())
     lines = _closing_lines(study, None, payload, decision, commands)
     assert not any(line.startswith("to decide past") for line in lines)
     # the decision ends the output
