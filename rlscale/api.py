@@ -77,7 +77,8 @@ def decide(
     from rlscale.fitting.stored import fits_from_frames
 
     runs, records = frame_study(data)
-    return decide_study(fits_from_frames(study, None, runs, records), budget=budget, profile=profile)
+    fits = fits_from_frames(study, None, runs, records)
+    return decide_study(fits, budget=budget, profile=profile, from_frame=True)
 
 
 def decision_text(decision, *, db: str | None = None) -> str:

@@ -3,6 +3,7 @@ report, status and export, shown as typed: markup inert, nothing interpreted by 
 
 import html
 import json
+import shlex
 
 import numpy as np
 import pytest
@@ -118,6 +119,13 @@ def test_export_names_the_chosen_run_as_typed(cli, workdir):
     assert (code, err) == (0, "")
     # two rollouts values: the study decides an allocation, from the run named as typed
     assert "from run qwen2.5-7b/lr=1e-6,bs=256" in out
+    # the report names the export that just ran: whether a decision exports is one fact
+    code, out, err = cli("report", "runs", "--db", url, "--out", "report", "--json", "--bootstrap", "0")
+    assert code == 0, err
+    export = shlex.split(json.loads(out)["decision"]["commands"]["export"])
+    assert export[:5] == ["rlscale", "export", "--format", "verl", "--study"]
+    code, out, err = cli(*export[1:])
+    assert code == 0 and "from run qwen2.5-7b/lr=1e-6,bs=256" in out, err
 
 
 def test_a_long_plot_title_wraps_inside_its_figure():

@@ -178,11 +178,18 @@ class Decision:
     extend: float = 1.0  # the study's current extension of its planned compute (the next command multiplies it)
     planned: bool = True  # the study has a spec a sweep can extend (one imported from logs has none)
     study_file: str | None = None  # the YAML its sweep read (absolute), when the store knows it
+    from_frame: bool = False  # decided from a frame of evaluations (rlscale.decide), not a store
 
     @property
     def decided(self) -> bool:
         """Whether the study decided at its budget: an allocation, or a best run."""
         return self.recommendation is not None or self.best is not None
+
+    @property
+    def exportable(self) -> bool:
+        """Whether `rlscale export --study` writes this decision: a recipe, from a store (a frame's recipe, from
+        `rlscale.decide`, is the caller's: importing the frame keeps only B_p and n)."""
+        return self.recipe is not None and not self.from_frame
 
     @property
     def best_run(self) -> str | None:
@@ -209,6 +216,7 @@ class Decision:
             "law": self.law.to_dict() if self.law else None,
             "next_allocation": self.next_allocation.to_dict() if self.next_allocation else None,
             "recipe": self.recipe,
+            "exportable": self.exportable,
             "prediction": self.prediction.to_dict() if self.prediction is not None else None,
             "extend": self.extend,
             "planned": self.planned,
@@ -217,10 +225,16 @@ class Decision:
 
 
 def decide(
-    fits: StudyFits, *, budget: float | None = None, profile: str | None = None, extend: float = 1.0
+    fits: StudyFits,
+    *,
+    budget: float | None = None,
+    profile: str | None = None,
+    extend: float = 1.0,
+    from_frame: bool = False,
 ) -> Decision:
     """The Decision of a study from its fit of record at `budget` (default: decision_budget over rollouts, else the
-    compute every finished run reached). extend: the study's current extension factor (the next command scales it)."""
+    compute every finished run reached). extend: the study's current extension factor (the next command scales it);
+    from_frame: the fits come from a frame, not a store."""
     curves, runs, typed = fits.curves, fits.runs, fits.spec
     compute = reach_of_finished(curves)
     kind = "allocation" if varies_rollouts(typed, runs) else "best_run"
@@ -239,6 +253,7 @@ def decide(
         extend=extend,
         planned=typed is not None,
         study_file=typed.file if typed is not None else None,
+        from_frame=from_frame,
     )
     law_identified = None  # no law to fit: the study does not vary rollouts
     if kind == "allocation" and budget > 0:

@@ -24,7 +24,6 @@ ASSETS = {
 }
 _STYLES = ("uPlot.min.css", "page.css")
 _SCRIPTS = ("uPlot.iife.min.js", "page.js")
-LIVE_SECTIONS = ("decision", "flight", "law", "stopped")  # the server-made HTML a refresh replaces
 
 
 @dataclass

@@ -366,9 +366,7 @@ def decision_commands(decision, *, study_file=None, db: str | None = None, out=N
     the extension names `study_file`, else the file the study's sweep read if it is still there, else STUDY.yaml,
     and writes its report to `out` (default reports/STUDY)."""
     at = f"--study {shlex.quote(decision.study)} --budget {budget_text(decision.budget)}{db_flag(db)}"
-    # a frame's recipe (rlscale.decide) is the notebook's: importing the frame keeps only B_p and n, not a recipe
-    exportable = decision.recipe is not None and decision.planned
-    export = f"rlscale export --format {decision.export_format} {at}" if exportable else None
+    export = f"rlscale export --format {decision.export_format} {at}" if decision.exportable else None
     evidence = f"rlscale recommend {at}" if decision.recommendation is not None else None
     extend = None
     if decision.next_allocation is not None and decision.planned:

@@ -2,6 +2,7 @@
 production config; `--gpus/--nodes` lay the job out (deployment choices, marked apart from the recipe)."""
 
 import shlex
+from importlib.machinery import PathFinder
 from pathlib import Path
 
 import typer
@@ -81,7 +82,7 @@ def register(app: typer.Typer) -> None:
             decision = study_decision(store, name, budget=budget, profile=profile)
             if decision is None:
                 raise UserError(f"study {name!r} has no evaluated records yet", field="--study")
-            if decision.recipe is None:
+            if not decision.exportable:
                 raise UserError(
                     refusal_with_next(decision.refusal, extension_command(decision, db)), field=f"study {name}"
                 )
@@ -131,6 +132,5 @@ def _user_setup_text(store, study: str, recipe, fmt: str, header: list[str]) -> 
 
 
 def _module_in(folder: str, module: str) -> bool:
-    """Whether `module` (dotted) is a file or package under `folder`."""
-    path = Path(folder, *module.split("."))
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+    """Whether Python would import `module`'s top package from `folder` (a module, package or namespace package)."""
+    return PathFinder.find_spec(module.split(".")[0], [folder]) is not None
