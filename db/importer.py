@@ -66,8 +66,9 @@ def read_run_log(
         raise UserError("no such file", file=str(path))
     text = read_text(path)
     renames = {name.strip().lower(): to for name, to in ((tag, "reward"), (compute_tag, "compute")) if name}
-    lines = _csv_rows(path, text, renames) if kind == "csv" else _jsonl_rows(path, text, renames)
-    rows = _validate(path, lines)
+    origins: dict[str, str] = {}  # a renamed column -> the file's own name for it, which errors name
+    lines = (_csv_rows if kind == "csv" else _jsonl_rows)(path, text, renames, origins)
+    rows = _validate(path, lines, origins)
     if compute_tag and compute_tag.strip().lower() not in COMPUTE_COLUMNS:  # a named column counts what it names
         rows.attrs["compute_unit"] = compute_tag.strip()
         rows.attrs["compute_note"] = f"the column {compute_tag.strip()!r} (--compute)"
@@ -89,6 +90,7 @@ def _renamed(columns: list[str], renames: dict[str, str], where: str | None) -> 
 def import_run_log(store: "Store", path: str | Path, study: str, rows: pd.DataFrame | None = None) -> ImportSummary:
     """Load the run log at `path` (or its read `rows`) into `study` in one transaction; stored steps are skipped."""
     rows = read_run_log(path) if rows is None else rows
+    _check_same_unit(store, study, rows.attrs.get("compute_unit") or "gpu_hours", path)
     runs = []
     for name, group in rows.groupby("run", sort=False):
         # a run is identified by its name within the study, so re-importing (or a longer export) merges into it
@@ -108,6 +110,27 @@ def import_run_log(store: "Store", path: str | Path, study: str, rows: pd.DataFr
     return ImportSummary(str(path), study, len(runs), created, added, skipped)
 
 
+def logged_unit(configs) -> str | None:
+    """The compute unit every run's config names (an imported log's tag, steps, gpu_hours); None if one names none
+    (a sweep's runs: GPU-hours) or they differ."""
+    units = {(config or {}).get("compute_unit") for config in configs}
+    return units.pop() if len(units) == 1 and None not in units else None
+
+
+def _check_same_unit(store: "Store", study: str, unit: str, path) -> None:
+    """UserError if `study` holds runs whose compute counts another unit: one axis cannot mix them."""
+    if study not in store.study_names():
+        return
+    held = {(config or {}).get("compute_unit") or "gpu_hours" for config in store.runs_frame(study)["config"]}
+    held.discard(unit)
+    if held:
+        raise UserError(
+            f"compute here is {unit}, study {study!r} counts {', '.join(sorted(held))}: import into another study, "
+            "or name a matching --compute",
+            file=str(path),
+        )
+
+
 def _whole(value) -> int | None:
     return None if _missing(value) else int(value)
 
@@ -124,7 +147,9 @@ def _record(row: dict, geometry: bool = False) -> dict:
     }
 
 
-def _csv_rows(path: Path, text: str, renames: dict[str, str]) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+def _csv_rows(
+    path: Path, text: str, renames: dict[str, str], origins: dict[str, str]
+) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
     reader = csv.reader(io.StringIO(text, newline=""))
     header: list[str] | None = None
     rows = []
@@ -134,7 +159,9 @@ def _csv_rows(path: Path, text: str, renames: dict[str, str]) -> tuple[list[str]
                 continue  # blank or comment line (e.g. a generator's note on top of the file)
             if header is None:
                 header_line = reader.line_num
-                header = _renamed([cell.strip().lower() for cell in cells], renames, f"{path}:{header_line}")
+                raw = [cell.strip() for cell in cells]
+                header = _renamed([cell.lower() for cell in raw], renames, f"{path}:{header_line}")
+                origins.update(_origins(header, raw))
                 _check_header(path, header_line, header)
                 continue
             if len(cells) != len(header):
@@ -149,7 +176,9 @@ def _csv_rows(path: Path, text: str, renames: dict[str, str]) -> tuple[list[str]
     return header, rows
 
 
-def _jsonl_rows(path: Path, text: str, renames: dict[str, str]) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+def _jsonl_rows(
+    path: Path, text: str, renames: dict[str, str], origins: dict[str, str]
+) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
     rows = []
     columns: dict[str, None] = {}
     for number, obj in json_lines(path, text):
@@ -161,7 +190,9 @@ def _jsonl_rows(path: Path, text: str, renames: dict[str, str]) -> tuple[list[st
             twice = next(k for k in seen if seen.count(k) > 1)
             raise UserError("key appears twice in one object", file=f"{path}:{number}", field=f"column {twice!r}")
         where = None if rows else f"{path}:{number}"  # the first object is the header: later ones may omit keys
-        obj = dict(zip(_renamed(list(normalised), renames, where), normalised.values()))
+        named = _renamed(list(normalised), renames, where)
+        origins.update(_origins(named, [str(k).strip() for k in obj]))
+        obj = dict(zip(named, normalised.values()))
         if not rows:
             _check_header(path, number, list(obj))
         elif set(COMPUTE_COLUMNS) <= set(columns) | set(obj):  # a later line names the compute axis anew
@@ -175,6 +206,11 @@ def _jsonl_rows(path: Path, text: str, renames: dict[str, str]) -> tuple[list[st
     if not rows:
         raise UserError(f"empty file: expected one JSON object per line with {EXPECTED}", file=f"{path}:1")
     return list(columns), rows
+
+
+def _origins(named: list[str], raw: list[str]) -> dict[str, str]:
+    """{canonical name: the file's name} for each column given another name (`--reward train/reward` as reward)."""
+    return {new: old for new, old in zip(named, raw) if new != old.lower() and not new.startswith("unused ")}
 
 
 def read_text(path: Path) -> str:
@@ -244,18 +280,22 @@ def _check_header(path: Path, line: int, header: list[str]) -> None:
         raise UserError(f"missing column 'reward'; expected {EXPECTED}", file=where)
 
 
-def _validate(path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any]]]]) -> pd.DataFrame:
+def _validate(
+    path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any]]]], origins: dict[str, str]
+) -> pd.DataFrame:
+    """The rows as a frame, checked; a row whose reward cell is empty (a tracker's export of a step that logged other
+    metrics) is left out."""
     columns, rows = parsed
     if not rows:
         raise UserError("no data rows under the header", file=f"{path}:1")
     compute_col = "compute" if "compute" in columns else "gpu_hours"
     metrics = [m for m in HEALTH_METRICS if m in columns]
     geometry = "prompts_per_batch" in columns  # then `rollouts` is n per prompt, as a sweep's records give it
-    out = []
+    out, lines = [], []  # the rows kept and their line numbers
     next_step: dict[str, int] = {}
     seen: dict[tuple[str, int], int] = {}
     for line, row in rows:
-        cell = _Cells(path, line, row)
+        cell = _Cells(path, line, row, origins)
         run = cell.name("run", default=path.stem)
         step = cell.whole("step", default=next_step.get(run, 0))
         next_step[run] = step + 1
@@ -263,9 +303,12 @@ def _validate(path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any
             raise UserError(
                 f"run {run!r} already has step {step} (line {seen[run, step]})",
                 file=f"{path}:{line}",
-                field="column 'step'",
+                field=f"column {origins.get('step', 'step')!r}",
             )
         seen[run, step] = line
+        if not cell.given("reward"):
+            continue
+        lines.append(line)
         out.append(
             {
                 "run": run,
@@ -278,11 +321,13 @@ def _validate(path: Path, parsed: tuple[list[str], list[tuple[int, dict[str, Any
                 **({"prompts_per_batch": cell.whole("prompts_per_batch", default=None)} if geometry else {}),
             }
         )
+    if not out:
+        raise UserError("no step with a reward", file=str(path), field=f"column {origins.get('reward', 'reward')!r}")
     frame = pd.DataFrame(out)
+    frame.attrs["runs_left_out"] = [run for run in next_step if run not in set(frame["run"])]
     for column in ("rollouts", "tokens", *(("prompts_per_batch",) if geometry else ())):
         frame[column] = frame[column].astype("Int64")
-    lines = [line for line, _ in rows]
-    _check_cumulative(path, frame, lines, compute_col)
+    _check_cumulative(path, frame, lines, origins.get(compute_col, compute_col))
     if geometry:
         _check_geometry(path, frame, lines)
         frame.attrs["geometry"] = True
@@ -327,15 +372,19 @@ _DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|infinity
 
 
 class _Cells:
-    def __init__(self, path: Path, line: int, row: dict[str, Any]):
-        self.path, self.line, self.row = path, line, row
+    def __init__(self, path: Path, line: int, row: dict[str, Any], origins: dict[str, str]):
+        self.path, self.line, self.row, self.origins = path, line, row, origins
 
     def _fail(self, column: str, message: str) -> UserError:
-        return UserError(message, file=f"{self.path}:{self.line}", field=f"column {column!r}")
+        return UserError(message, file=f"{self.path}:{self.line}", field=f"column {self.origins.get(column, column)!r}")
+
+    def given(self, column: str) -> bool:
+        """Whether the row has a value in `column` (not absent, null or an empty cell)."""
+        value = self.row.get(column)
+        return not (value is None or (isinstance(value, str) and not value.strip()))
 
     def _present(self, column: str, default: Any) -> bool:
-        value = self.row.get(column)
-        empty = value is None or (isinstance(value, str) and not value.strip())
+        empty = not self.given(column)
         if empty and default is _REQUIRED:
             raise self._fail(column, "missing" if column not in self.row else "expected a value, got an empty cell")
         return not empty

@@ -83,11 +83,12 @@ def read_training_log(path: str | Path, *, tag: str | None = None, compute_tag: 
     else:
         raise UserError("no such file or directory", file=str(path))
     units = {}
-    rows, reward_tags = [], {}
+    rows, reward_tags, missing = [], {}, {}
     for run in runs:
-        reward_tag = tag or _default_reward_tag(run, path)
-        if reward_tag not in run.values:
-            raise UserError(f"run {run.name!r} has no {run.kind} {reward_tag!r} ({_some_tags(run)})", file=str(path))
+        reward_tag = _reward_tag(run, tag, path)
+        if isinstance(reward_tag, UserError):  # a run that never logged its reward (it crashed first): left out
+            missing[run.name] = reward_tag
+            continue
         reward_tags[run.name] = reward_tag
         compute, units[run.name] = _compute(run, compute_tag, path)
         for step, (value, where) in sorted(run.values[reward_tag].items()):
@@ -108,6 +109,8 @@ def read_training_log(path: str | Path, *, tag: str | None = None, compute_tag: 
                     **{name: _optional(run, source, step) for name, source in VERL_HEALTH.items()},
                 }
             )
+    if missing and not reward_tags:
+        raise next(iter(missing.values()))
     if len(set(units.values())) > 1:
         detail = ", ".join(f"{name}: {unit}" for name, unit in units.items())
         raise UserError(
@@ -122,6 +125,7 @@ def read_training_log(path: str | Path, *, tag: str | None = None, compute_tag: 
         frame[column] = frame[column].astype("Int64")
     frame.attrs["compute_unit"] = next(iter(units.values()))
     frame.attrs["reward_tags"] = reward_tags
+    frame.attrs["runs_left_out"] = list(missing)
     return frame
 
 
@@ -205,7 +209,13 @@ def _scalars(file: Path):
                 yield int(event.step), value.tag, float(array.reshape(()))
 
 
-def _default_reward_tag(run: _Run, path: Path) -> str:
+def _reward_tag(run: _Run, tag: str | None, path: Path) -> str | UserError:
+    """The tag read as `run`'s reward: `tag`, else verl's validation reward; the error to give if the run has none
+    (raised at once where it has several)."""
+    if tag is not None:
+        if tag in run.values:
+            return tag
+        return UserError(f"run {run.name!r} has no {run.kind} {tag!r} ({_some_tags(run)})", file=str(path))
     for pattern in (VERL_REWARD, LEGACY_VERL_REWARD):
         found = sorted(tag for tag in run.values if pattern.match(tag))
         if len(found) == 1:
@@ -215,7 +225,7 @@ def _default_reward_tag(run: _Run, path: Path) -> str:
                 f"run {run.name!r} has several validation rewards ({', '.join(found)}): pick one with --reward",
                 file=str(path),
             )
-    raise UserError(
+    return UserError(
         f"run {run.name!r} has no verl validation reward (val-core/<source>/reward/mean@k): name the "
         f"reward with --reward ({_some_tags(run)})",
         file=str(path),

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from rlscale.db.importer import logged_unit
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid
 from rlscale.fitting.sigmoid.points import BIN_WIDTH, record_breaking_points
 from rlscale.fitting.sigmoid.runs import FIT_BOOTSTRAP, FIT_SEED, run_labels
@@ -251,9 +252,9 @@ class StudyFits:
         """The compute unit: the study's, else the one its imported logs name (a tracker's tag, steps), else
         gpu_hours."""
         if self.spec is None and "config" in self.runs:
-            units = {(config or {}).get("compute_unit") for config in self.runs["config"]}
-            if len(units) == 1 and None not in units:
-                return units.pop()
+            unit = logged_unit(self.runs["config"])
+            if unit is not None:
+                return unit
         return study_unit(self.spec)
 
 

@@ -139,8 +139,8 @@ MALFORMED = [
     ("broken.jsonl", '{"compute": 1, "reward": 0.1}\n{"compute": 2,\n', "broken.jsonl:2: column 15: not valid JSON"),
     (
         "missing_key.jsonl",
-        '{"compute": 1, "reward": 0.1}\n{"compute": 2}\n',
-        "missing_key.jsonl:2: column 'reward': missing",
+        '{"compute": 1, "reward": 0.1}\n{"reward": 0.2}\n',
+        "missing_key.jsonl:2: column 'compute': missing",
     ),
     ("log.txt", "run,compute,reward\na,1,0.1\n", "log.txt: unknown file type '.txt': expected .csv or .jsonl"),
     # Python's own number syntax is no CSV number: float() reads "1_000" as 1000
@@ -207,7 +207,7 @@ def test_a_missing_file_names_it(monkeypatch, capsys, workdir):
 
 
 def test_the_installed_command_exits_2_with_one_line(workdir):
-    (workdir / "bad.csv").write_text("run,compute,reward\na,1,0.1\na,2,\n")
+    (workdir / "bad.csv").write_text("run,compute,reward\na,1,0.1\na,2,high\n")
     result = subprocess.run(
         [str(Path(sys.executable).with_name("rlscale")), "import", "bad.csv", "--study", "s"],
         capture_output=True,
@@ -215,7 +215,7 @@ def test_the_installed_command_exits_2_with_one_line(workdir):
         timeout=60,
     )
     assert result.returncode == 2
-    assert result.stderr == "error: bad.csv:3: column 'reward': expected a value, got an empty cell\n"
+    assert result.stderr == "error: bad.csv:3: column 'reward': expected a number, got 'high'\n"
     assert not (workdir / "rlscale.db").exists()
 
 
@@ -231,3 +231,49 @@ def test_a_run_imported_again_from_a_richer_read_of_its_log_is_the_same_run(tmp_
         runs = store.runs_frame("s")
     assert (summary.runs_created, summary.records_added, summary.records_skipped) == (0, 1, 1)
     assert len(runs) == 1 and runs["config"].iloc[0]["rollouts"] == 4  # what the richer read says, kept
+
+
+def test_a_wandb_history_export_skips_steps_that_logged_no_reward_and_names_its_own_columns(
+    monkeypatch, capsys, workdir
+):
+    # W&B writes a row per logged step: the reward's cell is empty where that step logged other metrics only
+    (workdir / "history.csv").write_text(
+        "Name,_step,_runtime,train/reward,train/loss\n"
+        "a,0,10,0.1,1.0\na,1,20,,0.9\na,2,30,0.3,0.8\n"
+        "crashed,0,5,,1.2\n"
+        "b,0,12,0.2,1.1\nb,1,24,0.4,1.0\n"
+    )
+    args = ("--reward", "train/reward", "--compute", "_runtime", "--study", "wb", "--json")
+    code, out, err = run_cli(monkeypatch, capsys, "import", "history.csv", *args)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert (summary["records_added"], summary["runs_left_out"]) == (4, ["crashed"])
+    # an error names the file's own column, not the name rlscale reads it by
+    (workdir / "bad.csv").write_text("Name,_step,_runtime,train/reward\na,0,10,0.1\na,0,20,0.2\n")
+    code, _, err = run_cli(monkeypatch, capsys, "import", "bad.csv", *args[:-3], "--study", "x")
+    assert code == 2 and err == "error: bad.csv:3: column '_step': run 'a' already has step 0 (line 2)\n"
+    (workdir / "bad.csv").write_text("Name,_runtime,train/reward\na,10,0.1\na,20,high\n")
+    code, _, err = run_cli(monkeypatch, capsys, "import", "bad.csv", *args[:-3], "--study", "x")
+    assert code == 2 and err == "error: bad.csv:3: column 'train/reward': expected a number, got 'high'\n"
+    (workdir / "none.csv").write_text("Name,_runtime,train/reward\na,10,\n")
+    code, _, err = run_cli(monkeypatch, capsys, "import", "none.csv", *args[:-3], "--study", "x")
+    assert code == 2 and err == "error: none.csv: column 'train/reward': no step with a reward\n"
+
+
+def test_status_labels_an_imported_axis_and_a_study_keeps_one_compute_unit(monkeypatch, capsys, workdir):
+    (workdir / "history.csv").write_text("Name,_runtime,train/reward\na,10,0.1\na,20,0.2\n")
+    args = ("--reward", "train/reward", "--compute", "_runtime", "--study", "wb")
+    assert run_cli(monkeypatch, capsys, "import", "history.csv", *args)[0] == 0
+    code, out, err = run_cli(monkeypatch, capsys, "status", "wb", "--json")
+    assert code == 0 and [row["compute_unit"] for row in json.loads(out)] == ["_runtime"], err
+    code, out, _ = run_cli(monkeypatch, capsys, "status", "wb")
+    assert "compute: _runtime" in out and "GPU-hours" not in out
+    # a log in GPU-hours would share one axis with seconds: refused, nothing stored
+    (workdir / "sweep.csv").write_text("run,gpu_hours,reward\nb,1,0.1\nb,2,0.2\n")
+    code, _, err = run_cli(monkeypatch, capsys, "import", "sweep.csv", "--study", "wb")
+    assert code == 2 and err == (
+        "error: sweep.csv: compute here is gpu_hours, study 'wb' counts _runtime: import into another study, "
+        "or name a matching --compute\n"
+    )
+    with Store("sqlite:///rlscale.db") as store:
+        assert list(store.runs_frame("wb")["run"]) == ["a"]

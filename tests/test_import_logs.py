@@ -46,6 +46,18 @@ def test_tensorboard_directory_one_run_per_subdirectory(monkeypatch, capsys, tmp
     assert all(config.get("compute_unit") == "gpu_hours" for config in runs["config"])
 
 
+def test_a_run_that_crashed_before_its_first_validation_is_left_out_and_named(monkeypatch, capsys, tmp_path, db_url):
+    write_events((tmp_path / "tb" / "grpo").resolve(), verl_steps())
+    crashed = {step: logged for step, logged in verl_steps(4).items() if REWARD not in logged}
+    write_events((tmp_path / "tb" / "crashed").resolve(), crashed)
+    code, out, err = run_cli(monkeypatch, capsys, "import", str(tmp_path / "tb"), "--study", "tb", "--db", db_url)
+    assert (code, err) == (0, "")
+    assert "1 runs (1 new), 5 records added" in out and f"reward: {REWARD}" in out
+    assert f"left out, no '{REWARD}' logged: crashed" in " ".join(out.split())
+    with Store(db_url) as store:
+        assert list(store.runs_frame("tb")["run"]) == ["grpo"]
+
+
 def test_torch_summary_writer_logs_as_verl_writes_them(tmp_path):
     # verl's TensorBoard backend is torch's SummaryWriter.add_scalar(key, value, step)
     tensorboard = pytest.importorskip("torch.utils.tensorboard")

@@ -33,14 +33,20 @@ def compute_progress(spent: float, planned: float) -> tuple[str, str]:
     return hours, f"{spent / planned:.0%}" if known else "-"
 
 
-def sweep_table(study: str, runs, cluster: str = "") -> Table:
-    """One row per run, a total row, then the cluster line and legend; fits 80 columns, long names and notes wrap."""
+def sweep_table(study: str, runs, cluster: str = "", unit: str = "gpu_hours") -> Table:
+    """One row per run, a total row, then the cluster line and legend; fits 80 columns, long names and notes wrap.
+    unit: what the runs' compute counts (an imported log's own axis, which has no plan)."""
     lines = [cluster] if cluster else []
+    spent, legend = "hours / plan", SWEEP_LEGEND
+    if unit != "gpu_hours":
+        from rlscale.fitting.curves import unit_label
+
+        spent, legend = "compute", f"step: steps logged; compute: {unit_label(unit)}, as the imported logs count it"
     sweep = table(
         f"study {safe(study)}",
-        ("run", "status", "step", "reward", "hours / plan", "%", "note"),
-        caption="\n".join(safe(line) for line in [*lines, SWEEP_LEGEND]),
-        right=("step", "reward", "hours / plan", "%"),
+        ("run", "status", "step", "reward", spent, "%", "note"),
+        caption="\n".join(safe(line) for line in [*lines, legend]),
+        right=("step", "reward", spent, "%"),
         wrap=("run", "note"),
         fold=True,
     )
@@ -70,15 +76,15 @@ def failure_lines(runs) -> list[str]:
     return [f"{run.name} failed: {run.note}" for run in runs if run.status == "failed" and run.note]
 
 
-def sweep_view(study: str, runs, cluster: str = ""):
+def sweep_view(study: str, runs, cluster: str = "", unit: str = "gpu_hours"):
     """The sweep table with, under it, why each failed run failed (failure_lines), wrapped to the terminal."""
     from rich.console import Group
     from rich.text import Text
 
     lines = failure_lines(runs)
     if not lines:
-        return sweep_table(study, runs, cluster)
-    return Group(sweep_table(study, runs, cluster), *(Text(line, style="red") for line in lines))
+        return sweep_table(study, runs, cluster, unit)
+    return Group(sweep_table(study, runs, cluster, unit), *(Text(line, style="red") for line in lines))
 
 
 class SweepView:
@@ -145,10 +151,9 @@ def fit_reasons(fits) -> list[str]:
 
 def reason_line(row) -> str:
     """'run: not identified|not fitted: reason' for one fit (a dict with fit_runs' columns)."""
-    return (
-        f"{row.get('run')}: {'not identified' if _fitted(row) else 'not fitted'}: "
-        f"{cli_reason(row.get('reason')) or '?'}"
-    )
+    verdict = "not identified" if _fitted(row) else "not fitted"
+    reason = cli_reason(row.get("reason")) or "?"
+    return f"{row.get('run')}: {verdict}: {reason.removeprefix(verdict + ': ')}"  # the fit of record's says it too
 
 
 def print_fits(fits, *, title: str) -> None:

@@ -443,7 +443,7 @@ def decision_lines(decision, commands: dict) -> list[str]:
         if commands.get("export"):
             lines += ["next: the best run's recipe for your framework:", f"  {commands['export']}"]
     elif decision.refusal:
-        lines.append("not yet: no decision")
+        lines.append(f"not yet: no decision for {budget_text(decision.budget)} {unit}{_budget_basis(decision)}")
         lines += [f"- {part}" for reason in decision.refusal for part in clauses(reason_text(reason))]
     plan = decision.next_allocation
     if plan is None:
@@ -463,6 +463,13 @@ def decision_lines(decision, commands: dict) -> list[str]:
     lines += [f"- {run['run']}: {run['why']}" for run in plan.runs if run["why"]]
     lines.append(_extend_line(commands))
     return lines
+
+
+def _budget_basis(decision) -> str:
+    """Where the budget lies against the data: a budget past what every run reached asks the law to extrapolate."""
+    if decision.budget > decision.compute * (1 + 1e-9) > 0:
+        return f", past the {decision.compute:.4g} the runs reached"
+    return ""
 
 
 def _extend_line(commands: dict) -> str:

@@ -79,7 +79,10 @@ def register(app: typer.Typer) -> None:
             f"({summary.runs_created} new), {summary.records_added} records added, {summary.records_skipped} "
             "already stored"
         )
+        tags = sorted(set(rows.attrs.get("reward_tags", {}).values()))
+        if reward is None and tags:  # the reward read by default: say which
+            say(f"reward: {', '.join(tags)}")
         if note:
             say(f"compute: {note}")
         if left_out:
-            say(f"left out, no {reward!r} logged: {', '.join(left_out)}")
+            say(f"left out, no {reward or ' or '.join(tags) or 'reward'!r} logged: {', '.join(left_out)}")

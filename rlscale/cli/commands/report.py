@@ -119,7 +119,8 @@ def show(result, db: str | None) -> None:
             ("variant", *numbers),
             (map(safe, compare_cells(row)[:6]) for row in result.comparison["rows"]),
             caption=f"ident.: seeds whose A is identified; fitted R: fitted reward at {at} (the compute "
-            "every finished run reached), the verdict's measure; vs best: minus the best variant's; "
+            "every finished run reached, unidentified runs that ended earlier aside), the verdict's measure; "
+            "vs best: minus the best variant's; "
             "observed end reward: report.md",
             right=numbers,
             wrap=("variant",),

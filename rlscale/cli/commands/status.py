@@ -15,22 +15,25 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show each run's status, step, last validation reward and compute spent."""
         from rlscale.cli.views import sweep_view
+        from rlscale.db.importer import logged_unit
         from rlscale.db.store import Store
         from rlscale.planner.study_file import stored_study
         from rlscale.runner.sweep.state import planned_gpu_hours, run_states
 
         store = Store(db, create=False)
         spec = stored_study(store, study)
+        runs = store.runs_frame(study)
         states = run_states(
-            store.runs_frame(study),
+            runs,
             store.records_frame(study),
             planned_gpu_hours(spec),
             extend=1.0 if spec is None else spec.extend,
         )
+        unit = (logged_unit(runs["config"]) if spec is None else None) or "gpu_hours"  # an imported log's own axis
         if json_out:
-            print_json([state.to_dict() for state in states])
+            print_json([{**state.to_dict(), "compute_unit": unit} for state in states])
             return
-        console.print(sweep_view(study, states, cluster_line(states)))
+        console.print(sweep_view(study, states, cluster_line(states), unit=unit))
 
 
 def cluster_line(states) -> str:
