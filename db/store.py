@@ -28,6 +28,31 @@ FIT_COLUMNS = ["run_id", "run", "model", "A_lo", "A_hi", "identified", "reason",
 _FIT_FIELDS = set(FIT_COLUMNS)  # fit-frame columns that are not curve parameters (the rest go into Fit.params)
 
 
+def check_store(url: str | None) -> None:
+    """UserError if a sweep could not open or create its store at `url` (default RLSCALE_DB, else rlscale.db),
+    found without writing: a SQLite file's folder is checked, a server is asked for one read-only connection."""
+    try:
+        parsed = parse_url(settings.db_url(url))
+        shown = display_url(parsed)
+        if parsed.get_backend_name() != "sqlite":
+            with make_engine(parsed, create=False, read_only=True).connect():
+                return
+        if parsed.database in (None, "", ":memory:"):
+            return
+        path = os.path.abspath(parsed.database)
+        folder = os.path.dirname(path)
+        if os.path.isdir(path):
+            raise UserError(f"{path} is a directory: expected a SQLite file", field="--db")
+        if not os.path.isdir(folder):
+            raise UserError(f"cannot create the store {shown}: no directory {folder}", field="--db")
+        if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+            raise UserError(f"cannot write the store {shown}: permission denied", field="--db")
+    except UserError as err:  # a URL the environment gave is named as such
+        if url is None and err.field == "--db" and os.environ.get("RLSCALE_DB"):
+            raise UserError(err.detail, file=err.file, field="RLSCALE_DB") from None
+        raise
+
+
 class Store:
     """Studies, runs, records, fits and plans in one SQL database (SQLite by default, any SQLAlchemy URL)."""
 

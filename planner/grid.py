@@ -110,6 +110,7 @@ def allocate(
     startup: float = 0.0,
     replicas: int = 1,
     field: str = "budget",
+    file: str | None = None,
 ) -> tuple[float, list[int | None]]:
     """(per-run compute, steps per point or None if dropped), every kept point at the same compute; keeps the
     largest group of cheapest points (ties together) that all reach `min_steps`."""
@@ -122,6 +123,7 @@ def allocate(
             raise UserError(
                 f"a budget of {budget:g} gives a run about {most:.3g} steps; expected at most {MAX_STEPS:,} "
                 "(is the unit right?)",
+                file=file,
                 field=field,
             )
     order = sorted(range(len(step_costs)), key=lambda i: step_costs[i])
@@ -142,6 +144,7 @@ def allocate(
             raise UserError(
                 f"a budget of {budget:g} gives a run {steps[i]:.3g} steps; expected at most {MAX_STEPS:,} "
                 "(is the unit right?)",
+                file=file,
                 field=field,
             )
     return share, steps

@@ -121,7 +121,8 @@ def user_error_from_validation(err: ValidationError, *, file: str, prefix: str =
     else:
         message = first["msg"].removeprefix("Value error, ")
         shown = repr(first.get("input"))
-        if "input" in first and not isinstance(first["input"], (dict, list)) and f"got {shown}" not in message:
+        # a validator's own message may already quote the value, shortened
+        if "input" in first and not isinstance(first["input"], (dict, list)) and ", got " not in message:
             message += f" (got {shown if len(shown) <= 60 else shown[:60] + f'... ({len(shown)} characters)'})"
     return UserError(message, file=file, field=path or None)
 
@@ -130,6 +131,14 @@ def load_recipe(path: str | Path):
     """A Recipe from a YAML mapping of recipe keys (a bare recipe file, or a study file's `recipe:` block)."""
     data = load_yaml_mapping(path)
     block = "recipe" in data and isinstance(data["recipe"], dict)
+    varied = [key for key in ("parameters", "compute") if key in data]
+    if block and varied:  # its runs are the recipe with the axes and the budget applied: none is the bare block
+        raise UserError(
+            "a study file: its runs differ from its base recipe by its axes and budget; export a decided study "
+            "(--study NAME) or a recipe file",
+            file=str(path),
+            field=varied[0],
+        )
     recipe = (
         validate(Recipe, data["recipe"], file=str(path), prefix="recipe")
         if block

@@ -117,6 +117,7 @@ def plan_study(study: Study, *, profile: Profile | str | None = None) -> StudyPl
             startup=startup,
             replicas=len(study.seeds),
             field="compute.budget",
+            file=study.file,
         )
     runs = []
     for (name, recipe), m in zip(recipes, steps):
@@ -171,11 +172,13 @@ def trial_recipe(study: Study, recipe_keys: dict) -> tuple[Recipe, float]:
             min_steps=compute.min_steps,
             startup=startup,
             field="compute.budget",
+            file=study.file,
         )
         if steps is None:
             raise UserError(
                 f"a trial with B_p={recipe.prompts_per_batch}, n={recipe.rollouts} cannot reach "
                 f"{compute.min_steps} step(s) within {budget:.4g} {compute.unit}",
+                file=study.file,
                 field="compute.budget",
             )
         recipe = Recipe.model_validate({**recipe.to_json(), "steps": steps})

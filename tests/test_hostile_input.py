@@ -545,7 +545,7 @@ def test_an_output_path_under_a_file_is_one_line_exit_2(cli, workdir):
     runs = _runs_csv(workdir)
     assert cli("import", str(runs), "--study", "s", "--db", "sqlite:///s.db")[0] == 0
     err = one_line_error(*cli("report", "s", "--db", "sqlite:///s.db", "--out", f"{runs}/sub"))
-    assert err == f"error: --out: cannot write into {runs}/sub: Not a directory\n"
+    assert err == f"error: --out: {runs} is a file: expected a directory for report.md, report.html and the PNGs\n"
     err = one_line_error(*cli("fit", str(runs), "--plot", f"{runs}/sub/fits.png"))
     assert err == f"error: cannot write into {runs}/sub: Not a directory\n"
 
@@ -588,3 +588,30 @@ def test_a_seed_in_the_study_recipe_is_refused(cli, workdir):
     study = _quickstart_with(workdir, "q.yaml", "  task: arithmetic", "  task: arithmetic\n  seed: 3")
     err = one_line_error(*cli("plan", str(study)))
     assert err == f"error: {study}: recipe.seed: seeds are set by the study's `seeds`, not in the recipe\n"
+
+
+@pytest.mark.parametrize(
+    ("option", "error"),
+    [
+        (("--out", "afile"), "--out: afile is a file: expected a directory for report.md"),
+        (("--out", "afile/report"), "--out: afile is a file: expected a directory for report.md"),
+        (("--db", "sqlite:///nowhere/s.db"), "--db: cannot create the store sqlite:///"),
+        (("--db", "sqlite:///adir"), "--db: "),
+        (("--shared-dir", "afile"), "--shared-dir: afile is a file: expected a directory for the runs' data"),
+    ],
+)
+def test_the_dry_run_refuses_what_the_sweep_could_not_write_to(cli, workdir, option, error):
+    # a sweep would train every run, then fail writing its report: the dry-run and the sweep refuse it first
+    (workdir / "afile").write_text("")
+    (workdir / "adir").mkdir()
+    study = _quickstart_with(workdir, "q.yaml", "  task: arithmetic", "  task: arithmetic")
+    for extra in (["--dry-run"], []):
+        err = one_line_error(*cli("sweep", str(study), *extra, *option))
+        assert err.startswith(f"error: {error}"), err
+    assert sorted(path.name for path in workdir.iterdir()) == ["adir", "afile", "q.yaml"]
+
+
+def test_a_budget_too_large_for_any_run_names_the_study_file(cli, workdir):
+    study = _quickstart_with(workdir, "q.yaml", "  budget: 0.035", "  budget: 1e16")
+    err = one_line_error(*cli("plan", str(study)))
+    assert err.startswith(f"error: {study}: compute.budget: a budget of 1e+16 gives a run about ")

@@ -82,6 +82,27 @@ def test_jsonl_errors_name_file_and_line(tmp_path):
         make_task(str(path), seed=0)
 
 
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"prompt": "b", "answer": NaN}', "answer: expected text or a finite number, got NaN"),
+        ('{"prompt": "b", "answer": null}', "answer: expected text or a finite number, got null"),
+        ('{"prompt": "b", "answer": ""}', 'answer: expected text or a finite number, got ""'),
+        ('{"prompt": "b", "answer": [1]}', "answer: expected text or a finite number, got \\[1\\]"),
+        ('{"prompt": null, "answer": "1"}', "prompt: expected text, got null"),
+        ('{"prompt": {"q": 1}, "answer": "1"}', "prompt: expected text"),
+    ],
+)
+def test_a_task_row_that_no_completion_could_match_is_refused_naming_its_line(tmp_path, line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"prompt": "a", "answer": 1}\n' + line + "\n")
+    with pytest.raises(UserError, match=rf"bad.jsonl: line 2: {message}"):
+        make_task(str(path), seed=0)
+    path.write_bytes(b'{"prompt": "a", "answer": 1}\n\xff\xfe\n')
+    with pytest.raises(UserError, match=r"bad.jsonl: expected UTF-8 text, found byte 0xff"):
+        make_task(str(path), seed=0)
+
+
 def test_custom_verifier_is_imported_not_evaluated(tmp_path, monkeypatch):
     (tmp_path / "my_verifier.py").write_text("def always(answer, completion):\n    return 1.0\n")
     monkeypatch.syspath_prepend(str(tmp_path))

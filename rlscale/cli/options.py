@@ -65,3 +65,14 @@ def check_fit_source(
             f"expected a finite reward{'' if unbounded else ' in [0, 1] (or pass --unbounded)'}, got {r0:g}",
             field="--r0",
         )
+
+
+def check_out_dir(path, what: str, field: str = "--out") -> None:
+    """UserError if `path` cannot be the directory `what` is written into: it, or a folder above it, is a file."""
+    from pathlib import Path
+
+    for folder in (Path(path), *Path(path).parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise UserError(f"{folder} is a file: expected a directory for {what}", field=field)
+            return

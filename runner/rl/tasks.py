@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import random
 import re
 from collections.abc import Callable
@@ -137,7 +138,11 @@ def jsonl_task(path: str | Path, seed: int, *, verifier: Verifier = math_match, 
     if not path.is_file():
         raise UserError("file not found", file=str(path), field="task")
     prompts = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"expected UTF-8 text, found byte 0x{err.object[err.start]:02x}", file=str(path)) from None
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -146,7 +151,14 @@ def jsonl_task(path: str | Path, seed: int, *, verifier: Verifier = math_match, 
             raise UserError(f"invalid JSON: {err.msg}", file=str(path), field=f"line {number}") from None
         if not isinstance(row, dict) or "prompt" not in row or "answer" not in row:
             raise UserError('expected an object with "prompt" and "answer"', file=str(path), field=f"line {number}")
-        prompts.append(Prompt(id=len(prompts), text=str(row["prompt"]), answer=str(row["answer"])))
+        where = {"file": str(path), "field": f"line {number}"}
+        prompt, answer = row["prompt"], row["answer"]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise UserError(f"prompt: expected text, got {json.dumps(prompt)}", **where)
+        finite = isinstance(answer, int | float) and not isinstance(answer, bool) and math.isfinite(answer)
+        if not (finite or (isinstance(answer, str) and answer.strip())):  # a NaN or null answer matches nothing
+            raise UserError(f"answer: expected text or a finite number, got {json.dumps(answer)}", **where)
+        prompts.append(Prompt(id=len(prompts), text=prompt, answer=str(answer)))
     if len(prompts) < 2:
         raise UserError("need at least 2 {prompt, answer} lines", file=str(path))
     order = list(range(len(prompts)))

@@ -81,7 +81,9 @@ class VerlEngine(JobsApiEngine):
                 from .checks import check_setup
                 from .setup import live_keys
 
-                self._facts = check_setup(*live_keys(self.setup.setup))
+                user = self.setup.setup
+                mine = user.files()  # a key none of them sets is named against the user's first file
+                self._facts = check_setup(*live_keys(user), study_file=mine[0] if mine else None)
             return self._facts
 
     def val_reward(self, recipe) -> ValReward:

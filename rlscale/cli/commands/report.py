@@ -10,7 +10,9 @@ from rlscale.base.errors import UserError
 from rlscale.base.names import child_path
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.cli.console import bullet, console, print_json, safe, say, table, visible, wrapped
-from rlscale.cli.options import DbUrl
+from rlscale.cli.options import DbUrl, check_out_dir
+
+REPORT_FILES = "report.md, report.html and the PNGs"
 
 
 def register(app: typer.Typer) -> None:
@@ -45,10 +47,7 @@ def register(app: typer.Typer) -> None:
 
         # the study name becomes a directory: it must stay inside reports/
         out = out or child_path("reports", study, field="study")
-        if out.exists() and not out.is_dir():
-            raise UserError(
-                f"{out} is a file: expected a directory for report.md, report.html and the PNGs", field="--out"
-            )
+        check_out_dir(out, REPORT_FILES)
         if target is not None and not math.isfinite(target):
             raise UserError(f"expected a finite reward, got {target:g}", field="--target")
         store = Store(db, create=False)

@@ -6,7 +6,7 @@ from pathlib import Path
 import typer
 
 from rlscale.cli.console import err_console, print_json
-from rlscale.cli.options import DbUrl
+from rlscale.cli.options import DbUrl, check_out_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -62,8 +62,9 @@ def register(app: typer.Typer) -> None:
 
         Finished runs are skipped and interrupted ones resume. At the end: the study's report and, for a study
         over rollouts, the recommended allocation of the compute it spent."""
+        from rlscale.cli.commands.report import REPORT_FILES
         from rlscale.cli.views import SweepView
-        from rlscale.db.store import Store
+        from rlscale.db.store import Store, check_store
         from rlscale.planner.study_file import load_study
         from rlscale.runner.sweep.driver import SweepDriver
         from rlscale.views.wording import refusal_text
@@ -71,7 +72,13 @@ def register(app: typer.Typer) -> None:
         study = load_study(study_file)
         if extend is not None:
             study = study.model_copy(update={"extend": extend})
-        if dry_run:
+        # what the sweep will write to and run on, checked before anything runs (the dry-run too): exit 2
+        out = out or Path("reports") / study.name
+        check_out_dir(out, REPORT_FILES)
+        if shared_dir is not None:
+            check_out_dir(shared_dir, "the runs' data, checkpoints and logs", field="--shared-dir")
+        check_store(db)
+        if dry_run:  # the cluster is not asked: a dry-run may be prepared away from it
             from rlscale.cli.dry_run import print_dry_run
 
             print_dry_run(study, ray_address, shared_dir, json_out, max_concurrent)
@@ -110,7 +117,7 @@ def register(app: typer.Typer) -> None:
             )
             raise SystemExit(130) from None
         records = store.records_frame(study.name)
-        report = _report(store, study, records, out or Path("reports") / study.name, study_file, db)
+        report = _report(store, study, records, out, study_file, db)
         spent = float(records.groupby("run_id")["gpu_hours"].max().sum()) if len(records) else 0.0  # as `status` reads
         decision = report.decision if report is not None else None  # the report's decision: one decision, one text
         commands = report.commands if report is not None else {}
