@@ -615,3 +615,30 @@ def test_a_budget_too_large_for_any_run_names_the_study_file(cli, workdir):
     study = _quickstart_with(workdir, "q.yaml", "  budget: 0.035", "  budget: 1e16")
     err = one_line_error(*cli("plan", str(study)))
     assert err.startswith(f"error: {study}: compute.budget: a budget of 1e+16 gives a run about ")
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ("sweep", "studies/quickstart.yaml", "--extend", "nan"),
+            "--extend: expected a factor from 1 to 1000, got nan",
+        ),
+        (
+            ("sweep", "studies/quickstart.yaml", "--extend", "0.5"),
+            "--extend: expected a factor from 1 to 1000, got 0.5",
+        ),
+        (
+            ("export", "--format", "yaml", "--recipe", "recipes/tiny_scalerl.yaml", "--budget", "5"),
+            "--recipe: --recipe ",
+        ),
+        (("export", "--format", "yaml", "--recipe", "recipes/tiny_scalerl.yaml", "--profile", "x"), "--recipe: "),
+        (
+            ("export", "--format", "yaml", "--recipe", "studies/quickstart.yaml"),
+            "studies/quickstart.yaml: parameters: ",
+        ),
+    ],
+)
+def test_a_flag_that_would_be_ignored_or_a_study_given_as_a_recipe_is_refused(cli, args, error, monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert one_line_error(*cli(*args)).startswith(f"error: {error}")

@@ -63,8 +63,10 @@ def register(app: typer.Typer) -> None:
         if gpus % tp:
             raise UserError(f"--tp {tp} must divide --gpus {gpus}", field="--tp")
         deployment = Deployment(gpus_per_node=gpus, nodes=nodes, tensor_parallel=tp, max_prompt_tokens=prompt_tokens)
-        if recipe is not None and (study is not None or budget is not None):
-            raise UserError("--recipe exports that file as written: leave out --study and --budget", field="--recipe")
+        if recipe is not None and (study is not None or budget is not None or profile is not None):
+            raise UserError(
+                "--recipe exports that file as written: leave out --study, --budget and --profile", field="--recipe"
+            )
         if recipe is None and study is None and budget is None:
             raise UserError("give either --recipe FILE or --study S (and/or --budget B)", field="export")
         if budget is not None:

@@ -5,8 +5,11 @@ from pathlib import Path
 
 import typer
 
+from rlscale.base.errors import UserError
 from rlscale.cli.console import err_console, print_json
 from rlscale.cli.options import DbUrl, check_out_dir
+
+MAX_EXTEND = 1000.0  # a factor past it is a typo, not a plan
 
 
 def register(app: typer.Typer) -> None:
@@ -50,8 +53,6 @@ def register(app: typer.Typer) -> None:
         extend: float = typer.Option(
             None,
             "--extend",
-            min=1.0,
-            max=1000.0,
             help=(
                 "multiply each run's planned compute by this: finished runs resume from their last checkpoints to the "
                 "larger compute, nothing is trained twice (the end of a sweep says when and by how much)"
@@ -69,6 +70,8 @@ def register(app: typer.Typer) -> None:
         from rlscale.runner.sweep.driver import SweepDriver
         from rlscale.views.wording import refusal_text
 
+        if extend is not None and not 1.0 <= extend <= MAX_EXTEND:  # NaN too
+            raise UserError(f"expected a factor from 1 to {MAX_EXTEND:g}, got {extend:g}", field="--extend")
         study = load_study(study_file)
         if extend is not None:
             study = study.model_copy(update={"extend": extend})
