@@ -134,6 +134,47 @@ def test_bad_input_exits_2_naming_the_file_and_the_field_and_stores_nothing(cli,
     assert not db.exists()
 
 
+@pytest.mark.parametrize("command", [["plan"], ["sweep", "--dry-run"]])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("max_steps", "abc"),
+        ("max_steps", [1]),
+        ("per_device_train_batch_size", "abc"),
+        ("per_device_train_batch_size", [8]),
+        ("per_device_train_batch_size", 0),
+        ("generation_batch_size", "abc"),
+        ("gradient_accumulation_steps", 0),
+        ("num_iterations", 0),
+    ],
+)
+def test_a_batch_key_that_is_not_a_positive_whole_number_exits_2_naming_the_file_and_key(
+    cli, tmp_path, monkeypatch, command, key, value
+):
+    study, _ = write_setup(tmp_path, grpo={key: value})
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    code, _, err = cli(*command, study)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{tmp_path / 'grpo.yaml'}: {key}: expected a " in err and repr(value) in err
+    assert sorted(tmp_path.rglob("*")) == before  # no store, no plan written
+
+
+def test_an_exception_of_trls_own_arithmetic_is_a_user_error_naming_the_file():
+    from rlscale.runner.trl.user_config import parse
+
+    from rlscale.base.errors import UserError
+
+    keys = {"dataset_name": "data", "reward_funcs": ["x.y"], "use_cpu": True, "bf16": False, "num_generations": 0}
+    with pytest.raises(UserError) as raised:  # GRPOConfig divides by num_generations: a ZeroDivisionError
+        parse(keys, file="grpo.yaml")
+    assert (raised.value.file, raised.value.field) == ("grpo.yaml", "GRPOConfig")
+    assert "ZeroDivisionError" in str(raised.value) and len(str(raised.value).splitlines()) == 1
+    with pytest.raises(UserError) as raised:  # a value TRL's argparse refuses: its key, without the flag
+        parse({**keys, "num_generations": 2, "max_steps": "abc"}, file="grpo.yaml")
+    assert (raised.value.file, raised.value.field) == ("grpo.yaml", "max_steps")
+
+
 def test_a_run_that_failed_and_is_rerun_on_an_edited_yaml_is_one_row(tmp_path):
     from rlscale.planner.study_file import load_study
     from rlscale.runner.sweep.driver import SweepDriver

@@ -315,7 +315,10 @@ def study_setup(study) -> UserSetup:
 
 def recipe_from_setup(setup: UserSetup) -> dict:
     """The recipe fields the user's keys say, so plans price the user's own batch."""
-    return _framework(setup.framework).recipe_from_keys(setup.keys)
+    try:
+        return _framework(setup.framework).recipe_from_keys(setup.keys)
+    except UserError as err:  # a value rlscale cannot count with: name the file that sets the key
+        raise UserError(err.detail, file=err.file or setup.source.get(err.field), field=err.field) from None
 
 
 def setup_key(framework: str, field: str) -> str:

@@ -4,6 +4,8 @@ Read from trl/trainer/grpo_config.py (fields, generation-batch arithmetic) and g
 import yaml
 from rlscale.planner.recipe import Recipe
 
+from rlscale.base.errors import UserError
+
 from .common import MODEL_PLACEHOLDER, Deployment, Mapping, comment_block, common_missing, lr_note, updates_per_batch
 
 FRAMEWORK, VERSION = "TRL", "1.16.0"
@@ -165,16 +167,45 @@ TRL_DEFAULTS = {
 }
 
 
+# the keys rlscale does batch arithmetic on (recipe_from_keys, updates_per_generated_batch) before TRL's parser runs
+BATCH_KEYS = (
+    "num_generations",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "steps_per_generation",
+    "generation_batch_size",
+    "num_iterations",
+)
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # YAML's true is an int to Python
+
+
+def check_batch_keys(keys: dict) -> None:
+    """UserError naming the key (the caller names the file) for a set BATCH_KEYS value that is not a positive whole
+    number, or a max_steps that is not a whole number (TRL's -1: not set)."""
+    for key in BATCH_KEYS:
+        value = keys.get(key)
+        if value is not None and not (_whole(value) and value > 0):
+            raise UserError(f"expected a positive whole number, got {value!r}", field=key)
+    steps = keys.get("max_steps")
+    if steps is not None and not _whole(steps):
+        raise UserError(f"expected a whole number of optimizer steps, got {steps!r}", field="max_steps")
+
+
 def recipe_from_keys(keys: dict) -> dict:
     """The recipe fields a user's GRPOConfig keys say, TRL's defaults filling the rest; prompts per batch is the
-    generation batch over num_generations on one process, and lr is taken unscaled."""
+    generation batch over num_generations on one process, and lr is taken unscaled. UserError (check_batch_keys)
+    naming a batch key whose value cannot be counted with."""
+    check_batch_keys(keys)
     given = {**TRL_DEFAULTS, **{key: value for key, value in keys.items() if value is not None}}
     out = {field: given[key] for field, key in RECIPE_FROM_KEYS.items() if given.get(key) is not None}
     batch = given.get("generation_batch_size")
     if batch is None:
         per_generation = given.get("steps_per_generation") or given.get("gradient_accumulation_steps") or 1
         batch = given["per_device_train_batch_size"] * per_generation
-    out["prompts_per_batch"] = max(1, int(batch) // int(out["rollouts"]))
+    out["prompts_per_batch"] = max(1, batch // out["rollouts"])
     out["lr_scaling"] = "none"
     if keys.get("max_steps") is not None and keys["max_steps"] > 0:
         out["max_steps"] = keys["max_steps"]
@@ -184,7 +215,9 @@ def recipe_from_keys(keys: dict) -> dict:
 
 def updates_per_generated_batch(keys: dict) -> float:
     """Optimizer updates per generated batch that GRPOConfig keys give on one process (GRPOConfig's arithmetic, with
-    its defaults: 8 completions per device, one accumulation step, one iteration)."""
+    its defaults: 8 completions per device, one accumulation step, one iteration); UserError as check_batch_keys."""
+    check_batch_keys(keys)
+    keys = {key: value for key, value in keys.items() if value is not None}  # null: unset, as recipe_from_keys reads it
     per_device, accumulation = keys.get("per_device_train_batch_size", 8), keys.get("gradient_accumulation_steps", 1)
     micro = keys.get("steps_per_generation") or (
         keys["generation_batch_size"] / per_device if keys.get("generation_batch_size") else accumulation

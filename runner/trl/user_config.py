@@ -87,12 +87,14 @@ def parse_file(path: str, *, shown: str | None = None, parser=None) -> tuple:
     try:
         with contextlib.redirect_stderr(printed):
             return tuple(parser.parse_args_and_config(["--config", path]))
-    except argparse.ArgumentError as err:
-        raise UserError(
-            first_line(err.message)[:MESSAGE_CHARS], file=shown or path, field=(err.argument_name or "").lstrip("-")
-        ) from None
+    except argparse.ArgumentError as err:  # argument_name is "max_steps/--max-steps": the YAML's key first
+        key = (err.argument_name or "").split("/")[0].lstrip("-")
+        raise UserError(first_line(err.message)[:MESSAGE_CHARS], file=shown or path, field=key) from None
     except (ValueError, TypeError) as err:
         raise UserError(first_line(str(err))[:MESSAGE_CHARS], file=shown or path, field="GRPOConfig") from None
+    except Exception as err:  # TRL's arithmetic on a value it lets through (num_generations: 0 divides by zero)
+        detail = f"refused by TRL's GRPOConfig ({type(err).__name__}: {first_line(err)})"
+        raise UserError(detail[:MESSAGE_CHARS], file=shown or path, field="GRPOConfig") from None
     except SystemExit:  # argparse printed its usage, then the error on the last line
         last = (printed.getvalue().strip().splitlines() or ["refused by TRL's parser"])[-1]
         raise UserError(first_line(last)[:MESSAGE_CHARS], file=shown or path) from None
