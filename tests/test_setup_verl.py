@@ -618,3 +618,13 @@ def test_the_shipped_setup_study_validates_as_is(cli, tmp_path):
     # the placeholders the user sets are paths only the cluster would see: noted, not refused
     assert any("/path/to/gsm8k/train.parquet" in note for note in first["notes"])
     assert not (tmp_path / "never.db").exists()
+
+
+def test_a_refusal_the_users_own_command_shares_names_the_users_file(cli, tmp_path):
+    # Hydra merges an unknown key of the user's YAML; verl refuses it when it builds the rollout's dataclass
+    study = gsm8k_study(tmp_path)
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump({**USER_YAML, "actor_rollout_ref": {"rollout": {"nn": 5}}}))
+    code, _, err = dry_run(cli, study, tmp_path)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {tmp_path / 'mine.yaml'}: verl 0.9.1 refuses your own command at its start")
+    assert "unexpected keyword argument 'nn'" in err

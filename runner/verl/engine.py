@@ -183,6 +183,16 @@ class VerlEngine(JobsApiEngine):
                     f"{c['key']}={c['after']}" for c in point.get("changes", []) if c["why"].startswith("axis")
                 )
                 refusals.setdefault(composed.error, []).append(f"{point['run']} ({axes})" if axes else point["run"])
+        if refusals and self.setup is not None:  # the user's own command, checked alike: is the refusal theirs?
+            from .setup import user_command
+
+            user = self.setup.setup
+            _, (own,) = compose([user_command(user)])
+            if not own.ok and own.error in refusals:
+                mine = user.files()
+                why = f"verl {version} refuses your own command at its start, before rlscale changes a key: {own.error}"
+                problems.append(UserError(why, file=mine[0] if mine else study_file))
+                refusals.pop(own.error)
         for error, runs in refusals.items():
             problems.append(
                 UserError(f"verl {version} refuses run {'; '.join(runs)} at its start: {error}", file=study_file)
