@@ -164,7 +164,7 @@ def _check_micro_batches(job: Composed, recipe, file: str) -> None:
         raise UserError(
             f"{per_device} x {processes} process(es) does not divide the study's generation batch of {batch} "
             f"completions (B_p {recipe.prompts_per_batch} x n {recipe.rollouts}); give a micro-batch that divides "
-            "every point's",
+            "every point's generation batch",
             file=file,
             field="per_device_train_batch_size",
         )
