@@ -119,8 +119,12 @@ _TEXT = {
     # refusals
     "no_evaluations": lambda v: f"study {v['study']!r} has no evaluated records yet",
     "one_rollouts_value": lambda v: (
-        f"study {v['study']!r} has fitted runs at {v['values']} rollouts value(s); the optimal-n law needs an "
-        "IsoCompute study that varies rollouts"
+        (
+            f"study {v['study']!r} has fitted runs at {v['values']} rollouts value(s)"
+            if v["values"]
+            else f"study {v['study']!r} has no fitted run"
+        )
+        + "; the optimal-n law needs an IsoCompute study that varies rollouts"
     ),
     "no_frontier": lambda v: (
         f"the optimal-n law cannot be fitted: {v['error']} (have the runs passed their inflection?)"
