@@ -35,8 +35,12 @@ def check_store(url: str | None) -> None:
         parsed = parse_url(settings.db_url(url))
         shown = display_url(parsed)
         if parsed.get_backend_name() != "sqlite":
-            with make_engine(parsed, create=False, read_only=True).connect():
-                return
+            engine = make_engine(parsed, create=False, read_only=True)
+            try:
+                engine.connect().close()
+            finally:
+                engine.dispose()
+            return
         if parsed.database in (None, "", ":memory:"):
             return
         path = os.path.abspath(parsed.database)

@@ -138,11 +138,9 @@ def jsonl_task(path: str | Path, seed: int, *, verifier: Verifier = math_match, 
     if not path.is_file():
         raise UserError("file not found", file=str(path), field="task")
     prompts = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise UserError(f"expected UTF-8 text, found byte 0x{err.object[err.start]:02x}", file=str(path)) from None
-    for number, line in enumerate(text.splitlines(), start=1):
+    from rlscale.db.importer import read_text  # the one UTF-8 reader of user files: a bad byte is a UserError
+
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
