@@ -13,6 +13,9 @@ random tokens, rewards that vary within every group. Both loops share one model 
              cross-entropy (2^28 logits a chunk, its log-softmax kept for backward), a CISPO-weighted token-mean
              loss over the response, backward; then gradient clipping and the optimizer step. Its head: float32
              (fp32: TF32 off; tf32: TF32 on) or autocast's bf16 (bf16 logits)
+fp32 on CUDA: rlscale's head runs float32 as split TF32 (three tensor-core products, runner/rl/head.py) and the plain
+loop runs SGEMM; the row `fp32-sgemm` runs rlscale's head on SGEMM too. Each fp32 row also records the head's
+log-prob error on the batch's first rows against a float64 head, for each kernel (fp32_logp_error).
 Each size builds both once, warms each up one step, then times them in turn for --rounds rounds (the order
 alternating); tokens/s (rows x length per second) and the ratio are the medians over rounds (also the ratio of
 this process's CPU seconds per step, which a shared CPU host's load moves less than wall time). MFU is
@@ -22,7 +25,7 @@ Peak memory: torch.cuda.max_memory_allocated on CUDA; the process's resident set
 loops share the model, so both include it). A configuration out of memory is recorded as such.
 The 3B rows run with activation checkpointing, the others without (--checkpointing).
 
-    python bench/gpu_trainer.py [--sizes 0.5B,1.5B,3B] [--head-precisions fp32,tf32,bf16] [--rounds 3]
+    python bench/gpu_trainer.py [--sizes 0.5B,1.5B,3B] [--head-precisions fp32,fp32-sgemm,tf32,bf16] [--rounds 3]
     .venv/bin/python bench/gpu_trainer.py --device cpu   # the CPU proxy: the 0.5B vocabulary and width, 2 layers,
                                                          # 4 x 4 rollouts x 256 tokens, float32
 Writes bench/results/gpu_trainer.json (CUDA) or bench/results/gpu_trainer_cpu.json (the CPU proxy).
@@ -290,11 +293,54 @@ def time_in_turn(loops: dict, *, rounds: int, steps: int, device, peak=None) -> 
     return seconds, cpu_seconds, memory, peaks
 
 
+@contextmanager
+def fp32_kernel(name: str):
+    """rlscale's float32 head on `name`: "split" (split TF32 where the head picks it) or "sgemm" (never split)."""
+    from rlscale.runner.rl import head
+
+    before = head.SPLIT_MIN_ROWS
+    head.SPLIT_MIN_ROWS = before if name == "split" else 10**12
+    try:
+        yield
+    finally:
+        head.SPLIT_MIN_ROWS = before
+
+
+def fp32_logp_error(model, batch, rows: int = 2) -> dict:
+    """Mean and max |log-prob - float64 head's| over the response tokens of the batch's first rows, per kernel."""
+    import torch
+    from rlscale.runner.rl.head import head_logprobs
+
+    ids, mask = batch.input_ids[:rows], batch.response_mask[:rows, 1:].bool()
+    with torch.no_grad(), torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=ids.is_cuda):
+        hidden = model.model(input_ids=ids, attention_mask=batch.attention_mask[:rows]).last_hidden_state[:, :-1]
+    hidden, targets, weight = hidden[mask].float(), ids[:, 1:][mask], model.lm_head.weight.detach()
+    with torch.no_grad():
+        exact = torch.log_softmax(hidden.double() @ weight.double().t(), dim=-1).gather(1, targets[:, None])[:, 0]
+        errors = {}
+        for name in ("split", "sgemm"):
+            with fp32_kernel(name):
+                logp, _ = head_logprobs(
+                    hidden, weight, None, targets, temperature=1.0, precision="fp32", chunk_tokens=4096
+                )
+            delta = (logp.double() - exact).abs()
+            errors[name] = {"mean": delta.mean().item(), "max": delta.max().item(), "tokens": delta.numel()}
+    return errors
+
+
 def measure(size: str, head_precision: str, *, checkpointing: bool, args, device) -> dict:
     """Both loops on one model of `size` at `head_precision`: medians over rounds, the ratio, MFU and peak memory."""
+    with fp32_kernel("sgemm" if head_precision == "fp32-sgemm" else "split"):
+        return _measure(size, head_precision, checkpointing=checkpointing, args=args, device=device)
+
+
+def _measure(size: str, head_precision: str, *, checkpointing: bool, args, device) -> dict:
     import torch
     from rlscale.planner.recipe import Recipe
     from rlscale.runner.rl.train_step import make_optimizer, train_step
+
+    fp32_row = head_precision == "fp32-sgemm"
+    head_precision = "fp32" if fp32_row else head_precision
 
     recipe = Recipe(
         prompts_per_batch=args.prompts,
@@ -309,6 +355,9 @@ def measure(size: str, head_precision: str, *, checkpointing: bool, args, device
     row = {
         "size": size,
         "head_precision": head_precision,
+        "fp32_kernel": ("sgemm" if fp32_row or device.type != "cuda" else "split")
+        if head_precision == "fp32"
+        else None,
         "activation_checkpointing": checkpointing,
         "rollouts": args.prompts * args.rollouts,
         "tokens_per_rollout": length,
@@ -326,6 +375,8 @@ def measure(size: str, head_precision: str, *, checkpointing: bool, args, device
             prompt_tokens=args.prompt_tokens,
             response_tokens=args.response_tokens,
         )
+        if head_precision == "fp32" and device.type == "cuda" and not fp32_row:
+            row["fp32_logp_error"] = fp32_logp_error(model, batch)
         loops = {
             "rlscale": partial(train_step, model, optimizer, batch, recipe),
             "plain": partial(
@@ -375,7 +426,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--sizes", help="comma-separated SIZES keys (default per device)")
-    parser.add_argument("--head-precisions", help="comma-separated fp32, tf32, bf16 (default per device)")
+    parser.add_argument("--head-precisions", help="comma-separated fp32, fp32-sgemm, tf32, bf16 (default per device)")
     parser.add_argument("--rounds", type=int, help="alternating timed rounds (the medians are reported)")
     parser.add_argument("--steps", type=int, help="train steps per loop per round")
     parser.add_argument("--prompts", type=int)
@@ -403,12 +454,12 @@ def main() -> None:
     if unknown:
         parser.error(f"--sizes: unknown {', '.join(unknown)}; expected some of {', '.join(SIZES)}")
     precisions = [p.strip() for p in args.head_precisions.split(",") if p.strip()]
-    if any(p not in ("fp32", "tf32", "bf16") for p in precisions):
-        parser.error("--head-precisions: expected some of fp32, tf32, bf16")
+    if any(p not in ("fp32", "fp32-sgemm", "tf32", "bf16") for p in precisions):
+        parser.error("--head-precisions: expected some of fp32, fp32-sgemm, tf32, bf16")
     device = torch.device(args.device)
     peak_source = "given (--peak-tflops)" if args.peak_tflops else "one large torch.mm, measured each round"
     print(
-        f"{'size':>7} {'head':>4} {'ckpt':>4} {'rlscale tok/s':>13} {'plain tok/s':>11} {'ratio':>5} "
+        f"{'size':>7} {'head':>10} {'ckpt':>4} {'rlscale tok/s':>13} {'plain tok/s':>11} {'ratio':>5} "
         f"{'MFU':>5} {'peak GiB':>14}"
     )
     rows = []
@@ -419,10 +470,10 @@ def main() -> None:
             rows.append(row)
             ckpt = "on" if checkpointing else "off"
             if row["oom"]:
-                print(f"{size:>7} {precision:>4} {ckpt:>4} {'out of memory':>13}", flush=True)
+                print(f"{size:>7} {precision:>10} {ckpt:>4} {'out of memory':>13}", flush=True)
                 continue
             print(
-                f"{size:>7} {precision:>4} {ckpt:>4} {row['rlscale_tokens_per_s']:13,.0f} "
+                f"{size:>7} {precision:>10} {ckpt:>4} {row['rlscale_tokens_per_s']:13,.0f} "
                 f"{row['plain_tokens_per_s']:11,.0f} {row['ratio']:5.2f} {row['rlscale_mfu']:5.1%} "
                 f"{row['rlscale_peak_gib']:6.1f} / {row['plain_peak_gib']:5.1f}",
                 flush=True,

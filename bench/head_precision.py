@@ -1,7 +1,9 @@
 """Benchmark: what each LM-head precision costs in log-prob mismatch against the float32 head.
 
 Question (issue 47): on the quickstart's rollouts, how far do the trainer's log-probs move when the FP32 head's matmul
-runs at tf32 or bf16 (the recipe's head_precision) instead of fp32? The tiny base policy samples --batches batches
+runs at tf32 or bf16 (the recipe's head_precision) instead of fp32? On CUDA the fp32 head runs as split TF32 (three
+tensor-core products, runner/rl/head.py): the reference there is the SGEMM head, and fp32-split is measured against
+it like the others. The tiny base policy samples --batches batches
 of the quickstart's largest geometry (B_p x n, its temperature and max_new_tokens) with the float32 head; then
 token_logprobs scores every response token at each precision, and |log-prob - fp32 log-prob| is summarised (mean,
 99th percentile, max) over all of them. tf32 is a CUDA mode: on a CPU the tf32 head computes fp32, so it is not
@@ -59,26 +61,29 @@ def quickstart_rollouts(study_path: str, batches: int, device):
 
 
 def mismatch(model, recipe, rollouts, precision: str) -> dict:
-    """|log-prob at `precision` - fp32 log-prob| over every response token: mean, p99, max (nats) and the count."""
+    """|log-prob at `precision` - SGEMM fp32 log-prob| over every response token: mean, p99, max (nats), count."""
     import torch
+    from gpu_trainer import fp32_kernel
     from rlscale.runner.rl.train_step import token_logprobs
+
+    def score(batch, head_precision, kernel):
+        with fp32_kernel(kernel):
+            return token_logprobs(
+                model,
+                batch.input_ids,
+                batch.attention_mask,
+                temperature=recipe.temperature,
+                fp32_head=True,
+                head_precision=head_precision,
+                where=batch.response_mask,
+            )[0]
 
     deltas = []
     with torch.no_grad():
         for batch in rollouts:
-            scores = {
-                p: token_logprobs(
-                    model,
-                    batch.input_ids,
-                    batch.attention_mask,
-                    temperature=recipe.temperature,
-                    fp32_head=True,
-                    head_precision=p,
-                    where=batch.response_mask,
-                )[0]
-                for p in ("fp32", precision)
-            }
-            deltas.append((scores[precision] - scores["fp32"])[batch.response_mask > 0].abs().double())
+            got = score(batch, "fp32", "split") if precision == "fp32-split" else score(batch, precision, "sgemm")
+            delta = got - score(batch, "fp32", "sgemm")
+            deltas.append(delta[batch.response_mask > 0].abs().double())
     delta = torch.cat(deltas)
     return {
         "tokens": delta.numel(),
@@ -103,17 +108,17 @@ def main() -> None:
         raise SystemExit(2)
     device = torch.device(args.device)
     recipe, model, rollouts = quickstart_rollouts(args.study, args.batches, device)
-    precisions = ("tf32", "bf16") if device.type == "cuda" else ("bf16",)
+    precisions = ("fp32-split", "tf32", "bf16") if device.type == "cuda" else ("bf16",)
     rows = {precision: mismatch(model, recipe, rollouts, precision) for precision in precisions}
     if device.type != "cuda":
         rows["tf32"] = {"not_measured": "a CPU has no TF32: the tf32 head computes fp32 there (--device cuda)"}
-    print(f"{'head':>5} {'tokens':>7} {'mean |d logp|':>14} {'p99':>10} {'max':>10}")
+    print(f"{'head':>10} {'tokens':>7} {'mean |d logp|':>14} {'p99':>10} {'max':>10}")
     for precision, row in rows.items():
         if "not_measured" in row:
-            print(f"{precision:>5}  not measured: {row['not_measured']}")
+            print(f"{precision:>10}  not measured: {row['not_measured']}")
             continue
         print(
-            f"{precision:>5} {row['tokens']:7d} {row['mean_abs_delta_logp']:14.2e} "
+            f"{precision:>10} {row['tokens']:7d} {row['mean_abs_delta_logp']:14.2e} "
             f"{row['p99_abs_delta_logp']:10.2e} {row['max_abs_delta_logp']:10.2e}"
         )
     payload = {
@@ -127,7 +132,7 @@ def main() -> None:
         "host": {"machine": platform.machine(), "threads": torch.get_num_threads()},
         "date": time.strftime("%Y-%m-%d"),
         "torch": torch.__version__,
-        "against": "fp32",
+        "against": "fp32 (SGEMM)",
         "results": rows,
     }
     out = args.out or ROOT / "bench" / "results" / f"head_precision_{device.type}.json"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from rlscale.planner.recipe import Recipe
+from rlscale.runner.rl import head as head_module
 from rlscale.runner.rl.head import head_logprobs
 from rlscale.runner.rl.train_step import make_optimizer, train_step
 from trainer_batch import base, batch, tokenizer  # noqa: F401  (module fixtures)
@@ -191,8 +192,8 @@ def _largest_error(got, want) -> float:
     return max(((g - w).abs().max() / w.abs().max()).item() for g, w in zip(got, want))
 
 
-def test_fused_fp32_head_on_cuda_is_ieee_float32_even_with_tf32_allowed():
-    leaves = _head_leaves()
+def test_fused_fp32_head_on_cuda_is_float32_accurate_even_with_tf32_allowed(monkeypatch):
+    leaves = _head_leaves()  # 300 rows: the split-TF32 kernel (runner/rl/head.py)
     reference = _head_run(leaves, CPU, torch.float64)
     before = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True  # a process that allows TF32 elsewhere
@@ -200,9 +201,12 @@ def test_fused_fp32_head_on_cuda_is_ieee_float32_even_with_tf32_allowed():
         fp32 = _head_run(leaves, CUDA, torch.float32, precision="fp32")
         tf32 = _head_run(leaves, CUDA, torch.float32, precision="tf32")
         assert torch.backends.cuda.matmul.allow_tf32  # the head restored the process's setting
+        monkeypatch.setattr(head_module, "SPLIT_MIN_ROWS", 10**9)  # plain SGEMM, IEEE float32 throughout
+        sgemm = _head_run(leaves, CUDA, torch.float32, precision="fp32")
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
     assert _largest_error(fp32, reference) < 1e-5
+    assert _largest_error(fp32, reference) < max(4 * _largest_error(sgemm, reference), 1e-6)
     assert _largest_error(tf32, reference) > 10 * _largest_error(fp32, reference)  # TF32 really ran
 
 

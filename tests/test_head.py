@@ -7,8 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from rlscale.planner.recipe import Recipe
+from rlscale.runner.rl import head as head_module
 from rlscale.runner.rl import train_step as train_step_module
-from rlscale.runner.rl.head import head_logprobs, head_matmul
+from rlscale.runner.rl.head import SPLIT_TF32, head_logprobs, head_matmul, split_tf32
 from rlscale.runner.rl.policy import build_model, build_tokenizer
 from rlscale.runner.rl.train_step import token_logprobs
 from trainer_batch import perturbed_batch, sgd_recipe, sgd_step
@@ -58,7 +59,12 @@ def _run(head, leaves, upstream, **kwargs):
 @pytest.mark.parametrize("chunk_tokens", [1, 4, 10**6])  # one token a chunk, uneven chunks, one chunk
 @pytest.mark.parametrize("entropy_grad", [False, True])
 @pytest.mark.parametrize("keep_logprobs", [False, True])  # recomputed in backward, or kept from forward (GPUs)
-def test_fused_head_equals_autograd_log_softmax_in_float32(chunk_tokens, entropy_grad, keep_logprobs):
+@pytest.mark.parametrize("split", [False, True])  # CUDA's fp32 kernel, its three products in float32 on a CPU
+def test_fused_head_equals_autograd_log_softmax_in_float32(
+    monkeypatch, chunk_tokens, entropy_grad, keep_logprobs, split
+):
+    if split:
+        monkeypatch.setattr(head_module, "_kernel", lambda precision, rows: SPLIT_TF32)
     leaves = _leaves()
     generator = torch.Generator().manual_seed(1)
     upstream = (
@@ -71,6 +77,21 @@ def test_fused_head_equals_autograd_log_softmax_in_float32(chunk_tokens, entropy
     for name, g, w in zip(("logp", "entropy", "d hidden", "d weight", "d bias"), got, want):
         assert (g - w).abs().max().item() < 1e-5, name
     assert got[3].abs().max() > 1e-2  # the weight gradient is not trivially zero
+
+
+def test_split_tf32_is_exact_and_its_high_part_fits_tf32():
+    t = torch.randn(1000, generator=torch.Generator().manual_seed(3)) * torch.logspace(-30, 30, 1000)
+    hi, lo = split_tf32(t)
+    assert torch.equal(hi + lo, t)  # exact: lo is the float32 rest
+    assert not (hi.view(torch.int32) & 0x1FFF).any()  # 10 mantissa bits, what a TF32 tensor core reads
+    assert ((lo / t).abs() <= 2.0**-11).all()  # rounded to nearest: half a TF32 unit at most
+
+
+def test_split_tf32_logits_equal_float32_logits(monkeypatch):
+    monkeypatch.setattr(head_module, "_kernel", lambda precision, rows: SPLIT_TF32)
+    leaves = _leaves()
+    logits = head_matmul(leaves[0].detach(), leaves[1].detach(), leaves[2].detach(), "fp32")
+    assert (logits - torch.nn.functional.linear(*(t.detach() for t in leaves[:3]))).abs().max().item() < 1e-5
 
 
 def test_an_unused_entropy_costs_no_entropy_backward_and_gives_the_log_prob_gradient_alone():

@@ -4,11 +4,14 @@ and GPUs run the same code); tests/test_head.py checks it against autograd's log
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
+from typing import NamedTuple
 
 import torch
 
 PRECISIONS = ("fp32", "tf32", "bf16")  # the recipe's head_precision (planner/recipe.py)
 BF16_LOGITS = "bf16-logits"
+SPLIT_TF32 = "3xtf32"  # fp32 on CUDA tensor cores: hi x hi + hi x lo + lo x hi in TF32, float32-accurate
+SPLIT_MIN_ROWS = 256  # fewer rows than this: plain SGEMM (the matmul reads the weight once, splitting costs more)
 KEEP_FRACTION = 0.25  # the log-probs are kept for backward when they take at most this share of the room left
 
 
@@ -33,6 +36,7 @@ def head_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     if x.dtype == weight.dtype == torch.bfloat16 and precision in ("fp32", "tf32"):
         precision = "bf16"  # bf16 operands are exact in fp32 and TF32: the bf16 kernel gives the same products
     flat = x.reshape(-1, x.shape[-1])
+    precision = _kernel(precision, flat)
     with torch.autocast(x.device.type, enabled=False):
         logits = _matmul(_operand(flat, precision), _operand(weight, precision).t(), precision)
         if bias is not None:
@@ -57,7 +61,17 @@ def head_logprobs(
     if keep_logprobs is None:
         keep_logprobs = wants_grad and room_for(hidden.shape[0] * weight.shape[0] * 4, hidden.device)
     chunk = max(1, int(chunk_tokens))
+    precision = _kernel(precision, hidden)
+    if precision == SPLIT_TF32:
+        chunk = max(1, chunk // 2)  # each chunk's operands split in two: the head's memory stays where it was
     return _HeadLogprobs.apply(hidden, weight, bias, targets, float(temperature), precision, chunk, keep_logprobs)
+
+
+def _kernel(precision: str, rows: torch.Tensor) -> str:
+    """fp32 on a CUDA device runs as split TF32 when `rows` [M, H] are enough to make the matmul compute-bound."""
+    if precision == "fp32" and rows.is_cuda and rows.shape[0] >= SPLIT_MIN_ROWS:
+        return SPLIT_TF32
+    return precision
 
 
 def room_for(nbytes: int, device: torch.device) -> bool:
@@ -166,8 +180,36 @@ def _logits(hidden, w_t, bias, temperature, precision) -> torch.Tensor:
     return z
 
 
+class _Split(NamedTuple):
+    """A float32 tensor as hi + lo, exactly: hi rounded to TF32's 10 mantissa bits, lo the rest (itself rounded to
+    TF32 by the matmul, an error of 2^-22 of the value). Three TF32 products carry float32's accuracy."""
+
+    hi: torch.Tensor
+    lo: torch.Tensor
+
+    def t(self) -> _Split:
+        return _Split(self.hi.t(), self.lo.t())
+
+    def index_select(self, dim: int, index: torch.Tensor) -> _Split:
+        return _Split(self.hi.index_select(dim, index), self.lo.index_select(dim, index))
+
+    def float(self) -> torch.Tensor:
+        return self.hi + self.lo
+
+
+def split_tf32(t: torch.Tensor) -> _Split:
+    """`t` as hi + lo, hi its float32 value rounded to nearest at 10 mantissa bits (finite values)."""
+    if isinstance(t, _Split):
+        return t
+    t = t.float().contiguous()
+    hi = (t.view(torch.int32) + 0x1000).bitwise_and_(-0x2000).view(torch.float32)
+    return _Split(hi, t - hi)
+
+
 def _operand(t: torch.Tensor, precision: str) -> torch.Tensor:
     # a CPU has no bf16 x bf16 -> fp32 matmul: it gets the bf16 values as their exact float32 values
+    if precision == SPLIT_TF32:
+        return split_tf32(t)
     if precision == BF16_LOGITS or (precision == "bf16" and t.is_cuda):
         return t.to(torch.bfloat16)
     if precision == "bf16":
@@ -176,6 +218,8 @@ def _operand(t: torch.Tensor, precision: str) -> torch.Tensor:
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor:
+    if precision == SPLIT_TF32:
+        return _split_addmm(None, a, b)
     if precision == BF16_LOGITS:
         return torch.mm(a, b).float()
     if a.dtype == torch.bfloat16:  # bf16 on CUDA: tensor cores, float32 accumulation and output
@@ -185,10 +229,20 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor:
 
 
 def _accumulate(total: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor, precision: str) -> torch.Tensor:
+    if precision == SPLIT_TF32:
+        return _split_addmm(total, a, b)
     if total is None or a.dtype == torch.bfloat16:
         return _add(total, _matmul(a, b, precision))
     with _tf32(a.is_cuda, precision == "tf32"):
         return total.addmm_(a, b)
+
+
+def _split_addmm(total: torch.Tensor | None, a, b) -> torch.Tensor:
+    # the small products first, so that the largest lands on an accumulator already holding the corrections
+    a, b = split_tf32(a), split_tf32(b)
+    with _tf32(a.hi.is_cuda, True):
+        total = torch.mm(a.lo, b.hi) if total is None else total.addmm_(a.lo, b.hi)
+        return total.addmm_(a.hi, b.lo).addmm_(a.hi, b.hi)
 
 
 def _add(total: torch.Tensor | None, term: torch.Tensor) -> torch.Tensor:
