@@ -611,6 +611,31 @@ def test_the_dry_run_refuses_what_the_sweep_could_not_write_to(cli, workdir, opt
     assert sorted(path.name for path in workdir.iterdir()) == ["adir", "afile", "q.yaml"]
 
 
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ("fit", "{csv}", "--plot", "afile/plots/fit.png"),
+            "--plot: afile is a file: expected a directory for fit.png",
+        ),
+        (
+            ("export", "--format", "yaml", "--recipe", "{recipe}", "--out", "afile/prod/recipe.yaml"),
+            "--out: afile is a file: expected a directory for recipe.yaml",
+        ),
+    ],
+)
+def test_fit_and_export_refuse_an_output_under_a_file_before_writing(cli, workdir, args, error):
+    # one rule with report and sweep (rlscale/cli/options.check_out_dir): any folder above it being a file
+    (workdir / "afile").write_text("")
+    sources = {
+        "csv": REPO / "bench/data/public/cs336_grpo_math_eval_points.csv",
+        "recipe": REPO / "studies/quickstart.yaml",
+    }
+    err = one_line_error(*cli(*(arg.format(**sources) for arg in args)))
+    assert err == f"error: {error}\n"
+    assert sorted(path.name for path in workdir.iterdir()) == ["afile"]
+
+
 def test_a_budget_too_large_for_any_run_names_the_study_file(cli, workdir):
     study = _quickstart_with(workdir, "q.yaml", "  budget: 0.035", "  budget: 1e16")
     err = one_line_error(*cli("plan", str(study)))

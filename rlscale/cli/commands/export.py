@@ -10,7 +10,7 @@ import typer
 from rlscale.base.errors import UserError
 from rlscale.base.names import check_budget, check_steps
 from rlscale.cli.console import say
-from rlscale.cli.options import DbUrl
+from rlscale.cli.options import DbUrl, check_out_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -71,6 +71,8 @@ def register(app: typer.Typer) -> None:
             raise UserError("give either --recipe FILE or --study S (and/or --budget B)", field="export")
         if budget is not None:
             check_budget(budget)
+        if out is not None:
+            check_out_dir(out.parent, out.name)
         if recipe is not None:
             from rlscale.planner.loading import load_recipe
 
@@ -98,8 +100,6 @@ def register(app: typer.Typer) -> None:
         if out is None:
             typer.echo(text, nl=False)
             return
-        if out.parent.exists() and not out.parent.is_dir():
-            raise UserError(f"{out.parent} is a file: expected a directory to write {out.name} into", field="--out")
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text, encoding="utf-8")

@@ -9,7 +9,7 @@ import typer
 from rlscale.base.errors import UserError
 from rlscale.base.numbers import format_number, json_safe
 from rlscale.cli.console import console, print_json, safe, say
-from rlscale.cli.options import ComputeTag, DbUrl, RewardTag, check_fit_source
+from rlscale.cli.options import ComputeTag, DbUrl, RewardTag, check_fit_source, check_out_dir
 
 # Keys of `fit --json`, in order (docs/methods.md section 7); scripts rely on them. `noise`: the noise model used.
 JSON_KEYS = ("run", "A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise")
@@ -85,8 +85,8 @@ def register(app: typer.Typer) -> None:
         )
         if plot is not None and plot.suffix.lower() != ".png":
             raise UserError(f"expected a file name ending in .png, got {plot.name!r}", field="--plot")
-        if plot is not None and plot.parent.exists() and not plot.parent.is_dir():
-            raise UserError(f"{plot.parent} is a file: expected a directory for {plot.name}", field="--plot")
+        if plot is not None:
+            check_out_dir(plot.parent, plot.name, "--plot")
         if at is not None and not (math.isfinite(at) and at > 0):
             raise UserError(f"expected a finite compute > 0, got {at:g}", field="--at")
         if target is not None and not math.isfinite(target):
