@@ -150,8 +150,8 @@ def test_wrong_arguments_are_one_line_errors(monkeypatch, capsys, workdir, args,
 def test_a_malformed_csv_names_line_and_column(monkeypatch, capsys, workdir):
     (workdir / "bad.csv").write_text("run,compute,reward\na,1,0.1\na,2,0.2\na,three,0.3\n")
     code, out, err = run_cli(monkeypatch, capsys, "fit", "bad.csv", "--json")
-    assert (code, out) == (2, "")
-    assert err == "error: bad.csv:4: column 'compute': expected a number, got 'three'\n"
+    assert code == 2 and err == "error: bad.csv:4: column 'compute': expected a number, got 'three'\n"
+    assert json.loads(out)["error"] == err[len("error: ") : -1]  # --json: a script reads why on stdout
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1.5"])
@@ -191,7 +191,8 @@ def test_a_metric_above_one_needs_unbounded_and_the_reason_names_the_flag(monkey
     _write_curve(workdir / "score.csv", A=7.0, R0=1.0, noise=0.02)
     code, out, err = run_cli(monkeypatch, capsys, "fit", "score.csv", "--json")
     # the only run cannot be fitted as a pass rate: exit 2, the reason in the command line's words
-    assert (code, out) == (2, "") and err.startswith("error: score.csv: no run could be fitted (r: not fitted: ")
+    assert code == 2 and err.startswith("error: score.csv: no run could be fitted (r: not fitted: ")
+    assert json.loads(out)["file"] == "score.csv"
     assert "use --unbounded" in err and "in the API" not in err and err.count("\n") == 1
     code, out, _ = run_cli(monkeypatch, capsys, "fit", "score.csv", "--unbounded", "--json")
     (fit,) = _strict_json(out)

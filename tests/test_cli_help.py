@@ -2,6 +2,7 @@
 Markdown so that it wraps to the terminal; nothing in it may be read as markup and dropped, e.g. `<source>`)."""
 
 import inspect
+import json
 import re
 
 import pytest
@@ -42,9 +43,10 @@ def test_help_shows_the_description_and_every_option_help_whole(name, monkeypatc
         (("nosuch",), "error: No such command 'nosuch'. (see rlscale --help)"),
     ],
 )
-def test_a_usage_error_is_one_line_exit_2_and_nothing_on_stdout(cli, args, message):
+def test_a_usage_error_is_one_line_exit_2_and_on_stdout_only_as_asked_json(cli, args, message):
     code, out, err = cli(*args)
-    assert code == 2 and out == "" and err.strip() == message
+    assert code == 2 and err.strip() == message
+    assert (json.loads(out)["error"] if "--json" in args else out) == (message[len("error: ") :] if out else "")
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

@@ -547,7 +547,7 @@ def test_an_output_path_under_a_file_is_one_line_exit_2(cli, workdir):
     err = one_line_error(*cli("report", "s", "--db", "sqlite:///s.db", "--out", f"{runs}/sub"))
     assert err == f"error: --out: {runs} is a file: expected a directory for report.md, report.html and the PNGs\n"
     err = one_line_error(*cli("fit", str(runs), "--plot", f"{runs}/sub/fits.png"))
-    assert err == f"error: cannot write into {runs}/sub: Not a directory\n"
+    assert err == f"error: --plot: {runs} is a file: expected a directory for fits.png\n"
 
 
 def _quickstart_with(workdir: Path, name: str, old: str, new: str) -> Path:
@@ -634,6 +634,25 @@ def test_fit_and_export_refuse_an_output_under_a_file_before_writing(cli, workdi
     err = one_line_error(*cli(*(arg.format(**sources) for arg in args)))
     assert err == f"error: {error}\n"
     assert sorted(path.name for path in workdir.iterdir()) == ["afile"]
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (("fit", "afile", "--json"), None),
+        (("status", "nosuch", "--json", "--db", "sqlite:///s.db"), None),
+        (("plan", "--budget", "-1", "--json"), "--budget"),
+        (("plan", "--budgetx", "3", "--json"), None),
+    ],
+)
+def test_a_refused_command_with_json_says_why_on_stdout_too(cli, workdir, args, field):
+    (workdir / "afile").write_text("")
+    code, out, err = cli(*args)
+    line = one_line_error(code, out, err)
+    assert json.loads(out) == {"error": line[len("error: ") : -1], "file": None, "field": field, "exit_code": 2} | (
+        {"file": "afile"} if args[0] == "fit" else {}
+    )
+    assert not (workdir / "s.db").exists()
 
 
 def test_a_budget_too_large_for_any_run_names_the_study_file(cli, workdir):

@@ -9,7 +9,7 @@ import typer
 
 from rlscale.base.errors import UserError
 from rlscale.cli import commands
-from rlscale.cli.console import err_console, safe
+from rlscale.cli.console import JSON_WRITTEN, err_console, print_json, safe
 
 app = typer.Typer(
     name="rlscale",
@@ -36,6 +36,7 @@ def main() -> None:
     UserError."""
     held: list = []
     error, code = None, 0
+    JSON_WRITTEN[0] = False
     try:
         with warnings.catch_warnings(record=True) as held:
             try:
@@ -59,6 +60,8 @@ def main() -> None:
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if error is not None:
         err_console.print(f"[bold red]error:[/] {safe(error)}", highlight=False, soft_wrap=True)
+        if "--json" in sys.argv[1:] and not JSON_WRITTEN[0]:  # a script reads why on stdout too
+            print_json({"error": str(error), "file": error.file, "field": error.field, "exit_code": code or 2})
         sys.exit(code or 2)
     if isinstance(code, int) and code:
         sys.exit(code)

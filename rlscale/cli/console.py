@@ -89,10 +89,14 @@ def table(
     return result
 
 
+JSON_WRITTEN = [False]  # whether this command printed JSON: its error then adds none (rlscale.cli.main)
+
+
 def print_json(payload: Any) -> None:
     """`payload` as JSON on stdout (no markup, for scripts), NaN and inf as null, with views.wording's words."""
     from rlscale.views.wording import with_words
 
+    JSON_WRITTEN[0] = True
     sys.stdout.write(json.dumps(with_words(json_safe(payload)), indent=2, default=_jsonable, allow_nan=False) + "\n")
     sys.stdout.flush()
 
