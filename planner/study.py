@@ -207,6 +207,7 @@ class Study(_Strict):
     setup: Setup | None = Field(None, description="start from the user's own verl or TRL setup (engine verl or trl)")
     tracking: Tracking | None = Field(None, description="mirror each evaluation to MLflow, trackio or W&B")
     _file: str | None = PrivateAttr(None)  # the YAML file it was read from, for messages
+    _launch_dir: str | None = PrivateAttr(None)  # where it was loaded: TRL reads a setup's relative paths from there
     extend: float = Field(
         1.0,
         ge=1,
@@ -256,6 +257,11 @@ class Study(_Strict):
     def file(self) -> str | None:
         """The YAML file the study was read from (None for a study built in code or read from the store)."""
         return self._file
+
+    @property
+    def launch_dir(self) -> str | None:
+        """The directory the study was loaded (and swept) in: a TRL setup's relative paths are read from there."""
+        return self._launch_dir
 
     @property
     def fits_record_breaking(self) -> bool:

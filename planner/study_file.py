@@ -14,6 +14,7 @@ from rlscale.planner.study import FieldProblem, Study
 from rlscale.base.errors import UserError
 
 FILE_KEY = "study_file"  # in a stored spec: the YAML the sweep read, so printed commands can extend it
+LAUNCH_DIR_KEY = "launch_dir"  # in a stored spec: where the sweep ran, so an export finds what its jobs found
 
 
 def load_study(path: str | Path) -> Study:
@@ -23,7 +24,7 @@ def load_study(path: str | Path) -> Study:
     if isinstance(data.get("recipe"), dict) and "seed" in data["recipe"]:  # a file's; a stored `run` spec may have it
         raise UserError("seeds are set by the study's `seeds`, not in the recipe", file=str(path), field="recipe.seed")
     study = parse_study(data, file=str(path))
-    study._file = str(path)
+    study._file, study._launch_dir = str(path), str(Path.cwd())
     if study.setup is not None:
         study = _with_setup(study, Path(path).parent)
     if study.compute is not None and study.compute.profile is not None:
@@ -95,17 +96,20 @@ def study_from_spec(spec: dict, *, name: str) -> Study | None:
     if not spec:
         return None
     spec = dict(spec)
-    file = spec.pop(FILE_KEY, None)
+    file, launch_dir = spec.pop(FILE_KEY, None), spec.pop(LAUNCH_DIR_KEY, None)
     study = parse_study({"name": name, **spec}, file=f"study {name} in the store")
-    study._file = file
+    study._file, study._launch_dir = file, launch_dir
     return study
 
 
 def stored_spec(study: Study) -> dict:
-    """The spec a sweep stores: the study's own keys, and the absolute path of the file it was read from."""
+    """The spec a sweep stores: the study's own keys, the absolute path of the file it was read from and the directory
+    it was loaded in."""
     spec = study.to_spec()
     if study.file is not None:
         spec[FILE_KEY] = str(Path(study.file).resolve())
+    if study.launch_dir is not None:
+        spec[LAUNCH_DIR_KEY] = study.launch_dir
     return spec
 
 

@@ -10,7 +10,7 @@ from rlscale.planner.frameworks.setup import parse_override, read_setup, setup_p
 from rlscale.planner.planning import planned_runs
 
 # verl's GSM8K GRPO example as its users launch it (examples/grpo_trainer/run_qwen3_4b_fsdp.sh, trimmed)
-from rlscale.planner.study_file import load_study
+from rlscale.planner.study_file import load_study, stored_spec
 
 VERL_ARGS = """# our GSM8K run
 python3 -m verl.trainer.main_ppo \\
@@ -232,7 +232,7 @@ def seed_decided(study, url: str) -> None:
     from rlscale.runner.sweep.state import run_name
 
     with Store(url) as store:
-        store.upsert_study(study.name, study.to_spec())
+        store.upsert_study(study.name, stored_spec(study))  # as the sweep driver stores it
         for point, asymptote in zip(planned_runs(study), (0.6, 0.8)):
             run_id = store.ensure_run(study.name, run_name(point, False), point.recipe.to_json(), point.seed)
             store.add_records(
@@ -262,12 +262,17 @@ def test_export_of_a_setup_study_is_the_users_launch_with_the_best_runs_keys(tmp
     assert "# your setup:" in out and "~ actor_rollout_ref.rollout.n: 5 -> 8" in out
 
 
-def test_a_trl_export_names_the_users_local_files_as_the_jobs_did_from_any_directory(tmp_path, cli, monkeypatch):
-    # the sweep's jobs read `data/train.jsonl` beside the config; the exported YAML must too, run from elsewhere
+@pytest.mark.parametrize("config_dir", [".", "configs"])  # beside the config, or where the sweep ran above it
+def test_a_trl_export_names_the_users_local_files_as_the_jobs_did_from_any_directory(
+    tmp_path, cli, monkeypatch, config_dir
+):
+    # the sweep's jobs read `data/train.jsonl` as `trl grpo` would, from where they ran or beside the config; the
+    # exported YAML must name the same file when the export runs from elsewhere
     folder = tmp_path / "setup"
     (folder / "data").mkdir(parents=True)
+    (folder / config_dir).mkdir(exist_ok=True)
     (folder / "data" / "train.jsonl").write_text('{"prompt": "1+1=", "solution": "2"}\n')
-    (folder / "grpo.yaml").write_text(yaml.safe_dump({**TRL_CONFIG, "dataset_name": "data/train.jsonl"}))
+    (folder / config_dir / "grpo.yaml").write_text(yaml.safe_dump({**TRL_CONFIG, "dataset_name": "data/train.jsonl"}))
     (folder / "my_rewards.py").write_text(
         "def correct(completions, **kwargs):\n    return [1.0 for _ in completions]\n"
     )
@@ -276,7 +281,7 @@ def test_a_trl_export_names_the_users_local_files_as_the_jobs_did_from_any_direc
         "method": "grid",
         "parameters": {"rollouts": {"values": [4, 8]}},
         "recipe": {"engine": "trl"},
-        "setup": {"config": "grpo.yaml", "replace": ["num_generations"]},
+        "setup": {"config": f"{config_dir}/grpo.yaml", "replace": ["num_generations"]},
     }
     (folder / "t.yaml").write_text(yaml.safe_dump(spec))
     monkeypatch.chdir(folder)

@@ -250,12 +250,12 @@ def check_inputs(job: Composed, *, file: str, eval_prompts: int, python: str) ->
     return answer["files"]
 
 
-def import_paths(file: str) -> list[str]:
-    """Where dotted reward paths are imported from and relative data paths found: where the sweep runs (as `trl grpo`),
-    then the config's folder."""
-    return [str(Path.cwd()), str(Path(file).resolve().parent)]
+def import_paths(file: str, launch_dir: str | None = None) -> list[str]:
+    """Where dotted reward paths are imported from and relative data paths found: where the sweep runs (as `trl grpo`:
+    `launch_dir`, or this process's directory), then the config's folder."""
+    return list(dict.fromkeys([launch_dir or str(Path.cwd()), str(Path(file).resolve().parent)]))
 
 
-def local_paths(keys: dict, file: str) -> dict:
+def local_paths(keys: dict, file: str, launch_dir: str | None = None) -> dict:
     """The config `file`'s path keys that name local files, made absolute as a job (or an export) needs them."""
-    return user_config.local_paths(keys, [Path(folder) for folder in import_paths(file)])
+    return user_config.local_paths(keys, [Path(folder) for folder in import_paths(file, launch_dir)])

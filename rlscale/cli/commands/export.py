@@ -126,13 +126,14 @@ def _user_setup_text(store, study: str, recipe, fmt: str, header: list[str]) -> 
     funcs = plan.setup.keys.get("reward_funcs") or []
     modules = sorted({name.rsplit(".", 1)[0] for name in ([funcs] if isinstance(funcs, str) else funcs) if "." in name})
     if modules:  # `trl grpo` imports them from where it runs; the sweep's jobs found them in these folders
-        found = [folder for folder in import_paths(file) if any(_module_in(folder, name) for name in modules)]
+        folders = import_paths(file, typed.launch_dir)
+        found = [folder for folder in folders if any(_module_in(folder, name) for name in modules)]
         if found:  # none found: an installed package, imported as it is
             header = [
                 *header,
                 f"reward modules {', '.join(modules)}: run with PYTHONPATH={shlex.quote(':'.join(found))}",
             ]
-    return export_setup(plan, recipe, header, paths=local_paths(plan.setup.keys, file))
+    return export_setup(plan, recipe, header, paths=local_paths(plan.setup.keys, file, typed.launch_dir))
 
 
 def _module_in(folder: str, module: str) -> bool:
