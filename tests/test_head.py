@@ -2,6 +2,7 @@
 whatever the chunking, inside every loss and aggregation of a train step; its matmul precisions; the recipe key."""
 
 import copy
+import types
 
 import pytest
 import torch
@@ -64,7 +65,7 @@ def test_fused_head_equals_autograd_log_softmax_in_float32(
     monkeypatch, chunk_tokens, entropy_grad, keep_logprobs, split
 ):
     if split:
-        monkeypatch.setattr(head_module, "_kernel", lambda precision, rows: SPLIT_TF32)
+        monkeypatch.setattr(head_module, "_kernel", lambda *args: SPLIT_TF32)
     leaves = _leaves()
     generator = torch.Generator().manual_seed(1)
     upstream = (
@@ -87,8 +88,29 @@ def test_split_tf32_is_exact_and_its_high_part_fits_tf32():
     assert ((lo / t).abs() <= 2.0**-11).all()  # rounded to nearest: half a TF32 unit at most
 
 
+@pytest.mark.parametrize(
+    ("precision", "cuda", "rows", "room", "kernel"),
+    [
+        ("fp32", True, 256, True, SPLIT_TF32),
+        ("fp32", True, 256, False, "fp32"),  # a device short of memory keeps SGEMM: no weight copies
+        ("fp32", True, 255, True, "fp32"),  # too few rows: reading the weight bounds it, splitting costs more
+        ("fp32", False, 4096, True, "fp32"),  # a CPU has no TF32
+        ("tf32", True, 4096, True, "tf32"),
+    ],
+)
+def test_fp32_runs_as_split_tf32_on_cuda_for_enough_rows_where_the_weights_parts_fit(
+    monkeypatch, precision, cuda, rows, room, kernel
+):
+    weight = torch.zeros(VOCAB, WIDTH)
+    asked = []
+    monkeypatch.setattr(head_module, "room_for", lambda nbytes, device: asked.append(nbytes) or room)
+    hidden = types.SimpleNamespace(is_cuda=cuda, shape=(rows, WIDTH))  # the device and shape alone are read
+    assert head_module._kernel(precision, hidden, weight) == kernel
+    assert asked in ([], [2 * VOCAB * WIDTH * 4])  # room for the hi and lo float32 copies of the weight
+
+
 def test_split_tf32_logits_equal_float32_logits(monkeypatch):
-    monkeypatch.setattr(head_module, "_kernel", lambda precision, rows: SPLIT_TF32)
+    monkeypatch.setattr(head_module, "_kernel", lambda *args: SPLIT_TF32)
     leaves = _leaves()
     logits = head_matmul(leaves[0].detach(), leaves[1].detach(), leaves[2].detach(), "fp32")
     assert (logits - torch.nn.functional.linear(*(t.detach() for t in leaves[:3]))).abs().max().item() < 1e-5

@@ -36,7 +36,7 @@ def head_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     if x.dtype == weight.dtype == torch.bfloat16 and precision in ("fp32", "tf32"):
         precision = "bf16"  # bf16 operands are exact in fp32 and TF32: the bf16 kernel gives the same products
     flat = x.reshape(-1, x.shape[-1])
-    precision = _kernel(precision, flat)
+    precision = _kernel(precision, flat, weight)
     with torch.autocast(x.device.type, enabled=False):
         logits = _matmul(_operand(flat, precision), _operand(weight, precision).t(), precision)
         if bias is not None:
@@ -61,17 +61,18 @@ def head_logprobs(
     if keep_logprobs is None:
         keep_logprobs = wants_grad and room_for(hidden.shape[0] * weight.shape[0] * 4, hidden.device)
     chunk = max(1, int(chunk_tokens))
-    precision = _kernel(precision, hidden)
+    precision = _kernel(precision, hidden, weight)
     if precision == SPLIT_TF32:
         chunk = max(1, chunk // 2)  # each chunk's operands split in two: the head's memory stays where it was
     return _HeadLogprobs.apply(hidden, weight, bias, targets, float(temperature), precision, chunk, keep_logprobs)
 
 
-def _kernel(precision: str, rows: torch.Tensor) -> str:
-    """fp32 on a CUDA device runs as split TF32 when `rows` [M, H] are enough to make the matmul compute-bound."""
-    if precision == "fp32" and rows.is_cuda and rows.shape[0] >= SPLIT_MIN_ROWS:
-        return SPLIT_TF32
-    return precision
+def _kernel(precision: str, rows: torch.Tensor, weight: torch.Tensor) -> str:
+    """fp32 on a CUDA device runs as split TF32 when `rows` [M, H] are enough to make the matmul compute-bound and
+    the two float32 parts of `weight` [V, H] have `room_for` them; else SGEMM."""
+    if precision != "fp32" or not rows.is_cuda or rows.shape[0] < SPLIT_MIN_ROWS:
+        return precision
+    return SPLIT_TF32 if room_for(2 * weight.numel() * 4, weight.device) else precision
 
 
 def room_for(nbytes: int, device: torch.device) -> bool:
