@@ -95,6 +95,7 @@ def test_split_tf32_is_exact_and_its_high_part_fits_tf32():
         ("fp32", True, 256, False, "fp32"),  # a device short of memory keeps SGEMM: no weight copies
         ("fp32", True, 255, True, "fp32"),  # too few rows: reading the weight bounds it, splitting costs more
         ("fp32", False, 4096, True, "fp32"),  # a CPU has no TF32
+        ("fp32", "pre-Ampere", 4096, True, "fp32"),  # a GPU without TF32 tensor cores
         ("tf32", True, 4096, True, "tf32"),
     ],
 )
@@ -104,7 +105,8 @@ def test_fp32_runs_as_split_tf32_on_cuda_for_enough_rows_where_the_weights_parts
     weight = torch.zeros(VOCAB, WIDTH)
     asked = []
     monkeypatch.setattr(head_module, "room_for", lambda nbytes, device: asked.append(nbytes) or room)
-    hidden = types.SimpleNamespace(is_cuda=cuda, shape=(rows, WIDTH))  # the device and shape alone are read
+    monkeypatch.setattr(head_module, "_has_tf32", lambda device: cuda is True)
+    hidden = types.SimpleNamespace(is_cuda=bool(cuda), shape=(rows, WIDTH))  # the device and shape alone are read
     assert head_module._kernel(precision, hidden, weight) == kernel
     assert asked in ([], [2 * VOCAB * WIDTH * 4])  # room for the hi and lo float32 copies of the weight
 

@@ -60,7 +60,8 @@ def main() -> None:
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if error is not None:
         err_console.print(f"[bold red]error:[/] {safe(error)}", highlight=False, soft_wrap=True)
-        if "--json" in sys.argv[1:] and not JSON_WRITTEN[0]:  # a script reads why on stdout too
+        options = sys.argv[1 : sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
+        if (code or 2) == 2 and "--json" in options and not JSON_WRITTEN[0]:  # a script reads why on stdout too
             print_json({"error": str(error), "file": error.file, "field": error.field, "exit_code": code or 2})
         sys.exit(code or 2)
     if isinstance(code, int) and code:

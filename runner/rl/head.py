@@ -68,11 +68,16 @@ def head_logprobs(
 
 
 def _kernel(precision: str, rows: torch.Tensor, weight: torch.Tensor) -> str:
-    """fp32 on a CUDA device runs as split TF32 when `rows` [M, H] are enough to make the matmul compute-bound and
-    the two float32 parts of `weight` [V, H] have `room_for` them; else SGEMM."""
-    if precision != "fp32" or not rows.is_cuda or rows.shape[0] < SPLIT_MIN_ROWS:
+    """fp32 on a CUDA device with TF32 tensor cores runs as split TF32 when `rows` [M, H] are enough to make the
+    matmul compute-bound and the two float32 parts of `weight` [V, H] have `room_for` them; else SGEMM."""
+    if precision != "fp32" or not rows.is_cuda or rows.shape[0] < SPLIT_MIN_ROWS or not _has_tf32(weight.device):
         return precision
     return SPLIT_TF32 if room_for(2 * weight.numel() * 4, weight.device) else precision
+
+
+def _has_tf32(device: torch.device) -> bool:
+    # NVIDIA from Ampere (8.0) on; an older GPU or ROCm ignores the TF32 switch and would run three float32 matmuls
+    return torch.version.hip is None and torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 def room_for(nbytes: int, device: torch.device) -> bool:
@@ -118,6 +123,8 @@ class _HeadLogprobs(torch.autograd.Function):
         # a kept log-prob tensor is overwritten in place below: a second backward finds it changed and refuses
         hidden, weight, bias, targets, lse, entropy, kept = ctx.saved_tensors
         precision, temperature = ctx.precision, ctx.temperature
+        if precision == SPLIT_TF32 and not room_for(2 * weight.numel() * 4, weight.device):
+            precision = "fp32"  # the room the forward saw is gone: SGEMM, as accurate and needing no copy
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
         if grad_logp is None and grad_entropy is None:
             return (None,) * 8
