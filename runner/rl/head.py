@@ -122,9 +122,9 @@ class _HeadLogprobs(torch.autograd.Function):
     def backward(ctx, grad_logp, grad_entropy):
         # a kept log-prob tensor is overwritten in place below: a second backward finds it changed and refuses
         hidden, weight, bias, targets, lse, entropy, kept = ctx.saved_tensors
+        # the forward's kernel: recomputed logits must be the ones its log-sum-exp came from (the head's backward runs
+        # right after the loss, with the memory the forward had room in)
         precision, temperature = ctx.precision, ctx.temperature
-        if precision == SPLIT_TF32 and not room_for(2 * weight.numel() * 4, weight.device):
-            precision = "fp32"  # the room the forward saw is gone: SGEMM, as accurate and needing no copy
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
         if grad_logp is None and grad_entropy is None:
             return (None,) * 8
