@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from rlscale.db.store import Store
 from rlscale.planner.loading import load_recipe
 from typer.testing import CliRunner
 
@@ -94,7 +95,12 @@ def test_run_without_local_is_a_one_run_study_on_ray_that_status_and_report_read
 
     ran = command("run", str(RECIPE), "--steps", "2", "--json")
     assert ran.returncode == 0, ran.stderr[-2000:]
-    assert [record["step"] for record in json.loads(ran.stdout)["records"]] == [0, 1, 2]
+    result = json.loads(ran.stdout)
+    assert result["runner"] == "ray" and [record["step"] for record in result["records"]] == [0, 1, 2]
+    with Store(url) as store:  # every step stored once, under a run named for the recipe file
+        records, runs = store.records_frame("runs"), store.runs_frame("runs")
+    assert list(runs["run"]) == [RECIPE.stem] and list(runs["status"]) == ["done"]
+    assert sorted(records["step"]) == [0, 1, 2] and records["gpu_hours"].max() > 0
     status = command("status", "runs", "--json", timeout=120)  # the stored spec (with the recipe's seed) loads
     assert status.returncode == 0 and json.loads(status.stdout)[0]["status"] == "done", status.stderr
     assert command("report", "runs", "--out", str(workdir / "report"), timeout=120).returncode == 0

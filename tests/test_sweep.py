@@ -218,21 +218,6 @@ def test_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_pa
     assert len(_records(url, "bayes")[1]) == 2  # n_trials reached: nothing new is run
 
 
-@pytest.mark.slow
-def test_run_command_trains_one_recipe_on_ray_into_the_store(tmp_path, monkeypatch, capsys):
-    from helpers import run_cli
-
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**RECIPE, "steps": 8}))
-    code, out, err = run_cli(monkeypatch, capsys, "run", "tiny.yaml", "--db", "sqlite:///runs.db", "--json")
-    assert code == 0, err
-    result = json.loads(out)
-    assert result["runner"] == "ray" and [r["step"] for r in result["records"]] == [0, 4, 8]
-    records, runs = _records("sqlite:///runs.db", "runs")
-    assert list(runs["run"]) == ["tiny"] and list(runs["status"]) == ["done"]
-    assert sorted(records["step"]) == list(range(9)) and records["gpu_hours"].iloc[-1] > 0
-
-
 class ReplayEngine(Engine):
     """An engine (rlscale.runner.engine) that replays known sigmoid curves instead of training (this test isolates
     the driver's rung scheduling from Ray and training on purpose): 0.01 device-hours a step, an evaluation and a
