@@ -186,38 +186,6 @@ def test_a_crashing_job_or_driver_is_retried_and_an_always_failing_one_is_marked
     assert [run.attempts for run in driver.runs] == [2, 2, 2]  # one retry each (max_retries=1)
 
 
-@pytest.mark.slow
-def test_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_path):
-    import optuna
-
-    study = tmp_path / "bayes.yaml"
-    study.write_text(
-        yaml.safe_dump(
-            {
-                "name": "bayes",
-                "method": "bayes",
-                "n_trials": 2,
-                "recipe": {**RECIPE, "steps": 8},
-                "parameters": {"lr": {"min": 1e-4, "max": 6e-4, "distribution": "log_uniform"}},
-            }
-        )
-    )
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    sweep = [*RLSCALE, "sweep", str(study), "--db", url, "--out", str(tmp_path / "reports"), "--json"]
-    first = subprocess.run(sweep, cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    assert first.returncode == 0, first.stderr[-3000:]
-    _, runs = _records(url, "bayes")
-    assert list(runs["run"]) == ["trial-0", "trial-1"] and set(runs["status"]) == {"done"}
-    assert all(1e-4 <= config["lr"] <= 6e-4 for config in runs["config"])
-    trials = optuna.load_study(study_name="rlscale:bayes", storage=url).trials
-    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
-    assert [t.params["lr"] for t in trials] == [config["lr"] for config in runs["config"]]
-
-    again = subprocess.run(sweep, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert len(_records(url, "bayes")[1]) == 2  # n_trials reached: nothing new is run
-
-
 class ReplayEngine(Engine):
     """An engine (rlscale.runner.engine) that replays known sigmoid curves instead of training (this test isolates
     the driver's rung scheduling from Ray and training on purpose): 0.01 device-hours a step, an evaluation and a
@@ -231,11 +199,14 @@ class ReplayEngine(Engine):
         self.reached: dict[str, int] = {}
         self.calls: list[tuple[float, int, int]] = []  # (lr, from step, to step)
 
+    def asymptote(self, lr: float) -> float:
+        return self.ASYMPTOTE[lr]
+
     def reward(self, lr: float, step: int) -> float:
         import numpy as np
         from rlscale.fitting.sigmoid import sigmoid
 
-        truth = float(sigmoid(0.01 * step, self.ASYMPTOTE[lr], 2.0, 0.15, 0.1)) if step else 0.1
+        truth = float(sigmoid(0.01 * step, self.asymptote(lr), 2.0, 0.15, 0.1)) if step else 0.1
         rng = np.random.default_rng(int(lr * 1e5) * 1000 + step)
         return rng.binomial(4096, truth) / 4096
 
@@ -264,6 +235,47 @@ class ReplayEngine(Engine):
                     break
         self.calls.append((recipe.lr, start, self.reached[run_key]))
         return JobResult(steps=self.reached[run_key], stopped=stopped is not None, stop_reason=stopped or "")
+
+
+class SmoothReplay(ReplayEngine):
+    """ReplayEngine for any lr (a bayes study samples it): the asymptote peaks at 3e-4, falling with log-distance."""
+
+    def asymptote(self, lr: float) -> float:
+        import math
+
+        return 0.8 - 0.3 * abs(math.log10(lr / 3e-4))
+
+
+def test_a_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_path):
+    import optuna
+    from rlscale.runner.sweep.bayes import run_bayes
+
+    study = tmp_path / "bayes.yaml"
+    study.write_text(
+        yaml.safe_dump(
+            {
+                "name": "bayes",
+                "method": "bayes",
+                "n_trials": 2,
+                "recipe": {**RECIPE, "steps": 8},
+                "parameters": {"lr": {"min": 1e-4, "max": 6e-4, "distribution": "log_uniform"}},
+            }
+        )
+    )
+    url, jobs = f"sqlite:///{tmp_path / 'store.db'}", SmoothReplay()
+    with Store(url) as store:
+        run_bayes(SweepDriver(load_study(study), store, engine=jobs))
+    _, runs = _records(url, "bayes")
+    assert list(runs["run"]) == ["trial-0", "trial-1"] and set(runs["status"]) == {"done"}
+    assert all(1e-4 <= config["lr"] <= 6e-4 for config in runs["config"])
+    trials = optuna.load_study(study_name="rlscale:bayes", storage=url).trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    assert [t.params["lr"] for t in trials] == [config["lr"] for config in runs["config"]]
+    assert [call[0] for call in jobs.calls] == [config["lr"] for config in runs["config"]]
+
+    with Store(url) as store:
+        run_bayes(SweepDriver(load_study(study), store, engine=jobs))
+    assert len(_records(url, "bayes")[1]) == 2 and len(jobs.calls) == 2  # n_trials reached: nothing new is run
 
 
 def test_a_run_whose_driver_died_after_its_last_records_ends_done_on_the_rerun(tmp_path):
