@@ -248,7 +248,6 @@ class SmoothReplay(ReplayEngine):
 
 def test_a_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_path):
     import optuna
-    from rlscale.runner.sweep.bayes import run_bayes
 
     study = tmp_path / "bayes.yaml"
     study.write_text(
@@ -264,7 +263,7 @@ def test_a_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_
     )
     url, jobs = f"sqlite:///{tmp_path / 'store.db'}", SmoothReplay()
     with Store(url) as store:
-        run_bayes(SweepDriver(load_study(study), store, engine=jobs))
+        SweepDriver(load_study(study), store, engine=jobs).run()
     _, runs = _records(url, "bayes")
     assert list(runs["run"]) == ["trial-0", "trial-1"] and set(runs["status"]) == {"done"}
     assert all(1e-4 <= config["lr"] <= 6e-4 for config in runs["config"])
@@ -274,7 +273,7 @@ def test_a_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_
     assert [call[0] for call in jobs.calls] == [config["lr"] for config in runs["config"]]
 
     with Store(url) as store:
-        run_bayes(SweepDriver(load_study(study), store, engine=jobs))
+        SweepDriver(load_study(study), store, engine=jobs).run()
     assert len(_records(url, "bayes")[1]) == 2 and len(jobs.calls) == 2  # n_trials reached: nothing new is run
 
 

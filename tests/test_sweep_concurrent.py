@@ -206,7 +206,6 @@ def test_dry_run_prints_the_admission_plan_and_status_the_runs_in_flight(tmp_pat
 
 def test_bayes_opens_max_concurrent_trials_at_once_and_tells_optuna_each(tmp_path, paced_engine):
     import optuna
-    from rlscale.runner.sweep.bayes import run_bayes
 
     path = tmp_path / "tpe.yaml"
     path.write_text(
@@ -226,7 +225,7 @@ def test_bayes_opens_max_concurrent_trials_at_once_and_tells_optuna_each(tmp_pat
     with Store(url) as store:
         driver = SweepDriver(load_study(path), store, engine=engine)
         driver.plan()
-        summary = run_bayes(driver)
+        summary = driver.run()
         runs = store.runs_frame("tpe")
     assert summary.count("done") == 4 and list(runs["run"]) == [f"trial-{i}" for i in range(4)]
     assert engine.most_in_flight == 2  # two trials open at once, never more

@@ -155,7 +155,13 @@ class SweepDriver:
     # running --------------------------------------------------------------------------------------
 
     def run(self) -> SweepSummary:
-        """Run the unfinished runs, as many at once as free devices and max_concurrent admit; failures don't stop it."""
+        """Run the unfinished runs, as many at once as free devices and max_concurrent admit; failures don't stop it.
+        A bayes study has no planned runs: Optuna proposes them as it goes (runner.sweep.bayes)."""
+        if self.study.method == "bayes":
+            from rlscale.runner.sweep.bayes import run_bayes
+
+            self._hold()  # released by close(), which run_bayes calls
+            return run_bayes(self)
         try:
             self._hold()
             if not self.runs:

@@ -106,12 +106,7 @@ def register(app: typer.Typer) -> None:
         runs = driver.plan()
         try:
             with view:
-                if study.method == "bayes":
-                    from rlscale.runner.sweep.bayes import run_bayes
-
-                    summary = run_bayes(driver)
-                else:
-                    summary = driver.run()
+                summary = driver.run()
         except KeyboardInterrupt:
             err_console.print(
                 "interrupted: runs are paused at their last checkpoint; run it again to resume",
