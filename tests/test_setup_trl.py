@@ -323,8 +323,11 @@ def test_trackers_group_runs_by_study_and_continue_a_run_across_its_jobs(tmp_pat
 def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_to_mlflow(cluster, tmp_path):
     from helpers import TRL_DRIVER, kill_driver_past
     from mlflow import MlflowClient
+    from ray.job_submission import JobSubmissionClient
     from rlscale.planner.planning import planned_runs
     from rlscale.planner.study_file import load_study
+    from rlscale.runner.jobs_api import RunDir
+    from rlscale.runner.trl.job import last_checkpoint
 
     # device-hours per run: each of its two jobs starts in 15-50 s (imports, model, first evaluation), counted in it;
     # 3% of it (4.3 s) is more than the slowest step seen (3.5 s, while the other run ended and the driver refitted)
@@ -335,6 +338,10 @@ def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_t
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking}
     # the node goes too: its jobs die with the driver, so the next sweep resumes them from TRL's checkpoints
     stopped = kill_driver_past(args, url, "mine", cluster, env=env)
+    saved = {}  # run key -> the step of TRL's last checkpoint when its job was stopped (0: none)
+    for job in stopped:
+        last = last_checkpoint(RunDir(tmp_path / "shared" / job[:-2]))
+        saved[job[:-2]] = int(last.name.split("-")[1]) if last else 0
     with Store(url) as store:
         before = store.records_frame("mine")
     restarted = subprocess.run(args, capture_output=True, text=True, timeout=500, env=env)
@@ -354,9 +361,13 @@ def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_t
         spent = mine.sort_values("step")["gpu_hours"].to_numpy()
         assert abs(spent[-1] - planned[name]) <= max(0.03 * planned[name], spent[-1] - spent[-2])
         assert mine["gpu_hours"].is_monotonic_increasing and mine["val_reward"].notna().sum() >= 3
-    assert len(stopped) >= 1 and any(
-        (tmp_path / "shared" / f"{job[:-2]}" / "logs" / f"{job[:-2]}-2.jsonl").exists() for job in stopped
-    )  # a second job resumed the run
+    assert len(stopped) >= 1
+    for run_key, step in saved.items():  # a second job resumed each stopped run, from TRL's checkpoint if it had one
+        lines = (tmp_path / "shared" / run_key / "logs" / f"{run_key}-2.jsonl").read_text().splitlines()
+        assert yaml.safe_load(lines[0])["step"] == (step + 1 if step else 0)
+    keys = {path.name for path in (tmp_path / "shared").iterdir()}
+    jobs = [job.submission_id for job in JobSubmissionClient(cluster).list_jobs() if job.submission_id[:-2] in keys]
+    assert len(jobs) == len(runs) + len(stopped)  # one more job per stopped one; a running one would be adopted
     # MLflow holds both runs under the study, each one run across its jobs, with the study's reward at its steps
     mlflow = MlflowClient(tracking)
     experiment = mlflow.get_experiment_by_name("mine")

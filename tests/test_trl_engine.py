@@ -1,11 +1,10 @@
 """The trl engine: real TRL 1.16.0 GRPOTrainer jobs on the tiny policy, submitted through the Jobs API of a real
-local Ray head (tests/test_verl_jobs.py's `cluster`): a study trained to its planned compute, a driver killed with
--9 whose run resumes from TRL's checkpoint, a job killed mid-run and retried, a run paused at a rung. Also: the
-dry-run prints the GRPOConfig the export prints, and bad input exits 2 with nothing stored."""
+local Ray head (tests/test_verl_jobs.py's `cluster`): a job killed mid-run and retried from TRL's checkpoint, a run
+paused at a rung, a run that ends at its planned compute (a driver killed with -9 is tests/test_setup_trl.py's). Also:
+the dry-run prints the GRPOConfig the export prints, and bad input exits 2 with nothing stored."""
 
 import os
 import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -49,17 +48,15 @@ def trl_engine(cluster, tmp_path):
     return TrlEngine(ray_address=cluster, shared_dir=tmp_path / "shared", poll_seconds=0.2)
 
 
-def write_study(path: Path, name: str, parameters: dict, compute: dict | None = None, **recipe) -> Path:
-    """A grid study over `parameters` of RECIPE with `recipe` changes; with `compute`, IsoCompute (no steps key)."""
-    keys = {key: value for key, value in {**RECIPE, **recipe}.items() if not (compute and key == "steps")}
+def write_study(path: Path, name: str, parameters: dict, **recipe) -> Path:
+    """A grid study over `parameters` of RECIPE with `recipe` changes."""
+    keys = {**RECIPE, **recipe}
     spec = {
         "name": name,
         "method": "grid",
         "recipe": keys,
         "parameters": {key: {"values": values} for key, values in parameters.items()},
     }
-    if compute:
-        spec.update(method="isocompute", compute=compute)
     path.write_text(yaml.safe_dump(spec))
     return path
 
@@ -181,47 +178,3 @@ def test_a_killed_job_is_retried_from_trls_checkpoint_and_pauses_at_a_rung(clust
     ended = []
     result = engine.run(recipe, run_key="trl-life-1-aa", on_records=ended.extend, gpu_hours=firsts[3]["gpu_hours"])
     assert result.compute_reached and result.steps == 3 and max(r["step"] for r in ended) == 3
-
-
-@pytest.mark.slow
-def test_a_two_point_study_survives_kill_9_of_its_driver_and_ends_at_its_planned_compute(cluster, tmp_path):
-    from helpers import TRL_DRIVER, kill_driver_past
-    from ray.job_submission import JobSubmissionClient
-
-    # IsoCompute over n at 256 rollouts per run: n 2 trains 32 steps, n 4 trains 16
-    study = write_study(
-        tmp_path / "killtrl.yaml",
-        "killtrl",
-        {"rollouts": [2, 4]},
-        compute={"unit": "rollouts", "budget": 256},
-        eval_every=8,
-    )
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    args = [sys.executable, "-c", TRL_DRIVER, str(study), url, cluster, str(tmp_path / "shared")]
-    client = JobSubmissionClient(cluster)
-    # the node goes too: the running jobs die with the driver, so the next sweep must resume from TRL's checkpoints
-    stopped = kill_driver_past(args, url, "killtrl", cluster)
-    from rlscale.runner.jobs_api import RunDir
-    from rlscale.runner.trl.job import last_checkpoint
-
-    saved = {}  # run key -> the step of the last checkpoint TRL saved before its job was stopped (0: none)
-    for job in stopped:
-        last = last_checkpoint(RunDir(tmp_path / "shared" / job[:-2]))
-        saved[job[:-2]] = int(last.name.split("-")[1]) if last else 0
-    assert max(saved.values()) >= 2  # the run that reached step 3 had its checkpoint at step 2
-    restarted = subprocess.run(args, capture_output=True, text=True, timeout=400)
-    assert restarted.returncode == 0, restarted.stderr[-3000:]
-    with Store(url) as store:
-        records, runs = store.records_frame("killtrl"), store.runs_frame("killtrl")
-    assert list(runs["status"]) == ["done", "done"]
-    assert not records.duplicated(["run_id", "step"]).any()
-    for _, mine in records.groupby("run_id"):
-        last = int(mine["step"].max())
-        assert sorted(mine["step"]) == list(range(last + 1))  # no step lost
-        assert mine.loc[mine["step"] == last, "rollouts"].item() == 256  # ended at its planned compute
-        assert mine["val_reward"].notna().sum() >= 3 and mine["gpu_hours"].is_monotonic_increasing
-    jobs = sorted(j.submission_id for j in client.list_jobs() if j.submission_id.startswith("killtrl-"))
-    assert len(jobs) == len(runs) + len(stopped)  # one more job per stopped one; a running one would be adopted
-    for run_key, step in saved.items():
-        lines = (tmp_path / "shared" / run_key / "logs" / f"{run_key}-2.jsonl").read_text().splitlines()
-        assert yaml.safe_load(lines[0])["step"] == (step + 1 if step else 0)  # from TRL's checkpoint, if it had one
