@@ -65,6 +65,27 @@ def test_linearised_plot_draws_fits_whose_line_overflows_or_has_no_point_to_line
         records, curves, tmp_path / "linearised.png", compute_col="gpu_hours", reward_col="val_reward"
     )
     assert path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # nothing on the axes at all, as two 4-step bayes trials left it: no point strictly between R0 and A, and each
+    # line past the axes' dozen decades
+    nothing = pd.DataFrame(
+        {
+            "run": ["t0"] * 3 + ["t1"] * 3,
+            "gpu_hours": [0.0, 1.64e-4, 4.07e-4, 0.0, 1.43e-4, 3.53e-4],
+            "val_reward": [0.71875, 0.90625, 0.90625] * 2,
+        }
+    )
+    fits = pd.DataFrame(
+        {
+            "run": ["t0", "t1"],
+            "A": [0.90625] * 2,
+            "R0": [0.71875] * 2,
+            "B": [109.7, 110.6],
+            "C_mid": [1.04e-4, 9.1e-5],
+            "identified": [False] * 2,
+        }
+    )
+    path = plot_linearised(nothing, fits, tmp_path / "nothing.png", compute_col="gpu_hours", reward_col="val_reward")
+    assert path.stat().st_size > 1000
     # the same fits beside a run with points to linearise
     records = pd.concat(
         [

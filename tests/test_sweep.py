@@ -246,7 +246,7 @@ class SmoothReplay(ReplayEngine):
         return 0.8 - 0.3 * abs(math.log10(lr / 3e-4))
 
 
-def test_a_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_path):
+def test_a_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_path, cli):
     import optuna
 
     study = tmp_path / "bayes.yaml"
@@ -264,6 +264,7 @@ def test_a_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_
     url, jobs = f"sqlite:///{tmp_path / 'store.db'}", SmoothReplay()
     with Store(url) as store:
         SweepDriver(load_study(study), store, engine=jobs).run()
+        assert store.study_spec("bayes")["method"] == "bayes"  # stored, as a planned study's is
     _, runs = _records(url, "bayes")
     assert list(runs["run"]) == ["trial-0", "trial-1"] and set(runs["status"]) == {"done"}
     assert all(1e-4 <= config["lr"] <= 6e-4 for config in runs["config"])
@@ -275,6 +276,11 @@ def test_a_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_
     with Store(url) as store:
         SweepDriver(load_study(study), store, engine=jobs).run()
     assert len(_records(url, "bayes")[1]) == 2 and len(jobs.calls) == 2  # n_trials reached: nothing new is run
+    # its report proposes no `sweep --extend`: a sweep extends planned runs, not Optuna's trials
+    code, out, err = cli("report", "bayes", "--db", url, "--out", str(tmp_path / "r"), "--json", "--bootstrap", "0")
+    assert code == 0, err
+    decision = json.loads(out)["decision"]
+    assert decision["planned"] is False and decision["trials"] is True and decision["commands"]["extend"] is None
 
 
 def test_a_run_whose_driver_died_after_its_last_records_ends_done_on_the_rerun(tmp_path):

@@ -176,7 +176,8 @@ class Decision:
     recipe: dict | None = None
     prediction: object = None
     extend: float = 1.0  # the study's current extension of its planned compute (the next command multiplies it)
-    planned: bool = True  # the study has a spec a sweep can extend (one imported from logs has none)
+    planned: bool = True  # a sweep can extend its runs (not a study imported from logs, nor Optuna's trials)
+    trials: bool = False  # its runs are Optuna's trials (method bayes)
     study_file: str | None = None  # the YAML its sweep read (absolute), when the store knows it
     from_frame: bool = False  # decided from a frame of evaluations (rlscale.decide), not a store
 
@@ -220,6 +221,7 @@ class Decision:
             "prediction": self.prediction.to_dict() if self.prediction is not None else None,
             "extend": self.extend,
             "planned": self.planned,
+            "trials": self.trials,
             "study_file": self.study_file,
         }
 
@@ -251,7 +253,8 @@ def decide(
         export_format=export_format(typed),
         standing=standing_at(read, _read_at(budget, compute)) if compute > 0 else None,
         extend=extend,
-        planned=typed is not None,
+        planned=typed is not None and typed.method != "bayes",
+        trials=typed is not None and typed.method == "bayes",
         study_file=typed.file if typed is not None else None,
         from_frame=from_frame,
     )

@@ -143,7 +143,7 @@ def plot_linearised(
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 5), dpi=120)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    drawn, shown = 0, []
+    drawn, shown, spans = 0, [], []
     for i, row in enumerate(curves.to_dict("records")):
         if not np.isfinite(row["A"]):
             continue
@@ -155,6 +155,7 @@ def plot_linearised(
         ax.scatter(compute[ok], value[ok], s=12, color=color, alpha=0.6)
         shown.append(value[ok])
         positive = compute[np.isfinite(compute) & (compute > 0)]
+        spans.append(positive)
         if positive.size:
             grid = np.geomspace(positive.min(), positive.max() * 2, 50)
             with np.errstate(over="ignore", under="ignore"):
@@ -177,6 +178,9 @@ def plot_linearised(
         ax.set_ylim(points.min() / 3, points.max() * 3)
     else:
         ax.set_ylim(0.1, 10.0)
+        if not drawn:  # nothing on the axes: a log axis without data has no limits to tick
+            positive = np.concatenate(spans) if spans else np.array([])
+            ax.set_xlim(*((positive.min() / 2, positive.max() * 2) if positive.size else (1e-3, 1.0)))
         ax.text(
             0.5,
             0.5,

@@ -456,7 +456,7 @@ def decision_lines(decision, commands: dict) -> list[str]:
         lines += [
             f"to decide past {decision.budget:.4g} {unit}: extend every run {plan.factor:g}x to "
             f"{reason_text(plan.goal)}:",
-            _extend_line(commands),
+            _extend_line(decision, commands),
         ]
         return lines
     low, high = min(run["compute"] for run in plan.runs), max(run["compute"] for run in plan.runs)
@@ -465,7 +465,7 @@ def decision_lines(decision, commands: dict) -> list[str]:
         reach = f"{low:.3g} to {high:.3g} -> {low * plan.factor:.3g} to {high * plan.factor:.3g} {unit}"
     lines.append(f"next: extend every run {plan.factor:g}x ({reach}) to {reason_text(plan.goal)}:")
     lines += [f"- {run['run']}: {run['why']}" for run in plan.runs if run["why"]]
-    lines.append(_extend_line(commands))
+    lines.append(_extend_line(decision, commands))
     return lines
 
 
@@ -476,7 +476,9 @@ def _budget_basis(decision) -> str:
     return ""
 
 
-def _extend_line(commands: dict) -> str:
+def _extend_line(decision, commands: dict) -> str:
     if commands.get("extend"):
         return f"  {commands['extend']}"
+    if decision.trials:
+        return "- a sweep does not extend Optuna's trials: sweep a study with more steps in its recipe"
     return "- a study imported from logs: train its runs further, then `rlscale import` their logs again"

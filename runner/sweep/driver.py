@@ -160,7 +160,7 @@ class SweepDriver:
         if self.study.method == "bayes":
             from rlscale.runner.sweep.bayes import run_bayes
 
-            self._hold()  # released by close(), which run_bayes calls
+            self.plan()  # stores the study's spec and holds it; close(), which run_bayes calls, lets go
             return run_bayes(self)
         try:
             self._hold()
