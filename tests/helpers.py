@@ -283,6 +283,20 @@ def kill_driver_past(
     return stopped
 
 
+def write_bayes_study(path: Path, name: str, n_trials: int, recipe: dict, lr: tuple[float, float], **keys) -> Path:
+    """A `method: bayes` study over a log-uniform lr in `lr` (min, max); `keys` are more top-level keys."""
+    spec = {
+        "name": name,
+        "method": "bayes",
+        "n_trials": n_trials,
+        "recipe": recipe,
+        "parameters": {"lr": {"min": lr[0], "max": lr[1], "distribution": "log_uniform"}},
+        **keys,
+    }
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
 # ------------------------------------------------------------------ a TRL user's setup (the trl setup tests)
 
 

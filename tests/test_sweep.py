@@ -248,19 +248,9 @@ class SmoothReplay(ReplayEngine):
 
 def test_a_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_path, cli):
     import optuna
+    from helpers import write_bayes_study
 
-    study = tmp_path / "bayes.yaml"
-    study.write_text(
-        yaml.safe_dump(
-            {
-                "name": "bayes",
-                "method": "bayes",
-                "n_trials": 2,
-                "recipe": {**RECIPE, "steps": 8},
-                "parameters": {"lr": {"min": 1e-4, "max": 6e-4, "distribution": "log_uniform"}},
-            }
-        )
-    )
+    study = write_bayes_study(tmp_path / "bayes.yaml", "bayes", 2, {**RECIPE, "steps": 8}, (1e-4, 6e-4))
     url, jobs = f"sqlite:///{tmp_path / 'store.db'}", SmoothReplay()
     with Store(url) as store:
         SweepDriver(load_study(study), store, engine=jobs).run()

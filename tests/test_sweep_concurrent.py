@@ -206,20 +206,10 @@ def test_dry_run_prints_the_admission_plan_and_status_the_runs_in_flight(tmp_pat
 
 def test_bayes_opens_max_concurrent_trials_at_once_and_tells_optuna_each(tmp_path, paced_engine):
     import optuna
+    from helpers import write_bayes_study
 
-    path = tmp_path / "tpe.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "tpe",
-                "method": "bayes",
-                "n_trials": 4,
-                "max_concurrent": 2,
-                "recipe": {"steps": 20, "eval_every": 2, "checkpoint_every": 2, "async": "sync"},
-                "parameters": {"lr": {"min": 2e-4, "max": 6e-4, "distribution": "log_uniform"}},
-            }
-        )
-    )
+    recipe = {"steps": 20, "eval_every": 2, "checkpoint_every": 2, "async": "sync"}
+    path = write_bayes_study(tmp_path / "tpe.yaml", "tpe", 4, recipe, (2e-4, 6e-4), max_concurrent=2)
     engine = paced_engine(seconds=0.02)
     url = f"sqlite:///{tmp_path / 'store.db'}"
     with Store(url) as store:
