@@ -3,6 +3,7 @@ are retried or marked failed while the rest complete, `rlscale status` reads whi
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -271,6 +272,9 @@ def test_a_bayes_sweep_runs_n_trials_chosen_by_optuna_and_a_rerun_adds_none(tmp_
     assert code == 0, err
     decision = json.loads(out)["decision"]
     assert decision["planned"] is False and decision["trials"] is True and decision["commands"]["extend"] is None
+    for command in filter(None, decision["commands"].values()):  # what it does propose runs on the same store
+        code, _, err = cli(*shlex.split(command)[1:])
+        assert code == 0, (command, err)
 
 
 def test_a_run_whose_driver_died_after_its_last_records_ends_done_on_the_rerun(tmp_path):

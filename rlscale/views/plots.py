@@ -179,8 +179,8 @@ def plot_linearised(
     else:
         ax.set_ylim(0.1, 10.0)
         if not drawn:  # nothing on the axes: a log axis without data has no limits to tick
-            positive = np.concatenate(spans) if spans else np.array([])
-            ax.set_xlim(*((positive.min() / 2, positive.max() * 2) if positive.size else (1e-3, 1.0)))
+            reached = np.concatenate(spans) if spans else np.array([])
+            ax.set_xlim(*((reached.min() / 2, reached.max() * 2) if reached.size else (1e-3, 1.0)))
         ax.text(
             0.5,
             0.5,
