@@ -36,7 +36,7 @@ FRACTIONS = (1.0, 0.8, 0.7, 0.5)
 BOOTSTRAP = 100
 
 
-def steps_for(budget: float, prompts: int, rollouts: int) -> int:
+def steps_for(budget: float, prompts: int, rollouts: int, run: str) -> int:
     return steps_within(budget, step_gpu_hours(TINY_CPU, prompts, rollouts), TINY_CPU.startup_gpu_hours)
 
 

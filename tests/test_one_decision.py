@@ -81,6 +81,30 @@ def test_report_recommend_and_export_agree_and_every_printed_command_runs(csv, c
         assert code == 0, err
 
 
+def test_steps_follow_the_chosen_runs_own_records_across_their_end_and_past_it(cli, tmp_path):
+    # a sweep imported from its log, its compute in another unit (x 66.6) and one run cut short: the study's cost
+    # model is too poor to use (r2 < 0.5), and pricing past the data by another model's profile gave M = 3 steps
+    records = pd.read_csv(SWEEPS[0])
+    records["gpu_hours"] *= 66.6
+    records = records[(records["run"] != "bp16,n16") | (records["step"] <= 15)]
+    records.to_csv(tmp_path / "runs.csv", index=False)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    assert cli("import", str(tmp_path / "runs.csv"), "--study", "cut", "--db", url, "--reward", "val_reward")[0] == 0
+    chosen = records[records["run"] == "bp16,n8"].sort_values("step")
+    reach, last = float(chosen["gpu_hours"].iloc[-1]), int(chosen["step"].iloc[-1])
+    steps = []
+    for factor in (0.9, 1.0, 1.2, 4.0):
+        code, out, err = cli("recommend", "--study", "cut", "--db", url, "--budget", str(reach * factor), "--json")
+        assert code == 0, err
+        rec = json.loads(out)
+        assert (rec["predicted_from"], rec["rollouts"]) == ("bp16,n8", 8)
+        steps.append(rec["steps"])
+    assert steps == sorted(steps) and steps[1] == last  # where the run reached the budget: its own step there
+    half = chosen[chosen["step"] >= last / 2]
+    per_step = (reach - float(half["gpu_hours"].iloc[0])) / (last - int(half["step"].iloc[0]))
+    assert steps[3] == last + int(3 * reach // per_step)  # past it: on at the run's own compute per step
+
+
 def test_the_dashboard_reads_the_same_decision(tmp_path):
     from rlscale.fitting.stored import study_decision
 

@@ -71,7 +71,7 @@ def _curves(rows):
     return pd.DataFrame(out)
 
 
-def _steps(budget, bp, n):
+def _steps(budget, bp, n, run):
     return int(budget // (bp * n))
 
 
@@ -268,3 +268,16 @@ def test_the_fits_table_of_a_quickstart_sized_study_fits_80_columns(workdir, cap
     for row in fits:
         cells = fit_cells(row)
         assert cells[1] in table and cells[3] in table, row["run"]  # A [lo, hi] and C_mid whole
+
+
+def test_steps_past_a_runs_data_go_on_at_its_own_compute_per_step_over_its_second_half():
+    from rlscale.fitting.rules.decision import run_rate_steps
+
+    # 2.0 of start-up, then 0.5 a step to step 40; the first half's costs do not count
+    records = pd.DataFrame(
+        {"run": "r", "step": range(0, 41, 5), "gpu_hours": [0.0] + [2.0 + 0.5 * s for s in range(5, 41, 5)]}
+    )
+    assert run_rate_steps(records, "r", "gpu_hours", 22.0) is None  # within its data (it reached 22 at step 40)
+    assert run_rate_steps(records, "r", "gpu_hours", 32.0) == (60, 0.5)
+    assert run_rate_steps(records, "r", "gpu_hours", 32.4) == (60, 0.5)  # no step past the budget
+    assert run_rate_steps(records[records["step"] == 40], "r", "gpu_hours", 30.0) is None  # one record: no rate

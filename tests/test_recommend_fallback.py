@@ -68,7 +68,7 @@ def _curves(rows):
     )
 
 
-def _steps(budget, bp, n):
+def _steps(budget, bp, n, run):
     return int(budget // (bp * n))
 
 
@@ -142,7 +142,7 @@ def test_a_frontier_that_moved_is_decided_from_the_fitted_runs_only_when_every_r
     assert basis["compute"] / basis["reach"] == pytest.approx(4.0)  # 4x the most compute a run reached
     assert basis["within_band"] == []  # n4 (0.699 vs 0.748) is beyond the band
     # at a budget inside the data where the faster n = 4 still leads, it is chosen; n = 8 within the band is named
-    rec = recommend(apart, moved, budget=25.0, steps_for=lambda budget, bp, n: 10, allow_constant_n=True)
+    rec = recommend(apart, moved, budget=25.0, steps_for=lambda budget, bp, n, run: 10, allow_constant_n=True)
     at_25 = {4: 0.3 + 0.4 / (1 + (5 / 25) ** 1.5), 8: 0.3 + 0.45 / (1 + (10 / 25) ** 1.5)}
     assert at_25[4] > at_25[8] > at_25[4] - 0.02
     assert rec.rollouts == 4 and rec.basis.code == "within_data"
@@ -159,7 +159,7 @@ def test_at_a_budget_every_run_reached_unidentified_runs_count_and_the_best_ther
         for n, A, B, c_mid in [(4, 0.70, 1.5, 5.0), (8, 0.80, 1.0, 20.0), (16, 0.72, 1.0, 30.0)]
     }
     assert max(at_100, key=at_100.get) == 8
-    rec = recommend(curves, moved, budget=100.0, steps_for=lambda budget, bp, n: 10, allow_constant_n=True)
+    rec = recommend(curves, moved, budget=100.0, steps_for=lambda budget, bp, n, run: 10, allow_constant_n=True)
     assert rec.rollouts == 8 and rec.predicted_from == "n8" and not rec.law_identified
     assert rec.predicted_reward == pytest.approx(at_100[8])
     assert rec.basis.code == "within_data" and rec.basis["compute"] == 100.0  # each curve read inside its own data

@@ -122,12 +122,28 @@ def recommend_for(fits: StudyFits, budget: float, law: RolloutsLaw, *, profile: 
     from rlscale.fitting.laws.predict import predict_stored_run
 
     curves, records = fits.curves, fits.records
-    steps_for, cost_how = steps_model(fits.spec, records, fits.runs, profile=profile)
+    model, cost_how = steps_model(fits.spec, records, fits.runs, profile=profile)
+
+    def own(budget: float, bp: int, n: int, run: str) -> tuple[int, Reason] | None:
+        """M from the run's own records where it trained this B_p and n (rollouts price steps exactly)."""
+        if cost_how.code == "steps_per_rollout" or not _trained(curves, run, bp, n):
+            return None
+        measured = measured_steps(records, run, fits.compute_col, budget)
+        if measured is not None:  # the run itself trained this B_p, n to here
+            return measured, Reason("steps_measured", {"run": run, "steps": measured})
+        onward = run_rate_steps(records, run, fits.compute_col, budget) if profile is None else None
+        if onward is not None:  # past its data: on at its own compute per step
+            return onward[0], Reason("steps_run_rate", {"run": run, "steps": onward[0], "per_step": onward[1]})
+        return None
+
+    def steps_for(budget: float, bp: int, n: int, run: str) -> int:
+        mine = own(budget, bp, n, run)
+        return mine[0] if mine is not None else model(budget, bp, n)
+
     rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=fits.draws, allow_constant_n=True)
-    measured = measured_steps(records, rec.predicted_from, fits.compute_col, rec.budget)
-    if rec.basis.code == "within_data" and measured is not None:  # the run itself trained this B_p, n to here
-        rec = replace(rec, steps=measured)
-        cost_how = Reason("steps_measured", {"run": rec.predicted_from, "steps": measured})
+    mine = own(rec.budget, rec.prompts_per_batch, rec.rollouts, rec.predicted_from)
+    if mine is not None:
+        cost_how = mine[1]
     chosen = curves[curves["run"] == rec.predicted_from]
     p = (
         None
@@ -146,6 +162,27 @@ def measured_steps(records: pd.DataFrame, run: str, compute_col: str, budget: fl
     mine = records[records["run"] == run].dropna(subset=[compute_col]).sort_values("step")
     reached = mine[mine[compute_col].astype(float) >= budget * (1 - 0.01)]
     return int(reached["step"].iloc[0]) if len(reached) else None
+
+
+def run_rate_steps(records: pd.DataFrame, run: str, compute_col: str, budget: float) -> tuple[int, float] | None:
+    """(steps, compute per step) for a `budget` past `run`'s data: its last step, then the rest at its own compute per
+    step over its second half (start-up aside); None when the budget is within its data or its records cannot say."""
+    mine = records[records["run"] == run].dropna(subset=[compute_col, "step"]).sort_values("step")
+    step, spent = mine["step"].to_numpy(float), mine[compute_col].to_numpy(float)
+    if len(step) < 2 or budget <= spent[-1]:
+        return None
+    half = step >= step[-1] / 2
+    first_step, first_spent = step[half][0], spent[half][0]
+    if step[-1] <= first_step or spent[-1] <= first_spent:
+        return None
+    per_step = (spent[-1] - first_spent) / (step[-1] - first_step)
+    return int(step[-1] + (budget - spent[-1]) // per_step), float(per_step)
+
+
+def _trained(curves: pd.DataFrame, run: str, bp: int, n: int) -> bool:
+    """Whether `run` trained B_p `bp` and n `n` (not an n the law found between the runs')."""
+    row = curves[curves["run"] == run]
+    return not row.empty and int(row["prompts_per_batch"].iloc[0]) == bp and int(row["rollouts"].iloc[0]) == n
 
 
 def varies_rollouts(typed, runs: pd.DataFrame) -> bool:

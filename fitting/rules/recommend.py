@@ -255,13 +255,14 @@ def recommend(
     law: RolloutsLaw,
     *,
     budget: float,
-    steps_for: Callable[[float, int, int], int],
+    steps_for: Callable[[float, int, int, str], int],
     draws: dict | None = None,
     noise_band: float = NOISE_BAND,
     max_truncation: float = MAX_TRUNCATION,
     allow_constant_n: bool = False,
 ) -> Recommendation:
-    """(B_p, n, M) for `budget`: n, the smallest stable B_p within the noise band of the best at n, M from `steps_for`.
+    """(B_p, n, M) for `budget`: n, the smallest stable B_p within the noise band of the best at n, M from
+    `steps_for(budget, B_p, n, run)` (run: the one the recommendation rests on).
     allow_constant_n: without an identified law, n from the fitted runs. Refusal when the evidence cannot decide."""
     if not budget > 0:
         raise ValueError(f"budget must be > 0, got {budget}")
@@ -300,7 +301,7 @@ def recommend(
     within = trusted[close].sort_values(["prompts_per_batch", "score"], ascending=[True, False])
     chosen = within.iloc[0]
     prompts = int(chosen["prompts_per_batch"])
-    steps = int(steps_for(budget, prompts, n_rec))
+    steps = int(steps_for(budget, prompts, n_rec, str(chosen["run"])))
     if steps < 1:
         raise Refusal(
             Reason("budget_buys_no_step", {"budget": budget, "prompts_per_batch": prompts, "rollouts": n_rec})

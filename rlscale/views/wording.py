@@ -116,6 +116,7 @@ _TEXT = {
     "steps_profile": lambda v: f"from the cost model, profile {v['profile']}",
     "steps_calibrated": lambda v: f"from the cost model calibrated on the study's records (r2 {v['r2']:.2f})",
     "steps_measured": lambda v: f"as run {v['run']} took them to this compute ({v['steps']:,}), measured",
+    "steps_run_rate": lambda v: f"as run {v['run']} spent compute per step over its second half, past its data",
     # refusals
     "no_evaluations": lambda v: f"study {v['study']!r} has no evaluated records yet",
     "one_rollouts_value": lambda v: (

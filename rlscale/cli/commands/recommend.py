@@ -20,7 +20,12 @@ def register(app: typer.Typer) -> None:
         ),
         db: DbUrl = None,
         profile: str = typer.Option(
-            None, "--profile", help=("cost profile for steps (default: calibrated on the study's records)")
+            None,
+            "--profile",
+            help=(
+                "cost profile for steps past the runs' data (default: the chosen run's own compute per step, "
+                "else one calibrated on the study's records)"
+            ),
         ),
         bootstrap: int = typer.Option(
             100, "--bootstrap", min=0, help="bootstrap draws for the model-size law's intervals (a `model` axis)"
