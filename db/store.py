@@ -106,6 +106,12 @@ class Store:
 
         return acquire(self.engine, self.url, self.url_for_display, name)
 
+    def study_is_swept(self, name: str) -> bool | None:
+        """Whether a sweep driver holds study `name` now (read without taking its lock); None where unknown."""
+        from rlscale.db.study_lock import is_held
+
+        return is_held(self.engine, self.url, self.url_for_display, name)
+
     def __repr__(self) -> str:
         return f"Store({self.url_for_display!r})"
 

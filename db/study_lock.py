@@ -30,7 +30,7 @@ def holder_text() -> str:
 
 def acquire(engine: Engine, url: URL, shown: str, study: str) -> "StudyLock":
     """The study's lock for this process (shared by its drivers); StudyBusy when another process holds it."""
-    key = hashlib.sha256(f"{shown}|{url.query}|{study}".encode()).hexdigest()
+    key = _key(url, shown, study)
     with _held_lock:
         entry = _held.get(key)
         if entry is None:
@@ -45,6 +45,22 @@ def acquire(engine: Engine, url: URL, shown: str, study: str) -> "StudyLock":
             entry = _held[key] = [lock, 0]
         entry[1] += 1
         return StudyLock(key)
+
+
+def is_held(engine: Engine, url: URL, shown: str, study: str) -> bool | None:
+    """Whether a sweep driver holds the study now, read without taking its lock (a driver starting meanwhile must
+    not find it taken); None where this cannot be told (no /proc/locks)."""
+    key = _key(url, shown, study)
+    with _held_lock:
+        if key in _held:
+            return True
+    if url.get_backend_name() == "sqlite":
+        return _FileLock(url.database, key).is_held()
+    return _ServerLock(engine, key).is_held()
+
+
+def _key(url: URL, shown: str, study: str) -> str:
+    return hashlib.sha256(f"{shown}|{url.query}|{study}".encode()).hexdigest()
 
 
 class StudyLock:
@@ -105,10 +121,31 @@ class _FileLock:
                 same = False
             if same:
                 os.ftruncate(fd, 0)
-                os.pwrite(fd, json.dumps({"holder": holder_text()}).encode(), 0)
+                named = {"holder": holder_text(), "pid": os.getpid(), "host": socket.gethostname()}
+                os.pwrite(fd, json.dumps(named).encode(), 0)
                 self.fd = fd
                 return None
             os.close(fd)
+
+    def is_held(self) -> bool | None:
+        """Whether the process the lock file names is alive (the file outlives a driver killed with -9)."""
+        if self.path is None:
+            return False
+        try:
+            named = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return False  # a driver removes it as it lets go
+        except (OSError, ValueError):
+            return None  # being written, or unreadable
+        if not isinstance(named, dict) or named.get("host") != socket.gethostname() or "pid" not in named:
+            return None  # a holder on another host (a store on a shared disk)
+        try:
+            os.kill(int(named["pid"]), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # alive: another user's
+            return True
+        return True
 
     def ensure(self) -> bool:
         return True
@@ -118,6 +155,14 @@ class _FileLock:
             self.path.unlink(missing_ok=True)  # while still locked: the next driver makes a new file
             os.close(self.fd)
             self.fd = None
+
+
+# the advisory lock :n, granted to some session of this database
+_GRANTED = (
+    "l.locktype = 'advisory' AND l.granted AND l.database = "
+    "(SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND l.classid = ((:n >> 32) & 4294967295)::oid AND l.objid = (:n & 4294967295)::oid"
+)
 
 
 class _ServerLock:
@@ -136,15 +181,18 @@ class _ServerLock:
             return None
         holder = connection.scalar(
             text(
-                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                "WHERE l.locktype = 'advisory' AND l.granted AND l.database = "
-                "(SELECT oid FROM pg_database WHERE datname = current_database()) "
-                "AND l.classid = ((:n >> 32) & 4294967295)::oid AND l.objid = (:n & 4294967295)::oid"
+                f"SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE {_GRANTED}"
             ),
             {"n": self.number},
         )
         connection.close()
         return (holder or "holder unknown").removeprefix("rlscale sweep: ")
+
+    def is_held(self) -> bool:
+        with self.engine.connect() as connection:
+            return bool(
+                connection.scalar(text(f"SELECT count(*) FROM pg_locks l WHERE {_GRANTED}"), {"n": self.number})
+            )
 
     def ensure(self) -> bool:
         try:

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -93,6 +94,7 @@ def connect(address: str | None, *, cpus: int | None = None) -> "LocalHead | Non
     address = address or os.environ.get("RAY_ADDRESS") or None
     head = None if address else start_head(cpus=max(local_cpus(), cpus or 0))
     use_token_if_any()
+    kept = signal.getsignal(signal.SIGTERM)  # ray.init puts its own (sys.exit) in place of the process's
     try:
         ray.init(address=head.gcs_address if head else address, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, ray.exceptions.AuthenticationError) as err:
@@ -103,6 +105,9 @@ def connect(address: str | None, *, cpus: int | None = None) -> "LocalHead | Non
             "check --ray-address, and RAY_AUTH_TOKEN for a cluster with token auth",
             field="--ray-address",
         ) from None
+    finally:
+        if threading.current_thread() is threading.main_thread() and kept is not None:
+            signal.signal(signal.SIGTERM, kept)
     return head
 
 

@@ -424,6 +424,39 @@ def test_ctrl_c_ends_the_sweep_command_with_130_and_one_line_saying_how_to_resum
     assert err.strip() == "interrupted: runs are paused at their last checkpoint; run it again to resume"
 
 
+def test_sigterm_pauses_a_sweep_as_ctrl_c_does_exits_143_and_the_next_sweep_finishes_it(tmp_path, monkeypatch, cli):
+    # a scheduler's preemption (SLURM, Kubernetes, `docker stop`) sends SIGTERM: runs paused, none left `running`
+    class Preempted(ReplayEngine):
+        def run(self, recipe, *, run_key, on_records, until_step=None, should_stop=None, progress=None, **_):
+            def records(batch):
+                on_records(batch)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+            return super().run(
+                recipe, run_key=run_key, on_records=records, until_step=until_step, should_stop=should_stop
+            )
+
+    init, engines = SweepDriver.__init__, [Preempted(), ReplayEngine()]
+    monkeypatch.setattr(SweepDriver, "__init__", lambda self, *a, **k: init(self, *a, **k, engine=engines[0]))
+    path = write_study(tmp_path / "term.yaml", "term", {"lr": [1e-4, 2e-4]}, steps=40, eval_every=2)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    kept = signal.getsignal(signal.SIGTERM)
+    code, out, err = cli("sweep", str(path), "--db", url, "--json")
+    assert code == 143 and out == "", err
+    assert err.strip() == "terminated: runs are paused at their last checkpoint; run it again to resume"
+    assert signal.getsignal(signal.SIGTERM) == kept  # the process's own handler is back
+    with Store(url) as store:
+        stopped = store.runs_frame("term")
+    assert set(stopped["status"]) <= {"paused", "pending"} and "paused" in set(stopped["status"])
+
+    engines.pop(0)
+    code, out, err = cli("sweep", str(path), "--db", url, "--json")
+    assert code == 0, err
+    with Store(url) as store:
+        runs, records = store.runs_frame("term"), store.records_frame("term")
+    assert list(runs["status"]) == ["done", "done"] and not records.duplicated(["run_id", "step"]).any()
+
+
 def test_runs_stopped_by_ctrl_c_are_paused_not_stopped_and_the_next_sweep_finishes_them(tmp_path):
     import _thread
 
@@ -458,6 +491,33 @@ def test_runs_stopped_by_ctrl_c_are_paused_not_stopped_and_the_next_sweep_finish
     assert set(interrupted["error"].dropna()) == {"interrupted"}
     assert summary.count("done") == 2 and list(runs["status"]) == ["done", "done"]
     assert not records.duplicated(["run_id", "step"]).any()
+
+
+def test_status_tells_runs_a_live_driver_holds_from_runs_a_killed_one_left_running(db_url, tmp_path, cli):
+    hold = (
+        "import sys, time; from rlscale.db.store import Store; "
+        "Store(sys.argv[1]).lock_study('held'); print('held', flush=True); time.sleep(600)"
+    )
+    with Store(db_url) as store:
+        store.set_run_status(store.ensure_run("held", "a", {}, 0), "running")
+        assert store.study_is_swept("held") is False
+    holder = subprocess.Popen([sys.executable, "-c", hold, db_url], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, out, err = cli("status", "held", "--db", db_url, "--json")
+        assert code == 0 and [row["sweep_running"] for row in json.loads(out)] == [True], err
+        assert "1 in flight" in cli("status", "held", "--db", db_url)[1]
+    finally:
+        holder.kill()  # kill -9: its SQLite lock file stays behind, its PostgreSQL session ends
+        holder.wait()
+    deadline = time.time() + 30
+    while json.loads(cli("status", "held", "--db", db_url, "--json")[1])[0]["sweep_running"] and time.time() < deadline:
+        time.sleep(0.2)  # the server ends a dead client's session, and its lock, as soon as it notices
+    assert json.loads(cli("status", "held", "--db", db_url, "--json")[1])[0]["sweep_running"] is False
+    code, out, err = cli("status", "held", "--db", db_url)
+    assert code == 0 and "no sweep is running: 1 run(s) marked running were left by one that ended" in " ".join(
+        out.split()
+    )
 
 
 def test_a_second_driver_on_a_study_exits_2_naming_the_first_and_stores_nothing(db_url, tmp_path, cli):

@@ -12,6 +12,10 @@ class UserError(Exception):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's preemption, `kill`, `docker stop`): the CLI ends as Ctrl-C ends it, exit 143."""
+
+
 def first_line(err: BaseException | str) -> str:
     """The first non-blank line of an error's message (or of a text); for a blank one, the error's type name (or "")."""
     text = str(err).strip()

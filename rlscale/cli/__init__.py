@@ -2,12 +2,14 @@
 
 import importlib
 import pkgutil
+import signal
 import sys
+import threading
 import warnings
 
 import typer
 
-from rlscale.base.errors import UserError
+from rlscale.base.errors import Terminated, UserError
 from rlscale.cli import commands
 from rlscale.cli.console import JSON_WRITTEN, err_console, print_json, safe
 
@@ -37,6 +39,8 @@ def main() -> None:
     held: list = []
     error, code = None, 0
     JSON_WRITTEN[0] = False
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         with warnings.catch_warnings(record=True) as held:
             try:
@@ -45,8 +49,8 @@ def main() -> None:
                 )  # click's usage errors come here, to be said in one line
             except UserError as err:
                 error = err
-            except typer.Abort:
-                code = 130  # an interrupted prompt
+            except typer.Abort as abort:  # Ctrl-C (click's Abort), or SIGTERM
+                code = 143 if isinstance(abort.__cause__ or abort.__context__, Terminated) else 130
             except Exception as err:
                 if not (hasattr(err, "format_message") and hasattr(err, "exit_code")):  # not click's
                     raise
@@ -55,6 +59,8 @@ def main() -> None:
                     where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
                     error = UserError(f"{message}{where}")
     finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
         if error is None:  # a result (or a crash): the warnings are part of the story
             for w in held:
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
@@ -66,3 +72,9 @@ def main() -> None:
         sys.exit(code or 2)
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _terminate(signum, frame) -> None:
+    """SIGTERM: end as Ctrl-C does (a sweep pauses its runs at their checkpoints); a second one is not heard."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated

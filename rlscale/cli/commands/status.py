@@ -30,16 +30,23 @@ def register(app: typer.Typer) -> None:
             extend=1.0 if spec is None else spec.extend,
         )
         unit = (logged_unit(runs["config"]) if spec is None else None) or "gpu_hours"  # an imported log's own axis
+        swept = store.study_is_swept(study)  # False: runs marked running were left by a driver that ended
         if json_out:
-            print_json([{**state.to_dict(), "compute_unit": unit} for state in states])
+            print_json([{**state.to_dict(), "compute_unit": unit, "sweep_running": swept} for state in states])
             return
-        console.print(sweep_view(study, states, cluster_line(states), unit=unit))
+        console.print(sweep_view(study, states, cluster_line(states, swept), unit=unit))
 
 
-def cluster_line(states) -> str:
-    """Runs in flight (with what they hold) and runs queued, as the store has them."""
+def cluster_line(states, swept: bool | None = None) -> str:
+    """Runs in flight (with what they hold) and runs queued, as the store has them; with `swept` False, what the
+    runs marked running are: left by a sweep that ended (kill -9, a lost node), resumed by the next."""
     running = [state for state in states if state.status == "running"]
     held = [state.note[3:] for state in running if state.note.startswith("on ")]
     queued = sum(state.status in ("pending", "paused") for state in states)
+    if swept is False and running:
+        return (
+            f"no sweep is running: {len(running)} run(s) marked running were left by one that ended; "
+            f"run the sweep again to resume them. {queued} queued"
+        )
     holding = f" (holding {', '.join(held)})" if held else ""
     return f"{len(running)} in flight{holding}, {queued} queued"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from rlscale.base.errors import UserError
+from rlscale.base.errors import Terminated, UserError
 from rlscale.cli.console import err_console, print_json
 from rlscale.cli.options import DbUrl, check_out_dir
 
@@ -107,13 +107,14 @@ def register(app: typer.Typer) -> None:
         try:
             with view:
                 summary = driver.run()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Terminated)
+            how, code = ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
             err_console.print(
-                "interrupted: runs are paused at their last checkpoint; run it again to resume",
+                f"{how}: runs are paused at their last checkpoint; run it again to resume",
                 markup=False,
                 highlight=False,
             )
-            raise SystemExit(130) from None
+            raise SystemExit(code) from None
         records = store.records_frame(study.name)
         report = _report(store, study, records, out, study_file, db)
         spent = float(records.groupby("run_id")["gpu_hours"].max().sum()) if len(records) else 0.0  # as `status` reads
