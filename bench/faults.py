@@ -17,13 +17,14 @@ policy) that `rlscale sweep STUDY --json` trains at once on its own local Ray he
                    RLSCALE_TEST_PG_CTL)
     sqlite_lock    the SQLite store locked by another writer for 5-30 s
     sigint         SIGINT to the driver's process group (Ctrl-C in its terminal)
+    sigterm        SIGTERM to the driver (a scheduler's preemption, `kill`, `docker stop`)
     disk_full      the checkpoint directory's disk (a 256 MiB tmpfs: builtin's checkpoints, trl's shared dir) full
                    for 5-30 s
     two_drivers    a second `rlscale sweep` of the same study started while the first runs
 
 Invariants, after the rerun:
     status    the rerun exits 0; every planned run is `done` (none running, pending, paused or failed); a SIGINT
-              ends the first driver with 130
+              ends the first driver with 130, a SIGTERM with 143
     records   no (run, step) twice; every step 0..last stored; every evaluation of the schedule (eval_every, step
               0) stored
     compute   each run's compute within 3% of its planned compute, never falling with the step; work lost to the
@@ -65,6 +66,7 @@ FAULTS = (
     "pg_outage",
     "sqlite_lock",
     "sigint",
+    "sigterm",
     "disk_full",
     "two_drivers",
 )
@@ -315,6 +317,9 @@ def inject(box: Sandbox, trial: Trial, drivers: list, started: float, rng: rando
     elif fault == "sigint":
         os.killpg(drivers[0].pid, signal.SIGINT)
         trial.detail = "SIGINT to the driver's process group"
+    elif fault == "sigterm":
+        os.kill(drivers[0].pid, signal.SIGTERM)
+        trial.detail = "SIGTERM to the driver"
     elif fault == "two_drivers":
         second = box.spawn("second")
         trial.detail = "a second driver started"
@@ -414,11 +419,11 @@ def check(box: Sandbox, trial: Trial, loser: tuple[int | None, str] | None) -> d
         runs, records = store.runs_frame("faults"), store.records_frame("faults")
     statuses = dict(zip(runs["run"], runs["status"]))
     errors = {run: str(error).splitlines()[0][:100] for run, error in zip(runs["run"], runs["error"]) if error}
-    interrupted = trial.fault == "sigint" and trial.injected_s is not None
+    signalled = {"sigint": 130, "sigterm": 143}.get(trial.fault) if trial.injected_s is not None else None
     if trial.rerun_exit != 0:
         out["status"] = f"the rerun exited {trial.rerun_exit}: {statuses} {errors}"
-    elif interrupted and trial.first_exit != [130]:
-        out["status"] = f"Ctrl-C ended the sweep with {trial.first_exit}, not 130"
+    elif signalled is not None and trial.first_exit != [signalled]:
+        out["status"] = f"{trial.fault} ended the sweep with {trial.first_exit}, not {signalled}"
     elif sorted(statuses) != sorted(plan) or set(statuses.values()) != {"done"}:
         out["status"] = f"statuses {statuses} {errors}"
     else:
