@@ -121,10 +121,16 @@ def test_a_rebuild_that_changes_nothing_keeps_the_stamp(url):
 
 
 def test_runs_in_flight_and_runs_stopped_early_are_shown_with_what_the_sweep_wrote(url):
-    with TestClient(create_app(url)) as client:
-        payload = client.get("/api/study/grid").json()
+    with Store(url) as store, TestClient(create_app(url)) as client:
+        held = store.lock_study("grid")  # as the sweep driving them holds it
+        try:
+            payload = client.get("/api/study/grid").json()
+        finally:
+            held.release()  # as a driver killed with -9 lets go: the page says what its run marked running is
+        left = client.get("/api/study/grid").json()["sections"]["flight"]
     sections = payload["sections"]
     assert "lr2e-4 (2 GPU)" in sections["flight"] and "1 in flight" in sections["flight"]
+    assert "no sweep is running: 1 run(s) marked running were left by one that ended" in left and "lr2e-4" in left
     assert "&lt;/script&gt;" in sections["stopped"]
     assert [(row["status"], row["note"]) for row in payload["runs"].values()] == [
         ("stopped", CLOSER),

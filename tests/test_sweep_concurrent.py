@@ -199,7 +199,11 @@ def test_dry_run_prints_the_admission_plan_and_status_the_runs_in_flight(tmp_pat
         runs = driver.plan()
         store.set_run_status(runs[0].run_id, "running", error="on 2 GPU")
         store.set_run_status(runs[1].run_id, "running", error="on 4 GPU")
-    code, out, _ = run_cli(monkeypatch, capsys, "status", "plan", "--db", url)
+        held = store.lock_study("plan")  # as the sweep driving them holds it
+        try:
+            code, out, _ = run_cli(monkeypatch, capsys, "status", "plan", "--db", url)
+        finally:
+            held.release()
     assert code == 0 and "2 in flight (holding 2 GPU, 4 GPU), 1 queued" in out
     assert all(len(line) <= 80 for line in out.splitlines())
 

@@ -77,10 +77,11 @@ class StudyView:
         with self._lock:
             # read first: a write after this moves it again
             stamp = tuple(store.study_stamp(self.name))
-            seen = (stamp, self._decided)
+            swept = store.study_is_swept(self.name)  # a driver killed with -9 writes nothing: asked each time
+            seen = (stamp, self._decided, swept)
             due = self._law_due is not None and time.monotonic() >= self._law_due
             if seen != self._seen or self.page is None or due:
-                self.page = self._build(store, stamp)
+                self.page = self._build(store, stamp, swept)
                 self._seen = seen
                 self._publish(self.page)
             return self.stamp, self.page
@@ -124,7 +125,7 @@ class StudyView:
             del self._parts[name]
         self.stamp = f"{self.key}.{self.version}"
 
-    def _build(self, store, stamp: tuple) -> StudyPage:
+    def _build(self, store, stamp: tuple, swept: bool | None = None) -> StudyPage:
         typed = stored_study(store, self.name)
         # the runs of the study as its fit of record reads them (a rerun supersedes the attempt before it)
         runs = latest_runs(store.runs_frame(self.name)).reset_index(drop=True)
@@ -156,6 +157,7 @@ class StudyView:
             "running": [[labels[s.run_id], s.note.removeprefix("on ")] for s in states if s.status == "running"],
             "queued": sum(s.status in ("pending", "paused") for s in states),
             "counts": {status: sum(s.status == status for s in states) for status in ("done", "stopped", "failed")},
+            "swept": swept,  # False: the runs marked running were left by a sweep that ended
         }
         page.stopped = [{"run": labels[s.run_id], "reason": s.note} for s in states if s.status == "stopped"]
         page.rule = _rule_words(typed)

@@ -11,7 +11,7 @@ import yaml
 
 from rlscale.fitting.curves import unit_label
 from rlscale.views.page_charts import CURVE_POINTS, EXTEND
-from rlscale.views.wording import law_formula, reason_text
+from rlscale.views.wording import law_formula, orphaned_runs, reason_text
 
 ASSET_DIR = Path(__file__).parent / "assets"
 # the files the page uses, by name -> content type: the dashboard serves these and nothing else
@@ -270,6 +270,8 @@ def _flight(flight: dict | None) -> str:
     counts = flight.get("counts") or {}
     rest = ", ".join(f"{counts[key]} {key}" for key in ("done", "stopped", "failed") if counts.get(key))
     text = f"{len(running)} in flight" + (f": {held}" if held else "") + f"; {flight.get('queued', 0)} queued"
+    if flight.get("swept") is False and running:
+        text = f"{orphaned_runs(len(running))}: {held}; {flight.get('queued', 0)} queued"
     return f'<p class="flight">{esc(text)}{esc("; " + rest) if rest else ""}</p>'
 
 

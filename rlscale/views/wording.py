@@ -218,6 +218,15 @@ _TEXT = {
 }
 
 
+def orphaned_runs(running: int) -> str:
+    """What runs marked running are when no sweep driver holds their study (kill -9, a lost node): `status` and the
+    dashboard say it alike."""
+    return (
+        f"no sweep is running: {running} run(s) marked running were left by one that ended; "
+        "run the sweep again to resume them"
+    )
+
+
 def law_formula(law: dict) -> str:
     """The optimal-n law's right-hand side for log2 n*, with its fitted lo, hi, k and c0."""
     shift = f"- {law['c0']:.2f}" if law["c0"] >= 0 else f"+ {-law['c0']:.2f}"  # ln C of a small compute is negative

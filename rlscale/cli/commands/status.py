@@ -44,9 +44,8 @@ def cluster_line(states, swept: bool | None = None) -> str:
     held = [state.note[3:] for state in running if state.note.startswith("on ")]
     queued = sum(state.status in ("pending", "paused") for state in states)
     if swept is False and running:
-        return (
-            f"no sweep is running: {len(running)} run(s) marked running were left by one that ended; "
-            f"run the sweep again to resume them. {queued} queued"
-        )
+        from rlscale.views.wording import orphaned_runs
+
+        return f"{orphaned_runs(len(running))}. {queued} queued"
     holding = f" (holding {', '.join(held)})" if held else ""
     return f"{len(running)} in flight{holding}, {queued} queued"
