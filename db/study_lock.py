@@ -49,7 +49,7 @@ def acquire(engine: Engine, url: URL, shown: str, study: str) -> "StudyLock":
 
 def is_held(engine: Engine, url: URL, shown: str, study: str) -> bool | None:
     """Whether a sweep driver holds the study now, read without taking its lock (a driver starting meanwhile must
-    not find it taken); None where this cannot be told (no /proc/locks)."""
+    not find it taken); None where this cannot be told (a SQLite store's holder on another host)."""
     key = _key(url, shown, study)
     with _held_lock:
         if key in _held:
