@@ -216,7 +216,7 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULT)
-    args = parser.parse_args()
+    args, argv = parser.parse_args(), sys.argv[1:]  # cli() sets sys.argv for each command it runs
     began = time.time()
     cases, invariance = [], []
     with tempfile.TemporaryDirectory(prefix="rlscale-perturbed-") as tmp:
@@ -234,7 +234,7 @@ def main() -> None:
             print(f"case {seed:3d} {', '.join(case['perturbations']) or 'none':44.44s} {verdict}"[:80], flush=True)
     held = sum(not case["broken"] for case in cases)
     result = {
-        "command": " ".join(["bench/perturbed_sweeps.py", *sys.argv[1:]]),
+        "command": " ".join(["bench/perturbed_sweeps.py", *argv]),
         "date": time.strftime("%Y-%m-%d"),
         "host": {"machine": platform.machine(), "cpus": len(__import__("os").sched_getaffinity(0))},
         "wall_seconds": round(time.time() - began),
