@@ -1,16 +1,17 @@
 """Benchmark: the demo's measured sweeps, perturbed as logs from outside arrive, through every view of the decision.
 
 Each case takes one of bench/data/quickstart/sweep*_*.csv (real `make demo` sweeps: B_p 16, n in {2, 4, 8, 16}) and,
-drawn from the seed, drops runs, cuts one short, adds evaluation noise, rescales its compute (another unit), shuffles
-its rows, gives its runs hostile names or keeps every second evaluation. It is imported (`rlscale import`), reported
+drawn from the seed, drops runs, cuts one short, adds evaluation noise, rescales its compute or its rewards (another
+unit), shuffles its rows, gives its runs hostile names or keeps every second evaluation. It is imported (`rlscale import`), reported
 (`rlscale report --json`), and every command the report prints is run (`recommend`, `export`; a `sweep --extend` as
 a dry run). Checks, per case:
     exits      every command exits 0, or 2 with one line (never a traceback)
     agree      `recommend` names the report's B_p, n, M and run; `export` its B_p and n; the dashboard and the
                stored decision its verdict and run
 And on each unperturbed sweep:
-    invariant  the decision is the same with its compute in other units (x 1e-3, 3600, 1e4), its rows shuffled and
-               its runs renamed
+    invariant  the decision is the same with its compute in other units (x 1e-3, 3600, 1e4), its rewards in
+               other units (x 0.1, 3, 100: a percentage, a sum of three rewards), its rows shuffled and its runs
+               renamed
     monotone   at each n chosen, M never falls as the budget grows across the run's data end (0.5x to 4x)
 Writes bench/results/perturbed_sweeps.json.
 
@@ -36,6 +37,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = sorted((ROOT / "bench" / "data" / "quickstart").glob("sweep*_*.csv"))
 RESULT = ROOT / "bench" / "results" / "perturbed_sweeps.json"
+VARIANTS = 9  # check_invariance's
 NAMES = ["a b", "ünï,côde", "x'; drop", "--flag", "n/8", "tab\tname", "😀", "dot.name"]
 
 
@@ -75,6 +77,10 @@ def perturb(frame: pd.DataFrame, rng: np.random.Generator) -> tuple[pd.DataFrame
         factor = float(10 ** rng.uniform(-3, 4))
         frame["gpu_hours"] *= factor
         done.append(f"compute x {factor:.3g}")
+    if rng.random() < 0.3:
+        factor = float(rng.choice([3.0, 100.0]))
+        frame["val_reward"] *= factor
+        done.append(f"reward x {factor:g}")
     if rng.random() < 0.3:
         frame, done = frame.sample(frac=1, random_state=int(rng.integers(1_000_000))), [*done, "shuffled"]
     if rng.random() < 0.3:
@@ -184,6 +190,9 @@ def check_invariance(source: Path, work: Path) -> dict:
         "compute x 1e-3": frame.assign(gpu_hours=frame["gpu_hours"] * 1e-3),
         "compute x 3600": frame.assign(gpu_hours=frame["gpu_hours"] * 3600),
         "compute x 1e4": frame.assign(gpu_hours=frame["gpu_hours"] * 1e4),
+        "reward x 0.1": frame.assign(val_reward=frame["val_reward"] * 0.1),
+        "reward x 3": frame.assign(val_reward=frame["val_reward"] * 3),
+        "reward x 100": frame.assign(val_reward=frame["val_reward"] * 100),
         "rows shuffled": frame.sample(frac=1, random_state=1),
         "runs renamed": frame.assign(run='run "' + frame["run"] + '" ü'),
     }
@@ -224,9 +233,9 @@ def main() -> None:
         for source in SWEEPS:
             row = check_invariance(source, work)
             invariance.append(row)
-            same = 6 - len(row["variants_differing"])
+            same = VARIANTS - len(row["variants_differing"])
             ladder = " ".join("-" if pair is None else f"{pair[0]}/{pair[1]}" for pair in row["steps"])
-            print(f"{source.stem:15s} same in {same}/6; n/M {ladder}"[:80], flush=True)
+            print(f"{source.stem:15s} same in {same}/{VARIANTS}; n/M {ladder}"[:80], flush=True)
         for seed in range(args.seed, args.seed + args.cases):
             case = check_case(seed, work)
             cases.append(case)

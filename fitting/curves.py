@@ -9,7 +9,12 @@ import numpy as np
 import pandas as pd
 from rlscale.db.importer import logged_unit
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid
-from rlscale.fitting.sigmoid.points import BIN_WIDTH, record_breaking_points
+from rlscale.fitting.sigmoid.fit import MAX_CI_WIDTH
+from rlscale.fitting.sigmoid.points import (
+    BIN_WIDTH,
+    RewardScale,
+    record_breaking_points,
+)
 from rlscale.fitting.sigmoid.runs import FIT_BOOTSTRAP, FIT_SEED, run_labels
 
 MAX_TRUNCATION = 0.05  # ScaleRL: stable runs keep the truncation rate below 5%
@@ -93,6 +98,7 @@ def run_curves(
     record_breaking: bool = True,
     bin_width: float = BIN_WIDTH,
     bounded: bool = True,
+    max_ci_width: float = MAX_CI_WIDTH,
     min_compute: float = 0.0,
     bootstrap: int = FIT_BOOTSTRAP,
     seed: int = FIT_SEED,
@@ -125,7 +131,14 @@ def run_curves(
         }
         keep = fitted_points(compute, reward, record_breaking, bin_width)
         fit = memo_fit(
-            compute[keep], reward[keep], cache, min_compute=min_compute, bounded=bounded, bootstrap=bootstrap, seed=seed
+            compute[keep],
+            reward[keep],
+            cache,
+            min_compute=min_compute,
+            bounded=bounded,
+            max_ci_width=max_ci_width,
+            bootstrap=bootstrap,
+            seed=seed,
         )
         if isinstance(fit, FitError):
             row.update(
@@ -189,14 +202,6 @@ class FitMemo:
         return len(self._fits)
 
 
-def is_pass_rate(rewards) -> bool:
-    """Whether a study's rewards read as pass rates (every finite one in [0, 1]): their fits then keep A and R0 in
-    [0, 1]; any other metric (a sum of reward functions, a negative score) is fitted unbounded."""
-    values = np.asarray(rewards, dtype=float)
-    values = values[np.isfinite(values)]
-    return bool(values.size == 0 or ((values >= 0.0) & (values <= 1.0)).all())
-
-
 def fitted_points(compute: np.ndarray, reward: np.ndarray, record_breaking: bool, bin_width: float = BIN_WIDTH):
     """Indices of the points a run's fit of record uses: its record-breaking points, or every evaluation."""
     return record_breaking_points(compute, reward, bin_width) if record_breaking else np.arange(len(compute))
@@ -207,8 +212,7 @@ def fit_of_record(
     reward,
     *,
     record_breaking: bool,
-    bin_width: float = BIN_WIDTH,
-    bounded: bool = True,
+    scale: RewardScale = RewardScale(),
     min_compute: float = 0.0,
     upper_level=None,
     cache=None,
@@ -216,13 +220,14 @@ def fit_of_record(
     """One run's fit of record (a SigmoidFit; None when it cannot be fitted) on `fitted_points`, with the fit of
     record's bootstrap and seed; upper_level: also the profile bound on A (early termination's); cache: memo_fit's."""
     compute, reward = np.asarray(compute, dtype=float), np.asarray(reward, dtype=float)
-    keep = fitted_points(compute, reward, record_breaking, bin_width)
+    keep = fitted_points(compute, reward, record_breaking, scale.bin_width)
     fit = memo_fit(
         compute[keep],
         reward[keep],
         cache,
         min_compute=min_compute,
-        bounded=bounded,
+        bounded=scale.bounded,
+        max_ci_width=scale.max_ci_width,
         bootstrap=FIT_BOOTSTRAP,
         seed=FIT_SEED,
         upper_level=upper_level,
@@ -244,8 +249,19 @@ class StudyFits:
     compute_col: str
     metric: str
     record_breaking: bool
-    bin_width: float = BIN_WIDTH
-    bounded: bool = True  # the rewards are pass rates (is_pass_rate)
+    scale: RewardScale = RewardScale()  # how its rewards are read: bounds, tolerances, bins
+
+    @property
+    def bin_width(self) -> float:
+        return self.scale.bin_width
+
+    @property
+    def bounded(self) -> bool:
+        return self.scale.bounded
+
+    @property
+    def noise_band(self) -> float:
+        return self.scale.noise_band
 
     @property
     def unit(self) -> str:

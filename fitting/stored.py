@@ -5,13 +5,12 @@ import pandas as pd
 from rlscale.fitting.curves import (
     StudyFits,
     compute_column,
-    is_pass_rate,
     latest_runs,
     run_curves,
     run_geometry,
 )
 from rlscale.fitting.rules.reasons import Reason, Refusal
-from rlscale.fitting.sigmoid.points import fits_record_breaking, record_bin_width
+from rlscale.fitting.sigmoid.points import fits_record_breaking, reward_scale
 from rlscale.fitting.sigmoid.runs import run_labels
 
 from rlscale.base.errors import UserError
@@ -37,8 +36,7 @@ def fits_from_frames(study: str, typed, runs: pd.DataFrame, records: pd.DataFram
     labels = run_labels(runs)  # runs of one study may share a name (seeds): each fit is its own run
     records["run"] = records["run_id"].map(dict(zip(runs["run_id"], labels)))
     record_breaking = fits_record_breaking(typed)
-    bin_width = record_bin_width(records[metric])
-    bounded = is_pass_rate(records[metric])
+    scale = reward_scale(records[metric])
     compute_col = compute_column(typed)
     curves, draws = run_curves(
         records,
@@ -46,13 +44,12 @@ def fits_from_frames(study: str, typed, runs: pd.DataFrame, records: pd.DataFram
         compute_col=compute_col,
         reward_col=metric,
         record_breaking=record_breaking,
-        bin_width=bin_width,
-        bounded=bounded,
+        bin_width=scale.bin_width,
+        bounded=scale.bounded,
+        max_ci_width=scale.max_ci_width,
         cache=cache,
     )
-    return StudyFits(
-        study, typed, runs, records, curves, draws, compute_col, metric, record_breaking, bin_width, bounded
-    )
+    return StudyFits(study, typed, runs, records, curves, draws, compute_col, metric, record_breaking, scale)
 
 
 def store_fits(store, study: str) -> StudyFits:
@@ -114,25 +111,18 @@ def model_parameters(study) -> dict[str, float]:
     return {} if study is None else {name: size.parameters for name, size in study.models.items()}
 
 
-def study_size_law(store, study: str, *, bootstrap: int = 100, seed: int = 0):
-    """(the stored Study, SizeLaw) of a study with a `model` axis; Refusal when its sizes cannot be fitted."""
+def size_law_of(fits: StudyFits, *, bootstrap: int = 100, seed: int = 0):
+    """The SizeLaw of a study with a `model` axis, on the runs and records of its fit of record (a rerun supersedes
+    the attempt before it); Refusal when it has no such axis or its sizes cannot be fitted."""
     from rlscale.fitting.laws.model_size import fit_size_law, size_frame
     from rlscale.fitting.sigmoid import FitError
-    from rlscale.planner.study_file import stored_study
 
-    typed = stored_study(store, study)
-    parameters = model_parameters(typed)
+    parameters = model_parameters(fits.spec)
     if not parameters:
-        raise Refusal(Reason("no_model_axis", {"study": study}))
-    frame = size_frame(
-        store.records_frame(study),
-        store.runs_frame(study),
-        parameters,
-        compute_col=compute_column(typed),
-        reward_col=typed.metric,
-    )
+        raise Refusal(Reason("no_model_axis", {"study": fits.study}))
+    frame = size_frame(fits.records, fits.runs, parameters, compute_col=fits.compute_col, reward_col=fits.metric)
     try:
-        return typed, fit_size_law(frame, bootstrap=bootstrap, seed=seed)
+        return fit_size_law(frame, bootstrap=bootstrap, seed=seed)
     except FitError as err:
         raise Refusal(Reason("size_law_not_fitted", {"error": str(err)})) from None
 
@@ -141,8 +131,7 @@ def recommend_size_study(store, study: str, budget: float, *, bootstrap: int = 1
     """The model size for `budget` (fitting.laws.model_size.SizeChoice) from a stored study with a `model` axis."""
     from rlscale.fitting.laws.model_size import choose_size
 
-    _typed, law = study_size_law(store, study, bootstrap=bootstrap, seed=seed)
-    return choose_size(law, budget)
+    return choose_size(size_law_of(study_fits(store, study), bootstrap=bootstrap, seed=seed), budget)
 
 
 def sweeps_models(store, study: str) -> bool:

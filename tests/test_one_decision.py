@@ -124,8 +124,7 @@ def test_the_dashboard_reads_the_same_decision(tmp_path):
 
 def test_rewards_off_the_pass_rate_scale_and_flat_runs_get_a_verdict_not_a_crash(cli, tmp_path):
     import numpy as np
-    from rlscale.fitting.curves import is_pass_rate
-    from rlscale.fitting.sigmoid.points import BIN_WIDTH, record_bin_width
+    from rlscale.fitting.sigmoid.points import BIN_WIDTH, is_pass_rate, record_bin_width
 
     # a summed reward near -0.003 (a TRL user's reward functions), and two runs whose reward never moves
     rng = np.random.default_rng(0)
@@ -300,3 +299,31 @@ def test_an_n_that_changes_within_a_run_is_refused_naming_the_line(cli, tmp_path
         "per prompt, one value per run"
     )
     assert not (tmp_path / "x.db").exists() or "mixed" not in Store(f"sqlite:///{tmp_path / 'x.db'}").studies()
+
+
+@pytest.mark.parametrize("factor", [0.1, 3.0, 100.0])
+def test_a_rewards_unit_changes_no_decision(factor):
+    import math
+
+    import rlscale
+
+    # the demo's pass rates as a percentage, a sum of three rewards, a tenth: fitted unbounded past [0, 1], with the
+    # noise band and A's interval width in the rewards' own units
+    frame = pd.read_csv(SWEEPS[0]).rename(columns={"val_reward": "reward"})
+    base = rlscale.decide(frame)
+    scaled = rlscale.decide(frame.assign(reward=frame["reward"] * factor))
+    assert base.decided and scaled.decided
+    ours, theirs = base.recommendation, scaled.recommendation
+    assert (theirs.predicted_from, theirs.prompts_per_batch, theirs.rollouts, theirs.steps) == (
+        ours.predicted_from,
+        ours.prompts_per_batch,
+        ours.rollouts,
+        ours.steps,
+    )
+    assert math.isclose(theirs.predicted_reward, factor * ours.predicted_reward, rel_tol=1e-3)
+    assert [
+        math.isclose(a, factor * b, rel_tol=1e-2) for a, b in zip(theirs.predicted_interval, ours.predicted_interval)
+    ] == [True, True]
+    # the band is ScaleRL's 0.02 of the rewards' range with 0 ([0, 1] for pass rates, which a tenth still reads as)
+    span = (frame["reward"] * factor).max() if factor > 1 else 1.0
+    assert math.isclose(scaled.standing.noise_band, 0.02 * span)

@@ -314,10 +314,12 @@ def predict_runs(
     """DataFrame of run, at, predicted, predicted_lo, predicted_hi, level per run (NaN where `predict_run` gives none).
     A missing `compute` column falls back to `gpu_hours`; a missing run column means one run."""
     import pandas as pd
+    from rlscale.fitting.sigmoid.points import scaled_fit_options
     from rlscale.fitting.sigmoid.runs import SINGLE_RUN
 
     if compute_col not in records.columns and compute_col == "compute" and "gpu_hours" in records.columns:
         compute_col = "gpu_hours"
+    fit_kwargs = scaled_fit_options(records[reward_col], fit_kwargs)
     groups = (
         records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns else [(SINGLE_RUN, records)]
     )

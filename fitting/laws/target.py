@@ -81,8 +81,10 @@ def record_targets(
     """`curve_targets` for a records frame (a run log): each run fitted by fit_sigmoid(**fit_kwargs), its bootstrap
     draws giving the interval. A missing run column means one run, "all"."""
     from rlscale.fitting.sigmoid import FitError, fit_sigmoid
+    from rlscale.fitting.sigmoid.points import scaled_fit_options
     from rlscale.fitting.sigmoid.runs import SINGLE_RUN
 
+    fit_kwargs = scaled_fit_options(records[reward_col], fit_kwargs)
     groups = (
         records.groupby(run_col, sort=False, dropna=False) if run_col in records.columns else [(SINGLE_RUN, records)]
     )

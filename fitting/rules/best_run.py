@@ -8,13 +8,15 @@ from rlscale.fitting.rules.reasons import Reason, Refusal
 from rlscale.fitting.rules.standing import read_runs, standing_at
 from rlscale.fitting.sigmoid.curve import sigmoid
 
+from rlscale.base.numbers import NOISE_BAND
 
-def best_run(curves: pd.DataFrame, budget: float) -> tuple[pd.Series, Reason]:
+
+def best_run(curves: pd.DataFrame, budget: float, *, noise_band: float = NOISE_BAND) -> tuple[pd.Series, Reason]:
     """(the chosen curve row, a Reason "best_within_data" or "best_predicted"); Refusal "no_trusted_run" when no run
-    is fitted, identified and stable past the data."""
+    is fitted, identified and stable past the data. noise_band: the study's (its RewardScale's), in reward units."""
     usable = curves[curves[["A", "B", "C_mid", "R0"]].notna().all(axis=1)]  # any run, with or without a geometry
     if budget <= reach_of_finished(curves) * (1 + 1e-9):
-        standing = standing_at(read_runs(usable), budget)
+        standing = standing_at(read_runs(usable), budget, noise_band=noise_band)
         if standing is not None:
             chosen = usable[usable["run"] == standing.best["run"]].iloc[0]
             return chosen, _why("best_within_data", chosen, budget, standing.best["reward"], len(standing.runs))

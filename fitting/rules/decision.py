@@ -140,7 +140,15 @@ def recommend_for(fits: StudyFits, budget: float, law: RolloutsLaw, *, profile: 
         mine = own(budget, bp, n, run)
         return mine[0] if mine is not None else model(budget, bp, n)
 
-    rec = recommend(curves, law, budget=budget, steps_for=steps_for, draws=fits.draws, allow_constant_n=True)
+    rec = recommend(
+        curves,
+        law,
+        budget=budget,
+        steps_for=steps_for,
+        draws=fits.draws,
+        noise_band=fits.noise_band,
+        allow_constant_n=True,
+    )
     mine = own(rec.budget, rec.prompts_per_batch, rec.rollouts, rec.predicted_from)
     if mine is not None:
         cost_how = mine[1]
@@ -148,7 +156,9 @@ def recommend_for(fits: StudyFits, budget: float, law: RolloutsLaw, *, profile: 
     p = (
         None
         if chosen.empty
-        else predict_stored_run(records, chosen.iloc[0], fits.compute_col, rec.budget, reward_col=fits.metric)
+        else predict_stored_run(
+            records, chosen.iloc[0], fits.compute_col, rec.budget, reward_col=fits.metric, bounded=fits.bounded
+        )
     )
     notes = [Reason("cost_model", {"unit": fits.unit, "how": cost_how})]
     if p is not None:
@@ -288,7 +298,7 @@ def decide(
         budget=budget,
         compute=compute,
         export_format=export_format(typed),
-        standing=standing_at(read, _read_at(budget, compute)) if compute > 0 else None,
+        standing=standing_at(read, _read_at(budget, compute), noise_band=fits.noise_band) if compute > 0 else None,
         extend=extend,
         planned=typed is not None and typed.method != "bayes",
         trials=typed is not None and typed.method == "bayes",
@@ -329,7 +339,7 @@ def _decide_best_run(decision: Decision, fits: StudyFits) -> None:
     from rlscale.fitting.laws.predict import predict_stored_run
 
     try:
-        chosen, decision.best = best_run(fits.curves, decision.budget)
+        chosen, decision.best = best_run(fits.curves, decision.budget, noise_band=fits.noise_band)
     except Refusal as refusal:
         decision.refusal = refusal.reasons
         return
@@ -338,7 +348,7 @@ def _decide_best_run(decision: Decision, fits: StudyFits) -> None:
     except ValueError as err:  # an imported run whose config makes no recipe: the decision stands, with no recipe
         decision.refusal = (Reason("no_recipe", {"run": str(chosen["run"]), "error": str(err).splitlines()[0]}),)
     decision.prediction = predict_stored_run(
-        fits.records, chosen, fits.compute_col, decision.budget, reward_col=fits.metric
+        fits.records, chosen, fits.compute_col, decision.budget, reward_col=fits.metric, bounded=fits.bounded
     )
 
 

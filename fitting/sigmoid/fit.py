@@ -25,6 +25,7 @@ _AT_BOUND = 1e-6
 _MIN_POINTS_IN_RISE = 3
 # Relative size of the fitted gain |A - R0| below which the curve is called flat.
 _FLAT_GAIN = 1e-6
+MAX_CI_WIDTH = 0.1  # ScaleRL: A is identified when its 95% interval is at most this wide (pass-rate units)
 
 
 class FitError(ValueError):
@@ -88,7 +89,7 @@ def fit_sigmoid(
     noise="auto",
     bootstrap=200,
     seed=0,
-    max_ci_width=0.1,
+    max_ci_width=MAX_CI_WIDTH,
     upper_level=None,
 ) -> SigmoidFit:
     """Fitted ScaleRL sigmoid of `reward` against `compute` (any unit; C_mid comes back in it); FitError when it cannot
@@ -308,7 +309,7 @@ def _unidentified_reason(x, y, A, B, C_mid, R0, n_free, width, how, max_ci_width
             f"and 90% of the gain (at least {_MIN_POINTS_IN_RISE} needed)"
         )
     if not width <= max_ci_width:
-        reasons.append(f"{how} on A is too wide ({width:.3g} > {max_ci_width:g})")
+        reasons.append(f"{how} on A is too wide ({width:.3g} > {max_ci_width:.3g})")
     for bound in a_bounds:
         if not np.isfinite(bound):
             continue

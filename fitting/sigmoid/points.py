@@ -1,6 +1,11 @@
 """Record-breaking points (IsoCompute Playbook): the running frontier of a reward curve."""
 
+from dataclasses import dataclass
+
 import numpy as np
+from rlscale.fitting.sigmoid.fit import MAX_CI_WIDTH
+
+from rlscale.base.numbers import NOISE_BAND
 
 # Rewards like 0.3 / 0.01 land at 29.999999999999996; nudge so a value on a bin edge opens that bin.
 _EDGE = 1e-9
@@ -15,13 +20,18 @@ BIN_WIDTH = 0.01  # IsoCompute's reward bins, for pass rates in [0, 1]
 MIN_BINS = 20  # a study whose rewards span less than MIN_BINS x BIN_WIDTH gets bins this many to its spread
 
 
-def record_bin_width(rewards) -> float:
-    """The reward bin width of a study's record-breaking points: BIN_WIDTH, or its rewards' spread over MIN_BINS
-    when that is narrower (a reward scale far below pass rates would otherwise keep one point a run)."""
+def record_bin_width(rewards, span: float = 1.0) -> float:
+    """The reward bin width of a study's record-breaking points: BIN_WIDTH of the rewards' `span` (fitting.curves'
+    RewardScale), or their spread over MIN_BINS when that is narrower (else one point a run would be kept)."""
+    spread = reward_spread(rewards)
+    return min(BIN_WIDTH * span, spread / MIN_BINS) if spread > 0 else BIN_WIDTH * span
+
+
+def reward_spread(rewards) -> float:
+    """max - min of the finite rewards; 0 for none."""
     values = np.asarray(rewards, dtype=float)
     values = values[np.isfinite(values)]
-    spread = float(values.max() - values.min()) if values.size else 0.0
-    return min(BIN_WIDTH, spread / MIN_BINS) if spread > 0 else BIN_WIDTH
+    return float(values.max() - values.min()) if values.size else 0.0
 
 
 def fitted_points_label(record_breaking: bool, bin_width: float = BIN_WIDTH) -> str:
@@ -45,3 +55,49 @@ def record_breaking_points(compute, reward, bin_width: float = BIN_WIDTH) -> np.
     bins = np.floor(reward[order] / bin_width + _EDGE)
     best_before = np.concatenate(([-np.inf], np.maximum.accumulate(bins)[:-1])) if bins.size else bins
     return order[bins > best_before]
+
+
+def is_pass_rate(rewards) -> bool:
+    """Whether a study's rewards read as pass rates (every finite one in [0, 1]): their fits then keep A and R0 in
+    [0, 1]; any other metric (a sum of reward functions, a negative score) is fitted unbounded."""
+    values = np.asarray(rewards, dtype=float)
+    values = values[np.isfinite(values)]
+    return bool(values.size == 0 or ((values >= 0.0) & (values <= 1.0)).all())
+
+
+@dataclass(frozen=True)
+class RewardScale:
+    """How a study's rewards are read: as pass rates (`bounded`: fits keep A and R0 in [0, 1]) or any other metric.
+    `span` is what the reward tolerances (noise band, A's interval width, reward bins) are fractions of: 1 for pass
+    rates, else the range of the study's rewards and 0, so that a metric's unit (a positive factor) changes no
+    verdict."""
+
+    bounded: bool = True
+    span: float = 1.0
+    bin_width: float = BIN_WIDTH  # the record-breaking points' reward bins
+
+    @property
+    def noise_band(self) -> float:
+        return NOISE_BAND * self.span
+
+    @property
+    def max_ci_width(self) -> float:
+        return MAX_CI_WIDTH * self.span
+
+
+def reward_scale(rewards, bounded: bool | None = None) -> RewardScale:
+    """The RewardScale of a study's (or a file's) rewards, every run's evaluations together; `bounded` None: whether
+    they read as pass rates."""
+    bounded = is_pass_rate(rewards) if bounded is None else bool(bounded)
+    values = np.asarray(rewards, dtype=float)
+    values = values[np.isfinite(values)]
+    # the range of the rewards and 0, as [0, 1] is a pass rate's: a positive factor (%, a sum of K rewards) scales it
+    span = float(max(values.max(), 0.0) - min(values.min(), 0.0)) if values.size else 0.0
+    span = 1.0 if bounded or not span > 0 else span
+    return RewardScale(bounded, span, record_bin_width(rewards, span))
+
+
+def scaled_fit_options(rewards, options: dict) -> dict:
+    """fit_sigmoid's `options` for a frame's `rewards`, with A's interval width at their RewardScale unless given."""
+    scale = reward_scale(rewards, options.get("bounded", True))
+    return {"max_ci_width": scale.max_ci_width, **options}

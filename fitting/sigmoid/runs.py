@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid
+from rlscale.fitting.sigmoid.points import scaled_fit_options
 
 FIT_COLUMNS = ["A", "B", "C_mid", "R0", "rss", "r2", "A_lo", "A_hi", "n_points", "identified", "reason", "noise"]
 SINGLE_RUN = "all"  # run name used when the records have no run column
@@ -18,12 +19,12 @@ def fit_runs(
     """One row per run (first-appearance order): run and FIT_COLUMNS; unfittable runs: NaN and the FitError as reason.
     A missing `compute` column falls back to `gpu_hours`; a missing run column means one run, "all". The bootstrap and
     its seed default to the fit of record's."""
-    fit_kwargs = {"bootstrap": FIT_BOOTSTRAP, "seed": FIT_SEED, **fit_kwargs}
     if compute_col not in records.columns and compute_col == "compute" and "gpu_hours" in records.columns:
         compute_col = "gpu_hours"
     for col in (compute_col, reward_col):
         if col not in records.columns:
             raise KeyError(f"records have no column {col!r} (columns: {', '.join(map(str, records.columns))})")
+    fit_kwargs = {"bootstrap": FIT_BOOTSTRAP, "seed": FIT_SEED, **scaled_fit_options(records[reward_col], fit_kwargs)}
     if run_col in records.columns:
         groups = records.groupby(run_col, sort=False, dropna=False)
     else:

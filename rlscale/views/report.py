@@ -10,21 +10,19 @@ from rlscale.base.errors import made_dir
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.fitting.backtest import backtest_table
 from rlscale.fitting.curves import run_curves, study_unit
-from rlscale.fitting.laws.model_size import fit_size_law, size_frame
 from rlscale.fitting.laws.optimal_n import frontier_segments
 from rlscale.fitting.laws.target import DEFAULT_LEVEL, curve_targets
 from rlscale.fitting.rules.compare import compare_variants
 from rlscale.fitting.rules.decision import decide
 from rlscale.fitting.rules.reasons import Refusal
 from rlscale.fitting.rules.standing import beyond_noise
-from rlscale.fitting.sigmoid import FitError
 from rlscale.fitting.sigmoid.points import fitted_points_label
 from rlscale.fitting.sigmoid.runs import run_labels, variant_names
-from rlscale.fitting.stored import study_fits
+from rlscale.fitting.stored import size_law_of, study_fits
 from rlscale.planner.study_file import stored_study
 from rlscale.views.plots import linearised, plot_frontier, plot_linearised, plot_study
 from rlscale.views.report_text import fit_cells, loo_cells, render_html, render_markdown
-from rlscale.views.wording import decision_commands, decision_lines
+from rlscale.views.wording import decision_commands, decision_lines, reason_text
 
 # Also imported from here: the plots and table cells the report is made of.
 __all__ = [
@@ -116,6 +114,7 @@ class Report:
     unit: str
     fits: list[dict]
     fitted_on: str = "every evaluation"  # or "record-breaking points" (the study's fit.points)
+    noise_band: float = NOISE_BAND  # the study's, in its reward's units (fitting.curves.RewardScale)
     loo: list[dict] | None = None
     law: dict | None = None
     backtest: dict | None = None  # fitting.backtest.backtest_table: each run's first half vs its end
@@ -172,6 +171,7 @@ def build_report(
     report = _new_report(study, stored, unit=fits.unit)  # an imported study's: what its logs counted
     method = report.method
     report.fits = fit_rows(curves)
+    report.noise_band = fits.noise_band
     report.fitted_on = fitted_points_label(fits.record_breaking, fits.bin_width) + (
         "" if fits.bounded else "; A and R0 unbounded: the rewards leave [0, 1]"
     )
@@ -188,6 +188,7 @@ def build_report(
             compute_col=compute_col,
             reward_col=metric,
             compute=decision.standing.compute if decision.standing is not None else None,
+            noise_band=fits.noise_band,
         )
     # ScaleRL's check of the fits: each run's first half predicts its end (every evaluation, whatever the method)
     report.backtest = backtest_table(
@@ -206,7 +207,7 @@ def build_report(
     )
     linear_from = (records, curves)
     if method == "loo":
-        linear_from = _loo(report, runs, records, compute_col, metric, bootstrap, seed, out)
+        linear_from = _loo(report, fits, runs, bootstrap, seed, out)
     report.plots["linearised"] = plot_linearised(
         *linear_from, out / "linearised.png", compute_col=compute_col, reward_col=metric
     )
@@ -221,7 +222,7 @@ def build_report(
     elif decision.refusal and decision.refusal[0].code == "no_frontier":
         report.notes.append(f"no optimal-n law: {decision.refusal[0]['error']}")
     if stored is not None and stored.models:
-        _add_size_law(report, stored, runs, records, compute_col, metric, bootstrap, seed)
+        _add_size_law(report, fits, bootstrap, seed)
     report.notes += failure_notes(runs)
     unidentified = [row["run"] for row in report.fits if not row["identified"]]
     if unidentified:
@@ -267,8 +268,9 @@ def _targets(report: Report, curves, draws, target: float | None) -> None:
     }
 
 
-def _loo(report: Report, runs, records, compute_col, metric, bootstrap, seed, out) -> tuple:
+def _loo(report: Report, fits, runs, bootstrap, seed, out) -> tuple:
     # one curve per variant: its seeds pooled (ScaleRL's noise band is the seed-to-seed spread)
+    records, compute_col, metric = fits.records, fits.compute_col, fits.metric
     names = dict(zip(runs["run_id"], runs["variant"]))
     pooled = records.assign(run=records["run_id"].map(names)).drop(columns=["run_id"])
     variants = (
@@ -282,11 +284,13 @@ def _loo(report: Report, runs, records, compute_col, metric, bootstrap, seed, ou
         compute_col=compute_col,
         reward_col=metric,
         record_breaking=False,
+        bounded=fits.bounded,
+        max_ci_width=fits.scale.max_ci_width,
         bootstrap=bootstrap,
         seed=seed,
     )
     try:
-        report.loo = loo_table(loo_curves)
+        report.loo = loo_table(loo_curves, noise_band=fits.noise_band)
     except ValueError as err:
         report.notes.append(f"no leave-one-out table: {err}")
     if runs["variant"].duplicated().any():
@@ -303,18 +307,11 @@ def _loo(report: Report, runs, records, compute_col, metric, bootstrap, seed, ou
     return pooled, loo_curves
 
 
-def _add_size_law(report: Report, stored, runs, records, compute_col, metric, bootstrap, seed) -> None:
-    frame = size_frame(
-        records,
-        runs,
-        {name: size.parameters for name, size in stored.models.items()},
-        compute_col=compute_col,
-        reward_col=metric,
-    )
-    try:
-        report.sizes = fit_size_law(frame, bootstrap=min(bootstrap, 100), seed=seed).to_dict()
-    except FitError as err:
-        report.notes.append(f"no power law across model sizes: {err}")
+def _add_size_law(report: Report, fits, bootstrap, seed) -> None:
+    try:  # the law `rlscale recommend` reads, on the same runs
+        report.sizes = size_law_of(fits, bootstrap=min(bootstrap, 100), seed=seed).to_dict()
+    except Refusal as refusal:
+        report.notes.append("; ".join(reason_text(reason) for reason in refusal.reasons))
 
 
 def _new_report(study: str, spec, *, unit: str | None = None) -> Report:

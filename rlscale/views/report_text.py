@@ -5,7 +5,6 @@ from pathlib import Path
 
 import yaml
 
-from rlscale.base.numbers import NOISE_BAND
 from rlscale.base.numbers import format_number as _f
 from rlscale.fitting.curves import unit_label
 from rlscale.views.page import render_study_page, report_page
@@ -28,12 +27,18 @@ from rlscale.views.wording import law_formula, reason_text
 FIT_HEADER = ["run", "A [95%]", "B", "C_mid", "R0", "r2", "points", "fit"]
 COMPARE_NOTE = (
     "Each variant over its seeds, read as the decision reads runs: its fitted reward at the compute every "
-    f"finished run reached. Separated: a gap of at least {NOISE_BAND:g} and at least twice the seeds' "
+    "finished run reached. Separated: a gap of at least {band:.3g} and at least twice the seeds' "
     "pooled sd. Beside it, the fitted asymptote A (identified fits only) and the observed end reward (each "
     "run's mean over its last 10% of compute), which are not what the verdict reads."
 )
-LOO_HEADER = ["variant", "A [95%]", "B", "C_mid", "dA", "dB", f"beyond {NOISE_BAND:g} noise", "verdict"]
-STANDING_HEADER = ["run", "B_p", "n", "fitted reward", "vs best", f"within {NOISE_BAND:g}"]
+
+
+def loo_header(band: float) -> list[str]:
+    return ["variant", "A [95%]", "B", "C_mid", "dA", "dB", f"beyond {band:.3g} noise", "verdict"]
+
+
+def standing_header(band: float) -> list[str]:
+    return ["run", "B_p", "n", "fitted reward", "vs best", f"within {band:.3g}"]
 
 
 def _interval(row) -> str:
@@ -122,7 +127,7 @@ def report_sections(report) -> list[tuple[str, list[tuple]]]:
                 f"Runs at {standing.compute:.4g} {unit_label(report.unit)} (fitted reward)",
                 "Every finished run reached this compute: each run's fitted curve is read inside its own "
                 "data, as the decision, the variants and the frontier read it.",
-                STANDING_HEADER,
+                standing_header(standing.noise_band),
                 [standing_cells(row) for row in standing.runs],
                 ["" if row["within_band"] else "outside" for row in standing.runs],
             )
@@ -140,8 +145,9 @@ def report_sections(report) -> list[tuple[str, list[tuple]]]:
         sections.append(
             _table_section(
                 "Leave-one-out (ScaleRL)",
-                f"dA is each variant's asymptote minus the full recipe's; |dA| < {NOISE_BAND} is seed noise.",
-                LOO_HEADER,
+                f"dA is each variant's asymptote minus the full recipe's; |dA| < {report.noise_band:.3g} is seed "
+                "noise.",
+                loo_header(report.noise_band),
                 [loo_cells(r) for r in report.loo],
                 ["beyond" if r["beyond_noise"] else ("" if r["identified"] else "unidentified") for r in report.loo],
             )
@@ -150,7 +156,7 @@ def report_sections(report) -> list[tuple[str, list[tuple]]]:
         sections.append(
             _table_section(
                 "Variants across seeds",
-                COMPARE_NOTE,
+                COMPARE_NOTE.format(band=report.noise_band),
                 compare_header(report.comparison),
                 [compare_cells(r) for r in report.comparison["rows"]],
                 bullets=[reason_text(report.comparison["verdict"])],

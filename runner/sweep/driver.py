@@ -8,7 +8,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from rlscale.fitting.curves import FitMemo, compute_column, fit_of_record, is_pass_rate
+from rlscale.fitting.curves import FitMemo, compute_column, fit_of_record, latest_runs
+from rlscale.fitting.sigmoid.points import reward_scale
 from rlscale.planner.recipe import Recipe
 from rlscale.runner.engine import DEFAULT_ENGINE, DevicesUnavailable, Engine, reaches_compute, study_engine
 from rlscale.runner.engine_process import EngineProcess
@@ -102,7 +103,8 @@ class SweepDriver:
     def _drop_superseded(self, planned: dict) -> None:
         runs = self.store.runs_frame(self.study.name)
         records = self.store.records_frame(self.study.name)
-        evaluated = set(records.loc[records["val_reward"].notna(), "run_id"])
+        metric = self.study.metric if self.study.metric in records.columns else "val_reward"
+        evaluated = set(records.loc[records[metric].notna(), "run_id"])
         current = {(name, point.seed) for name, point in planned.values()}
         for row in runs.itertuples():
             replaced = row.run_id not in planned and (row.run, row.seed) in current
@@ -387,10 +389,13 @@ class SweepDriver:
     # what the scheduler sees ----------------------------------------------------------------------
 
     def evaluations(self, run_id: int) -> list[tuple[int, float]]:
-        """The run's (step, validation reward) pairs stored so far."""
-        records = self.store.records_frame(self.study.name).dropna(subset=["val_reward"])
-        mine = records[records["run_id"] == run_id]
-        return list(zip(mine["step"], mine["val_reward"]))
+        """The run's (step, reward) pairs stored so far, the reward the study's metric."""
+        metric = self.study.metric
+        records = self.store.records_frame(self.study.name)
+        if metric not in records.columns:
+            return []
+        mine = records[(records["run_id"] == run_id) & records[metric].notna()]
+        return list(zip(mine["step"], mine[metric]))
 
     def progress(self, runs: list[RunState] | None = None, waiting: dict | None = None) -> list[RunProgress]:
         """Every run (or `runs`) as the scheduler sees it; runs in `waiting` (run_id -> target) read as busy."""
@@ -421,12 +426,12 @@ class SweepDriver:
     def _current_fits(self, run_id: int | None = None) -> dict:
         """run_id -> (its fit of record with early termination's bound on A, or None; its largest compute)."""
         from rlscale.fitting.rules.early_stop import UPPER_LEVEL
-        from rlscale.fitting.sigmoid.points import record_bin_width
 
         metric, column = self.study.metric, compute_column(self.study)
         records = self.store.records_frame(self.study.name).dropna(subset=[metric])
-        # the study's reward bins and bounds, as its fit of record reads them
-        bin_width, bounded = record_bin_width(records[metric]), is_pass_rate(records[metric])
+        # the study's reward scale, as its fit of record reads it (the latest attempt of each run)
+        records = records[records["run_id"].isin(latest_runs(self.store.runs_frame(self.study.name))["run_id"])]
+        scale = reward_scale(records[metric])
         if run_id is not None:
             records = records[records["run_id"] == run_id]
         self._fit_memo.size = 2 * len(self.runs) + 16
@@ -437,8 +442,7 @@ class SweepDriver:
                     rows[column].to_numpy(dtype=float, na_value=float("nan")),
                     rows[metric].to_numpy(dtype=float),
                     record_breaking=self.study.fits_record_breaking,
-                    bin_width=bin_width,
-                    bounded=bounded,
+                    scale=scale,
                     upper_level=UPPER_LEVEL,
                     cache=self._fit_memo,
                 )

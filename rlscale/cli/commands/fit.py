@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
         # result or a one-line error.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            records, fits, title, store, record_breaking = _fit_and_plot(
+            records, fits, title, store, record_breaking, draws = _fit_and_plot(
                 file, study, db, options, plot, (tag, compute_tag)
             )
             if at is not None:
@@ -110,7 +110,11 @@ def register(app: typer.Typer) -> None:
                 predictions = predict_runs(
                     records, at, level=level, run_col="run", compute_col="compute", reward_col="reward", **options
                 )
-            if target is not None:
+            if target is not None and draws is not None:  # the fit of record's, as the report reads them
+                from rlscale.fitting.laws.target import curve_targets
+
+                targets = curve_targets(fits, draws, target, level=level)
+            elif target is not None:
                 targets = _targets(records, record_breaking, target, level, options)
         if json_out:
             print_json(fits_json(fits, predictions, targets))
@@ -132,9 +136,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _fit_and_plot(file, study, db, options, plot, tags=(None, None)):
-    """(records, fits, title, store or None, record_breaking): the run log's or the stored study's fits (on the points
-    the study's `fit.points` names; a run log's on every evaluation), plotted when asked. `tags`: the log's reward
-    and compute metrics."""
+    """(records, fits, title, store or None, record_breaking, draws): the run log's or the stored study's fits (on the
+    points the study's `fit.points` names; a run log's on every evaluation), plotted when asked; draws: the fit of
+    record's bootstrap draws when `fits` is it, else None. `tags`: the log's reward and compute metrics."""
     if file is not None:
         from rlscale.db.importer import read_run_log
         from rlscale.db.trackers import is_wandb_log
@@ -147,7 +151,7 @@ def _fit_and_plot(file, study, db, options, plot, tags=(None, None)):
                 file=str(file),
             )
         records = read_run_log(file, tag=tags[0], compute_tag=tags[1])
-        title, store, record_breaking = file.stem, None, False
+        title, store, record_breaking, draws = file.stem, None, False, None
         fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", **options)
         if fits["A"].isna().all():  # nothing to show or plot: the file is no input for a fit
             from rlscale.cli.views import reason_line
@@ -163,7 +167,7 @@ def _fit_and_plot(file, study, db, options, plot, tags=(None, None)):
         records = study_records(store, study)
         of_record = store_fits(store, study)
         record_breaking = of_record.record_breaking
-        fits = of_record.curves
+        fits, draws = of_record.curves, of_record.draws
         if options != DEFAULT_OPTIONS:  # shown with the user's options; the store keeps the study's fit of record
             from rlscale.fitting.curves import fitted_points
             from rlscale.fitting.sigmoid.runs import fit_runs
@@ -173,7 +177,7 @@ def _fit_and_plot(file, study, db, options, plot, tags=(None, None)):
                 lambda c, r: fitted_points(c.to_numpy(float), r.to_numpy(float), record_breaking, of_record.bin_width),
             )
             fits = fit_runs(points, run_col="run", compute_col="compute", reward_col="reward", **options)
-            store = None
+            store = draws = None
     if plot is not None:
         from rlscale.views.plots import plot_study
 
@@ -187,7 +191,7 @@ def _fit_and_plot(file, study, db, options, plot, tags=(None, None)):
             title=title,
             record_breaking=record_breaking,
         )
-    return records, fits, title, store, record_breaking
+    return records, fits, title, store, record_breaking, draws
 
 
 def _print_predictions(predictions) -> None:
