@@ -20,7 +20,7 @@ def decision_budget(study, runs: pd.DataFrame, records: pd.DataFrame) -> float:
     if study is not None and study.method == "isocompute":
         done = runs.loc[runs["status"] == "done", "run_id"]
         # the fits reach each run's last evaluation, not its last step
-        evaluated = records[records["val_reward"].notna() & records["run_id"].isin(done)]
+        evaluated = records[records[study.metric].notna() & records["run_id"].isin(done)]
         if len(evaluated):
             return float(evaluated.groupby("run_id")[column].max().min())
     return float(records.groupby("run_id")[column].max().sum())

@@ -71,8 +71,10 @@ def _objective(driver, run_id: int) -> float | None:
     mine = fits[fits["run_id"] == run_id]
     if len(mine) and bool(mine["identified"].iloc[0]) and math.isfinite(float(mine["A"].iloc[0])):
         return float(mine["A"].iloc[0])
-    records = driver.store.records_frame(driver.study.name)
-    evals = records[records["run_id"] == run_id]["val_reward"].dropna()
+    records, metric = driver.store.records_frame(driver.study.name), driver.study.metric
+    if metric not in records.columns:
+        return None
+    evals = records[records["run_id"] == run_id][metric].dropna()
     return float(evals.iloc[-1]) if len(evals) else None
 
 

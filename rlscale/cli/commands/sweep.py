@@ -185,6 +185,6 @@ def _report(store, study, records, out: Path, study_file: Path, db: str | None):
     None."""
     from rlscale.views.report import study_report
 
-    if not records["val_reward"].notna().any():
+    if study.metric not in records.columns or not records[study.metric].notna().any():
         return None
     return study_report(store, study.name, out, study_file=study_file, db=db, extend=study.extend)
