@@ -120,6 +120,31 @@ def test_a_rebuild_that_changes_nothing_keeps_the_stamp(url):
     assert again == stamp and view.changes(stamp) == {"stamp": stamp, "full": False}
 
 
+def test_evaluations_arriving_without_a_status_change_are_decided_on_when_due(url, monkeypatch):
+    import rlscale.dashboard.study as study
+
+    def wait(count: int) -> None:
+        deadline = time.monotonic() + 60
+        while view._decided < count:  # the decision's thread
+            assert time.monotonic() < deadline, "the decision was not worked out"
+            time.sleep(0.05)
+
+    view = StudyView("grid")
+    with Store(url) as store:
+        view.refresh(store)
+        wait(1)
+        before = view._decision[0][1]
+        run_id = int(store.runs_frame("grid")["run_id"].iloc[1])
+        store.add_records(run_id, [{"step": 42, "gpu_hours": 0.42, "val_reward": 0.7}])
+        view.refresh(store)  # the same statuses, within DECIDE_EVERY_S: the page keeps its decision, due later
+        assert view._decided == 1 and view._decide_due is not None
+        monkeypatch.setattr(study, "DECIDE_EVERY_S", 0.0)
+        view._decide_due = time.monotonic()
+        view.refresh(store)  # due: worked out on every evaluation now
+        wait(2)
+    assert view._decision[0][1] == before + 1
+
+
 def test_runs_in_flight_and_runs_stopped_early_are_shown_with_what_the_sweep_wrote(url):
     with Store(url) as store, TestClient(create_app(url)) as client:
         held = store.lock_study("grid")  # as the sweep driving them holds it

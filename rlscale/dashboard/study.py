@@ -22,6 +22,7 @@ from rlscale.views.page_charts import color_index, default_group, frontier_chart
 from rlscale.views.page_charts import study_axes as axes_of
 
 LAW_EVERY_S = 10.0  # the optimal-n law is refitted at most this often while records arrive
+DECIDE_EVERY_S = 30.0  # the decision is worked out again at most this often while only records arrive
 FIT_KEYS = ("A", "A_lo", "A_hi", "B", "C_mid", "R0", "r2", "c_min", "c_max")
 
 
@@ -67,8 +68,9 @@ class StudyView:
         self._law: tuple = (None, None)  # (the fits' keys, RolloutsLaw or None)
         self._law_when, self._law_due = 0.0, None  # when it was fitted; when a refit held back is due
         # the decision's bootstrapped law takes seconds: a thread works it out; the page shows the last one meanwhile
-        self._decision: tuple = (None, None, None)  # (the runs' statuses it is for, Decision, its words)
+        self._decision: tuple = (None, None, None)  # ((the runs' statuses, records) it is for, Decision, its words)
         self._deciding = None  # the key being worked out
+        self._decide_when, self._decide_due = 0.0, None  # when the last one started; when one held back is due
         self._decided = 0  # how many decisions were worked out: a new one rebuilds the page
         self._lock = threading.Lock()
 
@@ -79,7 +81,8 @@ class StudyView:
             stamp = tuple(store.study_stamp(self.name))
             swept = store.study_is_swept(self.name)  # a driver killed with -9 writes nothing: asked each time
             seen = (stamp, self._decided, swept)
-            due = self._law_due is not None and time.monotonic() >= self._law_due
+            now = time.monotonic()
+            due = any(when is not None and now >= when for when in (self._law_due, self._decide_due))
             if seen != self._seen or self.page is None or due:
                 self.page = self._build(store, stamp, swept)
                 self._seen = seen
@@ -192,7 +195,10 @@ class StudyView:
         rows = []
         for position, state in enumerate(states):
             fit = curves.get(state.run_id, {})
-            points = run_points(*evaluations.get(state.run_id, ([], [])))
+            mine = evaluations.get(state.run_id, ([], []))
+            points = run_points(*mine)
+            rewards = np.asarray(mine[1], dtype=float)
+            rewards = rewards[np.isfinite(rewards)]
             rows.append(
                 {
                     "id": int(state.run_id),
@@ -201,9 +207,9 @@ class StudyView:
                     "status": state.status,
                     "note": state.note,
                     "step": state.step,
-                    "compute": number(state.gpu_hours),
+                    "compute": number(state.gpu_hours),  # against the plan, which is in GPU-hours
                     "planned": number(state.planned_gpu_hours),
-                    "reward": number(state.val_reward),
+                    "reward": number(rewards[-1]) if rewards.size else None,  # the study's metric, as fitted
                     "axes": {key: values[position] for key, values in axes.items()},
                     **{key: number(fit.get(key)) for key in FIT_KEYS},
                     "n_points": count_or_none(fit.get("n_points")),
@@ -244,11 +250,18 @@ class StudyView:
         return law
 
     def _cached_decision(self, fits, runs):
-        key = tuple(zip(runs["run_id"], runs["status"]))
-        if self._decision[0] != key and self._deciding is None:
-            self._deciding = key
-            thread = threading.Thread(target=self._decide, args=(fits, key), name=f"decide-{self.name}", daemon=True)
-            thread.start()
+        # worked out again at a run's new status at once, and at new evaluations at most every DECIDE_EVERY_S
+        key = (tuple(zip(runs["run_id"], runs["status"])), 0 if fits is None else len(fits.records))
+        last, now = self._decision[0], time.monotonic()
+        self._decide_due = None
+        if last == key or self._deciding is not None:
+            return self._decision[1]
+        if last is not None and last[0] == key[0] and now < self._decide_when + DECIDE_EVERY_S:
+            self._decide_due = self._decide_when + DECIDE_EVERY_S  # refresh() rebuilds then, records or not
+            return self._decision[1]
+        self._deciding, self._decide_when = key, now
+        thread = threading.Thread(target=self._decide, args=(fits, key), name=f"decide-{self.name}", daemon=True)
+        thread.start()
         return self._decision[1]
 
     def _decide(self, fits, key) -> None:
@@ -257,15 +270,15 @@ class StudyView:
         try:
             decision = None if fits is None else decide(fits, extend=getattr(fits.spec, "extend", None) or 1.0)
             words = decision_words(decision, db=self.db)
-        except Exception as err:  # the page says so; the next status change tries again
+        except Exception as err:  # the page says so; the next status change or evaluations try again
             decision, words = None, {"verdict": "not yet", "lines": [f"no decision: {type(err).__name__}: {err}"]}
         self._decision, self._deciding = (key, decision, words), None
         self._decided += 1
 
     def _decision_words(self, runs) -> dict | None:
-        key = tuple(zip(runs["run_id"], runs["status"]))
+        statuses = tuple(zip(runs["run_id"], runs["status"]))
         words = self._decision[2]
-        if self._decision[0] != key:
+        if self._decision[0] is None or self._decision[0][0] != statuses:  # new evaluations alone: said when due
             working = "working out the decision for the runs as they are now"
             words = (
                 {**words, "lines": [*words["lines"], f"- {working}"]}

@@ -14,7 +14,7 @@
   var TABLE_ROWS = 100;  // rows the table shows until asked for all: hundreds of rows cost a long layout
   var STATUSES = ["running", "paused", "pending", "done", "stopped", "failed"];
   var COLUMNS = [["run", "run"], ["status", "status"], ["note", "holds / note"], ["step", "step"],
-    ["compute", "compute"], ["reward", "last reward"], ["A", "A [95%]"], ["B", "B"], ["C_mid", "C_mid"],
+    ["compute", "GPU-hours"], ["reward", "last reward"], ["A", "A [95%]"], ["B", "B"], ["C_mid", "C_mid"],
     ["R0", "R0"], ["r2", "r2"], ["n_points", "points"], ["fit", "fit"], ["at_budget", "reward at budget"]];
   var state = {meta: null, rows: {}, order: [], frontier: null, group: null, hidden: {}, brushes: {}, sort: null,
     allRows: false};
