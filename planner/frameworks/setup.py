@@ -353,7 +353,7 @@ def check_study_setup(study, recipes: list) -> dict[str, str]:
 @dataclass(frozen=True)
 class SetupPlan:
     """What every job of a setup study applies (engines get it as their `setup` option); `reward_metric` None: the
-    engine's default; `study` names the trackers' run group."""
+    engine's default; `study` names the trackers' run group: the study's `tracking.project`, else the study."""
 
     setup: UserSetup
     changed: dict[str, str]
@@ -386,9 +386,9 @@ def setup_plan(study) -> SetupPlan | None:
         return None
     changed = changed_keys(study, [run.recipe for run in planned_runs(study)])
     block = study.setup
-    return SetupPlan(
-        study_setup(study), changed, tuple(block.keep), block.reward_metric, study.name, block.lr_decay_steps
-    )
+    # the jobs' own trackers group their runs where the study's mirror does (runner/tracking.py)
+    group = study.tracking.project if study.tracking is not None and study.tracking.project else study.name
+    return SetupPlan(study_setup(study), changed, tuple(block.keep), block.reward_metric, group, block.lr_decay_steps)
 
 
 def export_setup(plan: SetupPlan, recipe, header: list[str], *, paths: dict | None = None) -> str:
