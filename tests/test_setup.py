@@ -99,6 +99,15 @@ def test_the_recipe_takes_the_users_batch_and_the_study_its_axes(tmp_path):
     ]
 
 
+def test_the_jobs_trackers_group_runs_where_the_studys_mirror_does(tmp_path):
+    path = verl_study(tmp_path, {"rollouts": [4, 8]}, replace=["actor_rollout_ref.rollout.n"])
+    assert setup_plan(load_study(path)).study == "mine"  # no tracking block: the study
+    spec = yaml.safe_load(path.read_text())
+    spec["tracking"] = {"backend": "mlflow", "project": "team-rl"}
+    path.write_text(yaml.safe_dump(spec))
+    assert setup_plan(load_study(path)).study == "team-rl"  # as make_tracker's mirror groups them
+
+
 def test_a_key_the_study_varies_and_the_users_files_set_exits_2_naming_both(tmp_path, cli):
     study = verl_study(tmp_path, {"prompts_per_batch": [256, 512]})
     code, out, err = cli("plan", study)
