@@ -281,3 +281,24 @@ def test_steps_past_a_runs_data_go_on_at_its_own_compute_per_step_over_its_secon
     assert run_rate_steps(records, "r", "gpu_hours", 32.0) == (60, 0.5)
     assert run_rate_steps(records, "r", "gpu_hours", 32.4) == (60, 0.5)  # no step past the budget
     assert run_rate_steps(records[records["step"] == 40], "r", "gpu_hours", 30.0) is None  # one record: no rate
+
+
+def test_an_isocompute_budget_is_read_on_the_studys_metric():
+    from pathlib import Path
+
+    from rlscale.fitting.rules.allocation import decision_budget
+    from rlscale.planner.study_file import load_study
+
+    study = load_study(Path(__file__).resolve().parents[1] / "studies" / "quickstart.yaml")
+    study = study.model_copy(update={"metric": "score"})
+    runs = pd.DataFrame({"run_id": [1, 2], "status": ["done", "done"]})
+    # run 2's last step has a val_reward but no score: the study's fits end at its last score, at 0.2
+    records = pd.DataFrame(
+        {
+            "run_id": [1, 1, 2, 2],
+            "gpu_hours": [0.1, 0.3, 0.2, 0.25],
+            "score": [1.0, 2.0, 1.5, None],
+            "val_reward": [0.1, 0.2, 0.15, 0.16],
+        }
+    )
+    assert decision_budget(study, runs, records) == pytest.approx(0.2)
