@@ -18,7 +18,6 @@ from pydantic import (
 from rlscale.planner.recipe import Recipe
 
 from rlscale.base.names import MAX_RUNS, MAX_SEEDS, NAME_PATTERN, NAME_RULE, VERIFIER_PATTERN, is_name, verifier_problem
-from rlscale.base.numbers import NOISE_BAND
 
 MODULE_FUNCTION_PATTERN = VERIFIER_PATTERN  # the old name
 # study-file key -> canonical key (the alias where there is one, as Recipe.to_json writes it)
@@ -113,7 +112,12 @@ class EarlyTerminate(_Strict):
     min_fraction: float = Field(
         0.25, gt=0, le=1, description="fraction of its steps a run always gets (bench/early_termination.py)"
     )
-    margin: float = Field(NOISE_BAND, ge=0, description="asymptote: stop if A's upper bound < best A - margin (reward)")
+    margin: float | None = Field(
+        None,
+        ge=0,
+        description="asymptote: stop if A's upper bound < best A - margin (reward units); default the study's noise "
+        "band (0.02 of its reward scale)",
+    )
     eta: int = Field(3, ge=2, description="hyperband: keep 1/eta of the runs at each rung")
 
     @property

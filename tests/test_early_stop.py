@@ -127,6 +127,15 @@ def test_a_run_within_the_noise_band_or_before_its_inflection_is_not_stopped():
     assert next_move(early, rungs=RUNGS).kind == "advance"
 
 
+def test_an_unset_margin_is_the_studys_noise_band_in_its_rewards_units():
+    # the same runs, rewards x 100 (a percentage): 0.77 against 0.80 is 77 against 80, within 0.02 x 100
+    pct = [at("best", 1.0, 80.0, 0.5, noise_band=2.0), at("close", 0.5, 77.0, 0.5, noise_band=2.0)]
+    assert RungSchedule(rungs=RUNGS).next_move(pct) == Move("advance", "close", until=1.0)
+    assert RungSchedule(rungs=RUNGS).stop_check(pct)(pct[1]) is None
+    # a margin the rule sets is the metric's own units: 0.02 of a percentage stops it
+    assert RungSchedule(rungs=RUNGS, noise_band=0.02).next_move(pct).kind == "stop"
+
+
 def test_the_past_inflection_check_uses_the_fits_compute_unit():
     # the fit's C_mid is in GPU-hours: 40 GPU-hours spent is 4 x C_mid, though only half the budget
     runs = [at("best", 1.0, 0.80, 0.005), at("low", 0.5, 0.5, C_mid=10.0, compute=40.0)]

@@ -303,9 +303,10 @@ def _rule_words(typed) -> str:
     if rule is None or rule.type == "none":
         return "none (every run goes to its planned compute)"
     if rule.type == "asymptote":
+        margin = "the noise band" if rule.margin is None else f"{rule.margin:g}"
         return (
             f"asymptote: runs pause at {', '.join(f'{r:g}' for r in rule.rungs)} of their compute; one is stopped "
-            f"when its A's upper bound is below the best run's A less {rule.margin:g}"
+            f"when its A's upper bound is below the best run's A less {margin}"
         )
     return f"hyperband: keep 1/{rule.eta} of the runs at each rung, from {rule.min_fraction:g} of the steps"
 

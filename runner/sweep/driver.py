@@ -18,6 +18,8 @@ from rlscale.runner.sweep.pool import JobPool, devices_text
 from rlscale.runner.sweep.scheduler import RunProgress, Schedule, run_concurrently, schedule_for
 from rlscale.runner.sweep.state import FINISHED, RunState, run_name, run_states
 
+from rlscale.base.numbers import NOISE_BAND
+
 __all__ = ["SweepDriver", "SweepSummary", "devices_text"]
 
 STORE_OUTAGE_SECONDS = 300.0  # how long the sweep waits for a database that went away before it gives up
@@ -79,6 +81,7 @@ class SweepDriver:
 
         self.tracker = make_tracker(getattr(study, "tracking", None), study.name)  # `tracking:` mirrors evaluations
         self._fit_memo = FitMemo()  # each run is refitted only when its points change
+        self._noise_band = NOISE_BAND  # the study's, at its rewards so far (its RewardScale's)
         self._stored_tip: dict[int, tuple[int, float]] = {}  # run id -> its last stored (step, gpu_hours)
 
     # planning -------------------------------------------------------------------------------------
@@ -421,6 +424,7 @@ class SweepDriver:
             last_reward=run.val_reward,
             compute=compute,  # in the fit's unit
             stopped=run.status in ("failed", "stopped"),
+            noise_band=self._noise_band,
         )
 
     def _current_fits(self, run_id: int | None = None) -> dict:
@@ -432,6 +436,7 @@ class SweepDriver:
         # the study's reward scale, as its fit of record reads it (the latest attempt of each run)
         records = records[records["run_id"].isin(latest_runs(self.store.runs_frame(self.study.name))["run_id"])]
         scale = reward_scale(records[metric])
+        self._noise_band = scale.noise_band
         if run_id is not None:
             records = records[records["run_id"] == run_id]
         self._fit_memo.size = 2 * len(self.runs) + 16

@@ -25,6 +25,7 @@ class RunProgress:
     compute: float | None = None  # the fit's largest x, in its unit, for the inflection test; None: x is `fraction`
     stopped: bool = False
     target: float | None = None  # where its advance in flight heads (0..1); None when none is in flight
+    noise_band: float = NOISE_BAND  # the study's, in its reward's units (fitting.sigmoid.points.RewardScale)
 
     @property
     def busy(self) -> bool:
@@ -142,10 +143,14 @@ class RungSchedule(Schedule):
     rungs: tuple[float, ...] = (0.25, 0.5, 1.0)  # fractions of planned compute where runs pause, ending at 1.0
     min_fraction: float = 0.25  # no run is judged before spending this fraction of its compute
     leaders: int = 1  # runs finished first, most promising first, so the reference is known early
-    noise_band: float = NOISE_BAND
+    noise_band: float | None = None  # the margin in reward units; None: the runs' own (their study's noise band)
     past_inflection: float = PAST_INFLECTION
     rank: Callable[[RunProgress], float] | None = None  # how promising a run looks (reward units); None: `promise`
     by_rungs: bool = True
+
+    def band(self, runs: list[RunProgress]) -> float:
+        """The margin the runs are judged with: the rule's, else their study's noise band."""
+        return self.noise_band if self.noise_band is not None else (runs[0].noise_band if runs else NOISE_BAND)
 
     @classmethod
     def from_rule(cls, rule, **overrides) -> "RungSchedule":
@@ -161,7 +166,7 @@ class RungSchedule(Schedule):
             runs,
             rungs=self.rungs,
             leaders=self.leaders,
-            noise_band=self.noise_band,
+            noise_band=self.band(runs),
             past_inflection=self.past_inflection,
             rank=self.rank,
             slots=slots,
@@ -170,15 +175,13 @@ class RungSchedule(Schedule):
     def stop_check(self, runs: list[RunProgress]) -> StopCheck:
         """A reason to stop the advancing run past min_fraction and its inflection whose asymptote's upper bound is
         below the reference's lower bound; the reference is taken once, as only the advancing run changes."""
-        reference = reference_fit(runs)
+        reference, band = reference_fit(runs), self.band(runs)
 
         def check(run: RunProgress) -> str | None:
             if reference is None or run.fraction < self.min_fraction - _EPS:
                 return None
             compute = run.fraction if run.compute is None else run.compute
-            decision = should_stop(
-                run.fit, reference, compute, noise_band=self.noise_band, past_inflection=self.past_inflection
-            )
+            decision = should_stop(run.fit, reference, compute, noise_band=band, past_inflection=self.past_inflection)
             return decision.reason if decision.stop else None
 
         return check
