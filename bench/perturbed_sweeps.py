@@ -2,12 +2,12 @@
 
 Each case takes one of bench/data/quickstart/sweep*_*.csv (real `make demo` sweeps: B_p 16, n in {2, 4, 8, 16}) and,
 drawn from the seed, drops runs, cuts one short, adds evaluation noise, rescales its compute or its rewards (another
-unit), shuffles its rows, gives its runs hostile names or keeps every second evaluation. It is imported (`rlscale import`), reported
-(`rlscale report --json`), and every command the report prints is run (`recommend`, `export`; a `sweep --extend` as
-a dry run). Checks, per case:
+unit), shuffles its rows, gives its runs hostile names or keeps every second evaluation. It is imported (`rlscale
+import`), reported (`rlscale report --json`), and every command the report prints is run (`recommend`, `export`; a
+`sweep --extend` as a dry run). Checks, per case:
     exits      every command exits 0, or 2 with one line (never a traceback)
     agree      `recommend` names the report's B_p, n, M and run; `export` its B_p and n; the dashboard and the
-               stored decision its verdict and run
+               stored decision its verdict and run; a case with its rewards rescaled, its twin without the factor
 And on each unperturbed sweep:
     invariant  the decision is the same with its compute in other units (x 1e-3, 3600, 1e4), its rewards in
                other units (x 0.1, 3, 100: a percentage, a sum of three rewards), its rows shuffled and its runs
@@ -180,6 +180,11 @@ def check_case(seed: int, work: Path) -> dict:
         case["broken"].append("the stored decision is not the report's")
     if page is not None and page["verdict"] != ("decided" if stored.decided else "not yet"):
         case["broken"].append(f"the dashboard's verdict is {page['verdict']!r}")
+    factor = next((float(name.split("x ")[1]) for name in done if name.startswith("reward x")), None)
+    if factor is not None:  # its twin in the rewards' first unit decides the same
+        twin = summary(stored_decision(imported(frame.assign(val_reward=frame["val_reward"] / factor), where / "twin")))
+        if [twin[k] for k in ("geometry", "refusal")] != [case[k] for k in ("geometry", "refusal")]:
+            case["broken"].append(f"unscaled, it decides {twin['geometry']} ({', '.join(twin['refusal'])})")
     return case
 
 
