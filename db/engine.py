@@ -1,6 +1,7 @@
 """Engines for the store: URL handling, SQLite settings for concurrent writers and readers, migrations on first use."""
 
 import ipaddress
+import math
 import os
 import re
 import sqlite3
@@ -14,6 +15,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
 
+from rlscale.base import settings
 from rlscale.base.errors import UserError, first_line
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -88,10 +90,11 @@ def writer(engine: Engine) -> Engine:
     return engine.execution_options(**{WRITE_OPTION: True})
 
 
-def make_engine(url: URL, *, create: bool = True, read_only: bool = False) -> Engine:
+def make_engine(url: URL, *, create: bool = True, read_only: bool = False, shown: str | None = None) -> Engine:
     """An engine for `url`; SQLite gets WAL, a busy timeout, foreign keys and real BEGINs, and a file this process
-    cannot write opens read-only. `read_only`: the database itself refuses writes."""
-    shown = display_url(url)
+    cannot write opens read-only. `read_only`: the database itself refuses writes. `shown`: the URL as messages name
+    it (default `url`'s)."""
+    shown = shown or display_url(url)
     if url.get_backend_name() != "sqlite":
         # the server refuses every write in this session: a viewer cannot change a sweep's store by mistake
         options = {}
@@ -121,6 +124,13 @@ def make_engine(url: URL, *, create: bool = True, read_only: bool = False) -> En
             f"(options: {', '.join(sorted(SQLITE_OPTIONS))})",
             field="--db",
         )
+    timeout = url.query.get("timeout", "0")
+    try:
+        valid = isinstance(timeout, str) and math.isfinite(float(timeout)) and float(timeout) >= 0
+    except ValueError:
+        valid = False
+    if not valid:
+        raise UserError(f"expected one timeout in seconds >= 0 in {shown}, got {timeout!r}", field="--db")
     wanted = read_only
     read_only = None if _is_memory(url) else _sqlite_read_only(url.database, create=create)
     if wanted and read_only is None:
@@ -296,3 +306,13 @@ def _cannot_open(shown: str, err: DBAPIError) -> UserError:
 
 def _is_memory(url: URL) -> bool:
     return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+
+
+def lasting_url(url: str | None) -> str | None:
+    """`url` for a command whose writes must outlast it (import, plan --save); UserError for an in-memory store."""
+    if _is_memory(parse_url(settings.db_url(url))):
+        raise UserError(
+            "an in-memory store keeps nothing after the command: give a file (sqlite:///path/to/file.db) or a server",
+            field="--db",
+        )
+    return url

@@ -82,7 +82,9 @@ class Store:
         ):
             if not os.path.exists(self.url.database):
                 self.url = self.url.set(database=":memory:")
-        self.engine = make_engine(self.url, create=create and not read_only, read_only=read_only)
+        self.engine = make_engine(
+            self.url, create=create and not read_only, read_only=read_only, shown=self.url_for_display
+        )
         if read_only:
             check_schema(self.engine, shown=self.url_for_display)
         else:

@@ -55,8 +55,35 @@ def _runs_csv(workdir: Path, name: str = "runs.csv", run: str = "a") -> Path:
 def test_import_refuses_a_study_name_that_is_not_a_name(cli, workdir, study):
     err = one_line_error(*cli("import", str(_runs_csv(workdir)), "--study", study, "--db", "sqlite:///s.db"))
     assert "study" in err and "letters, digits" in err
-    with Store("sqlite:///s.db") as store:
-        assert store.study_names() == []  # nothing was written
+    assert not (workdir / "s.db").exists()  # refused before the store is created
+
+
+def test_a_path_the_system_refuses_or_a_store_that_keeps_nothing_is_one_line(cli, workdir):
+    runs, long = _runs_csv(workdir), "y" * 300
+    for args in (
+        ("fit", f"{long}.csv", "--json"),
+        ("import", f"{long}.csv", "--study", "s", "--db", "sqlite:///s.db"),
+        ("report", "x", "--out", long, "--db", "sqlite:///s.db"),
+    ):
+        assert "File name too long" in one_line_error(*cli(*args))
+    err = one_line_error(*cli("studies", "--db", "sqlite:///mine.db?timeout=abc"))
+    assert "timeout" in err and "mine.db" in err
+    assert "mine.db?mode=ro" in one_line_error(*cli("studies", "--db", "sqlite:///mine.db?mode=ro"))  # the user's file
+    for url in ("sqlite://", "sqlite:///:memory:"):
+        assert "in-memory" in one_line_error(*cli("import", str(runs), "--study", "s", "--db", url))
+        assert "in-memory" in one_line_error(*cli("plan", "--budget", "100", "--save", "p", "--db", url))
+    assert "--bootstrap" in one_line_error(*cli("backtest", str(runs), "--bootstrap", "99999999999"))
+    assert cli("fit", str(runs), "--at", "1e-320")[0] == 0  # a subnormal compute: a prediction, not a crash
+
+
+def test_a_study_with_nothing_fittable_exits_2_and_says_how_to_see_why(cli, workdir):
+    one = _write(workdir / "one.csv", "run,compute,reward\na,1,0.1\n")
+    assert cli("import", str(one), "--study", "s", "--db", "sqlite:///s.db")[0] == 0
+    assert "no run could be fitted" in one_line_error(*cli("fit", "--study", "s", "--db", "sqlite:///s.db"))
+    err = one_line_error(*cli("export", "--format", "yaml", "--study", "s", "--db", "sqlite:///s.db"))
+    command = err.split("why, run by run: ")[1].strip()
+    assert command.startswith("rlscale fit --study s --db ")
+    assert cli(*command.split()[1:])[0] == 2  # it runs, and says why for each run
 
 
 def test_report_never_writes_outside_reports(cli, workdir):

@@ -190,7 +190,7 @@ def predict_at(
         sd_parameters = _linearised_sd(fit, compute, reward, points, level)
     middle = float(np.mean(points))
     last = float(np.max(seen)) if seen.size else float("nan")
-    distance = max(0.0, math.log(middle / last)) if last > 0 and middle > 0 else 0.0
+    distance = max(0.0, math.log(middle) - math.log(last)) if last > 0 and middle > 0 else 0.0  # no ratio to underflow
     sigma = noise_sd(fit, compute, reward)
     gain_left = abs(fit.A - float(fit.predict([last])[0])) if math.isfinite(last) else float("nan")
     parts = calibration.parts(sd_parameters, sigma, gain_left, distance)

@@ -1,5 +1,6 @@
 """The `rlscale` command: each rlscale/cli/commands/ module registers its own; user errors print one line, exit 2."""
 
+import errno
 import importlib
 import pkgutil
 import signal
@@ -33,6 +34,10 @@ for _info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.nam
     importlib.import_module(f"{commands.__name__}.{_info.name}").register(app)
 
 
+# a path given that the system refuses (name too long, a directory where a file goes, no permission, disk full)
+PATH_ERRORS = {errno.ENAMETOOLONG, errno.EISDIR, errno.ENOTDIR, errno.ELOOP, errno.EACCES, errno.EROFS, errno.ENOSPC}
+
+
 def main() -> None:
     """Entry point: usage errors and UserError print one line and exit 2; warnings show after a result, dropped on a
     UserError."""
@@ -51,6 +56,11 @@ def main() -> None:
                 error = err
             except typer.Abort as abort:  # Ctrl-C (click's Abort), or SIGTERM
                 code = 143 if isinstance(abort.__cause__ or abort.__context__, Terminated) else 130
+            except OSError as err:
+                if err.errno not in PATH_ERRORS:  # a path the user gave that the system refuses: said in one line
+                    raise
+                shown = None if err.filename is None else str(err.filename)[-120:]  # its end names the part refused
+                error = UserError(err.strerror or str(err), file=shown)
             except Exception as err:
                 if not (hasattr(err, "format_message") and hasattr(err, "exit_code")):  # not click's
                     raise

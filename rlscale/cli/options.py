@@ -7,6 +7,8 @@ import typer
 
 from rlscale.base.errors import UserError
 
+MAX_BOOTSTRAP = 100_000  # bootstrap draws a command takes: each draw holds a refit, memory grows with them
+
 DbUrl = Annotated[
     str | None, typer.Option("--db", help="SQLAlchemy URL of the store (default: RLSCALE_DB or sqlite:///rlscale.db)")
 ]

@@ -8,7 +8,7 @@ import typer
 from rlscale.base.errors import UserError
 from rlscale.base.numbers import format_number as _f
 from rlscale.cli.console import bullet, console, print_json, safe, say, table
-from rlscale.cli.options import ComputeTag, DbUrl, RewardTag, check_fit_source
+from rlscale.cli.options import MAX_BOOTSTRAP, ComputeTag, DbUrl, RewardTag, check_fit_source
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +27,9 @@ def register(app: typer.Typer) -> None:
         min_compute: float = typer.Option(
             0.0, "--min-compute", min=0.0, metavar="<float>", help="drop points below this compute"
         ),
-        bootstrap: int = typer.Option(200, "--bootstrap", min=2, help="bootstrap resamples for the intervals"),
+        bootstrap: int = typer.Option(
+            200, "--bootstrap", min=2, max=MAX_BOOTSTRAP, help="bootstrap resamples for the intervals"
+        ),
         noise: str = typer.Option(
             "auto",
             "--noise",

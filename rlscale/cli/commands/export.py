@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
             from rlscale.db.store import Store
             from rlscale.fitting.stored import pick_study, study_decision
             from rlscale.planner.recipe import Recipe
-            from rlscale.views.wording import export_header, extension_command, refusal_with_next
+            from rlscale.views.wording import db_flag, export_header, extension_command, refusal_with_next
 
             store = Store(db, create=False)
             name = pick_study(store, study)
@@ -89,9 +89,13 @@ def register(app: typer.Typer) -> None:
             if decision is None:
                 raise UserError(f"study {name!r} has no evaluated records yet", field="--study")
             if not decision.exportable:
-                raise UserError(
-                    refusal_with_next(decision.refusal, extension_command(decision, db)), field=f"study {name}"
+                why = (
+                    refusal_with_next(decision.refusal, extension_command(decision, db))
+                    if decision.refusal
+                    else "no run has a fit yet, so nothing is decided; why, run by run: "
+                    f"rlscale fit --study {shlex.quote(name)}{db_flag(db)}"
                 )
+                raise UserError(why, field=f"study {name}")
             chosen = Recipe.model_validate(decision.recipe)
             check_steps(chosen.steps)
             header = export_header(decision)

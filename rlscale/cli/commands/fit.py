@@ -153,12 +153,6 @@ def _fit_and_plot(file, study, db, options, plot, tags=(None, None)):
         records = read_run_log(file, tag=tags[0], compute_tag=tags[1])
         title, store, record_breaking, draws = file.stem, None, False, None
         fits = fit_runs(records, run_col="run", compute_col="compute", reward_col="reward", **options)
-        if fits["A"].isna().all():  # nothing to show or plot: the file is no input for a fit
-            from rlscale.cli.views import reason_line
-
-            shown = [reason_line(row) for row in fits.to_dict("records")]
-            more = f"; and {len(shown) - 3} more" if len(shown) > 3 else ""
-            raise UserError(f"no run could be fitted ({'; '.join(shown[:3])}{more})", file=str(file))
     else:
         from rlscale.db.store import Store
         from rlscale.fitting.stored import store_fits, study_records
@@ -178,6 +172,16 @@ def _fit_and_plot(file, study, db, options, plot, tags=(None, None)):
             )
             fits = fit_runs(points, run_col="run", compute_col="compute", reward_col="reward", **options)
             store = draws = None
+    if fits["A"].isna().all():  # nothing to show or plot: the file (or study) is no input for a fit
+        from rlscale.cli.views import reason_line
+
+        shown = [reason_line(row) for row in fits.to_dict("records")]
+        more = f"; and {len(shown) - 3} more" if len(shown) > 3 else ""
+        raise UserError(
+            f"no run could be fitted ({'; '.join(shown[:3])}{more})",
+            file=str(file) if file is not None else None,
+            field=None if file is not None else f"study {study}",
+        )
     if plot is not None:
         from rlscale.views.plots import plot_study
 

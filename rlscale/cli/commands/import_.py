@@ -8,8 +8,10 @@ from pathlib import Path
 import typer
 
 from rlscale.base.errors import UserError
+from rlscale.base.names import check_name
 from rlscale.cli.console import print_json, say
 from rlscale.cli.options import ComputeTag, DbUrl, RewardTag
+from rlscale.db.engine import lasting_url
 
 
 def register(app: typer.Typer) -> None:
@@ -43,6 +45,8 @@ def register(app: typer.Typer) -> None:
         if experiment is not None and mlflow is None:
             raise UserError("--experiment names an MLflow experiment: give --mlflow URI too", field="--experiment")
         # the whole source is read and checked before the store is opened (or created)
+        check_name(study, field="study", what="study name")
+        lasting_url(db)
         if mlflow is not None:
             from rlscale.db.trackers import read_mlflow_log
 

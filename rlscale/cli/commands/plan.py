@@ -206,11 +206,12 @@ def _print_dropped(dropped: list[tuple[str, str]]) -> None:
 def _save_and_print_json(payload: dict, save: str | None, db: str | None, as_json: bool) -> bool:
     """Store the plan under `save` (if given), print it as JSON with --json; True when printed."""
     if save is not None:
+        from rlscale.db.engine import lasting_url
         from rlscale.db.store import Store
 
         check_name(save, field="--save", what="plan name")
         payload["saved_as"] = save
-        with Store(db) as store:
+        with Store(lasting_url(db)) as store:
             store.save_plan(save, payload)
     if as_json:
         print_json(payload)

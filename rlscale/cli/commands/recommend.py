@@ -6,7 +6,7 @@ from rlscale.base.errors import UserError
 from rlscale.base.names import check_budget, check_steps
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.cli.console import bullet, console, print_json, safe, say, table
-from rlscale.cli.options import DbUrl
+from rlscale.cli.options import MAX_BOOTSTRAP, DbUrl
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +28,11 @@ def register(app: typer.Typer) -> None:
             ),
         ),
         bootstrap: int = typer.Option(
-            100, "--bootstrap", min=0, help="bootstrap draws for the model-size law's intervals (a `model` axis)"
+            100,
+            "--bootstrap",
+            min=0,
+            max=MAX_BOOTSTRAP,
+            help="bootstrap draws for the model-size law's intervals (a `model` axis)",
         ),
         json_out: bool = typer.Option(False, "--json", help="print JSON"),
     ) -> None:

@@ -10,7 +10,7 @@ from rlscale.base.errors import UserError
 from rlscale.base.names import child_path
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.cli.console import bullet, console, print_json, safe, say, table, visible, wrapped
-from rlscale.cli.options import DbUrl, check_out_dir
+from rlscale.cli.options import MAX_BOOTSTRAP, DbUrl, check_out_dir
 
 REPORT_FILES = "report.md, report.html and the PNGs"
 
@@ -27,6 +27,7 @@ def register(app: typer.Typer) -> None:
             200,
             "--bootstrap",
             min=0,
+            max=MAX_BOOTSTRAP,
             help="bootstrap draws of the backtest and the leave-one-out table (the fits and the decision are the "
             "study's fit of record)",
         ),
