@@ -27,9 +27,7 @@ def register(app: typer.Typer) -> None:
         min_compute: float = typer.Option(
             0.0, "--min-compute", min=0.0, metavar="<float>", help="drop points below this compute"
         ),
-        bootstrap: int = typer.Option(
-            200, "--bootstrap", min=2, max=MAX_BOOTSTRAP, help="bootstrap resamples for the intervals"
-        ),
+        bootstrap: int = typer.Option(200, "--bootstrap", min=2, help="bootstrap resamples for the intervals"),
         noise: str = typer.Option(
             "auto",
             "--noise",
@@ -57,6 +55,8 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"expected a share of compute in (0, 1), got {fraction:g}", field="--fraction")
         if not 0.0 < level < 1.0:
             raise UserError(f"expected a level in (0, 1), got {level:g}", field="--level")
+        if bootstrap > MAX_BOOTSTRAP:  # checked here: a range in the option would crowd its help's columns
+            raise UserError(f"expected at most {MAX_BOOTSTRAP:,} resamples, got {bootstrap:,}", field="--bootstrap")
         if file is not None:
             from rlscale.db.importer import read_run_log
 
