@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 from rlscale.db.importer import logged_unit
 from rlscale.fitting.sigmoid import FitError, fit_sigmoid
-from rlscale.fitting.sigmoid.fit import MAX_CI_WIDTH
 from rlscale.fitting.sigmoid.points import (
     BIN_WIDTH,
     RewardScale,
@@ -96,9 +95,7 @@ def run_curves(
     compute_col: str = "gpu_hours",
     reward_col: str = "val_reward",
     record_breaking: bool = True,
-    bin_width: float = BIN_WIDTH,
-    bounded: bool = True,
-    max_ci_width: float = MAX_CI_WIDTH,
+    scale: RewardScale = RewardScale(),
     min_compute: float = 0.0,
     bootstrap: int = FIT_BOOTSTRAP,
     seed: int = FIT_SEED,
@@ -129,14 +126,14 @@ def run_curves(
             "c_max": float(compute.max()) if compute.size else np.nan,
             "truncation_rate": late_truncation_rate(mine),
         }
-        keep = fitted_points(compute, reward, record_breaking, bin_width)
+        keep = fitted_points(compute, reward, record_breaking, scale.bin_width)
         fit = memo_fit(
             compute[keep],
             reward[keep],
             cache,
             min_compute=min_compute,
-            bounded=bounded,
-            max_ci_width=max_ci_width,
+            bounded=scale.bounded,
+            max_ci_width=scale.max_ci_width,
             bootstrap=bootstrap,
             seed=seed,
         )

@@ -44,9 +44,7 @@ def fits_from_frames(study: str, typed, runs: pd.DataFrame, records: pd.DataFram
         compute_col=compute_col,
         reward_col=metric,
         record_breaking=record_breaking,
-        bin_width=scale.bin_width,
-        bounded=scale.bounded,
-        max_ci_width=scale.max_ci_width,
+        scale=scale,
         cache=cache,
     )
     return StudyFits(study, typed, runs, records, curves, draws, compute_col, metric, record_breaking, scale)

@@ -21,17 +21,21 @@ MIN_BINS = 20  # a study whose rewards span less than MIN_BINS x BIN_WIDTH gets 
 
 
 def record_bin_width(rewards, span: float = 1.0) -> float:
-    """The reward bin width of a study's record-breaking points: BIN_WIDTH of the rewards' `span` (fitting.curves'
-    RewardScale), or their spread over MIN_BINS when that is narrower (else one point a run would be kept)."""
+    """The reward bin width of a study's record-breaking points: BIN_WIDTH of the rewards' `span` (their RewardScale),
+    or their spread over MIN_BINS when that is narrower (else one point a run would be kept)."""
     spread = reward_spread(rewards)
     return min(BIN_WIDTH * span, spread / MIN_BINS) if spread > 0 else BIN_WIDTH * span
 
 
 def reward_spread(rewards) -> float:
     """max - min of the finite rewards; 0 for none."""
-    values = np.asarray(rewards, dtype=float)
-    values = values[np.isfinite(values)]
+    values = _finite(rewards)
     return float(values.max() - values.min()) if values.size else 0.0
+
+
+def _finite(rewards) -> np.ndarray:
+    values = np.asarray(rewards, dtype=float)
+    return values[np.isfinite(values)]
 
 
 def fitted_points_label(record_breaking: bool, bin_width: float = BIN_WIDTH) -> str:
@@ -60,8 +64,7 @@ def record_breaking_points(compute, reward, bin_width: float = BIN_WIDTH) -> np.
 def is_pass_rate(rewards) -> bool:
     """Whether a study's rewards read as pass rates (every finite one in [0, 1]): their fits then keep A and R0 in
     [0, 1]; any other metric (a sum of reward functions, a negative score) is fitted unbounded."""
-    values = np.asarray(rewards, dtype=float)
-    values = values[np.isfinite(values)]
+    values = _finite(rewards)
     return bool(values.size == 0 or ((values >= 0.0) & (values <= 1.0)).all())
 
 
@@ -88,13 +91,12 @@ class RewardScale:
 def reward_scale(rewards, bounded: bool | None = None) -> RewardScale:
     """The RewardScale of a study's (or a file's) rewards, every run's evaluations together; `bounded` None: whether
     they read as pass rates."""
-    bounded = is_pass_rate(rewards) if bounded is None else bool(bounded)
-    values = np.asarray(rewards, dtype=float)
-    values = values[np.isfinite(values)]
+    values = _finite(rewards)  # read once: the checks below take the finite values as they are
+    bounded = is_pass_rate(values) if bounded is None else bool(bounded)
     # the range of the rewards and 0, as [0, 1] is a pass rate's: a positive factor (%, a sum of K rewards) scales it
     span = float(max(values.max(), 0.0) - min(values.min(), 0.0)) if values.size else 0.0
     span = 1.0 if bounded or not span > 0 else span
-    return RewardScale(bounded, span, record_bin_width(rewards, span))
+    return RewardScale(bounded, span, record_bin_width(values, span))
 
 
 def scaled_fit_options(rewards, options: dict) -> dict:

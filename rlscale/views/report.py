@@ -284,8 +284,7 @@ def _loo(report: Report, fits, runs, bootstrap, seed, out) -> tuple:
         compute_col=compute_col,
         reward_col=metric,
         record_breaking=False,
-        bounded=fits.bounded,
-        max_ci_width=fits.scale.max_ci_width,
+        scale=fits.scale,
         bootstrap=bootstrap,
         seed=seed,
     )
