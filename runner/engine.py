@@ -36,10 +36,37 @@ def step_cap(recipe, gpu_hours: float | None) -> int:
     return recipe.steps * (COMPUTE_STEP_CAP if gpu_hours else 1)
 
 
-def reaches_compute(spent: float, per_step: float, target: float) -> bool:
-    """Whether a run that has spent `spent` device-hours, `per_step` a step, ends at this step: the step whose
-    measured compute is nearest its planned `target` (ending here is nearer it than after one more step)."""
-    return spent + per_step / 2 >= target
+@dataclass
+class ComputeStop:
+    """The one rule for where a run with planned compute `target` (device-hours; None: no stop) ends: at the step
+    whose measured compute is nearest it, a step costing the mean since the run's first record `origin`, (step,
+    gpu_hours), which holds a job's start-up (None: the first record it is shown). Engines and the driver ask it."""
+
+    target: float | None
+    origin: tuple[int, float] | None = None
+    reached: bool = False
+
+    def reaches(self, step: int, spent: float) -> bool:
+        """Whether the run, at `step` with `spent` device-hours, ends here: ending here is nearer the target than
+        after one more step (at the origin no step cost is known yet, so it ends only past the target)."""
+        if self.target is None:
+            return False
+        self.origin = self.origin or (step, spent)
+        origin_step, before = self.origin
+        per_step = (spent - before) / (step - origin_step) if step > origin_step else 0.0
+        return spent + per_step / 2 >= self.target
+
+    def trim(self, records: list[dict]) -> list[dict]:
+        """`records` (in step order) up to the first that ends the run: all if none does, none once reached."""
+        if self.target is None:
+            return records
+        if self.reached:
+            return []
+        for index, record in enumerate(records):
+            if self.reaches(int(record["step"]), float(record["gpu_hours"])):
+                self.reached = True
+                return records[: index + 1]
+        return records
 
 
 class DevicesUnavailable(RuntimeError):

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rlscale.runner.engine import DevicesUnavailable, Engine, JobResult, reaches_compute, step_cap
+from rlscale.runner.engine import ComputeStop, DevicesUnavailable, Engine, JobResult, step_cap
 
 from rlscale.base.compute import device_hours, held
 
@@ -72,7 +72,7 @@ class Following:
     recipe: object
     run_dir: "RunDir"
     maker: "RecordMaker"
-    budget: "ComputeStop"
+    budget: ComputeStop
     on_records: Callable[[list[dict]], None]
     should_stop: Callable[[], str | None] | None = None
     progress: Callable[[dict], None] | None = None
@@ -418,32 +418,6 @@ def default_shared_dir(engine: str) -> Path:
     from rlscale.base.settings import cache_dir
 
     return Path(os.environ.get("RLSCALE_SHARED_DIR") or cache_dir() / engine)
-
-
-@dataclass
-class ComputeStop:
-    """Where a run with planned compute `target` (device-hours; None: no stop) ends, by reaches_compute, a step
-    costing the mean since the first record seen (which holds the job's start-up). Fed records in order."""
-
-    target: float | None
-    reached: bool = False
-    first: tuple[int, float] | None = None  # (step, gpu_hours) of the first record seen: the mean's origin
-
-    def trim(self, records: list[dict]) -> list[dict]:
-        """`records` up to the first that ends the run (all of them if none does, none once reached)."""
-        if self.target is None:
-            return records
-        if self.reached:
-            return []
-        for index, record in enumerate(records):
-            step, spent = int(record["step"]), float(record["gpu_hours"])
-            self.first = self.first or (step, spent)
-            origin, before = self.first
-            per_step = (spent - before) / (step - origin) if step > origin else 0.0  # the first: no mean yet
-            if reaches_compute(spent, per_step, self.target):
-                self.reached = True
-                return records[: index + 1]
-        return records
 
 
 def resume_seconds(step: int, resume_gpu_hours: Callable[[int], float | None] | None, otherwise: float) -> float:

@@ -14,8 +14,8 @@ from rlscale.db.logs import read_training_log
 from rlscale.planner.planning import plan_study
 from rlscale.planner.recipe import Recipe
 from rlscale.planner.study import Study
-from rlscale.runner.engine import COMPUTE_STEP_CAP, reaches_compute, step_cap
-from rlscale.runner.jobs_api import ComputeStop, LogTail, RecordMaker, StepTotals
+from rlscale.runner.engine import COMPUTE_STEP_CAP, ComputeStop, step_cap
+from rlscale.runner.jobs_api import LogTail, RecordMaker, StepTotals
 from rlscale.runner.trl.logs import read_line
 from rlscale.runner.verl.logs import line_reader, reward_metrics
 
@@ -117,8 +117,17 @@ def test_a_jobs_start_up_is_charged_but_not_taken_for_a_step():
 
 
 def test_every_engine_stops_by_one_rule():
-    # builtin's job asks reaches_compute with its clock's mean step; the Jobs-API stop with its records' mean
-    assert reaches_compute(4.0, 1.0, 4.5) and not reaches_compute(4.0, 1.0, 4.51)
+    # builtin's job asks with its clock at each step, the Jobs-API engines trim their records, the driver asks on a
+    # restart and on --extend: one ComputeStop, the step cost counted from the run's first record
+    assert ComputeStop(4.5, origin=(0, 0.0)).reaches(4, 4.0) and not ComputeStop(4.51, origin=(0, 0.0)).reaches(4, 4.0)
+    # a resumed job's view from its origin equals the whole run's: 20 of start-up, then 1 a step
+    run = records(1.0, 8, start=20.0)
+    whole = ComputeStop(23.4)
+    assert [whole.reaches(r["step"], r["gpu_hours"]) for r in run].index(True) == 3
+    assert ComputeStop(23.4, origin=(0, 20.0)).reaches(3, 23.0) and not ComputeStop(23.4, origin=(0, 20.0)).reaches(
+        2, 22.0
+    )
+    assert not ComputeStop(None).reaches(8, 1e9)
     recipe = Recipe(steps=30)
     assert step_cap(recipe, None) == 30 and step_cap(recipe, 2.0) == 30 * COMPUTE_STEP_CAP
 

@@ -15,7 +15,7 @@ from rlscale.fitting.rules.allocation import NextAllocation, next_allocation
 from rlscale.fitting.rules.decision import Decision
 from rlscale.fitting.rules.reasons import Reason
 from rlscale.planner.study_file import load_study
-from rlscale.runner.engine import Engine, JobResult
+from rlscale.runner.engine import ComputeStop, Engine, JobResult
 from rlscale.runner.sweep.driver import SweepDriver
 
 from rlscale.views.wording import db_flag, decision_commands, extend_command
@@ -56,11 +56,13 @@ def write_study(path, name: str, budget: float, rollouts=(2, 4)):
 
 
 class MeteredEngine(Engine):
-    """Trains to the planned compute at STEP_HOURS a step, resuming from its last checkpoint (kept per run key)."""
+    """Trains to the planned compute at STEP_HOURS a step after `startup_hours`, stopping by the engines' rule and
+    resuming from its last checkpoint (kept per run key)."""
 
     name = "metered"
 
-    def __init__(self):
+    def __init__(self, startup_hours: float = 0.0):
+        self.startup_hours = startup_hours
         self.checkpoints: dict[str, tuple[int, float]] = {}
         self.resumed_from: list[tuple[str, int]] = []
 
@@ -69,17 +71,19 @@ class MeteredEngine(Engine):
     ):
         step, hours = self.checkpoints.get(run_key, (0, 0.0))
         self.resumed_from.append((run_key, step))
-        records = [] if step else [{"step": 0, "gpu_hours": 0.0, "val_reward": 0.5, "metrics": {}}]
-        reached = False
-        while step < recipe.steps * 10 and not reached:
+        if not step:
+            hours = self.startup_hours
+        records = [] if step else [{"step": 0, "gpu_hours": hours, "val_reward": 0.5, "metrics": {}}]
+        stop = ComputeStop(gpu_hours, origin=(0, self.startup_hours))
+        while step < recipe.steps * 10 and not stop.reached:
             step, hours = step + 1, hours + STEP_HOURS
             records.append(
                 {"step": step, "gpu_hours": hours, "val_reward": 0.9 - 0.4 / (1 + hours / 0.002), "metrics": {}}
             )
-            reached = hours + STEP_HOURS / 2 >= gpu_hours
+            stop.reached = stop.reaches(step, hours)
         self.checkpoints[run_key] = (step, hours)
         on_records(records)
-        return JobResult(steps=step, compute_reached=reached)
+        return JobResult(steps=step, compute_reached=stop.reached)
 
 
 def test_extend_resumes_finished_runs_to_the_larger_compute_under_the_same_identity(tmp_path, cli):
@@ -130,6 +134,29 @@ def test_extend_resumes_finished_runs_to_the_larger_compute_under_the_same_ident
     kept = records.merge(records_before, on=["run_id", "step"], suffixes=("", "_before"))
     assert len(kept) == len(records_before)  # what was trained before is kept as it was
     assert np.allclose(kept["gpu_hours"], kept["gpu_hours_before"])
+
+
+def test_a_restarted_driver_and_extend_read_the_stop_as_the_engine_made_it(tmp_path):
+    # a job's start-up (40 steps' worth) sits in each run's first record; the engine stopped by ComputeStop
+    engine = MeteredEngine(startup_hours=40 * STEP_HOURS)
+    path = write_study(tmp_path / "slow.yaml", "slow", 0.03)
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        first = SweepDriver(load_study(path), store, engine=engine)
+        first.run()
+        assert [run.status for run in first.runs] == ["done", "done"]
+        for run in first.runs:  # a driver killed between a run's last records and its status
+            store.set_run_status(run.run_id, "running")
+        again = SweepDriver(load_study(path), store, engine=engine)
+        assert [run.status for run in again.plan()] == ["done", "done"]  # the records say so; nothing runs again
+        again.run()
+        assert len(engine.resumed_from) == 2
+        # --extend 1.5: each run is short of its larger plan and resumes, then ends where the engine stops it
+        grown = SweepDriver(load_study(path).model_copy(update={"extend": 1.5}), store, engine=engine)
+        assert [run.status for run in grown.plan()] == ["paused", "paused"]
+        grown.run()
+        settled = SweepDriver(load_study(path).model_copy(update={"extend": 1.5}), store, engine=engine)
+        assert [run.status for run in settled.plan()] == ["done", "done"]
+        assert len(engine.resumed_from) == 4
 
 
 def _curves(rows):

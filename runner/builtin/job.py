@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from rlscale.runner.builtin import checkpoint
 from rlscale.runner.builtin.accounting import DeviceClock, union_seconds
-from rlscale.runner.engine import reaches_compute, step_cap
+from rlscale.runner.engine import ComputeStop, step_cap
 
 EVAL_SEED_BASE = 10**9  # validation samples come from their own seed stream
 
@@ -84,8 +84,9 @@ class _Job:
         self.progress = progress
         self.should_stop = should_stop
         self.until_step = until_step  # the last step of this call: recipe.steps, or a pause point
-        self.gpu_hours = gpu_hours  # planned compute: end at the step nearest it (None: end at until_step)
-        self.compute_reached = False
+        # planned compute: end at the step nearest it (None: at until_step); the run's first record is step 0 at
+        # no compute, since the clock starts once the actors are ready
+        self.stop = ComputeStop(gpu_hours, origin=(0, 0.0))
         self.model_dir = resolve_model_dir(recipe)  # builds the tiny policy on first use, before any actor reads it
         self.task = make_task(recipe)
         self.end_of_thinking = getattr(self.task, "end_of_thinking", None)  # tasks without one: interrupt = truncate
@@ -153,7 +154,7 @@ class _Job:
             "timings": dict(self.timings),
             "stopped": stopped is not None,
             "stop_reason": stopped or "",
-            "compute_reached": self.compute_reached,
+            "compute_reached": self.stop.reached,
         }
 
     def release(self, keep_generator: bool, keep_trainer: bool) -> None:
@@ -195,7 +196,7 @@ class _Job:
             self.train_intervals.append((result["started"], result["ended"]))
             self.timings["train"] += result["ended"] - result["started"]
             if self._reaches_compute(step, now):
-                self.compute_reached, last = True, step
+                last = step
             if recipe.is_eval_step(step) or step == last:
                 self._submit_eval(step)
             state.step = step
@@ -220,15 +221,11 @@ class _Job:
         return None
 
     def _reaches_compute(self, step: int, now: float) -> bool:
-        if self.gpu_hours is None:
-            return False
-        per_step = (self.clock.hours_at(now) - self.clock.hours_before) / max(1, step - self.resumed_from)
-        if not reaches_compute(self.clock.hours_at(now), per_step, self.gpu_hours):
+        if not self.stop.reaches(step, self.clock.hours_at(now)):
             return False  # an upper bound: running validations are still charged in it
         self._collect_evals(wait_upto=step - 1)
-        spent = self.clock.hours_at(now)
-        per_step = (spent - self.clock.hours_before) / max(1, step - self.resumed_from)
-        return reaches_compute(spent, per_step, self.gpu_hours)
+        self.stop.reached = self.stop.reaches(step, self.clock.hours_at(now))
+        return self.stop.reached
 
     def _submit_batch(self, step: int, prompts=None):
         prompts = prompts or self.state.pool.sample(self.recipe.prompts_per_batch)

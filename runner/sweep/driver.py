@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from rlscale.fitting.curves import FitMemo, compute_column, fit_of_record, latest_runs
 from rlscale.fitting.sigmoid.points import reward_scale
 from rlscale.planner.recipe import Recipe
-from rlscale.runner.engine import DEFAULT_ENGINE, DevicesUnavailable, Engine, reaches_compute, study_engine
+from rlscale.runner.engine import DEFAULT_ENGINE, ComputeStop, DevicesUnavailable, Engine, study_engine
 from rlscale.runner.engine_process import EngineProcess
 from rlscale.runner.sweep.head import SweepCluster, head_dir
 from rlscale.runner.sweep.pool import JobPool, devices_text
@@ -24,7 +24,6 @@ __all__ = ["SweepDriver", "SweepSummary", "devices_text"]
 
 STORE_OUTAGE_SECONDS = 300.0  # how long the sweep waits for a database that went away before it gives up
 INTERRUPT_SECONDS = 120.0  # after Ctrl-C, how long the runs in flight get to reach a checkpoint and end
-EXTEND_TOLERANCE = 0.05  # a run within this fraction of its extended compute is done (runs end within ~1%)
 
 
 @dataclass
@@ -131,24 +130,21 @@ class SweepDriver:
         extended = factor > 1 and all(hasattr(plan, "recipe") for _name, plan in planned.values())  # not Optuna's
         states = run_states(runs, records, hours, extend=factor if extended else 1.0)
         self._stored_tip.update({run.run_id: (run.step, run.gpu_hours) for run in states})
-        started = records.sort_values("step").groupby("run_id")["gpu_hours"].first()  # a job's start-up, for some
+        # each run's first record (step, gpu_hours): where its step cost is counted from, as its engine counted it
+        first = records.sort_values("step").groupby("run_id")[["step", "gpu_hours"]].first()
         for run in states:
             if run.status == "failed" and run.recipe is not None:  # a sweep run again retries what crashed last time
                 run.status, run.note = "paused", f"retried; it failed before: {run.note}"[:200]  # the store keeps why
-            if (
-                run.status not in FINISHED
-                and run.recipe is not None
-                and self._reached_end(run, started.get(run.run_id))
-            ):
+            origin = (
+                (int(first.at[run.run_id, "step"]), float(first.at[run.run_id, "gpu_hours"]))
+                if run.run_id in first.index
+                else None
+            )
+            ended = run.recipe is not None and self._reached_end(run, origin)
+            if run.status not in FINISHED and ended:
                 # a driver killed between a run's last records and its status: the records say it is done
                 self._set_status(run, "done", "")
-            if not (extended and run.recipe is not None):
-                continue
-            if self._compute_stop(run):  # it ends at measured compute, within half a step of its plan
-                short = run.gpu_hours < (1 - EXTEND_TOLERANCE) * run.planned_gpu_hours
-            else:
-                short = run.step < run.recipe.steps
-            if run.status == "done" and short:
+            if extended and run.recipe is not None and run.status == "done" and not ended:
                 self._queue(run, f"extended {factor:g}x")
         return states
 
@@ -351,12 +347,12 @@ class SweepDriver:
             default=0,
         )
 
-    def _reached_end(self, run: RunState, at_step_0: float | None) -> bool:
+    def _reached_end(self, run: RunState, origin: tuple[int, float] | None) -> bool:
+        """Whether the run's stored records end it: at its planned compute by the engines' rule, else at its steps."""
         planned = self._compute_stop(run).get("gpu_hours")
         if planned is None:
             return run.step >= run.recipe.steps
-        per_step = (run.gpu_hours - (at_step_0 or 0.0)) / run.step if run.step > 0 else 0.0
-        return reaches_compute(run.gpu_hours, per_step, planned)
+        return run.step > 0 and ComputeStop(planned, origin=origin).reaches(run.step, run.gpu_hours)
 
     def _stored_gpu_hours(self, run: RunState, step: int) -> float | None:
         records = self.store.records_frame(self.study.name)
