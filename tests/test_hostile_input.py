@@ -95,6 +95,21 @@ def test_report_never_writes_outside_reports(cli, workdir):
     assert child_path("reports", "ok-1.2_x", field="study") == Path("reports/ok-1.2_x")
 
 
+def test_a_report_that_cannot_land_leaves_nothing_half_written(cli, workdir):
+    runs = _write(workdir / "runs.csv", "".join(f"a,{c},{0.5 - 0.4 / (1 + c / 4):.4f}\n" for c in range(1, 13)))
+    runs.write_text("run,compute,reward\n" + runs.read_text())
+    assert cli("import", str(runs), "--study", "s", "--db", "sqlite:///s.db")[0] == 0
+    (workdir / "out" / "report.md").mkdir(parents=True)  # a directory in the markdown's place
+    err = one_line_error(*cli("report", "s", "--db", "sqlite:///s.db", "--out", "out"))
+    assert "report.md" in err
+    assert [path.name for path in (workdir / "out").iterdir()] == ["report.md"]  # no PNG, no staging folder
+    (workdir / "out" / "report.md").rmdir()
+    assert cli("report", "s", "--db", "sqlite:///s.db", "--out", "out")[0] == 0
+    written = sorted(path.name for path in (workdir / "out").iterdir())
+    assert "report.md" in written and "report.html" in written and "curves.png" in written
+    assert not [name for name in written if name.startswith(".")]
+
+
 def test_study_files_keep_the_strict_rule_and_imported_runs_refuse_control_characters(cli, workdir):
     study = _write(workdir / "s.yaml", "name: '../x'\nmethod: grid\nparameters: {rollouts: {values: [8]}}\n")
     assert "name" in one_line_error(*cli("plan", str(study)))

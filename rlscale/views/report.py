@@ -1,12 +1,16 @@
 """A study's report (report.md, PNGs, report.html): the decision the sweep prints first, then the evidence."""
 
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from rlscale.base.errors import made_dir
+from rlscale.base.errors import UserError, made_dir
 from rlscale.base.numbers import NOISE_BAND
 from rlscale.fitting.backtest import backtest_table
 from rlscale.fitting.curves import run_curves, study_unit
@@ -163,8 +167,12 @@ def build_report(
 ) -> Report:
     """Write report.md, *.png and report.html into out_dir from a study's fit of record and Decision; returns the
     Report. bootstrap, seed: backtest, leave-one-out and size law only; target: default the best run's fitted reward."""
+    with staged(made_dir(out_dir, field="--out")) as (stage, out):
+        return _build(fits, decision, out_dir, stage, out, bootstrap, seed, target, study_file, db)
+
+
+def _build(fits, decision, out_dir, stage: Path, out: Path, bootstrap, seed, target, study_file, db) -> Report:
     stored, study, runs, records, curves = fits.spec, fits.study, fits.runs.copy(), fits.records, fits.curves
-    out = made_dir(out_dir, field="--out")
     compute_col, metric = fits.compute_col, fits.metric
     runs["label"] = run_labels(runs)
     runs["variant"] = variant_names(runs)
@@ -197,7 +205,7 @@ def build_report(
     report.plots["curves"] = plot_study(
         records,
         curves,
-        out / "curves.png",
+        stage / "curves.png",
         run_col="run",
         compute_col=compute_col,
         reward_col=metric,
@@ -207,15 +215,15 @@ def build_report(
     )
     linear_from = (records, curves)
     if method == "loo":
-        linear_from = _loo(report, fits, runs, bootstrap, seed, out)
+        linear_from = _loo(report, fits, runs, bootstrap, seed, stage)
     report.plots["linearised"] = plot_linearised(
-        *linear_from, out / "linearised.png", compute_col=compute_col, reward_col=metric
+        *linear_from, stage / "linearised.png", compute_col=compute_col, reward_col=metric
     )
     if law is not None:
         standing = decision.standing
         report.plots["optimal_n"] = plot_frontier(
             law,
-            out / "optimal_n.png",
+            stage / "optimal_n.png",
             compute_col=compute_col,
             standing=standing if standing and standing.best_rollouts else None,
         )
@@ -230,7 +238,7 @@ def build_report(
             f"{len(unidentified)} of {len(report.fits)} fits are not identified: their A is not "
             "a measurement (see the reason in each row)"
         )
-    return write_report(report, out)
+    return write_report(report, stage, out)
 
 
 def _decide(report: Report, decision, study_file, db, out) -> None:
@@ -334,11 +342,30 @@ def failure_notes(runs: pd.DataFrame) -> list[str]:
     ]
 
 
-def write_report(report: Report, out: Path) -> Report:
-    report.files["markdown"] = out / "report.md"
-    report.files["markdown"].write_text(render_markdown(report))
-    report.files["html"] = out / "report.html"
-    report.files["html"].write_text(render_html(report))
+@contextmanager
+def staged(out: Path):
+    """(stage, out): a hidden folder in `out` that a report is written into and then moved from, removed at the end,
+    so a report that fails part-way leaves nothing behind."""
+    stage = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
+    try:
+        yield stage, out
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def write_report(report: Report, stage: Path, out: Path) -> Report:
+    """Write report.md and report.html into `stage` beside its plots, then move every file into `out` together,
+    once each has somewhere to land; the report's paths then name them there."""
+    (stage / "report.md").write_text(render_markdown(report))
+    (stage / "report.html").write_text(render_html(report))
+    files = sorted(stage.iterdir())
+    for path in files:
+        if (out / path.name).is_dir():
+            raise UserError(f"--out: cannot write {out / path.name}: a directory is in its place")
+    for path in files:
+        os.replace(path, out / path.name)
+    report.plots = {key: out / Path(path).name for key, path in report.plots.items()}
+    report.files = {"markdown": out / "report.md", "html": out / "report.html"}
     return report
 
 
@@ -360,8 +387,8 @@ def study_report(
     except Refusal:
         report = _new_report(study, stored_study(store, study))
         report.notes += ["no evaluated records yet: nothing to fit", *failure_notes(store.runs_frame(study))]
-        out = made_dir(out_dir, field="--out")
-        return write_report(report, out)
+        with staged(made_dir(out_dir, field="--out")) as (stage, out):
+            return write_report(report, stage, out)
     if extend is None:
         extend = getattr(fits.spec, "extend", None) or 1.0
     decision = decide(fits, extend=extend)
