@@ -14,10 +14,10 @@ demo: venv
 	.venv/bin/rlscale sweep studies/quickstart.yaml
 
 test: setup
-	.venv/bin/python -m pytest -q -n 2 --durations=15  # two workers; the slowest tests, to keep the suite under 20 min
+	.venv/bin/python -m pytest -q -n 2 --dist worksteal --durations=15  # two workers; the slowest tests, for the 20 min
 
 test-fast: setup
-	.venv/bin/python -m pytest -q -n 2 -m "not slow"
+	.venv/bin/python -m pytest -q -n 2 --dist worksteal -m "not slow"
 
 # CI on a fresh machine (as root): PostgreSQL + `make test` (see .ci/run)
 ci:

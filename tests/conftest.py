@@ -20,6 +20,9 @@ def pytest_collection_modifyitems(config, items):
     # In CI every backend must be there: a missing PostgreSQL is a failure, not a skip.
     if os.environ.get("CI") and not os.environ.get("RLSCALE_TEST_PG_URL"):
         raise pytest.UsageError("CI is set but RLSCALE_TEST_PG_URL is not: .ci/run must start PostgreSQL")
+    # the slow end-to-end tests first (file order kept within each group): with `--dist worksteal` the quick ones
+    # then fill both workers to the end, instead of one worker finishing a long test alone
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture
