@@ -2,10 +2,15 @@
 key mirrors each stored evaluation to its tracker, a group per study and a run per run, one client call at a time."""
 
 import hashlib
+import importlib
 import json
+import os
 import re
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -19,6 +24,7 @@ MIRRORED = ("val_reward", "gpu_hours", "rollouts", "tokens")
 TAG_STUDY, TAG_RUN_KEY = "rlscale.study", "rlscale.run_key"
 RUN_ID_CHARACTERS, RUN_ID_LENGTH = re.compile(r"[^A-Za-z0-9_-]"), 64  # what W&B takes as a run id
 TRACKER_PREFIXES = ("MLFLOW_", "WANDB_", "TRACKIO_")
+PROBE_TIMEOUT_S = 10.0  # an MLflow server that does not answer /health within this is refused before a sweep
 SECRET_WORDS = ("KEY", "TOKEN", "PASSWORD", "SECRET")
 # why each variable is set, as the dry-run lists it
 ENV_REASONS = {
@@ -214,16 +220,43 @@ TRACKERS = {"mlflow": MlflowTracker, "trackio": TrackioTracker, "wandb": WandbTr
 
 
 def make_tracker(tracking, study: str) -> Tracker | None:
-    """The tracker a study's `tracking` block names (None without one); UserError naming the package when its
-    client library is not installed."""
+    """The tracker a study's `tracking` block names (None without one), once check_tracking passes."""
     if tracking is None:
         return None
+    check_tracking(tracking)
+    if tracking.backend == "mlflow":
+        return MlflowTracker(study, tracking.project, tracking.uri)
+    return TRACKERS[tracking.backend](study, tracking.project)
+
+
+def check_tracking(tracking, *, reach: bool = True, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """UserError when a study's tracker cannot work from here: its client library is missing, or (`reach`) its MLflow
+    server does not answer within `timeout_s` (MLflow's own retries take minutes to give up)."""
+    if tracking is None:
+        return
     package = {"mlflow": "mlflow-skinny"}.get(tracking.backend, tracking.backend)
     try:
-        if tracking.backend == "mlflow":
-            return MlflowTracker(study, tracking.project, tracking.uri)
-        return TRACKERS[tracking.backend](study, tracking.project)
+        importlib.import_module(tracking.backend)
     except ImportError:
         raise UserError(
             f"tracking {tracking.backend} needs its client library: pip install {package}", field="tracking.backend"
+        ) from None
+    uri = tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
+    if reach and tracking.backend == "mlflow" and uri.startswith(("http://", "https://")):
+        _probe_mlflow(uri, timeout_s)
+
+
+def _probe_mlflow(uri: str, timeout_s: float) -> None:
+    parts = urllib.parse.urlsplit(uri)
+    host = parts.netloc.rpartition("@")[2]  # credentials stay out of the probe and the message
+    shown = urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+    try:
+        health = urllib.parse.urlunsplit((parts.scheme, host, parts.path.rstrip("/") + "/health", "", ""))
+        urllib.request.urlopen(health, timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        return  # it answered (a proxy's 401 or 404): MLflow's client says the rest
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        why = getattr(err, "reason", None) or err
+        raise UserError(
+            f"the MLflow server {shown} does not answer within {timeout_s:g} s: {why}", field="tracking.uri"
         ) from None

@@ -124,3 +124,62 @@ def test_a_verl_job_logs_to_mlflow_in_the_studys_experiment_at_the_store_the_swe
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     job, _ = make_setup_job(*arguments, **options)
     assert "MLFLOW_TRACKING_URI" not in job.env_vars  # none given: the nodes' own, not a file on the driver's disk
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_an_mlflow_server_that_does_not_answer_is_refused_in_seconds_and_nothing_is_stored(
+    tmp_path, monkeypatch, capsys
+):
+    import time
+
+    from helpers import run_cli
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"http://someone:hunter2@127.0.0.1:{_closed_port()}/mlflow"
+    spec = {
+        "name": "away",
+        "method": "grid",
+        "parameters": {"lr": {"values": [2e-4]}},
+        "recipe": {"steps": 4},
+        "tracking": {"backend": "mlflow", "uri": uri},
+    }
+    (tmp_path / "away.yaml").write_text(yaml.safe_dump(spec))
+    started = time.perf_counter()
+    code, _out, err = run_cli(monkeypatch, capsys, "sweep", "away.yaml", "--db", "sqlite:///s.db")
+    assert code == 2 and err.count("\n") == 1 and "tracking.uri" in err, err
+    assert f"http://127.0.0.1:{uri.rsplit(':', 1)[1].split('/')[0]}/mlflow" in err and "hunter2" not in err
+    assert time.perf_counter() - started < 30  # MLflow's own retries took 251 s to give up
+    assert not (tmp_path / "s.db").exists() and not (tmp_path / "reports").exists()
+
+
+def test_an_mlflow_server_that_answers_passes_whatever_its_health_says():
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from rlscale.planner.study import Tracking
+    from rlscale.runner.tracking import check_tracking
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self):  # a proxy in front of MLflow may refuse the path: it still answered
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        check_tracking(Tracking(backend="mlflow", uri=f"http://127.0.0.1:{port}"))
+        check_tracking(Tracking(backend="mlflow", uri=f"http://127.0.0.1:{port}/behind/a/proxy/"))
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -68,6 +68,7 @@ def register(app: typer.Typer) -> None:
         from rlscale.db.store import Store, check_store
         from rlscale.planner.study_file import load_study
         from rlscale.runner.sweep.driver import SweepDriver
+        from rlscale.runner.tracking import check_tracking
         from rlscale.views.wording import refusal_text
 
         if extend is not None and not 1.0 <= extend <= MAX_EXTEND:  # NaN too
@@ -81,6 +82,8 @@ def register(app: typer.Typer) -> None:
         if shared_dir is not None:
             check_out_dir(shared_dir, "the runs' data, checkpoints and logs", field="--shared-dir")
         check_store(db)
+        # the tracker's library, and its server unless a dry-run (which may be prepared away from it)
+        check_tracking(study.tracking, reach=not dry_run)
         if dry_run:  # the cluster is not asked: a dry-run may be prepared away from it
             from rlscale.cli.dry_run import print_dry_run
 
