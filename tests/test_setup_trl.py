@@ -356,7 +356,7 @@ def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_t
         assert sorted(mine["step"]) == list(range(int(mine["step"].max()) + 1))  # no step lost
         kept = before[before["run_id"] == run_id].set_index("step")["gpu_hours"]
         assert mine.set_index("step")["gpu_hours"].loc[kept.index].tolist() == kept.tolist()  # stored once
-        # ended at the step nearest its planned compute (runner.engine.reaches_compute): within half a step of it,
+        # ended at the step nearest its planned compute (runner.engine.ComputeStop): within half a step of it,
         # whatever a step costs on this host's load
         spent = mine.sort_values("step")["gpu_hours"].to_numpy()
         assert abs(spent[-1] - planned[name]) <= max(0.03 * planned[name], spent[-1] - spent[-2])

@@ -51,7 +51,7 @@ def test_a_users_trl_yaml_sweeps_to_a_decision_and_the_printed_commands_run(tmp_
     assert sorted(runs["run"]) == ["n2", "n4"] and set(runs["status"]) == {"done"}
     for run_id, mine in records.groupby("run_id"):
         name = dict(zip(runs["run_id"], runs["run"]))[run_id]
-        # ended at the step nearest its planned compute (runner.engine.reaches_compute), judged by the mean step cost
+        # ended at the step nearest its planned compute (runner.engine.ComputeStop), judged by the mean step cost
         # since the first record: within a step of it (the last or the mean), whatever this host's load
         mine = mine.sort_values("step")
         spent, steps = mine["gpu_hours"].to_numpy(), mine["step"].to_numpy()
