@@ -1,12 +1,10 @@
 import gc
-import json
 import os
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from helpers import run_cli
@@ -16,34 +14,15 @@ from rlscale.runner.ray_head import WORKER_NICENESS_ENV, LocalHead, start_head
 # every Ray cluster the tests start runs its workers at normal priority, as the clusters rlscale starts do: at Ray's
 # nice 15 a busy host starves them and a test then races the host's load
 os.environ.update(WORKER_NICENESS_ENV)
-# seconds each heavy test module took in a quiet CI run (--durations): the suite's order reads it, nothing else
-MODULE_SECONDS = Path(__file__).with_name("module_seconds.json")
 
 
 def pytest_collection_modifyitems(config, items):
     # In CI every backend must be there: a missing PostgreSQL is a failure, not a skip.
     if os.environ.get("CI") and not os.environ.get("RLSCALE_TEST_PG_URL"):
         raise pytest.UsageError("CI is set but RLSCALE_TEST_PG_URL is not: .ci/run must start PostgreSQL")
-    items[:] = two_halves(items, json.loads(MODULE_SECONDS.read_text()))
-
-
-def two_halves(items: list, seconds: dict[str, float]) -> list:
-    """`items` ordered for `--dist worksteal`, which hands each of two workers one half: each half opens with its
-    share of the heavy modules (those in `seconds`, whole and largest first, balanced by seconds) and ends with quick
-    tests, which the worker that finishes first then takes from the other's end."""
-    modules: dict[str, list] = {}
-    for item in items:
-        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-    halves, totals = ([], []), [0.0, 0.0]
-    for name in sorted((m for m in modules if m in seconds), key=lambda m: -seconds[m]):
-        lighter = totals.index(min(totals))
-        halves[lighter].extend(modules[name])
-        totals[lighter] += seconds[name]
-    quick = [item for name, mine in modules.items() if name not in seconds for item in mine]
-    first = len(items) // 2 - len(halves[0])  # worksteal's first worker takes len(items) // 2
-    if not 0 <= first <= len(quick):
-        return items
-    return halves[0] + quick[:first] + halves[1] + quick[first:]
+    # the slow end-to-end tests first (file order kept within each group): with `--dist worksteal` the quick ones
+    # then fill both workers to the end, instead of one worker finishing a long test alone
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture
