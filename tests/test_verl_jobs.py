@@ -78,7 +78,9 @@ def test_a_run_pauses_at_a_rung_resumes_from_its_checkpoint_and_a_crash_is_retri
         j.submission_id for j in JobSubmissionClient(cluster).list_jobs() if j.submission_id.startswith("life-1-aa-")
     )
     assert jobs == ["life-1-aa-1", "life-1-aa-2", "life-1-aa-3"]
-    # a stop from the driver's rule at a checkpoint ends the job there
+    # a stop from the driver's rule at a checkpoint ends the job there; steps of 0.5 s leave the stop 2.5 s to land
+    # before the job would reach its end (at 0.05 s a busy host let it finish first)
+    verl = engine(cluster, tmp_path, STANDIN_STEP_SECONDS="0.5")
     result = verl.run(
         RECIPE, run_key="life-1-aa", on_records=got.extend, should_stop=lambda: "asymptote below the best run's"
     )
