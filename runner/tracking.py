@@ -220,10 +220,11 @@ TRACKERS = {"mlflow": MlflowTracker, "trackio": TrackioTracker, "wandb": WandbTr
 
 
 def make_tracker(tracking, study: str) -> Tracker | None:
-    """The tracker a study's `tracking` block names (None without one), once check_tracking passes."""
+    """The tracker a study's `tracking` block names (None without one); UserError when its client library is missing
+    (the sweep command probes its server before the store is made)."""
     if tracking is None:
         return None
-    check_tracking(tracking)
+    check_tracking(tracking, reach=False)
     if tracking.backend == "mlflow":
         return MlflowTracker(study, tracking.project, tracking.uri)
     return TRACKERS[tracking.backend](study, tracking.project)

@@ -167,7 +167,8 @@ def build_report(
 ) -> Report:
     """Write report.md, *.png and report.html into out_dir from a study's fit of record and Decision; returns the
     Report. bootstrap, seed: backtest, leave-one-out and size law only; target: default the best run's fitted reward."""
-    with staged(made_dir(out_dir, field="--out")) as (stage, out):
+    out = made_dir(out_dir, field="--out")
+    with staged(out) as stage:
         return _build(fits, decision, out_dir, stage, out, bootstrap, seed, target, study_file, db)
 
 
@@ -344,11 +345,11 @@ def failure_notes(runs: pd.DataFrame) -> list[str]:
 
 @contextmanager
 def staged(out: Path):
-    """(stage, out): a hidden folder in `out` that a report is written into and then moved from, removed at the end,
-    so a report that fails part-way leaves nothing behind."""
+    """A hidden folder in `out` that a report is written into and then moved from, removed at the end, so a report
+    that fails part-way leaves nothing behind."""
     stage = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
     try:
-        yield stage, out
+        yield stage
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 
@@ -387,7 +388,8 @@ def study_report(
     except Refusal:
         report = _new_report(study, stored_study(store, study))
         report.notes += ["no evaluated records yet: nothing to fit", *failure_notes(store.runs_frame(study))]
-        with staged(made_dir(out_dir, field="--out")) as (stage, out):
+        out = made_dir(out_dir, field="--out")
+        with staged(out) as stage:
             return write_report(report, stage, out)
     if extend is None:
         extend = getattr(fits.spec, "extend", None) or 1.0
