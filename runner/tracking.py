@@ -22,6 +22,7 @@ from rlscale.base.errors import UserError
 MIRRORED = ("val_reward", "gpu_hours", "rollouts", "tokens")
 # a run's identity in every tracker, whichever engine trains it: MLflow tags, and the W&B run id (tracker_run_id)
 TAG_STUDY, TAG_RUN_KEY = "rlscale.study", "rlscale.run_key"
+TAG_SEGMENT_OF = "rlscale.segment_of"  # a verl segment's own MLflow run, nested under its run's
 RUN_ID_CHARACTERS, RUN_ID_LENGTH = re.compile(r"[^A-Za-z0-9_-]"), 64  # what W&B takes as a run id
 TRACKER_PREFIXES = ("MLFLOW_", "WANDB_", "TRACKIO_")
 PROBE_TIMEOUT_S = 10.0  # an MLflow server that does not answer /health within this is refused before a sweep
@@ -111,6 +112,18 @@ def mlflow_run(env: dict, *, study: str, run_key: str, run_dir: Path) -> str:
     run = client.create_run(experiment_id, run_name=run_key, tags=tracker_tags(study, run_key))
     write_whole(run_dir / RUNS_FILE, json.dumps({**runs, "mlflow_run_id": run.info.run_id}))
     return run.info.run_id
+
+
+def mlflow_segment_run(env: dict, *, study: str, run_key: str, run_dir: Path, until_step: int) -> str:
+    """The id of a new MLflow run for one segment of a verl run, nested under the run's MLflow run (mlflow_run):
+    verl logs its params in every segment, which MLflow refuses in a continued run. Not thread-safe."""
+    from mlflow import MlflowClient
+
+    parent = mlflow_run(env, study=study, run_key=run_key, run_dir=run_dir)
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    tags = {"mlflow.parentRunId": parent, TAG_STUDY: study, TAG_SEGMENT_OF: run_key}
+    experiment_id = client.get_run(parent).info.experiment_id
+    return client.create_run(experiment_id, run_name=f"{run_key} to step {until_step}", tags=tags).info.run_id
 
 
 def _runs(run_dir: Path) -> dict:

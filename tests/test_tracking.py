@@ -89,13 +89,8 @@ def test_a_run_has_one_tracker_identity_whichever_engine_trains_it(tmp_path):
     assert (tags[TAG_STUDY], tags[TAG_RUN_KEY]) == ("s", dotted)  # the tags builtin's MLflow runs carry
 
 
-def test_a_verl_job_logs_to_mlflow_in_the_studys_experiment_at_the_store_the_sweep_sees(tmp_path, monkeypatch):
-    from rlscale.planner.frameworks.setup import setup_plan
-    from rlscale.planner.planning import planned_runs
-    from rlscale.runner.jobs_api import RunDir
-    from rlscale.runner.verl.setup import make_setup_job
-
-    pytest.importorskip("mlflow")
+def verl_mlflow_study(tmp_path):
+    """A one-run verl study of the user's launch, which logs to MLflow."""
     (tmp_path / "run.args").write_text(
         "python3 -m verl.trainer.main_ppo data.train_batch_size=16 actor_rollout_ref.rollout.n=4 "
         'actor_rollout_ref.model.path=Qwen/Qwen3-0.6B trainer.logger=\'["console","mlflow"]\''
@@ -108,7 +103,17 @@ def test_a_verl_job_logs_to_mlflow_in_the_studys_experiment_at_the_store_the_swe
         "setup": {"overrides_file": "run.args"},
     }
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(spec))
-    study = load_study(tmp_path / "study.yaml")
+    return load_study(tmp_path / "study.yaml")
+
+
+def test_a_verl_job_logs_to_mlflow_in_the_studys_experiment_at_the_store_the_sweep_sees(tmp_path, monkeypatch):
+    from rlscale.planner.frameworks.setup import setup_plan
+    from rlscale.planner.planning import planned_runs
+    from rlscale.runner.jobs_api import RunDir
+    from rlscale.runner.verl.setup import make_setup_job
+
+    pytest.importorskip("mlflow")
+    study = verl_mlflow_study(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///m.db")  # relative to the sweep; the job runs elsewhere
     monkeypatch.setenv("MLFLOW_RUN_ID", "one-run-for-the-whole-sweep")
@@ -118,12 +123,51 @@ def test_a_verl_job_logs_to_mlflow_in_the_studys_experiment_at_the_store_the_swe
     job, _ = make_setup_job(*arguments, **options)
     env = job.env_vars
     assert env["MLFLOW_EXPERIMENT_NAME"] == "mine" and env["MLFLOW_TRACKING_URI"] == f"sqlite:///{tmp_path / 'm.db'}"
-    # verl logs the params in every segment, which MLflow refuses in a continued run: one MLflow run per segment
+    # not the sweep's run: verl logs the params in every segment, which MLflow refuses in a continued run
     assert "MLFLOW_RUN_ID" not in env and "MLFLOW_MAX_LOG_PARAMS" not in env
     assert "WANDB_API_KEY" not in env and "WANDB_RUN_ID" not in env  # credentials stay on the nodes; no W&B logger
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     job, _ = make_setup_job(*arguments, **options)
     assert "MLFLOW_TRACKING_URI" not in job.env_vars  # none given: the nodes' own, not a file on the driver's disk
+
+
+def test_each_verl_segment_logs_to_its_own_mlflow_run_nested_under_the_runs_one(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    import mlflow
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+    from rlscale.planner.frameworks.setup import setup_plan
+    from rlscale.planner.planning import planned_runs
+    from rlscale.runner.jobs_api import RunDir
+    from rlscale.runner.verl.engine import VerlEngine
+
+    study = verl_mlflow_study(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    engine = VerlEngine(shared_dir=tmp_path / "shared", setup=setup_plan(study))
+    recipe, run_dir = planned_runs(study)[0].recipe, RunDir(tmp_path / "mine-1-ab")
+    segments = [engine.submission(recipe, run_dir, f"mine-1-ab-{i}", until_step=step) for i, step in ((1, 5), (2, 10))]
+    children = [job.runtime_env["env_vars"]["MLFLOW_RUN_ID"] for job in segments]
+    client = MlflowClient(tracking_uri=uri)
+    parent = client.search_runs(
+        [client.get_experiment_by_name("mine").experiment_id], f"tags.`{TAG_RUN_KEY}` = 'mine-1-ab'"
+    )
+    assert len(parent) == 1  # the one run the study's tracker mirrors to (MlflowTracker finds it by this tag)
+    for child, step in zip(children, (5, 10)):
+        run = client.get_run(child)
+        assert run.data.tags["mlflow.parentRunId"] == parent[0].info.run_id
+        assert run.info.run_name == f"mine-1-ab to step {step}"
+        # as verl's Tracking does with MLFLOW_RUN_ID set: continue the run, log the segment's config as params
+        with mlflow.start_run(run_id=child):
+            mlflow.log_params({"trainer.total_training_steps": step})
+    with mlflow.start_run(run_id=parent[0].info.run_id):  # one run for both segments refuses the second's params
+        mlflow.log_params({"trainer.total_training_steps": 5})
+        with pytest.raises(MlflowException):
+            mlflow.log_params({"trainer.total_training_steps": 10})
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")  # no store named: verl makes its runs where its nodes say
+    assert (
+        "MLFLOW_RUN_ID" not in engine.submission(recipe, run_dir, "mine-1-ab-3", until_step=10).runtime_env["env_vars"]
+    )
 
 
 def _closed_port() -> int:

@@ -8,11 +8,13 @@ from pathlib import Path
 
 from rlscale.planner.frameworks.setup import setup_files
 from rlscale.runner.jobs_api import JobFailed, JobsApiEngine, RunDir, Submission
+from rlscale.runner.tracking import mlflow_segment_run
 
 from rlscale.base.errors import UserError
 
 from .job import ENTRYPOINT, REWARD_IMPORTS, checkpointed_step, job_devices, make_job, val_reward_metric
 from .logs import ANY_SOURCE, ValReward, line_reader, reward_metrics
+from .setup import mlflow_segments
 
 # verl 0.9.1's start error when the cluster lacks its pools' GPUs (ppo/ray_trainer.py, _check_resource_available)
 GPUS_TAKEN = "Total available GPUs"
@@ -40,6 +42,7 @@ class VerlEngine(JobsApiEngine):
         super().__init__(poll_seconds=poll_seconds, **options)
         self.module, self.gpus_per_node = module, gpus_per_node
         self._facts, self._facts_lock = None, threading.Lock()
+        self._tracker_lock = threading.Lock()  # one thread creates tracker runs at a time
 
     def verl_job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int):
         """The verl job of one segment (rlscale.runner.verl.job.Job: its overrides, environment and paths)."""
@@ -104,12 +107,18 @@ class VerlEngine(JobsApiEngine):
         job = self.verl_job(recipe, run_dir, submission_id, until_step=until_step)
         # the user's setup brings its own reward; rlscale's task ships its reward module
         modules = {} if self.setup is not None else {"py_modules": [str(run_dir.modules)]}
+        env = dict(job.env_vars)
+        if self.setup is not None and mlflow_segments(self.setup.setup, env):
+            with self._tracker_lock:  # the segment's own MLflow run, nested under the run's (dry-runs never reach it)
+                env["MLFLOW_RUN_ID"] = mlflow_segment_run(
+                    env, study=self.setup.study, run_key=run_dir.root.name, run_dir=run_dir.root, until_step=until_step
+                )
         return Submission(
             submission_id=submission_id,
             entrypoint=job.entrypoint,
             devices=job.gpus,
             until_step=until_step,
-            runtime_env={"env_vars": job.env_vars, **modules},
+            runtime_env={"env_vars": env, **modules},
             resources={"entrypoint_num_cpus": 0},
         )
 

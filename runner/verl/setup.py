@@ -152,6 +152,12 @@ def loggers(setup: UserSetup) -> list[str]:
     return list(dict.fromkeys([*map(str, user), "file"]))
 
 
+def mlflow_segments(setup: UserSetup, env: dict) -> bool:
+    """Whether the sweep makes each segment's MLflow run (VerlEngine.submission): verl logs to MLflow at a store the
+    sweep sees too (a URI given)."""
+    return "mlflow" in loggers(setup) and bool(env.get("MLFLOW_TRACKING_URI"))
+
+
 def val_samples(setup: UserSetup) -> int:
     """Responses per prompt in validation (rollout.val_kwargs.n), as the user's config says."""
     return int(setup.keys.get(VAL_SAMPLES) or DEFAULT_VAL_SAMPLES)
@@ -217,9 +223,11 @@ def setup_job(
     given = {**forwarded_env(dict(os.environ)), **(env_vars or {})}
     # no URI given: verl's own (the node's MLFLOW_TRACKING_URI), not a file on the driver's disk the nodes may lack
     env = tracker_env(backends, study=plan.study, run_key=run_dir.root.name, env=given, default_uri=False)
-    # no MLFLOW_RUN_ID: verl logs the params in every segment, MLflow refuses changed ones and verl then drops MLflow
+    # not the sweep's MLFLOW_RUN_ID: verl logs its params in every segment (VerlEngine nests a run per segment)
     env.pop("MLFLOW_RUN_ID", None)
     notes = tuple(f"not set: {key} ({why}): your config has no such key" for key, why in left_out)
+    if mlflow_segments(setup, env):
+        notes += ("MLflow: each job logs to a run of its own (MLFLOW_RUN_ID, made at submission) under the run's",)
     return SetupJob(kept, changes, env, notes)
 
 
