@@ -16,6 +16,7 @@ from rlscale.fitting.rules.decision import Decision
 from rlscale.fitting.rules.reasons import Reason
 from rlscale.planner.study_file import load_study
 from rlscale.runner.engine import ComputeStop, Engine, JobResult
+from rlscale.runner.ray_head import connect, disconnect
 from rlscale.runner.sweep.driver import SweepDriver
 
 from rlscale.views.wording import db_flag, decision_commands, extend_command
@@ -324,7 +325,7 @@ def test_a_decision_without_a_law_also_names_the_extension_that_would_decide_lar
 
 @pytest.mark.slow
 def test_sweep_extend_resumes_real_runs_from_their_checkpoints_and_refits(tmp_path, monkeypatch, cli):
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     pytest.importorskip("vllm")
     import rlscale.runner.builtin.job as job
 
@@ -344,7 +345,7 @@ def test_sweep_extend_resumes_real_runs_from_their_checkpoints_and_refits(tmp_pa
     sweep = ["sweep", str(path), "--db", url, "--out", str(tmp_path / "reports"), "--json"]
     # this process's own Ray: the sweeps' builtin engine joins it here (not in a process of its own), so the jobs
     # recorded above are seen
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    head = connect(None, cpus=2)
     try:
         code, out, err = cli(*sweep)
         assert code == 0, err[-2000:]
@@ -354,7 +355,7 @@ def test_sweep_extend_resumes_real_runs_from_their_checkpoints_and_refits(tmp_pa
         code, out, err = cli(*sweep, "--extend", "2")
         assert code == 0, err[-2000:]
     finally:
-        ray.shutdown()
+        disconnect(head)
     last = before.groupby("run_id")["step"].max()
     # an IsoCompute sweep decides for the compute every run reached at its last evaluation
     evaluated = before[before["val_reward"].notna()]

@@ -4,6 +4,7 @@ import math
 import os
 
 import pytest
+from rlscale.runner.ray_head import connect, disconnect
 
 pytestmark = pytest.mark.slow
 
@@ -24,14 +25,14 @@ def actors():
         prompts_per_batch=8, rollouts=4, lr=3e-4, lr_reference_batch=32, max_new_tokens=8, **{"async": "sync"}
     )
     model_dir = resolve_model_dir(recipe)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    head = connect(None, cpus=2)  # rlscale's one local head, as a sweep starts it
     try:
         generator = create_generator(recipe, model_dir)
         trainer = trainer_actor(model_dir, recipe)
         ray.get(generator.ready.remote())
         yield recipe, generator, trainer
     finally:
-        ray.shutdown()
+        disconnect(head)
 
 
 def _sample(generator, recipe, prompts, seed=1):

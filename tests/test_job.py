@@ -11,6 +11,7 @@ import time
 import uuid
 
 import pytest
+from rlscale.runner.ray_head import connect, disconnect
 
 pytestmark = pytest.mark.slow
 
@@ -69,14 +70,14 @@ def cluster():
         from rlscale.runner.builtin.generator import create_generator
 
         if "generator" not in live:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            live["head"] = connect(None, cpus=2)  # rlscale's one local head, as a sweep starts it
             live["generator"] = create_generator(recipe)
         return live["generator"]
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     yield generator
-    if ray.is_initialized():
-        ray.shutdown()
+    if "head" in live:
+        disconnect(live["head"])
 
 
 @pytest.fixture
