@@ -22,7 +22,6 @@ from rlscale.base.errors import UserError
 MIRRORED = ("val_reward", "gpu_hours", "rollouts", "tokens")
 # a run's identity in every tracker, whichever engine trains it: MLflow tags, and the W&B run id (tracker_run_id)
 TAG_STUDY, TAG_RUN_KEY = "rlscale.study", "rlscale.run_key"
-TAG_SEGMENT_OF = "rlscale.segment_of"  # a verl segment's own MLflow run, nested under its run's
 RUN_ID_CHARACTERS, RUN_ID_LENGTH = re.compile(r"[^A-Za-z0-9_-]"), 64  # what W&B takes as a run id
 TRACKER_PREFIXES = ("MLFLOW_", "WANDB_", "TRACKIO_")
 PROBE_TIMEOUT_S = 10.0  # an MLflow server that does not answer /health within this is refused before a sweep
@@ -121,7 +120,7 @@ def mlflow_segment_run(env: dict, *, study: str, run_key: str, run_dir: Path, un
 
     parent = mlflow_run(env, study=study, run_key=run_key, run_dir=run_dir)
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
-    tags = {"mlflow.parentRunId": parent, TAG_STUDY: study, TAG_SEGMENT_OF: run_key}
+    tags = {"mlflow.parentRunId": parent, TAG_STUDY: study}
     experiment_id = client.get_run(parent).info.experiment_id
     return client.create_run(experiment_id, run_name=f"{run_key} to step {until_step}", tags=tags).info.run_id
 
