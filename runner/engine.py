@@ -105,6 +105,10 @@ class Engine(ABC):
         the engine cannot see them (then only --max-concurrent bounds the sweep)."""
         return None
 
+    def ended(self, run_key: str, status: str) -> None:
+        """Run `run_key` ended for good in the store (done, stopped, failed): end what the engine keeps open for it
+        outside its jobs (a tracker run it made). Default: nothing."""
+
     def close(self) -> None:
         """Release everything the engine holds (workers, clusters it started). Idempotent."""
 

@@ -71,6 +71,9 @@ class EngineProcess(Engine):
     def nodes(self) -> list | None:
         return self._call("nodes")
 
+    def ended(self, run_key: str, status: str) -> None:
+        self._call("ended", run_key, status)
+
     def close(self) -> None:
         """Close the engine in the child (its workers, its Ray driver), then end the child. Idempotent."""
         if self._closed:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rlscale.runner.engine import ComputeStop, DevicesUnavailable, Engine, JobResult, step_cap
+from rlscale.runner.tracking import end_mlflow_run
 
 from rlscale.base.compute import device_hours, held
 
@@ -141,6 +142,7 @@ class JobsApiEngine(Engine):
         self._started: set[str] = set()  # submission ids submitted here (close stops those still running)
         self._closed = False  # after close nothing more is submitted (a sweep's threads may still be retrying)
         self._head = None  # the local Ray head started (or adopted) when no cluster is named
+        self._tracker_lock = threading.Lock()  # one thread makes or ends tracker runs at a time
 
     # what an engine says ------------------------------------------------------------------------
 
@@ -355,6 +357,11 @@ class JobsApiEngine(Engine):
         from rlscale.runner.cluster import dashboard_nodes
 
         return dashboard_nodes(self._jobs_client())
+
+    def ended(self, run_key: str, status: str) -> None:
+        """The run's MLflow run (made at its first submission, when its setup logs to MLflow) ends as the run did."""
+        with self._tracker_lock:
+            end_mlflow_run(self.shared_dir / run_key, status)
 
     def close(self, wait_seconds: float = 60.0) -> None:
         """Stop the running jobs this engine submitted (an interrupted sweep) and await them; adopted ones are left."""
@@ -692,12 +699,3 @@ def _close_workers() -> None:
         for worker in _workers.values():
             worker.close()
         _workers.clear()
-
-
-def write_whole(path: Path, text: str) -> Path:
-    """Write `text` to `path` so that a reader never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    partial.replace(path)
-    return path

@@ -18,9 +18,8 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rlscale.runner.jobs_api import write_whole
-
 from rlscale.base.errors import UserError, first_line
+from rlscale.base.files import write_whole
 
 HEAD_FILE = "ray-head.json"
 START_SECONDS = 300.0  # a head with its dashboard and job agent takes 5-30 s on 2 busy cores

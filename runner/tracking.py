@@ -14,9 +14,8 @@ import urllib.request
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from rlscale.runner.jobs_api import write_whole
-
 from rlscale.base.errors import UserError
+from rlscale.base.files import write_whole
 
 # record columns mirrored at each evaluation, under these names
 MIRRORED = ("val_reward", "gpu_hours", "rollouts", "tokens")
@@ -36,7 +35,10 @@ ENV_REASONS = {
     "WANDB_RUN_ID": "trackers: a run's segments continue one W&B run",
     "WANDB_RESUME": "trackers: a run's segments continue one W&B run",
 }
-RUNS_FILE = "tracker_runs.json"  # in the run's directory: {"mlflow_run_id": ...}, written by its first segment
+# in the run's directory: {"mlflow_run_id": ..., "mlflow_tracking_uri": ...}, written by its first segment
+RUNS_FILE = "tracker_runs.json"
+# a run's end in the store -> its MLflow run's status (a paused run stays RUNNING: it continues)
+MLFLOW_END_STATUS = {"done": "FINISHED", "stopped": "KILLED", "failed": "FAILED"}
 
 
 def tracker_run_id(run_key: str) -> str:
@@ -98,31 +100,57 @@ def _mlflow_default() -> str:
 
 
 def mlflow_run(env: dict, *, study: str, run_key: str, run_dir: Path) -> str:
-    """The id of the rlscale run's MLflow run (in experiment `study` at env's MLFLOW_TRACKING_URI), created on first
-    use and kept in the run's directory. Not thread-safe: one caller at a time."""
+    """The id of the rlscale run's MLflow run (in experiment `study` at env's MLFLOW_TRACKING_URI), found by its tags
+    or created on first use, and kept in the run's directory. Not thread-safe: one caller at a time."""
     runs = _runs(run_dir)
     if runs.get("mlflow_run_id"):
         return runs["mlflow_run_id"]
     from mlflow import MlflowClient
 
-    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
-    experiment = client.get_experiment_by_name(study)
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment(study)
-    run = client.create_run(experiment_id, run_name=run_key, tags=tracker_tags(study, run_key))
-    write_whole(run_dir / RUNS_FILE, json.dumps({**runs, "mlflow_run_id": run.info.run_id}))
-    return run.info.run_id
+    uri = env["MLFLOW_TRACKING_URI"]
+    client = MlflowClient(uri)
+    run_id = find_mlflow_run(client, _experiment(client, study), study, run_key, create=True)
+    write_whole(run_dir / RUNS_FILE, json.dumps({**runs, "mlflow_run_id": run_id, "mlflow_tracking_uri": uri}))
+    return run_id
 
 
 def mlflow_segment_run(env: dict, *, study: str, run_key: str, run_dir: Path, until_step: int) -> str:
-    """The id of a new MLflow run for one segment of a verl run, nested under the run's MLflow run (mlflow_run):
-    verl logs its params in every segment, which MLflow refuses in a continued run. Not thread-safe."""
+    """The id of a new MLflow run for one segment of a verl run, nested under the run's MLflow run (mlflow_run), set
+    running again: verl logs its params in every segment, which MLflow refuses in a continued run. Not thread-safe."""
     from mlflow import MlflowClient
 
     parent = mlflow_run(env, study=study, run_key=run_key, run_dir=run_dir)
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    client.update_run(parent, status="RUNNING")  # an extended run's segments continue a finished one
     tags = {"mlflow.parentRunId": parent, TAG_STUDY: study}
     experiment_id = client.get_run(parent).info.experiment_id
     return client.create_run(experiment_id, run_name=f"{run_key} to step {until_step}", tags=tags).info.run_id
+
+
+def end_mlflow_run(run_dir: Path, status: str) -> None:
+    """Mark the MLflow run kept in the run's directory (mlflow_run) ended as the run's `status` in the store says;
+    nothing for a run without one, or a status that is not an end."""
+    runs = _runs(run_dir)
+    if status in MLFLOW_END_STATUS and runs.get("mlflow_run_id") and runs.get("mlflow_tracking_uri"):
+        from mlflow import MlflowClient
+
+        MlflowClient(runs["mlflow_tracking_uri"]).set_terminated(runs["mlflow_run_id"], MLFLOW_END_STATUS[status])
+
+
+def find_mlflow_run(client, experiment_id: str, study: str, run_key: str, *, create: bool) -> str | None:
+    """The id of run `run_key`'s MLflow run in the experiment, found by its run key tag; else a new one (`create`),
+    named by its key and tagged by tracker_tags, or None. The one lookup of the engines and the mirror."""
+    found = client.search_runs([experiment_id], f"tags.`{TAG_RUN_KEY}` = '{run_key}'", max_results=1)
+    if found:
+        return found[0].info.run_id
+    if not create:
+        return None
+    return client.create_run(experiment_id, run_name=run_key, tags=tracker_tags(study, run_key)).info.run_id
+
+
+def _experiment(client, name: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    return experiment.experiment_id if experiment else client.create_experiment(name)
 
 
 def _runs(run_dir: Path) -> dict:
@@ -158,6 +186,10 @@ class Tracker(ABC):
     def close(self) -> None:
         """Flush and end what the tracker holds open."""
 
+    def end(self, run_key: str, status: str) -> None:
+        """The run ended in the store with `status` (done, stopped, failed): say so where the tracker keeps a run's
+        status. Default: nothing (a write already ends what it opened)."""
+
 
 class MlflowTracker(Tracker):
     """MLflow: an experiment per study, a run per rlscale run (found again by its run key tag), metrics at their step.
@@ -168,30 +200,34 @@ class MlflowTracker(Tracker):
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=uri)
-        experiment = self.client.get_experiment_by_name(self.group)
-        self.experiment = experiment.experiment_id if experiment else self.client.create_experiment(self.group)
+        self.experiment = _experiment(self.client, self.group)
         self.runs: dict[str, str] = {}
 
     def write(self, run_key: str, evaluations: list[dict]) -> None:
         from mlflow.entities import Metric
 
-        run_id = self.runs.get(run_key) or self._run_id(run_key)
+        run_id = self._run_id(run_key, create=True)
         now = int(time.time() * 1000)
         metrics = [
             Metric(key, value, now, int(record["step"])) for record in evaluations for key, value in mirrored(record)
         ]
         self.client.log_batch(run_id, metrics=metrics)
 
-    def _run_id(self, run_key: str) -> str:
-        found = self.client.search_runs([self.experiment], f"tags.`{TAG_RUN_KEY}` = '{run_key}'", max_results=1)
-        if found:
-            run_id = found[0].info.run_id
-        else:
-            run_id = self.client.create_run(
-                self.experiment, run_name=run_key, tags=tracker_tags(self.group, run_key)
-            ).info.run_id
-        self.runs[run_key] = run_id
-        return run_id
+    def end(self, run_key: str, status: str) -> None:
+        if status not in MLFLOW_END_STATUS:
+            return
+        with self.lock:
+            run_id = self._run_id(run_key, create=False)
+            if run_id is not None:
+                self.client.set_terminated(run_id, MLFLOW_END_STATUS[status])
+
+    def _run_id(self, run_key: str, *, create: bool) -> str | None:
+        if run_key not in self.runs:
+            run_id = find_mlflow_run(self.client, self.experiment, self.group, run_key, create=create)
+            if run_id is None:
+                return None
+            self.runs[run_key] = run_id
+        return self.runs[run_key]
 
 
 class TrackioTracker(Tracker):

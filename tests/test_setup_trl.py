@@ -373,6 +373,7 @@ def test_a_users_trl_setup_is_swept_to_equal_compute_through_kill_9_and_logged_t
     experiment = mlflow.get_experiment_by_name("mine")
     logged = {run.info.run_name: run for run in mlflow.search_runs([experiment.experiment_id])}
     assert len(logged) == 2
+    assert {run.info.status for run in logged.values()} == {"FINISHED"}  # ended as the runs did (Engine.ended)
     for run_id, mine in records.groupby("run_id"):
         run_key = next(name for name in logged if name.startswith(f"mine-{run_id}-"))
         history = {}  # step -> values (a step redone after a resume is logged again)

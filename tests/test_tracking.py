@@ -41,6 +41,7 @@ def test_each_evaluation_is_mirrored_to_mlflow_by_study_and_run_and_a_resume_con
     assert sorted(run.info.run_name for run in runs) == sorted(keys)  # one MLflow run each, named as TRL's and verl's
     for run in runs:
         assert run.data.tags[TAG_STUDY] == "mirror" and run.data.tags[TAG_RUN_KEY] == run.info.run_name
+        assert run.info.status == "FINISHED"  # ended when the run did, not left RUNNING
         history = client.get_metric_history(run.info.run_id, "val_reward")
         mine = stored[stored["run"] == keys[run.info.run_name]]
         assert sorted(point.step for point in history) == sorted(mine["step"]) == list(range(0, 13, 2))
@@ -227,3 +228,68 @@ def test_an_mlflow_server_that_answers_passes_whatever_its_health_says():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_runs_mlflow_run_is_found_by_one_lookup_and_ends_as_the_run_does(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+    from rlscale.planner.frameworks.setup import setup_plan
+    from rlscale.planner.planning import planned_runs
+    from rlscale.runner.jobs_api import RunDir
+    from rlscale.runner.tracking import MlflowTracker
+    from rlscale.runner.verl.engine import VerlEngine
+
+    study = verl_mlflow_study(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    tracker = MlflowTracker("mine", uri=uri)
+    tracker.log("mine-1-ab", [{"step": 0, "val_reward": 0.1}])  # the mirror made the run's MLflow run first
+    engine = VerlEngine(shared_dir=tmp_path / "shared", setup=setup_plan(study))
+    recipe, run_dir = planned_runs(study)[0].recipe, RunDir(engine.shared_dir / "mine-1-ab")
+    child = engine.submission(recipe, run_dir, "mine-1-ab-1", until_step=5).runtime_env["env_vars"]["MLFLOW_RUN_ID"]
+    client = MlflowClient(tracking_uri=uri)
+    parent = client.get_run(child).data.tags["mlflow.parentRunId"]
+    assert parent == tracker.runs["mine-1-ab"]  # found by its tag, not made twice
+    status = lambda: client.get_run(parent).info.status  # noqa: E731
+    engine.ended("mine-1-ab", "paused")
+    assert status() == "RUNNING"  # a paused run continues
+    engine.ended("mine-1-ab", "stopped")
+    assert status() == "KILLED"
+    engine.submission(recipe, run_dir, "mine-1-ab-2", until_step=10)  # extended: running again
+    assert status() == "RUNNING"
+    tracker.end("mine-1-ab", "done")
+    assert status() == "FINISHED"
+    engine.ended("mine-1-ab", "failed")
+    assert status() == "FAILED"
+    tracker.end("never-mirrored", "done")  # no run made just to end it
+    assert not client.search_runs(
+        [client.get_experiment_by_name("mine").experiment_id], "tags.`rlscale.run_key` = 'never-mirrored'"
+    )
+
+
+def test_a_tracker_that_cannot_be_told_a_run_ended_leaves_a_note_beside_why_it_ended(tmp_path, paced_engine):
+    from rlscale.runner.tracking import Tracker
+
+    class Gone(Tracker):  # a tracker whose server went away after the run's last evaluation
+        def write(self, run_key, evaluations):
+            pass
+
+        def end(self, run_key, status):
+            raise ConnectionError("tracker.example:5000 refused")
+
+    class Crashing(paced_engine):
+        def run(self, recipe, **options):
+            if recipe.lr == 3e-4:
+                raise RuntimeError("CUDA out of memory")
+            return super().run(recipe, **options)
+
+    spec = {"name": "gone", "method": "grid", "parameters": {"lr": {"values": [2e-4, 3e-4]}}, "recipe": {"steps": 4}}
+    (tmp_path / "gone.yaml").write_text(yaml.safe_dump(spec))
+    with Store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        driver = SweepDriver(load_study(tmp_path / "gone.yaml"), store, engine=Crashing(seconds=0.0), max_retries=0)
+        driver.tracker = Gone("gone")
+        notes = {run.recipe.lr: (run.status, run.note) for run in driver.run().runs}
+        stored = store.runs_frame("gone").set_index("status")["error"]
+    untold = "its tracker run not ended: ConnectionError: tracker.example:5000 refused"
+    assert notes == {2e-4: ("done", untold), 3e-4: ("failed", f"RuntimeError: CUDA out of memory; {untold}")}
+    assert stored["done"] == untold and stored["failed"].splitlines() == ["RuntimeError: CUDA out of memory", untold]

@@ -129,7 +129,7 @@ def command_text(point: dict) -> str:
 
 def write_commands(study: str, points: list[dict]) -> Path | None:
     """<cache>/dry-run/<study>.sh, each point's first job as the sweep launches it; None if no point has a command."""
-    from rlscale.runner.jobs_api import write_whole
+    from rlscale.base.files import write_whole
     from rlscale.runner.sweep.dry_run import RUN_KEY
 
     shown = [point for point in points if point.get("command")]

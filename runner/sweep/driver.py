@@ -313,8 +313,26 @@ class SweepDriver:
 
     def _set_status(self, run: RunState, status: str, note: str, *, stored: str | None = ..., shown: str = "") -> None:
         run.status, run.note = shown or status, note
-        self.store.set_run_status(run.run_id, status, error=(note or None) if stored is ... else stored)
+        error = (note or None) if stored is ... else stored
+        self.store.set_run_status(run.run_id, status, error=error)
+        untold = self._tell_ended(run, status) if status in FINISHED else ""
+        if untold:  # kept beside why the run ended, which it does not replace
+            run.note = "; ".join(filter(None, [note, untold]))[:200]
+            self.store.set_run_status(run.run_id, status, error="\n".join(filter(None, [error, untold])))
         self.on_update(self.runs)
+
+    def _tell_ended(self, run: RunState, status: str) -> str:
+        """The run's engine and the study's tracker end what they keep open for it (its MLflow runs); "" when told,
+        else why not: a tracker's server gone is a note on the run, not a failure, for its training is over."""
+        engine, key = self._live_engine(run.recipe), self.run_key(run)
+        try:
+            if engine is not None and not getattr(engine, "lost", False):
+                engine.ended(key, status)
+            if self.tracker is not None:
+                self.tracker.end(key, status)
+        except Exception as err:  # a tracker's server, or an engine's process, gone: the store keeps the run's end
+            return f"its tracker run not ended: {type(err).__name__}: {err}".splitlines()[0][:200]
+        return ""
 
     def _store_note(self, note: str) -> None:
         self.store_note = note
@@ -492,9 +510,13 @@ class SweepDriver:
         return bool(live and live(self.run_key(run)))
 
     def _nodes(self, recipe: Recipe | None) -> list | None:
-        with self._engines_lock:
-            engine = self.engine or (self._engines.get(recipe.engine) if recipe is not None else None)
+        engine = self._live_engine(recipe)
         return engine.nodes() if engine is not None else None
+
+    def _live_engine(self, recipe: Recipe | None) -> Engine | None:
+        """The engine that trains `recipe` if it is made already (None: none is)."""
+        with self._engines_lock:
+            return self.engine or (self._engines.get(recipe.engine) if recipe is not None else None)
 
     def close(self) -> None:
         """Release the engines' workers, stop the local head the sweep owns, and let go of the study."""

@@ -33,7 +33,6 @@ class TrlEngine(JobsApiEngine):
         self.gpus, self.micro_batch = gpus, micro_batch
         self._shapes: dict[str, tuple[int, int]] = {}  # a setup study's recipe -> (updates, completions) per step
         self._checked: dict[str, list[str]] = {}  # a setup study's config file -> the user's files, checked
-        self._tracker_lock = threading.Lock()  # one thread creates tracker runs at a time
         self._setup_lock = threading.Lock()  # guards _shapes and _checked, and the user's code while it is checked
 
     def devices(self, recipe) -> list[dict[str, float]]:

@@ -10,9 +10,10 @@ from pathlib import Path
 import yaml
 from rlscale.planner.frameworks.common import Deployment, Mapping, updates_per_batch
 from rlscale.planner.frameworks.trl import VERSION, trl_mapping
-from rlscale.runner.jobs_api import RunDir, write_whole
+from rlscale.runner.jobs_api import RunDir
 
 from rlscale.base.errors import UserError
+from rlscale.base.files import write_whole
 
 ENTRYPOINT = "rlscale.runner.trl.train"
 CHECKPOINT_PREFIX = "checkpoint-"  # TRL's (transformers.Trainer's) checkpoint directories: checkpoint-<global step>

@@ -42,7 +42,6 @@ class VerlEngine(JobsApiEngine):
         super().__init__(poll_seconds=poll_seconds, **options)
         self.module, self.gpus_per_node = module, gpus_per_node
         self._facts, self._facts_lock = None, threading.Lock()
-        self._tracker_lock = threading.Lock()  # one thread creates tracker runs at a time
 
     def verl_job(self, recipe, run_dir: RunDir, submission_id: str, *, until_step: int):
         """The verl job of one segment (rlscale.runner.verl.job.Job: its overrides, environment and paths)."""
