@@ -206,7 +206,9 @@ class MlflowTracker(Tracker):
     def write(self, run_key: str, evaluations: list[dict]) -> None:
         from mlflow.entities import Metric
 
-        run_id = self._run_id(run_key, create=True)
+        if run_key not in self.runs:  # its first evaluation in this sweep: it trains again (an extended run had ended)
+            self.client.update_run(self._run_id(run_key, create=True), status="RUNNING")
+        run_id = self.runs[run_key]
         now = int(time.time() * 1000)
         metrics = [
             Metric(key, value, now, int(record["step"])) for record in evaluations for key, value in mirrored(record)

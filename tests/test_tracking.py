@@ -259,6 +259,8 @@ def test_a_runs_mlflow_run_is_found_by_one_lookup_and_ends_as_the_run_does(tmp_p
     assert status() == "RUNNING"
     tracker.end("mine-1-ab", "done")
     assert status() == "FINISHED"
+    MlflowTracker("mine", uri=uri).log("mine-1-ab", [{"step": 5, "val_reward": 0.2}])  # the next sweep's mirror
+    assert status() == "RUNNING"
     engine.ended("mine-1-ab", "failed")
     assert status() == "FAILED"
     tracker.end("never-mirrored", "done")  # no run made just to end it
