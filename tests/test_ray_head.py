@@ -3,6 +3,7 @@
 reached or refuses the client is one line and exit 2 with nothing stored, and a token is found the way Ray's own
 clients find it."""
 
+import contextlib
 import json
 import os
 import signal
@@ -150,13 +151,16 @@ def test_a_head_that_dies_under_a_builtin_sweep_is_replaced_and_the_runs_resume_
             ):
                 time.sleep(0.2)
         (tmp_path / "hold").touch()
-        while time.time() < deadline and not (tmp_path / "held").exists():
-            time.sleep(0.05)
-        (head_file,) = (tmp_path / "cache" / "ray-heads").glob("*/ray-head.json")
-        killed["head"] = json.loads(head_file.read_text())
-        for pid in head_processes(killed["head"]):
-            os.kill(pid, signal.SIGKILL)
-        (tmp_path / "hold").unlink()
+        try:  # the job is let go whatever happens here: a killer that fails fails the test, it does not hang it
+            while time.time() < deadline and not (tmp_path / "held").exists():
+                time.sleep(0.05)
+            (head_file,) = (tmp_path / "cache" / "ray-heads").glob("*/ray-head.json")
+            killed["head"] = json.loads(head_file.read_text())
+            for pid in head_processes(killed["head"]):
+                with contextlib.suppress(ProcessLookupError):  # gone with the GCS or raylet killed before it
+                    os.kill(pid, signal.SIGKILL)
+        finally:
+            (tmp_path / "hold").unlink()
 
     killer = threading.Thread(target=kill_the_head_at_step_5)
     killer.start()
