@@ -80,7 +80,7 @@ def test_a_postgresql_restart_under_a_running_sweep_loses_no_record_and_stores_n
             time.sleep(5)
             subprocess.run([ctl, "start"], check=True, capture_output=True)
 
-        restarter = threading.Thread(target=restart)
+        restarter = threading.Thread(target=restart, daemon=True)  # a sweep that fails early leaves no waiter
         restarter.start()
         summary = driver.run()
         restarter.join()
@@ -115,7 +115,7 @@ def test_a_sqlite_store_held_by_another_writer_past_its_busy_timeout_is_waited_f
             holder.execute("ROLLBACK")
             holder.close()
 
-        holder = threading.Thread(target=hold)
+        holder = threading.Thread(target=hold, daemon=True)  # a sweep that fails early leaves no waiter
         holder.start()
         summary = driver.run()
         holder.join()
